@@ -1,0 +1,167 @@
+-- tollgate schema, version 1: the whole state of one installation in one SQLite file.
+--
+-- `src/store.rs` embeds this file as migration step 1 and runs it once, when a database is
+-- created, inside a `BEGIN IMMEDIATE` transaction that also sets `PRAGMA user_version = 1`.
+-- Never edit it after a release: a later change is a new migration step in `src/store.rs`.
+--
+-- Conventions:
+--   * every table is STRICT, so a value of the wrong type is an error, not a silent cast;
+--   * times are INTEGER unix seconds UTC (`*_at`), except `audit_log.at` (unix milliseconds);
+--   * money is INTEGER cents (no money in this version);
+--   * lists are TEXT holding a JSON array, checked with json_valid/json_type;
+--   * secrets are never stored: only argon2id PHC strings (`$argon2id$...`) or, for
+--     short-lived OAuth access tokens, a digest chosen by the credentials code;
+--   * a rate limit of NULL in an override column means "inherit"; in `plans` it means
+--     "unlimited" (enterprise skips the hourly plan bucket).
+
+-- Plans the company can be on, with their limits. Seeded below; editable from the CLI.
+CREATE TABLE plans (
+    slug                   TEXT    PRIMARY KEY
+                                   CHECK (length(slug) BETWEEN 1 AND 32
+                                          AND slug NOT GLOB '*[^a-z0-9_-]*'),
+    name                   TEXT    NOT NULL CHECK (length(name) > 0),
+    -- Orders plans from smallest to largest (free < starter < pro < enterprise); used to
+    -- name the smallest plan that includes a tool (`required_plan`).
+    rank                   INTEGER NOT NULL UNIQUE,
+    -- Calls per hour for the whole company; NULL = unlimited (the plan bucket is skipped).
+    hourly_call_limit      INTEGER CHECK (hourly_call_limit IS NULL OR hourly_call_limit >= 0),
+    -- Per-credential, per-category defaults (calls per minute).
+    read_per_minute        INTEGER NOT NULL DEFAULT 120  CHECK (read_per_minute >= 0),
+    write_per_minute       INTEGER NOT NULL DEFAULT 60   CHECK (write_per_minute >= 0),
+    destructive_per_minute INTEGER NOT NULL DEFAULT 10   CHECK (destructive_per_minute >= 0),
+    send_per_minute        INTEGER NOT NULL DEFAULT 10   CHECK (send_per_minute >= 0),
+    generate_per_minute    INTEGER NOT NULL DEFAULT 10   CHECK (generate_per_minute >= 0),
+    -- Default per-OAuth-client limit (all the client's tokens together, per minute).
+    client_per_minute      INTEGER NOT NULL DEFAULT 1000 CHECK (client_per_minute >= 0),
+    -- The plan includes every tool except these (JSON array of tool names or feature tags).
+    excluded_tools         TEXT    NOT NULL DEFAULT '[]'
+                                   CHECK (json_valid(excluded_tools)
+                                          AND json_type(excluded_tools) = 'array')
+) STRICT;
+
+INSERT INTO plans (slug, name, rank, hourly_call_limit) VALUES
+    ('free',       'Free',       1, 500),
+    ('starter',    'Starter',    2, 5000),
+    ('pro',        'Pro',        3, 50000),
+    ('enterprise', 'Enterprise', 4, NULL);
+
+-- The one company this installation serves (at most one row, id = 1; `tollgate init` writes it).
+CREATE TABLE company (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    name       TEXT    NOT NULL CHECK (length(trim(name)) > 0),
+    -- Fiscal id (NIF/CIF in Spain); optional until the first invoice needs it.
+    tax_id     TEXT    CHECK (tax_id IS NULL OR length(trim(tax_id)) > 0),
+    plan_slug  TEXT    NOT NULL REFERENCES plans (slug) ON UPDATE CASCADE,
+    -- Language of error hints unless the config overrides it.
+    locale     TEXT    NOT NULL DEFAULT 'en' CHECK (locale IN ('en', 'es')),
+    -- ISO 3166-1 alpha-2; decides the legal VAT rates.
+    country    TEXT    NOT NULL DEFAULT 'ES'
+                       CHECK (length(country) = 2 AND country NOT GLOB '*[^A-Z]*'),
+    created_at INTEGER NOT NULL
+) STRICT;
+
+-- OAuth clients (machine clients using the client_credentials grant).
+CREATE TABLE oauth_clients (
+    client_id        TEXT    PRIMARY KEY CHECK (length(client_id) BETWEEN 1 AND 128),
+    name             TEXT    NOT NULL,
+    secret_hash      TEXT    NOT NULL CHECK (secret_hash GLOB '$argon2id$*'),
+    allowed_scopes   TEXT    NOT NULL DEFAULT '[]'
+                             CHECK (json_valid(allowed_scopes)
+                                    AND json_type(allowed_scopes) = 'array'),
+    -- Overrides the plan's client_per_minute; NULL = inherit.
+    per_minute_limit INTEGER CHECK (per_minute_limit IS NULL OR per_minute_limit >= 0),
+    created_at       INTEGER NOT NULL,
+    revoked_at       INTEGER
+) STRICT;
+
+-- Credentials: API keys (`tg_live_<public_id>_<secret>`, `tg_test_...`) and OAuth access
+-- tokens issued to a client. Looked up by public id; the secret is verified against its hash.
+CREATE TABLE credentials (
+    -- No '_' allowed: the token format uses '_' as its separator.
+    public_id                  TEXT    PRIMARY KEY
+                                       CHECK (length(public_id) BETWEEN 8 AND 64
+                                              AND public_id NOT GLOB '*[^A-Za-z0-9]*'),
+    kind                       TEXT    NOT NULL DEFAULT 'api_key'
+                                       CHECK (kind IN ('api_key', 'oauth_access')),
+    mode                       TEXT    NOT NULL DEFAULT 'live' CHECK (mode IN ('live', 'test')),
+    name                       TEXT    NOT NULL,
+    secret_hash                TEXT    NOT NULL CHECK (length(secret_hash) > 0),
+    scopes                     TEXT    NOT NULL DEFAULT '[]'
+                                       CHECK (json_valid(scopes) AND json_type(scopes) = 'array'),
+    client_id                  TEXT    REFERENCES oauth_clients (client_id),
+    expires_at                 INTEGER,
+    created_at                 INTEGER NOT NULL,
+    revoked_at                 INTEGER,
+    last_used_at               INTEGER,
+    -- Per-credential overrides of the plan's per-minute limits; NULL = inherit.
+    read_per_minute            INTEGER CHECK (read_per_minute IS NULL OR read_per_minute >= 0),
+    write_per_minute           INTEGER CHECK (write_per_minute IS NULL OR write_per_minute >= 0),
+    destructive_per_minute     INTEGER CHECK (destructive_per_minute IS NULL
+                                              OR destructive_per_minute >= 0),
+    send_per_minute            INTEGER CHECK (send_per_minute IS NULL OR send_per_minute >= 0),
+    generate_per_minute        INTEGER CHECK (generate_per_minute IS NULL
+                                              OR generate_per_minute >= 0),
+    -- Rotation: the previous secret stays valid until previous_secret_expires_at.
+    previous_secret_hash       TEXT,
+    previous_secret_expires_at INTEGER,
+    -- API-key secrets are argon2id PHC strings (PRODUCT.md section 3), never plain text.
+    CHECK (kind <> 'api_key' OR secret_hash GLOB '$argon2id$*'),
+    CHECK (previous_secret_hash IS NULL OR previous_secret_hash GLOB '$argon2id$*'),
+    CHECK ((previous_secret_hash IS NULL) = (previous_secret_expires_at IS NULL)),
+    -- An access token is always bound to the client it was issued to.
+    CHECK (kind <> 'oauth_access' OR client_id IS NOT NULL)
+) STRICT;
+
+CREATE INDEX credentials_by_client ON credentials (client_id) WHERE client_id IS NOT NULL;
+CREATE INDEX credentials_oauth_by_expiry ON credentials (expires_at) WHERE kind = 'oauth_access';
+
+-- Fixed-window rate counters shared by every process on this file.
+-- bucket: which bucket (e.g. a category, 'plan', 'client', 'auth'); key: whose counter
+-- (credential public id, plan slug, client id, source); window_start: unix seconds.
+CREATE TABLE rate_counters (
+    bucket       TEXT    NOT NULL CHECK (length(bucket) > 0),
+    key          TEXT    NOT NULL,
+    window_start INTEGER NOT NULL,
+    count        INTEGER NOT NULL DEFAULT 0 CHECK (count >= 0),
+    PRIMARY KEY (bucket, key, window_start)
+) STRICT, WITHOUT ROWID;
+
+-- Pruning of expired windows scans by time.
+CREATE INDEX rate_counters_by_window ON rate_counters (window_start);
+
+-- Idempotency keys, scoped to a credential and bound to a fingerprint of the tool and its
+-- canonical arguments. A completed key replays `result`; an in-flight key whose
+-- `expires_at` has passed (its holder crashed) may be taken over.
+CREATE TABLE idempotency_keys (
+    credential_id TEXT    NOT NULL REFERENCES credentials (public_id) ON DELETE CASCADE,
+    key           TEXT    NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
+    tool          TEXT    NOT NULL,
+    fingerprint   TEXT    NOT NULL,
+    state         TEXT    NOT NULL CHECK (state IN ('in_flight', 'completed')),
+    -- The stored tool result (JSON), present once completed.
+    result        TEXT    CHECK (result IS NULL OR json_valid(result)),
+    created_at    INTEGER NOT NULL,
+    expires_at    INTEGER NOT NULL,
+    CHECK (state <> 'completed' OR result IS NOT NULL),
+    PRIMARY KEY (credential_id, key)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys (expires_at);
+
+-- One row per tools/call: who, which tool, outcome, how long. Never a secret, never argument
+-- values. No foreign keys: the log outlives credentials and records unknown ids too.
+CREATE TABLE audit_log (
+    id            INTEGER PRIMARY KEY,
+    at            INTEGER NOT NULL,                -- unix milliseconds UTC
+    request_id    TEXT    NOT NULL,
+    credential_id TEXT,
+    client_id     TEXT,
+    tool          TEXT    NOT NULL,
+    outcome       TEXT    NOT NULL CHECK (length(outcome) > 0), -- 'ok' or a catalog code
+    duration_us   INTEGER NOT NULL CHECK (duration_us >= 0),
+    transport     TEXT    NOT NULL CHECK (transport IN ('stdio', 'http'))
+) STRICT;
+
+CREATE INDEX audit_log_by_at ON audit_log (at);
+CREATE INDEX audit_log_by_credential ON audit_log (credential_id, at);
+CREATE INDEX audit_log_by_tool ON audit_log (tool, at);

@@ -1,0 +1,539 @@
+//! The error catalog: every failure tollgate can report, with all of its identities.
+//!
+//! `shared/spec/ERRORS.md` is the contract this module implements. Each [`ErrorKind`] is
+//! one catalog entry; [`ErrorKind::spec`] is the single exhaustive `match` that decides its
+//! JSON-RPC code, string code, HTTP status, numeric category, retryability and hints.
+//! An [`McpError`] is a kind plus the optional fields that apply to one occurrence
+//! (`param`, `required_scope`, `retry_after`, …). Turning an error into a wire body
+//! happens in [`McpError::envelope`] (the `data` object) and in `dispatch`, nowhere else.
+
+use serde_json::{Map, Value, json};
+
+use crate::config::Locale;
+
+/// Which channel an error travels on when it reaches the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// A JSON-RPC `error` object: protocol failures and guard rejections.
+    JsonRpc,
+    /// A normal `tools/call` result with `isError: true`: failures inside a tool.
+    ToolResult,
+}
+
+/// The fixed identities of one catalog entry.
+#[derive(Debug, Clone, Copy)]
+pub struct EntrySpec {
+    /// JSON-RPC `error.code`; tool execution errors use `-32603`'s neighbour only in docs.
+    pub rpc_code: i64,
+    /// Stable machine id (`error.message` and `data.code`).
+    pub code: &'static str,
+    /// The HTTP status an equivalent REST call would return.
+    pub http_status: u16,
+    /// Category code of the numeric model (1xxx protocol … 5xxx adapter).
+    pub error_code: u32,
+    /// Whether retrying the same call later can succeed.
+    pub retryable: bool,
+    /// The channel the entry is reported on.
+    pub channel: Channel,
+    /// One sentence in English, safe to show to a model.
+    pub hint_en: &'static str,
+    /// The same sentence in Spanish.
+    pub hint_es: &'static str,
+    /// When the entry is used (documentation only).
+    pub when: &'static str,
+}
+
+macro_rules! catalog {
+    ($( $(#[$doc:meta])* $variant:ident => ($rpc:expr, $code:literal, $http:literal, $ec:literal,
+        $retry:literal, $chan:ident, $en:literal, $es:literal, $when:literal) ),+ $(,)?) => {
+        /// One entry of the error catalog.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorKind {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl ErrorKind {
+            /// Every entry, in catalog order.
+            pub const ALL: &'static [ErrorKind] = &[ $( ErrorKind::$variant, )+ ];
+
+            /// The fixed identities of this entry.
+            pub fn spec(self) -> EntrySpec {
+                match self {
+                    $( ErrorKind::$variant => EntrySpec {
+                        rpc_code: $rpc,
+                        code: $code,
+                        http_status: $http,
+                        error_code: $ec,
+                        retryable: $retry,
+                        channel: Channel::$chan,
+                        hint_en: $en,
+                        hint_es: $es,
+                        when: $when,
+                    }, )+
+                }
+            }
+        }
+    };
+}
+
+catalog! {
+    // ---- Protocol errors -------------------------------------------------------------
+    /// Body or line is not JSON.
+    ParseError => (-32700, "parse_error", 400, 1001, false, JsonRpc,
+        "The message is not valid JSON; send one UTF-8 JSON-RPC object per message.",
+        "El mensaje no es JSON válido; envíe un objeto JSON-RPC en UTF-8 por mensaje.",
+        "body or line is not JSON (id null)"),
+    /// Not a JSON-RPC request, or a batch where the era forbids it.
+    InvalidRequest => (-32600, "invalid_request", 400, 1002, false, JsonRpc,
+        "The message is not a valid JSON-RPC 2.0 request for this protocol revision.",
+        "El mensaje no es una petición JSON-RPC 2.0 válida para esta revisión del protocolo.",
+        "not a JSON-RPC request; batch where the era forbids it"),
+    /// Unknown method, or a capability not served.
+    MethodNotFound => (-32601, "method_not_found", 404, 1003, false, JsonRpc,
+        "This method does not exist or is not served by this protocol revision.",
+        "Este método no existe o no se sirve en esta revisión del protocolo.",
+        "unknown method, or a capability not served"),
+    /// Params do not match the method's shape.
+    InvalidParams => (-32602, "invalid_params", 400, 1004, false, JsonRpc,
+        "The parameters do not match what this method expects.",
+        "Los parámetros no coinciden con lo que espera este método.",
+        "params do not match the method's shape; bad cursor; missing 2026 `_meta`"),
+    /// `tools/call` name does not resolve.
+    UnknownTool => (-32602, "unknown_tool", 404, 1005, false, JsonRpc,
+        "No tool has this name; call tools/list to see the tools you can use.",
+        "Ninguna herramienta tiene este nombre; llame a tools/list para ver las disponibles.",
+        "`tools/call` name does not resolve"),
+    /// A retired tool name.
+    ToolRetired => (-32602, "tool_retired", 410, 1006, false, JsonRpc,
+        "This tool was retired; call the tool named in `replacement` instead.",
+        "Esta herramienta se retiró; llame a la indicada en `replacement`.",
+        "a retired name; `replacement` names the tool to call instead"),
+    /// `resources/read` of an unknown URI.
+    ResourceNotFound => (-32602, "resource_not_found", 404, 1007, false, JsonRpc,
+        "No resource has this URI; call resources/list to see the readable resources.",
+        "Ningún recurso tiene esta URI; llame a resources/list para ver los disponibles.",
+        "`resources/read` of an unknown URI (`details.uri`)"),
+    /// Handshake era: the requested protocol version is not supported.
+    UnsupportedProtocolVersion => (-32602, "unsupported_protocol_version", 400, 1008, false, JsonRpc,
+        "This protocol version is not supported; use one listed in `supported`.",
+        "Esta versión del protocolo no está soportada; use una de `supported`.",
+        "handshake era; `supported`, `requested`"),
+    /// 2026-07-28: HTTP headers disagree with the body.
+    HeaderMismatch => (-32020, "header_mismatch", 400, 1009, false, JsonRpc,
+        "The Mcp-Method, Mcp-Name or MCP-Protocol-Version header does not match the body.",
+        "La cabecera Mcp-Method, Mcp-Name o MCP-Protocol-Version no coincide con el cuerpo.",
+        "2026-07-28: `Mcp-Method`/`Mcp-Name`/version header vs body"),
+    /// 2026-07-28: the call needs a client capability that was not declared.
+    MissingClientCapability => (-32021, "missing_client_capability", 400, 1010, false, JsonRpc,
+        "This call needs a client capability that the request did not declare.",
+        "Esta llamada necesita una capacidad del cliente que la petición no declaró.",
+        "2026-07-28; `data.requiredCapabilities`"),
+    /// 2026-07-28: the requested protocol version is not supported.
+    UnsupportedProtocolVersionModern => (-32022, "unsupported_protocol_version", 400, 1008, false, JsonRpc,
+        "This protocol version is not supported; use one listed in `supported`.",
+        "Esta versión del protocolo no está soportada; use una de `supported`.",
+        "2026-07-28; `supported`, `requested`"),
+    /// Unexpected fault; reveals nothing internal.
+    InternalError => (-32603, "internal_error", 500, 4000, false, JsonRpc,
+        "An unexpected error occurred on the server; it has been logged.",
+        "Se produjo un error inesperado en el servidor; ha quedado registrado.",
+        "unexpected fault; message reveals nothing internal"),
+    /// The database is locked past its timeout, the disk is full, or the server is stopping.
+    BackendUnavailable => (-32603, "backend_unavailable", 503, 4002, true, JsonRpc,
+        "The server's storage is temporarily unavailable; retry with backoff.",
+        "El almacenamiento del servidor no está disponible por ahora; reintente con espera.",
+        "the database is locked past its timeout, the disk is full, shutting down"),
+
+    // ---- Guard errors ----------------------------------------------------------------
+    /// Missing, malformed, unknown, expired or revoked credential.
+    InvalidToken => (-32001, "invalid_token", 401, 1101, false, JsonRpc,
+        "A valid credential is required: set TOLLGATE_TOKEN (or TOLLGATE_TOKEN_FILE) for stdio, or send Authorization: Bearer <token> over HTTP.",
+        "Se necesita una credencial válida: defina TOLLGATE_TOKEN (o TOLLGATE_TOKEN_FILE) en stdio, o envíe Authorization: Bearer <token> por HTTP.",
+        "missing, malformed, unknown, expired or revoked credential"),
+    /// The credential's OAuth client was revoked.
+    ClientRevoked => (-32002, "client_revoked", 403, 1102, false, JsonRpc,
+        "The OAuth client this credential belongs to has been revoked.",
+        "El cliente OAuth al que pertenece esta credencial ha sido revocado.",
+        "the credential's OAuth client was revoked"),
+    /// Wrong kind of credential for this surface.
+    InvalidTokenType => (-32003, "invalid_token_type", 403, 1103, false, JsonRpc,
+        "This kind of credential cannot be used here.",
+        "Este tipo de credencial no se puede usar aquí.",
+        "wrong kind of credential for this surface"),
+    /// The tool is not in the company's plan.
+    PlanUpgradeRequired => (-32004, "plan_upgrade_required", 403, 1104, false, JsonRpc,
+        "This tool is not included in the company's plan; `required_plan` names the plan that includes it.",
+        "Esta herramienta no está incluida en el plan de la empresa; `required_plan` indica el plan que la incluye.",
+        "the tool is not in the company's plan; `required_plan`"),
+    /// A plan allowance (not a rate) is used up.
+    PlanLimitExceeded => (-32004, "plan_limit_exceeded", 403, 1107, false, JsonRpc,
+        "The company's plan allowance for this is used up.",
+        "Se agotó la asignación del plan de la empresa para esto.",
+        "a plan allowance (not a rate) is used up"),
+    /// The credential lacks the scope the tool needs.
+    InsufficientScope => (-32005, "insufficient_scope", 403, 1105, false, JsonRpc,
+        "The credential does not have the scope this tool needs.",
+        "La credencial no tiene el permiso que necesita esta herramienta.",
+        "`required_scope`, `provided_scopes`"),
+    /// A rate bucket is over its limit.
+    RateLimited => (-32006, "rate_limited", 429, 3001, true, JsonRpc,
+        "Too many calls; wait `retry_after` seconds before calling again.",
+        "Demasiadas llamadas; espere `retry_after` segundos antes de volver a llamar.",
+        "any bucket over its limit; `retry_after`, `bucket`, `limit`, `reset`"),
+    /// The tool cannot be undone and no idempotency key was given.
+    IdempotencyKeyRequired => (-32007, "idempotency_key_required", 400, 2002, false, JsonRpc,
+        "This tool cannot be undone and requires an idempotency key; pass a unique `idempotency_key`.",
+        "Esta herramienta no se puede deshacer y requiere una clave de idempotencia; envíe un `idempotency_key` único.",
+        "the tool cannot be undone and no key was given"),
+    /// The idempotency key is empty, too long or not printable ASCII.
+    IdempotencyKeyInvalid => (-32007, "idempotency_key_invalid", 400, 2003, false, JsonRpc,
+        "The idempotency key must be 1 to 255 printable ASCII characters, given once.",
+        "La clave de idempotencia debe tener de 1 a 255 caracteres ASCII imprimibles y enviarse una sola vez.",
+        "key empty, too long (> 255) or not printable ASCII"),
+    /// The same key was used with a different tool or arguments.
+    IdempotencyKeyReused => (-32007, "idempotency_key_reused", 409, 3201, false, JsonRpc,
+        "This idempotency key was already used with a different tool or arguments; use a new key.",
+        "Esta clave de idempotencia ya se usó con otra herramienta u otros argumentos; use una clave nueva.",
+        "same key, different tool or arguments"),
+    /// The first call with this key is still running.
+    IdempotencyKeyInUse => (-32007, "idempotency_key_in_use", 409, 3202, true, JsonRpc,
+        "A call with this idempotency key is still running; retry shortly to get its result.",
+        "Una llamada con esta clave de idempotencia sigue en curso; reintente en breve para obtener su resultado.",
+        "the first call with this key is still running"),
+    /// A fiscal guardrail rejects the arguments.
+    GuardrailViolation => (-32008, "mcp_guardrail_violation", 422, 3301, false, JsonRpc,
+        "A fiscal guardrail forbids this call; read the resource at `guardrail_uri` and change the arguments.",
+        "Una salvaguarda fiscal impide esta llamada; lea el recurso de `guardrail_uri` y cambie los argumentos.",
+        "a fiscal guardrail; `rule_id`, `guardrail_uri`, `subcode`"),
+
+    // ---- Tool execution errors (isError results) -------------------------------------
+    /// Arguments fail the input schema.
+    ValidationError => (-32602, "validation_error", 400, 2001, false, ToolResult,
+        "An argument does not match the tool's input schema; `param` names it.",
+        "Un argumento no cumple el esquema de entrada de la herramienta; `param` lo indica.",
+        "arguments fail the input schema; `param` names the first field"),
+    /// A required argument is absent.
+    MissingRequiredField => (-32602, "missing_required_field", 400, 2002, false, ToolResult,
+        "A required argument is missing; `param` names it.",
+        "Falta un argumento obligatorio; `param` lo indica.",
+        "a required argument is absent; `param`"),
+    /// A date, tax id, amount or id is malformed.
+    InvalidFormat => (-32602, "invalid_format", 400, 2003, false, ToolResult,
+        "An argument is malformed (dates are YYYY-MM-DD, amounts integer cents); `param` names it.",
+        "Un argumento está mal formado (fechas AAAA-MM-DD, importes en céntimos enteros); `param` lo indica.",
+        "a date, tax id, amount or id is malformed; `param`"),
+    /// The tool or its backend exceeded its time limit.
+    Timeout => (-32603, "timeout", 504, 3002, true, ToolResult,
+        "The operation took too long and was stopped; retry with backoff.",
+        "La operación tardó demasiado y se detuvo; reintente con espera.",
+        "the tool or its backend exceeded its time limit"),
+    /// The backend answered with an error.
+    AdapterError => (-32603, "adapter_error", 502, 4001, false, ToolResult,
+        "The business backend answered with an error; `details.original_error` carries its id.",
+        "El sistema de negocio respondió con un error; `details.original_error` contiene su identificador.",
+        "the backend answered with an error; its own id in `details.original_error`"),
+    /// The tool's backend cannot be reached.
+    ToolBackendUnavailable => (-32603, "backend_unavailable", 503, 4002, true, ToolResult,
+        "The business backend cannot be reached right now; retry with backoff.",
+        "No se puede contactar con el sistema de negocio ahora; reintente con espera.",
+        "the backend cannot be reached"),
+    /// The backend does not support this tool.
+    NotImplemented => (-32603, "not_implemented", 501, 5001, false, ToolResult,
+        "The business backend does not support this tool.",
+        "El sistema de negocio no admite esta herramienta.",
+        "the backend does not support this tool"),
+}
+
+/// One occurrence of a catalog entry, with the optional fields that apply to it.
+#[derive(Debug, Clone)]
+pub struct McpError {
+    kind: ErrorKind,
+    fields: Map<String, Value>,
+}
+
+impl McpError {
+    /// An error of `kind` with no optional fields.
+    pub fn new(kind: ErrorKind) -> Self {
+        McpError {
+            kind,
+            fields: Map::new(),
+        }
+    }
+
+    /// The catalog entry.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The optional fields set on this occurrence.
+    pub fn fields(&self) -> &Map<String, Value> {
+        &self.fields
+    }
+
+    /// Adds an optional field. Only names documented in `ERRORS.md` are used by callers.
+    pub fn with(mut self, name: &'static str, value: impl Into<Value>) -> Self {
+        self.fields.insert(name.to_owned(), value.into());
+        self
+    }
+
+    /// Adds one entry under `details`.
+    pub fn detail(mut self, name: &'static str, value: impl Into<Value>) -> Self {
+        let details = self
+            .fields
+            .entry("details")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(map) = details {
+            map.insert(name.to_owned(), value.into());
+        }
+        self
+    }
+
+    /// Sets `param`, the argument at fault.
+    pub fn param(self, name: impl Into<String>) -> Self {
+        self.with("param", name.into())
+    }
+
+    /// `-32700`: the message is not JSON.
+    pub fn parse_error() -> Self {
+        Self::new(ErrorKind::ParseError)
+    }
+
+    /// `-32600` with a short machine-readable reason in `details.reason`.
+    pub fn invalid_request(reason: &'static str) -> Self {
+        Self::new(ErrorKind::InvalidRequest).detail("reason", reason)
+    }
+
+    /// `-32601` for `method`.
+    pub fn method_not_found(method: &str) -> Self {
+        Self::new(ErrorKind::MethodNotFound).detail("method", method)
+    }
+
+    /// `-32602` naming the parameter at fault.
+    pub fn invalid_params(param: &str) -> Self {
+        Self::new(ErrorKind::InvalidParams).param(param)
+    }
+
+    /// `-32602 unknown_tool`.
+    pub fn unknown_tool(name: &str) -> Self {
+        Self::new(ErrorKind::UnknownTool).detail("name", name)
+    }
+
+    /// `-32602 tool_retired` with the name to call instead.
+    pub fn tool_retired(name: &str, replacement: &str) -> Self {
+        Self::new(ErrorKind::ToolRetired)
+            .with("replacement", replacement)
+            .detail("name", name)
+    }
+
+    /// `-32602 resource_not_found` for `uri`.
+    pub fn resource_not_found(uri: &str) -> Self {
+        Self::new(ErrorKind::ResourceNotFound).detail("uri", uri)
+    }
+
+    /// `-32022` (2026-07-28) with the versions this server speaks.
+    pub fn unsupported_version_modern(requested: &str, supported: &[&str]) -> Self {
+        Self::new(ErrorKind::UnsupportedProtocolVersionModern)
+            .with("supported", supported)
+            .with("requested", requested)
+    }
+
+    /// `-32020`: the named header does not match the body.
+    pub fn header_mismatch(header: &str) -> Self {
+        Self::new(ErrorKind::HeaderMismatch).detail("header", header)
+    }
+
+    /// `-32021` with the capabilities the call needs.
+    pub fn missing_client_capability(required: Value) -> Self {
+        Self::new(ErrorKind::MissingClientCapability).with("requiredCapabilities", required)
+    }
+
+    /// `-32603 internal_error`; the cause is logged by the caller, never sent.
+    pub fn internal() -> Self {
+        Self::new(ErrorKind::InternalError)
+    }
+
+    /// `-32005` naming the scope needed and the scopes held.
+    pub fn insufficient_scope(required: &str, provided: &[String]) -> Self {
+        Self::new(ErrorKind::InsufficientScope)
+            .with("required_scope", required)
+            .with("provided_scopes", provided)
+    }
+
+    /// `-32006` for one bucket.
+    pub fn rate_limited(bucket: &str, limit: u64, reset: u64, retry_after: u64) -> Self {
+        Self::new(ErrorKind::RateLimited)
+            .with("retry_after", retry_after)
+            .with("bucket", bucket)
+            .with("limit", limit)
+            .with("reset", reset)
+    }
+
+    /// `isError` `validation_error` on `param`.
+    pub fn validation(param: &str) -> Self {
+        Self::new(ErrorKind::ValidationError).param(param)
+    }
+
+    /// The `data` envelope of a JSON-RPC error, or `_meta["dev.tollgate/error"]` of an
+    /// `isError` result: the fixed identities, the localized hint, then the optional fields.
+    pub fn envelope(&self, locale: Locale) -> Value {
+        let spec = self.kind.spec();
+        let mut map = Map::with_capacity(6 + self.fields.len());
+        map.insert("code".into(), spec.code.into());
+        map.insert("http_status".into(), spec.http_status.into());
+        map.insert("error_code".into(), spec.error_code.into());
+        map.insert("retryable".into(), spec.retryable.into());
+        map.insert("hint".into(), self.hint(locale).into());
+        for (name, value) in &self.fields {
+            map.insert(name.clone(), value.clone());
+        }
+        Value::Object(map)
+    }
+
+    /// The hint in `locale`.
+    pub fn hint(&self, locale: Locale) -> &'static str {
+        let spec = self.kind.spec();
+        match locale {
+            Locale::En => spec.hint_en,
+            Locale::Es => spec.hint_es,
+        }
+    }
+
+    /// The JSON-RPC `error` object.
+    pub fn to_jsonrpc_error(&self, locale: Locale) -> Value {
+        let spec = self.kind.spec();
+        json!({ "code": spec.rpc_code, "message": spec.code, "data": self.envelope(locale) })
+    }
+
+    /// The `isError: true` tool result.
+    pub fn to_tool_result(&self, locale: Locale) -> Value {
+        json!({
+            "isError": true,
+            "content": [{ "type": "text", "text": self.hint(locale) }],
+            "_meta": { "dev.tollgate/error": self.envelope(locale) },
+        })
+    }
+}
+
+impl std::fmt::Display for McpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind.spec().code)
+    }
+}
+
+impl std::error::Error for McpError {}
+
+/// The catalog as Markdown, the text of `docs/errors.md` and `tollgate errors`.
+pub fn render_markdown() -> String {
+    let mut out = String::from(
+        "# Error catalog\n\n\
+         Generated by `tollgate errors --format markdown`; a test keeps this file in sync.\n\n\
+         Guard and protocol errors arrive as JSON-RPC errors whose `message` is the `code` and \
+         whose `data` is the envelope. Tool execution errors arrive as results with \
+         `isError: true` and the envelope in `_meta[\"dev.tollgate/error\"]`.\n",
+    );
+    for (title, channel) in [
+        ("Protocol and guard errors (JSON-RPC)", Channel::JsonRpc),
+        ("Tool execution errors (`isError: true` results)", Channel::ToolResult),
+    ] {
+        out.push_str(&format!(
+            "\n## {title}\n\n| JSON-RPC | code | http | error_code | retryable | when | hint |\n|---|---|---|---|---|---|---|\n"
+        ));
+        for kind in ErrorKind::ALL.iter().filter(|k| k.spec().channel == channel) {
+            let s = kind.spec();
+            let rpc = match channel {
+                Channel::JsonRpc => s.rpc_code.to_string(),
+                Channel::ToolResult => "—".to_owned(),
+            };
+            out.push_str(&format!(
+                "| {rpc} | `{}` | {} | {} | {} | {} | {} |\n",
+                s.code,
+                s.http_status,
+                s.error_code,
+                if s.retryable { "yes" } else { "no" },
+                s.when,
+                s.hint_en
+            ));
+        }
+    }
+    out
+}
+
+/// The catalog as a JSON array, for scripts.
+pub fn render_json() -> Value {
+    let entries: Vec<Value> = ErrorKind::ALL
+        .iter()
+        .map(|kind| {
+            let s = kind.spec();
+            json!({
+                "jsonrpc_code": match s.channel { Channel::JsonRpc => Value::from(s.rpc_code), Channel::ToolResult => Value::Null },
+                "code": s.code,
+                "http_status": s.http_status,
+                "error_code": s.error_code,
+                "retryable": s.retryable,
+                "channel": match s.channel { Channel::JsonRpc => "jsonrpc", Channel::ToolResult => "tool_result" },
+                "when": s.when,
+                "hint": { "en": s.hint_en, "es": s.hint_es },
+            })
+        })
+        .collect();
+    Value::Array(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_carries_fixed_identities_then_fields() {
+        let err = McpError::insufficient_scope("invoices:write", &["invoices:read".to_owned()]);
+        let body = err.to_jsonrpc_error(Locale::En);
+        assert_eq!(body["code"], -32005);
+        assert_eq!(body["message"], "insufficient_scope");
+        assert_eq!(body["data"]["code"], "insufficient_scope");
+        assert_eq!(body["data"]["http_status"], 403);
+        assert_eq!(body["data"]["error_code"], 1105);
+        assert_eq!(body["data"]["retryable"], false);
+        assert_eq!(body["data"]["required_scope"], "invoices:write");
+        assert_eq!(body["data"]["provided_scopes"], json!(["invoices:read"]));
+    }
+
+    #[test]
+    fn hints_exist_in_both_locales_and_differ() {
+        for kind in ErrorKind::ALL {
+            let s = kind.spec();
+            assert!(!s.hint_en.is_empty() && !s.hint_es.is_empty(), "{}", s.code);
+            assert_ne!(s.hint_en, s.hint_es, "{} has no Spanish hint", s.code);
+        }
+    }
+
+    #[test]
+    fn tool_result_puts_hint_in_text_and_envelope_in_meta() {
+        let result = McpError::validation("amount").to_tool_result(Locale::Es);
+        assert_eq!(result["isError"], true);
+        let hint = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(hint.starts_with("Un argumento"));
+        assert_eq!(result["_meta"]["dev.tollgate/error"]["code"], "validation_error");
+        assert_eq!(result["_meta"]["dev.tollgate/error"]["param"], "amount");
+        assert_eq!(result["_meta"]["dev.tollgate/error"]["hint"], hint);
+    }
+
+    #[test]
+    fn codes_and_error_codes_match_the_contract() {
+        let expect = [
+            (ErrorKind::ParseError, -32700, 400, 1001),
+            (ErrorKind::InvalidRequest, -32600, 400, 1002),
+            (ErrorKind::MethodNotFound, -32601, 404, 1003),
+            (ErrorKind::UnknownTool, -32602, 404, 1005),
+            (ErrorKind::ToolRetired, -32602, 410, 1006),
+            (ErrorKind::UnsupportedProtocolVersionModern, -32022, 400, 1008),
+            (ErrorKind::BackendUnavailable, -32603, 503, 4002),
+            (ErrorKind::PlanLimitExceeded, -32004, 403, 1107),
+            (ErrorKind::IdempotencyKeyInUse, -32007, 409, 3202),
+            (ErrorKind::GuardrailViolation, -32008, 422, 3301),
+        ];
+        for (kind, rpc, http, ec) in expect {
+            let s = kind.spec();
+            assert_eq!((s.rpc_code, s.http_status, s.error_code), (rpc, http, ec), "{}", s.code);
+        }
+    }
+}

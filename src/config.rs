@@ -1,0 +1,1233 @@
+//! Configuration: a TOML file, `TOLLGATE_*` environment overrides and command-line flags,
+//! in that order of precedence (flags win), parsed once into a validated [`Config`].
+//!
+//! The file is read into a private raw form (every field optional, unknown keys rejected
+//! with the list of valid ones), environment variables and flags are laid over it, and
+//! [`Config::load`] turns the result into typed values or a [`ConfigError`] that names the
+//! key, variable or flag at fault. Nothing downstream re-validates. `Display` on [`Config`]
+//! prints the effective configuration as TOML for `tollgate check-config`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::StoreOptions;
+
+/// Environment variables that are read elsewhere (not config overrides) but are known.
+pub const PASSTHROUGH_ENV_VARS: &[&str] =
+    &["TOLLGATE_CONFIG", "TOLLGATE_TOKEN", "TOLLGATE_TOKEN_FILE"];
+
+const DEFAULT_DATABASE: &str = "tollgate.db";
+const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+const DEFAULT_MAX_BYTES: u64 = 4 * 1024 * 1024;
+const MIN_MAX_BYTES: u64 = 1024;
+const DEFAULT_WORKERS: u64 = 4;
+const MAX_WORKERS: u64 = 256;
+const DEFAULT_SESSION_TTL_SECS: u64 = 3600;
+const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5000;
+const DEFAULT_POOL_SIZE: u64 = 8;
+const MAX_POOL_SIZE: u64 = 256;
+
+/// A configuration that could not be read or is invalid; the message says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+}
+
+impl ConfigError {
+    fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+
+    /// The human explanation (also what `Display` prints).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Defines a closed set of words: the enum, `as_str`, `FromStr` (case-insensitive; the
+/// error lists the accepted words), `Display`, and serde as a plain string.
+macro_rules! word_enum {
+    ($(#[$meta:meta])* $name:ident, $what:literal,
+     { $($(#[$vmeta:meta])* $variant:ident => $word:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $name {
+            /// Every accepted word, in order.
+            pub const WORDS: &'static [&'static str] = &[$($word),+];
+
+            /// The word for this value, as written in the config file.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $word),+
+                }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ConfigError;
+
+            fn from_str(s: &str) -> Result<Self, ConfigError> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($word => Ok(Self::$variant),)+
+                    _ => Err(ConfigError::new(format!(
+                        "invalid {} {:?}: expected one of {}",
+                        $what,
+                        s,
+                        Self::WORDS.join(", ")
+                    ))),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let word = String::deserialize(d)?;
+                word.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+word_enum!(
+    /// Language of error hints.
+    Locale, "locale", {
+        /// English.
+        En => "en",
+        /// Spanish.
+        Es => "es",
+    }
+);
+
+word_enum!(
+    /// Which HTTP statuses JSON-RPC errors get (ERRORS.md, "HTTP status on the MCP endpoint").
+    ErrorStatusMode, "error_status", {
+        /// 200 for guard and tool errors (401 only for `-32001`): what SDK clients can read.
+        Compatible => "compatible",
+        /// Also 403/429 for scope, client and rate errors, for proxies that act on statuses.
+        Semantic => "semantic",
+    }
+);
+
+word_enum!(
+    /// Log line format.
+    LogFormat, "log format", {
+        /// Human-readable lines.
+        Human => "human",
+        /// One JSON object per line.
+        Json => "json",
+    }
+);
+
+word_enum!(
+    /// Most verbose log level emitted.
+    LogLevel, "log level", {
+        /// Errors only.
+        Error => "error",
+        /// Warnings and errors.
+        Warn => "warn",
+        /// Normal operation (default).
+        Info => "info",
+        /// Debugging detail.
+        Debug => "debug",
+        /// Everything.
+        Trace => "trace",
+    }
+);
+
+/// Settings the CLI takes as flags; they override the file and the environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--database`
+    pub database: Option<PathBuf>,
+    /// `--locale`
+    pub locale: Option<String>,
+    /// `--listen`
+    pub listen: Option<String>,
+    /// `--conformance-pack`
+    pub conformance_pack: Option<bool>,
+    /// `--log-level`
+    pub log_level: Option<String>,
+    /// `--log-format`
+    pub log_format: Option<String>,
+    /// `--allow-non-loopback`
+    pub allow_non_loopback: Option<bool>,
+}
+
+/// The validated, effective configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The config file that was read, if any.
+    pub file: Option<PathBuf>,
+    /// The SQLite file (relative paths are relative to the working directory).
+    pub database: PathBuf,
+    /// Language of error hints; `None` means the company's locale.
+    pub locale: Option<Locale>,
+    /// `[stdio]`
+    pub stdio: StdioConfig,
+    /// `[http]`
+    pub http: HttpConfig,
+    /// `[log]`
+    pub log: LogConfig,
+    /// `[tools]`
+    pub tools: ToolsConfig,
+    /// `[dev]`
+    pub dev: DevConfig,
+    /// `[store]`
+    pub store: StoreConfig,
+}
+
+/// `[stdio]`: the stdio transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StdioConfig {
+    /// A longer input line is answered with an error; the session continues.
+    pub max_line_bytes: usize,
+}
+
+/// `[http]`: the Streamable HTTP listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// Address to bind; loopback unless `allow_non_loopback`.
+    pub listen: SocketAddr,
+    /// The operator opted in to a non-loopback `listen`.
+    pub allow_non_loopback: bool,
+    /// Extra allowed `Origin` values (lower-case `scheme://host[:port]`) besides loopback.
+    pub allowed_origins: Vec<String>,
+    /// Extra allowed `Host` values (lower-case) besides loopback ones.
+    pub allowed_hosts: Vec<String>,
+    /// Larger request bodies get 413.
+    pub max_body_bytes: usize,
+    /// Worker threads (1..=256).
+    pub workers: usize,
+    /// Idle lifetime of a handshake-era session.
+    pub session_ttl: Duration,
+    /// Public base URL for OAuth metadata (no trailing slash), e.g. `https://mcp.example.com`.
+    pub public_base_url: Option<String>,
+    /// Which HTTP statuses JSON-RPC errors get.
+    pub error_status: ErrorStatusMode,
+}
+
+/// `[log]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Most verbose level emitted.
+    pub level: LogLevel,
+    /// Line format.
+    pub format: LogFormat,
+}
+
+/// `[tools]`
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolsConfig {
+    /// Expose the MCP conformance-suite fixture tools, resources and prompts.
+    pub conformance_pack: bool,
+}
+
+/// `[dev]`: development-only settings, off by default.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DevConfig {
+    /// Public id of the credential used for HTTP requests without a token (loopback only).
+    pub unauthenticated_credential: Option<String>,
+}
+
+/// `[store]`: the SQLite pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// How long a write waits for another writer's lock.
+    pub busy_timeout: Duration,
+    /// Pooled connections (1..=256).
+    pub pool_size: u32,
+}
+
+impl Default for Config {
+    /// Every setting at its documented default (no file, no overrides).
+    fn default() -> Self {
+        Self {
+            file: None,
+            database: PathBuf::from(DEFAULT_DATABASE),
+            locale: None,
+            stdio: StdioConfig {
+                max_line_bytes: DEFAULT_MAX_BYTES as usize,
+            },
+            http: HttpConfig {
+                listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+                allow_non_loopback: false,
+                allowed_origins: Vec::new(),
+                allowed_hosts: Vec::new(),
+                max_body_bytes: DEFAULT_MAX_BYTES as usize,
+                workers: DEFAULT_WORKERS as usize,
+                session_ttl: Duration::from_secs(DEFAULT_SESSION_TTL_SECS),
+                public_base_url: None,
+                error_status: ErrorStatusMode::Compatible,
+            },
+            log: LogConfig {
+                level: LogLevel::Info,
+                format: LogFormat::Human,
+            },
+            tools: ToolsConfig {
+                conformance_pack: false,
+            },
+            dev: DevConfig::default(),
+            store: StoreConfig {
+                busy_timeout: Duration::from_millis(DEFAULT_BUSY_TIMEOUT_MS),
+                pool_size: DEFAULT_POOL_SIZE as u32,
+            },
+        }
+    }
+}
+
+impl Config {
+    /// Loads the configuration: `file` (or `TOLLGATE_CONFIG` from `env` when `file` is
+    /// `None`; no file at all when neither is given), then the `TOLLGATE_*` variables of
+    /// `env`, then `flags`. A named file that does not exist is an error.
+    pub fn load(
+        file: Option<&Path>,
+        env: &[(String, String)],
+        flags: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        reject_unknown_env(env)?;
+        let file = config_file(file, env);
+        let mut raw = match &file {
+            Some(path) => read_file(path)?,
+            None => RawConfig::default(),
+        };
+        apply_env(&mut raw, env)?;
+        apply_flags(&mut raw, flags)?;
+        let mut config = validate(raw)?;
+        config.file = file;
+        Ok(config)
+    }
+
+    /// [`Config::load`] with this process's environment.
+    pub fn from_process(file: Option<&Path>, flags: &Overrides) -> Result<Config, ConfigError> {
+        Config::load(file, &process_env()?, flags)
+    }
+
+    /// The options to open the store with these settings.
+    pub fn store_options(&self, create: bool) -> StoreOptions {
+        StoreOptions {
+            busy_timeout: self.store.busy_timeout,
+            pool_size: self.store.pool_size,
+            create,
+        }
+    }
+
+    /// The effective configuration as TOML (what `Display` prints).
+    pub fn describe(&self) -> String {
+        self.to_string()
+    }
+
+    fn to_raw(&self) -> RawConfig {
+        let http = &self.http;
+        RawConfig {
+            database: Some(self.database.clone()),
+            locale: self.locale,
+            stdio: RawStdio {
+                max_line_bytes: Some(self.stdio.max_line_bytes as u64),
+            },
+            http: RawHttp {
+                listen: Some(http.listen),
+                allow_non_loopback: Some(http.allow_non_loopback),
+                allowed_origins: Some(http.allowed_origins.clone()),
+                allowed_hosts: Some(http.allowed_hosts.clone()),
+                max_body_bytes: Some(http.max_body_bytes as u64),
+                workers: Some(http.workers as u64),
+                session_ttl_secs: Some(http.session_ttl.as_secs()),
+                public_base_url: Some(http.public_base_url.clone().unwrap_or_default()),
+                error_status: Some(http.error_status),
+            },
+            log: RawLog {
+                level: Some(self.log.level),
+                format: Some(self.log.format),
+            },
+            tools: RawTools {
+                conformance_pack: Some(self.tools.conformance_pack),
+            },
+            dev: RawDev {
+                unauthenticated_credential: Some(
+                    self.dev
+                        .unauthenticated_credential
+                        .clone()
+                        .unwrap_or_default(),
+                ),
+            },
+            store: RawStore {
+                busy_timeout_ms: Some(duration_millis(self.store.busy_timeout)),
+                pool_size: Some(u64::from(self.store.pool_size)),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.file {
+            Some(path) => writeln!(f, "# effective configuration (file: {})", path.display())?,
+            None => writeln!(f, "# effective configuration (no config file; defaults)")?,
+        }
+        if self.locale.is_none() {
+            writeln!(f, "# locale: not set; error hints use the company's locale")?;
+        }
+        match toml::to_string(&self.to_raw()) {
+            Ok(text) => f.write_str(&text),
+            Err(_) => write!(f, "{self:#?}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The raw form: what the file may say. Every field optional; unknown keys rejected.
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    database: Option<PathBuf>,
+    locale: Option<Locale>,
+    #[serde(default)]
+    stdio: RawStdio,
+    #[serde(default)]
+    http: RawHttp,
+    #[serde(default)]
+    log: RawLog,
+    #[serde(default)]
+    tools: RawTools,
+    #[serde(default)]
+    dev: RawDev,
+    #[serde(default)]
+    store: RawStore,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawStdio {
+    max_line_bytes: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawHttp {
+    #[serde(default, deserialize_with = "deserialize_listen")]
+    listen: Option<SocketAddr>,
+    allow_non_loopback: Option<bool>,
+    allowed_origins: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<String>>,
+    max_body_bytes: Option<u64>,
+    workers: Option<u64>,
+    session_ttl_secs: Option<u64>,
+    public_base_url: Option<String>,
+    error_status: Option<ErrorStatusMode>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    level: Option<LogLevel>,
+    format: Option<LogFormat>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawTools {
+    conformance_pack: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawDev {
+    unauthenticated_credential: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    busy_timeout_ms: Option<u64>,
+    pool_size: Option<u64>,
+}
+
+fn deserialize_listen<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_listen(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    text.trim().parse().map_err(|_| {
+        format!("invalid listen address {text:?}: expected IP:PORT, e.g. {DEFAULT_LISTEN}")
+    })
+}
+
+fn parse_bool(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(format!("expected true or false, got {text:?}")),
+    }
+}
+
+fn parse_u64(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("expected a non-negative integer, got {text:?}"))
+}
+
+fn parse_word<T: FromStr<Err = ConfigError>>(text: &str) -> Result<T, String> {
+    text.parse().map_err(|e: ConfigError| e.message)
+}
+
+// ---------------------------------------------------------------------------------------
+// Sources: file, environment, flags.
+
+fn config_file(file: Option<&Path>, env: &[(String, String)]) -> Option<PathBuf> {
+    file.map(Path::to_path_buf).or_else(|| {
+        env_value(env, "TOLLGATE_CONFIG")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+fn read_file(path: &Path) -> Result<RawConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ConfigError::new(format!("config file {} does not exist", path.display()))
+        } else {
+            ConfigError::new(format!("cannot read config file {}: {e}", path.display()))
+        }
+    })?;
+    toml::from_str(&text)
+        .map_err(|e| ConfigError::new(format!("config file {}: {e}", path.display())))
+}
+
+/// The last value of `name` in `env`.
+fn env_value<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The `TOLLGATE_*` variables of this process (others are irrelevant and may not be UTF-8).
+fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
+    let mut vars = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str().filter(|n| n.starts_with("TOLLGATE_")) else {
+            continue;
+        };
+        let value = value
+            .into_string()
+            .map_err(|_| ConfigError::new(format!("{name}: the value is not valid UTF-8")))?;
+        vars.push((name.to_owned(), value));
+    }
+    Ok(vars)
+}
+
+type EnvSetter = fn(&mut RawConfig, &str) -> Result<(), String>;
+
+/// Every configuration override read from the environment, with how it applies.
+const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
+    ("TOLLGATE_DATABASE", |raw, v| {
+        raw.database = Some(non_empty_path(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_LOCALE", |raw, v| {
+        raw.locale = Some(parse_word(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_STDIO_MAX_LINE_BYTES", |raw, v| {
+        raw.stdio.max_line_bytes = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_LISTEN", |raw, v| {
+        raw.http.listen = Some(parse_listen(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_ALLOW_NON_LOOPBACK", |raw, v| {
+        raw.http.allow_non_loopback = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_WORKERS", |raw, v| {
+        raw.http.workers = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_MAX_BODY_BYTES", |raw, v| {
+        raw.http.max_body_bytes = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_ERROR_STATUS", |raw, v| {
+        raw.http.error_status = Some(parse_word(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_PUBLIC_BASE_URL", |raw, v| {
+        raw.http.public_base_url = Some(v.to_owned());
+        Ok(())
+    }),
+    ("TOLLGATE_LOG_LEVEL", |raw, v| {
+        raw.log.level = Some(parse_word(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_LOG_FORMAT", |raw, v| {
+        raw.log.format = Some(parse_word(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_CONFORMANCE_PACK", |raw, v| {
+        raw.tools.conformance_pack = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_DEV_UNAUTHENTICATED_CREDENTIAL", |raw, v| {
+        raw.dev.unauthenticated_credential = Some(v.to_owned());
+        Ok(())
+    }),
+    ("TOLLGATE_STORE_BUSY_TIMEOUT_MS", |raw, v| {
+        raw.store.busy_timeout_ms = Some(parse_u64(v)?);
+        Ok(())
+    }),
+];
+
+/// Every `TOLLGATE_*` variable tollgate knows: overrides first, then pass-through ones.
+pub fn known_env_vars() -> Vec<&'static str> {
+    ENV_OVERRIDES
+        .iter()
+        .map(|(name, _)| *name)
+        .chain(PASSTHROUGH_ENV_VARS.iter().copied())
+        .collect()
+}
+
+// A misspelt variable would otherwise be ignored silently, so any unknown one is an error.
+fn reject_unknown_env(env: &[(String, String)]) -> Result<(), ConfigError> {
+    let known = known_env_vars();
+    match env
+        .iter()
+        .find(|(name, _)| name.starts_with("TOLLGATE_") && !known.contains(&name.as_str()))
+    {
+        Some((name, _)) => Err(ConfigError::new(format!(
+            "unknown environment variable {name}; known: {}",
+            known.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn apply_env(raw: &mut RawConfig, env: &[(String, String)]) -> Result<(), ConfigError> {
+    for (name, setter) in ENV_OVERRIDES {
+        if let Some(value) = env_value(env, name) {
+            setter(raw, value).map_err(|e| ConfigError::new(format!("{name}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+fn apply_flags(raw: &mut RawConfig, flags: &Overrides) -> Result<(), ConfigError> {
+    let flag_error = |flag: &str, e: String| ConfigError::new(format!("{flag}: {e}"));
+    if let Some(path) = &flags.database {
+        raw.database = Some(path.clone());
+    }
+    if let Some(locale) = &flags.locale {
+        raw.locale = Some(parse_word(locale).map_err(|e| flag_error("--locale", e))?);
+    }
+    if let Some(listen) = &flags.listen {
+        raw.http.listen = Some(parse_listen(listen).map_err(|e| flag_error("--listen", e))?);
+    }
+    if let Some(level) = &flags.log_level {
+        raw.log.level = Some(parse_word(level).map_err(|e| flag_error("--log-level", e))?);
+    }
+    if let Some(format) = &flags.log_format {
+        raw.log.format = Some(parse_word(format).map_err(|e| flag_error("--log-format", e))?);
+    }
+    raw.tools.conformance_pack = flags.conformance_pack.or(raw.tools.conformance_pack);
+    raw.http.allow_non_loopback = flags.allow_non_loopback.or(raw.http.allow_non_loopback);
+    Ok(())
+}
+
+fn non_empty_path(text: &str) -> Result<PathBuf, String> {
+    if text.trim().is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    Ok(PathBuf::from(text))
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation: raw → typed, once.
+
+fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    let database = match raw.database {
+        Some(path) if path.as_os_str().is_empty() => {
+            return Err(ConfigError::new("database: the path must not be empty"));
+        }
+        Some(path) => path,
+        None => PathBuf::from(DEFAULT_DATABASE),
+    };
+    let config = Config {
+        file: None,
+        database,
+        locale: raw.locale,
+        stdio: validate_stdio(raw.stdio)?,
+        http: validate_http(raw.http)?,
+        log: LogConfig {
+            level: raw.log.level.unwrap_or(LogLevel::Info),
+            format: raw.log.format.unwrap_or(LogFormat::Human),
+        },
+        tools: ToolsConfig {
+            conformance_pack: raw.tools.conformance_pack.unwrap_or(false),
+        },
+        dev: validate_dev(raw.dev)?,
+        store: validate_store(raw.store)?,
+    };
+    check_dev_mode_is_local(&config)?;
+    Ok(config)
+}
+
+/// Checks `value` (default `default`) lies in `min..=max`; the error names the key and
+/// its environment variable, if it has one.
+fn in_range(
+    key: &str,
+    env: Option<&str>,
+    value: Option<u64>,
+    default: u64,
+    (min, max): (u64, u64),
+) -> Result<u64, ConfigError> {
+    let value = value.unwrap_or(default);
+    if (min..=max).contains(&value) {
+        return Ok(value);
+    }
+    let bound = if max == u64::MAX {
+        format!("at least {min}")
+    } else {
+        format!("between {min} and {max}")
+    };
+    let env = env.map(|e| format!(" or {e}")).unwrap_or_default();
+    Err(ConfigError::new(format!(
+        "{key} = {value} is out of range: it must be {bound} (set by the config key {key}{env})"
+    )))
+}
+
+fn to_usize(value: u64, key: &str) -> Result<usize, ConfigError> {
+    usize::try_from(value)
+        .map_err(|_| ConfigError::new(format!("{key} = {value} is too large for this machine")))
+}
+
+fn validate_stdio(raw: RawStdio) -> Result<StdioConfig, ConfigError> {
+    let key = "stdio.max_line_bytes";
+    let bytes = in_range(
+        key,
+        Some("TOLLGATE_STDIO_MAX_LINE_BYTES"),
+        raw.max_line_bytes,
+        DEFAULT_MAX_BYTES,
+        (MIN_MAX_BYTES, u64::MAX),
+    )?;
+    Ok(StdioConfig {
+        max_line_bytes: to_usize(bytes, key)?,
+    })
+}
+
+fn validate_http(raw: RawHttp) -> Result<HttpConfig, ConfigError> {
+    let listen = raw
+        .listen
+        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8787)));
+    let allow_non_loopback = raw.allow_non_loopback.unwrap_or(false);
+    check_listen(listen, allow_non_loopback)?;
+    let body = in_range(
+        "http.max_body_bytes",
+        Some("TOLLGATE_HTTP_MAX_BODY_BYTES"),
+        raw.max_body_bytes,
+        DEFAULT_MAX_BYTES,
+        (MIN_MAX_BYTES, u64::MAX),
+    )?;
+    let workers = in_range(
+        "http.workers",
+        Some("TOLLGATE_HTTP_WORKERS"),
+        raw.workers,
+        DEFAULT_WORKERS,
+        (1, MAX_WORKERS),
+    )?;
+    let ttl = in_range(
+        "http.session_ttl_secs",
+        None,
+        raw.session_ttl_secs,
+        DEFAULT_SESSION_TTL_SECS,
+        (1, u64::MAX),
+    )?;
+    Ok(HttpConfig {
+        listen,
+        allow_non_loopback,
+        allowed_origins: validate_origins(raw.allowed_origins.unwrap_or_default())?,
+        allowed_hosts: validate_hosts(raw.allowed_hosts.unwrap_or_default())?,
+        max_body_bytes: to_usize(body, "http.max_body_bytes")?,
+        workers: to_usize(workers, "http.workers")?,
+        session_ttl: Duration::from_secs(ttl),
+        public_base_url: validate_base_url(raw.public_base_url.unwrap_or_default())?,
+        error_status: raw.error_status.unwrap_or(ErrorStatusMode::Compatible),
+    })
+}
+
+// Loopback by default: exposing the MCP endpoint to a network must be a deliberate choice.
+fn check_listen(listen: SocketAddr, allow_non_loopback: bool) -> Result<(), ConfigError> {
+    if listen.ip().is_loopback() || allow_non_loopback {
+        return Ok(());
+    }
+    Err(ConfigError::new(format!(
+        "http.listen = {listen} is not a loopback address; tollgate only listens on loopback \
+         unless you opt in: set `allow_non_loopback = true` in [http], \
+         TOLLGATE_HTTP_ALLOW_NON_LOOPBACK=true, or pass --allow-non-loopback"
+    )))
+}
+
+/// `scheme://host[:port]`, lower-cased, no path.
+fn validate_origins(origins: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    origins
+        .into_iter()
+        .map(|origin| {
+            let lower = origin.trim().to_ascii_lowercase();
+            let rest = lower
+                .strip_prefix("http://")
+                .or_else(|| lower.strip_prefix("https://"));
+            match rest {
+                Some(host) if !host.is_empty() && !host.contains(['/', ' ']) => Ok(lower),
+                _ => Err(ConfigError::new(format!(
+                    "http.allowed_origins: invalid origin {origin:?}: expected \
+                     scheme://host[:port] with no path, e.g. https://app.example.com"
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// `host[:port]`, lower-cased.
+fn validate_hosts(hosts: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    hosts
+        .into_iter()
+        .map(|host| {
+            let lower = host.trim().to_ascii_lowercase();
+            if lower.is_empty() || lower.contains(['/', ' ']) {
+                return Err(ConfigError::new(format!(
+                    "http.allowed_hosts: invalid host {host:?}: expected host[:port], \
+                     e.g. mcp.example.com"
+                )));
+            }
+            Ok(lower)
+        })
+        .collect()
+}
+
+fn validate_base_url(url: String) -> Result<Option<String>, ConfigError> {
+    let url = url.trim();
+    if url.is_empty() {
+        return Ok(None);
+    }
+    let has_scheme = url.starts_with("https://") || url.starts_with("http://");
+    if !has_scheme || url.contains(char::is_whitespace) {
+        return Err(ConfigError::new(format!(
+            "http.public_base_url: invalid URL {url:?}: expected http(s)://host[/path], \
+             e.g. https://mcp.example.com"
+        )));
+    }
+    Ok(Some(url.trim_end_matches('/').to_owned()))
+}
+
+fn validate_dev(raw: RawDev) -> Result<DevConfig, ConfigError> {
+    let id = raw.unauthenticated_credential.unwrap_or_default();
+    let id = id.trim();
+    if id.is_empty() {
+        return Ok(DevConfig::default());
+    }
+    // A whole token here would put a secret in a config file; only the public id belongs.
+    if !id.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(ConfigError::new(
+            "dev.unauthenticated_credential: expected a credential's public id (letters and \
+             digits, as shown by `tollgate key list`), not a full token",
+        ));
+    }
+    Ok(DevConfig {
+        unauthenticated_credential: Some(id.to_owned()),
+    })
+}
+
+// Development mode serves unauthenticated requests; it must never face a network.
+fn check_dev_mode_is_local(config: &Config) -> Result<(), ConfigError> {
+    if config.dev.unauthenticated_credential.is_some() && !config.http.listen.ip().is_loopback() {
+        return Err(ConfigError::new(format!(
+            "dev.unauthenticated_credential is set but http.listen = {} is not a loopback \
+             address; development mode only runs on loopback (127.0.0.1 or ::1)",
+            config.http.listen
+        )));
+    }
+    Ok(())
+}
+
+fn validate_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
+    let busy_ms = raw.busy_timeout_ms.unwrap_or(DEFAULT_BUSY_TIMEOUT_MS);
+    let pool = in_range(
+        "store.pool_size",
+        None,
+        raw.pool_size,
+        DEFAULT_POOL_SIZE,
+        (1, MAX_POOL_SIZE),
+    )?;
+    Ok(StoreConfig {
+        busy_timeout: Duration::from_millis(busy_ms),
+        pool_size: u32::try_from(pool).unwrap_or(u32::MAX),
+    })
+}
+
+fn duration_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn write_config(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, text).expect("write");
+        (dir, path)
+    }
+
+    fn load_err(file: Option<&Path>, vars: &[(&str, &str)], flags: &Overrides) -> String {
+        Config::load(file, &env(vars), flags)
+            .expect_err("should fail")
+            .to_string()
+    }
+
+    #[test]
+    fn defaults_with_no_file() {
+        let config = Config::load(None, &[], &Overrides::default()).expect("load");
+        assert_eq!(config, Config::default());
+        assert_eq!(config.database, PathBuf::from("tollgate.db"));
+        assert_eq!(config.http.listen.to_string(), "127.0.0.1:8787");
+        assert_eq!(config.stdio.max_line_bytes, 4_194_304);
+        assert_eq!(config.http.workers, 4);
+        assert_eq!(config.http.error_status, ErrorStatusMode::Compatible);
+        assert_eq!(config.store.busy_timeout, Duration::from_secs(5));
+        assert_eq!(config.store.pool_size, 8);
+        assert!(!config.tools.conformance_pack);
+        assert_eq!(config.dev.unauthenticated_credential, None);
+        assert_eq!(config.locale, None);
+    }
+
+    #[test]
+    fn file_values_are_read() {
+        let (_dir, path) = write_config(
+            r#"
+            database = "/var/lib/tollgate/t.db"
+            locale = "es"
+            [stdio]
+            max_line_bytes = 2048
+            [http]
+            listen = "0.0.0.0:9000"
+            allow_non_loopback = true
+            allowed_origins = ["HTTPS://App.Example.com"]
+            workers = 16
+            public_base_url = "https://mcp.example.com/"
+            error_status = "semantic"
+            [log]
+            level = "debug"
+            format = "json"
+            [tools]
+            conformance_pack = true
+            [store]
+            busy_timeout_ms = 250
+            pool_size = 2
+            "#,
+        );
+        let config = Config::load(Some(&path), &[], &Overrides::default()).expect("load");
+        assert_eq!(config.file.as_deref(), Some(path.as_path()));
+        assert_eq!(config.database, PathBuf::from("/var/lib/tollgate/t.db"));
+        assert_eq!(config.locale, Some(Locale::Es));
+        assert_eq!(config.stdio.max_line_bytes, 2048);
+        assert_eq!(config.http.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(config.http.allowed_origins, vec!["https://app.example.com"]);
+        assert_eq!(config.http.workers, 16);
+        assert_eq!(
+            config.http.public_base_url.as_deref(),
+            Some("https://mcp.example.com")
+        );
+        assert_eq!(config.http.error_status, ErrorStatusMode::Semantic);
+        assert_eq!(config.log.level, LogLevel::Debug);
+        assert_eq!(config.log.format, LogFormat::Json);
+        assert!(config.tools.conformance_pack);
+        assert_eq!(
+            config.store_options(true).busy_timeout,
+            Duration::from_millis(250)
+        );
+        assert_eq!(config.store_options(true).pool_size, 2);
+    }
+
+    #[test]
+    fn env_overrides_file_and_flags_override_env() {
+        let (_dir, path) = write_config("locale = \"en\"\n[log]\nlevel = \"warn\"\n");
+        let vars = env(&[
+            ("TOLLGATE_LOCALE", "es"),
+            ("TOLLGATE_LOG_LEVEL", "trace"),
+            ("TOLLGATE_HTTP_WORKERS", "8"),
+            ("TOLLGATE_DATABASE", "from-env.db"),
+        ]);
+        let config = Config::load(Some(&path), &vars, &Overrides::default()).expect("load");
+        assert_eq!(config.locale, Some(Locale::Es));
+        assert_eq!(config.log.level, LogLevel::Trace);
+        assert_eq!(config.http.workers, 8);
+        assert_eq!(config.database, PathBuf::from("from-env.db"));
+
+        let flags = Overrides {
+            database: Some(PathBuf::from("from-flag.db")),
+            locale: Some("en".into()),
+            log_level: Some("error".into()),
+            ..Overrides::default()
+        };
+        let config = Config::load(Some(&path), &vars, &flags).expect("load");
+        assert_eq!(config.locale, Some(Locale::En));
+        assert_eq!(config.log.level, LogLevel::Error);
+        assert_eq!(config.database, PathBuf::from("from-flag.db"));
+        assert_eq!(
+            config.http.workers, 8,
+            "env still applies where no flag is given"
+        );
+    }
+
+    #[test]
+    fn tollgate_config_env_names_the_file() {
+        let (_dir, path) = write_config("[http]\nworkers = 3\n");
+        let vars = env(&[("TOLLGATE_CONFIG", path.to_str().expect("utf-8"))]);
+        let config = Config::load(None, &vars, &Overrides::default()).expect("load");
+        assert_eq!(config.http.workers, 3);
+        assert_eq!(config.file.as_deref(), Some(path.as_path()));
+    }
+
+    #[test]
+    fn missing_named_file_is_an_error() {
+        let message = load_err(
+            Some(Path::new("/nonexistent/tollgate.toml")),
+            &[],
+            &Overrides::default(),
+        );
+        assert_eq!(
+            message,
+            "config file /nonexistent/tollgate.toml does not exist"
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_the_key_and_the_valid_ones() {
+        let (_dir, path) = write_config("[http]\nlisten = \"127.0.0.1:1\"\nworker = 3\n");
+        let message = load_err(Some(&path), &[], &Overrides::default());
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("line 3"), "{message}");
+        assert!(message.contains("unknown field `worker`"), "{message}");
+        for valid in [
+            "`listen`",
+            "`workers`",
+            "`max_body_bytes`",
+            "`error_status`",
+        ] {
+            assert!(message.contains(valid), "{message}");
+        }
+
+        let (_dir, path) = write_config("databse = \"x.db\"\n");
+        let message = load_err(Some(&path), &[], &Overrides::default());
+        assert!(message.contains("unknown field `databse`"), "{message}");
+        assert!(message.contains("`database`"), "{message}");
+        assert!(message.contains("`store`"), "{message}");
+    }
+
+    #[test]
+    fn unknown_tollgate_env_var_is_rejected() {
+        let message = load_err(None, &[("TOLLGATE_WORKERS", "2")], &Overrides::default());
+        assert!(
+            message.starts_with("unknown environment variable TOLLGATE_WORKERS; known: "),
+            "{message}"
+        );
+        assert!(message.contains("TOLLGATE_HTTP_WORKERS"), "{message}");
+        assert!(message.contains("TOLLGATE_TOKEN_FILE"), "{message}");
+        let ok = env(&[("TOLLGATE_TOKEN", "tg_live_x_y"), ("OTHER_VAR", "1")]);
+        assert!(Config::load(None, &ok, &Overrides::default()).is_ok());
+    }
+
+    #[test]
+    fn bad_env_value_names_the_variable() {
+        let message = load_err(
+            None,
+            &[("TOLLGATE_HTTP_WORKERS", "many")],
+            &Overrides::default(),
+        );
+        assert_eq!(
+            message,
+            "TOLLGATE_HTTP_WORKERS: expected a non-negative integer, got \"many\""
+        );
+        let message = load_err(
+            None,
+            &[("TOLLGATE_HTTP_ALLOW_NON_LOOPBACK", "maybe")],
+            &Overrides::default(),
+        );
+        assert!(
+            message.starts_with("TOLLGATE_HTTP_ALLOW_NON_LOOPBACK: "),
+            "{message}"
+        );
+        let message = load_err(
+            None,
+            &[("TOLLGATE_HTTP_WORKERS", "0")],
+            &Overrides::default(),
+        );
+        assert!(
+            message.contains("http.workers = 0 is out of range"),
+            "{message}"
+        );
+        assert!(message.contains("TOLLGATE_HTTP_WORKERS"), "{message}");
+    }
+
+    #[test]
+    fn non_loopback_listen_needs_the_allow_flag() {
+        let flags = Overrides {
+            listen: Some("0.0.0.0:8787".into()),
+            ..Overrides::default()
+        };
+        let message = load_err(None, &[], &flags);
+        assert!(message.contains("not a loopback address"), "{message}");
+        assert!(message.contains("allow_non_loopback"), "{message}");
+
+        let allowed = Overrides {
+            allow_non_loopback: Some(true),
+            ..flags.clone()
+        };
+        let config = Config::load(None, &[], &allowed).expect("allowed");
+        assert_eq!(config.http.listen.to_string(), "0.0.0.0:8787");
+
+        let ipv6 = Overrides {
+            listen: Some("[::1]:9000".into()),
+            ..Overrides::default()
+        };
+        assert!(Config::load(None, &[], &ipv6).is_ok());
+    }
+
+    #[test]
+    fn dev_mode_is_refused_off_loopback() {
+        let vars = [
+            (
+                "TOLLGATE_DEV_UNAUTHENTICATED_CREDENTIAL",
+                "abcd1234efgh5678",
+            ),
+            ("TOLLGATE_HTTP_LISTEN", "10.0.0.5:8787"),
+            ("TOLLGATE_HTTP_ALLOW_NON_LOOPBACK", "true"),
+        ];
+        let message = load_err(None, &vars, &Overrides::default());
+        assert!(
+            message.contains("development mode only runs on loopback"),
+            "{message}"
+        );
+
+        let local = env(&vars[..1]);
+        let config = Config::load(None, &local, &Overrides::default()).expect("local");
+        assert_eq!(
+            config.dev.unauthenticated_credential.as_deref(),
+            Some("abcd1234efgh5678")
+        );
+        let token = [(
+            "TOLLGATE_DEV_UNAUTHENTICATED_CREDENTIAL",
+            "tg_live_abc_secret",
+        )];
+        let message = load_err(None, &token, &Overrides::default());
+        assert!(message.contains("not a full token"), "{message}");
+        assert!(!message.contains("secret"), "{message}");
+    }
+
+    #[test]
+    fn locale_fr_is_rejected_everywhere() {
+        let expected = "invalid locale \"fr\": expected one of en, es";
+        let (_dir, path) = write_config("locale = \"fr\"\n");
+        let message = load_err(Some(&path), &[], &Overrides::default());
+        assert!(message.contains(expected), "{message}");
+        assert!(message.contains("line 1"), "{message}");
+
+        let message = load_err(None, &[("TOLLGATE_LOCALE", "fr")], &Overrides::default());
+        assert_eq!(message, format!("TOLLGATE_LOCALE: {expected}"));
+
+        let flags = Overrides {
+            locale: Some("fr".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(load_err(None, &[], &flags), format!("--locale: {expected}"));
+    }
+
+    #[test]
+    fn size_limits_are_checked() {
+        let (_dir, path) = write_config("[stdio]\nmax_line_bytes = 100\n");
+        let message = load_err(Some(&path), &[], &Overrides::default());
+        assert!(
+            message.contains("stdio.max_line_bytes = 100 is out of range"),
+            "{message}"
+        );
+        assert!(message.contains("at least 1024"), "{message}");
+        let message = load_err(
+            None,
+            &[("TOLLGATE_HTTP_MAX_BODY_BYTES", "1023")],
+            &Overrides::default(),
+        );
+        assert!(message.contains("http.max_body_bytes = 1023"), "{message}");
+        let message = load_err(
+            None,
+            &[("TOLLGATE_HTTP_WORKERS", "257")],
+            &Overrides::default(),
+        );
+        assert!(message.contains("between 1 and 256"), "{message}");
+    }
+
+    #[test]
+    fn describe_round_trips_through_load() {
+        let flags = Overrides {
+            locale: Some("es".into()),
+            conformance_pack: Some(true),
+            ..Overrides::default()
+        };
+        let vars = env(&[("TOLLGATE_HTTP_PUBLIC_BASE_URL", "https://mcp.example.com")]);
+        let config = Config::load(None, &vars, &flags).expect("load");
+        let text = config.describe();
+        assert!(text.contains("conformance_pack = true"), "{text}");
+        let (_dir, path) = write_config(&text);
+        let reloaded = Config::load(Some(&path), &[], &Overrides::default()).expect("reload");
+        assert_eq!(
+            Config {
+                file: None,
+                ..reloaded
+            },
+            config
+        );
+    }
+}

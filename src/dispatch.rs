@@ -1,0 +1,605 @@
+//! The dispatcher shared by every transport: one JSON-RPC message in, at most one
+//! response out.
+//!
+//! It selects the protocol era of each request, routes the MCP methods, runs `tools/call`
+//! through the guard chain, and is the one place where errors become wire bodies: guard
+//! and protocol failures become JSON-RPC errors, failures inside a tool become
+//! `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are called only here).
+
+use serde_json::{Map, Value, json};
+
+use crate::catalog::{Channel, ErrorKind, McpError};
+use crate::config::Locale;
+use crate::guards::{CallPermit, Guards, Principal};
+use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
+use crate::protocol::{self, Era, Session};
+use crate::registry::{LogLevel, Notifier, Registry, Resolution, ToolContext};
+use crate::store::Store;
+
+/// Page size of `*/list` results.
+const PAGE_SIZE: usize = 50;
+/// How long a client may cache list and read results (2026-07-28 `ttlMs`).
+const CACHE_TTL_MS: u64 = 60_000;
+
+/// Which transport a request arrived on (recorded in the audit log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Newline-delimited JSON on stdin/stdout.
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+}
+
+impl Transport {
+    /// Lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+        }
+    }
+}
+
+/// What the transport knows about the request besides its body.
+pub struct Env<'a> {
+    /// The connection state (the stdio process or one HTTP session).
+    pub session: &'a Session,
+    /// Where progress and log notifications of this request go.
+    pub notifier: &'a dyn Notifier,
+    /// The transport.
+    pub transport: Transport,
+    /// The presented credential (stdio: from the environment; HTTP: the bearer token).
+    pub token: Option<&'a str>,
+    /// Who is asking, for throttling failed authentication (peer address, or `stdio:<pid>`).
+    pub source: &'a str,
+    /// An `Idempotency-Key` header, when the transport has one.
+    pub idempotency_header: Option<&'a str>,
+}
+
+/// The MCP server: registry, guards and store behind one entry point.
+pub struct Server {
+    registry: Registry,
+    store: Store,
+    guards: Guards,
+    locale: Locale,
+    instructions: String,
+}
+
+impl Server {
+    /// Assembles a server.
+    pub fn new(registry: Registry, store: Store, guards: Guards, locale: Locale) -> Server {
+        let instructions = "tollgate serves business tools behind guards. Errors carry a stable \
+            `code` and a `hint`; guard rejections are JSON-RPC errors with the envelope in \
+            `error.data`, tool failures are results with `isError: true` and the envelope in \
+            `_meta[\"dev.tollgate/error\"]`. Read `retry_after` before retrying."
+            .to_owned();
+        Server {
+            registry,
+            store,
+            guards,
+            locale,
+            instructions,
+        }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The locale of hints.
+    pub fn locale(&self) -> Locale {
+        self.locale
+    }
+
+    /// Handles one body or line; `None` when nothing is to be sent back.
+    pub fn handle_bytes(&self, bytes: &[u8], env: &Env<'_>) -> Option<Value> {
+        match jsonrpc::parse(bytes) {
+            Parsed::NotJson => Some(self.error_body(None, &McpError::parse_error())),
+            Parsed::Single(incoming) => self.handle_incoming(incoming, env),
+            Parsed::Batch(items) => self.handle_batch(items, env),
+        }
+    }
+
+    /// Renders a JSON-RPC error response. Transports use it for failures they detect
+    /// themselves (an oversized line, a bad header).
+    pub fn error_body(&self, id: Option<RequestId>, err: &McpError) -> Value {
+        jsonrpc::failure(id, err.to_jsonrpc_error(self.locale))
+    }
+
+    fn handle_batch(&self, items: Vec<Incoming>, env: &Env<'_>) -> Option<Value> {
+        if env.session.negotiated() != Some(protocol::BATCH_VERSION) {
+            let err = McpError::invalid_request("batch_not_allowed");
+            return Some(self.error_body(None, &err));
+        }
+        let responses: Vec<Value> = items
+            .into_iter()
+            .filter_map(|item| match item {
+                Incoming::Request(req) if req.method == "initialize" => Some(self.error_body(
+                    req.id,
+                    &McpError::invalid_request("initialize_in_batch"),
+                )),
+                other => self.handle_incoming(other, env),
+            })
+            .collect();
+        (!responses.is_empty()).then_some(Value::Array(responses))
+    }
+
+    /// Handles one parsed message.
+    pub fn handle_incoming(&self, incoming: Incoming, env: &Env<'_>) -> Option<Value> {
+        match incoming {
+            Incoming::Response => None,
+            Incoming::Invalid(id, err) => Some(self.error_body(id, &err)),
+            Incoming::Request(req) => self.handle_request(req, env),
+        }
+    }
+
+    fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Value> {
+        let outcome = select_era(&req, env.session).and_then(|era| {
+            self.route(&req, era, env)
+                .map(|result| finish_result(result, era, &req.method))
+        });
+        let id = req.id?;
+        Some(match outcome {
+            Ok(result) => jsonrpc::success(id, result),
+            Err(err) => self.error_body(Some(id), &err),
+        })
+    }
+
+    fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+        let legacy = !era.is_modern();
+        match req.method.as_str() {
+            "initialize" if legacy => self.initialize(req, env.session),
+            "ping" if legacy => Ok(json!({})),
+            "notifications/initialized" | "notifications/cancelled" => {
+                self.notification(req, env.session);
+                Ok(Value::Null)
+            }
+            "server/discover" if !legacy => Ok(self.discover()),
+            "logging/setLevel" if legacy => {
+                self.authenticate(env)?;
+                set_log_level(req, env.session)
+            }
+            "tools/list" => {
+                let principal = self.authenticate(env)?;
+                self.list_tools(req, &principal)
+            }
+            "tools/call" => self.call_tool(req, era, env),
+            "resources/list" => {
+                self.authenticate(env)?;
+                self.list_resources(req)
+            }
+            "resources/templates/list" => {
+                self.authenticate(env)?;
+                let templates = self.registry.resource_templates();
+                let (page, next) = paginate(templates, req, "templates")?;
+                Ok(with_cursor(json!({ "resourceTemplates": page }), next))
+            }
+            "resources/read" => {
+                self.authenticate(env)?;
+                self.read_resource(req)
+            }
+            "resources/subscribe" | "resources/unsubscribe" if legacy => {
+                self.authenticate(env)?;
+                self.subscription(req, env.session)
+            }
+            "prompts/list" => {
+                self.authenticate(env)?;
+                self.list_prompts(req)
+            }
+            "prompts/get" => {
+                self.authenticate(env)?;
+                self.get_prompt(req)
+            }
+            "completion/complete" => {
+                self.authenticate(env)?;
+                self.complete(req)
+            }
+            other => Err(McpError::method_not_found(other)),
+        }
+    }
+
+    fn authenticate(&self, env: &Env<'_>) -> Result<Principal, McpError> {
+        self.guards.authenticate(env)
+    }
+
+    fn initialize(&self, req: &Request, session: &Session) -> Result<Value, McpError> {
+        let requested = req
+            .params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("protocolVersion"))?;
+        let version = protocol::negotiate_legacy(requested);
+        if !session.initialize(version) {
+            return Err(McpError::invalid_request("already_initialized"));
+        }
+        Ok(json!({
+            "protocolVersion": version,
+            "capabilities": capabilities(Era::Legacy(version)),
+            "serverInfo": server_info(),
+            "instructions": self.instructions,
+        }))
+    }
+
+    fn notification(&self, req: &Request, session: &Session) {
+        if req.method == "notifications/cancelled"
+            && let Some(id) = req.params.get("requestId")
+        {
+            session.cancel(id);
+        }
+    }
+
+    fn discover(&self) -> Value {
+        let mut supported: Vec<&str> = protocol::MODERN_VERSIONS.to_vec();
+        supported.extend(protocol::LEGACY_VERSIONS.iter().rev());
+        json!({
+            "supportedVersions": supported,
+            "capabilities": capabilities(Era::Modern(protocol::MODERN_VERSIONS[0])),
+            "serverInfo": server_info(),
+            "instructions": self.instructions,
+        })
+    }
+
+    fn list_tools(&self, req: &Request, principal: &Principal) -> Result<Value, McpError> {
+        let visible: Vec<Value> = self
+            .registry
+            .tools()
+            .iter()
+            .filter(|t| self.guards.can_see(principal, t.spec()))
+            .map(|t| t.spec().to_list_entry())
+            .collect();
+        let (page, next) = paginate(visible, req, "tools")?;
+        Ok(with_cursor(json!({ "tools": page }), next))
+    }
+
+    fn call_tool(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+        let name = req
+            .params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("name"))?;
+        let args = match req.params.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(v @ Value::Object(_)) => v.clone(),
+            Some(_) => return Err(McpError::invalid_params("arguments")),
+        };
+        let principal = self.authenticate(env)?;
+        let tool = match self.registry.resolve(name) {
+            Resolution::Tool(tool) => tool,
+            Resolution::Retired(r) => return Err(McpError::tool_retired(r.name, r.replacement)),
+            Resolution::Unknown => return Err(McpError::unknown_tool(name)),
+        };
+        let permit: CallPermit = self.guards.admit(&principal, tool, &args, req, env)?;
+        if let Err(err) = tool.validate(&args) {
+            return self.guards.complete(permit, Err(err), self.locale);
+        }
+        let Some(id) = req.id.as_ref() else {
+            return Ok(Value::Null);
+        };
+        let cancelled = env.session.begin(id);
+        let ctx = ToolContext {
+            store: &self.store,
+            locale: self.locale,
+            progress_token: meta(req).and_then(|m| m.get("progressToken")).cloned(),
+            log_level: call_log_level(req, era, env.session),
+            notifier: env.notifier,
+            cancelled: &cancelled,
+        };
+        let empty = Map::new();
+        let outcome = tool.tool.call(&ctx, args.as_object().unwrap_or(&empty));
+        env.session.finish(id);
+        self.guards.complete(permit, outcome, self.locale)
+    }
+
+    fn list_resources(&self, req: &Request) -> Result<Value, McpError> {
+        let all: Vec<Value> = self
+            .registry
+            .resources()
+            .into_iter()
+            .map(|r| {
+                json!({ "uri": r.uri, "name": r.name, "title": r.title,
+                        "description": r.description, "mimeType": r.mime_type })
+            })
+            .collect();
+        let (page, next) = paginate(all, req, "resources")?;
+        Ok(with_cursor(json!({ "resources": page }), next))
+    }
+
+    fn read_resource(&self, req: &Request) -> Result<Value, McpError> {
+        let uri = req
+            .params
+            .get("uri")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("uri"))?;
+        let (mime, body) = self
+            .registry
+            .read_resource(uri)
+            .ok_or_else(|| McpError::resource_not_found(uri).with("uri", uri))?;
+        let mut content = json!({ "uri": uri, "mimeType": mime });
+        match body {
+            crate::registry::ResourceBody::Text(text) => content["text"] = json!(text),
+            crate::registry::ResourceBody::Blob(bytes) => {
+                use base64::Engine as _;
+                content["blob"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+            }
+        }
+        Ok(json!({ "contents": [content] }))
+    }
+
+    fn subscription(&self, req: &Request, session: &Session) -> Result<Value, McpError> {
+        let uri = req
+            .params
+            .get("uri")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("uri"))?;
+        if req.method == "resources/subscribe" {
+            if self.registry.read_resource(uri).is_none() {
+                return Err(McpError::resource_not_found(uri).with("uri", uri));
+            }
+            session.subscribe(uri);
+        } else {
+            session.unsubscribe(uri);
+        }
+        Ok(json!({}))
+    }
+
+    fn list_prompts(&self, req: &Request) -> Result<Value, McpError> {
+        let all: Vec<Value> = self
+            .registry
+            .prompts()
+            .iter()
+            .map(|p| {
+                let s = p.spec();
+                let args: Vec<Value> = s
+                    .arguments
+                    .iter()
+                    .map(|a| json!({ "name": a.name, "description": a.description, "required": a.required }))
+                    .collect();
+                json!({ "name": s.name, "title": s.title, "description": s.description, "arguments": args })
+            })
+            .collect();
+        let (page, next) = paginate(all, req, "prompts")?;
+        Ok(with_cursor(json!({ "prompts": page }), next))
+    }
+
+    fn get_prompt(&self, req: &Request) -> Result<Value, McpError> {
+        let name = req
+            .params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("name"))?;
+        let prompt = self
+            .registry
+            .prompt(name)
+            .ok_or_else(|| McpError::invalid_params("name").detail("reason", "unknown_prompt"))?;
+        let args = match req.params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(map)) => map.clone(),
+            Some(_) => return Err(McpError::invalid_params("arguments")),
+        };
+        for arg in prompt.spec().arguments.iter().filter(|a| a.required) {
+            if !args.get(arg.name).is_some_and(Value::is_string) {
+                return Err(McpError::invalid_params(arg.name).detail("reason", "missing_argument"));
+            }
+        }
+        Ok(json!({
+            "description": prompt.spec().description,
+            "messages": prompt.messages(&args),
+        }))
+    }
+
+    fn complete(&self, req: &Request) -> Result<Value, McpError> {
+        let reference = req
+            .params
+            .get("ref")
+            .and_then(Value::as_object)
+            .ok_or_else(|| McpError::invalid_params("ref"))?;
+        let argument = req
+            .params
+            .get("argument")
+            .and_then(Value::as_object)
+            .ok_or_else(|| McpError::invalid_params("argument"))?;
+        let arg_name = argument.get("name").and_then(Value::as_str).unwrap_or("");
+        let arg_value = argument.get("value").and_then(Value::as_str).unwrap_or("");
+        let values = match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+                let prompt = self
+                    .registry
+                    .prompt(name)
+                    .ok_or_else(|| McpError::invalid_params("ref.name"))?;
+                prompt.complete(arg_name, arg_value)
+            }
+            Some("ref/resource") => Vec::new(),
+            _ => return Err(McpError::invalid_params("ref.type")),
+        };
+        let total = values.len();
+        let values: Vec<String> = values.into_iter().take(100).collect();
+        Ok(json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } }))
+    }
+}
+
+/// Picks the era of one request: stateless when its `_meta` names a protocol version,
+/// otherwise the session's negotiated handshake revision.
+fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
+    if let Some(requested) = meta(req).and_then(|m| m.get(protocol::META_PROTOCOL_VERSION)) {
+        let requested = requested
+            .as_str()
+            .ok_or_else(|| McpError::invalid_params(&format!("_meta.{}", protocol::META_PROTOCOL_VERSION)))?;
+        let version = protocol::find_modern(requested).ok_or_else(|| {
+            McpError::unsupported_version_modern(requested, &protocol::MODERN_VERSIONS)
+        })?;
+        let caps = meta(req).and_then(|m| m.get(protocol::META_CLIENT_CAPABILITIES));
+        if !caps.is_some_and(Value::is_object) {
+            let param = format!("_meta.{}", protocol::META_CLIENT_CAPABILITIES);
+            return Err(McpError::invalid_params(&param));
+        }
+        return Ok(Era::Modern(version));
+    }
+    if req.method == "initialize" || req.method == "ping" {
+        return Ok(Era::Legacy(session.negotiated().unwrap_or(protocol::LATEST_LEGACY)));
+    }
+    match session.negotiated() {
+        Some(version) => Ok(Era::Legacy(version)),
+        None if req.is_notification() => Ok(Era::Legacy(protocol::LATEST_LEGACY)),
+        // Neither a handshake nor the stateless `_meta`: both eras call this missing params.
+        None => Err(McpError::invalid_params(&format!("_meta.{}", protocol::META_PROTOCOL_VERSION))
+            .detail("reason", "no_session")),
+    }
+}
+
+fn meta(req: &Request) -> Option<&Map<String, Value>> {
+    req.params.get("_meta").and_then(Value::as_object)
+}
+
+fn call_log_level(req: &Request, era: Era, session: &Session) -> Option<LogLevel> {
+    match era {
+        Era::Legacy(_) => Some(session.log_level().unwrap_or(LogLevel::Info)),
+        // 2026-07-28: no `notifications/message` unless the request asked for them.
+        Era::Modern(_) => meta(req)
+            .and_then(|m| m.get(protocol::META_LOG_LEVEL))
+            .and_then(Value::as_str)
+            .and_then(LogLevel::parse),
+    }
+}
+
+fn set_log_level(req: &Request, session: &Session) -> Result<Value, McpError> {
+    let level = req
+        .params
+        .get("level")
+        .and_then(Value::as_str)
+        .and_then(LogLevel::parse)
+        .ok_or_else(|| McpError::invalid_params("level"))?;
+    session.set_log_level(level);
+    Ok(json!({}))
+}
+
+fn server_info() -> Value {
+    json!({ "name": "tollgate", "title": "tollgate", "version": env!("CARGO_PKG_VERSION") })
+}
+
+fn capabilities(era: Era) -> Value {
+    let resources = if era.is_modern() {
+        json!({ "listChanged": false })
+    } else {
+        json!({ "subscribe": true, "listChanged": false })
+    };
+    json!({
+        "tools": { "listChanged": false },
+        "resources": resources,
+        "prompts": { "listChanged": false },
+        "completions": {},
+        "logging": {},
+    })
+}
+
+/// Adds what the 2026-07-28 revision requires on every result.
+fn finish_result(mut result: Value, era: Era, method: &str) -> Value {
+    let Era::Modern(_) = era else {
+        return result;
+    };
+    let Value::Object(map) = &mut result else {
+        return result;
+    };
+    map.insert("resultType".into(), json!("complete"));
+    let meta = map
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(meta) = meta {
+        meta.insert(protocol::META_SERVER_INFO.into(), server_info());
+    }
+    let cacheable = matches!(
+        method,
+        "server/discover"
+            | "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+    );
+    if cacheable {
+        map.insert("ttlMs".into(), json!(CACHE_TTL_MS));
+        // Lists depend on the caller's scopes and plan, so no shared cache may keep them.
+        let scope = if method == "server/discover" { "public" } else { "private" };
+        map.insert("cacheScope".into(), json!(scope));
+    }
+    result
+}
+
+/// Cuts one page out of `items`; the cursor is opaque to clients.
+fn paginate(items: Vec<Value>, req: &Request, kind: &str) -> Result<(Vec<Value>, Option<String>), McpError> {
+    let start = match req.params.get("cursor") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(cursor)) => decode_cursor(cursor, kind)
+            .filter(|&offset| offset <= items.len())
+            .ok_or_else(|| McpError::invalid_params("cursor"))?,
+        Some(_) => return Err(McpError::invalid_params("cursor")),
+    };
+    let end = (start + PAGE_SIZE).min(items.len());
+    let next = (end < items.len()).then(|| encode_cursor(end, kind));
+    Ok((items[start..end].to_vec(), next))
+}
+
+fn encode_cursor(offset: usize, kind: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{offset}"))
+}
+
+fn decode_cursor(cursor: &str, kind: &str) -> Option<usize> {
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    text.strip_prefix(kind)?.strip_prefix(':')?.parse().ok()
+}
+
+fn with_cursor(mut result: Value, next: Option<String>) -> Value {
+    if let Some(next) = next {
+        result["nextCursor"] = json!(next);
+    }
+    result
+}
+
+/// Renders the outcome of a tool run: success, an `isError` result, or — for an
+/// unexpected fault — a JSON-RPC `-32603`.
+pub fn render_tool_outcome(
+    outcome: Result<crate::registry::ToolOutput, McpError>,
+    locale: Locale,
+) -> Result<Value, McpError> {
+    match outcome {
+        Ok(output) => Ok(output.into_result()),
+        Err(err) if err.kind() == ErrorKind::InternalError => Err(err),
+        Err(err) if err.kind().spec().channel == Channel::JsonRpc => Err(err),
+        Err(err) => Ok(err.to_tool_result(locale)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_reject_garbage() {
+        let c = encode_cursor(50, "tools");
+        assert_eq!(decode_cursor(&c, "tools"), Some(50));
+        assert_eq!(decode_cursor(&c, "prompts"), None);
+        assert_eq!(decode_cursor("!!!", "tools"), None);
+    }
+
+    #[test]
+    fn modern_results_get_result_type_and_cache_hints() {
+        let out = finish_result(json!({"tools": []}), Era::Modern("2026-07-28"), "tools/list");
+        assert_eq!(out["resultType"], "complete");
+        assert_eq!(out["ttlMs"], CACHE_TTL_MS);
+        assert_eq!(out["cacheScope"], "private");
+        assert_eq!(out["_meta"][protocol::META_SERVER_INFO]["name"], "tollgate");
+        let legacy = finish_result(json!({}), Era::Legacy("2025-11-25"), "tools/list");
+        assert!(legacy.get("resultType").is_none());
+    }
+}

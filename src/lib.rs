@@ -1,0 +1,20 @@
+//! tollgate: a self-hosted Model Context Protocol server whose every tool call passes a
+//! fixed chain of guards (authentication, tool resolution, rate counters, scopes and plan,
+//! fiscal guardrails, idempotency) and whose every failure comes from one error catalog.
+//!
+//! Data flows one way: transport → dispatch → guards → tools → store. See
+//! `ARCHITECTURE.md` for the code map and the invariants of each layer.
+
+pub mod catalog;
+pub mod cli;
+pub mod config;
+
+pub mod dispatch;
+pub mod guards;
+pub mod jsonrpc;
+pub mod logging;
+pub mod protocol;
+pub mod registry;
+pub mod retired;
+pub mod stdio;
+pub mod store;

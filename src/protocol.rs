@@ -1,0 +1,193 @@
+//! MCP revisions and per-connection state.
+//!
+//! tollgate is dual-era: the handshake revisions (2024-11-05 … 2025-11-25) are negotiated
+//! by `initialize` and scoped to a [`Session`] (the stdio process or one HTTP session); the
+//! stateless 2026-07-28 revision is selected per request by its `_meta` and needs no state.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+
+use crate::registry::LogLevel;
+
+/// Handshake revisions, oldest first.
+pub const LEGACY_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// The revision offered when a client asks for one we do not speak.
+pub const LATEST_LEGACY: &str = "2025-11-25";
+/// Stateless revisions.
+pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
+/// The only handshake revision that requires accepting JSON-RPC batches.
+pub const BATCH_VERSION: &str = "2025-03-26";
+
+/// `_meta` key carrying the stateless protocol revision.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key carrying the client's capabilities on stateless requests.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key carrying the requested log level on stateless requests.
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// `_meta` key carrying the server's identity on stateless results.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Methods the 2026-07-28 revision removed; answered `-32601` on that era.
+pub const REMOVED_IN_MODERN: [&str; 5] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
+/// The revision a request is served under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// A handshake revision negotiated on the session.
+    Legacy(&'static str),
+    /// The stateless revision.
+    Modern(&'static str),
+}
+
+impl Era {
+    /// True for the stateless revision.
+    pub fn is_modern(self) -> bool {
+        matches!(self, Era::Modern(_))
+    }
+
+    /// The revision string.
+    pub fn version(self) -> &'static str {
+        match self {
+            Era::Legacy(v) | Era::Modern(v) => v,
+        }
+    }
+}
+
+/// The handshake revision to answer for a requested one: the same when supported,
+/// otherwise the latest (the handshake rules make this an answer, not an error).
+pub fn negotiate_legacy(requested: &str) -> &'static str {
+    LEGACY_VERSIONS
+        .iter()
+        .find(|v| **v == requested)
+        .copied()
+        .unwrap_or(LATEST_LEGACY)
+}
+
+/// The interned modern revision matching `requested`, if we speak it.
+pub fn find_modern(requested: &str) -> Option<&'static str> {
+    MODERN_VERSIONS.iter().find(|v| **v == requested).copied()
+}
+
+#[derive(Debug, Default)]
+struct SessionState {
+    negotiated: Option<&'static str>,
+    log_level: Option<LogLevel>,
+    subscriptions: HashSet<String>,
+}
+
+/// State of one handshake-era connection: the stdio process, or one HTTP session.
+#[derive(Debug, Default)]
+pub struct Session {
+    state: Mutex<SessionState>,
+    in_flight: Mutex<HashMap<String, Arc<AtomicBool>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks cannot leave the plain data inconsistent.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Session {
+    /// A new, uninitialized session.
+    pub fn new() -> Session {
+        Session::default()
+    }
+
+    /// The negotiated handshake revision, once `initialize` succeeded.
+    pub fn negotiated(&self) -> Option<&'static str> {
+        lock(&self.state).negotiated
+    }
+
+    /// Records the negotiated revision; false when the session was already initialized.
+    pub fn initialize(&self, version: &'static str) -> bool {
+        let mut state = lock(&self.state);
+        if state.negotiated.is_some() {
+            return false;
+        }
+        state.negotiated = Some(version);
+        true
+    }
+
+    /// The level set by `logging/setLevel`, if any.
+    pub fn log_level(&self) -> Option<LogLevel> {
+        lock(&self.state).log_level
+    }
+
+    /// Sets the level for `notifications/message`.
+    pub fn set_log_level(&self, level: LogLevel) {
+        lock(&self.state).log_level = Some(level);
+    }
+
+    /// Records a resource subscription.
+    pub fn subscribe(&self, uri: &str) {
+        lock(&self.state).subscriptions.insert(uri.to_owned());
+    }
+
+    /// Drops a resource subscription.
+    pub fn unsubscribe(&self, uri: &str) {
+        lock(&self.state).subscriptions.remove(uri);
+    }
+
+    /// Registers an in-flight request and returns its cancellation flag.
+    pub fn begin(&self, id: &Value) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        lock(&self.in_flight).insert(id.to_string(), Arc::clone(&flag));
+        flag
+    }
+
+    /// Forgets a finished request.
+    pub fn finish(&self, id: &Value) {
+        lock(&self.in_flight).remove(&id.to_string());
+    }
+
+    /// Cancels an in-flight request; unknown or finished ids are ignored.
+    pub fn cancel(&self, id: &Value) {
+        if let Some(flag) = lock(&self.in_flight).get(&id.to_string()) {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// True when the request was cancelled (its response must then not be sent).
+    pub fn was_cancelled(flag: &AtomicBool) -> bool {
+        flag.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_echoes_known_and_offers_latest_otherwise() {
+        assert_eq!(negotiate_legacy("2025-03-26"), "2025-03-26");
+        assert_eq!(negotiate_legacy("1900-01-01"), LATEST_LEGACY);
+        assert_eq!(negotiate_legacy("2026-07-28"), LATEST_LEGACY);
+    }
+
+    #[test]
+    fn a_session_initializes_once() {
+        let s = Session::new();
+        assert!(s.initialize("2025-06-18"));
+        assert!(!s.initialize("2025-11-25"));
+        assert_eq!(s.negotiated(), Some("2025-06-18"));
+    }
+
+    #[test]
+    fn cancel_sets_the_flag_of_that_request_only() {
+        let s = Session::new();
+        let a = s.begin(&Value::from(1));
+        let b = s.begin(&Value::from("1"));
+        s.cancel(&Value::from(1));
+        assert!(Session::was_cancelled(&a));
+        assert!(!Session::was_cancelled(&b));
+    }
+}

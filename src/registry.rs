@@ -1,0 +1,518 @@
+//! The registry of what the server offers: tools, resources, resource templates and
+//! prompts, each declared with everything a client or a guard needs to know about it.
+//!
+//! Tools declare a category (which rate bucket they charge), the scope they need, their
+//! idempotency policy and their schemas. Arguments are validated here, against the declared
+//! input schema, before a tool runs; a failure is an `isError` result, never a JSON-RPC
+//! error (SEP-1303: the model must be able to read it and correct itself).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Map, Value, json};
+
+use crate::catalog::{ErrorKind, McpError};
+use crate::config::Locale;
+use crate::store::Store;
+
+/// The rate-limit category of a tool: which per-minute bucket a call charges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Category {
+    /// Reads state.
+    Read,
+    /// Creates or changes state that can be changed back.
+    Write,
+    /// Deletes or voids.
+    Destructive,
+    /// Sends something out.
+    Send,
+    /// Produces a large artefact (exports, reports).
+    Generate,
+}
+
+impl Category {
+    /// Every category, in bucket order.
+    pub const ALL: [Category; 5] = [
+        Category::Read,
+        Category::Write,
+        Category::Destructive,
+        Category::Send,
+        Category::Generate,
+    ];
+
+    /// The lowercase name used in config, buckets and docs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Read => "read",
+            Category::Write => "write",
+            Category::Destructive => "destructive",
+            Category::Send => "send",
+            Category::Generate => "generate",
+        }
+    }
+}
+
+/// Whether a tool takes an idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idempotency {
+    /// The tool changes nothing; keys are ignored.
+    NotApplicable,
+    /// A key is accepted and honoured when given.
+    Optional,
+    /// The tool cannot be undone: a call without a key is refused.
+    Required,
+}
+
+/// Everything declared about one tool.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    /// `<verb>_<noun>` name.
+    pub name: &'static str,
+    /// Human title.
+    pub title: &'static str,
+    /// Description written for a model.
+    pub description: &'static str,
+    /// Rate-limit category.
+    pub category: Category,
+    /// The scope a credential needs to see and call it.
+    pub scope: &'static str,
+    /// Idempotency policy.
+    pub idempotency: Idempotency,
+    /// JSON Schema of the arguments (`type: object`).
+    pub input_schema: Value,
+    /// JSON Schema of `structuredContent`, when the tool returns structured data.
+    pub output_schema: Option<Value>,
+}
+
+impl ToolSpec {
+    /// MCP tool annotations derived from the category.
+    pub fn annotations(&self) -> Value {
+        let (read_only, destructive, idempotent, open_world) = match self.category {
+            Category::Read => (true, false, true, false),
+            Category::Write => (false, false, false, false),
+            Category::Destructive => (false, true, false, false),
+            Category::Send => (false, false, false, true),
+            Category::Generate => (true, false, true, false),
+        };
+        json!({
+            "title": self.title,
+            "readOnlyHint": read_only,
+            "destructiveHint": destructive,
+            "idempotentHint": idempotent,
+            "openWorldHint": open_world,
+        })
+    }
+
+    /// The entry of this tool in a `tools/list` result.
+    pub fn to_list_entry(&self) -> Value {
+        let mut entry = json!({
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": self.annotations(),
+        });
+        if let Some(schema) = &self.output_schema {
+            entry["outputSchema"] = schema.clone();
+        }
+        entry
+    }
+}
+
+/// Where a running tool sends progress and log notifications. Each transport implements
+/// it for the stream of the request being served.
+pub trait Notifier: Send + Sync {
+    /// Sends one JSON-RPC notification related to the current request.
+    fn notify(&self, message: Value);
+}
+
+/// What a tool can see and use while it runs.
+pub struct ToolContext<'a> {
+    /// The database.
+    pub store: &'a Store,
+    /// The language of hints and texts.
+    pub locale: Locale,
+    /// The request's `progressToken`, when the caller asked for progress.
+    pub progress_token: Option<Value>,
+    /// The minimum log level the caller asked for, when logging is enabled for the call.
+    pub log_level: Option<LogLevel>,
+    /// The stream of the current request.
+    pub notifier: &'a dyn Notifier,
+    /// Set when the caller cancels the request.
+    pub cancelled: &'a AtomicBool,
+}
+
+impl ToolContext<'_> {
+    /// Reports progress when the caller asked for it; a no-op otherwise.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.progress_token else {
+            return;
+        };
+        let mut params = json!({ "progressToken": token, "progress": progress });
+        if let Some(total) = total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        self.notifier
+            .notify(crate::jsonrpc::notification("notifications/progress", params));
+    }
+
+    /// Sends a log message when the caller enabled logging at `level` or below.
+    pub fn log(&self, level: LogLevel, data: Value) {
+        if self.log_level.is_some_and(|min| level >= min) {
+            let params = json!({ "level": level.as_str(), "logger": "tollgate", "data": data });
+            self.notifier
+                .notify(crate::jsonrpc::notification("notifications/message", params));
+        }
+    }
+
+    /// True once the caller has cancelled the request.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+}
+
+/// RFC 5424 severities used by MCP logging, in increasing order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Debug.
+    Debug,
+    /// Info.
+    Info,
+    /// Notice.
+    Notice,
+    /// Warning.
+    Warning,
+    /// Error.
+    Error,
+    /// Critical.
+    Critical,
+    /// Alert.
+    Alert,
+    /// Emergency.
+    Emergency,
+}
+
+impl LogLevel {
+    const NAMES: [(&'static str, LogLevel); 8] = [
+        ("debug", LogLevel::Debug),
+        ("info", LogLevel::Info),
+        ("notice", LogLevel::Notice),
+        ("warning", LogLevel::Warning),
+        ("error", LogLevel::Error),
+        ("critical", LogLevel::Critical),
+        ("alert", LogLevel::Alert),
+        ("emergency", LogLevel::Emergency),
+    ];
+
+    /// Parses an MCP level name.
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, l)| *l)
+    }
+
+    /// The MCP level name.
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, l)| *l == self)
+            .map_or("info", |(n, _)| n)
+    }
+}
+
+/// A successful tool result.
+#[derive(Debug, Clone, Default)]
+pub struct ToolOutput {
+    /// Content blocks (`text`, `image`, `audio`, `resource`, …).
+    pub content: Vec<Value>,
+    /// Structured result, matching the tool's output schema.
+    pub structured: Option<Value>,
+}
+
+impl ToolOutput {
+    /// A result with one text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            content: vec![json!({ "type": "text", "text": text.into() })],
+            structured: None,
+        }
+    }
+
+    /// A structured result, with its JSON text as the content for older clients.
+    pub fn structured(value: Value) -> Self {
+        ToolOutput {
+            content: vec![json!({ "type": "text", "text": value.to_string() })],
+            structured: Some(value),
+        }
+    }
+
+    /// The `tools/call` result object.
+    pub fn into_result(self) -> Value {
+        let mut result = json!({ "content": self.content, "isError": false });
+        if let Some(structured) = self.structured {
+            result["structuredContent"] = structured;
+        }
+        result
+    }
+}
+
+/// A tool implementation.
+pub trait Tool: Send + Sync {
+    /// Its declaration.
+    fn spec(&self) -> &ToolSpec;
+    /// Runs it with arguments already validated against the input schema.
+    fn call(&self, ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError>;
+}
+
+/// A readable resource, listed by `resources/list`.
+#[derive(Debug, Clone)]
+pub struct ResourceSpec {
+    /// The URI.
+    pub uri: String,
+    /// Short name.
+    pub name: String,
+    /// Human title.
+    pub title: String,
+    /// What it holds.
+    pub description: String,
+    /// MIME type of its contents.
+    pub mime_type: String,
+}
+
+/// The contents of a resource as `resources/read` returns them.
+#[derive(Debug, Clone)]
+pub enum ResourceBody {
+    /// UTF-8 text.
+    Text(String),
+    /// Binary, sent base64-encoded.
+    Blob(Vec<u8>),
+}
+
+/// A source of resources: fixed documents or a URI template.
+pub trait ResourceProvider: Send + Sync {
+    /// The concrete resources it lists.
+    fn list(&self) -> Vec<ResourceSpec>;
+    /// URI templates it serves (`resources/templates/list` entries).
+    fn templates(&self) -> Vec<Value> {
+        Vec::new()
+    }
+    /// Reads `uri`; `None` when this provider does not serve it.
+    fn read(&self, uri: &str) -> Option<(String, ResourceBody)>;
+}
+
+/// A prompt argument declaration.
+#[derive(Debug, Clone)]
+pub struct PromptArgument {
+    /// Name.
+    pub name: &'static str,
+    /// What to pass.
+    pub description: &'static str,
+    /// Whether `prompts/get` refuses a call without it.
+    pub required: bool,
+}
+
+/// Everything declared about one prompt.
+#[derive(Debug, Clone)]
+pub struct PromptSpec {
+    /// Name.
+    pub name: &'static str,
+    /// Human title.
+    pub title: &'static str,
+    /// What the workflow does.
+    pub description: &'static str,
+    /// Its arguments.
+    pub arguments: Vec<PromptArgument>,
+}
+
+/// A prompt implementation.
+pub trait Prompt: Send + Sync {
+    /// Its declaration.
+    fn spec(&self) -> &PromptSpec;
+    /// The messages for these arguments (required ones are checked before this runs).
+    fn messages(&self, args: &Map<String, Value>) -> Vec<Value>;
+    /// Completion values for one argument, given its partial value.
+    fn complete(&self, _argument: &str, _value: &str) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A tool name that was retired, with what to call instead.
+#[derive(Debug, Clone, Copy)]
+pub struct RetiredTool {
+    /// The old name.
+    pub name: &'static str,
+    /// The tool to call instead.
+    pub replacement: &'static str,
+    /// The version that retired it.
+    pub since: &'static str,
+}
+
+/// How a tool name resolves.
+pub enum Resolution<'a> {
+    /// A live tool.
+    Tool(&'a RegisteredTool),
+    /// A retired name.
+    Retired(&'a RetiredTool),
+    /// Nothing by that name.
+    Unknown,
+}
+
+/// A tool together with its compiled input validator.
+pub struct RegisteredTool {
+    /// The implementation.
+    pub tool: Arc<dyn Tool>,
+    validator: jsonschema::Validator,
+}
+
+impl RegisteredTool {
+    /// The declaration.
+    pub fn spec(&self) -> &ToolSpec {
+        self.tool.spec()
+    }
+
+    /// Checks `args` against the input schema; the first failure becomes an `isError`
+    /// catalog error naming the argument at fault.
+    pub fn validate(&self, args: &Value) -> Result<(), McpError> {
+        match self.validator.iter_errors(args).next() {
+            None => Ok(()),
+            Some(err) => Err(schema_error_to_catalog(&err)),
+        }
+    }
+}
+
+fn schema_error_to_catalog(err: &jsonschema::ValidationError<'_>) -> McpError {
+    use jsonschema::error::ValidationErrorKind as K;
+    let path = err.instance_path.as_str().trim_start_matches('/');
+    let param = |child: &str| match (path.is_empty(), child.is_empty()) {
+        (true, _) => child.to_owned(),
+        (false, true) => path.replace('/', "."),
+        (false, false) => format!("{}.{child}", path.replace('/', ".")),
+    };
+    match &err.kind {
+        K::Required { property } => McpError::new(ErrorKind::MissingRequiredField)
+            .param(param(property.as_str().unwrap_or_default())),
+        K::AdditionalProperties { unexpected } => McpError::validation(&param(
+            unexpected.first().map(String::as_str).unwrap_or_default(),
+        ))
+        .detail("reason", "unexpected_argument"),
+        K::Format { .. } | K::Pattern { .. } => {
+            McpError::new(ErrorKind::InvalidFormat).param(param(""))
+        }
+        _ => McpError::validation(&param("")).detail("reason", err.kind_name()),
+    }
+}
+
+trait KindName {
+    fn kind_name(&self) -> String;
+}
+
+impl KindName for jsonschema::ValidationError<'_> {
+    /// A short, safe description of the failed keyword (never the instance value).
+    fn kind_name(&self) -> String {
+        self.schema_path
+            .as_str()
+            .rsplit('/')
+            .next()
+            .unwrap_or("schema")
+            .to_owned()
+    }
+}
+
+/// Everything the server offers, built once at start.
+pub struct Registry {
+    tools: Vec<RegisteredTool>,
+    by_name: HashMap<&'static str, usize>,
+    retired: &'static [RetiredTool],
+    resources: Vec<Arc<dyn ResourceProvider>>,
+    prompts: Vec<Arc<dyn Prompt>>,
+}
+
+/// A registry that could not be built (a tool's schema does not compile).
+#[derive(Debug)]
+pub struct RegistryError(pub String);
+
+impl std::fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RegistryError {}
+
+impl Registry {
+    /// Builds the registry; tools and prompts are kept sorted by name so listings are stable.
+    pub fn new(
+        tools: Vec<Arc<dyn Tool>>,
+        retired: &'static [RetiredTool],
+        resources: Vec<Arc<dyn ResourceProvider>>,
+        mut prompts: Vec<Arc<dyn Prompt>>,
+    ) -> Result<Registry, RegistryError> {
+        let mut compiled = Vec::with_capacity(tools.len());
+        for tool in tools {
+            let validator = jsonschema::options()
+                .should_validate_formats(true)
+                .build(&tool.spec().input_schema)
+                .map_err(|e| RegistryError(format!("tool {}: {e}", tool.spec().name)))?;
+            compiled.push(RegisteredTool { tool, validator });
+        }
+        compiled.sort_by_key(|t| t.spec().name);
+        let by_name = compiled
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.spec().name, i))
+            .collect();
+        prompts.sort_by_key(|p| p.spec().name);
+        Ok(Registry {
+            tools: compiled,
+            by_name,
+            retired,
+            resources,
+            prompts,
+        })
+    }
+
+    /// Every tool, sorted by name.
+    pub fn tools(&self) -> &[RegisteredTool] {
+        &self.tools
+    }
+
+    /// Resolves a `tools/call` name.
+    pub fn resolve(&self, name: &str) -> Resolution<'_> {
+        if let Some(&i) = self.by_name.get(name) {
+            return Resolution::Tool(&self.tools[i]);
+        }
+        match self.retired.iter().find(|r| r.name == name) {
+            Some(retired) => Resolution::Retired(retired),
+            None => Resolution::Unknown,
+        }
+    }
+
+    /// Every concrete resource, sorted by URI.
+    pub fn resources(&self) -> Vec<ResourceSpec> {
+        let mut all: Vec<ResourceSpec> = self.resources.iter().flat_map(|p| p.list()).collect();
+        all.sort_by(|a, b| a.uri.cmp(&b.uri));
+        all
+    }
+
+    /// Every resource template.
+    pub fn resource_templates(&self) -> Vec<Value> {
+        self.resources.iter().flat_map(|p| p.templates()).collect()
+    }
+
+    /// Reads a resource by URI.
+    pub fn read_resource(&self, uri: &str) -> Option<(String, ResourceBody)> {
+        self.resources.iter().find_map(|p| p.read(uri))
+    }
+
+    /// Every prompt, sorted by name.
+    pub fn prompts(&self) -> &[Arc<dyn Prompt>] {
+        &self.prompts
+    }
+
+    /// Finds a prompt by name.
+    pub fn prompt(&self, name: &str) -> Option<&Arc<dyn Prompt>> {
+        self.prompts.iter().find(|p| p.spec().name == name)
+    }
+}

@@ -1,0 +1,741 @@
+//! The SQLite store: the only module that opens the database file.
+//!
+//! It owns the connection pool (r2d2 over rusqlite), the per-connection PRAGMAs (WAL,
+//! `busy_timeout`, `foreign_keys`, `synchronous=NORMAL`), the schema and its migrations
+//! (`schema.sql` is step 1; each step runs in its own `BEGIN IMMEDIATE` transaction and
+//! bumps `PRAGMA user_version`; a database newer than this binary is refused), and the
+//! two ways in: [`Store::read`] on a plain connection and [`Store::write`] inside an
+//! immediate transaction that commits on `Ok` and rolls back on `Err`.
+//!
+//! Errors are [`StoreError`]: a `Display` for the operator (it may name the file) and a
+//! [`StoreError::public_message`] safe to send to a client (no paths, no SQL).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+
+/// The schema version this binary writes and understands (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The whole schema at version 1, applied when a database is created.
+const SCHEMA_SQL: &str = include_str!("../schema.sql");
+
+/// Ordered migration steps: (version reached, SQL). Never edit a released step; append one.
+const MIGRATIONS: &[(u32, &str)] = &[(1, SCHEMA_SQL)];
+
+// The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.
+const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION);
+
+/// Prepared statements kept per connection by `prepare_cached`.
+const STATEMENT_CACHE_CAPACITY: usize = 128;
+
+/// Everything that can go wrong in the store.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The database was written by a newer tollgate (its `user_version` is higher).
+    TooNew {
+        /// The `user_version` found in the file.
+        found: u32,
+        /// The highest version this binary supports ([`SCHEMA_VERSION`]).
+        supported: u32,
+    },
+    /// There is no (initialised) database at this path and creation was not requested.
+    Missing(PathBuf),
+    /// The database stayed locked by another writer past the busy timeout.
+    Busy,
+    /// The disk holding the database is full.
+    Full,
+    /// Any other SQLite error.
+    Sqlite(rusqlite::Error),
+    /// No pooled connection could be obtained in time.
+    Pool(String),
+    /// A file-system error around the database file (directory creation, backup target).
+    Io(std::io::Error),
+}
+
+impl StoreError {
+    /// True when retrying later may succeed (locked or full database, exhausted pool).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Busy | Self::Full | Self::Pool(_))
+    }
+
+    /// A message safe to show to a client: no paths, no SQL, no internal detail.
+    pub fn public_message(&self) -> &'static str {
+        match self {
+            Self::TooNew { .. } => "the database was written by a newer version of tollgate",
+            Self::Missing(_) => "the database has not been initialised",
+            Self::Busy => "the database is busy; retry shortly",
+            Self::Full => "the server's disk is full; retry later",
+            Self::Sqlite(_) => "internal database error",
+            Self::Pool(_) => "no database connection is available; retry shortly",
+            Self::Io(_) => "database storage error",
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooNew { found, supported } => write!(
+                f,
+                "database schema version {found} is newer than this tollgate supports \
+                 ({supported}); upgrade tollgate or restore a backup"
+            ),
+            Self::Missing(path) => write!(
+                f,
+                "no database at {}; run `tollgate init` first",
+                path.display()
+            ),
+            Self::Busy => f.write_str(
+                "the database is locked by another writer and stayed locked past the busy timeout",
+            ),
+            Self::Full => f.write_str("the disk holding the database is full"),
+            Self::Sqlite(e) => write!(f, "database error: {e}"),
+            Self::Pool(e) => write!(f, "no database connection available: {e}"),
+            Self::Io(e) => write!(f, "database file error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Sqlite(e) => Some(e),
+            Self::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        let Some(sqlite) = e.sqlite_error() else {
+            return Self::Sqlite(e);
+        };
+        match sqlite.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Self::Busy,
+            ErrorCode::DiskFull => Self::Full,
+            // Growing the WAL index (-shm) on a full disk fails with this I/O code.
+            ErrorCode::SystemIoFailure
+                if sqlite.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE =>
+            {
+                Self::Full
+            }
+            _ => Self::Sqlite(e),
+        }
+    }
+}
+
+impl From<r2d2::Error> for StoreError {
+    fn from(e: r2d2::Error) -> Self {
+        Self::Pool(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// How to open a [`Store`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// How long a statement waits for another writer's lock before failing with `Busy`.
+    pub busy_timeout: Duration,
+    /// Maximum number of pooled connections (at least 1).
+    pub pool_size: u32,
+    /// Create the file (and its parent directory) if missing; otherwise a missing or
+    /// uninitialised database is [`StoreError::Missing`].
+    pub create: bool,
+}
+
+impl Default for StoreOptions {
+    /// 5 s busy timeout, 8 connections, no creation.
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(5),
+            pool_size: 8,
+            create: false,
+        }
+    }
+}
+
+/// A handle on the database file: a pool of configured connections. Clones share the pool.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: r2d2::Pool<SqliteConnectionManager>,
+    path: Arc<Path>,
+}
+
+impl Store {
+    /// Opens (and with `opts.create`, creates) the database at `path` and brings its schema
+    /// up to [`SCHEMA_VERSION`]. Refuses a database newer than this binary.
+    pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        if opts.create {
+            create_parent_dir(path)?;
+        } else if !path.exists() {
+            return Err(StoreError::Missing(path.to_path_buf()));
+        }
+        let mut conn = Connection::open_with_flags(path, open_flags(opts.create))?;
+        conn.busy_timeout(opts.busy_timeout)?;
+        let found = user_version(&conn)?;
+        refuse_too_new(found)?;
+        if found == 0 && !opts.create {
+            return Err(StoreError::Missing(path.to_path_buf()));
+        }
+        configure_connection(&conn, opts.busy_timeout)?;
+        migrate(&mut conn)?;
+        drop(conn);
+        let pool = build_pool(path, opts)?;
+        Ok(Store {
+            pool,
+            path: Arc::from(path),
+        })
+    }
+
+    /// The path this store was opened at (for operator messages, never for clients).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a pooled connection outside any explicit transaction.
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let conn = self.pool.get()?;
+        f(&conn)
+    }
+
+    /// Runs `f` inside a `BEGIN IMMEDIATE` transaction: commits when `f` returns `Ok`,
+    /// rolls back when it returns `Err`.
+    pub fn write<T>(
+        &self,
+        f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.pool.get()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    /// The schema version stored in the file (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> Result<u32, StoreError> {
+        self.read(user_version)
+    }
+
+    /// Runs `PRAGMA integrity_check`; returns `"ok"` for a healthy file, otherwise the
+    /// problems found, one per line.
+    pub fn integrity_check(&self) -> Result<String, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare("PRAGMA integrity_check")?;
+            let lines = stmt
+                .query_map([], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(lines.join("\n"))
+        })
+    }
+
+    /// Writes a consistent online copy of the database to `dest` (`VACUUM INTO`).
+    /// Refuses to overwrite an existing file.
+    pub fn backup_to(&self, dest: &Path) -> Result<(), StoreError> {
+        if dest.exists() {
+            return Err(StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("backup target {} already exists", dest.display()),
+            )));
+        }
+        let target = dest.to_str().ok_or_else(|| {
+            StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("backup target {} is not valid UTF-8", dest.display()),
+            ))
+        })?;
+        self.read(|conn| {
+            conn.execute("VACUUM INTO ?1", [target])?;
+            Ok(())
+        })
+    }
+
+    /// The company row, or `None` before `tollgate init` has written it.
+    pub fn company(&self) -> Result<Option<Company>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, tax_id, plan_slug, locale, country FROM company WHERE id = 1",
+            )?;
+            Ok(stmt.query_row([], company_from_row).optional()?)
+        })
+    }
+
+    /// Creates or replaces the company row (its `created_at` is kept on update). An unknown
+    /// plan slug or locale is rejected by the schema's constraints.
+    pub fn set_company(&self, company: &Company) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO company (id, name, tax_id, plan_slug, locale, country, created_at)
+                 VALUES (1, ?1, ?2, ?3, ?4, ?5, unixepoch())
+                 ON CONFLICT (id) DO UPDATE SET
+                   name = excluded.name, tax_id = excluded.tax_id,
+                   plan_slug = excluded.plan_slug, locale = excluded.locale,
+                   country = excluded.country",
+            )?;
+            stmt.execute(rusqlite::params![
+                company.name,
+                company.tax_id,
+                company.plan_slug,
+                company.locale,
+                company.country
+            ])?;
+            Ok(())
+        })
+    }
+
+    /// Every plan, smallest first (by rank).
+    pub fn plans(&self) -> Result<Vec<Plan>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&format!("{PLAN_SELECT} ORDER BY rank"))?;
+            let plans = stmt
+                .query_map([], plan_from_row)?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(plans)
+        })
+    }
+
+    /// One plan by slug, or `None` if no such plan exists.
+    pub fn plan(&self, slug: &str) -> Result<Option<Plan>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&format!("{PLAN_SELECT} WHERE slug = ?1"))?;
+            Ok(stmt.query_row([slug], plan_from_row).optional()?)
+        })
+    }
+}
+
+/// The company this installation serves (the single row of `company`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Company {
+    /// Legal name.
+    pub name: String,
+    /// Fiscal id (NIF/CIF), if known yet.
+    pub tax_id: Option<String>,
+    /// The plan the company is on (a `plans.slug`).
+    pub plan_slug: String,
+    /// Language of error hints: `"en"` or `"es"`.
+    pub locale: String,
+    /// ISO 3166-1 alpha-2 country code (decides the legal VAT rates), e.g. `"ES"`.
+    pub country: String,
+}
+
+/// A plan and its limits (a row of `plans`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Stable id: `free`, `starter`, `pro`, `enterprise`.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// Order from smallest (lowest) to largest plan.
+    pub rank: i64,
+    /// Calls per hour for the whole company; `None` = unlimited (bucket skipped).
+    pub hourly_call_limit: Option<u32>,
+    /// Default per-credential limit for `read` tools, calls per minute.
+    pub read_per_minute: u32,
+    /// Default per-credential limit for `write` tools, calls per minute.
+    pub write_per_minute: u32,
+    /// Default per-credential limit for `destructive` tools, calls per minute.
+    pub destructive_per_minute: u32,
+    /// Default per-credential limit for `send` tools, calls per minute.
+    pub send_per_minute: u32,
+    /// Default per-credential limit for `generate` tools, calls per minute.
+    pub generate_per_minute: u32,
+    /// Default per-OAuth-client limit (all its tokens together), calls per minute.
+    pub client_per_minute: u32,
+    /// Tools (or feature tags) this plan does not include; every other tool is included.
+    pub excluded_tools: Vec<String>,
+}
+
+const PLAN_SELECT: &str = "SELECT slug, name, rank, hourly_call_limit, read_per_minute, \
+     write_per_minute, destructive_per_minute, send_per_minute, generate_per_minute, \
+     client_per_minute, excluded_tools FROM plans";
+
+fn plan_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Plan> {
+    Ok(Plan {
+        slug: row.get(0)?,
+        name: row.get(1)?,
+        rank: row.get(2)?,
+        hourly_call_limit: row.get(3)?,
+        read_per_minute: row.get(4)?,
+        write_per_minute: row.get(5)?,
+        destructive_per_minute: row.get(6)?,
+        send_per_minute: row.get(7)?,
+        generate_per_minute: row.get(8)?,
+        client_per_minute: row.get(9)?,
+        excluded_tools: json_string_list(row, 10)?,
+    })
+}
+
+fn company_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Company> {
+    Ok(Company {
+        name: row.get(0)?,
+        tax_id: row.get(1)?,
+        plan_slug: row.get(2)?,
+        locale: row.get(3)?,
+        country: row.get(4)?,
+    })
+}
+
+/// Reads a TEXT column holding a JSON array of strings.
+fn json_string_list(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Vec<String>> {
+    let text: String = row.get(idx)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+fn create_parent_dir(path: &Path) -> Result<(), StoreError> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir)
+            .map_err(|e| {
+                StoreError::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot create directory {}: {e}", dir.display()),
+                ))
+            }),
+        _ => Ok(()),
+    }
+}
+
+/// Read-write, one connection per thread at a time (r2d2 guarantees it); create on demand.
+/// No URI flag: a path is always a path.
+fn open_flags(create: bool) -> OpenFlags {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags | OpenFlags::SQLITE_OPEN_CREATE
+    } else {
+        flags
+    }
+}
+
+fn user_version(conn: &Connection) -> Result<u32, StoreError> {
+    Ok(conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
+}
+
+fn refuse_too_new(found: u32) -> Result<(), StoreError> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// The PRAGMAs every connection gets once, when the pool opens it. `busy_timeout` comes
+/// first so that switching a new file to WAL waits for a concurrent opener.
+fn configure_connection(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+    conn.busy_timeout(busy_timeout)?;
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(journal_mode = %mode, "SQLite refused WAL mode; concurrency will suffer");
+    }
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    Ok(())
+}
+
+/// Applies every migration step above the file's version, each in its own transaction.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    for &(version, sql) in MIGRATIONS {
+        apply_step(conn, version, sql)?;
+    }
+    refuse_too_new(user_version(conn)?)
+}
+
+/// One step under `BEGIN IMMEDIATE`. The version is re-read inside the transaction, so
+/// two processes opening a fresh file at once apply each step exactly once.
+fn apply_step(conn: &mut Connection, version: u32, sql: &str) -> Result<(), StoreError> {
+    if user_version(conn)? >= version {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if user_version(&tx)? >= version {
+        return Ok(());
+    }
+    tx.execute_batch(sql)?;
+    tx.pragma_update(None, "user_version", version)?;
+    tx.commit()?;
+    tracing::info!(version, "applied database migration");
+    Ok(())
+}
+
+fn build_pool(
+    path: &Path,
+    opts: &StoreOptions,
+) -> Result<r2d2::Pool<SqliteConnectionManager>, StoreError> {
+    let busy_timeout = opts.busy_timeout;
+    let manager = SqliteConnectionManager::file(path)
+        .with_flags(open_flags(false))
+        .with_init(move |conn| configure_connection(conn, busy_timeout));
+    let pool = r2d2::Pool::builder()
+        .max_size(opts.pool_size.max(1))
+        .connection_timeout(busy_timeout.max(Duration::from_secs(1)))
+        .error_handler(Box::new(TracingErrorHandler))
+        .build(manager)?;
+    Ok(pool)
+}
+
+/// Reports pool connection failures through `tracing` (r2d2's default uses `log`).
+#[derive(Debug)]
+struct TracingErrorHandler;
+
+impl r2d2::HandleError<rusqlite::Error> for TracingErrorHandler {
+    fn handle_error(&self, error: rusqlite::Error) {
+        tracing::warn!(%error, "could not open a pooled database connection");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn creating() -> StoreOptions {
+        StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        }
+    }
+
+    fn fresh() -> (tempfile::TempDir, PathBuf, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state").join("tollgate.db");
+        let store = Store::open(&path, &creating()).expect("open");
+        (dir, path, store)
+    }
+
+    fn pragma_text(store: &Store, name: &str) -> String {
+        store
+            .read(|c| {
+                Ok(c.pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))?)
+            })
+            .map(|v| match v {
+                rusqlite::types::Value::Integer(i) => i.to_string(),
+                rusqlite::types::Value::Text(t) => t,
+                other => format!("{other:?}"),
+            })
+            .expect("pragma")
+    }
+
+    #[test]
+    fn creation_sets_version_and_pragmas() {
+        let (_dir, path, store) = fresh();
+        assert!(path.exists());
+        assert_eq!(store.schema_version().expect("version"), 1);
+        assert_eq!(pragma_text(&store, "journal_mode"), "wal");
+        assert_eq!(pragma_text(&store, "foreign_keys"), "1");
+        assert_eq!(pragma_text(&store, "synchronous"), "1");
+        assert_eq!(pragma_text(&store, "temp_store"), "2");
+        assert_eq!(pragma_text(&store, "busy_timeout"), "5000");
+    }
+
+    #[test]
+    fn reopening_keeps_the_data() {
+        let (_dir, path, store) = fresh();
+        let company = Company {
+            name: "Acme SL".into(),
+            tax_id: Some("B12345678".into()),
+            plan_slug: "pro".into(),
+            locale: "es".into(),
+            country: "ES".into(),
+        };
+        store.set_company(&company).expect("set");
+        drop(store);
+        let store = Store::open(&path, &StoreOptions::default()).expect("reopen");
+        assert_eq!(store.schema_version().expect("version"), 1);
+        assert_eq!(store.company().expect("company"), Some(company));
+    }
+
+    #[test]
+    fn newer_database_is_refused() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let conn = Connection::open(&path).expect("raw open");
+        conn.pragma_update(None, "user_version", 99).expect("bump");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("too new");
+        assert!(
+            matches!(
+                err,
+                StoreError::TooNew {
+                    found: 99,
+                    supported: 1
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "database schema version 99 is newer than this tollgate supports (1); \
+             upgrade tollgate or restore a backup"
+        );
+        assert!(!err.is_transient());
+    }
+
+    #[test]
+    fn missing_file_without_create_is_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nope.db");
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("missing");
+        assert!(
+            matches!(&err, StoreError::Missing(p) if p == &path),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("run `tollgate init` first"));
+        assert!(!err.public_message().contains("nope.db"));
+        assert!(!path.exists(), "must not create the file");
+    }
+
+    #[test]
+    fn empty_file_without_create_is_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("empty.db");
+        std::fs::write(&path, b"").expect("touch");
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("uninitialised");
+        assert!(matches!(err, StoreError::Missing(_)), "{err:?}");
+    }
+
+    #[test]
+    fn seed_plans_have_the_contract_limits() {
+        let (_dir, _path, store) = fresh();
+        let plans = store.plans().expect("plans");
+        let hourly: Vec<(&str, Option<u32>)> = plans
+            .iter()
+            .map(|p| (p.slug.as_str(), p.hourly_call_limit))
+            .collect();
+        assert_eq!(
+            hourly,
+            vec![
+                ("free", Some(500)),
+                ("starter", Some(5000)),
+                ("pro", Some(50000)),
+                ("enterprise", None)
+            ]
+        );
+        for plan in &plans {
+            let per_minute = [
+                plan.read_per_minute,
+                plan.write_per_minute,
+                plan.destructive_per_minute,
+                plan.send_per_minute,
+                plan.generate_per_minute,
+                plan.client_per_minute,
+            ];
+            assert_eq!(per_minute, [120, 60, 10, 10, 10, 1000], "{}", plan.slug);
+            assert!(plan.excluded_tools.is_empty());
+        }
+        assert_eq!(store.plan("pro").expect("pro").map(|p| p.rank), Some(3));
+        assert_eq!(store.plan("gold").expect("gold"), None);
+    }
+
+    #[test]
+    fn foreign_keys_are_enforced() {
+        let (_dir, _path, store) = fresh();
+        let company = Company {
+            name: "Acme".into(),
+            tax_id: None,
+            plan_slug: "gold".into(),
+            locale: "en".into(),
+            country: "ES".into(),
+        };
+        let err = store.set_company(&company).expect_err("unknown plan");
+        assert!(matches!(err, StoreError::Sqlite(_)), "{err:?}");
+        assert_eq!(store.company().expect("company"), None);
+    }
+
+    #[test]
+    fn backup_opens_and_passes_integrity_check() {
+        let (dir, _path, store) = fresh();
+        assert_eq!(store.integrity_check().expect("check"), "ok");
+        let dest = dir.path().join("backup.db");
+        store.backup_to(&dest).expect("backup");
+        let copy = Store::open(&dest, &StoreOptions::default()).expect("open backup");
+        assert_eq!(copy.integrity_check().expect("check"), "ok");
+        assert_eq!(copy.plans().expect("plans").len(), 4);
+        let again = store.backup_to(&dest).expect_err("exists");
+        assert!(matches!(again, StoreError::Io(_)), "{again:?}");
+    }
+
+    #[test]
+    fn failed_write_rolls_back() {
+        let (_dir, _path, store) = fresh();
+        let result: Result<(), StoreError> = store.write(|tx| {
+            tx.execute(
+                "UPDATE plans SET hourly_call_limit = 1 WHERE slug = 'free'",
+                [],
+            )?;
+            Err(StoreError::Busy)
+        });
+        assert!(matches!(result, Err(StoreError::Busy)));
+        let free = store.plan("free").expect("read").expect("free");
+        assert_eq!(free.hourly_call_limit, Some(500));
+    }
+
+    #[test]
+    fn locked_database_is_busy_and_transient() {
+        let (_dir, path, _store) = fresh();
+        let opts = StoreOptions {
+            busy_timeout: Duration::from_millis(50),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&path, &opts).expect("open");
+        let holder = Connection::open(&path).expect("raw open");
+        holder.execute_batch("BEGIN IMMEDIATE").expect("lock");
+        let err = store
+            .write(|tx| Ok(tx.execute("DELETE FROM rate_counters", [])?))
+            .expect_err("busy");
+        assert!(matches!(err, StoreError::Busy), "{err:?}");
+        assert!(err.is_transient());
+        holder.execute_batch("ROLLBACK").expect("unlock");
+    }
+
+    #[test]
+    fn concurrent_creation_migrates_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("race.db");
+        let openers: Vec<_> = (0..4)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || Store::open(&path, &creating()).map(|_| ()))
+            })
+            .collect();
+        for opener in openers {
+            opener.join().expect("thread").expect("open");
+        }
+        let store = Store::open(&path, &StoreOptions::default()).expect("open");
+        assert_eq!(store.plans().expect("plans").len(), 4);
+    }
+
+    #[test]
+    fn sqlite_errors_are_classified() {
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        );
+        assert!(matches!(StoreError::from(busy), StoreError::Busy));
+        assert!(matches!(StoreError::from(full), StoreError::Full));
+        let other = StoreError::from(rusqlite::Error::QueryReturnedNoRows);
+        assert!(matches!(other, StoreError::Sqlite(_)));
+        assert!(!other.is_transient());
+    }
+}
