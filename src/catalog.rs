@@ -422,6 +422,24 @@ impl std::fmt::Display for McpError {
 
 impl std::error::Error for McpError {}
 
+/// Maps a storage failure to the catalog, logging the cause (which may name paths or SQL)
+/// on the server side only. `in_tool` selects the tool-result entry for failures inside a
+/// tool, the JSON-RPC entry for failures in a guard.
+pub fn store_failure(err: crate::store::StoreError, in_tool: bool) -> McpError {
+    if err.is_transient() {
+        tracing::warn!(cause = %err, "storage unavailable");
+        let kind = if in_tool {
+            ErrorKind::ToolBackendUnavailable
+        } else {
+            ErrorKind::BackendUnavailable
+        };
+        McpError::new(kind)
+    } else {
+        tracing::error!(cause = %err, "storage failure");
+        McpError::internal()
+    }
+}
+
 /// The catalog as Markdown, the text of `docs/errors.md` and `tollgate errors`.
 pub fn render_markdown() -> String {
     let mut out = String::from(

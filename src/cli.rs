@@ -189,8 +189,9 @@ pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
     let mut resources = Vec::new();
     let mut prompts = Vec::new();
     if config.tools.conformance_pack {
-        // CONFORMANCE_PACK_HOOK
-        let _ = (&mut tools, &mut resources, &mut prompts);
+        tools.extend(crate::conformance::tools());
+        resources.extend(crate::conformance::resources());
+        prompts.extend(crate::conformance::prompts());
     }
     let registry = Registry::new(tools, crate::retired::RETIRED_TOOLS, resources, prompts)
         .map_err(|e| e.to_string())?;
@@ -198,7 +199,7 @@ pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
         Some(locale) => locale,
         None => company_locale(&store),
     };
-    Ok(Server::new(registry, store.clone(), Guards::new(store), locale))
+    Ok(Server::new(registry, store.clone(), Guards::new(store, locale), locale))
 }
 
 fn company_locale(store: &Store) -> Locale {

@@ -10,10 +10,11 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::{Channel, ErrorKind, McpError};
 use crate::config::Locale;
-use crate::guards::{CallPermit, Guards, Principal};
+use crate::auth::Principal;
+use crate::guards::{Guards, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::{self, Era, Session};
-use crate::registry::{LogLevel, Notifier, Registry, Resolution, ToolContext};
+use crate::registry::{CommitHook, LogLevel, Notifier, RegisteredTool, Registry, ToolContext};
 use crate::store::Store;
 
 /// Page size of `*/list` results.
@@ -263,37 +264,37 @@ impl Server {
             .get("name")
             .and_then(Value::as_str)
             .ok_or_else(|| McpError::invalid_params("name"))?;
+        let empty = Map::new();
         let args = match req.params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(v @ Value::Object(_)) => v.clone(),
+            None | Some(Value::Null) => &empty,
+            Some(Value::Object(map)) => map,
             Some(_) => return Err(McpError::invalid_params("arguments")),
         };
-        let principal = self.authenticate(env)?;
-        let tool = match self.registry.resolve(name) {
-            Resolution::Tool(tool) => tool,
-            Resolution::Retired(r) => return Err(McpError::tool_retired(r.name, r.replacement)),
-            Resolution::Unknown => return Err(McpError::unknown_tool(name)),
+        let id = req.id.clone().unwrap_or(Value::Null);
+        let call = ToolCall {
+            name,
+            args,
+            meta: meta(req),
+            request_id: &id,
         };
-        let permit: CallPermit = self.guards.admit(&principal, tool, &args, req, env)?;
-        if let Err(err) = tool.validate(&args) {
-            return self.guards.complete(permit, Err(err), self.locale);
-        }
-        let Some(id) = req.id.as_ref() else {
-            return Ok(Value::Null);
+        let progress_token = meta(req).and_then(|m| m.get("progressToken")).cloned();
+        let log_level = call_log_level(req, era, env.session);
+        let run = |tool: &RegisteredTool, args: &Map<String, Value>, hook: Option<&dyn CommitHook>| {
+            let cancelled = env.session.begin(&id);
+            let ctx = ToolContext {
+                store: &self.store,
+                locale: self.locale,
+                progress_token: progress_token.clone(),
+                log_level,
+                notifier: env.notifier,
+                cancelled: &cancelled,
+                commit_hook: hook,
+            };
+            let outcome = tool.tool.call(&ctx, args);
+            env.session.finish(&id);
+            outcome
         };
-        let cancelled = env.session.begin(id);
-        let ctx = ToolContext {
-            store: &self.store,
-            locale: self.locale,
-            progress_token: meta(req).and_then(|m| m.get("progressToken")).cloned(),
-            log_level: call_log_level(req, era, env.session),
-            notifier: env.notifier,
-            cancelled: &cancelled,
-        };
-        let empty = Map::new();
-        let outcome = tool.tool.call(&ctx, args.as_object().unwrap_or(&empty));
-        env.session.finish(id);
-        self.guards.complete(permit, outcome, self.locale)
+        self.guards.call_tool(&self.registry, &call, env, &run)
     }
 
     fn list_resources(&self, req: &Request) -> Result<Value, McpError> {

@@ -1,84 +1,157 @@
 //! The guard chain every `tools/call` passes, in the order of the product contract:
-//! authentication → tool resolution → rate counters → scopes and plan → fiscal
-//! guardrails → idempotency. The first guard that rejects ends the call with a JSON-RPC
-//! error from the catalog; [`Guards::complete`] closes the call after the tool ran.
+//!
+//! 1. authentication ([`crate::auth`]),
+//! 2. tool resolution (the registry and the retired-names table),
+//! 3. rate counters ([`crate::ratelimit`]) — charged before anything else is checked, so
+//!    calls rejected later still consume quota,
+//! 4. scopes and plan ([`crate::auth`]),
+//! 5. fiscal guardrails (each tool's [`Tool::guardrails`](crate::registry::Tool::guardrails)),
+//! 6. idempotency ([`crate::idempotency`]).
+//!
+//! The first guard that rejects ends the call with a JSON-RPC error. Then the arguments are
+//! validated and the tool runs; its failures become `isError` results. Every call, admitted
+//! or not, leaves one audit row ([`crate::audit`]).
 
 use std::time::Instant;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
+use crate::audit::{AuditEntry, Auditor};
+use crate::auth::{Authenticator, Principal};
 use crate::catalog::McpError;
 use crate::config::Locale;
 use crate::dispatch::{Env, render_tool_outcome};
-use crate::jsonrpc::Request;
-use crate::registry::{RegisteredTool, ToolOutput, ToolSpec};
+use crate::idempotency::{Claim, Ledger};
+use crate::ratelimit::Limiter;
+use crate::registry::{CommitHook, RegisteredTool, Registry, Resolution, ToolOutput, ToolSpec};
 use crate::store::Store;
 
-/// The identity a request runs as, once authenticated.
-#[derive(Debug, Clone)]
-pub struct Principal {
-    /// Public id of the credential.
-    pub credential_id: String,
-    /// The OAuth client the credential belongs to, if any.
-    pub client_id: Option<String>,
-    /// Granted scopes (`resource:action`, or `*`).
-    pub scopes: Vec<String>,
+/// `_meta` key of the remaining budget on successful results.
+pub const META_RATELIMIT: &str = "dev.tollgate/ratelimit";
+/// `_meta` key marking a result replayed from the idempotency ledger.
+pub const META_REPLAY: &str = "dev.tollgate/idempotentReplay";
+
+/// A request to run one tool, as parsed by the dispatcher.
+pub struct ToolCall<'a> {
+    /// The tool name as sent.
+    pub name: &'a str,
+    /// The arguments object.
+    pub args: &'a Map<String, Value>,
+    /// The request's `_meta`, if any.
+    pub meta: Option<&'a Map<String, Value>>,
+    /// The request id, for the audit log.
+    pub request_id: &'a Value,
 }
 
-/// What `admit` hands to `complete`: the call that passed every guard.
-#[derive(Debug)]
-pub struct CallPermit {
-    started: Instant,
-}
+/// Runs an admitted tool: the dispatcher builds the tool context around this.
+pub type RunTool<'r> =
+    dyn Fn(&RegisteredTool, &Map<String, Value>, Option<&dyn CommitHook>) -> Result<ToolOutput, McpError> + 'r;
 
 /// The guard chain.
 pub struct Guards {
     store: Store,
+    locale: Locale,
+    auth: Authenticator,
+    limiter: Limiter,
+    ledger: Ledger,
+    auditor: Auditor,
 }
 
 impl Guards {
-    /// Guards over `store`.
-    pub fn new(store: Store) -> Guards {
-        Guards { store }
+    /// Guards over `store`; hints are rendered in `locale`.
+    pub fn new(store: Store, locale: Locale) -> Guards {
+        Guards {
+            store: store.clone(),
+            locale,
+            auth: Authenticator::new(store.clone()),
+            limiter: Limiter::new(store.clone()),
+            ledger: Ledger::new(store.clone()),
+            auditor: Auditor::new(store),
+        }
     }
 
-    /// Authenticates the request's credential.
-    pub fn authenticate(&self, _env: &Env<'_>) -> Result<Principal, McpError> {
-        let _ = &self.store;
-        Ok(Principal {
-            credential_id: String::new(),
-            client_id: None,
-            scopes: vec!["*".to_owned()],
-        })
+    /// Step 1 alone, for the methods other than `tools/call` that need a credential.
+    pub fn authenticate(&self, env: &Env<'_>) -> Result<Principal, McpError> {
+        self.auth.authenticate(env.token, env.source)
     }
 
-    /// Whether `principal` may see `tool` in `tools/list`.
-    pub fn can_see(&self, _principal: &Principal, _tool: &ToolSpec) -> bool {
-        true
+    /// Whether `principal` may see `tool` in `tools/list` (scopes and plan).
+    pub fn can_see(&self, principal: &Principal, tool: &ToolSpec) -> bool {
+        self.auth.check_access(principal, tool).is_ok()
     }
 
-    /// Runs the guards that come after tool resolution.
-    pub fn admit(
+    /// Runs a whole `tools/call` through the chain and the tool, and audits it.
+    pub fn call_tool(
         &self,
-        _principal: &Principal,
-        _tool: &RegisteredTool,
-        _args: &Value,
-        _req: &Request,
-        _env: &Env<'_>,
-    ) -> Result<CallPermit, McpError> {
-        Ok(CallPermit {
-            started: Instant::now(),
-        })
-    }
-
-    /// Closes a call: renders its outcome.
-    pub fn complete(
-        &self,
-        permit: CallPermit,
-        outcome: Result<ToolOutput, McpError>,
-        locale: Locale,
+        registry: &Registry,
+        call: &ToolCall<'_>,
+        env: &Env<'_>,
+        run: &RunTool<'_>,
     ) -> Result<Value, McpError> {
-        let _elapsed = permit.started.elapsed();
-        render_tool_outcome(outcome, locale)
+        let started = Instant::now();
+        let mut principal = None;
+        let outcome = self.chain(registry, call, env, run, &mut principal);
+        self.auditor.record(&AuditEntry {
+            request_id: call.request_id,
+            principal: principal.as_ref(),
+            tool: call.name,
+            outcome: &outcome,
+            duration: started.elapsed(),
+            transport: env.transport,
+        });
+        outcome
+    }
+
+    fn chain(
+        &self,
+        registry: &Registry,
+        call: &ToolCall<'_>,
+        env: &Env<'_>,
+        run: &RunTool<'_>,
+        principal_out: &mut Option<Principal>,
+    ) -> Result<Value, McpError> {
+        let principal = principal_out.insert(self.auth.authenticate(env.token, env.source)?);
+        let tool = match registry.resolve(call.name) {
+            Resolution::Tool(tool) => tool,
+            Resolution::Retired(r) => return Err(McpError::tool_retired(r.name, r.replacement)),
+            Resolution::Unknown => return Err(McpError::unknown_tool(call.name)),
+        };
+        let budget = self.limiter.charge(principal, tool.spec().category)?;
+        self.auth.check_access(principal, tool.spec())?;
+        tool.tool.guardrails(&self.store, call.args)?;
+        let key = crate::idempotency::extract_key(call.args, call.meta, env.idempotency_header)?;
+        let reservation = match self.ledger.claim(principal, tool.spec(), call.args, key)? {
+            Claim::Replay(mut stored) => {
+                mark(&mut stored, META_REPLAY, Value::Bool(true));
+                mark(&mut stored, META_RATELIMIT, budget.to_meta());
+                return Ok(stored);
+            }
+            Claim::Fresh(reservation) => Some(reservation),
+            Claim::NotApplicable => None,
+        };
+        let hook = reservation.as_ref().map(|r| r as &dyn CommitHook);
+        let outcome = match tool.validate(&Value::Object(call.args.clone())) {
+            Ok(()) => run(tool, call.args, hook),
+            Err(err) => Err(err),
+        };
+        let rendered = render_tool_outcome(outcome, self.locale);
+        if let Some(reservation) = reservation {
+            self.ledger.settle(reservation, &rendered);
+        }
+        let mut result = rendered?;
+        mark(&mut result, META_RATELIMIT, budget.to_meta());
+        Ok(result)
+    }
+}
+
+/// Sets one `_meta` entry on a result object.
+fn mark(result: &mut Value, key: &str, value: Value) {
+    if let Value::Object(map) = result {
+        let meta = map
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.insert(key.to_owned(), value);
+        }
     }
 }

@@ -5,15 +5,20 @@
 //! Data flows one way: transport → dispatch → guards → tools → store. See
 //! `ARCHITECTURE.md` for the code map and the invariants of each layer.
 
+pub mod audit;
+pub mod auth;
 pub mod catalog;
 pub mod cli;
+pub mod conformance;
 pub mod config;
 
 pub mod dispatch;
 pub mod guards;
+pub mod idempotency;
 pub mod jsonrpc;
 pub mod logging;
 pub mod protocol;
+pub mod ratelimit;
 pub mod registry;
 pub mod retired;
 pub mod stdio;

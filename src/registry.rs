@@ -141,6 +141,15 @@ pub struct ToolContext<'a> {
     pub notifier: &'a dyn Notifier,
     /// Set when the caller cancels the request.
     pub cancelled: &'a AtomicBool,
+    /// Work that must commit in the same transaction as the tool's own writes (the
+    /// idempotency record of the call), so a crash never applies a call twice.
+    pub commit_hook: Option<&'a dyn CommitHook>,
+}
+
+/// Something that must be written atomically with a tool's effects.
+pub trait CommitHook: Send + Sync {
+    /// Called inside the tool's write transaction with the result about to be returned.
+    fn on_commit(&self, tx: &rusqlite::Transaction<'_>, result: &Value) -> Result<(), McpError>;
 }
 
 impl ToolContext<'_> {
@@ -166,6 +175,38 @@ impl ToolContext<'_> {
             let params = json!({ "level": level.as_str(), "logger": "tollgate", "data": data });
             self.notifier
                 .notify(crate::jsonrpc::notification("notifications/message", params));
+        }
+    }
+
+    /// Runs the tool's writes and builds its result in one `BEGIN IMMEDIATE` transaction,
+    /// together with the commit hook (the idempotency record), so both commit or neither.
+    pub fn commit<F>(&self, work: F) -> Result<ToolOutput, McpError>
+    where
+        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<ToolOutput, McpError>,
+    {
+        let mut outcome: Option<Result<ToolOutput, McpError>> = None;
+        let written = self.store.write(|tx| {
+            let output = match work(tx) {
+                Ok(output) => output,
+                Err(err) => {
+                    outcome = Some(Err(err));
+                    return Err(crate::store::StoreError::RolledBack);
+                }
+            };
+            if let Some(hook) = self.commit_hook
+                && let Err(err) = hook.on_commit(tx, &output.clone().into_result())
+            {
+                outcome = Some(Err(err));
+                return Err(crate::store::StoreError::RolledBack);
+            }
+            outcome = Some(Ok(output));
+            Ok(())
+        });
+        match (written, outcome) {
+            (Ok(()), Some(outcome)) => outcome,
+            (Err(crate::store::StoreError::RolledBack), Some(Err(err))) => Err(err),
+            (Err(err), _) => Err(crate::catalog::store_failure(err, true)),
+            (Ok(()), None) => Err(McpError::internal()),
         }
     }
 
@@ -262,6 +303,14 @@ impl ToolOutput {
 pub trait Tool: Send + Sync {
     /// Its declaration.
     fn spec(&self) -> &ToolSpec;
+    /// Checks the fiscal guardrails on the arguments and the current state, before the
+    /// tool runs; a violation is `-32008 mcp_guardrail_violation`. Arguments are not
+    /// validated yet here: a rule that finds a field missing or mistyped lets it pass
+    /// and leaves the report to schema validation.
+    fn guardrails(&self, _store: &Store, _args: &Map<String, Value>) -> Result<(), McpError> {
+        Ok(())
+    }
+
     /// Runs it with arguments already validated against the input schema.
     fn call(&self, ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError>;
 }

@@ -55,6 +55,8 @@ pub enum StoreError {
     Pool(String),
     /// A file-system error around the database file (directory creation, backup target).
     Io(std::io::Error),
+    /// The caller's closure chose to roll the transaction back; its own outcome says why.
+    RolledBack,
 }
 
 impl StoreError {
@@ -73,6 +75,7 @@ impl StoreError {
             Self::Sqlite(_) => "internal database error",
             Self::Pool(_) => "no database connection is available; retry shortly",
             Self::Io(_) => "database storage error",
+            Self::RolledBack => "the change was rolled back",
         }
     }
 }
@@ -97,6 +100,7 @@ impl fmt::Display for StoreError {
             Self::Sqlite(e) => write!(f, "database error: {e}"),
             Self::Pool(e) => write!(f, "no database connection available: {e}"),
             Self::Io(e) => write!(f, "database file error: {e}"),
+            Self::RolledBack => f.write_str("the transaction was rolled back by its caller"),
         }
     }
 }
