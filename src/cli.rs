@@ -52,6 +52,8 @@ enum Command {
     Init(InitArgs),
     /// Serve MCP over stdin/stdout; the credential comes from TOLLGATE_TOKEN or TOLLGATE_TOKEN_FILE.
     Stdio(ServeArgs),
+    /// Serve MCP over Streamable HTTP (POST /mcp), plus /healthz and the OAuth endpoints.
+    Serve(HttpArgs),
     /// Print the error catalog.
     Errors {
         /// Output format.
@@ -90,6 +92,18 @@ struct ServeArgs {
     conformance_pack: bool,
 }
 
+#[derive(Debug, Args)]
+struct HttpArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Address to listen on (default 127.0.0.1:8787).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Allow listening on a non-loopback address.
+    #[arg(long)]
+    allow_non_loopback: bool,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum CatalogFormat {
     Markdown,
@@ -104,10 +118,18 @@ pub fn run(cli: Cli) -> ExitCode {
         log_format: cli.global.log_format.clone(),
         ..Overrides::default()
     };
-    if let Command::Stdio(args) = &cli.command
-        && args.conformance_pack
-    {
-        overrides.conformance_pack = Some(true);
+    match &cli.command {
+        Command::Stdio(args) if args.conformance_pack => overrides.conformance_pack = Some(true),
+        Command::Serve(args) => {
+            if args.serve.conformance_pack {
+                overrides.conformance_pack = Some(true);
+            }
+            overrides.listen = args.listen.clone();
+            if args.allow_non_loopback {
+                overrides.allow_non_loopback = Some(true);
+            }
+        }
+        _ => {}
     }
     let config = match Config::from_process(cli.global.config.as_deref(), &overrides) {
         Ok(config) => config,
@@ -117,6 +139,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Init(args) => init(&config, &args),
         Command::Stdio(_) => stdio(&config),
+        Command::Serve(_) => serve(&config),
         Command::Errors { format } => errors(format),
         Command::CheckConfig => {
             println!("configuration is valid\n{}", config.describe());
@@ -228,6 +251,21 @@ fn stdio(config: &Config) -> ExitCode {
     match crate::stdio::serve(server, token, config.stdio.max_line_bytes) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&format!("stdin: {e}")),
+    }
+}
+
+fn serve(config: &Config) -> ExitCode {
+    let store = match open_store(config, true) {
+        Ok(store) => store,
+        Err(code) => return code,
+    };
+    let server = match build_server(config, store) {
+        Ok(server) => Arc::new(server),
+        Err(e) => return fail(&e),
+    };
+    match crate::http::serve(server, config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&format!("cannot serve HTTP: {e}")),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod config;
 
 pub mod dispatch;
 pub mod guards;
+pub mod http;
 pub mod idempotency;
 pub mod jsonrpc;
 pub mod logging;

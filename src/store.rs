@@ -218,7 +218,8 @@ impl Store {
     }
 
     /// Runs `f` inside a `BEGIN IMMEDIATE` transaction: commits when `f` returns `Ok`,
-    /// rolls back when it returns `Err`.
+    /// rolls back when it returns `Err` (return [`StoreError::RolledBack`] to abort on
+    /// purpose while keeping your own error aside).
     pub fn write<T>(
         &self,
         f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
@@ -687,6 +688,14 @@ mod tests {
             Err(StoreError::Busy)
         });
         assert!(matches!(result, Err(StoreError::Busy)));
+        let aborted: Result<(), StoreError> = store.write(|tx| {
+            tx.execute(
+                "UPDATE plans SET hourly_call_limit = 2 WHERE slug = 'free'",
+                [],
+            )?;
+            Err(StoreError::RolledBack)
+        });
+        assert!(matches!(aborted, Err(StoreError::RolledBack)));
         let free = store.plan("free").expect("read").expect("free");
         assert_eq!(free.hourly_call_limit, Some(500));
     }

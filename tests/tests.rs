@@ -1,0 +1,6 @@
+//! Black-box tests: each module drives the real `tollgate` binary over stdio or HTTP and
+//! asserts the exact JSON-RPC codes and `data` fields of `shared/spec/ERRORS.md`.
+
+mod util;
+
+mod stdio_protocol;
