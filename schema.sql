@@ -36,14 +36,18 @@ CREATE TABLE plans (
     -- The plan includes every tool except these (JSON array of tool names or feature tags).
     excluded_tools         TEXT    NOT NULL DEFAULT '[]'
                                    CHECK (json_valid(excluded_tools)
-                                          AND json_type(excluded_tools) = 'array')
+                                          AND json_type(excluded_tools) = 'array'),
+    -- Allowance: API keys that may be active at once (not revoked, not expired); NULL =
+    -- unlimited. `key create` refuses one more; after a downgrade, calls answer
+    -- `plan_limit_exceeded` until enough keys are revoked.
+    max_active_keys        INTEGER CHECK (max_active_keys IS NULL OR max_active_keys >= 0)
 ) STRICT;
 
-INSERT INTO plans (slug, name, rank, hourly_call_limit) VALUES
-    ('free',       'Free',       1, 500),
-    ('starter',    'Starter',    2, 5000),
-    ('pro',        'Pro',        3, 50000),
-    ('enterprise', 'Enterprise', 4, NULL);
+INSERT INTO plans (slug, name, rank, hourly_call_limit, excluded_tools, max_active_keys) VALUES
+    ('free',       'Free',       1, 500,   '["send_invoice","export_invoices"]', 3),
+    ('starter',    'Starter',    2, 5000,  '["export_invoices"]',                10),
+    ('pro',        'Pro',        3, 50000, '[]',                                 100),
+    ('enterprise', 'Enterprise', 4, NULL,  '[]',                                 NULL);
 
 -- The one company this installation serves (at most one row, id = 1; `tollgate init` writes it).
 CREATE TABLE company (
@@ -57,6 +61,9 @@ CREATE TABLE company (
     -- ISO 3166-1 alpha-2; decides the legal VAT rates.
     country    TEXT    NOT NULL DEFAULT 'ES'
                        CHECK (length(country) = 2 AND country NOT GLOB '*[^A-Z]*'),
+    -- 'live', or 'test' for a development installation: `tg_test_` keys are refused
+    -- (`invalid_token_type`) unless the mode is 'test'; live keys work in both modes.
+    mode       TEXT    NOT NULL DEFAULT 'live' CHECK (mode IN ('live', 'test')),
     created_at INTEGER NOT NULL
 ) STRICT;
 
@@ -113,6 +120,9 @@ CREATE TABLE credentials (
 ) STRICT;
 
 CREATE INDEX credentials_by_client ON credentials (client_id) WHERE client_id IS NOT NULL;
+-- Counting the plan's active-keys allowance on every call reads only this index.
+CREATE INDEX credentials_active_keys ON credentials (expires_at)
+    WHERE kind = 'api_key' AND revoked_at IS NULL;
 CREATE INDEX credentials_oauth_by_expiry ON credentials (expires_at) WHERE kind = 'oauth_access';
 
 -- Fixed-window rate counters shared by every process on this file.

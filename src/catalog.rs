@@ -144,6 +144,43 @@ catalog! {
         "El almacenamiento del servidor no está disponible por ahora; reintente con espera.",
         "the database is locked past its timeout, the disk is full, shutting down"),
 
+    // ---- Transport errors (Streamable HTTP) --------------------------------------------
+    /// HTTP: the `Origin` or `Host` header is not on the allow-list (DNS-rebinding protection).
+    OriginNotAllowed => (-32600, "origin_not_allowed", 403, 1011, false, JsonRpc,
+        "The request's Origin or Host is not allowed to reach this server.",
+        "El Origin o el Host de la petición no tiene permitido acceder a este servidor.",
+        "HTTP: `Origin`/`Host` not on the allow-list (DNS-rebinding protection)"),
+    /// HTTP: the body is larger than the configured cap.
+    PayloadTooLarge => (-32600, "payload_too_large", 413, 1012, false, JsonRpc,
+        "The request body is larger than this server accepts.",
+        "El cuerpo de la petición es mayor de lo que acepta este servidor.",
+        "HTTP: body over `http.max_body_bytes`"),
+    /// HTTP: the `Accept` header allows neither JSON nor an event stream.
+    NotAcceptable => (-32600, "not_acceptable", 406, 1013, false, JsonRpc,
+        "Send Accept: application/json, text/event-stream.",
+        "Envíe Accept: application/json, text/event-stream.",
+        "HTTP: `Accept` lists neither `application/json` nor `text/event-stream`"),
+    /// HTTP: the body is not declared as JSON.
+    UnsupportedMediaType => (-32600, "unsupported_media_type", 415, 1014, false, JsonRpc,
+        "Send the JSON-RPC message with Content-Type: application/json.",
+        "Envíe el mensaje JSON-RPC con Content-Type: application/json.",
+        "HTTP: `Content-Type` is not `application/json`"),
+    /// HTTP: the `Mcp-Session-Id` is unknown, expired or was ended.
+    SessionNotFound => (-32600, "session_not_found", 404, 1015, false, JsonRpc,
+        "This session has expired or was ended; send initialize again to start a new one.",
+        "Esta sesión caducó o se cerró; envíe initialize de nuevo para iniciar otra.",
+        "HTTP, handshake era: unknown, expired or deleted `Mcp-Session-Id`"),
+    /// HTTP: the method is not allowed on this path.
+    HttpMethodNotAllowed => (-32600, "http_method_not_allowed", 405, 1016, false, JsonRpc,
+        "This HTTP method is not allowed here; MCP requests are POSTed to /mcp.",
+        "Este método HTTP no está permitido aquí; las peticiones MCP se envían con POST a /mcp.",
+        "HTTP: e.g. `GET /mcp` (no server-initiated stream), `DELETE` without a session"),
+    /// HTTP: nothing is served at this path.
+    PathNotFound => (-32601, "path_not_found", 404, 1017, false, JsonRpc,
+        "Nothing is served at this path; the MCP endpoint is /mcp.",
+        "No se sirve nada en esta ruta; el punto de acceso MCP es /mcp.",
+        "HTTP: unknown path"),
+
     // ---- Guard errors ----------------------------------------------------------------
     /// Missing, malformed, unknown, expired or revoked credential.
     InvalidToken => (-32001, "invalid_token", 401, 1101, false, JsonRpc,

@@ -51,8 +51,11 @@ pub struct Env<'a> {
     pub transport: Transport,
     /// The presented credential (stdio: from the environment; HTTP: the bearer token).
     pub token: Option<&'a str>,
+    /// Development mode: the public id of the credential that requests without a token
+    /// run as (HTTP on loopback only; never set by default).
+    pub dev_credential: Option<&'a str>,
     /// Who is asking, for throttling failed authentication (peer address, or `stdio:<pid>`).
-    pub source: &'a str,
+    pub source: String,
     /// An `Idempotency-Key` header, when the transport has one.
     pub idempotency_header: Option<&'a str>,
 }
@@ -113,7 +116,8 @@ impl Server {
         jsonrpc::failure(id, err.to_jsonrpc_error(self.locale))
     }
 
-    fn handle_batch(&self, items: Vec<Incoming>, env: &Env<'_>) -> Option<Value> {
+    /// Handles a JSON-RPC batch (accepted only on the revision that allows batches).
+    pub fn handle_batch(&self, items: Vec<Incoming>, env: &Env<'_>) -> Option<Value> {
         if env.session.negotiated() != Some(protocol::BATCH_VERSION) {
             let err = McpError::invalid_request("batch_not_allowed");
             return Some(self.error_body(None, &err));

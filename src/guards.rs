@@ -72,7 +72,7 @@ impl Guards {
 
     /// Step 1 alone, for the methods other than `tools/call` that need a credential.
     pub fn authenticate(&self, env: &Env<'_>) -> Result<Principal, McpError> {
-        self.auth.authenticate(env.token, env.source)
+        self.auth.authenticate(env.token, &env.source)
     }
 
     /// Whether `principal` may see `tool` in `tools/list` (scopes and plan).
@@ -110,7 +110,7 @@ impl Guards {
         run: &RunTool<'_>,
         principal_out: &mut Option<Principal>,
     ) -> Result<Value, McpError> {
-        let principal = principal_out.insert(self.auth.authenticate(env.token, env.source)?);
+        let principal = principal_out.insert(self.auth.authenticate(env.token, &env.source)?);
         let tool = match registry.resolve(call.name) {
             Resolution::Tool(tool) => tool,
             Resolution::Retired(r) => return Err(McpError::tool_retired(r.name, r.replacement)),

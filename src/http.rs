@@ -1,12 +1,648 @@
-//! The Streamable HTTP transport (tiny_http): `POST /mcp` for both protocol eras,
-//! `GET /healthz`, and the OAuth metadata and token endpoints.
+//! The Streamable HTTP transport on tiny_http: `POST /mcp` for both protocol eras,
+//! `DELETE /mcp` to end a handshake session, `GET /healthz` for probes, and the OAuth
+//! metadata and token endpoints (see [`crate::oauth`]).
+//!
+//! A fixed pool of worker threads takes requests from the listener; a panic while serving
+//! one becomes a `-32603` for that request and never kills a worker. SIGTERM or SIGINT
+//! stops taking new requests, lets the in-flight ones finish, and returns.
+//!
+//! The body is always JSON-RPC. The HTTP status follows `ERRORS.md`: in `compatible` mode
+//! guard and tool-call errors travel with 200 (the official TypeScript clients drop the
+//! body of any other status) and only `invalid_token` gets 401; `semantic` mode adds 403
+//! and 429 for the guards that have them. Transport failures keep transport statuses.
 
-use std::sync::Arc;
+use std::io::Read;
+use std::net::SocketAddr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use crate::config::Config;
-use crate::dispatch::Server;
+use serde_json::{Value, json};
+use tiny_http::{Header, Method, Request, Response, StatusCode};
+
+use crate::catalog::{ErrorKind, McpError};
+use crate::config::{Config, ErrorStatusMode};
+use crate::dispatch::{Env, Server, Transport};
+use crate::jsonrpc::{self, Incoming, Parsed};
+use crate::protocol::{self, Session};
+use crate::registry::Notifier;
+use crate::sessions::Sessions;
+
+/// How often idle workers look at the shutdown flag.
+const POLL: Duration = Duration::from_millis(100);
 
 /// Serves HTTP until SIGTERM or SIGINT.
-pub fn serve(_server: Arc<Server>, _config: &Config) -> std::io::Result<()> {
-    Err(std::io::Error::other("the HTTP transport is being built"))
+pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
+    let listener = tiny_http::Server::http(config.http.listen).map_err(std::io::Error::other)?;
+    let listener = Arc::new(listener);
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&shutdown))?;
+    }
+    let app = Arc::new(App::new(server, config));
+    let bound = listener
+        .server_addr()
+        .to_ip()
+        .map_or_else(|| config.http.listen.to_string(), |a| a.to_string());
+    if !config.http.listen.ip().is_loopback() {
+        tracing::warn!(listen = %bound, "listening on a non-loopback address");
+    }
+    tracing::info!(listen = %bound, workers = config.http.workers, "serving MCP over HTTP at /mcp");
+    let workers: Vec<_> = (0..config.http.workers)
+        .map(|_| {
+            let (listener, app, shutdown) =
+                (Arc::clone(&listener), Arc::clone(&app), Arc::clone(&shutdown));
+            std::thread::spawn(move || worker(&listener, &app, &shutdown))
+        })
+        .collect();
+    crate::notify::ready();
+    for w in workers {
+        let _ = w.join();
+    }
+    crate::notify::stopping();
+    tracing::info!("HTTP listener stopped; in-flight requests finished");
+    Ok(())
+}
+
+fn worker(listener: &tiny_http::Server, app: &App, shutdown: &AtomicBool) {
+    while !shutdown.load(Ordering::Relaxed) {
+        match listener.recv_timeout(POLL) {
+            Ok(Some(request)) => app.handle(request),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "accepting a request failed"),
+        }
+    }
+}
+
+/// The request-independent state of the HTTP transport.
+struct App {
+    server: Arc<Server>,
+    sessions: Sessions,
+    origins: OriginPolicy,
+    max_body: usize,
+    mode: ErrorStatusMode,
+    public_base_url: Option<String>,
+    dev_credential: Option<String>,
+    oauth: crate::oauth::Endpoints,
+}
+
+/// What a handler answers: status, headers, body.
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn json(status: u16, body: &Value) -> Reply {
+        Reply {
+            status,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body: serde_json::to_vec(body).unwrap_or_default(),
+        }
+    }
+
+    fn empty(status: u16) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    fn header(mut self, name: &str, value: impl Into<String>) -> Reply {
+        self.headers.push((name.to_owned(), value.into()));
+        self
+    }
+}
+
+/// The parts of a request the handlers look at, read once.
+pub struct HttpHead {
+    /// `GET`, `POST`, …
+    pub method: Method,
+    /// Path without the query.
+    pub path: String,
+    /// Header names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The peer address.
+    pub peer: Option<SocketAddr>,
+}
+
+impl HttpHead {
+    /// The first header with this lowercase name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl App {
+    fn new(server: Arc<Server>, config: &Config) -> App {
+        App {
+            server,
+            sessions: Sessions::new(config.http.session_ttl),
+            origins: OriginPolicy::new(&config.http.allowed_hosts, &config.http.allowed_origins),
+            max_body: config.http.max_body_bytes,
+            mode: config.http.error_status,
+            public_base_url: config.http.public_base_url.clone(),
+            dev_credential: config.dev.unauthenticated_credential.clone(),
+            oauth: crate::oauth::Endpoints::new(),
+        }
+    }
+
+    fn handle(&self, mut request: Request) {
+        let head = HttpHead {
+            method: request.method().clone(),
+            path: request.url().split('?').next().unwrap_or("/").to_owned(),
+            headers: request
+                .headers()
+                .iter()
+                .map(|h| (h.field.as_str().as_str().to_ascii_lowercase(), h.value.as_str().to_owned()))
+                .collect(),
+            peer: request.remote_addr().copied(),
+        };
+        let reply = catch_unwind(AssertUnwindSafe(|| self.route(&head, &mut request)))
+            .unwrap_or_else(|_| {
+                tracing::error!(path = %head.path, "a request handler panicked");
+                self.error_reply(None, &McpError::internal(), None)
+            });
+        respond(request, reply);
+    }
+
+    fn route(&self, head: &HttpHead, request: &mut Request) -> Reply {
+        let base = self.base_url(head);
+        match (&head.method, head.path.as_str()) {
+            (Method::Get, "/healthz") => self.healthz(),
+            (Method::Get, p) if p.starts_with("/.well-known/oauth-protected-resource") => {
+                Reply::json(200, &crate::oauth::protected_resource_metadata(&base))
+            }
+            (Method::Get, "/.well-known/oauth-authorization-server") => {
+                Reply::json(200, &crate::oauth::authorization_server_metadata(&base))
+            }
+            (Method::Post, "/oauth/token") => match read_body(request, self.max_body) {
+                Ok(body) => {
+                    let (status, headers, body) =
+                        self.oauth.token(self.server.store(), head, &body);
+                    let mut reply = Reply::json(status, &body);
+                    reply.headers.extend(headers);
+                    reply.header("Cache-Control", "no-store")
+                }
+                Err(err) => self.error_reply(None, &err, None),
+            },
+            (_, "/mcp") => self.mcp(head, request),
+            _ => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
+        }
+    }
+
+    fn healthz(&self) -> Reply {
+        match self.server.store().schema_version() {
+            Ok(version) => Reply::json(200, &json!({"status": "ok", "schema_version": version})),
+            Err(err) => {
+                tracing::warn!(cause = %err, "health check failed");
+                Reply::json(503, &json!({"status": "unavailable"}))
+            }
+        }
+    }
+
+    fn base_url(&self, head: &HttpHead) -> String {
+        match &self.public_base_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => format!("http://{}", head.header("host").unwrap_or("127.0.0.1")),
+        }
+    }
+
+    fn mcp(&self, head: &HttpHead, request: &mut Request) -> Reply {
+        if let Err(err) = self.origins.check(head) {
+            return self.error_reply(None, &err, None);
+        }
+        match head.method {
+            Method::Post => self.mcp_post(head, request),
+            Method::Delete => self.mcp_delete(head),
+            _ => self
+                .error_reply(None, &McpError::new(ErrorKind::HttpMethodNotAllowed), None)
+                .header("Allow", "POST, DELETE"),
+        }
+    }
+
+    fn mcp_delete(&self, head: &HttpHead) -> Reply {
+        match head.header("mcp-session-id") {
+            None => self
+                .error_reply(None, &McpError::new(ErrorKind::HttpMethodNotAllowed), None)
+                .header("Allow", "POST"),
+            Some(id) if self.sessions.remove(id) => Reply::empty(204),
+            Some(_) => self.error_reply(None, &McpError::new(ErrorKind::SessionNotFound), None),
+        }
+    }
+
+    fn mcp_post(&self, head: &HttpHead, request: &mut Request) -> Reply {
+        if let Err(err) = check_content_type(head).and_then(|()| check_accept(head)) {
+            return self.error_reply(None, &err, None);
+        }
+        let body = match read_body(request, self.max_body) {
+            Ok(body) => body,
+            Err(err) => return self.error_reply(None, &err, None),
+        };
+        match jsonrpc::parse(&body) {
+            Parsed::NotJson => self.error_reply(None, &McpError::parse_error(), None),
+            Parsed::Batch(items) => self.batch(head, items),
+            Parsed::Single(Incoming::Invalid(id, err)) => self.error_reply(id, &err, None),
+            Parsed::Single(Incoming::Response) => Reply::empty(202),
+            Parsed::Single(Incoming::Request(req)) => self.single(head, req),
+        }
+    }
+
+    fn batch(&self, head: &HttpHead, items: Vec<Incoming>) -> Reply {
+        let session = match self.legacy_session(head) {
+            Ok(session) => session,
+            Err(err) => return self.error_reply(None, &err, None),
+        };
+        let notifier = Collector::default();
+        let env = self.env(head, &session, &notifier);
+        match self.server.handle_batch(items, &env) {
+            Some(body) => Reply::json(200, &body),
+            None => Reply::empty(202),
+        }
+    }
+
+    fn single(&self, head: &HttpHead, req: jsonrpc::Request) -> Reply {
+        let id = req.id.clone();
+        let modern = is_modern(&req);
+        let session = if modern {
+            if let Err(err) = check_modern_headers(head, &req) {
+                return self.error_reply(id, &err, Some(true));
+            }
+            Arc::new(Session::new())
+        } else if req.method == "initialize" {
+            Arc::new(Session::new())
+        } else {
+            match self.legacy_session(head) {
+                Ok(session) => session,
+                Err(err) => return self.error_reply(id, &err, Some(false)),
+            }
+        };
+        let notifier = Collector::default();
+        let env = self.env(head, &session, &notifier);
+        let is_initialize = !modern && req.method == "initialize";
+        let Some(response) = self.server.handle_incoming(Incoming::Request(req), &env) else {
+            return Reply::empty(202);
+        };
+        let mut reply = self.response_reply(&response, notifier.take(), head, modern);
+        if is_initialize && response.get("result").is_some() {
+            match self.sessions.create(session) {
+                Ok(sid) => reply = reply.header("Mcp-Session-Id", sid),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot create a session id");
+                    return self.error_reply(id, &McpError::internal(), None);
+                }
+            }
+        }
+        reply
+    }
+
+    fn env<'a>(&'a self, head: &'a HttpHead, session: &'a Session, notifier: &'a Collector) -> Env<'a> {
+        let token = head
+            .header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim);
+        Env {
+            session,
+            notifier,
+            transport: Transport::Http,
+            token,
+            dev_credential: if token.is_none() { self.dev_credential.as_deref() } else { None },
+            source: head.peer.map_or("http:unknown".to_owned(), |p| format!("http:{}", p.ip())),
+            idempotency_header: head.header("idempotency-key"),
+        }
+    }
+
+    /// The session named by `Mcp-Session-Id`; a request without one gets a fresh,
+    /// uninitialized session (the dispatcher then asks for `initialize` or `_meta`).
+    fn legacy_session(&self, head: &HttpHead) -> Result<Arc<Session>, McpError> {
+        let Some(id) = head.header("mcp-session-id") else {
+            return Ok(Arc::new(Session::new()));
+        };
+        let session = self
+            .sessions
+            .get(id)
+            .map_err(|_| McpError::new(ErrorKind::SessionNotFound))?;
+        if let Some(version) = head.header("mcp-protocol-version") {
+            let known = protocol::LEGACY_VERSIONS.contains(&version);
+            if !known || session.negotiated().is_some_and(|v| v != version) {
+                return Err(McpError::new(ErrorKind::UnsupportedProtocolVersion)
+                    .with("supported", session.negotiated().map_or_else(|| protocol::LEGACY_VERSIONS.to_vec(), |v| vec![v]))
+                    .with("requested", version));
+            }
+        }
+        Ok(session)
+    }
+
+    fn response_reply(&self, response: &Value, events: Vec<Value>, head: &HttpHead, modern: bool) -> Reply {
+        let error = response.get("error");
+        let status = error.map_or(200, |e| self.status_for(e, modern));
+        let mut reply = if events.is_empty() || !accepts_sse(head) {
+            Reply::json(status, response)
+        } else {
+            sse_reply(status, events, response)
+        };
+        let limits = match error {
+            Some(e) => e.get("data").cloned(),
+            None => response
+                .pointer("/result/_meta")
+                .and_then(|m| m.get(crate::guards::META_RATELIMIT))
+                .cloned(),
+        };
+        if let Some(limits) = limits {
+            reply.headers.extend(crate::ratelimit::http_headers(&limits));
+        }
+        if status == 401 {
+            let base = self.base_url(head);
+            reply = reply.header(
+                "WWW-Authenticate",
+                format!("Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\""),
+            );
+        }
+        if status == 403
+            && let Some(scope) = error.and_then(|e| e.pointer("/data/required_scope")).and_then(Value::as_str)
+        {
+            reply = reply.header(
+                "WWW-Authenticate",
+                format!("Bearer error=\"insufficient_scope\", scope=\"{scope}\""),
+            );
+        }
+        reply
+    }
+
+    /// The HTTP status of a JSON-RPC error response, per `ERRORS.md`.
+    fn status_for(&self, error: &Value, modern: bool) -> u16 {
+        let data = error.get("data");
+        let code = data.and_then(|d| d.get("code")).and_then(Value::as_str).unwrap_or("");
+        let http = data
+            .and_then(|d| d.get("http_status"))
+            .and_then(Value::as_u64)
+            .and_then(|s| u16::try_from(s).ok())
+            .unwrap_or(500);
+        let meta_param = data
+            .and_then(|d| d.get("param"))
+            .and_then(Value::as_str)
+            .is_some_and(|p| p.starts_with("_meta"));
+        match code {
+            "parse_error" | "invalid_request" | "header_mismatch" | "missing_client_capability"
+            | "unsupported_protocol_version" | "origin_not_allowed" | "payload_too_large"
+            | "not_acceptable" | "unsupported_media_type" | "session_not_found"
+            | "http_method_not_allowed" | "path_not_found" | "invalid_token" => http,
+            "method_not_found" if modern => 404,
+            "invalid_params" if meta_param => 400,
+            "internal_error" => 500,
+            "client_revoked" | "invalid_token_type" | "insufficient_scope" | "rate_limited"
+                if self.mode == ErrorStatusMode::Semantic =>
+            {
+                http
+            }
+            _ => 200,
+        }
+    }
+
+    fn error_reply(&self, id: Option<Value>, err: &McpError, modern: Option<bool>) -> Reply {
+        let body = self.server.error_body(id, err);
+        let status = self.status_for(&body["error"], modern.unwrap_or(false));
+        Reply::json(status, &body)
+    }
+}
+
+/// Collects the notifications a request emits; they are sent as SSE events before the
+/// response when the client accepts `text/event-stream`.
+#[derive(Default)]
+struct Collector(Mutex<Vec<Value>>);
+
+impl Collector {
+    fn take(&self) -> Vec<Value> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
+impl Notifier for Collector {
+    fn notify(&self, message: Value) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(message);
+    }
+}
+
+fn sse_reply(status: u16, events: Vec<Value>, response: &Value) -> Reply {
+    let mut body = Vec::new();
+    for message in events.iter().chain(std::iter::once(response)) {
+        body.extend_from_slice(b"event: message\ndata: ");
+        body.extend_from_slice(&serde_json::to_vec(message).unwrap_or_default());
+        body.extend_from_slice(b"\n\n");
+    }
+    Reply {
+        status,
+        headers: vec![
+            ("Content-Type".into(), "text/event-stream".into()),
+            ("Cache-Control".into(), "no-cache".into()),
+            ("X-Accel-Buffering".into(), "no".into()),
+        ],
+        body,
+    }
+}
+
+fn respond(request: Request, reply: Reply) {
+    let mut response = Response::from_data(reply.body).with_status_code(StatusCode(reply.status));
+    for (name, value) in reply.headers {
+        if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            response.add_header(header);
+        }
+    }
+    if let Err(e) = request.respond(response) {
+        tracing::debug!(error = %e, "client went away before the response was written");
+    }
+}
+
+fn is_modern(req: &jsonrpc::Request) -> bool {
+    req.params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .is_some_and(|m| m.contains_key(protocol::META_PROTOCOL_VERSION))
+}
+
+/// 2026-07-28: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` must repeat the body.
+fn check_modern_headers(head: &HttpHead, req: &jsonrpc::Request) -> Result<(), McpError> {
+    let meta_version = req
+        .params
+        .get("_meta")
+        .and_then(|m| m.get(protocol::META_PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    if head.header("mcp-protocol-version").map(str::trim) != meta_version {
+        return Err(McpError::header_mismatch("MCP-Protocol-Version"));
+    }
+    if head.header("mcp-method").map(str::trim) != Some(req.method.as_str()) {
+        return Err(McpError::header_mismatch("Mcp-Method"));
+    }
+    let name_field = match req.method.as_str() {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    };
+    if let Some(field) = name_field {
+        let expected = req.params.get(field).and_then(Value::as_str);
+        if head.header("mcp-name").map(decode_header_value).as_deref() != expected {
+            return Err(McpError::header_mismatch("Mcp-Name"));
+        }
+    }
+    Ok(())
+}
+
+/// Decodes the `=?base64?…?=` form a client uses for values that are not plain ASCII.
+fn decode_header_value(raw: &str) -> String {
+    use base64::Engine as _;
+    let raw = raw.trim();
+    raw.strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .unwrap_or_else(|| raw.to_owned())
+}
+
+fn check_content_type(head: &HttpHead) -> Result<(), McpError> {
+    let ok = head.header("content-type").is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if ok { Ok(()) } else { Err(McpError::new(ErrorKind::UnsupportedMediaType)) }
+}
+
+fn check_accept(head: &HttpHead) -> Result<(), McpError> {
+    let Some(accept) = head.header("accept") else {
+        return Ok(());
+    };
+    let ok = accept.split(',').any(|part| {
+        let media = part.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        matches!(media.as_str(), "application/json" | "text/event-stream" | "application/*" | "*/*")
+    });
+    if ok { Ok(()) } else { Err(McpError::new(ErrorKind::NotAcceptable)) }
+}
+
+fn accepts_sse(head: &HttpHead) -> bool {
+    head.header("accept")
+        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+/// Reads the body, refusing more than `cap` bytes without buffering them.
+fn read_body(request: &mut Request, cap: usize) -> Result<Vec<u8>, McpError> {
+    let too_large = || McpError::new(ErrorKind::PayloadTooLarge).detail("max_bytes", cap);
+    if request.body_length().is_some_and(|len| len > cap) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    request
+        .as_reader()
+        .take(limit)
+        .read_to_end(&mut body)
+        .map_err(|_| McpError::invalid_request("body_unreadable"))?;
+    if body.len() > cap {
+        return Err(too_large());
+    }
+    Ok(body)
+}
+
+/// DNS-rebinding protection: `Host` and `Origin` must name this server.
+struct OriginPolicy {
+    hosts: Vec<String>,
+    origins: Vec<String>,
+}
+
+impl OriginPolicy {
+    fn new(extra_hosts: &[String], extra_origins: &[String]) -> OriginPolicy {
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
+        hosts.extend(extra_hosts.iter().map(|h| h.to_ascii_lowercase()));
+        OriginPolicy {
+            hosts,
+            origins: extra_origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect(),
+        }
+    }
+
+    fn host_allowed(&self, authority: &str) -> bool {
+        let host = strip_port(authority).to_ascii_lowercase();
+        self.hosts.iter().any(|h| *h == host)
+    }
+
+    fn check(&self, head: &HttpHead) -> Result<(), McpError> {
+        let denied = || McpError::new(ErrorKind::OriginNotAllowed);
+        if let Some(host) = head.header("host")
+            && !self.host_allowed(host)
+        {
+            return Err(denied().detail("header", "Host"));
+        }
+        let Some(origin) = head.header("origin") else {
+            return Ok(());
+        };
+        let origin = origin.trim_end_matches('/').to_ascii_lowercase();
+        if self.origins.contains(&origin) {
+            return Ok(());
+        }
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        match authority {
+            Some(authority) if self.host_allowed(authority) => Ok(()),
+            _ => Err(denied().detail("header", "Origin")),
+        }
+    }
+}
+
+/// `host:port`, `[v6]:port` or a bare host → the host.
+fn strip_port(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !host.contains(':') => host,
+        _ => authority,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(headers: &[(&str, &str)]) -> HttpHead {
+        HttpHead {
+            method: Method::Post,
+            path: "/mcp".into(),
+            headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            peer: None,
+        }
+    }
+
+    #[test]
+    fn loopback_hosts_and_origins_pass_and_others_do_not() {
+        let policy = OriginPolicy::new(&[], &["https://app.example.com".into()]);
+        assert!(policy.check(&head(&[("host", "127.0.0.1:8787")])).is_ok());
+        assert!(policy.check(&head(&[("host", "[::1]:8787")])).is_ok());
+        assert!(policy.check(&head(&[("host", "localhost"), ("origin", "http://localhost:3000")])).is_ok());
+        assert!(policy.check(&head(&[("origin", "https://app.example.com")])).is_ok());
+        assert!(policy.check(&head(&[("host", "evil.example.com")])).is_err());
+        assert!(policy.check(&head(&[("host", "localhost"), ("origin", "http://evil.example.com")])).is_err());
+        assert!(policy.check(&head(&[("origin", "null")])).is_err());
+    }
+
+    #[test]
+    fn header_values_decode_the_base64_form() {
+        assert_eq!(decode_header_value("=?base64?aMOpbGxv?="), "héllo");
+        assert_eq!(decode_header_value(" plain "), "plain");
+    }
+
+    #[test]
+    fn accept_and_content_type_rules() {
+        assert!(check_accept(&head(&[("accept", "application/json, text/event-stream")])).is_ok());
+        assert!(check_accept(&head(&[("accept", "text/html")])).is_err());
+        assert!(check_content_type(&head(&[("content-type", "application/json; charset=utf-8")])).is_ok());
+        assert!(check_content_type(&head(&[("content-type", "text/plain")])).is_err());
+    }
 }

@@ -125,7 +125,8 @@ impl Worker {
             notifier: &self.notifier,
             transport: Transport::Stdio,
             token: self.token.as_deref(),
-            source: &self.source,
+            dev_credential: None,
+            source: self.source.clone(),
             idempotency_header: None,
         };
         self.server.handle_bytes(&bytes, &env)

@@ -3,4 +3,5 @@
 
 mod util;
 
+mod docs;
 mod stdio_protocol;
