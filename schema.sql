@@ -7,12 +7,20 @@
 -- Conventions:
 --   * every table is STRICT, so a value of the wrong type is an error, not a silent cast;
 --   * times are INTEGER unix seconds UTC (`*_at`), except `audit_log.at` (unix milliseconds);
---   * money is INTEGER cents (no money in this version);
+--   * money is INTEGER cents (the invoicing tables at the end);
 --   * lists are TEXT holding a JSON array, checked with json_valid/json_type;
 --   * secrets are never stored: only argon2id PHC strings (`$argon2id$...`) or, for
 --     short-lived OAuth access tokens, a digest chosen by the credentials code;
 --   * a rate limit of NULL in an override column means "inherit"; in `plans` it means
 --     "unlimited" (enterprise skips the hourly plan bucket).
+
+-- Secrets the server generates for itself (never a credential): e.g. the key that signs
+-- the `requestState` of multi-round tool calls, shared by every process on this file.
+CREATE TABLE server_secrets (
+    name       TEXT    PRIMARY KEY,
+    value      BLOB    NOT NULL CHECK (length(value) >= 32),
+    created_at INTEGER NOT NULL
+) STRICT;
 
 -- Plans the company can be on, with their limits. Seeded below; editable from the CLI.
 CREATE TABLE plans (
@@ -139,20 +147,25 @@ CREATE TABLE rate_counters (
 -- Pruning of expired windows scans by time.
 CREATE INDEX rate_counters_by_window ON rate_counters (window_start);
 
--- Idempotency keys, scoped to a credential and bound to a fingerprint of the tool and its
--- canonical arguments. A completed key replays `result`; an in-flight key whose
--- `expires_at` has passed (its holder crashed) may be taken over.
+-- Idempotency keys (src/idempotency.rs), scoped to a credential and bound to a SHA-256
+-- fingerprint of the tool name and its canonical arguments. A completed key replays
+-- `result` until `expires_at` (at least 24 h after completion). An in-flight key is leased
+-- to `owner` ("<pid>:<nonce>") until `expires_at`; after that its holder is presumed dead
+-- and the key may be taken over. No foreign key to `credentials`: rows expire on their own,
+-- and credentials are revoked, never deleted.
 CREATE TABLE idempotency_keys (
-    credential_id TEXT    NOT NULL REFERENCES credentials (public_id) ON DELETE CASCADE,
+    credential_id TEXT    NOT NULL,
     key           TEXT    NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
     tool          TEXT    NOT NULL,
-    fingerprint   TEXT    NOT NULL,
+    fingerprint   TEXT    NOT NULL CHECK (length(fingerprint) = 64),
     state         TEXT    NOT NULL CHECK (state IN ('in_flight', 'completed')),
-    -- The stored tool result (JSON), present once completed.
+    owner         TEXT,
+    -- The stored tools/call result (JSON), present once completed.
     result        TEXT    CHECK (result IS NULL OR json_valid(result)),
     created_at    INTEGER NOT NULL,
     expires_at    INTEGER NOT NULL,
     CHECK (state <> 'completed' OR result IS NOT NULL),
+    CHECK ((state = 'in_flight') = (owner IS NOT NULL)),
     PRIMARY KEY (credential_id, key)
 ) STRICT, WITHOUT ROWID;
 
@@ -175,3 +188,114 @@ CREATE TABLE audit_log (
 CREATE INDEX audit_log_by_at ON audit_log (at);
 CREATE INDEX audit_log_by_credential ON audit_log (credential_id, at);
 CREATE INDEX audit_log_by_tool ON audit_log (tool, at);
+
+-- ==== The built-in invoicing back office (src/invoicing) ====================================
+-- Money is INTEGER cents (i64) in the invoice's currency; percentages are whole numbers;
+-- dates are TEXT 'YYYY-MM-DD'; ids are '<prefix>_<uuid v7>' TEXT. Amount columns hold what
+-- `src/invoicing/money.rs` computed, so reading never recomputes or rounds.
+
+-- Clients. `tax_id` is the normalised, checksum-valid NIF/NIE/CIF; unique when present.
+CREATE TABLE clients (
+    id         TEXT    PRIMARY KEY CHECK (id GLOB 'cli_*'),
+    name       TEXT    NOT NULL CHECK (length(trim(name)) > 0),
+    tax_id     TEXT    UNIQUE CHECK (tax_id IS NULL OR length(tax_id) = 9),
+    email      TEXT,
+    address    TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+) STRICT;
+
+-- Numbering series: numbers are consecutive per series and issue dates never go backwards.
+CREATE TABLE invoice_series (
+    code            TEXT    PRIMARY KEY
+                            CHECK (length(code) BETWEEN 1 AND 10 AND code NOT GLOB '*[^A-Z0-9]*'),
+    last_number     INTEGER NOT NULL DEFAULT 0 CHECK (last_number >= 0),
+    last_issue_date TEXT
+) STRICT;
+
+-- Invoices: draft -> issued -> paid, or void (cancelled by a rectifying invoice).
+CREATE TABLE invoices (
+    id                TEXT    PRIMARY KEY CHECK (id GLOB 'inv_*'),
+    client_id         TEXT    NOT NULL REFERENCES clients (id),
+    kind              TEXT    NOT NULL CHECK (kind IN ('full', 'simplified', 'rectifying')),
+    status            TEXT    NOT NULL CHECK (status IN ('draft', 'issued', 'paid', 'void')),
+    series            TEXT    NOT NULL,
+    number            TEXT    UNIQUE,
+    issue_date        TEXT,
+    due_date          TEXT,
+    currency          TEXT    NOT NULL CHECK (length(currency) = 3),
+    notes             TEXT,
+    gross_cents       INTEGER NOT NULL,
+    discount_cents    INTEGER NOT NULL,
+    subtotal_cents    INTEGER NOT NULL,
+    vat_cents         INTEGER NOT NULL,
+    withholding_cents INTEGER NOT NULL,
+    total_cents       INTEGER NOT NULL,
+    paid_cents        INTEGER NOT NULL DEFAULT 0 CHECK (paid_cents >= 0),
+    -- The recipient as it was at issue: the legal record does not follow later client edits.
+    recipient_name    TEXT,
+    recipient_tax_id  TEXT,
+    rectifies_id      TEXT    REFERENCES invoices (id),
+    rectified_by_id   TEXT    REFERENCES invoices (id),
+    void_reason       TEXT,
+    issued_at         INTEGER,
+    voided_at         INTEGER,
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    CHECK (status = 'draft' OR (number IS NOT NULL AND issue_date IS NOT NULL)),
+    CHECK (status <> 'draft' OR number IS NULL),
+    CHECK ((kind = 'rectifying') = (rectifies_id IS NOT NULL)),
+    CHECK ((status = 'void') = (void_reason IS NOT NULL))
+) STRICT;
+
+CREATE INDEX invoices_by_client ON invoices (client_id);
+CREATE INDEX invoices_by_status_due ON invoices (status, due_date);
+CREATE INDEX invoices_by_issue_date ON invoices (issue_date);
+
+-- Invoice lines, positions 1..n. A rectifying line has the negated unit price.
+CREATE TABLE invoice_lines (
+    invoice_id        TEXT    NOT NULL REFERENCES invoices (id) ON DELETE CASCADE,
+    position          INTEGER NOT NULL CHECK (position >= 1),
+    description       TEXT    NOT NULL,
+    quantity          INTEGER NOT NULL CHECK (quantity > 0),
+    unit_price_cents  INTEGER NOT NULL,
+    discount_percent  INTEGER NOT NULL CHECK (discount_percent BETWEEN 0 AND 100),
+    vat_rate          INTEGER NOT NULL CHECK (vat_rate BETWEEN 0 AND 100),
+    withholding_rate  INTEGER NOT NULL CHECK (withholding_rate BETWEEN 0 AND 100),
+    gross_cents       INTEGER NOT NULL,
+    discount_cents    INTEGER NOT NULL,
+    net_cents         INTEGER NOT NULL,
+    vat_cents         INTEGER NOT NULL,
+    withholding_cents INTEGER NOT NULL,
+    total_cents       INTEGER NOT NULL,
+    PRIMARY KEY (invoice_id, position)
+) STRICT, WITHOUT ROWID;
+
+-- Payments received; their sum is `invoices.paid_cents` and never exceeds the total.
+CREATE TABLE payments (
+    id           TEXT    PRIMARY KEY CHECK (id GLOB 'pay_*'),
+    invoice_id   TEXT    NOT NULL REFERENCES invoices (id),
+    amount_cents INTEGER NOT NULL CHECK (amount_cents > 0),
+    currency     TEXT    NOT NULL CHECK (length(currency) = 3),
+    paid_on      TEXT    NOT NULL,
+    method       TEXT    NOT NULL
+                         CHECK (method IN ('transfer', 'card', 'cash', 'direct_debit', 'other')),
+    reference    TEXT,
+    created_at   INTEGER NOT NULL
+) STRICT;
+
+CREATE INDEX payments_by_invoice ON payments (invoice_id);
+
+-- Invoices queued for sending. tollgate never sends mail itself: a mail relay or an
+-- integration reads 'pending' rows and marks them delivered or failed.
+CREATE TABLE outbox (
+    id         TEXT    PRIMARY KEY CHECK (id GLOB 'out_*'),
+    invoice_id TEXT    NOT NULL REFERENCES invoices (id),
+    recipient  TEXT    NOT NULL,
+    subject    TEXT    NOT NULL,
+    body       TEXT    NOT NULL,
+    state      TEXT    NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'failed')),
+    created_at INTEGER NOT NULL
+) STRICT;
+
+CREATE INDEX outbox_by_invoice ON outbox (invoice_id);

@@ -1,9 +1,153 @@
 //! Authentication and access: who is calling, and which tools their scopes and the
-//! company's plan let them see and call.
+//! company's plan let them see and call. Also the credential model the CLI and the OAuth
+//! token endpoint manage: API keys, OAuth clients and their short-lived access tokens.
+//!
+//! A credential is `tg_live_<public id>_<secret>` (or `tg_test_…`): the public id (80
+//! random bits, lowercase hex) finds the row, the secret (256 random bits, base64url) is
+//! checked against its argon2id PHC hash (OWASP parameters m=19 MiB, t=2, p=1). The secret
+//! is shown once, at creation; only its hash is stored. OAuth client secrets look like
+//! `tg_cs_<secret>` and are never accepted as bearer tokens (`invalid_token_type`).
+//!
+//! Verification of a presented token, in order:
+//!
+//! 1. missing → `invalid_token` (`reason: "missing"`);
+//! 2. the token's SHA-256 is looked up in the verified-token cache; on a hit only the cheap
+//!    row checks below run, never argon2 — so revocation by another process still applies
+//!    to the very next call, and a rotated secret invalidates the cache entry;
+//! 3. on a miss, the source's failure throttle is charged *before* any argon2 work
+//!    (`rate_limited`, `bucket: "auth"`, after [`AUTH_FAILURE_LIMIT`] failures a minute);
+//! 4. parse, look up by public id (unknown ids still spend one argon2 verification against
+//!    a dummy hash), revoked / expired / OAuth client revoked / test key on a live
+//!    installation, then the argon2 verification (or the previous secret during a rotation
+//!    grace period).
+//!
+//! Test mode: the company row has a `mode` (`live` by default, `tollgate company set --mode
+//! test` for a development installation). `tg_test_` keys are refused with
+//! `invalid_token_type` unless the mode is `test`; live keys work in both modes.
 
-use crate::catalog::McpError;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Algorithm, Argon2, Params, Version};
+use base64::Engine as _;
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::catalog::{ErrorKind, McpError, store_failure};
 use crate::registry::ToolSpec;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
+
+/// Prefix of live API keys.
+pub const LIVE_PREFIX: &str = "tg_live_";
+/// Prefix of test API keys (accepted only while the installation is in test mode).
+pub const TEST_PREFIX: &str = "tg_test_";
+/// Prefix of OAuth client secrets (never valid as a bearer token).
+pub const CLIENT_SECRET_PREFIX: &str = "tg_cs_";
+/// The super-scope: grants every tool.
+pub const SUPER_SCOPE: &str = "*";
+/// Failed authentications a source may make per window before it is throttled.
+pub const AUTH_FAILURE_LIMIT: u32 = 10;
+/// The throttle's fixed window, in seconds.
+pub const AUTH_FAILURE_WINDOW_SECS: i64 = 60;
+/// How long a rotated-out secret keeps working unless `--grace` says otherwise.
+pub const DEFAULT_ROTATION_GRACE: Duration = Duration::from_secs(3600);
+
+/// Random bytes of a public id (80 bits, 20 hex characters).
+const PUBLIC_ID_BYTES: usize = 10;
+/// Random bytes of a secret (256 bits, 43 base64url characters).
+const SECRET_BYTES: usize = 32;
+/// argon2id memory cost in KiB (OWASP: 19 MiB).
+const ARGON2_MEMORY_KIB: u32 = 19_456;
+/// argon2id iterations (OWASP: 2).
+const ARGON2_ITERATIONS: u32 = 2;
+/// argon2id lanes (OWASP: 1).
+const ARGON2_LANES: u32 = 1;
+/// Distinct sources the throttle tracks; beyond it new sources share one overflow slot,
+/// so memory stays bounded and a flood from many sources still cannot burn the CPU.
+const THROTTLE_MAX_SOURCES: usize = 10_000;
+/// The shared slot of sources beyond [`THROTTLE_MAX_SOURCES`] (not a valid peer address).
+const THROTTLE_OVERFLOW: &str = "\u{0}overflow";
+/// Verified tokens kept in memory; the cache is emptied when full (re-verification costs
+/// one argon2 run per live token).
+const CACHE_MAX_ENTRIES: usize = 10_000;
+/// `last_used_at` is written at most this often per credential.
+const LAST_USED_INTERVAL_SECS: i64 = 60;
+/// Expired OAuth access tokens are deleted this long after they expire.
+const ACCESS_TOKEN_RETENTION_SECS: i64 = 86_400;
+/// Stored form of an access token's secret: SHA-256 (the secret has 256 random bits).
+const ACCESS_HASH_PREFIX: &str = "sha256$";
+/// A well-formed PHC string (same parameters) with no known preimage: unknown public ids
+/// are verified against it, so that their timing matches that of known ones.
+const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$9Qd8wJ2zGk5Kx1m7uJ1pYg$\
+                          3Wl4ROgWJ9qgIYo3X7QTUkAxzn3lVJ4C3IYVhkqmC8M";
+
+/// A secret value (a token, a client secret): its `Debug` is redacted so it cannot reach
+/// a log by accident, and there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The secret itself, for printing it once to the operator or sending it to a client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// Whether a credential is a live or a test key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `tg_live_`: works on every installation.
+    Live,
+    /// `tg_test_`: works only while the installation is in test mode.
+    Test,
+}
+
+impl Mode {
+    /// `"live"` or `"test"`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Live => "live",
+            Mode::Test => "test",
+        }
+    }
+
+    /// Parses `"live"` or `"test"`.
+    pub fn parse(text: &str) -> Option<Mode> {
+        match text {
+            "live" => Some(Mode::Live),
+            "test" => Some(Mode::Test),
+            _ => None,
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Mode::Live => LIVE_PREFIX,
+            Mode::Test => TEST_PREFIX,
+        }
+    }
+
+    /// The schema's CHECK constraints keep stored values to the two known ones.
+    fn from_stored(text: &str) -> Mode {
+        Mode::parse(text).unwrap_or(Mode::Live)
+    }
+}
 
 /// The identity a request runs as, once authenticated.
 #[derive(Debug, Clone)]
@@ -16,29 +160,1501 @@ pub struct Principal {
     pub scopes: Vec<String>,
 }
 
+/// Returns unix seconds; injected so tests can pin the throttle's window.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// Why a presented credential was refused (kept apart from [`McpError`] until the end so
+/// the throttle can tell failures from storage trouble).
+enum Failure {
+    /// `invalid_token` with this `details.reason`.
+    Invalid(&'static str),
+    /// `client_revoked`.
+    ClientRevoked,
+    /// `invalid_token_type` with this `details.reason`.
+    WrongType(&'static str),
+    /// The database could not answer; not the caller's fault.
+    Store(StoreError),
+}
+
+impl Failure {
+    fn into_error(self) -> McpError {
+        match self {
+            Failure::Invalid(reason) => invalid_token(reason),
+            Failure::ClientRevoked => McpError::new(ErrorKind::ClientRevoked),
+            Failure::WrongType(reason) => {
+                McpError::new(ErrorKind::InvalidTokenType).detail("reason", reason)
+            }
+            Failure::Store(err) => store_failure(err, false),
+        }
+    }
+}
+
+/// `invalid_token` with a safe machine-readable reason.
+fn invalid_token(reason: &'static str) -> McpError {
+    McpError::new(ErrorKind::InvalidToken).detail("reason", reason)
+}
+
+/// A token as presented, split into its parts.
+struct PresentedToken<'a> {
+    mode: Mode,
+    public_id: &'a str,
+    secret: &'a str,
+}
+
+/// Splits `tg_<mode>_<public id>_<secret>`; anything else is malformed.
+fn parse_token(token: &str) -> Result<PresentedToken<'_>, Failure> {
+    if token.starts_with(CLIENT_SECRET_PREFIX) {
+        return Err(Failure::WrongType("client_secret"));
+    }
+    let (mode, rest) = if let Some(rest) = token.strip_prefix(LIVE_PREFIX) {
+        (Mode::Live, rest)
+    } else if let Some(rest) = token.strip_prefix(TEST_PREFIX) {
+        (Mode::Test, rest)
+    } else {
+        return Err(Failure::Invalid("malformed"));
+    };
+    let (public_id, secret) = rest.split_once('_').ok_or(Failure::Invalid("malformed"))?;
+    let id_ok = (8..=64).contains(&public_id.len())
+        && public_id.bytes().all(|b| b.is_ascii_alphanumeric());
+    let secret_ok = (16..=128).contains(&secret.len())
+        && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !id_ok || !secret_ok {
+        return Err(Failure::Invalid("malformed"));
+    }
+    Ok(PresentedToken {
+        mode,
+        public_id,
+        secret,
+    })
+}
+
+/// What one indexed read tells about a credential, on every call.
+struct CredentialRow {
+    kind: String,
+    mode: Mode,
+    secret_hash: String,
+    scopes: Vec<String>,
+    client_id: Option<String>,
+    expires_at: Option<i64>,
+    revoked_at: Option<i64>,
+    previous_hash: Option<String>,
+    previous_expires_at: Option<i64>,
+    last_used_at: Option<i64>,
+    client_revoked_at: Option<i64>,
+    installation_mode: Mode,
+}
+
+impl CredentialRow {
+    /// The rotated-out hash while its grace period lasts.
+    fn active_previous(&self, now: i64) -> Option<&str> {
+        match (&self.previous_hash, self.previous_expires_at) {
+            (Some(hash), Some(until)) if now < until => Some(hash),
+            _ => None,
+        }
+    }
+}
+
+const CREDENTIAL_SELECT: &str = "SELECT c.kind, c.mode, c.secret_hash, c.scopes, c.client_id, \
+     c.expires_at, c.revoked_at, c.previous_secret_hash, c.previous_secret_expires_at, \
+     c.last_used_at, o.revoked_at, (SELECT mode FROM company WHERE id = 1) \
+     FROM credentials c LEFT JOIN oauth_clients o ON o.client_id = c.client_id \
+     WHERE c.public_id = ?1";
+
+fn find_by_public_id(store: &Store, public_id: &str) -> Result<Option<CredentialRow>, StoreError> {
+    store.read(|conn| {
+        let mut stmt = conn.prepare_cached(CREDENTIAL_SELECT)?;
+        let row = stmt
+            .query_row([public_id], |row| {
+                Ok(CredentialRow {
+                    kind: row.get(0)?,
+                    mode: Mode::from_stored(&row.get::<_, String>(1)?),
+                    secret_hash: row.get(2)?,
+                    scopes: scopes_from_json(&row.get::<_, String>(3)?),
+                    client_id: row.get(4)?,
+                    expires_at: row.get(5)?,
+                    revoked_at: row.get(6)?,
+                    previous_hash: row.get(7)?,
+                    previous_expires_at: row.get(8)?,
+                    last_used_at: row.get(9)?,
+                    client_revoked_at: row.get(10)?,
+                    installation_mode: Mode::from_stored(
+                        &row.get::<_, Option<String>>(11)?.unwrap_or_default(),
+                    ),
+                })
+            })
+            .optional()?;
+        Ok(row)
+    })
+}
+
+/// Revoked, expired, client revoked, test key on a live installation — in that order.
+fn check_standing(row: &CredentialRow, now: i64) -> Result<(), Failure> {
+    if row.revoked_at.is_some() {
+        return Err(Failure::Invalid("revoked"));
+    }
+    if row.expires_at.is_some_and(|at| at <= now) {
+        return Err(Failure::Invalid("expired"));
+    }
+    if row.client_revoked_at.is_some() {
+        return Err(Failure::ClientRevoked);
+    }
+    if row.mode == Mode::Test && row.installation_mode == Mode::Live {
+        return Err(Failure::WrongType("test_key_on_live_installation"));
+    }
+    Ok(())
+}
+
+/// A verified token remembered by the SHA-256 of its text.
+#[derive(Clone)]
+struct CacheEntry {
+    public_id: String,
+    /// SHA-256 of the PHC string the secret was verified against: when the row's hash
+    /// changes (rotation), the entry no longer matches and argon2 runs again.
+    hash_fingerprint: [u8; 32],
+}
+
+/// Failure counters per source, in fixed windows.
+#[derive(Default)]
+struct Throttle {
+    sources: HashMap<String, FailureWindow>,
+    /// Window start at which expired slots were last pruned.
+    pruned_window: i64,
+}
+
+#[derive(Clone, Copy)]
+struct FailureWindow {
+    start: i64,
+    count: u32,
+}
+
+/// One admitted attempt: refunded when it succeeds.
+struct Ticket {
+    key: String,
+    start: i64,
+}
+
+impl Throttle {
+    /// The slot `source` counts in: its own, or the overflow slot once the map is full.
+    fn slot_key(&mut self, source: &str, start: i64) -> String {
+        if self.sources.contains_key(source) || self.sources.len() < THROTTLE_MAX_SOURCES {
+            return source.to_owned();
+        }
+        if self.pruned_window != start {
+            self.sources.retain(|_, w| w.start == start);
+            self.pruned_window = start;
+        }
+        if self.sources.len() < THROTTLE_MAX_SOURCES {
+            source.to_owned()
+        } else {
+            THROTTLE_OVERFLOW.to_owned()
+        }
+    }
+
+    fn window(&mut self, key: String, start: i64) -> &mut FailureWindow {
+        let window = self.sources.entry(key).or_insert(FailureWindow { start, count: 0 });
+        if window.start != start {
+            *window = FailureWindow { start, count: 0 };
+        }
+        window
+    }
+
+    /// Reserves one attempt, or refuses when the source used up its failures.
+    fn admit(&mut self, source: &str, now: i64) -> Result<Ticket, McpError> {
+        let start = now - now.rem_euclid(AUTH_FAILURE_WINDOW_SECS);
+        let key = self.slot_key(source, start);
+        let window = self.window(key.clone(), start);
+        if window.count >= AUTH_FAILURE_LIMIT {
+            let reset = start + AUTH_FAILURE_WINDOW_SECS;
+            let retry_after = u64::try_from(reset - now).unwrap_or(1).max(1);
+            return Err(McpError::rate_limited(
+                "auth",
+                u64::from(AUTH_FAILURE_LIMIT),
+                u64::try_from(reset).unwrap_or(0),
+                retry_after,
+            ));
+        }
+        window.count += 1;
+        Ok(Ticket { key, start })
+    }
+
+    /// Gives back the attempt of a success (or of a storage failure).
+    fn refund(&mut self, ticket: Ticket) {
+        if let Some(window) = self.sources.get_mut(&ticket.key)
+            && window.start == ticket.start
+        {
+            window.count = window.count.saturating_sub(1);
+        }
+    }
+
+    /// Counts a failure that needed no admission (a cached token that is now refused).
+    fn record_failure(&mut self, source: &str, now: i64) {
+        let start = now - now.rem_euclid(AUTH_FAILURE_WINDOW_SECS);
+        let key = self.slot_key(source, start);
+        let window = self.window(key, start);
+        window.count = window.count.saturating_add(1);
+    }
+}
+
 /// Verifies credentials and decides access.
 pub struct Authenticator {
     store: Store,
+    clock: Clock,
+    cache: Mutex<HashMap<[u8; 32], CacheEntry>>,
+    throttle: Mutex<Throttle>,
+    argon2_runs: AtomicU64,
 }
 
 impl Authenticator {
-    /// An authenticator over `store`.
+    /// An authenticator over `store`, on the system clock.
     pub fn new(store: Store) -> Authenticator {
-        Authenticator { store }
+        Self::with_clock(store, Arc::new(unix_now))
     }
 
-    /// Verifies the presented token (`source` identifies the caller for throttling).
-    pub fn authenticate(&self, _token: Option<&str>, _source: &str) -> Result<Principal, McpError> {
-        let _ = &self.store;
-        Ok(Principal {
-            credential_id: String::new(),
-            client_id: None,
-            scopes: vec!["*".to_owned()],
+    /// An authenticator whose notion of "now" (unix seconds) comes from `clock`.
+    pub fn with_clock(store: Store, clock: Clock) -> Authenticator {
+        Authenticator {
+            store,
+            clock,
+            cache: Mutex::new(HashMap::new()),
+            throttle: Mutex::new(Throttle::default()),
+            argon2_runs: AtomicU64::new(0),
+        }
+    }
+
+    /// How many argon2 verifications this authenticator has run (dummy ones included).
+    pub fn argon2_runs(&self) -> u64 {
+        self.argon2_runs.load(Ordering::Relaxed)
+    }
+
+    /// Verifies the presented token; `source` (`stdio:<pid>`, an HTTP peer address)
+    /// identifies the caller for throttling repeated failures.
+    pub fn authenticate(&self, token: Option<&str>, source: &str) -> Result<Principal, McpError> {
+        let Some(token) = token.filter(|t| !t.is_empty()) else {
+            return Err(invalid_token("missing"));
+        };
+        let now = (self.clock)();
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(entry) = self.cached(&digest) {
+            match self.authenticate_cached(&entry, now) {
+                Some(Ok(principal)) => return Ok(principal),
+                Some(Err(failure)) => {
+                    if !matches!(failure, Failure::Store(_)) {
+                        self.throttle().record_failure(source, now);
+                    }
+                    return Err(failure.into_error());
+                }
+                None => self.forget(&digest),
+            }
+        }
+        let ticket = self.throttle().admit(source, now)?;
+        let outcome = self.authenticate_uncached(token, digest, now);
+        if matches!(outcome, Ok(_) | Err(Failure::Store(_))) {
+            self.throttle().refund(ticket);
+        }
+        outcome.map_err(Failure::into_error)
+    }
+
+    /// The principal of a credential chosen by configuration rather than presented (the
+    /// loopback-only development mode of the HTTP transport). Standing checks still apply.
+    pub fn principal_for_public_id(&self, public_id: &str) -> Result<Principal, McpError> {
+        let now = (self.clock)();
+        let row = find_by_public_id(&self.store, public_id)
+            .map_err(|e| store_failure(e, false))?
+            .ok_or_else(|| invalid_token("unknown"))?;
+        check_standing(&row, now).map_err(Failure::into_error)?;
+        Ok(self.admit_principal(public_id, row, now))
+    }
+
+    /// A cache hit: only the row checks, no argon2. `None` when the entry is stale.
+    fn authenticate_cached(&self, entry: &CacheEntry, now: i64) -> Option<Result<Principal, Failure>> {
+        let row = match find_by_public_id(&self.store, &entry.public_id) {
+            Ok(Some(row)) => row,
+            Ok(None) => return Some(Err(Failure::Invalid("unknown"))),
+            Err(e) => return Some(Err(Failure::Store(e))),
+        };
+        if let Err(failure) = check_standing(&row, now) {
+            return Some(Err(failure));
+        }
+        let current = fingerprint(&row.secret_hash).ct_eq(&entry.hash_fingerprint);
+        let previous = row
+            .active_previous(now)
+            .map_or(subtle::Choice::from(0), |h| fingerprint(h).ct_eq(&entry.hash_fingerprint));
+        if !bool::from(current | previous) {
+            return None;
+        }
+        Some(Ok(self.admit_principal(&entry.public_id, row, now)))
+    }
+
+    fn authenticate_uncached(&self, token: &str, digest: [u8; 32], now: i64) -> Result<Principal, Failure> {
+        let presented = parse_token(token)?;
+        let row = find_by_public_id(&self.store, presented.public_id).map_err(Failure::Store)?;
+        let Some(row) = row.filter(|r| r.mode == presented.mode) else {
+            // Unknown ids cost the same argon2 run as known ones.
+            self.argon2_verify(DUMMY_HASH, presented.secret);
+            return Err(Failure::Invalid("unknown"));
+        };
+        check_standing(&row, now)?;
+        let matched = self
+            .verify_secret(&row, presented.secret, now)
+            .ok_or(Failure::Invalid("unknown"))?;
+        if row.kind == "api_key" {
+            self.remember(digest, presented.public_id, matched);
+        }
+        Ok(self.admit_principal(presented.public_id, row, now))
+    }
+
+    /// Checks the secret; returns the fingerprint of the hash it matched.
+    fn verify_secret(&self, row: &CredentialRow, secret: &str, now: i64) -> Option<[u8; 32]> {
+        if row.kind == "oauth_access" {
+            let expected = access_hash(secret);
+            let ok: bool = expected.as_bytes().ct_eq(row.secret_hash.as_bytes()).into();
+            return ok.then(|| fingerprint(&row.secret_hash));
+        }
+        if self.argon2_verify(&row.secret_hash, secret) {
+            return Some(fingerprint(&row.secret_hash));
+        }
+        let previous = row.active_previous(now)?;
+        self.argon2_verify(previous, secret).then(|| fingerprint(previous))
+    }
+
+    fn argon2_verify(&self, phc: &str, secret: &str) -> bool {
+        self.argon2_runs.fetch_add(1, Ordering::Relaxed);
+        verify_phc(phc, secret)
+    }
+
+    fn admit_principal(&self, public_id: &str, row: CredentialRow, now: i64) -> Principal {
+        if row.last_used_at.is_none_or(|at| now - at >= LAST_USED_INTERVAL_SECS) {
+            touch_last_used(&self.store, public_id, now);
+        }
+        Principal {
+            credential_id: public_id.to_owned(),
+            client_id: row.client_id,
+            scopes: row.scopes,
+        }
+    }
+
+    fn cached(&self, digest: &[u8; 32]) -> Option<CacheEntry> {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(digest)
+            .cloned()
+    }
+
+    fn remember(&self, digest: [u8; 32], public_id: &str, hash_fingerprint: [u8; 32]) {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= CACHE_MAX_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(
+            digest,
+            CacheEntry {
+                public_id: public_id.to_owned(),
+                hash_fingerprint,
+            },
+        );
+    }
+
+    fn forget(&self, digest: &[u8; 32]) {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(digest);
+    }
+
+    fn throttle(&self) -> std::sync::MutexGuard<'_, Throttle> {
+        self.throttle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Scope and plan check for one `tools/call`: the scope first (`insufficient_scope`),
+    /// then the plan (`plan_upgrade_required` for an excluded tool, `plan_limit_exceeded`
+    /// for a used-up allowance). The plan is read on every call, so a change made by
+    /// `tollgate plan set` in another process applies to the next call.
+    pub fn check_access(&self, principal: &Principal, tool: &ToolSpec) -> Result<(), McpError> {
+        check_scope(principal, tool)?;
+        let Some(plan) = current_plan(&self.store).map_err(|e| store_failure(e, false))? else {
+            return Ok(());
+        };
+        if plan.excludes(tool.name) {
+            return Err(self.upgrade_required(&plan, tool.name));
+        }
+        self.check_allowances(&plan)
+    }
+
+    /// Whether `tool` appears in the principal's `tools/list`: its scope and its plan
+    /// inclusion (allowances are not visibility: an over-allowance company still sees
+    /// its tools, and each call says what to fix).
+    pub fn can_see(&self, principal: &Principal, tool: &ToolSpec) -> bool {
+        if check_scope(principal, tool).is_err() {
+            return false;
+        }
+        match current_plan(&self.store) {
+            Ok(Some(plan)) => !plan.excludes(tool.name),
+            Ok(None) => true,
+            Err(e) => {
+                tracing::warn!(cause = %e, "cannot read the plan; hiding the tool");
+                false
+            }
+        }
+    }
+
+    fn upgrade_required(&self, plan: &PlanView, tool: &str) -> McpError {
+        let err = McpError::new(ErrorKind::PlanUpgradeRequired)
+            .detail("current_plan", plan.slug.clone())
+            .detail("tool", tool);
+        match all_plans(&self.store) {
+            Ok(plans) => match smallest_plan_above(&plans, plan.rank, |p| !p.excludes(tool)) {
+                Some(slug) => err.with("required_plan", slug),
+                None => err,
+            },
+            Err(e) => store_failure(e, false),
+        }
+    }
+
+    fn check_allowances(&self, plan: &PlanView) -> Result<(), McpError> {
+        let Some(limit) = plan.max_active_keys else {
+            return Ok(());
+        };
+        let now = (self.clock)();
+        let active = self
+            .store
+            .read(|conn| Ok(count_active_keys(conn, now)?))
+            .map_err(|e| store_failure(e, false))?;
+        if active <= limit {
+            return Ok(());
+        }
+        let plans = all_plans(&self.store).map_err(|e| store_failure(e, false))?;
+        let fits = |p: &PlanView| p.max_active_keys.is_none_or(|max| max >= active);
+        let err = McpError::new(ErrorKind::PlanLimitExceeded)
+            .with("limit", limit)
+            .detail("allowance", "active_keys")
+            .detail("active", active)
+            .detail("current_plan", plan.slug.clone());
+        Err(match smallest_plan_above(&plans, plan.rank, fits) {
+            Some(slug) => err.with("required_plan", slug),
+            None => err,
         })
     }
 
-    /// Scope and plan check for one tool.
-    pub fn check_access(&self, _principal: &Principal, _tool: &ToolSpec) -> Result<(), McpError> {
+    /// Verifies an OAuth client's secret (the token endpoint's client authentication),
+    /// throttled per `source` like bearer tokens. Unknown client ids spend one argon2 run.
+    pub fn verify_client_secret(
+        &self,
+        client_id: &str,
+        secret: &Secret,
+        source: &str,
+    ) -> Result<OAuthClient, McpError> {
+        let now = (self.clock)();
+        let ticket = self.throttle().admit(source, now)?;
+        let outcome = self.check_client_secret(client_id, secret.expose());
+        if matches!(outcome, Ok(_) | Err(Failure::Store(_))) {
+            self.throttle().refund(ticket);
+        }
+        outcome.map_err(Failure::into_error)
+    }
+
+    fn check_client_secret(&self, client_id: &str, secret: &str) -> Result<OAuthClient, Failure> {
+        let found = find_client(&self.store, client_id).map_err(Failure::Store)?;
+        let Some((client, hash)) = found else {
+            self.argon2_verify(DUMMY_HASH, secret);
+            return Err(Failure::Invalid("unknown"));
+        };
+        if client.revoked {
+            return Err(Failure::ClientRevoked);
+        }
+        if !self.argon2_verify(&hash, secret) {
+            return Err(Failure::Invalid("unknown"));
+        }
+        Ok(client)
+    }
+}
+
+/// `insufficient_scope` unless the principal holds `*` or the tool's scope.
+fn check_scope(principal: &Principal, tool: &ToolSpec) -> Result<(), McpError> {
+    if grants(&principal.scopes, tool.scope) {
         Ok(())
+    } else {
+        Err(McpError::insufficient_scope(tool.scope, &principal.scopes))
+    }
+}
+
+/// Whether `held` includes `required` (exactly, or through `*`).
+pub fn grants(held: &[String], required: &str) -> bool {
+    held.iter().any(|s| s == SUPER_SCOPE || s == required)
+}
+
+/// The plan fields the guards need.
+struct PlanView {
+    slug: String,
+    rank: i64,
+    excluded_tools: Vec<String>,
+    max_active_keys: Option<i64>,
+}
+
+impl PlanView {
+    fn excludes(&self, tool: &str) -> bool {
+        self.excluded_tools.iter().any(|t| t == tool)
+    }
+
+    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PlanView> {
+        Ok(PlanView {
+            slug: row.get(0)?,
+            rank: row.get(1)?,
+            excluded_tools: scopes_from_json(&row.get::<_, String>(2)?),
+            max_active_keys: row.get(3)?,
+        })
+    }
+}
+
+/// The company's plan, or `None` before `tollgate init`.
+fn current_plan(store: &Store) -> Result<Option<PlanView>, StoreError> {
+    store.read(|conn| {
+        let mut stmt = conn.prepare_cached(
+            "SELECT p.slug, p.rank, p.excluded_tools, p.max_active_keys \
+             FROM company c JOIN plans p ON p.slug = c.plan_slug WHERE c.id = 1",
+        )?;
+        Ok(stmt.query_row([], PlanView::from_row).optional()?)
+    })
+}
+
+fn all_plans(store: &Store) -> Result<Vec<PlanView>, StoreError> {
+    store.read(|conn| {
+        let mut stmt = conn.prepare_cached(
+            "SELECT slug, rank, excluded_tools, max_active_keys FROM plans ORDER BY rank",
+        )?;
+        let plans = stmt.query_map([], PlanView::from_row)?.collect::<Result<Vec<_>, _>>()?;
+        Ok(plans)
+    })
+}
+
+/// The smallest plan above `rank` that `fits`; failing that, the smallest that fits at all.
+fn smallest_plan_above(plans: &[PlanView], rank: i64, fits: impl Fn(&PlanView) -> bool) -> Option<String> {
+    plans
+        .iter()
+        .find(|p| p.rank > rank && fits(p))
+        .or_else(|| plans.iter().find(|p| fits(p)))
+        .map(|p| p.slug.clone())
+}
+
+/// API keys that count against the plan's allowance: not revoked, not expired.
+fn count_active_keys(conn: &Connection, now: i64) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM credentials \
+         WHERE kind = 'api_key' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?1)",
+    )?
+    .query_row([now], |row| row.get(0))
+}
+
+/// Records use at most once a minute, and never waits for another writer: on contention
+/// the update is simply skipped (the next call tries again).
+fn touch_last_used(store: &Store, public_id: &str, now: i64) {
+    let outcome = store.read(|conn| {
+        let previous: i64 = conn.pragma_query_value(None, "busy_timeout", |row| row.get(0))?;
+        conn.busy_timeout(Duration::ZERO)?;
+        let updated = conn
+            .prepare_cached("UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2")
+            .and_then(|mut stmt| stmt.execute(params![now, public_id]));
+        conn.busy_timeout(Duration::from_millis(u64::try_from(previous).unwrap_or(0)))?;
+        Ok(updated?)
+    });
+    if let Err(e) = outcome
+        && !e.is_transient()
+    {
+        tracing::warn!(cause = %e, "cannot record when a credential was last used");
+    }
+}
+
+/// Unix seconds from the system clock.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+fn fingerprint(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+fn access_hash(secret: &str) -> String {
+    format!("{ACCESS_HASH_PREFIX}{}", hex(&Sha256::digest(secret.as_bytes())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
+}
+
+fn scopes_from_json(text: &str) -> Vec<String> {
+    serde_json::from_str(text).unwrap_or_else(|e| {
+        tracing::warn!(cause = %e, "a stored JSON list is unreadable; treating it as empty");
+        Vec::new()
+    })
+}
+
+fn scopes_to_json(scopes: &[String]) -> String {
+    serde_json::Value::from(scopes.to_vec()).to_string()
+}
+
+// ---- Secrets and hashes ------------------------------------------------------------
+
+fn random_bytes<const N: usize>() -> Result<[u8; N], CredentialError> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        CredentialError::Internal(format!("the operating system's random generator failed: {e}"))
+    })?;
+    Ok(bytes)
+}
+
+fn new_public_id() -> Result<String, CredentialError> {
+    Ok(hex(&random_bytes::<PUBLIC_ID_BYTES>()?))
+}
+
+fn new_secret() -> Result<String, CredentialError> {
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<SECRET_BYTES>()?))
+}
+
+fn hasher() -> Result<Argon2<'static>, CredentialError> {
+    let params = Params::new(ARGON2_MEMORY_KIB, ARGON2_ITERATIONS, ARGON2_LANES, None)
+        .map_err(|e| CredentialError::Internal(format!("argon2 parameters: {e}")))?;
+    Ok(Argon2::new(Algorithm::Argon2id, Version::V0x13, params))
+}
+
+/// The argon2id PHC string of `secret` (OWASP parameters, random 128-bit salt).
+pub fn hash_secret(secret: &Secret) -> Result<String, CredentialError> {
+    let salt = SaltString::encode_b64(&random_bytes::<16>()?)
+        .map_err(|e| CredentialError::Internal(format!("argon2 salt: {e}")))?;
+    let hash = hasher()?
+        .hash_password(secret.expose().as_bytes(), &salt)
+        .map_err(|e| CredentialError::Internal(format!("argon2: {e}")))?;
+    Ok(hash.to_string())
+}
+
+/// Whether `secret` matches the PHC string (its own parameters are used).
+fn verify_phc(phc: &str, secret: &str) -> bool {
+    PasswordHash::new(phc)
+        .is_ok_and(|hash| Argon2::default().verify_password(secret.as_bytes(), &hash).is_ok())
+}
+
+// ---- Scopes -----------------------------------------------------------------------
+
+/// Parses one scope: `*`, or `resource:action` with each part lowercase letters, digits,
+/// `_` or `-`, starting with a letter, at most 32 characters.
+pub fn parse_scope(text: &str) -> Result<String, CredentialError> {
+    let text = text.trim();
+    if text == SUPER_SCOPE {
+        return Ok(text.to_owned());
+    }
+    let part_ok = |p: &str| {
+        (1..=32).contains(&p.len())
+            && p.starts_with(|c: char| c.is_ascii_lowercase())
+            && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    };
+    match text.split_once(':') {
+        Some((resource, action)) if part_ok(resource) && part_ok(action) => Ok(text.to_owned()),
+        _ => Err(CredentialError::BadScope(text.to_owned())),
+    }
+}
+
+/// Parses a comma-separated list of scopes (at least one; duplicates dropped).
+pub fn parse_scope_list(list: &str) -> Result<Vec<String>, CredentialError> {
+    let mut scopes: Vec<String> = Vec::new();
+    for part in list.split(',').filter(|p| !p.trim().is_empty()) {
+        let scope = parse_scope(part)?;
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    if scopes.is_empty() {
+        return Err(CredentialError::BadScope(String::new()));
+    }
+    Ok(scopes)
+}
+
+// ---- Managing credentials and clients ----------------------------------------------
+
+/// Why a management operation (CLI, token endpoint) failed. `Display` says how to fix it
+/// and never contains a secret.
+#[derive(Debug)]
+pub enum CredentialError {
+    /// There is no company yet.
+    NotInitialised,
+    /// No API key or access token has this public id.
+    UnknownKey(String),
+    /// The key is revoked or expired and cannot be rotated.
+    KeyNotActive {
+        /// The key's public id.
+        id: String,
+        /// `revoked` or `expired`.
+        status: &'static str,
+    },
+    /// The operation applies to API keys only (not to OAuth access tokens).
+    NotAnApiKey(String),
+    /// No OAuth client has this id.
+    UnknownClient(String),
+    /// The OAuth client is revoked.
+    ClientRevoked(String),
+    /// A scope is not `resource:action` or `*` (empty: no scope was given).
+    BadScope(String),
+    /// The OAuth client is not allowed this scope.
+    ScopeNotAllowed {
+        /// The scope asked for.
+        scope: String,
+        /// The client.
+        client_id: String,
+    },
+    /// The plan's active-keys allowance is used up.
+    PlanLimit {
+        /// The company's plan.
+        plan: String,
+        /// Keys the plan allows.
+        limit: i64,
+        /// Keys active now.
+        active: i64,
+    },
+    /// A name or duration is unusable.
+    Invalid(String),
+    /// The database failed.
+    Store(StoreError),
+    /// The random generator or the hasher failed.
+    Internal(String),
+}
+
+impl fmt::Display for CredentialError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotInitialised => f.write_str("no company yet; run `tollgate init` first"),
+            Self::UnknownKey(id) => write!(f, "no key has the id {id:?}; run `tollgate key list` to see the ids"),
+            Self::KeyNotActive { id, status } => write!(
+                f,
+                "key {id} is {status} and cannot be rotated; create a new one with `tollgate key create`"
+            ),
+            Self::NotAnApiKey(id) => write!(
+                f,
+                "{id} is an OAuth access token, not an API key; access tokens expire on their own \
+                 (revoke it with `tollgate key revoke {id}`)"
+            ),
+            Self::UnknownClient(id) => write!(f, "no OAuth client has the id {id:?}; run `tollgate client list` to see the ids"),
+            Self::ClientRevoked(id) => write!(f, "OAuth client {id} is revoked; create a new one with `tollgate client create`"),
+            Self::BadScope(scope) if scope.is_empty() => f.write_str(
+                "no scope given; pass --scopes with scopes like invoices:read,clients:write (or * for all)",
+            ),
+            Self::BadScope(scope) => write!(
+                f,
+                "invalid scope {scope:?}: scopes look like resource:action in lowercase \
+                 (e.g. invoices:read, clients:write), or * for every tool; separate them with commas"
+            ),
+            Self::ScopeNotAllowed { scope, client_id } => write!(
+                f,
+                "OAuth client {client_id} is not allowed the scope {scope:?}; use a scope from its \
+                 allowed scopes (`tollgate client list`)"
+            ),
+            Self::PlanLimit { plan, limit, active } => write!(
+                f,
+                "the {plan} plan allows {limit} active keys and {active} are active; revoke one \
+                 (`tollgate key revoke ID`) or move to a larger plan (`tollgate plan set SLUG`)"
+            ),
+            Self::Invalid(message) | Self::Internal(message) => f.write_str(message),
+            Self::Store(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for CredentialError {}
+
+impl From<StoreError> for CredentialError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl From<rusqlite::Error> for CredentialError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Store(StoreError::from(e))
+    }
+}
+
+/// Runs `f` in a write transaction, keeping its own error apart from storage errors.
+fn write_tx<T>(
+    store: &Store,
+    f: impl FnOnce(&Transaction<'_>) -> Result<T, CredentialError>,
+) -> Result<T, CredentialError> {
+    let mut own: Option<CredentialError> = None;
+    let result = store.write(|tx| {
+        f(tx).map_err(|e| match e {
+            CredentialError::Store(e) => e,
+            other => {
+                own = Some(other);
+                StoreError::RolledBack
+            }
+        })
+    });
+    result.map_err(|e| own.take().unwrap_or(CredentialError::Store(e)))
+}
+
+/// What `tollgate key create` asks for.
+#[derive(Debug, Clone)]
+pub struct NewKey {
+    /// Operator-chosen label.
+    pub name: String,
+    /// Granted scopes (already parsed).
+    pub scopes: Vec<String>,
+    /// Lifetime; `None` = never expires.
+    pub expires_in: Option<Duration>,
+    /// The OAuth client the key belongs to, if any.
+    pub client_id: Option<String>,
+    /// Live or test key.
+    pub mode: Mode,
+}
+
+/// A newly issued credential: its public id and the token, shown once.
+#[derive(Debug)]
+pub struct IssuedKey {
+    /// Public id (what `key list`, `key revoke` and the audit log use).
+    pub public_id: String,
+    /// The whole token `tg_<mode>_<public id>_<secret>`.
+    pub token: Secret,
+    /// Expiry (unix seconds), if any.
+    pub expires_at: Option<i64>,
+}
+
+fn compose_token(mode: Mode, public_id: &str, secret: &str) -> Secret {
+    Secret::new(format!("{}{public_id}_{secret}", mode.prefix()))
+}
+
+fn check_name(name: &str) -> Result<String, CredentialError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+        return Err(CredentialError::Invalid(
+            "--name: give a short label of 1 to 100 printable characters".to_owned(),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+fn seconds(duration: Duration) -> i64 {
+    i64::try_from(duration.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Creates an API key; refuses one beyond the plan's active-keys allowance.
+pub fn create_key(store: &Store, new: &NewKey) -> Result<IssuedKey, CredentialError> {
+    let name = check_name(&new.name)?;
+    if new.scopes.is_empty() {
+        return Err(CredentialError::BadScope(String::new()));
+    }
+    let public_id = new_public_id()?;
+    let secret = Secret::new(new_secret()?);
+    let hash = hash_secret(&secret)?;
+    let now = unix_now();
+    let expires_at = new.expires_in.map(|d| now.saturating_add(seconds(d)));
+    write_tx(store, |tx| {
+        check_key_allowance(tx, now)?;
+        if let Some(client_id) = &new.client_id {
+            check_client_grants(tx, client_id, &new.scopes)?;
+        }
+        tx.prepare_cached(
+            "INSERT INTO credentials (public_id, kind, mode, name, secret_hash, scopes, client_id, \
+             expires_at, created_at) VALUES (?1, 'api_key', ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![
+            public_id,
+            new.mode.as_str(),
+            name,
+            hash,
+            scopes_to_json(&new.scopes),
+            new.client_id,
+            expires_at,
+            now
+        ])?;
+        Ok(())
+    })?;
+    Ok(IssuedKey {
+        token: compose_token(new.mode, &public_id, secret.expose()),
+        public_id,
+        expires_at,
+    })
+}
+
+fn check_key_allowance(tx: &Transaction<'_>, now: i64) -> Result<(), CredentialError> {
+    let plan: Option<(String, Option<i64>)> = tx
+        .prepare_cached(
+            "SELECT p.slug, p.max_active_keys FROM company c JOIN plans p ON p.slug = c.plan_slug \
+             WHERE c.id = 1",
+        )?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    let Some((plan, max)) = plan else {
+        return Err(CredentialError::NotInitialised);
+    };
+    let active = count_active_keys(tx, now)?;
+    match max {
+        Some(limit) if active >= limit => Err(CredentialError::PlanLimit { plan, limit, active }),
+        _ => Ok(()),
+    }
+}
+
+fn check_client_grants(tx: &Transaction<'_>, client_id: &str, scopes: &[String]) -> Result<(), CredentialError> {
+    let row: Option<(String, Option<i64>)> = tx
+        .prepare_cached("SELECT allowed_scopes, revoked_at FROM oauth_clients WHERE client_id = ?1")?
+        .query_row([client_id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    let Some((allowed, revoked_at)) = row else {
+        return Err(CredentialError::UnknownClient(client_id.to_owned()));
+    };
+    if revoked_at.is_some() {
+        return Err(CredentialError::ClientRevoked(client_id.to_owned()));
+    }
+    let allowed = scopes_from_json(&allowed);
+    match scopes.iter().find(|s| !grants(&allowed, s)) {
+        Some(scope) => Err(CredentialError::ScopeNotAllowed {
+            scope: scope.clone(),
+            client_id: client_id.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// One API key as `tollgate key list` shows it (never its secret or hash).
+#[derive(Debug, Clone)]
+pub struct KeyInfo {
+    /// Public id.
+    pub public_id: String,
+    /// Label.
+    pub name: String,
+    /// Live or test.
+    pub mode: Mode,
+    /// Granted scopes.
+    pub scopes: Vec<String>,
+    /// Owning OAuth client.
+    pub client_id: Option<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds, if it expires.
+    pub expires_at: Option<i64>,
+    /// Unix seconds, if revoked.
+    pub revoked_at: Option<i64>,
+    /// Unix seconds (updated at most once a minute).
+    pub last_used_at: Option<i64>,
+    /// Until when the rotated-out secret still works, if a rotation grace is running.
+    pub previous_secret_until: Option<i64>,
+}
+
+impl KeyInfo {
+    /// `active`, `revoked` or `expired`.
+    pub fn status(&self, now: i64) -> &'static str {
+        if self.revoked_at.is_some() {
+            "revoked"
+        } else if self.expires_at.is_some_and(|at| at <= now) {
+            "expired"
+        } else {
+            "active"
+        }
+    }
+}
+
+/// Every API key, oldest first (OAuth access tokens are not listed).
+pub fn list_keys(store: &Store) -> Result<Vec<KeyInfo>, CredentialError> {
+    Ok(store.read(|conn| {
+        let mut stmt = conn.prepare_cached(
+            "SELECT public_id, name, mode, scopes, client_id, created_at, expires_at, revoked_at, \
+             last_used_at, previous_secret_expires_at FROM credentials WHERE kind = 'api_key' \
+             ORDER BY created_at, public_id",
+        )?;
+        let keys = stmt
+            .query_map([], |row| {
+                Ok(KeyInfo {
+                    public_id: row.get(0)?,
+                    name: row.get(1)?,
+                    mode: Mode::from_stored(&row.get::<_, String>(2)?),
+                    scopes: scopes_from_json(&row.get::<_, String>(3)?),
+                    client_id: row.get(4)?,
+                    created_at: row.get(5)?,
+                    expires_at: row.get(6)?,
+                    revoked_at: row.get(7)?,
+                    last_used_at: row.get(8)?,
+                    previous_secret_until: row.get(9)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(keys)
+    })?)
+}
+
+/// Revokes a key (or access token). Returns `false` when it was already revoked. Running
+/// servers refuse it on their next call: they read the row on every call.
+pub fn revoke_key(store: &Store, public_id: &str) -> Result<bool, CredentialError> {
+    let now = unix_now();
+    write_tx(store, |tx| {
+        let changed = tx
+            .prepare_cached(
+                "UPDATE credentials SET revoked_at = ?1 WHERE public_id = ?2 AND revoked_at IS NULL",
+            )?
+            .execute(params![now, public_id])?;
+        if changed > 0 {
+            return Ok(true);
+        }
+        let exists: Option<i64> = tx
+            .prepare_cached("SELECT 1 FROM credentials WHERE public_id = ?1")?
+            .query_row([public_id], |row| row.get(0))
+            .optional()?;
+        match exists {
+            Some(_) => Ok(false),
+            None => Err(CredentialError::UnknownKey(public_id.to_owned())),
+        }
+    })
+}
+
+/// Issues a new secret for an active API key. The previous secret keeps working for
+/// `grace` (zero: not at all); a secret rotated out earlier stops working at once.
+pub fn rotate_key(store: &Store, public_id: &str, grace: Duration) -> Result<IssuedKey, CredentialError> {
+    let secret = Secret::new(new_secret()?);
+    let hash = hash_secret(&secret)?;
+    let now = unix_now();
+    let until = (!grace.is_zero()).then(|| now.saturating_add(seconds(grace)));
+    let (mode, expires_at) = write_tx(store, |tx| {
+        let row: Option<(String, String, Option<i64>, Option<i64>)> = tx
+            .prepare_cached(
+                "SELECT kind, mode, revoked_at, expires_at FROM credentials WHERE public_id = ?1",
+            )?
+            .query_row([public_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .optional()?;
+        let Some((kind, mode, revoked_at, expires_at)) = row else {
+            return Err(CredentialError::UnknownKey(public_id.to_owned()));
+        };
+        let status = match (revoked_at, expires_at) {
+            (Some(_), _) => Some("revoked"),
+            (None, Some(at)) if at <= now => Some("expired"),
+            _ => None,
+        };
+        if let Some(status) = status {
+            return Err(CredentialError::KeyNotActive { id: public_id.to_owned(), status });
+        }
+        if kind != "api_key" {
+            return Err(CredentialError::NotAnApiKey(public_id.to_owned()));
+        }
+        tx.prepare_cached(
+            "UPDATE credentials SET previous_secret_hash = CASE WHEN ?1 IS NULL THEN NULL \
+             ELSE secret_hash END, previous_secret_expires_at = ?1, secret_hash = ?2 \
+             WHERE public_id = ?3",
+        )?
+        .execute(params![until, hash, public_id])?;
+        Ok((Mode::from_stored(&mode), expires_at))
+    })?;
+    Ok(IssuedKey {
+        token: compose_token(mode, public_id, secret.expose()),
+        public_id: public_id.to_owned(),
+        expires_at,
+    })
+}
+
+/// An OAuth client, as the token endpoint sees it (never its secret or hash).
+#[derive(Debug, Clone)]
+pub struct OAuthClient {
+    /// Client id.
+    pub client_id: String,
+    /// Label.
+    pub name: String,
+    /// Scopes its access tokens may carry.
+    pub allowed_scopes: Vec<String>,
+    /// Override of the plan's per-client limit (calls per minute), if any.
+    pub per_minute_limit: Option<u32>,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Whether it was revoked.
+    pub revoked: bool,
+}
+
+fn find_client(store: &Store, client_id: &str) -> Result<Option<(OAuthClient, String)>, StoreError> {
+    store.read(|conn| {
+        let mut stmt = conn.prepare_cached(&format!("{CLIENT_SELECT} WHERE client_id = ?1"))?;
+        Ok(stmt.query_row([client_id], client_from_row).optional()?)
+    })
+}
+
+const CLIENT_SELECT: &str = "SELECT client_id, name, allowed_scopes, per_minute_limit, created_at, \
+     revoked_at, secret_hash FROM oauth_clients";
+
+fn client_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(OAuthClient, String)> {
+    let client = OAuthClient {
+        client_id: row.get(0)?,
+        name: row.get(1)?,
+        allowed_scopes: scopes_from_json(&row.get::<_, String>(2)?),
+        per_minute_limit: row.get(3)?,
+        created_at: row.get(4)?,
+        revoked: row.get::<_, Option<i64>>(5)?.is_some(),
+    };
+    Ok((client, row.get(6)?))
+}
+
+/// A newly created OAuth client: its id and its secret, shown once.
+#[derive(Debug)]
+pub struct IssuedClient {
+    /// Client id.
+    pub client_id: String,
+    /// `tg_cs_<secret>`.
+    pub secret: Secret,
+}
+
+/// Creates an OAuth client allowed `scopes`.
+pub fn create_client(store: &Store, name: &str, scopes: &[String]) -> Result<IssuedClient, CredentialError> {
+    let name = check_name(name)?;
+    if scopes.is_empty() {
+        return Err(CredentialError::BadScope(String::new()));
+    }
+    let client_id = format!("client{}", new_public_id()?);
+    let secret = Secret::new(format!("{CLIENT_SECRET_PREFIX}{}", new_secret()?));
+    let hash = hash_secret(&secret)?;
+    let now = unix_now();
+    write_tx(store, |tx| {
+        tx.prepare_cached(
+            "INSERT INTO oauth_clients (client_id, name, secret_hash, allowed_scopes, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![client_id, name, hash, scopes_to_json(scopes), now])?;
+        Ok(())
+    })?;
+    Ok(IssuedClient { client_id, secret })
+}
+
+/// Every OAuth client, oldest first.
+pub fn list_clients(store: &Store) -> Result<Vec<OAuthClient>, CredentialError> {
+    Ok(store.read(|conn| {
+        let mut stmt = conn.prepare_cached(&format!("{CLIENT_SELECT} ORDER BY created_at, client_id"))?;
+        let clients = stmt
+            .query_map([], |row| client_from_row(row).map(|(client, _)| client))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(clients)
+    })?)
+}
+
+/// Revokes a client: every call with one of its credentials then answers
+/// `client_revoked`. Returns `false` when it was already revoked.
+pub fn revoke_client(store: &Store, client_id: &str) -> Result<bool, CredentialError> {
+    let now = unix_now();
+    write_tx(store, |tx| {
+        let changed = tx
+            .prepare_cached(
+                "UPDATE oauth_clients SET revoked_at = ?1 WHERE client_id = ?2 AND revoked_at IS NULL",
+            )?
+            .execute(params![now, client_id])?;
+        if changed > 0 {
+            return Ok(true);
+        }
+        let exists: Option<i64> = tx
+            .prepare_cached("SELECT 1 FROM oauth_clients WHERE client_id = ?1")?
+            .query_row([client_id], |row| row.get(0))
+            .optional()?;
+        match exists {
+            Some(_) => Ok(false),
+            None => Err(CredentialError::UnknownClient(client_id.to_owned())),
+        }
+    })
+}
+
+/// Issues a short-lived OAuth access token (a credential of kind `oauth_access` bound to
+/// `client`) carrying `scopes` — all of the client's allowed scopes when empty. Its secret
+/// is stored as a SHA-256 digest (256 random bits need no slow hash). Access tokens that
+/// expired more than a day ago are deleted on the way.
+pub fn issue_access_token(
+    store: &Store,
+    client: &OAuthClient,
+    scopes: &[String],
+    ttl: Duration,
+) -> Result<IssuedKey, CredentialError> {
+    if ttl.is_zero() {
+        return Err(CredentialError::Invalid("an access token needs a lifetime above zero".to_owned()));
+    }
+    let scopes = if scopes.is_empty() { client.allowed_scopes.clone() } else { scopes.to_vec() };
+    let public_id = new_public_id()?;
+    let secret = new_secret()?;
+    let now = unix_now();
+    let expires_at = now.saturating_add(seconds(ttl));
+    write_tx(store, |tx| {
+        check_client_grants(tx, &client.client_id, &scopes)?;
+        tx.prepare_cached(
+            "DELETE FROM credentials WHERE kind = 'oauth_access' AND expires_at < ?1",
+        )?
+        .execute([now - ACCESS_TOKEN_RETENTION_SECS])?;
+        tx.prepare_cached(
+            "INSERT INTO credentials (public_id, kind, mode, name, secret_hash, scopes, client_id, \
+             expires_at, created_at) VALUES (?1, 'oauth_access', 'live', ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            public_id,
+            format!("access token of {}", client.client_id),
+            access_hash(&secret),
+            scopes_to_json(&scopes),
+            client.client_id,
+            expires_at,
+            now
+        ])?;
+        Ok(())
+    })?;
+    Ok(IssuedKey {
+        token: compose_token(Mode::Live, &public_id, &secret),
+        public_id,
+        expires_at: Some(expires_at),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Category, Idempotency};
+    use crate::store::{Company, StoreOptions};
+    use std::sync::atomic::AtomicI64;
+
+    fn fresh(plan: &str) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = StoreOptions { create: true, ..StoreOptions::default() };
+        let store = Store::open(&dir.path().join("t.db"), &opts).expect("open");
+        let company = Company {
+            name: "Acme".into(),
+            tax_id: None,
+            plan_slug: plan.into(),
+            locale: "en".into(),
+            country: "ES".into(),
+        };
+        store.set_company(&company).expect("company");
+        (dir, store)
+    }
+
+    fn key(store: &Store, scopes: &[&str]) -> IssuedKey {
+        let new = NewKey {
+            name: "k".into(),
+            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
+            expires_in: None,
+            client_id: None,
+            mode: Mode::Live,
+        };
+        create_key(store, &new).expect("create key")
+    }
+
+    fn tool(name: &'static str, scope: &'static str) -> ToolSpec {
+        ToolSpec {
+            name,
+            title: name,
+            description: "",
+            category: Category::Read,
+            scope,
+            idempotency: Idempotency::NotApplicable,
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
+        }
+    }
+
+    fn reason(err: &McpError) -> serde_json::Value {
+        err.fields()["details"]["reason"].clone()
+    }
+
+    #[test]
+    fn dummy_hash_is_a_valid_phc_with_the_owasp_parameters() {
+        let hash = PasswordHash::new(DUMMY_HASH).expect("phc");
+        assert_eq!(hash.algorithm.as_str(), "argon2id");
+        let params = Params::try_from(&hash).expect("params");
+        assert_eq!((params.m_cost(), params.t_cost(), params.p_cost()), (19_456, 2, 1));
+    }
+
+    #[test]
+    fn token_format_and_parsing() {
+        let (_dir, store) = fresh("pro");
+        let issued = key(&store, &["*"]);
+        let token = issued.token.expose();
+        assert!(token.starts_with("tg_live_"));
+        let parsed = parse_token(token).ok().expect("parses");
+        assert_eq!(parsed.public_id, issued.public_id);
+        assert_eq!(parsed.public_id.len(), 20);
+        assert_eq!(parsed.secret.len(), 43);
+        for bad in ["tg_live_", "tg_live_abc_def", "bearer x", "tg_live_abcdefgh12", "tg_live_abcd!fgh_0123456789abcdefgh"] {
+            assert!(matches!(parse_token(bad), Err(Failure::Invalid("malformed"))), "{bad}");
+        }
+        assert!(matches!(parse_token("tg_cs_abc"), Err(Failure::WrongType("client_secret"))));
+        assert_eq!(format!("{:?}", issued.token), "Secret(<redacted>)");
+    }
+
+    #[test]
+    fn argon2_runs_once_per_token_and_revocation_applies_next_call() {
+        let (_dir, store) = fresh("pro");
+        let issued = key(&store, &["invoices:read"]);
+        let auth = Authenticator::new(store.clone());
+        for _ in 0..5 {
+            let p = auth.authenticate(Some(issued.token.expose()), "s").expect("valid");
+            assert_eq!(p.scopes, vec!["invoices:read".to_owned()]);
+        }
+        assert_eq!(auth.argon2_runs(), 1);
+        assert!(revoke_key(&store, &issued.public_id).expect("revoke"));
+        let err = auth.authenticate(Some(issued.token.expose()), "s").expect_err("revoked");
+        assert_eq!(err.kind(), ErrorKind::InvalidToken);
+        assert_eq!(reason(&err), "revoked");
+        assert!(!revoke_key(&store, &issued.public_id).expect("again"));
+        assert_eq!(auth.argon2_runs(), 1);
+    }
+
+    #[test]
+    fn rotation_keeps_the_old_secret_for_the_grace_only() {
+        let (_dir, store) = fresh("pro");
+        let old = key(&store, &["*"]);
+        let auth = Authenticator::new(store.clone());
+        auth.authenticate(Some(old.token.expose()), "s").expect("old valid");
+        let new = rotate_key(&store, &old.public_id, Duration::from_secs(3600)).expect("rotate");
+        assert_eq!(new.public_id, old.public_id);
+        auth.authenticate(Some(old.token.expose()), "s").expect("old valid in grace");
+        auth.authenticate(Some(new.token.expose()), "s").expect("new valid");
+        let newest = rotate_key(&store, &old.public_id, Duration::ZERO).expect("rotate again");
+        let err = auth.authenticate(Some(old.token.expose()), "s").expect_err("old gone");
+        assert_eq!(reason(&err), "unknown");
+        let err = auth.authenticate(Some(new.token.expose()), "s").expect_err("no grace");
+        assert_eq!(reason(&err), "unknown");
+        auth.authenticate(Some(newest.token.expose()), "s").expect("newest valid");
+    }
+
+    #[test]
+    fn unknown_ids_spend_one_dummy_verification() {
+        let (_dir, store) = fresh("pro");
+        let auth = Authenticator::new(store);
+        let token = format!("tg_live_0123456789abcdef0123_{}", "A".repeat(43));
+        let err = auth.authenticate(Some(&token), "s").expect_err("unknown");
+        assert_eq!(reason(&err), "unknown");
+        assert_eq!(auth.argon2_runs(), 1);
+        let err = auth.authenticate(None, "s").expect_err("missing");
+        assert_eq!(reason(&err), "missing");
+        assert_eq!(auth.argon2_runs(), 1);
+    }
+
+    #[test]
+    fn throttle_refuses_before_argon2_and_resets_with_the_window() {
+        let (_dir, store) = fresh("pro");
+        let now = Arc::new(AtomicI64::new(1_000_020));
+        let clock_now = Arc::clone(&now);
+        let auth = Authenticator::with_clock(store, Arc::new(move || clock_now.load(Ordering::Relaxed)));
+        let token = format!("tg_live_0123456789abcdef0123_{}", "B".repeat(43));
+        for _ in 0..AUTH_FAILURE_LIMIT {
+            auth.authenticate(Some(&token), "peer").expect_err("unknown");
+        }
+        let err = auth.authenticate(Some(&token), "peer").expect_err("throttled");
+        assert_eq!(err.kind(), ErrorKind::RateLimited);
+        assert_eq!(err.fields()["bucket"], "auth");
+        assert_eq!(err.fields()["limit"], 10);
+        assert_eq!(err.fields()["reset"], 1_000_020 - 1_000_020 % 60 + 60);
+        assert_eq!(err.fields()["retry_after"], 1_000_020 - 1_000_020 % 60 + 60 - 1_000_020);
+        assert_eq!(auth.argon2_runs(), u64::from(AUTH_FAILURE_LIMIT));
+        now.fetch_add(60, Ordering::Relaxed);
+        let err = auth.authenticate(Some(&token), "peer").expect_err("new window");
+        assert_eq!(err.kind(), ErrorKind::InvalidToken);
+    }
+
+    #[test]
+    fn throttle_memory_is_bounded() {
+        let mut throttle = Throttle::default();
+        for i in 0..(THROTTLE_MAX_SOURCES + 500) {
+            let _ = throttle.admit(&format!("peer-{i}"), 120);
+        }
+        assert!(throttle.sources.len() <= THROTTLE_MAX_SOURCES + 1);
+        assert_eq!(throttle.sources[THROTTLE_OVERFLOW].count, 10);
+        // A new window frees the slots of the old one.
+        throttle.admit("late", 180).expect("admitted");
+        assert!(throttle.sources.contains_key("late"));
+    }
+
+    #[test]
+    fn scopes_then_plan_then_allowance() {
+        let (_dir, store) = fresh("free");
+        let auth = Authenticator::new(store.clone());
+        let reader = Principal { credential_id: "x".into(), client_id: None, scopes: vec!["invoices:read".into()] };
+        let err = auth.check_access(&reader, &tool("create_invoice", "invoices:write")).expect_err("scope");
+        assert_eq!(err.fields()["required_scope"], "invoices:write");
+        assert_eq!(err.fields()["provided_scopes"], serde_json::json!(["invoices:read"]));
+        let admin = Principal { scopes: vec!["*".into()], ..reader.clone() };
+        let err = auth.check_access(&admin, &tool("send_invoice", "invoices:send")).expect_err("plan");
+        assert_eq!(err.kind(), ErrorKind::PlanUpgradeRequired);
+        assert_eq!(err.fields()["required_plan"], "starter");
+        let err = auth.check_access(&admin, &tool("export_invoices", "reports:generate")).expect_err("plan");
+        assert_eq!(err.fields()["required_plan"], "pro");
+        assert!(!auth.can_see(&admin, &tool("send_invoice", "invoices:send")));
+        assert!(auth.can_see(&admin, &tool("get_invoice", "invoices:read")));
+        for _ in 0..3 {
+            key(&store, &["*"]);
+        }
+        let err = create_key(&store, &NewKey {
+            name: "fourth".into(),
+            scopes: vec!["*".into()],
+            expires_in: None,
+            client_id: None,
+            mode: Mode::Live,
+        })
+        .expect_err("allowance");
+        assert!(matches!(err, CredentialError::PlanLimit { limit: 3, active: 3, .. }), "{err}");
+        auth.check_access(&admin, &tool("get_invoice", "invoices:read")).expect("within allowance");
+        store
+            .write(|tx| Ok(tx.execute("UPDATE plans SET max_active_keys = 2 WHERE slug = 'free'", [])?))
+            .expect("downgrade");
+        let err = auth.check_access(&admin, &tool("get_invoice", "invoices:read")).expect_err("over");
+        assert_eq!(err.kind(), ErrorKind::PlanLimitExceeded);
+        assert_eq!(err.fields()["limit"], 2);
+        assert_eq!(err.fields()["required_plan"], "starter");
+        assert!(auth.can_see(&admin, &tool("get_invoice", "invoices:read")));
+    }
+
+    #[test]
+    fn scope_syntax() {
+        assert_eq!(parse_scope_list("invoices:read, *,invoices:read").expect("ok"), vec!["invoices:read", "*"]);
+        for bad in ["invoices", "Invoices:read", ":read", "invoices:", "a:b:c", "in voices:read"] {
+            assert!(matches!(parse_scope(bad), Err(CredentialError::BadScope(_))), "{bad}");
+        }
+        assert!(matches!(parse_scope_list(" , "), Err(CredentialError::BadScope(s)) if s.is_empty()));
+    }
+
+    #[test]
+    fn clients_and_access_tokens() {
+        let (_dir, store) = fresh("pro");
+        let issued = create_client(&store, "agent", &["invoices:read".to_owned()]).expect("client");
+        assert!(issued.secret.expose().starts_with("tg_cs_"));
+        let auth = Authenticator::new(store.clone());
+        let err = auth.authenticate(Some(issued.secret.expose()), "s").expect_err("not a bearer");
+        assert_eq!(err.kind(), ErrorKind::InvalidTokenType);
+        let client = auth.verify_client_secret(&issued.client_id, &issued.secret, "s").expect("secret ok");
+        let wrong = Secret::new("tg_cs_nope".into());
+        assert_eq!(auth.verify_client_secret(&issued.client_id, &wrong, "s").expect_err("bad").kind(), ErrorKind::InvalidToken);
+        let denied = issue_access_token(&store, &client, &["invoices:write".to_owned()], Duration::from_secs(600));
+        assert!(matches!(denied, Err(CredentialError::ScopeNotAllowed { .. })));
+        let token = issue_access_token(&store, &client, &[], Duration::from_secs(600)).expect("token");
+        let runs = auth.argon2_runs();
+        let p = auth.authenticate(Some(token.token.expose()), "s").expect("access token");
+        assert_eq!(p.client_id.as_deref(), Some(issued.client_id.as_str()));
+        assert_eq!(p.scopes, vec!["invoices:read".to_owned()]);
+        assert_eq!(auth.argon2_runs(), runs, "access tokens need no argon2");
+        assert!(revoke_client(&store, &issued.client_id).expect("revoke"));
+        let err = auth.authenticate(Some(token.token.expose()), "s").expect_err("client revoked");
+        assert_eq!(err.kind(), ErrorKind::ClientRevoked);
+    }
+
+    #[test]
+    fn test_keys_need_test_mode_and_expiry_is_enforced() {
+        let (_dir, store) = fresh("pro");
+        let new = NewKey {
+            name: "t".into(),
+            scopes: vec!["*".into()],
+            expires_in: Some(Duration::from_secs(60)),
+            client_id: None,
+            mode: Mode::Test,
+        };
+        let issued = create_key(&store, &new).expect("test key");
+        assert!(issued.token.expose().starts_with("tg_test_"));
+        let auth = Authenticator::new(store.clone());
+        let err = auth.authenticate(Some(issued.token.expose()), "s").expect_err("live installation");
+        assert_eq!(err.kind(), ErrorKind::InvalidTokenType);
+        store
+            .write(|tx| Ok(tx.execute("UPDATE company SET mode = 'test'", [])?))
+            .expect("test mode");
+        auth.authenticate(Some(issued.token.expose()), "s").expect("test mode accepts");
+        store
+            .write(|tx| Ok(tx.execute("UPDATE credentials SET expires_at = 1", [])?))
+            .expect("expire");
+        let err = auth.authenticate(Some(issued.token.expose()), "s").expect_err("expired");
+        assert_eq!(reason(&err), "expired");
     }
 }

@@ -62,8 +62,31 @@ enum Command {
     },
     /// Validate the configuration and print the effective settings.
     CheckConfig,
-    /// Check that the database opens and its schema is current (exit 0 when healthy).
-    Healthcheck,
+    /// Check that the database opens and its schema is current (exit 0 when healthy);
+    /// with --url, probe a running server's /healthz over HTTP instead.
+    Healthcheck(crate::probe::HealthcheckArgs),
+    /// Write a consistent online copy of the database (safe while servers run).
+    Backup(crate::backup::BackupArgs),
+    /// Replace the database with a checked backup (stop the service first).
+    Restore(crate::backup::RestoreArgs),
+    /// Show or change the rate limits: plan defaults, per-credential and per-client overrides.
+    Limits(crate::quota::LimitsArgs),
+    /// Show the current rate counters and what is left in each.
+    Usage(crate::quota::UsageArgs),
+    /// Manage API keys: create, list, revoke, rotate.
+    #[command(subcommand)]
+    Key(crate::admin::KeyCommand),
+    /// Manage OAuth clients: create, list, revoke.
+    #[command(subcommand)]
+    Client(crate::admin::ClientCommand),
+    /// Show the plans, move the company to another, edit what a plan includes.
+    #[command(subcommand)]
+    Plan(crate::admin::PlanCommand),
+    /// Show or change the company.
+    #[command(subcommand)]
+    Company(crate::admin::CompanyCommand),
+    /// List recent tool calls from the audit log.
+    Audit(crate::admin::AuditArgs),
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +125,10 @@ struct HttpArgs {
     /// Allow listening on a non-loopback address.
     #[arg(long)]
     allow_non_loopback: bool,
+    /// Development mode: requests without a token run as this credential (its public id).
+    /// Loopback only; never use it in production.
+    #[arg(long, value_name = "PUBLIC_ID")]
+    dev_credential: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -125,6 +152,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 overrides.conformance_pack = Some(true);
             }
             overrides.listen = args.listen.clone();
+            overrides.dev_credential = args.dev_credential.clone();
             if args.allow_non_loopback {
                 overrides.allow_non_loopback = Some(true);
             }
@@ -145,7 +173,28 @@ pub fn run(cli: Cli) -> ExitCode {
             println!("configuration is valid\n{}", config.describe());
             ExitCode::SUCCESS
         }
-        Command::Healthcheck => healthcheck(&config),
+        Command::Healthcheck(args) => match &args.url {
+            Some(url) => crate::probe::healthcheck_url(url, args.timeout),
+            None => healthcheck(&config),
+        },
+        Command::Backup(args) => match open_store(&config, false) {
+            Ok(store) => crate::backup::backup(&store, &args),
+            Err(code) => code,
+        },
+        Command::Restore(args) => crate::backup::restore(&config, &args),
+        Command::Limits(args) => match open_store(&config, false) {
+            Ok(store) => crate::quota::limits(&store, &args),
+            Err(code) => code,
+        },
+        Command::Usage(args) => match open_store(&config, false) {
+            Ok(store) => crate::quota::usage(&store, &args),
+            Err(code) => code,
+        },
+        Command::Key(command) => crate::admin::key(&config, &command),
+        Command::Client(command) => crate::admin::client(&config, &command),
+        Command::Plan(command) => crate::admin::plan(&config, &command),
+        Command::Company(command) => crate::admin::company(&config, &command),
+        Command::Audit(args) => crate::admin::audit(&config, &args),
     }
 }
 
@@ -190,10 +239,17 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
     if let Err(e) = store.set_company(&company) {
         return fail(&format!("cannot save the company: {e}"));
     }
+    // The first admin key (scopes `*`); `None` when init runs again on a database with keys.
+    let admin_key = match crate::admin::first_admin_key(&store) {
+        Ok(key) => key,
+        Err(e) => return fail(&format!("cannot create the admin key: {e}")),
+    };
     if args.json {
         println!(
             "{}",
-            serde_json::json!({ "database": config.database, "company": company.name, "plan": company.plan_slug })
+            serde_json::json!({ "database": config.database, "company": company.name, "plan": company.plan_slug,
+                                "admin_key_id": admin_key.as_ref().map(|k| k.public_id.as_str()),
+                                "admin_key": admin_key.as_ref().map(|k| k.token.expose()) })
         );
     } else {
         println!(
@@ -202,6 +258,14 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
             company.name,
             company.plan_slug
         );
+        match &admin_key {
+            Some(key) => println!(
+                "Admin key {} (scopes *), shown once; store it now, it cannot be shown again:\n{}",
+                key.public_id,
+                key.token.expose()
+            ),
+            None => println!("Keys already exist; create more with `tollgate key create`."),
+        }
     }
     ExitCode::SUCCESS
 }
@@ -222,7 +286,11 @@ pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
         Some(locale) => locale,
         None => company_locale(&store),
     };
-    Ok(Server::new(registry, store.clone(), Guards::new(store, locale), locale))
+    let state_key = store
+        .server_secret("request_state")
+        .map(crate::state::StateKey::new)
+        .map_err(|e| format!("cannot read the server secret: {e}"))?;
+    Ok(Server::new(registry, store.clone(), Guards::new(store, locale), locale, state_key))
 }
 
 fn company_locale(store: &Store) -> Locale {

@@ -182,6 +182,8 @@ pub struct Overrides {
     pub log_format: Option<String>,
     /// `--allow-non-loopback`
     pub allow_non_loopback: Option<bool>,
+    /// `--dev-credential`: development mode's credential (public id).
+    pub dev_credential: Option<String>,
 }
 
 /// The validated, effective configuration.
@@ -667,6 +669,9 @@ fn apply_flags(raw: &mut RawConfig, flags: &Overrides) -> Result<(), ConfigError
     }
     raw.tools.conformance_pack = flags.conformance_pack.or(raw.tools.conformance_pack);
     raw.http.allow_non_loopback = flags.allow_non_loopback.or(raw.http.allow_non_loopback);
+    if let Some(id) = &flags.dev_credential {
+        raw.dev.unauthenticated_credential = Some(id.clone());
+    }
     Ok(())
 }
 

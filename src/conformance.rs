@@ -9,9 +9,8 @@
 //! (`examples/servers/typescript/everything-server.ts`); the image and audio payloads are
 //! real, minimal files (a 1×1 PNG and a short silent WAV).
 //!
-//! Not here yet, because the transports cannot do it: the server→client request tools
-//! (`test_sampling`, `test_elicitation*`) and the 2026-07-28 multi-round
-//! `test_input_required_result_*` tools and prompt.
+//! The fixtures that ask the client for input (sampling, elicitation, the 2026-07-28
+//! multi-round `input_required` results) live in `conformance_input`.
 
 use std::sync::{Arc, LazyLock};
 use std::thread;
@@ -328,7 +327,9 @@ const TOOL_TABLE: [ToolEntry; 9] = [
 
 /// The fixture tools, in the suite's names.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
-    TOOL_TABLE.iter().map(ToolEntry::build).collect()
+    let mut tools: Vec<Arc<dyn Tool>> = TOOL_TABLE.iter().map(ToolEntry::build).collect();
+    tools.extend(crate::conformance_input::tools());
+    tools
 }
 
 /// The input schema of a tool that takes no arguments.
@@ -375,6 +376,7 @@ fn simple_text(_: &ToolContext<'_>, _: &Map<String, Value>) -> Result<ToolOutput
 
 fn content(blocks: Vec<Value>) -> ToolOutput {
     ToolOutput {
+        input_required: None,
         content: blocks,
         structured: None,
     }
@@ -703,12 +705,14 @@ fn prompt_with_image() -> FixturePrompt {
 
 /// The fixture prompts, in the suite's names.
 pub fn prompts() -> Vec<Arc<dyn Prompt>> {
-    vec![
+    let mut prompts: Vec<Arc<dyn Prompt>> = vec![
         Arc::new(simple_prompt()),
         Arc::new(prompt_with_arguments()),
         Arc::new(prompt_with_embedded_resource()),
         Arc::new(prompt_with_image()),
-    ]
+    ];
+    prompts.extend(crate::conformance_input::prompts());
+    prompts
 }
 
 #[cfg(test)]
@@ -760,6 +764,7 @@ mod tests {
         let store = Store::open(&dir.path().join("t.db"), &opts).expect("store");
         let recorder = Recorder::default();
         let cancelled = AtomicBool::new(how.cancelled);
+        let session = crate::protocol::Session::new();
         let ctx = ToolContext {
             store: &store,
             locale: Locale::En,
@@ -768,6 +773,14 @@ mod tests {
             notifier: &recorder,
             cancelled: &cancelled,
             commit_hook: None,
+            session: &session,
+            era: crate::protocol::Era::Legacy(crate::protocol::LATEST_LEGACY),
+            input: crate::registry::InputContext {
+                responses: None,
+                request_state: None,
+                client_capabilities: &Value::Null,
+                state_key: &crate::state::StateKey::new(vec![0; 32]),
+            },
         };
         let tool = tools()
             .into_iter()
@@ -1065,7 +1078,10 @@ mod tests {
     #[test]
     fn every_tool_declares_the_shared_policy() {
         let all = tools();
-        assert_eq!(all.len(), TOOL_TABLE.len());
+        assert_eq!(
+            all.len(),
+            TOOL_TABLE.len() + crate::conformance_input::tools().len()
+        );
         let mut names: Vec<&str> = all.iter().map(|t| t.spec().name).collect();
         names.sort_unstable();
         names.dedup();

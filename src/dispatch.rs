@@ -14,7 +14,10 @@ use crate::auth::Principal;
 use crate::guards::{Guards, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::{self, Era, Session};
-use crate::registry::{CommitHook, LogLevel, Notifier, RegisteredTool, Registry, ToolContext};
+use crate::registry::{
+    CommitHook, InputContext, LogLevel, Notifier, PromptReply, RegisteredTool, Registry, ToolContext,
+};
+use crate::state::StateKey;
 use crate::store::Store;
 
 /// Page size of `*/list` results.
@@ -67,11 +70,12 @@ pub struct Server {
     guards: Guards,
     locale: Locale,
     instructions: String,
+    state_key: StateKey,
 }
 
 impl Server {
-    /// Assembles a server.
-    pub fn new(registry: Registry, store: Store, guards: Guards, locale: Locale) -> Server {
+    /// Assembles a server; `state_key` seals multi-round request states.
+    pub fn new(registry: Registry, store: Store, guards: Guards, locale: Locale, state_key: StateKey) -> Server {
         let instructions = "tollgate serves business tools behind guards. Errors carry a stable \
             `code` and a `hint`; guard rejections are JSON-RPC errors with the envelope in \
             `error.data`, tool failures are results with `isError: true` and the envelope in \
@@ -83,6 +87,7 @@ impl Server {
             guards,
             locale,
             instructions,
+            state_key,
         }
     }
 
@@ -138,7 +143,10 @@ impl Server {
     /// Handles one parsed message.
     pub fn handle_incoming(&self, incoming: Incoming, env: &Env<'_>) -> Option<Value> {
         match incoming {
-            Incoming::Response => None,
+            Incoming::Response(id, message) => {
+                env.session.deliver(&id, message);
+                None
+            }
             Incoming::Invalid(id, err) => Some(self.error_body(id, &err)),
             Incoming::Request(req) => self.handle_request(req, env),
         }
@@ -199,7 +207,7 @@ impl Server {
             }
             "prompts/get" => {
                 self.authenticate(env)?;
-                self.get_prompt(req)
+                self.get_prompt(req, era, env.session)
             }
             "completion/complete" => {
                 self.authenticate(env)?;
@@ -220,7 +228,8 @@ impl Server {
             .and_then(Value::as_str)
             .ok_or_else(|| McpError::invalid_params("protocolVersion"))?;
         let version = protocol::negotiate_legacy(requested);
-        if !session.initialize(version) {
+        let client_caps = req.params.get("capabilities").cloned().unwrap_or(Value::Null);
+        if !session.initialize(version, client_caps) {
             return Err(McpError::invalid_request("already_initialized"));
         }
         Ok(json!({
@@ -283,6 +292,14 @@ impl Server {
         };
         let progress_token = meta(req).and_then(|m| m.get("progressToken")).cloned();
         let log_level = call_log_level(req, era, env.session);
+        let (responses, request_state) = input_params(req)?;
+        let client_capabilities = client_capabilities(req, era, env.session);
+        let input = InputContext {
+            responses,
+            request_state,
+            client_capabilities: &client_capabilities,
+            state_key: &self.state_key,
+        };
         let run = |tool: &RegisteredTool, args: &Map<String, Value>, hook: Option<&dyn CommitHook>| {
             let cancelled = env.session.begin(&id);
             let ctx = ToolContext {
@@ -293,6 +310,9 @@ impl Server {
                 notifier: env.notifier,
                 cancelled: &cancelled,
                 commit_hook: hook,
+                session: env.session,
+                era,
+                input,
             };
             let outcome = tool.tool.call(&ctx, args);
             env.session.finish(&id);
@@ -372,7 +392,7 @@ impl Server {
         Ok(with_cursor(json!({ "prompts": page }), next))
     }
 
-    fn get_prompt(&self, req: &Request) -> Result<Value, McpError> {
+    fn get_prompt(&self, req: &Request, era: Era, session: &Session) -> Result<Value, McpError> {
         let name = req
             .params
             .get("name")
@@ -392,10 +412,21 @@ impl Server {
                 return Err(McpError::invalid_params(arg.name).detail("reason", "missing_argument"));
             }
         }
-        Ok(json!({
-            "description": prompt.spec().description,
-            "messages": prompt.messages(&args),
-        }))
+        let (responses, request_state) = input_params(req)?;
+        let client_capabilities = client_capabilities(req, era, session);
+        let input = InputContext {
+            responses,
+            request_state,
+            client_capabilities: &client_capabilities,
+            state_key: &self.state_key,
+        };
+        match prompt.get(&args, &input)? {
+            PromptReply::Messages(messages) => Ok(json!({
+                "description": prompt.spec().description,
+                "messages": messages,
+            })),
+            PromptReply::InputRequired(request) => Ok(request.into_result()),
+        }
     }
 
     fn complete(&self, req: &Request) -> Result<Value, McpError> {
@@ -458,6 +489,33 @@ fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
     }
 }
 
+/// `inputResponses` and `requestState` of a multi-round call; a present but malformed
+/// value (e.g. `null`) is `-32602`, never a silent first round.
+fn input_params(req: &Request) -> Result<(Option<&Map<String, Value>>, Option<&str>), McpError> {
+    let responses = match req.params.get("inputResponses") {
+        None => None,
+        Some(Value::Object(map)) => Some(map),
+        Some(_) => return Err(McpError::invalid_params("inputResponses")),
+    };
+    let state = match req.params.get("requestState") {
+        None => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(McpError::invalid_params("requestState")),
+    };
+    Ok((responses, state))
+}
+
+/// What the client can answer: per request on 2026-07-28, from `initialize` before.
+fn client_capabilities(req: &Request, era: Era, session: &Session) -> Value {
+    match era {
+        Era::Modern(_) => meta(req)
+            .and_then(|m| m.get(protocol::META_CLIENT_CAPABILITIES))
+            .cloned()
+            .unwrap_or(Value::Null),
+        Era::Legacy(_) => session.client_capabilities(),
+    }
+}
+
 fn meta(req: &Request) -> Option<&Map<String, Value>> {
     req.params.get("_meta").and_then(Value::as_object)
 }
@@ -511,7 +569,7 @@ fn finish_result(mut result: Value, era: Era, method: &str) -> Value {
     let Value::Object(map) = &mut result else {
         return result;
     };
-    map.insert("resultType".into(), json!("complete"));
+    map.entry("resultType").or_insert_with(|| json!("complete"));
     let meta = map
         .entry("_meta")
         .or_insert_with(|| Value::Object(Map::new()));

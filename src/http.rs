@@ -49,6 +49,12 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
         tracing::warn!(listen = %bound, "listening on a non-loopback address");
     }
     tracing::info!(listen = %bound, workers = config.http.workers, "serving MCP over HTTP at /mcp");
+    if let Some(id) = &config.dev.unauthenticated_credential {
+        tracing::warn!(
+            credential = %id,
+            "DEVELOPMENT MODE: requests without a token run as this credential; never use this in production"
+        );
+    }
     let workers: Vec<_> = (0..config.http.workers)
         .map(|_| {
             let (listener, app, shutdown) =
@@ -153,7 +159,7 @@ impl App {
         }
     }
 
-    fn handle(&self, mut request: Request) {
+    fn handle(&self, request: Request) {
         let head = HttpHead {
             method: request.method().clone(),
             path: request.url().split('?').next().unwrap_or("/").to_owned(),
@@ -164,17 +170,18 @@ impl App {
                 .collect(),
             peer: request.remote_addr().copied(),
         };
-        let reply = catch_unwind(AssertUnwindSafe(|| self.route(&head, &mut request)))
+        let stream = Stream::new(request, accepts_sse(&head));
+        let reply = catch_unwind(AssertUnwindSafe(|| self.route(&head, &stream)))
             .unwrap_or_else(|_| {
                 tracing::error!(path = %head.path, "a request handler panicked");
-                self.error_reply(None, &McpError::internal(), None)
+                Outgoing::Reply(self.error_reply(None, &McpError::internal(), None))
             });
-        respond(request, reply);
+        stream.finish(reply);
     }
 
-    fn route(&self, head: &HttpHead, request: &mut Request) -> Reply {
+    fn route(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
         let base = self.base_url(head);
-        match (&head.method, head.path.as_str()) {
+        let reply = match (&head.method, head.path.as_str()) {
             (Method::Get, "/healthz") => self.healthz(),
             (Method::Get, p) if p.starts_with("/.well-known/oauth-protected-resource") => {
                 Reply::json(200, &crate::oauth::protected_resource_metadata(&base))
@@ -182,7 +189,7 @@ impl App {
             (Method::Get, "/.well-known/oauth-authorization-server") => {
                 Reply::json(200, &crate::oauth::authorization_server_metadata(&base))
             }
-            (Method::Post, "/oauth/token") => match read_body(request, self.max_body) {
+            (Method::Post, "/oauth/token") => match stream.read_body(self.max_body) {
                 Ok(body) => {
                     let (status, headers, body) =
                         self.oauth.token(self.server.store(), head, &body);
@@ -192,9 +199,10 @@ impl App {
                 }
                 Err(err) => self.error_reply(None, &err, None),
             },
-            (_, "/mcp") => self.mcp(head, request),
+            (_, "/mcp") => return self.mcp(head, stream),
             _ => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
-        }
+        };
+        Outgoing::Reply(reply)
     }
 
     fn healthz(&self) -> Reply {
@@ -214,16 +222,17 @@ impl App {
         }
     }
 
-    fn mcp(&self, head: &HttpHead, request: &mut Request) -> Reply {
+    fn mcp(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
         if let Err(err) = self.origins.check(head) {
-            return self.error_reply(None, &err, None);
+            return Outgoing::Reply(self.error_reply(None, &err, None));
         }
         match head.method {
-            Method::Post => self.mcp_post(head, request),
-            Method::Delete => self.mcp_delete(head),
-            _ => self
-                .error_reply(None, &McpError::new(ErrorKind::HttpMethodNotAllowed), None)
-                .header("Allow", "POST, DELETE"),
+            Method::Post => self.mcp_post(head, stream),
+            Method::Delete => Outgoing::Reply(self.mcp_delete(head)),
+            _ => Outgoing::Reply(
+                self.error_reply(None, &McpError::new(ErrorKind::HttpMethodNotAllowed), None)
+                    .header("Allow", "POST, DELETE"),
+            ),
         }
     }
 
@@ -237,21 +246,27 @@ impl App {
         }
     }
 
-    fn mcp_post(&self, head: &HttpHead, request: &mut Request) -> Reply {
+    fn mcp_post(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
         if let Err(err) = check_content_type(head).and_then(|()| check_accept(head)) {
-            return self.error_reply(None, &err, None);
+            return Outgoing::Reply(self.error_reply(None, &err, None));
         }
-        let body = match read_body(request, self.max_body) {
+        let body = match stream.read_body(self.max_body) {
             Ok(body) => body,
-            Err(err) => return self.error_reply(None, &err, None),
+            Err(err) => return Outgoing::Reply(self.error_reply(None, &err, None)),
         };
-        match jsonrpc::parse(&body) {
+        let reply = match jsonrpc::parse(&body) {
             Parsed::NotJson => self.error_reply(None, &McpError::parse_error(), None),
             Parsed::Batch(items) => self.batch(head, items),
             Parsed::Single(Incoming::Invalid(id, err)) => self.error_reply(id, &err, None),
-            Parsed::Single(Incoming::Response) => Reply::empty(202),
-            Parsed::Single(Incoming::Request(req)) => self.single(head, req),
-        }
+            Parsed::Single(Incoming::Response(id, message)) => {
+                if let Ok(session) = self.legacy_session(head) {
+                    session.deliver(&id, message);
+                }
+                Reply::empty(202)
+            }
+            Parsed::Single(Incoming::Request(req)) => return self.single(head, req, stream),
+        };
+        Outgoing::Reply(reply)
     }
 
     fn batch(&self, head: &HttpHead, items: Vec<Incoming>) -> Reply {
@@ -259,7 +274,7 @@ impl App {
             Ok(session) => session,
             Err(err) => return self.error_reply(None, &err, None),
         };
-        let notifier = Collector::default();
+        let notifier = Discard;
         let env = self.env(head, &session, &notifier);
         match self.server.handle_batch(items, &env) {
             Some(body) => Reply::json(200, &body),
@@ -267,12 +282,12 @@ impl App {
         }
     }
 
-    fn single(&self, head: &HttpHead, req: jsonrpc::Request) -> Reply {
+    fn single(&self, head: &HttpHead, req: jsonrpc::Request, stream: &Stream) -> Outgoing {
         let id = req.id.clone();
         let modern = is_modern(&req);
         let session = if modern {
             if let Err(err) = check_modern_headers(head, &req) {
-                return self.error_reply(id, &err, Some(true));
+                return Outgoing::Reply(self.error_reply(id, &err, Some(true)));
             }
             Arc::new(Session::new())
         } else if req.method == "initialize" {
@@ -280,29 +295,31 @@ impl App {
         } else {
             match self.legacy_session(head) {
                 Ok(session) => session,
-                Err(err) => return self.error_reply(id, &err, Some(false)),
+                Err(err) => return Outgoing::Reply(self.error_reply(id, &err, Some(false))),
             }
         };
-        let notifier = Collector::default();
-        let env = self.env(head, &session, &notifier);
+        let env = self.env(head, &session, stream);
         let is_initialize = !modern && req.method == "initialize";
         let Some(response) = self.server.handle_incoming(Incoming::Request(req), &env) else {
-            return Reply::empty(202);
+            return Outgoing::Reply(Reply::empty(202));
         };
-        let mut reply = self.response_reply(&response, notifier.take(), head, modern);
+        if stream.is_streaming() {
+            return Outgoing::Final(response);
+        }
+        let mut reply = self.response_reply(&response, head, modern);
         if is_initialize && response.get("result").is_some() {
             match self.sessions.create(session) {
                 Ok(sid) => reply = reply.header("Mcp-Session-Id", sid),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot create a session id");
-                    return self.error_reply(id, &McpError::internal(), None);
+                    return Outgoing::Reply(self.error_reply(id, &McpError::internal(), None));
                 }
             }
         }
-        reply
+        Outgoing::Reply(reply)
     }
 
-    fn env<'a>(&'a self, head: &'a HttpHead, session: &'a Session, notifier: &'a Collector) -> Env<'a> {
+    fn env<'a>(&'a self, head: &'a HttpHead, session: &'a Session, notifier: &'a dyn Notifier) -> Env<'a> {
         let token = head
             .header("authorization")
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
@@ -339,14 +356,10 @@ impl App {
         Ok(session)
     }
 
-    fn response_reply(&self, response: &Value, events: Vec<Value>, head: &HttpHead, modern: bool) -> Reply {
+    fn response_reply(&self, response: &Value, head: &HttpHead, modern: bool) -> Reply {
         let error = response.get("error");
         let status = error.map_or(200, |e| self.status_for(e, modern));
-        let mut reply = if events.is_empty() || !accepts_sse(head) {
-            Reply::json(status, response)
-        } else {
-            sse_reply(status, events, response)
-        };
+        let mut reply = Reply::json(status, response);
         let limits = match error {
             Some(e) => e.get("data").cloned(),
             None => response
@@ -412,41 +425,165 @@ impl App {
     }
 }
 
-/// Collects the notifications a request emits; they are sent as SSE events before the
-/// response when the client accepts `text/event-stream`.
-#[derive(Default)]
-struct Collector(Mutex<Vec<Value>>);
+/// What a handler produced: a complete reply, or the final message of a response that
+/// is already streaming as server-sent events.
+enum Outgoing {
+    Reply(Reply),
+    Final(Value),
+}
 
-impl Collector {
-    fn take(&self) -> Vec<Value> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+/// A notifier for requests that cannot stream (batches): notifications are dropped.
+struct Discard;
+
+impl Notifier for Discard {
+    fn notify(&self, _message: Value) {}
+}
+
+/// The response side of one HTTP request. It starts as a plain reply; the first
+/// notification or server-to-client request of a tool call turns it into an SSE stream
+/// (status 200, sent at once), on which the final response then arrives as the last event.
+/// Guard rejections therefore keep their JSON body and HTTP status.
+struct Stream {
+    state: Mutex<StreamState>,
+    sse_allowed: bool,
+}
+
+enum StreamState {
+    Pending(Option<Request>),
+    Streaming {
+        events: std::sync::mpsc::Sender<Vec<u8>>,
+        writer: std::thread::JoinHandle<()>,
+    },
+}
+
+impl Stream {
+    fn new(request: Request, sse_allowed: bool) -> Stream {
+        Stream {
+            state: Mutex::new(StreamState::Pending(Some(request))),
+            sse_allowed,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, StreamState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn is_streaming(&self) -> bool {
+        matches!(*self.lock(), StreamState::Streaming { .. })
+    }
+
+    /// Reads the body, refusing more than `cap` bytes without buffering them.
+    fn read_body(&self, cap: usize) -> Result<Vec<u8>, McpError> {
+        let mut state = self.lock();
+        let StreamState::Pending(Some(request)) = &mut *state else {
+            return Err(McpError::internal());
+        };
+        read_body(request, cap)
+    }
+
+    /// Sends the reply, or ends the stream with the final message.
+    fn finish(&self, outgoing: Outgoing) {
+        let state = std::mem::replace(&mut *self.lock(), StreamState::Pending(None));
+        match (state, outgoing) {
+            (StreamState::Pending(Some(request)), Outgoing::Reply(reply)) => respond(request, reply),
+            (StreamState::Pending(Some(request)), Outgoing::Final(message)) => {
+                respond(request, Reply::json(200, &message));
+            }
+            (StreamState::Streaming { events, writer }, outgoing) => {
+                let last = match outgoing {
+                    Outgoing::Final(message) => message,
+                    Outgoing::Reply(reply) => serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
+                };
+                let _ = events.send(sse_event(&last, false));
+                drop(events);
+                let _ = writer.join();
+            }
+            (StreamState::Pending(None), _) => {}
+        }
     }
 }
 
-impl Notifier for Collector {
+impl Notifier for Stream {
     fn notify(&self, message: Value) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(message);
+        if !self.sse_allowed {
+            return;
+        }
+        let mut state = self.lock();
+        if let StreamState::Pending(request) = &mut *state {
+            let Some(request) = request.take() else { return };
+            let (events, rx) = std::sync::mpsc::channel();
+            let response = Response::new(
+                StatusCode(200),
+                sse_headers(),
+                EventReader { rx, pending: Vec::new(), offset: 0 },
+                None,
+                None,
+            );
+            let writer = std::thread::spawn(move || {
+                if let Err(e) = request.respond(response) {
+                    tracing::debug!(error = %e, "client closed the event stream");
+                }
+            });
+            *state = StreamState::Streaming { events, writer };
+        }
+        if let StreamState::Streaming { events, .. } = &*state {
+            let _ = events.send(sse_event(&message, true));
+        }
     }
 }
 
-fn sse_reply(status: u16, events: Vec<Value>, response: &Value) -> Reply {
-    let mut body = Vec::new();
-    for message in events.iter().chain(std::iter::once(response)) {
-        body.extend_from_slice(b"event: message\ndata: ");
-        body.extend_from_slice(&serde_json::to_vec(message).unwrap_or_default());
-        body.extend_from_slice(b"\n\n");
+/// The size of the chunks tiny_http's chunked encoder sends.
+const CHUNK: usize = 8192;
+
+/// One SSE event. tiny_http's chunked encoder only sends a chunk once its 8 KiB buffer
+/// overflows, so a mid-stream event is padded with an SSE comment to one byte past a
+/// chunk boundary: the event leaves at once and only the comment's final newline waits.
+fn sse_event(message: &Value, flush: bool) -> Vec<u8> {
+    let mut event = b"event: message\ndata: ".to_vec();
+    event.extend_from_slice(&serde_json::to_vec(message).unwrap_or_default());
+    event.extend_from_slice(b"\n\n");
+    if flush {
+        let padded = (event.len() + 3).div_ceil(CHUNK) * CHUNK + 1;
+        event.push(b':');
+        event.resize(padded - 1, b' ');
+        event.push(b'\n');
     }
-    Reply {
-        status,
-        headers: vec![
-            ("Content-Type".into(), "text/event-stream".into()),
-            ("Cache-Control".into(), "no-cache".into()),
-            ("X-Accel-Buffering".into(), "no".into()),
-        ],
-        body,
+    event
+}
+
+fn sse_headers() -> Vec<Header> {
+    [
+        ("Content-Type", "text/event-stream"),
+        ("Cache-Control", "no-cache"),
+        ("X-Accel-Buffering", "no"),
+    ]
+    .iter()
+    .filter_map(|(n, v)| Header::from_bytes(n.as_bytes(), v.as_bytes()).ok())
+    .collect()
+}
+
+/// Feeds queued SSE events to tiny_http until the sender is dropped.
+struct EventReader {
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    pending: Vec<u8>,
+    offset: usize,
+}
+
+impl Read for EventReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.offset == self.pending.len() {
+            match self.rx.recv() {
+                Ok(next) => {
+                    self.pending = next;
+                    self.offset = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.pending.len() - self.offset);
+        buf[..n].copy_from_slice(&self.pending[self.offset..self.offset + n]);
+        self.offset += n;
+        Ok(n)
     }
 }
 
@@ -460,6 +597,25 @@ fn respond(request: Request, reply: Reply) {
     if let Err(e) = request.respond(response) {
         tracing::debug!(error = %e, "client went away before the response was written");
     }
+}
+
+/// Reads the body, refusing more than `cap` bytes without buffering them.
+fn read_body(request: &mut Request, cap: usize) -> Result<Vec<u8>, McpError> {
+    let too_large = || McpError::new(ErrorKind::PayloadTooLarge).detail("max_bytes", cap);
+    if request.body_length().is_some_and(|len| len > cap) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
+    request
+        .as_reader()
+        .take(limit)
+        .read_to_end(&mut body)
+        .map_err(|_| McpError::invalid_request("body_unreadable"))?;
+    if body.len() > cap {
+        return Err(too_large());
+    }
+    Ok(body)
 }
 
 fn is_modern(req: &jsonrpc::Request) -> bool {
@@ -530,25 +686,6 @@ fn check_accept(head: &HttpHead) -> Result<(), McpError> {
 fn accepts_sse(head: &HttpHead) -> bool {
     head.header("accept")
         .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"))
-}
-
-/// Reads the body, refusing more than `cap` bytes without buffering them.
-fn read_body(request: &mut Request, cap: usize) -> Result<Vec<u8>, McpError> {
-    let too_large = || McpError::new(ErrorKind::PayloadTooLarge).detail("max_bytes", cap);
-    if request.body_length().is_some_and(|len| len > cap) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    let limit = u64::try_from(cap).unwrap_or(u64::MAX).saturating_add(1);
-    request
-        .as_reader()
-        .take(limit)
-        .read_to_end(&mut body)
-        .map_err(|_| McpError::invalid_request("body_unreadable"))?;
-    if body.len() > cap {
-        return Err(too_large());
-    }
-    Ok(body)
 }
 
 /// DNS-rebinding protection: `Host` and `Origin` must name this server.

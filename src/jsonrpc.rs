@@ -33,9 +33,9 @@ impl Request {
 pub enum Incoming {
     /// A request or notification.
     Request(Request),
-    /// A response to a request the server sent; tollgate sends none that await replies,
-    /// so these are accepted and dropped.
-    Response,
+    /// A client's response to a request the server sent (sampling, elicitation): its id
+    /// and the whole message, `result` or `error`.
+    Response(RequestId, Value),
     /// A message that is JSON but not a valid JSON-RPC message; answered with this error
     /// (the id is kept when one could be read).
     Invalid(Option<RequestId>, McpError),
@@ -86,7 +86,7 @@ pub fn classify(value: Value) -> Incoming {
         Some(Value::String(m)) => m,
         Some(_) => return Incoming::Invalid(echo_id, McpError::invalid_request("method_type")),
         None if id.is_some() && (obj.contains_key("result") || obj.contains_key("error")) => {
-            return Incoming::Response;
+            return Incoming::Response(id.unwrap_or(Value::Null), Value::Object(obj));
         }
         None => return Incoming::Invalid(echo_id, McpError::invalid_request("no_method")),
     };
@@ -106,6 +106,11 @@ pub fn success(id: RequestId, result: Value) -> Value {
 /// An error response; `error` is a rendered JSON-RPC error object.
 pub fn failure(id: Option<RequestId>, error: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id.unwrap_or(Value::Null), "error": error })
+}
+
+/// A request sent by the server to the client.
+pub fn request(id: RequestId, method: &str, params: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
 }
 
 /// A notification sent by the server.

@@ -5,11 +5,14 @@
 //! Data flows one way: transport → dispatch → guards → tools → store. See
 //! `ARCHITECTURE.md` for the code map and the invariants of each layer.
 
+pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod backup;
 pub mod catalog;
 pub mod cli;
 pub mod conformance;
+pub mod conformance_input;
 pub mod config;
 
 pub mod dispatch;
@@ -20,10 +23,13 @@ pub mod jsonrpc;
 pub mod logging;
 pub mod notify;
 pub mod oauth;
+pub mod probe;
 pub mod protocol;
+pub mod quota;
 pub mod ratelimit;
 pub mod registry;
 pub mod retired;
 pub mod sessions;
+pub mod state;
 pub mod stdio;
 pub mod store;

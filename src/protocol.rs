@@ -5,7 +5,8 @@
 //! stateless 2026-07-28 revision is selected per request by its `_meta` and needs no state.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -80,6 +81,7 @@ pub fn find_modern(requested: &str) -> Option<&'static str> {
 #[derive(Debug, Default)]
 struct SessionState {
     negotiated: Option<&'static str>,
+    client_capabilities: Value,
     log_level: Option<LogLevel>,
     subscriptions: HashSet<String>,
 }
@@ -89,6 +91,8 @@ struct SessionState {
 pub struct Session {
     state: Mutex<SessionState>,
     in_flight: Mutex<HashMap<String, Arc<AtomicBool>>>,
+    outgoing: Mutex<HashMap<String, SyncSender<Value>>>,
+    next_outgoing: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -107,14 +111,53 @@ impl Session {
         lock(&self.state).negotiated
     }
 
-    /// Records the negotiated revision; false when the session was already initialized.
-    pub fn initialize(&self, version: &'static str) -> bool {
+    /// Records the negotiated revision and the client's capabilities; false when the
+    /// session was already initialized.
+    pub fn initialize(&self, version: &'static str, client_capabilities: Value) -> bool {
         let mut state = lock(&self.state);
         if state.negotiated.is_some() {
             return false;
         }
         state.negotiated = Some(version);
+        state.client_capabilities = client_capabilities;
         true
+    }
+
+    /// The capabilities the client declared at `initialize`.
+    pub fn client_capabilities(&self) -> Value {
+        lock(&self.state).client_capabilities.clone()
+    }
+
+    /// Whether the client declared `capability` (e.g. `sampling`) at `initialize`.
+    pub fn client_supports(&self, capability: &str) -> bool {
+        lock(&self.state)
+            .client_capabilities
+            .get(capability)
+            .is_some_and(|c| !c.is_null())
+    }
+
+    /// Registers a request the server is about to send to the client; returns its id and
+    /// the receiver its response will arrive on.
+    pub fn expect_response(&self) -> (Value, Receiver<Value>) {
+        let n = self.next_outgoing.fetch_add(1, Ordering::Relaxed);
+        let id = format!("tollgate-{n}");
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        lock(&self.outgoing).insert(id.clone(), tx);
+        (Value::String(id), rx)
+    }
+
+    /// Hands a client's response to the request that waits for it; unknown ids (late or
+    /// forged responses) are dropped.
+    pub fn deliver(&self, id: &Value, response: Value) {
+        let key = id.as_str().unwrap_or_default();
+        if let Some(tx) = lock(&self.outgoing).remove(key) {
+            let _ = tx.try_send(response);
+        }
+    }
+
+    /// Forgets a server request that will not be waited for any longer.
+    pub fn abandon(&self, id: &Value) {
+        lock(&self.outgoing).remove(id.as_str().unwrap_or_default());
     }
 
     /// The level set by `logging/setLevel`, if any.
@@ -152,13 +195,13 @@ impl Session {
     /// Cancels an in-flight request; unknown or finished ids are ignored.
     pub fn cancel(&self, id: &Value) {
         if let Some(flag) = lock(&self.in_flight).get(&id.to_string()) {
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            flag.store(true, Ordering::Relaxed);
         }
     }
 
     /// True when the request was cancelled (its response must then not be sent).
     pub fn was_cancelled(flag: &AtomicBool) -> bool {
-        flag.load(std::sync::atomic::Ordering::Relaxed)
+        flag.load(Ordering::Relaxed)
     }
 }
 
@@ -176,9 +219,20 @@ mod tests {
     #[test]
     fn a_session_initializes_once() {
         let s = Session::new();
-        assert!(s.initialize("2025-06-18"));
-        assert!(!s.initialize("2025-11-25"));
+        assert!(s.initialize("2025-06-18", serde_json::json!({"sampling": {}})));
+        assert!(!s.initialize("2025-11-25", Value::Null));
+        assert!(s.client_supports("sampling"));
+        assert!(!s.client_supports("elicitation"));
         assert_eq!(s.negotiated(), Some("2025-06-18"));
+    }
+
+    #[test]
+    fn responses_reach_the_request_that_waits_for_them() {
+        let s = Session::new();
+        let (id, rx) = s.expect_response();
+        s.deliver(&Value::from("tollgate-999"), Value::from(1));
+        s.deliver(&id, Value::from(2));
+        assert_eq!(rx.try_recv().ok(), Some(Value::from(2)));
     }
 
     #[test]

@@ -34,7 +34,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -80,7 +80,11 @@ const FALLBACK_CLIENT_PER_MINUTE: u64 = 1000;
 
 /// Window length of a bucket, by its name (`plan` is hourly, every other one per minute).
 pub fn window_secs(bucket: &str) -> i64 {
-    if bucket == PLAN_BUCKET { HOUR_WINDOW } else { MINUTE_WINDOW }
+    if bucket == PLAN_BUCKET {
+        HOUR_WINDOW
+    } else {
+        MINUTE_WINDOW
+    }
 }
 
 /// One bucket as it stands right after a charge.
@@ -179,6 +183,18 @@ pub struct Limiter {
     queue: Mutex<Queue>,
     batch_done: Condvar,
     last_prune: AtomicI64,
+    clock: fn() -> i64,
+    charges: AtomicU64,
+    transactions: AtomicU64,
+}
+
+/// Counts since a [`Limiter`] was made, to see how well group commit batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimiterStats {
+    /// Calls charged.
+    pub charges: u64,
+    /// Charging transactions run (attempted) for them.
+    pub transactions: u64,
 }
 
 #[derive(Default)]
@@ -203,6 +219,17 @@ impl Limiter {
             queue: Mutex::new(Queue::default()),
             batch_done: Condvar::new(),
             last_prune: AtomicI64::new(0),
+            clock: unix_now,
+            charges: AtomicU64::new(0),
+            transactions: AtomicU64::new(0),
+        }
+    }
+
+    /// How many calls and transactions this limiter has charged so far.
+    pub fn stats(&self) -> LimiterStats {
+        LimiterStats {
+            charges: self.charges.load(Ordering::Relaxed),
+            transactions: self.transactions.load(Ordering::Relaxed),
         }
     }
 
@@ -219,7 +246,11 @@ impl Limiter {
     /// principal's ids).
     pub fn charge_request(&self, request: ChargeRequest) -> ChargeOutcome {
         match self.mode {
-            ChargeMode::PerCall => self.run_batch(std::slice::from_ref(&request)).remove(0),
+            ChargeMode::PerCall => self
+                .run_batch(std::slice::from_ref(&request))
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Err(McpError::internal())),
             ChargeMode::GroupCommit => self.charge_grouped(request),
         }
     }
@@ -263,10 +294,13 @@ impl Limiter {
 
     /// Applies `batch` in one transaction; one outcome per request, in order.
     fn run_batch(&self, batch: &[ChargeRequest]) -> Vec<ChargeOutcome> {
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.charges
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut now = 0;
         let result = self.store.write(|tx| {
             // The clock is read once the write lock is held, so windows follow commit order.
-            now = unix_now();
+            now = (self.clock)();
             charge_batch(tx, batch, now)
         });
         self.maybe_prune(now);
@@ -339,7 +373,11 @@ const LIMITS_SQL: &str = "\
 fn read_limits(tx: &Transaction<'_>, request: &ChargeRequest) -> Result<AppliedLimits, StoreError> {
     let mut stmt = tx.prepare_cached(LIMITS_SQL)?;
     let row = stmt.query_row(
-        rusqlite::params![request.credential_id, request.client_id, request.category.as_str()],
+        rusqlite::params![
+            request.credential_id,
+            request.client_id,
+            request.category.as_str()
+        ],
         |row| {
             Ok((
                 row.get::<_, Option<String>>(0)?,
@@ -385,7 +423,9 @@ fn increment(
     let window = window_secs(bucket);
     let window_start = now - now.rem_euclid(window);
     let mut stmt = tx.prepare_cached(INCREMENT_SQL)?;
-    let count: i64 = stmt.query_row(rusqlite::params![bucket, key, window_start], |row| row.get(0))?;
+    let count: i64 = stmt.query_row(rusqlite::params![bucket, key, window_start], |row| {
+        row.get(0)
+    })?;
     Ok(BucketState {
         bucket,
         limit,
@@ -551,13 +591,23 @@ fn budget_headers(buckets: &[Value], tightest: Option<&str>, now: i64) -> Vec<(S
     let policy: Vec<String> = buckets.iter().map(policy_item).collect();
     let state: Vec<String> = buckets
         .iter()
-        .map(|b| format!("{};r={};t={}", sf_string(b.name), b.remaining, (b.reset - now).max(0)))
+        .map(|b| {
+            format!(
+                "{};r={};t={}",
+                sf_string(b.name),
+                b.remaining,
+                (b.reset - now).max(0)
+            )
+        })
         .collect();
     vec![
         ("RateLimit-Policy".to_owned(), policy.join(", ")),
         ("RateLimit".to_owned(), state.join(", ")),
         ("X-RateLimit-Limit".to_owned(), tight.limit.to_string()),
-        ("X-RateLimit-Remaining".to_owned(), tight.remaining.to_string()),
+        (
+            "X-RateLimit-Remaining".to_owned(),
+            tight.remaining.to_string(),
+        ),
         ("X-RateLimit-Reset".to_owned(), tight.reset.to_string()),
     ]
 }
@@ -581,7 +631,10 @@ fn refusal_headers(data: &Value) -> Vec<(String, String)> {
             window: window.then(|| window_secs(name)),
         };
         headers.push(("RateLimit-Policy".to_owned(), policy_item(&b)));
-        headers.push(("RateLimit".to_owned(), format!("{};r=0;t={retry_after}", sf_string(name))));
+        headers.push((
+            "RateLimit".to_owned(),
+            format!("{};r=0;t={retry_after}", sf_string(name)),
+        ));
         headers.push(("X-RateLimit-Limit".to_owned(), limit.to_string()));
         headers.push(("X-RateLimit-Remaining".to_owned(), "0".to_owned()));
         headers.push(("X-RateLimit-Reset".to_owned(), reset.to_string()));
@@ -695,7 +748,9 @@ impl LimitsReport {
     pub fn load(store: &Store) -> Result<LimitsReport, StoreError> {
         store.read(|conn| {
             let company_plan = conn
-                .query_row("SELECT plan_slug FROM company WHERE id = 1", [], |r| r.get(0))
+                .query_row("SELECT plan_slug FROM company WHERE id = 1", [], |r| {
+                    r.get(0)
+                })
                 .optional()?;
             Ok(LimitsReport {
                 company_plan,
@@ -711,7 +766,9 @@ impl LimitsReport {
     }
 
     fn company_plan(&self) -> Option<&PlanLimits> {
-        self.company_plan.as_deref().and_then(|slug| self.plan(slug))
+        self.company_plan
+            .as_deref()
+            .and_then(|slug| self.plan(slug))
     }
 
     /// The effective limit of a counter row, as the charging code would compute it now.
@@ -720,9 +777,14 @@ impl LimitsReport {
             return self.plan(key).and_then(|p| p.per_hour);
         }
         if bucket == CLIENT_BUCKET {
-            let own = self.clients.iter().find(|c| c.client_id == key).map(|c| c.per_minute);
+            let own = self
+                .clients
+                .iter()
+                .find(|c| c.client_id == key)
+                .map(|c| c.per_minute);
             return own.or(Some(
-                self.company_plan().map_or(FALLBACK_CLIENT_PER_MINUTE, |p| p.client_per_minute),
+                self.company_plan()
+                    .map_or(FALLBACK_CLIENT_PER_MINUTE, |p| p.client_per_minute),
             ));
         }
         let category = *Category::ALL.iter().find(|c| c.as_str() == bucket)?;
@@ -731,9 +793,12 @@ impl LimitsReport {
             .iter()
             .find(|c| c.credential_id == key)
             .and_then(|c| c.per_minute.get(category));
-        own.or(Some(self.company_plan().map_or(fallback_per_minute(category), |p| {
-            p.per_minute.get(category)
-        })))
+        own.or(Some(
+            self.company_plan()
+                .map_or(fallback_per_minute(category), |p| {
+                    p.per_minute.get(category)
+                }),
+        ))
     }
 }
 
@@ -890,8 +955,15 @@ impl LimitChange {
     /// Applies the change; it takes effect on the next charge of every process.
     pub fn apply(&self, store: &Store) -> Result<(), LimitChangeError> {
         let (sql, value, id, kind) = match self {
-            Self::PlanCategory { plan, category, per_minute } => (
-                format!("UPDATE plans SET {}_per_minute = ?1 WHERE slug = ?2", category.as_str()),
+            Self::PlanCategory {
+                plan,
+                category,
+                per_minute,
+            } => (
+                format!(
+                    "UPDATE plans SET {}_per_minute = ?1 WHERE slug = ?2",
+                    category.as_str()
+                ),
                 Some(*per_minute),
                 plan,
                 "plan",
@@ -908,7 +980,11 @@ impl LimitChange {
                 plan,
                 "plan",
             ),
-            Self::Credential { credential_id, category, per_minute } => (
+            Self::Credential {
+                credential_id,
+                category,
+                per_minute,
+            } => (
                 format!(
                     "UPDATE credentials SET {}_per_minute = ?1 WHERE public_id = ?2",
                     category.as_str()
@@ -917,7 +993,10 @@ impl LimitChange {
                 credential_id,
                 "credential",
             ),
-            Self::Client { client_id, per_minute } => (
+            Self::Client {
+                client_id,
+                per_minute,
+            } => (
                 "UPDATE oauth_clients SET per_minute_limit = ?1 WHERE client_id = ?2".to_owned(),
                 *per_minute,
                 client_id,
@@ -1051,7 +1130,9 @@ mod tests {
     }
 
     fn charge_at(store: &Store, batch: &[ChargeRequest], now: i64) -> Vec<ChargeOutcome> {
-        store.write(|tx| charge_batch(tx, batch, now)).expect("charge")
+        store
+            .write(|tx| charge_batch(tx, batch, now))
+            .expect("charge")
     }
 
     fn set(store: &Store, change: LimitChange) {
@@ -1125,7 +1206,10 @@ mod tests {
         assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 2);
         set(&f.store, limit(10));
         let next = charge_at(&f.store, &batch[..1], T0 + 1);
-        assert_eq!(next[0].as_ref().expect("admitted").buckets()[0].remaining(), 5);
+        assert_eq!(
+            next[0].as_ref().expect("admitted").buckets()[0].remaining(),
+            5
+        );
     }
 
     #[test]
@@ -1133,7 +1217,13 @@ mod tests {
         let f = fixture("starter");
         add_credential(&f.store, "key00001", None);
         add_credential(&f.store, "key00002", None);
-        set(&f.store, LimitChange::PlanHourly { plan: "starter".into(), per_hour: Some(3) });
+        set(
+            &f.store,
+            LimitChange::PlanHourly {
+                plan: "starter".into(),
+                per_hour: Some(3),
+            },
+        );
         let batch = [
             request("key00001", Category::Read),
             request("key00002", Category::Write),
@@ -1148,8 +1238,16 @@ mod tests {
             fields,
             json!({"retry_after": 3000, "bucket": "plan", "limit": 3, "reset": T0 + 3600})
         );
-        set(&f.store, LimitChange::PlanHourly { plan: "starter".into(), per_hour: None });
-        let budget = charge_at(&f.store, &batch[..1], T0 + 601).remove(0).expect("admitted");
+        set(
+            &f.store,
+            LimitChange::PlanHourly {
+                plan: "starter".into(),
+                per_hour: None,
+            },
+        );
+        let budget = charge_at(&f.store, &batch[..1], T0 + 601)
+            .remove(0)
+            .expect("admitted");
         assert_eq!(budget.buckets().len(), 1);
     }
 
@@ -1158,7 +1256,13 @@ mod tests {
         let f = fixture("enterprise");
         add_credential(&f.store, "key00001", Some("client-a"));
         add_credential(&f.store, "key00002", Some("client-a"));
-        set(&f.store, LimitChange::Client { client_id: "client-a".into(), per_minute: Some(2) });
+        set(
+            &f.store,
+            LimitChange::Client {
+                client_id: "client-a".into(),
+                per_minute: Some(2),
+            },
+        );
         let batch = [
             request("key00001", Category::Read),
             request("key00002", Category::Read),
@@ -1166,15 +1270,32 @@ mod tests {
         ];
         let outcomes = charge_at(&f.store, &batch, T0 + 30);
         let client = &outcomes[1].as_ref().expect("admitted").buckets()[1];
-        assert_eq!((client.bucket, client.limit, client.remaining()), ("client", 2, 0));
+        assert_eq!(
+            (client.bucket, client.limit, client.remaining()),
+            ("client", 2, 0)
+        );
         let (_, fields) = refusal(&outcomes[2]);
         assert_eq!(
             fields,
             json!({"retry_after": 30, "bucket": "client", "limit": 2, "reset": T0 + 60})
         );
-        set(&f.store, LimitChange::Client { client_id: "client-a".into(), per_minute: None });
-        set(&f.store, LimitChange::PlanClient { plan: "enterprise".into(), per_minute: 7 });
-        let budget = charge_at(&f.store, &batch[..1], T0 + 31).remove(0).expect("admitted");
+        set(
+            &f.store,
+            LimitChange::Client {
+                client_id: "client-a".into(),
+                per_minute: None,
+            },
+        );
+        set(
+            &f.store,
+            LimitChange::PlanClient {
+                plan: "enterprise".into(),
+                per_minute: 7,
+            },
+        );
+        let budget = charge_at(&f.store, &batch[..1], T0 + 31)
+            .remove(0)
+            .expect("admitted");
         assert_eq!(budget.buckets()[1].limit, 7);
     }
 
@@ -1182,22 +1303,35 @@ mod tests {
     fn the_refusal_names_the_exceeded_bucket_that_resets_last() {
         let f = fixture("free");
         add_credential(&f.store, "key00001", None);
-        set(&f.store, LimitChange::PlanHourly { plan: "free".into(), per_hour: Some(1) });
         set(
             &f.store,
-            LimitChange::PlanCategory { plan: "free".into(), category: Category::Read, per_minute: 1 },
+            LimitChange::PlanHourly {
+                plan: "free".into(),
+                per_hour: Some(1),
+            },
+        );
+        set(
+            &f.store,
+            LimitChange::PlanCategory {
+                plan: "free".into(),
+                category: Category::Read,
+                per_minute: 1,
+            },
         );
         let batch = vec![request("key00001", Category::Read); 2];
-        let outcomes = charge_at(&f.store, &batch, T0 + 3599);
+        let outcomes = charge_at(&f.store, &batch, T0 + 1800);
         let (_, fields) = refusal(&outcomes[1]);
         assert_eq!(fields["bucket"], "plan");
-        assert_eq!(fields["retry_after"], 1);
+        assert_eq!(fields["retry_after"], 1800);
     }
 
     #[test]
     fn unknown_credentials_and_missing_company_fall_back_to_defaults() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let opts = StoreOptions { create: true, ..StoreOptions::default() };
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
         let store = Store::open(&dir.path().join("t.db"), &opts).expect("open");
         let budget = charge_at(&store, &[request("", Category::Generate)], T0).remove(0);
         let budget = budget.expect("admitted");
@@ -1205,40 +1339,58 @@ mod tests {
         assert_eq!(budget.buckets()[0].limit, 10);
     }
 
+    fn fixed_clock() -> i64 {
+        T0 + 30
+    }
+
     #[test]
-    fn group_commit_admits_exactly_the_limit_across_threads() {
+    fn concurrent_callers_get_exactly_the_limit_in_both_modes() {
         let f = fixture("enterprise");
-        add_credential(&f.store, "key00001", None);
-        set(
-            &f.store,
-            LimitChange::Credential {
-                credential_id: "key00001".into(),
-                category: Category::Read,
-                per_minute: Some(1_000_000),
-            },
-        );
-        for mode in [ChargeMode::GroupCommit, ChargeMode::PerCall] {
-            let limiter = Limiter::with_mode(f.store.clone(), mode);
+        for (id, mode) in [
+            ("key00001", ChargeMode::GroupCommit),
+            ("key00002", ChargeMode::PerCall),
+        ] {
+            add_credential(&f.store, id, None);
+            set(
+                &f.store,
+                LimitChange::Credential {
+                    credential_id: id.into(),
+                    category: Category::Read,
+                    per_minute: Some(100),
+                },
+            );
+            let mut limiter = Limiter::with_mode(f.store.clone(), mode);
+            limiter.clock = fixed_clock;
             let admitted = std::sync::atomic::AtomicUsize::new(0);
             std::thread::scope(|s| {
                 for _ in 0..8 {
                     s.spawn(|| {
                         for _ in 0..50 {
-                            if limiter.charge_request(request("key00001", Category::Read)).is_ok() {
+                            if limiter.charge_request(request(id, Category::Read)).is_ok() {
                                 admitted.fetch_add(1, Ordering::Relaxed);
                             }
                         }
                     });
                 }
             });
-            assert_eq!(admitted.load(Ordering::Relaxed), 400, "{mode:?}");
+            assert_eq!(admitted.load(Ordering::Relaxed), 100, "{mode:?}");
+            let stats = limiter.stats();
+            assert_eq!(stats.charges, 400);
+            if mode == ChargeMode::PerCall {
+                assert_eq!(stats.transactions, 400);
+            }
+            let count: i64 = f
+                .store
+                .read(|c| {
+                    Ok(c.query_row(
+                        "SELECT count FROM rate_counters WHERE key = ?1",
+                        [id],
+                        |r| r.get(0),
+                    )?)
+                })
+                .expect("count");
+            assert_eq!(count, 400, "{mode:?}: refused calls are charged too");
         }
-        let total: i64 = f
-            .store
-            .read(|c| Ok(c.query_row("SELECT sum(count) FROM rate_counters", [], |r| r.get(0))?))
-            .expect("sum");
-        // Both modes charged 400 calls each (a minute boundary may split them in windows).
-        assert_eq!(total, 800);
     }
 
     #[test]
@@ -1259,7 +1411,8 @@ mod tests {
             for _ in 0..8 {
                 s.spawn(|| {
                     for _ in 0..10 {
-                        let outcome = limiter.charge_request(request("key00001", Category::Destructive));
+                        let outcome =
+                            limiter.charge_request(request("key00001", Category::Destructive));
                         if outcome.is_err_and(|e| e.kind() == ErrorKind::RateLimited) {
                             refused.fetch_add(1, Ordering::Relaxed);
                         }
@@ -1284,7 +1437,13 @@ mod tests {
         assert_eq!(deleted, 60 + 1);
         let oldest: i64 = f
             .store
-            .read(|c| Ok(c.query_row("SELECT min(window_start) FROM rate_counters", [], |r| r.get(0))?))
+            .read(|c| {
+                Ok(
+                    c.query_row("SELECT min(window_start) FROM rate_counters", [], |r| {
+                        r.get(0)
+                    })?,
+                )
+            })
             .expect("min");
         assert_eq!(oldest, now - RETENTION_SECS);
     }
@@ -1305,9 +1464,17 @@ mod tests {
         charge_at(&f.store, &batch, T0 - 120);
         charge_at(&f.store, &batch, T0 + 1);
         let rows = usage(&f.store, T0 + 2).expect("usage");
-        let summary: Vec<(&str, &str, u64, Option<u64>, Option<u64>)> = rows
+        let summary: Vec<_> = rows
             .iter()
-            .map(|r| (r.bucket.as_str(), r.key.as_str(), r.count, r.limit, r.remaining))
+            .map(|r| {
+                (
+                    r.bucket.as_str(),
+                    r.key.as_str(),
+                    r.count,
+                    r.limit,
+                    r.remaining,
+                )
+            })
             .collect();
         assert_eq!(
             summary,
@@ -1322,10 +1489,16 @@ mod tests {
     #[test]
     fn limit_changes_on_unknown_targets_are_refused() {
         let f = fixture("pro");
-        let err = LimitChange::PlanHourly { plan: "gold".into(), per_hour: Some(1) }
-            .apply(&f.store)
-            .expect_err("unknown plan");
-        assert!(matches!(err, LimitChangeError::NotFound("plan", _)), "{err:?}");
+        let err = LimitChange::PlanHourly {
+            plan: "gold".into(),
+            per_hour: Some(1),
+        }
+        .apply(&f.store)
+        .expect_err("unknown plan");
+        assert!(
+            matches!(err, LimitChangeError::NotFound("plan", _)),
+            "{err:?}"
+        );
         let err = LimitChange::Credential {
             credential_id: "nope0000".into(),
             category: Category::Read,
@@ -1333,10 +1506,16 @@ mod tests {
         }
         .apply(&f.store)
         .expect_err("unknown credential");
-        assert!(matches!(err, LimitChangeError::NotFound("credential", _)), "{err:?}");
-        let err = LimitChange::PlanClient { plan: "pro".into(), per_minute: u64::MAX }
-            .apply(&f.store)
-            .expect_err("too large");
+        assert!(
+            matches!(err, LimitChangeError::NotFound("credential", _)),
+            "{err:?}"
+        );
+        let err = LimitChange::PlanClient {
+            plan: "pro".into(),
+            per_minute: u64::MAX,
+        }
+        .apply(&f.store)
+        .expect_err("too large");
         assert!(matches!(err, LimitChangeError::TooLarge(_)), "{err:?}");
     }
 
@@ -1344,8 +1523,20 @@ mod tests {
     fn meta_and_headers_describe_every_bucket_and_the_tightest() {
         let budget = Budget {
             buckets: vec![
-                BucketState { bucket: "write", limit: 60, count: 1, reset: T0 + 60, window_secs: 60 },
-                BucketState { bucket: "plan", limit: 500, count: 499, reset: T0 + 3600, window_secs: 3600 },
+                BucketState {
+                    bucket: "write",
+                    limit: 60,
+                    count: 1,
+                    reset: T0 + 60,
+                    window_secs: 60,
+                },
+                BucketState {
+                    bucket: "plan",
+                    limit: 500,
+                    count: 499,
+                    reset: T0 + 3600,
+                    window_secs: 3600,
+                },
             ],
         };
         let meta = budget.to_meta();
@@ -1358,7 +1549,10 @@ mod tests {
         );
         let headers = http_headers_at(&meta, T0 + 20);
         let expected: Vec<(String, String)> = [
-            ("RateLimit-Policy", "\"write\";q=60;w=60, \"plan\";q=500;w=3600"),
+            (
+                "RateLimit-Policy",
+                "\"write\";q=60;w=60, \"plan\";q=500;w=3600",
+            ),
             ("RateLimit", "\"write\";r=59;t=40, \"plan\";r=1;t=3580"),
             ("X-RateLimit-Limit", "500"),
             ("X-RateLimit-Remaining", "1"),
@@ -1375,8 +1569,10 @@ mod tests {
         let err = McpError::rate_limited("client", 100, 1_764_464_460, 17);
         let data = Value::Object(err.fields().clone());
         let headers = http_headers_at(&data, T0);
-        let names: Vec<(&str, &str)> =
-            headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let names: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         assert_eq!(
             names,
             [

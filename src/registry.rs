@@ -120,6 +120,9 @@ impl ToolSpec {
     }
 }
 
+/// How long a tool waits for the client to answer a sampling or elicitation request.
+pub const CLIENT_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Where a running tool sends progress and log notifications. Each transport implements
 /// it for the stream of the request being served.
 pub trait Notifier: Send + Sync {
@@ -144,6 +147,81 @@ pub struct ToolContext<'a> {
     /// Work that must commit in the same transaction as the tool's own writes (the
     /// idempotency record of the call), so a crash never applies a call twice.
     pub commit_hook: Option<&'a dyn CommitHook>,
+    /// The connection state (handshake era), for requests to the client.
+    pub session: &'a crate::protocol::Session,
+    /// The protocol era of the call.
+    pub era: crate::protocol::Era,
+    /// What the client sent back for an earlier `input_required` result (2026-07-28).
+    pub input: InputContext<'a>,
+}
+
+/// The multi-round inputs of a call: the client's answers to the server's earlier
+/// `inputRequests`, the echoed `requestState`, and what the client can answer.
+#[derive(Clone, Copy)]
+pub struct InputContext<'a> {
+    /// `params.inputResponses`, keyed as the server asked.
+    pub responses: Option<&'a Map<String, Value>>,
+    /// `params.requestState`, still sealed.
+    pub request_state: Option<&'a str>,
+    /// The client's capabilities (per request on 2026-07-28, from `initialize` before).
+    pub client_capabilities: &'a Value,
+    /// The key that seals and opens request states.
+    pub state_key: &'a crate::state::StateKey,
+}
+
+impl InputContext<'_> {
+    /// The client's answer to the request named `key`, when it sent one.
+    pub fn response(&self, key: &str) -> Option<&Value> {
+        self.responses.and_then(|r| r.get(key))
+    }
+
+    /// Whether the client declared `capability` (`sampling`, `elicitation`, `roots`).
+    pub fn client_supports(&self, capability: &str) -> bool {
+        self.client_capabilities
+            .get(capability)
+            .is_some_and(|c| !c.is_null())
+    }
+
+    /// Opens the echoed `requestState`; a missing one is `Ok(None)`, an altered one is
+    /// `-32602` on `requestState` (never trusted, never asked again).
+    pub fn state(&self) -> Result<Option<Value>, McpError> {
+        match self.request_state {
+            None => Ok(None),
+            Some(sealed) => self
+                .state_key
+                .open(sealed)
+                .map(Some)
+                .ok_or_else(|| McpError::invalid_params("requestState").detail("reason", "state_not_verified")),
+        }
+    }
+
+    /// An `input_required` outcome asking the client for `requests`, carrying `state`.
+    pub fn ask(&self, requests: Map<String, Value>, state: Option<&Value>) -> InputRequired {
+        InputRequired {
+            requests,
+            state: state.map(|s| self.state_key.seal(s)),
+        }
+    }
+}
+
+/// A result that asks the client for more input before the call can complete.
+#[derive(Debug, Clone)]
+pub struct InputRequired {
+    /// `inputRequests`: key → `{method, params}`.
+    pub requests: Map<String, Value>,
+    /// The sealed `requestState`, when the next round needs one.
+    pub state: Option<String>,
+}
+
+impl InputRequired {
+    /// The result object.
+    pub fn into_result(self) -> Value {
+        let mut result = json!({ "resultType": "input_required", "inputRequests": self.requests });
+        if let Some(state) = self.state {
+            result["requestState"] = json!(state);
+        }
+        result
+    }
 }
 
 /// Something that must be written atomically with a tool's effects.
@@ -210,6 +288,41 @@ impl ToolContext<'_> {
         }
     }
 
+    /// Sends a request to the client (`sampling/createMessage`, `elicitation/create`) on the
+    /// stream of the current call and waits for its answer. Only the handshake era has
+    /// server-to-client requests; on 2026-07-28 a tool asks with an `input_required` result.
+    pub fn ask_client(&self, method: &str, capability: &str, params: Value) -> Result<Value, McpError> {
+        let missing = || {
+            McpError::missing_client_capability(json!({ capability: {} }))
+        };
+        if self.era.is_modern() || !self.session.client_supports(capability) {
+            return Err(missing());
+        }
+        let (id, answer) = self.session.expect_response();
+        self.notifier
+            .notify(crate::jsonrpc::request(id.clone(), method, params));
+        let deadline = std::time::Instant::now() + CLIENT_ANSWER_TIMEOUT;
+        let outcome = loop {
+            if self.is_cancelled() {
+                break Err(McpError::new(ErrorKind::Timeout).detail("reason", "cancelled"));
+            }
+            match answer.recv_timeout(std::time::Duration::from_millis(100)) {
+                Ok(message) => break Ok(message),
+                Err(_) if std::time::Instant::now() >= deadline => {
+                    break Err(McpError::new(ErrorKind::Timeout).detail("waiting_for", method));
+                }
+                Err(_) => {}
+            }
+        };
+        self.session.abandon(&id);
+        let message = outcome?;
+        match message.get("result") {
+            Some(result) => Ok(result.clone()),
+            None => Err(McpError::new(ErrorKind::AdapterError)
+                .detail("original_error", message.pointer("/error/code").cloned().unwrap_or(Value::Null))),
+        }
+    }
+
     /// True once the caller has cancelled the request.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
@@ -270,6 +383,8 @@ pub struct ToolOutput {
     pub content: Vec<Value>,
     /// Structured result, matching the tool's output schema.
     pub structured: Option<Value>,
+    /// Set instead of content when the call needs more input from the client.
+    pub input_required: Option<InputRequired>,
 }
 
 impl ToolOutput {
@@ -278,6 +393,7 @@ impl ToolOutput {
         ToolOutput {
             content: vec![json!({ "type": "text", "text": text.into() })],
             structured: None,
+            input_required: None,
         }
     }
 
@@ -286,11 +402,23 @@ impl ToolOutput {
         ToolOutput {
             content: vec![json!({ "type": "text", "text": value.to_string() })],
             structured: Some(value),
+            input_required: None,
+        }
+    }
+
+    /// An outcome asking the client for more input (2026-07-28 only).
+    pub fn input_required(request: InputRequired) -> Self {
+        ToolOutput {
+            input_required: Some(request),
+            ..ToolOutput::default()
         }
     }
 
     /// The `tools/call` result object.
     pub fn into_result(self) -> Value {
+        if let Some(request) = self.input_required {
+            return request.into_result();
+        }
         let mut result = json!({ "content": self.content, "isError": false });
         if let Some(structured) = self.structured {
             result["structuredContent"] = structured;
@@ -381,10 +509,24 @@ pub trait Prompt: Send + Sync {
     fn spec(&self) -> &PromptSpec;
     /// The messages for these arguments (required ones are checked before this runs).
     fn messages(&self, args: &Map<String, Value>) -> Vec<Value>;
+    /// The prompt for these arguments; a prompt that needs more input from the client
+    /// (2026-07-28) answers `Err(InputRequired)` through [`PromptReply`].
+    fn get(&self, args: &Map<String, Value>, _input: &InputContext<'_>) -> Result<PromptReply, McpError> {
+        Ok(PromptReply::Messages(self.messages(args)))
+    }
+
     /// Completion values for one argument, given its partial value.
     fn complete(&self, _argument: &str, _value: &str) -> Vec<String> {
         Vec::new()
     }
+}
+
+/// What `prompts/get` answers.
+pub enum PromptReply {
+    /// The prompt's messages.
+    Messages(Vec<Value>),
+    /// A request for more input first.
+    InputRequired(InputRequired),
 }
 
 /// A tool name that was retired, with what to call instead.

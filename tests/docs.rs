@@ -15,11 +15,19 @@ fn docs_errors_md_is_the_generated_catalog() {
         .env_remove("TOLLGATE_CONFIG")
         .output()
         .expect("run tollgate errors");
-    assert!(out.status.success(), "tollgate errors failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tollgate errors failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let generated = String::from_utf8(out.stdout).expect("UTF-8 markdown");
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/errors.md");
-    let committed = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}; generate it with `{REGENERATE}`", path.display()));
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; generate it with `{REGENERATE}`",
+            path.display()
+        )
+    });
     if committed != generated {
         let line = committed
             .lines()

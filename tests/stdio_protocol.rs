@@ -89,7 +89,11 @@ fn initialize_with_an_unknown_version_gets_the_latest_handshake_version() {
     for requested in ["1900-01-01", "2026-07-28", "not-a-date"] {
         let mut server = StdioServer::start(&db, &[]);
         let result = server.initialize(requested);
-        assert_eq!(result["protocolVersion"], json!("2025-11-25"), "{requested}: {result}");
+        assert_eq!(
+            result["protocolVersion"],
+            json!("2025-11-25"),
+            "{requested}: {result}"
+        );
     }
 }
 
@@ -100,12 +104,20 @@ fn initialize_declares_capabilities_and_server_info() {
     let result = server.initialize("2025-11-25");
     let caps = &result["capabilities"];
     assert_eq!(caps["tools"], json!({"listChanged": false}), "{result}");
-    assert_eq!(caps["resources"], json!({"subscribe": true, "listChanged": false}), "{result}");
+    assert_eq!(
+        caps["resources"],
+        json!({"subscribe": true, "listChanged": false}),
+        "{result}"
+    );
     assert_eq!(caps["prompts"], json!({"listChanged": false}), "{result}");
     assert_eq!(caps["completions"], json!({}), "{result}");
     assert_eq!(caps["logging"], json!({}), "{result}");
     assert_eq!(result["serverInfo"]["name"], json!("tollgate"), "{result}");
-    assert_eq!(result["serverInfo"]["version"], json!(env!("CARGO_PKG_VERSION")), "{result}");
+    assert_eq!(
+        result["serverInfo"]["version"],
+        json!(env!("CARGO_PKG_VERSION")),
+        "{result}"
+    );
 }
 
 #[test]
@@ -152,16 +164,41 @@ fn server_discover_describes_the_server() {
     assert_eq!(result["resultType"], json!("complete"), "{response}");
     assert_eq!(
         result["supportedVersions"],
-        json!(["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]),
+        json!([
+            "2026-07-28",
+            "2025-11-25",
+            "2025-06-18",
+            "2025-03-26",
+            "2024-11-05"
+        ]),
         "{response}"
     );
-    assert_eq!(result["capabilities"]["tools"], json!({"listChanged": false}), "{response}");
-    assert_eq!(result["capabilities"]["resources"], json!({"listChanged": false}), "{response}");
-    assert_eq!(result["capabilities"]["prompts"], json!({"listChanged": false}), "{response}");
+    assert_eq!(
+        result["capabilities"]["tools"],
+        json!({"listChanged": false}),
+        "{response}"
+    );
+    assert_eq!(
+        result["capabilities"]["resources"],
+        json!({"listChanged": false}),
+        "{response}"
+    );
+    assert_eq!(
+        result["capabilities"]["prompts"],
+        json!({"listChanged": false}),
+        "{response}"
+    );
     let info = &result["_meta"]["io.modelcontextprotocol/serverInfo"];
     assert_eq!(info["name"], json!("tollgate"), "{response}");
-    assert_eq!(info["version"], json!(env!("CARGO_PKG_VERSION")), "{response}");
-    assert!(result["ttlMs"].is_u64(), "ttlMs must be an integer >= 0: {response}");
+    assert_eq!(
+        info["version"],
+        json!(env!("CARGO_PKG_VERSION")),
+        "{response}"
+    );
+    assert!(
+        result["ttlMs"].is_u64(),
+        "ttlMs must be an integer >= 0: {response}"
+    );
     assert_eq!(result["cacheScope"], json!("public"), "{response}");
 }
 
@@ -172,9 +209,15 @@ fn modern_tools_list_carries_result_type_and_cache_hints() {
     let response = server.request("tools/list", json!({"_meta": modern_meta()}));
     let result = &response["result"];
     assert_eq!(result["resultType"], json!("complete"), "{response}");
-    assert!(result["ttlMs"].is_u64(), "ttlMs must be an integer >= 0: {response}");
+    assert!(
+        result["ttlMs"].is_u64(),
+        "ttlMs must be an integer >= 0: {response}"
+    );
     assert_eq!(result["cacheScope"], json!("private"), "{response}");
-    assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], json!("tollgate"));
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        json!("tollgate")
+    );
     let names: Vec<&str> = result["tools"]
         .as_array()
         .expect("tools array")
@@ -188,7 +231,10 @@ fn modern_tools_list_carries_result_type_and_cache_hints() {
 fn modern_tools_call_result_carries_result_type() {
     let db = TestDb::new();
     let mut server = StdioServer::start(&db, &["--conformance-pack"]);
-    let response = server.request("tools/call", modern_params(json!({"name": "test_simple_text", "arguments": {}})));
+    let response = server.request(
+        "tools/call",
+        modern_params(json!({"name": "test_simple_text", "arguments": {}})),
+    );
     let result = &response["result"];
     assert_eq!(result["resultType"], json!("complete"), "{response}");
     assert_eq!(
@@ -196,7 +242,10 @@ fn modern_tools_call_result_carries_result_type() {
         json!([{"type": "text", "text": "This is a simple text response for testing."}]),
         "{response}"
     );
-    assert!(result.get("ttlMs").is_none(), "tools/call is not cacheable: {response}");
+    assert!(
+        result.get("ttlMs").is_none(),
+        "tools/call is not cacheable: {response}"
+    );
 }
 
 #[test]
@@ -206,7 +255,11 @@ fn modern_requests_are_served_statelessly_beside_a_handshake_session() {
     let legacy = server.request("tools/list", json!({}));
     assert!(legacy["result"].get("resultType").is_none(), "{legacy}");
     let modern = server.request("tools/list", json!({"_meta": modern_meta()}));
-    assert_eq!(modern["result"]["resultType"], json!("complete"), "{modern}");
+    assert_eq!(
+        modern["result"]["resultType"],
+        json!("complete"),
+        "{modern}"
+    );
     assert_eq!(legacy["result"]["tools"], modern["result"]["tools"]);
 }
 
@@ -233,9 +286,24 @@ fn modern_request_with_an_unsupported_version_is_32022() {
     let mut meta = modern_meta();
     meta["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
     let response = server.request("tools/list", json!({"_meta": meta}));
-    assert_error(&response, -32022, "unsupported_protocol_version", 400, 1008, false);
-    assert_eq!(response["error"]["data"]["supported"], json!(["2026-07-28"]), "{response}");
-    assert_eq!(response["error"]["data"]["requested"], json!("2099-01-01"), "{response}");
+    assert_error(
+        &response,
+        -32022,
+        "unsupported_protocol_version",
+        400,
+        1008,
+        false,
+    );
+    assert_eq!(
+        response["error"]["data"]["supported"],
+        json!(["2026-07-28"]),
+        "{response}"
+    );
+    assert_eq!(
+        response["error"]["data"]["requested"],
+        json!("2099-01-01"),
+        "{response}"
+    );
 }
 
 #[test]
@@ -249,13 +317,23 @@ fn methods_removed_in_2026_are_method_not_found() {
             json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
         ),
         ("logging/setLevel", json!({"level": "info"})),
-        ("resources/subscribe", json!({"uri": "test://watched-resource"})),
-        ("resources/unsubscribe", json!({"uri": "test://watched-resource"})),
+        (
+            "resources/subscribe",
+            json!({"uri": "test://watched-resource"}),
+        ),
+        (
+            "resources/unsubscribe",
+            json!({"uri": "test://watched-resource"}),
+        ),
     ];
     for (method, params) in removed {
         let response = server.request(method, modern_params(params));
         assert_error(&response, -32601, "method_not_found", 404, 1003, false);
-        assert_eq!(response["error"]["data"]["details"]["method"], json!(method), "{response}");
+        assert_eq!(
+            response["error"]["data"]["details"]["method"],
+            json!(method),
+            "{response}"
+        );
     }
     // `initialize` with the modern `_meta` did not start a handshake session.
     let plain = server.request("tools/list", json!({}));
@@ -268,7 +346,10 @@ fn methods_removed_in_2026_are_method_not_found() {
 fn parse_error_row() {
     let db = TestDb::new();
     let mut server = initialized(&db, "2025-11-25");
-    let response = send_line(&mut server, br#"{"jsonrpc": "2.0", "id": 1, "method": "ping""#);
+    let response = send_line(
+        &mut server,
+        br#"{"jsonrpc": "2.0", "id": 1, "method": "ping""#,
+    );
     assert_error(&response, -32700, "parse_error", 400, 1001, false);
     assert_eq!(response["id"], Value::Null, "{response}");
     assert_still_serving(&mut server);
@@ -280,13 +361,20 @@ fn invalid_request_row() {
     let mut server = initialized(&db, "2025-11-25");
     let wrong_version = send_line(&mut server, br#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#);
     assert_error(&wrong_version, -32600, "invalid_request", 400, 1002, false);
-    assert_eq!(wrong_version["id"], json!(7), "the id is echoed when it can be read: {wrong_version}");
+    assert_eq!(
+        wrong_version["id"],
+        json!(7),
+        "the id is echoed when it can be read: {wrong_version}"
+    );
     assert_eq!(reason(&wrong_version), &json!("jsonrpc_version"));
     let no_method = send_line(&mut server, br#"{"jsonrpc":"2.0","id":8}"#);
     assert_error(&no_method, -32600, "invalid_request", 400, 1002, false);
     assert_eq!(no_method["id"], json!(8), "{no_method}");
     assert_eq!(reason(&no_method), &json!("no_method"));
-    let null_id = send_line(&mut server, br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#);
+    let null_id = send_line(
+        &mut server,
+        br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+    );
     assert_error(&null_id, -32600, "invalid_request", 400, 1002, false);
     assert_eq!(null_id["id"], Value::Null, "{null_id}");
     assert_eq!(reason(&null_id), &json!("id_type"));
@@ -299,7 +387,10 @@ fn method_not_found_row() {
     let mut server = initialized(&db, "2025-11-25");
     let response = server.request("tools/frobnicate", json!({}));
     assert_error(&response, -32601, "method_not_found", 404, 1003, false);
-    assert_eq!(response["error"]["data"]["details"]["method"], json!("tools/frobnicate"));
+    assert_eq!(
+        response["error"]["data"]["details"]["method"],
+        json!("tools/frobnicate")
+    );
     assert_still_serving(&mut server);
 }
 
@@ -309,12 +400,39 @@ fn invalid_params_row_for_a_wrong_param_type() {
     let mut server = initialized(&db, "2025-11-25");
     let name_not_string = server.request("tools/call", json!({"name": 5, "arguments": {}}));
     assert_error(&name_not_string, -32602, "invalid_params", 400, 1004, false);
-    assert_eq!(name_not_string["error"]["data"]["param"], json!("name"), "{name_not_string}");
-    let arguments_not_object = server.request("tools/call", json!({"name": "test_simple_text", "arguments": [1]}));
-    assert_error(&arguments_not_object, -32602, "invalid_params", 400, 1004, false);
-    assert_eq!(arguments_not_object["error"]["data"]["param"], json!("arguments"));
-    let params_not_object = send_line(&mut server, br#"{"jsonrpc":"2.0","id":"p","method":"tools/list","params":[1]}"#);
-    assert_error(&params_not_object, -32602, "invalid_params", 400, 1004, false);
+    assert_eq!(
+        name_not_string["error"]["data"]["param"],
+        json!("name"),
+        "{name_not_string}"
+    );
+    let arguments_not_object = server.request(
+        "tools/call",
+        json!({"name": "test_simple_text", "arguments": [1]}),
+    );
+    assert_error(
+        &arguments_not_object,
+        -32602,
+        "invalid_params",
+        400,
+        1004,
+        false,
+    );
+    assert_eq!(
+        arguments_not_object["error"]["data"]["param"],
+        json!("arguments")
+    );
+    let params_not_object = send_line(
+        &mut server,
+        br#"{"jsonrpc":"2.0","id":"p","method":"tools/list","params":[1]}"#,
+    );
+    assert_error(
+        &params_not_object,
+        -32602,
+        "invalid_params",
+        400,
+        1004,
+        false,
+    );
     assert_eq!(params_not_object["id"], json!("p"), "{params_not_object}");
     assert_eq!(params_not_object["error"]["data"]["param"], json!("params"));
     assert_still_serving(&mut server);
@@ -327,7 +445,11 @@ fn invalid_params_row_for_a_bad_cursor() {
     for cursor in [json!("not-a-cursor"), json!(12)] {
         let response = server.request("tools/list", json!({"cursor": cursor}));
         assert_error(&response, -32602, "invalid_params", 400, 1004, false);
-        assert_eq!(response["error"]["data"]["param"], json!("cursor"), "{response}");
+        assert_eq!(
+            response["error"]["data"]["param"],
+            json!("cursor"),
+            "{response}"
+        );
     }
     assert_still_serving(&mut server);
 }
@@ -338,7 +460,11 @@ fn unknown_tool_row() {
     let mut server = initialized(&db, "2025-11-25");
     let response = server.call_tool("no_such_tool", json!({}));
     assert_error(&response, -32602, "unknown_tool", 404, 1005, false);
-    assert_eq!(response["error"]["data"]["details"]["name"], json!("no_such_tool"), "{response}");
+    assert_eq!(
+        response["error"]["data"]["details"]["name"],
+        json!("no_such_tool"),
+        "{response}"
+    );
 }
 
 #[test]
@@ -347,7 +473,11 @@ fn tool_retired_row() {
     let mut server = initialized(&db, "2025-11-25");
     let response = server.call_tool("list_invoices", json!({}));
     assert_error(&response, -32602, "tool_retired", 410, 1006, false);
-    assert_eq!(response["error"]["data"]["replacement"], json!("search_invoices"), "{response}");
+    assert_eq!(
+        response["error"]["data"]["replacement"],
+        json!("search_invoices"),
+        "{response}"
+    );
 }
 
 #[test]
@@ -356,17 +486,31 @@ fn resource_not_found_row() {
     let mut server = initialized(&db, "2025-11-25");
     let response = server.request("resources/read", json!({"uri": "test://no-such-resource"}));
     assert_error(&response, -32602, "resource_not_found", 404, 1007, false);
-    assert_eq!(response["error"]["data"]["details"]["uri"], json!("test://no-such-resource"), "{response}");
-    assert!(response.get("result").is_none(), "no empty contents: {response}");
+    assert_eq!(
+        response["error"]["data"]["details"]["uri"],
+        json!("test://no-such-resource"),
+        "{response}"
+    );
+    assert!(
+        response.get("result").is_none(),
+        "no empty contents: {response}"
+    );
 }
 
 #[test]
 fn resource_not_found_row_on_the_modern_era() {
     let db = TestDb::new();
     let mut server = StdioServer::start(&db, &["--conformance-pack"]);
-    let response = server.request("resources/read", modern_params(json!({"uri": "test://no-such-resource"})));
+    let response = server.request(
+        "resources/read",
+        modern_params(json!({"uri": "test://no-such-resource"})),
+    );
     assert_error(&response, -32602, "resource_not_found", 404, 1007, false);
-    assert_eq!(response["error"]["data"]["details"]["uri"], json!("test://no-such-resource"), "{response}");
+    assert_eq!(
+        response["error"]["data"]["details"]["uri"],
+        json!("test://no-such-resource"),
+        "{response}"
+    );
 }
 
 /// `-32603 backend_unavailable`: the database stays locked by another writer past the
@@ -374,13 +518,18 @@ fn resource_not_found_row_on_the_modern_era() {
 #[test]
 fn backend_unavailable_row_when_the_database_stays_locked() {
     let db = TestDb::new();
-    let mut server = start_with_env(&db, &["--conformance-pack"], &[("TOLLGATE_STORE_BUSY_TIMEOUT_MS", "200")]);
+    let mut server = start_with_env(
+        &db,
+        &["--conformance-pack"],
+        &[("TOLLGATE_STORE_BUSY_TIMEOUT_MS", "200")],
+    );
     server.initialize("2025-11-25");
     let ok = server.call_tool("test_simple_text", json!({}));
     assert_eq!(ok["result"]["isError"], json!(false), "{ok}");
 
     let lock = rusqlite::Connection::open(&db.path).expect("open the database");
-    lock.execute_batch("BEGIN EXCLUSIVE").expect("lock the database");
+    lock.execute_batch("BEGIN EXCLUSIVE")
+        .expect("lock the database");
     let locked = server.call_tool("test_simple_text", json!({}));
     assert_error(&locked, -32603, "backend_unavailable", 503, 4002, true);
     lock.execute_batch("ROLLBACK").expect("unlock");
@@ -418,11 +567,23 @@ fn a_batch_on_2025_03_26_gets_one_response_per_request() {
         {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}}
     ]));
     let response = server.recv_response();
-    let items = response.as_array().unwrap_or_else(|| panic!("an array of responses: {response}"));
-    assert_eq!(items.len(), 2, "the notification gets no response: {response}");
-    let ping = items.iter().find(|r| r["id"] == json!(101)).expect("ping response");
+    let items = response
+        .as_array()
+        .unwrap_or_else(|| panic!("an array of responses: {response}"));
+    assert_eq!(
+        items.len(),
+        2,
+        "the notification gets no response: {response}"
+    );
+    let ping = items
+        .iter()
+        .find(|r| r["id"] == json!(101))
+        .expect("ping response");
     assert_eq!(ping["result"], json!({}), "{response}");
-    let list = items.iter().find(|r| r["id"] == json!("list")).expect("tools/list response");
+    let list = items
+        .iter()
+        .find(|r| r["id"] == json!("list"))
+        .expect("tools/list response");
     assert!(list["result"]["tools"].is_array(), "{response}");
     assert_still_serving(&mut server);
 }
@@ -437,12 +598,20 @@ fn initialize_inside_a_batch_is_invalid_request() {
         {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     ]));
     let response = server.recv_response();
-    let items = response.as_array().unwrap_or_else(|| panic!("an array of responses: {response}"));
+    let items = response
+        .as_array()
+        .unwrap_or_else(|| panic!("an array of responses: {response}"));
     assert_eq!(items.len(), 2, "{response}");
-    let init = items.iter().find(|r| r["id"] == json!(1)).expect("initialize response");
+    let init = items
+        .iter()
+        .find(|r| r["id"] == json!(1))
+        .expect("initialize response");
     assert_error(init, -32600, "invalid_request", 400, 1002, false);
     assert_eq!(reason(init), &json!("initialize_in_batch"));
-    let ping = items.iter().find(|r| r["id"] == json!(2)).expect("ping response");
+    let ping = items
+        .iter()
+        .find(|r| r["id"] == json!(2))
+        .expect("ping response");
     assert_eq!(ping["result"], json!({}), "{response}");
 }
 
@@ -485,7 +654,11 @@ fn a_line_over_the_cap_is_invalid_request() {
     assert_error(&response, -32600, "invalid_request", 400, 1002, false);
     assert_eq!(response["id"], Value::Null, "{response}");
     assert_eq!(reason(&response), &json!("message_too_large"));
-    assert_eq!(response["error"]["data"]["details"]["max_bytes"], json!(4096), "{response}");
+    assert_eq!(
+        response["error"]["data"]["details"]["max_bytes"],
+        json!(4096),
+        "{response}"
+    );
     assert_still_serving(&mut server);
 }
 
@@ -493,7 +666,10 @@ fn a_line_over_the_cap_is_invalid_request() {
 fn invalid_utf8_is_a_parse_error() {
     let db = TestDb::new();
     let mut server = initialized(&db, "2025-11-25");
-    let response = send_line(&mut server, b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"\xff\xfe\xc3\"}}");
+    let response = send_line(
+        &mut server,
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"x\":\"\xff\xfe\xc3\"}}",
+    );
     assert_error(&response, -32700, "parse_error", 400, 1001, false);
     assert_eq!(response["id"], Value::Null, "{response}");
     assert_still_serving(&mut server);
@@ -531,7 +707,10 @@ fn a_50_mb_line_is_invalid_request_and_the_session_goes_on() {
     assert_error(&response, -32600, "invalid_request", 400, 1002, false);
     assert_eq!(response["id"], Value::Null, "{response}");
     assert_eq!(reason(&response), &json!("message_too_large"));
-    assert_eq!(response["error"]["data"]["details"]["max_bytes"], json!(DEFAULT_MAX_LINE_BYTES));
+    assert_eq!(
+        response["error"]["data"]["details"]["max_bytes"],
+        json!(DEFAULT_MAX_LINE_BYTES)
+    );
     assert_still_serving(&mut server);
 }
 
@@ -539,7 +718,12 @@ fn a_50_mb_line_is_invalid_request_and_the_session_goes_on() {
 fn an_unknown_method_is_method_not_found_and_the_session_goes_on() {
     let db = TestDb::new();
     let mut server = initialized(&db, "2025-11-25");
-    for method in ["nope", "tools/", "server/discover", "notifications/initialized/x"] {
+    for method in [
+        "nope",
+        "tools/",
+        "server/discover",
+        "notifications/initialized/x",
+    ] {
         let response = server.request(method, json!({}));
         assert_error(&response, -32601, "method_not_found", 404, 1003, false);
     }
@@ -552,16 +736,28 @@ fn wrong_param_types_are_invalid_params_and_the_session_goes_on() {
     let mut server = initialized(&db, "2025-11-25");
     let cases = [
         ("tools/call", json!({"name": 5}), "name"),
-        ("tools/call", json!({"name": "test_simple_text", "arguments": "x"}), "arguments"),
+        (
+            "tools/call",
+            json!({"name": "test_simple_text", "arguments": "x"}),
+            "arguments",
+        ),
         ("resources/read", json!({"uri": 7}), "uri"),
-        ("prompts/get", json!({"name": ["test_simple_prompt"]}), "name"),
+        (
+            "prompts/get",
+            json!({"name": ["test_simple_prompt"]}),
+            "name",
+        ),
         ("logging/setLevel", json!({"level": "loud"}), "level"),
         ("tools/list", json!({"cursor": {}}), "cursor"),
     ];
     for (method, params, param) in cases {
         let response = server.request(method, params);
         assert_error(&response, -32602, "invalid_params", 400, 1004, false);
-        assert_eq!(response["error"]["data"]["param"], json!(param), "{method}: {response}");
+        assert_eq!(
+            response["error"]["data"]["param"],
+            json!(param),
+            "{method}: {response}"
+        );
     }
     assert_still_serving(&mut server);
 }
@@ -596,8 +792,10 @@ fn stdout_carries_only_json_rpc_messages() {
     server.send(&json!({"jsonrpc": "2.0", "id": "a", "method": "tools/list"}));
     server.send(&json!({"jsonrpc": "2.0", "id": "b", "method": "tools/call",
                         "params": {"name": "test_tool_with_logging", "arguments": {}}}));
-    server.send(&json!({"jsonrpc": "2.0", "id": "c", "method": "resources/read",
-                        "params": {"uri": "test://static-text"}}));
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": "c", "method": "resources/read",
+                        "params": {"uri": "test://static-text"}}),
+    );
     server.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "zz"}}));
     server.send(&json!({"jsonrpc": "2.0", "id": "d", "method": "nope"}));
     let mut pending = vec![Value::Null, json!("a"), json!("b"), json!("c"), json!("d")];
@@ -606,11 +804,17 @@ fn stdout_carries_only_json_rpc_messages() {
         let message = server.recv();
         assert_eq!(message["jsonrpc"], json!("2.0"), "not JSON-RPC: {message}");
         if message.get("method").is_some() {
-            assert!(message.get("id").is_none(), "the server sends no requests: {message}");
+            assert!(
+                message.get("id").is_none(),
+                "the server sends no requests: {message}"
+            );
             continue;
         }
         let is_answer = message.get("result").is_some() != message.get("error").is_some();
-        assert!(is_answer, "a response has exactly one of result and error: {message}");
+        assert!(
+            is_answer,
+            "a response has exactly one of result and error: {message}"
+        );
         let at = pending.iter().position(|id| *id == message["id"]);
         let at = at.unwrap_or_else(|| panic!("unexpected response {message}"));
         pending.remove(at);
@@ -626,7 +830,8 @@ fn stdout_carries_only_json_rpc_messages() {
 
 fn user_version(db: &TestDb) -> u32 {
     let conn = rusqlite::Connection::open(&db.path).expect("open the database");
-    conn.pragma_query_value(None, "user_version", |row| row.get(0)).expect("user_version")
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+        .expect("user_version")
 }
 
 #[test]
@@ -634,11 +839,19 @@ fn a_database_created_by_this_version_opens() {
     let db = TestDb::new();
     let out = db.run(&["healthcheck"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let version = user_version(&db);
     assert!(version >= 1, "init writes a schema version");
     assert!(stdout.starts_with("ok: "), "{stdout}");
-    assert!(stdout.contains(&format!("(schema version {version})")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("(schema version {version})")),
+        "{stdout}"
+    );
     let mut server = StdioServer::start(&db, &[]);
     server.initialize("2025-11-25");
     assert_eq!(server.close().code(), Some(0));
@@ -648,18 +861,37 @@ fn a_database_created_by_this_version_opens() {
 fn a_newer_database_is_refused_with_exit_code_2() {
     let db = TestDb::new();
     let conn = rusqlite::Connection::open(&db.path).expect("open the database");
-    conn.pragma_update(None, "user_version", 99).expect("bump user_version");
+    conn.pragma_update(None, "user_version", 99)
+        .expect("bump user_version");
     drop(conn);
     let health = db.run(&["healthcheck"]);
-    let stdio = db.command(&["stdio"]).stdin(Stdio::null()).output().expect("run tollgate stdio");
+    let stdio = db
+        .command(&["stdio"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run tollgate stdio");
     for (what, out) in [("healthcheck", &health), ("stdio", &stdio)] {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{what}: {stderr}");
-        assert!(stderr.contains("newer"), "{what} must say the database is newer: {stderr}");
-        assert!(stderr.contains("99"), "{what} must name the version found: {stderr}");
-        assert!(out.stdout.is_empty(), "{what} wrote to stdout: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            stderr.contains("newer"),
+            "{what} must say the database is newer: {stderr}"
+        );
+        assert!(
+            stderr.contains("99"),
+            "{what} must name the version found: {stderr}"
+        );
+        assert!(
+            out.stdout.is_empty(),
+            "{what} wrote to stdout: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
     }
-    assert_eq!(user_version(&db), 99, "a refused database is left untouched");
+    assert_eq!(
+        user_version(&db),
+        99,
+        "a refused database is left untouched"
+    );
 }
 
 // ---- The catalog ------------------------------------------------------------------------------
@@ -714,8 +946,14 @@ fn errors_json_lists_every_code_of_the_contract() {
     for &(rpc, code, http, error_code, retryable) in JSONRPC_ROWS {
         let entry = entries
             .iter()
-            .find(|e| e["channel"] == json!("jsonrpc") && e["jsonrpc_code"] == json!(rpc) && e["code"] == json!(code))
-            .unwrap_or_else(|| panic!("{rpc} {code} is missing from `tollgate errors --format json`"));
+            .find(|e| {
+                e["channel"] == json!("jsonrpc")
+                    && e["jsonrpc_code"] == json!(rpc)
+                    && e["code"] == json!(code)
+            })
+            .unwrap_or_else(|| {
+                panic!("{rpc} {code} is missing from `tollgate errors --format json`")
+            });
         assert_eq!(entry["http_status"], json!(http), "{entry}");
         assert_eq!(entry["error_code"], json!(error_code), "{entry}");
         assert_eq!(entry["retryable"], json!(retryable), "{entry}");
@@ -724,7 +962,9 @@ fn errors_json_lists_every_code_of_the_contract() {
         let entry = entries
             .iter()
             .find(|e| e["channel"] == json!("tool_result") && e["code"] == json!(code))
-            .unwrap_or_else(|| panic!("tool error {code} is missing from `tollgate errors --format json`"));
+            .unwrap_or_else(|| {
+                panic!("tool error {code} is missing from `tollgate errors --format json`")
+            });
         assert_eq!(entry["jsonrpc_code"], Value::Null, "{entry}");
         assert_eq!(entry["http_status"], json!(http), "{entry}");
         assert_eq!(entry["error_code"], json!(error_code), "{entry}");
@@ -743,10 +983,18 @@ fn errors_json_lists_every_code_of_the_contract() {
         if entry["channel"] == json!("tool_result") {
             let code = entry["code"].as_str().unwrap_or_default();
             if code.ends_with("_not_found") {
-                assert_eq!((&entry["http_status"], &entry["error_code"]), (&json!(404), &json!(3101)), "{entry}");
+                assert_eq!(
+                    (&entry["http_status"], &entry["error_code"]),
+                    (&json!(404), &json!(3101)),
+                    "{entry}"
+                );
             }
             if code.ends_with("_already_exists") {
-                assert_eq!((&entry["http_status"], &entry["error_code"]), (&json!(409), &json!(3102)), "{entry}");
+                assert_eq!(
+                    (&entry["http_status"], &entry["error_code"]),
+                    (&json!(409), &json!(3102)),
+                    "{entry}"
+                );
             }
         }
     }

@@ -5,3 +5,4 @@ mod util;
 
 mod docs;
 mod stdio_protocol;
+mod ratelimit;

@@ -1,0 +1,387 @@
+//! Load benchmark: guarded `tools/call` throughput and latency over stdio, and the cost of
+//! charging the rate counters.
+//!
+//! `cargo bench --bench stdio_load [-- --secs 10 --warmup 2 --inflight 64]`
+//!
+//! 1. `tollgate stdio --conformance-pack` (the bench-profile binary) on a scratch database,
+//!    driven with `--inflight` requests outstanding at all times; after the warm-up it
+//!    prints calls/s, p50, p99 and errors for
+//!    - `tools/call test_simple_text` with every guard on (authentication from the cached
+//!      token, the category and plan buckets charged in SQLite — their limits raised so
+//!      nothing is refused —, scopes and plan, audit),
+//!    - `ping`, which passes no guard: the transport and dispatcher floor.
+//! 2. [`Limiter::charge`] alone, in-process, with 1, 4, 16 and 64 concurrent callers on one
+//!    credential, once per transaction and once with group commit, printing charges/s,
+//!    p50, p99 and charges per transaction.
+//!
+//! The server is pinned to CPU 0 with `taskset` when it exists; the load generator runs
+//! wherever the OS puts it. Figures are printed, never asserted.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tollgate::auth::Principal;
+use tollgate::ratelimit::{ChargeMode, Limiter};
+use tollgate::registry::Category;
+use tollgate::store::{Store, StoreOptions};
+
+/// Benchmark settings, from `--secs`, `--warmup` and `--inflight`.
+struct Settings {
+    measure: Duration,
+    warmup: Duration,
+    inflight: usize,
+}
+
+fn settings() -> Settings {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |name: &str, default: u64| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    Settings {
+        measure: Duration::from_secs(value("--secs", 10)),
+        warmup: Duration::from_secs(value("--warmup", 2)),
+        inflight: usize::try_from(value("--inflight", 64)).unwrap_or(64),
+    }
+}
+
+fn tollgate(db: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("--database").arg(db);
+    cmd.env_remove("TOLLGATE_TOKEN")
+        .env_remove("TOLLGATE_CONFIG");
+    cmd.env("RUST_LOG", "error");
+    cmd
+}
+
+fn run_ok(db: &Path, args: &[&str]) -> Vec<u8> {
+    let out = tollgate(db).args(args).output().expect("run tollgate");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Creates the database; returns the admin token, with every limit raised out of the way.
+fn prepare_database(db: &Path) -> String {
+    let printed: Value =
+        serde_json::from_slice(&run_ok(db, &["init", "--json", "--company", "Bench Co"]))
+            .expect("init prints JSON");
+    let token = printed["admin_key"]
+        .as_str()
+        .expect("`init --json` prints admin_key")
+        .to_owned();
+    let id = token.split('_').nth(2).expect("public id").to_owned();
+    let huge = "1000000000";
+    run_ok(
+        db,
+        &[
+            "limits",
+            "set",
+            "--credential",
+            &id,
+            "--category",
+            "read",
+            "--per-minute",
+            huge,
+        ],
+    );
+    run_ok(db, &["limits", "set", "--plan", "pro", "--per-hour", huge]);
+    token
+}
+
+#[derive(Deserialize)]
+struct Reply {
+    id: Option<u64>,
+    error: Option<serde::de::IgnoredAny>,
+    result: Option<ReplyResult>,
+}
+
+#[derive(Deserialize)]
+struct ReplyResult {
+    #[serde(rename = "isError", default)]
+    is_error: bool,
+}
+
+/// What one load run measured.
+struct LoadFigures {
+    calls: usize,
+    errors: usize,
+    secs: f64,
+    latencies: Vec<Duration>,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn print_figures(label: &str, mut figures: LoadFigures) {
+    figures.latencies.sort_unstable();
+    println!(
+        "{label:<44} {:>10.0} calls/s   p50 {:>8.1} µs   p99 {:>8.1} µs   errors {}",
+        figures.calls as f64 / figures.secs,
+        percentile(&figures.latencies, 0.50).as_secs_f64() * 1e6,
+        percentile(&figures.latencies, 0.99).as_secs_f64() * 1e6,
+        figures.errors
+    );
+}
+
+fn server_command(db: &Path, token: &str) -> Command {
+    let pinned = Path::new("/usr/bin/taskset").exists();
+    let mut cmd = if pinned {
+        let mut cmd = Command::new("/usr/bin/taskset");
+        cmd.args(["-c", "0", env!("CARGO_BIN_EXE_tollgate")]);
+        cmd
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    };
+    cmd.arg("--database")
+        .arg(db)
+        .args(["stdio", "--conformance-pack"]);
+    cmd.env_remove("TOLLGATE_CONFIG")
+        .env("TOLLGATE_TOKEN", token)
+        .env("RUST_LOG", "error");
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    cmd
+}
+
+/// Drives one `tollgate stdio` with `settings.inflight` requests of `method` outstanding.
+fn stdio_load(db: &Path, token: &str, method: &str, params: &Value, s: &Settings) -> LoadFigures {
+    let mut child = server_command(db, token)
+        .spawn()
+        .expect("spawn tollgate stdio");
+    let mut stdin = BufWriter::new(child.stdin.take().expect("stdin"));
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "stdio_load", "version": "0"}}});
+    writeln!(stdin, "{init}").expect("write");
+    stdin.flush().expect("flush");
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("initialize reply");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .expect("write");
+
+    let sent_at: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (permit_tx, permit_rx) = mpsc::channel::<()>();
+    for _ in 0..s.inflight {
+        permit_tx.send(()).expect("permit");
+    }
+    let writer = {
+        let sent_at = Arc::clone(&sent_at);
+        let stop = Arc::clone(&stop);
+        let method = method.to_owned();
+        let params = params.clone();
+        std::thread::spawn(move || {
+            let mut next_id = 1u64;
+            while permit_rx.recv().is_ok() && !stop.load(Ordering::Relaxed) {
+                let mut batch = 1;
+                while permit_rx.try_recv().is_ok() {
+                    batch += 1;
+                }
+                for _ in 0..batch {
+                    let request = json!({"jsonrpc": "2.0", "id": next_id, "method": method, "params": params});
+                    sent_at
+                        .lock()
+                        .expect("lock")
+                        .insert(next_id, Instant::now());
+                    writeln!(stdin, "{request}").expect("write request");
+                    next_id += 1;
+                }
+                stdin.flush().expect("flush");
+            }
+            // Dropping stdin sends EOF: the server finishes what is in flight and exits.
+        })
+    };
+
+    let started = Instant::now();
+    let measure_from = started + s.warmup;
+    let measure_to = measure_from + s.measure;
+    let mut figures = LoadFigures {
+        calls: 0,
+        errors: 0,
+        secs: s.measure.as_secs_f64(),
+        latencies: Vec::new(),
+    };
+    let mut permits = Some(permit_tx);
+    loop {
+        line.clear();
+        // EOF: the writer closed stdin after the measurement and the server drained.
+        if stdout.read_line(&mut line).expect("read") == 0 {
+            break;
+        }
+        let now = Instant::now();
+        let reply: Reply = serde_json::from_str(&line).expect("JSON reply");
+        let Some(id) = reply.id else { continue };
+        let sent = sent_at.lock().expect("lock").remove(&id).expect("known id");
+        if sent >= measure_from && now <= measure_to {
+            figures.calls += 1;
+            figures.latencies.push(now - sent);
+            if reply.error.is_some() || reply.result.is_some_and(|r| r.is_error) {
+                figures.errors += 1;
+            }
+        }
+        if now > measure_to {
+            stop.store(true, Ordering::Relaxed);
+            permits = None;
+        }
+        if let Some(permits) = &permits {
+            permits.send(()).expect("writer alive");
+        }
+    }
+    writer.join().expect("writer");
+    let _ = child.wait();
+    figures
+}
+
+/// Charges from `threads` callers at once for `s.measure` (after `s.warmup`).
+fn limiter_load(
+    store: &Store,
+    mode: ChargeMode,
+    threads: usize,
+    s: &Settings,
+) -> (LoadFigures, f64) {
+    let limiter = Limiter::with_mode(store.clone(), mode);
+    let principal = Principal {
+        credential_id: "benchkey0001".to_owned(),
+        client_id: None,
+        scopes: vec!["*".to_owned()],
+    };
+    let started = Instant::now();
+    let measure_from = started + s.warmup;
+    let measure_to = measure_from + s.measure;
+    let (stats_before, per_thread) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut latencies = Vec::new();
+                    let mut errors = 0;
+                    loop {
+                        let t0 = Instant::now();
+                        if t0 > measure_to {
+                            return (latencies, errors);
+                        }
+                        let outcome = limiter.charge(&principal, Category::Read);
+                        if t0 >= measure_from {
+                            latencies.push(t0.elapsed());
+                            errors += usize::from(outcome.is_err());
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
+        let before = limiter.stats();
+        (
+            before,
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("thread"))
+                .collect::<Vec<_>>(),
+        )
+    });
+    let stats = limiter.stats();
+    let charges = stats.charges - stats_before.charges;
+    let transactions = (stats.transactions - stats_before.transactions).max(1);
+    let mut figures = LoadFigures {
+        calls: 0,
+        errors: 0,
+        secs: s.measure.as_secs_f64(),
+        latencies: Vec::new(),
+    };
+    for (latencies, errors) in per_thread {
+        figures.calls += latencies.len();
+        figures.errors += errors;
+        figures.latencies.extend(latencies);
+    }
+    (figures, charges as f64 / transactions as f64)
+}
+
+fn limiter_benchmarks(dir: &Path, s: &Settings) {
+    println!("\nLimiter::charge in-process (one credential; category + plan buckets):");
+    for mode in [ChargeMode::PerCall, ChargeMode::GroupCommit] {
+        for threads in [1, 4, 16, 64] {
+            let path = dir.join(format!("limiter-{mode:?}-{threads}.db"));
+            let store = Store::open(
+                &path,
+                &StoreOptions {
+                    create: true,
+                    pool_size: 8,
+                    ..StoreOptions::default()
+                },
+            )
+            .expect("open store");
+            run_ok(&path, &["init", "--company", "Bench Co"]);
+            run_ok(
+                &path,
+                &["limits", "set", "--plan", "pro", "--per-hour", "1000000000"],
+            );
+            run_ok(
+                &path,
+                &[
+                    "limits",
+                    "set",
+                    "--plan",
+                    "pro",
+                    "--category",
+                    "read",
+                    "--per-minute",
+                    "1000000000",
+                ],
+            );
+            let (figures, per_tx) = limiter_load(&store, mode, threads, s);
+            print_figures(
+                &format!("  {mode:?}, {threads} callers ({per_tx:.1} charges/tx)"),
+                figures,
+            );
+        }
+    }
+}
+
+fn main() {
+    let s = settings();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("bench.db");
+    let token = prepare_database(&db);
+    println!(
+        "stdio, {} in flight, {} s warm-up, {} s measured (server pinned to CPU 0: {}):",
+        s.inflight,
+        s.warmup.as_secs(),
+        s.measure.as_secs(),
+        Path::new("/usr/bin/taskset").exists()
+    );
+    let call = json!({"name": "test_simple_text", "arguments": {}});
+    print_figures(
+        "  tools/call, all guards on",
+        stdio_load(&db, &token, "tools/call", &call, &s),
+    );
+    print_figures(
+        "  ping (no guards, no charge)",
+        stdio_load(&db, &token, "ping", &json!({}), &s),
+    );
+    limiter_benchmarks(dir.path(), &s);
+}

@@ -1,0 +1,141 @@
+"""Shared fixtures for the interop tests: real MCP clients, nobody here wrote, against the
+real `tollgate` binary.
+
+- `tollgate_bin`: the binary under test (`TG_BIN`, default `target/debug/tollgate` under
+  the repository root); build it first with `cargo build`.
+- `tollgate_db`: a fresh database made with `tollgate --database DB init --json`
+  (a `TollgateDb` with `.path` and `.admin_key`); `admin_key` is that key alone.
+- `run_tollgate`: runs a `tollgate` command line and returns the completed process.
+- `stdio_params`: builds the `StdioServerParameters` that start `tollgate stdio` on a
+  database with the credential in `TOLLGATE_TOKEN`.
+
+The server refuses unknown `TOLLGATE_*` variables, so every process started here gets an
+environment stripped of them; only `TOLLGATE_TOKEN`, `TOLLGATE_TOKEN_FILE` and
+`TOLLGATE_CONFIG` are ever set, and only when a test asks for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import pytest
+from mcp import StdioServerParameters
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# The only TOLLGATE_* variables a test may pass to the server.
+ALLOWED_TOLLGATE_VARS = frozenset({"TOLLGATE_TOKEN", "TOLLGATE_TOKEN_FILE", "TOLLGATE_CONFIG"})
+
+
+@dataclass(frozen=True)
+class TollgateDb:
+    """A scratch database created by `tollgate init --json`."""
+
+    path: Path
+    admin_key: str | None
+    init_output: dict
+
+
+def _binary() -> Path:
+    configured = os.environ.get("TG_BIN", "target/debug/tollgate")
+    path = Path(configured)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without any TOLLGATE_* variable, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOLLGATE_")}
+    env.setdefault("RUST_LOG", "warn")
+    for name, value in (extra or {}).items():
+        if name.startswith("TOLLGATE_") and name not in ALLOWED_TOLLGATE_VARS:
+            raise ValueError(f"{name} is not a variable tests may pass to tollgate")
+        env[name] = value
+    return env
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """The interop tests run on asyncio (the `mcp` SDK's default)."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def tollgate_bin() -> Path:
+    """The `tollgate` binary under test."""
+    path = _binary()
+    if not path.is_file():
+        pytest.fail(f"{path} does not exist: run `cargo build` first (or set TG_BIN)")
+    return path
+
+
+@pytest.fixture
+def run_tollgate(tollgate_bin: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """Runs `tollgate ARGS…` with a clean environment; returns the completed process."""
+
+    def run(*args: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(tollgate_bin), *args],
+            env=clean_env(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    return run
+
+
+@pytest.fixture
+def tollgate_db(tmp_path: Path, run_tollgate) -> TollgateDb:
+    """A fresh database in a temporary directory, created by `tollgate init --json`."""
+    path = tmp_path / "tollgate.db"
+    done = run_tollgate("--database", str(path), "init", "--json", "--company", "Interop Co")
+    assert done.returncode == 0, f"tollgate init failed ({done.returncode}): {done.stderr}"
+    printed = json.loads(done.stdout)
+    return TollgateDb(path=path, admin_key=printed.get("admin_key"), init_output=printed)
+
+
+@pytest.fixture
+def admin_key(tollgate_db: TollgateDb) -> str | None:
+    """The `admin_key` printed by `tollgate init --json` for `tollgate_db`."""
+    return tollgate_db.admin_key
+
+
+@pytest.fixture
+def stdio_params(tollgate_bin: Path) -> Callable[..., StdioServerParameters]:
+    """Builds parameters that start `tollgate --database DB stdio EXTRA…`.
+
+    `token` defaults to the database's admin key; pass `token=None` for none. `env` adds
+    variables (only TOLLGATE_TOKEN / TOLLGATE_TOKEN_FILE / TOLLGATE_CONFIG among TOLLGATE_*).
+    The SDK itself starts the child with only a safe list of inherited variables plus these.
+    """
+    default = object()
+
+    def build(
+        db: TollgateDb,
+        *extra: str,
+        token: str | None | object = default,
+        env: Mapping[str, str] | None = None,
+    ) -> StdioServerParameters:
+        chosen = db.admin_key if token is default else token
+        variables: dict[str, str] = {"RUST_LOG": "warn"}
+        if chosen is not None:
+            variables["TOLLGATE_TOKEN"] = str(chosen)
+        for name, value in (env or {}).items():
+            if name.startswith("TOLLGATE_") and name not in ALLOWED_TOLLGATE_VARS:
+                raise ValueError(f"{name} is not a variable tests may pass to tollgate")
+            variables[name] = value
+        return StdioServerParameters(
+            command=str(tollgate_bin),
+            args=["--database", str(db.path), "stdio", *extra],
+            env=variables,
+            cwd=str(db.path.parent),
+        )
+
+    return build
+

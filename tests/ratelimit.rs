@@ -1,0 +1,434 @@
+//! Rate limits over stdio (PRODUCT.md §5): the three buckets refuse on their own with
+//! `-32006` and its fields, refused calls are charged, discovery is not, a raised limit
+//! applies at once, two processes on one database admit exactly the limit, and a process
+//! killed mid-load loses no committed increment.
+//!
+//! The per-minute windows are fixed and aligned to the wall clock; a test that needs
+//! several calls inside one window first waits out the end of the current minute when
+//! it is too close ([`within_one_window`]). No test asserts on elapsed time.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::util::{StdioServer, TestDb, assert_error};
+
+/// The `_meta` key of the remaining budget.
+const META: &str = "dev.tollgate/ratelimit";
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+}
+
+/// Waits for the next minute when fewer than `needed` seconds are left in this one, so the
+/// calls that follow land in one per-minute window.
+fn within_one_window(needed: u64) {
+    let into = unix_now() % 60;
+    if into + needed >= 60 {
+        std::thread::sleep(Duration::from_secs(60 - into) + Duration::from_millis(200));
+    }
+}
+
+/// The admin key printed by `tollgate init`.
+fn admin_key(db: &TestDb) -> String {
+    db.admin_key
+        .clone()
+        .expect("`tollgate init --json` prints `admin_key`")
+}
+
+/// The public id inside a `tg_live_<public id>_<secret>` token.
+fn public_id(token: &str) -> String {
+    token
+        .split('_')
+        .nth(2)
+        .expect("token has a public id")
+        .to_owned()
+}
+
+/// Runs `tollgate limits set <args>`, which must succeed.
+fn set_limit(db: &TestDb, args: &[&str]) {
+    let mut argv = vec!["limits", "set"];
+    argv.extend_from_slice(args);
+    let out = db.run(&argv);
+    assert!(
+        out.status.success(),
+        "{argv:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The first string in a JSON document that looks like a credential token.
+fn find_token(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if s.starts_with("tg_live_") || s.starts_with("tg_test_") => {
+            Some(s.clone())
+        }
+        Value::Array(items) => items.iter().find_map(find_token),
+        Value::Object(map) => map.values().find_map(find_token),
+        _ => None,
+    }
+}
+
+/// `tollgate key create` with `scopes`, optionally bound to an OAuth client; the token.
+fn create_key(db: &TestDb, name: &str, scopes: &str, client: Option<&str>) -> String {
+    let mut argv = vec![
+        "key", "create", "--name", name, "--scopes", scopes, "--json",
+    ];
+    if let Some(client) = client {
+        argv.extend_from_slice(&["--client", client]);
+    }
+    let printed = db.run_json(&argv);
+    find_token(&printed).unwrap_or_else(|| panic!("no token in {printed}"))
+}
+
+/// `tollgate client create`; the client id.
+fn create_client(db: &TestDb, name: &str, scopes: &str) -> String {
+    let printed = db.run_json(&[
+        "client", "create", "--name", name, "--scopes", scopes, "--json",
+    ]);
+    printed["client_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no client_id in {printed}"))
+        .to_owned()
+}
+
+/// A stdio server with the conformance pack for `token`, initialized.
+fn server_for(db: &TestDb, token: &str) -> StdioServer {
+    let mut server = StdioServer::start_with_token(db, Some(token), &["--conformance-pack"]);
+    server.initialize("2025-11-25");
+    server
+}
+
+/// Calls the read-category fixture tool.
+fn call_read_tool(server: &mut StdioServer) -> Value {
+    server.call_tool("test_simple_text", json!({}))
+}
+
+/// The budget entry of `bucket` in a successful call's `_meta`.
+fn bucket<'a>(response: &'a Value, name: &str) -> &'a Value {
+    let meta = &response["result"]["_meta"][META];
+    let buckets = meta["buckets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no budget in {response}"));
+    buckets
+        .iter()
+        .find(|b| b["bucket"] == name)
+        .unwrap_or_else(|| panic!("no {name} bucket in {response}"))
+}
+
+fn remaining(response: &Value, name: &str) -> u64 {
+    bucket(response, name)["remaining"]
+        .as_u64()
+        .expect("remaining")
+}
+
+/// Asserts a `-32006` refusal of `bucket` with `limit`, and `retry_after` within the window.
+fn assert_rate_limited(response: &Value, bucket: &str, limit: u64, window: u64) {
+    assert_error(response, -32006, "rate_limited", 429, 3001, true);
+    let data = &response["error"]["data"];
+    assert_eq!(data["bucket"], json!(bucket), "{response}");
+    assert_eq!(data["limit"], json!(limit), "{response}");
+    let retry_after = data["retry_after"].as_u64().expect("retry_after");
+    assert!(
+        (1..=window).contains(&retry_after),
+        "retry_after {retry_after} in {response}"
+    );
+    let reset = data["reset"].as_u64().expect("reset");
+    assert_eq!(reset % window, 0, "reset is a window boundary: {response}");
+}
+
+#[test]
+fn the_sixth_call_over_a_limit_of_five_is_refused() {
+    let db = TestDb::new();
+    let token = admin_key(&db);
+    set_limit(
+        &db,
+        &[
+            "--credential",
+            &public_id(&token),
+            "--category",
+            "read",
+            "--per-minute",
+            "5",
+        ],
+    );
+    within_one_window(10);
+    let mut server = server_for(&db, &token);
+    for left in (0..5).rev() {
+        let response = call_read_tool(&mut server);
+        assert_eq!(
+            bucket(&response, "read"),
+            &json!({"bucket": "read", "limit": 5, "remaining": left,
+                    "reset": bucket(&response, "read")["reset"], "window_secs": 60}),
+            "{response}"
+        );
+    }
+    let refused = call_read_tool(&mut server);
+    assert_rate_limited(&refused, "read", 5, 60);
+}
+
+#[test]
+fn a_call_refused_for_a_missing_scope_is_still_charged() {
+    let db = TestDb::new();
+    let admin = admin_key(&db);
+    let outsider = create_key(&db, "no-conformance", "invoices:read", None);
+    within_one_window(10);
+    let mut admin_server = server_for(&db, &admin);
+    let before = remaining(&call_read_tool(&mut admin_server), "plan");
+
+    let mut outsider_server = server_for(&db, &outsider);
+    let refused = call_read_tool(&mut outsider_server);
+    assert_error(&refused, -32005, "insufficient_scope", 403, 1105, false);
+
+    // The plan bucket is shared: the next admitted call sees the refused one and its own.
+    let after = remaining(&call_read_tool(&mut admin_server), "plan");
+    assert_eq!(after, before - 2);
+    // And the refused credential's own read bucket counted it.
+    let usage = db.run_json(&["usage", "--json"]);
+    let own = usage["counters"]
+        .as_array()
+        .expect("counters")
+        .iter()
+        .find(|c| c["bucket"] == "read" && c["key"] == json!(public_id(&outsider)))
+        .unwrap_or_else(|| panic!("no read counter for the refused key in {usage}"));
+    assert_eq!(own["count"], 1, "{usage}");
+}
+
+#[test]
+fn discovery_is_not_charged() {
+    let db = TestDb::new();
+    let token = admin_key(&db);
+    within_one_window(10);
+    let mut server = server_for(&db, &token);
+    let first = remaining(&call_read_tool(&mut server), "read");
+    for _ in 0..3 {
+        let listed = server.request("tools/list", json!({}));
+        assert!(listed["result"]["tools"].is_array(), "{listed}");
+        let pong = server.request("ping", json!({}));
+        assert_eq!(pong["result"], json!({}), "{pong}");
+    }
+    let second = remaining(&call_read_tool(&mut server), "read");
+    assert_eq!(second, first - 1);
+}
+
+#[test]
+fn a_raised_limit_admits_the_next_call_at_once() {
+    let db = TestDb::new();
+    let token = admin_key(&db);
+    let id = public_id(&token);
+    set_limit(
+        &db,
+        &[
+            "--credential",
+            &id,
+            "--category",
+            "read",
+            "--per-minute",
+            "2",
+        ],
+    );
+    within_one_window(15);
+    let mut server = server_for(&db, &token);
+    for _ in 0..2 {
+        assert!(call_read_tool(&mut server)["result"].is_object());
+    }
+    assert_rate_limited(&call_read_tool(&mut server), "read", 2, 60);
+    assert_rate_limited(&call_read_tool(&mut server), "read", 2, 60);
+    // Raised from another process while the server runs; the counter is at 4 already.
+    set_limit(
+        &db,
+        &[
+            "--credential",
+            &id,
+            "--category",
+            "read",
+            "--per-minute",
+            "10",
+        ],
+    );
+    let admitted = call_read_tool(&mut server);
+    assert_eq!(bucket(&admitted, "read")["limit"], 10, "{admitted}");
+    assert_eq!(remaining(&admitted, "read"), 5);
+}
+
+#[test]
+fn the_plan_bucket_refuses_on_its_own() {
+    let db = TestDb::new();
+    let token = admin_key(&db);
+    set_limit(&db, &["--plan", "pro", "--per-hour", "3"]);
+    within_one_window(10);
+    let mut server = server_for(&db, &token);
+    for left in (0..3).rev() {
+        let response = call_read_tool(&mut server);
+        assert_eq!(remaining(&response, "plan"), left, "{response}");
+        assert_eq!(bucket(&response, "plan")["window_secs"], 3600, "{response}");
+    }
+    assert_rate_limited(&call_read_tool(&mut server), "plan", 3, 3600);
+}
+
+#[test]
+fn the_client_bucket_refuses_on_its_own() {
+    let db = TestDb::new();
+    let client = create_client(&db, "robot", "conformance:use");
+    let first = create_key(&db, "robot-1", "conformance:use", Some(&client));
+    let second = create_key(&db, "robot-2", "conformance:use", Some(&client));
+    set_limit(&db, &["--client", &client, "--per-minute", "3"]);
+    within_one_window(15);
+    let mut one = server_for(&db, &first);
+    let mut two = server_for(&db, &second);
+    let a = call_read_tool(&mut one);
+    assert_eq!(remaining(&a, "client"), 2, "{a}");
+    let b = call_read_tool(&mut two);
+    assert_eq!(remaining(&b, "client"), 1, "{b}");
+    // Each credential's own read bucket is far from its limit.
+    assert_eq!(remaining(&b, "read"), 119, "{b}");
+    assert!(call_read_tool(&mut one)["result"].is_object());
+    assert_rate_limited(&call_read_tool(&mut two), "client", 3, 60);
+}
+
+/// Sends `n` `tools/call` requests without waiting, then reads the `n` responses and
+/// returns how many were admitted and how many were rate-limited.
+fn burst(server: &mut StdioServer, n: usize) -> (usize, usize) {
+    for id in 0..n {
+        server.send(
+            &json!({"jsonrpc": "2.0", "id": 1000 + id, "method": "tools/call",
+                            "params": {"name": "test_simple_text", "arguments": {}}}),
+        );
+    }
+    let (mut ok, mut limited) = (0, 0);
+    for _ in 0..n {
+        let response = server.recv_response();
+        if response["result"].is_object() {
+            ok += 1;
+        } else {
+            assert_rate_limited(&response, "read", 20, 60);
+            limited += 1;
+        }
+    }
+    (ok, limited)
+}
+
+#[test]
+fn two_processes_on_one_database_admit_exactly_the_limit() {
+    let db = TestDb::new();
+    let token = admin_key(&db);
+    set_limit(
+        &db,
+        &[
+            "--credential",
+            &public_id(&token),
+            "--category",
+            "read",
+            "--per-minute",
+            "20",
+        ],
+    );
+    within_one_window(20);
+    let mut one = server_for(&db, &token);
+    let mut two = server_for(&db, &token);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| burst(&mut one, 40));
+        let b = s.spawn(|| burst(&mut two, 40));
+        (
+            a.join().expect("first burst"),
+            b.join().expect("second burst"),
+        )
+    });
+    assert_eq!(a.0 + b.0, 20, "admitted: {a:?} {b:?}");
+    assert_eq!(a.1 + b.1, 60, "refused: {a:?} {b:?}");
+    assert!(one.close().success());
+    assert!(two.close().success());
+
+    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
+    let outcomes: HashMap<String, i64> = conn
+        .prepare("SELECT outcome, count(*) FROM audit_log WHERE tool = 'test_simple_text' GROUP BY outcome")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(outcomes.get("rate_limited"), Some(&60), "{outcomes:?}");
+    assert_eq!(outcomes.get("ok"), Some(&20), "{outcomes:?}");
+}
+
+/// Every counter row: (bucket, key, window_start) → count.
+fn counters(db: &TestDb) -> HashMap<(String, String, i64), i64> {
+    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
+    conn.prepare("SELECT bucket, key, window_start, count FROM rate_counters")
+        .expect("prepare")
+        .query_map([], |r| Ok(((r.get(0)?, r.get(1)?, r.get(2)?), r.get(3)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows")
+}
+
+#[test]
+fn a_process_killed_mid_load_loses_no_committed_increment() {
+    let db = TestDb::new();
+    let token = admin_key(&db);
+    let id = public_id(&token);
+    set_limit(
+        &db,
+        &[
+            "--credential",
+            &id,
+            "--category",
+            "read",
+            "--per-minute",
+            "1000000",
+        ],
+    );
+    set_limit(&db, &["--plan", "pro", "--per-hour", "1000000"]);
+    let mut server = server_for(&db, &token);
+    let total = 3000;
+    for n in 0..total {
+        server.send(&json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                            "params": {"name": "test_simple_text", "arguments": {}}}));
+    }
+    // Every answered call was charged (and committed) before its answer was written.
+    let answered = 500;
+    for _ in 0..answered {
+        let response = server.recv_response();
+        assert!(response["result"].is_object(), "{response}");
+    }
+    let before = counters(&db);
+    server.child.kill().expect("SIGKILL");
+    server.child.wait().expect("reap");
+
+    let after = counters(&db);
+    for (row, count) in &before {
+        let now = after.get(row).copied().unwrap_or(0);
+        assert!(now >= *count, "{row:?} went down from {count} to {now}");
+    }
+    let charged: i64 = after
+        .iter()
+        .filter(|((b, k, _), _)| b == "read" && *k == id)
+        .map(|(_, c)| c)
+        .sum();
+    assert!(
+        charged >= answered,
+        "{charged} charged < {answered} answered"
+    );
+    assert!(charged <= total, "{charged} charged > {total} sent");
+
+    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("check");
+    assert_eq!(check, "ok");
+    drop(conn);
+
+    // A new process goes on counting from there.
+    let mut again = server_for(&db, &token);
+    assert!(call_read_tool(&mut again)["result"].is_object());
+    let later: i64 = counters(&db)
+        .iter()
+        .filter(|((b, k, _), _)| b == "read" && *k == id)
+        .map(|(_, c)| c)
+        .sum();
+    assert_eq!(later, charged + 1);
+}
