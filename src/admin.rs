@@ -212,7 +212,10 @@ struct Failed {
 
 impl From<String> for Failed {
     fn from(message: String) -> Self {
-        Failed { message, code: ExitCode::FAILURE }
+        Failed {
+            message,
+            code: ExitCode::FAILURE,
+        }
     }
 }
 
@@ -262,7 +265,10 @@ pub fn key(config: &Config, command: &KeyCommand) -> ExitCode {
 /// `None` when it already has one (`tollgate init` run again).
 pub fn first_admin_key(store: &Store) -> Result<Option<IssuedKey>, CredentialError> {
     let now = auth::unix_now();
-    if auth::list_keys(store)?.iter().any(|k| k.status(now) == "active") {
+    if auth::list_keys(store)?
+        .iter()
+        .any(|k| k.status(now) == "active")
+    {
         return Ok(None);
     }
     let new = NewKey {
@@ -282,7 +288,13 @@ fn key_create(store: &Store, args: &KeyCreateArgs) -> Result<(), Failed> {
         None => None,
     };
     let mode = if args.test { Mode::Test } else { Mode::Live };
-    let new = NewKey { name: args.name.clone(), scopes, expires_in, client_id: args.client.clone(), mode };
+    let new = NewKey {
+        name: args.name.clone(),
+        scopes,
+        expires_in,
+        client_id: args.client.clone(),
+        mode,
+    };
     let issued = auth::create_key(store, &new)?;
     if mode == Mode::Test && company_mode(store)? == Mode::Live {
         eprintln!(
@@ -298,7 +310,12 @@ fn key_create(store: &Store, args: &KeyCreateArgs) -> Result<(), Failed> {
                     "expires_at": issued.expires_at })
         );
     } else {
-        println!("Created key {} ({}), scopes {}.", issued.public_id, new.name.trim(), new.scopes.join(","));
+        println!(
+            "Created key {} ({}), scopes {}.",
+            issued.public_id,
+            new.name.trim(),
+            new.scopes.join(",")
+        );
         if let Some(at) = issued.expires_at {
             println!("It expires at {}.", format_time(at));
         }
@@ -329,14 +346,29 @@ fn key_list(store: &Store, as_json: bool) -> Result<(), Failed> {
         println!("No keys. Create one with `tollgate key create --name NAME --scopes SCOPES`.");
         return Ok(());
     }
-    println!("{:<20}  {:<8}  {:<4}  {:<20}  {:<20}  {:<20}  SCOPES", "ID", "STATUS", "MODE", "NAME", "EXPIRES", "LAST USED");
+    println!(
+        "{:<20}  {:<8}  {:<4}  {:<20}  {:<20}  {:<20}  SCOPES",
+        "ID", "STATUS", "MODE", "NAME", "EXPIRES", "LAST USED"
+    );
     for k in &keys {
         let expires = k.expires_at.map_or_else(|| "never".to_owned(), format_time);
-        let used = k.last_used_at.map_or_else(|| "never".to_owned(), format_time);
-        let client = k.client_id.as_deref().map(|c| format!(" (client {c})")).unwrap_or_default();
+        let used = k
+            .last_used_at
+            .map_or_else(|| "never".to_owned(), format_time);
+        let client = k
+            .client_id
+            .as_deref()
+            .map(|c| format!(" (client {c})"))
+            .unwrap_or_default();
         println!(
             "{:<20}  {:<8}  {:<4}  {:<20}  {:<20}  {:<20}  {}{client}",
-            k.public_id, k.status(now), k.mode.as_str(), k.name, expires, used, k.scopes.join(",")
+            k.public_id,
+            k.status(now),
+            k.mode.as_str(),
+            k.name,
+            expires,
+            used,
+            k.scopes.join(",")
         );
     }
     Ok(())
@@ -345,7 +377,10 @@ fn key_list(store: &Store, as_json: bool) -> Result<(), Failed> {
 fn key_revoke(store: &Store, args: &KeyIdArgs) -> Result<(), Failed> {
     let newly = auth::revoke_key(store, &args.id)?;
     if args.json {
-        println!("{}", json!({ "id": args.id, "revoked": true, "already_revoked": !newly }));
+        println!(
+            "{}",
+            json!({ "id": args.id, "revoked": true, "already_revoked": !newly })
+        );
     } else if newly {
         println!("Revoked key {}; its next call is refused.", args.id);
     } else {
@@ -357,7 +392,9 @@ fn key_revoke(store: &Store, args: &KeyIdArgs) -> Result<(), Failed> {
 fn key_rotate(store: &Store, args: &KeyRotateArgs) -> Result<(), Failed> {
     let grace = parse_duration(&args.grace).map_err(|e| format!("--grace: {e}"))?;
     let issued = auth::rotate_key(store, &args.id, grace)?;
-    let until = (!grace.is_zero()).then(|| auth::unix_now().saturating_add(i64::try_from(grace.as_secs()).unwrap_or(i64::MAX)));
+    let until = (!grace.is_zero()).then(|| {
+        auth::unix_now().saturating_add(i64::try_from(grace.as_secs()).unwrap_or(i64::MAX))
+    });
     if args.json {
         println!(
             "{}",
@@ -365,8 +402,15 @@ fn key_rotate(store: &Store, args: &KeyRotateArgs) -> Result<(), Failed> {
         );
     } else {
         match until {
-            Some(at) => println!("Rotated key {}; the old secret works until {}.", issued.public_id, format_time(at)),
-            None => println!("Rotated key {}; the old secret no longer works.", issued.public_id),
+            Some(at) => println!(
+                "Rotated key {}; the old secret works until {}.",
+                issued.public_id,
+                format_time(at)
+            ),
+            None => println!(
+                "Rotated key {}; the old secret no longer works.",
+                issued.public_id
+            ),
         }
         println!("New token (shown once; store it now, it cannot be shown again):");
         println!("{}", issued.token.expose());
@@ -393,7 +437,12 @@ fn client_create(store: &Store, args: &ClientCreateArgs) -> Result<(), Failed> {
                     "name": args.name.trim(), "allowed_scopes": scopes })
         );
     } else {
-        println!("Created OAuth client {} ({}), allowed scopes {}.", issued.client_id, args.name.trim(), scopes.join(","));
+        println!(
+            "Created OAuth client {} ({}), allowed scopes {}.",
+            issued.client_id,
+            args.name.trim(),
+            scopes.join(",")
+        );
         println!("Client secret (shown once; store it now, it cannot be shown again):");
         println!("{}", issued.secret.expose());
     }
@@ -411,19 +460,31 @@ fn client_json(client: &OAuthClient) -> Value {
 fn client_list(store: &Store, as_json: bool) -> Result<(), Failed> {
     let clients = auth::list_clients(store)?;
     if as_json {
-        println!("{}", Value::Array(clients.iter().map(client_json).collect()));
+        println!(
+            "{}",
+            Value::Array(clients.iter().map(client_json).collect())
+        );
         return Ok(());
     }
     if clients.is_empty() {
-        println!("No OAuth clients. Create one with `tollgate client create --name NAME --scopes SCOPES`.");
+        println!(
+            "No OAuth clients. Create one with `tollgate client create --name NAME --scopes SCOPES`."
+        );
         return Ok(());
     }
-    println!("{:<26}  {:<8}  {:<20}  {:<20}  ALLOWED SCOPES", "CLIENT ID", "STATUS", "NAME", "CREATED");
+    println!(
+        "{:<26}  {:<8}  {:<20}  {:<20}  ALLOWED SCOPES",
+        "CLIENT ID", "STATUS", "NAME", "CREATED"
+    );
     for c in &clients {
         let status = if c.revoked { "revoked" } else { "active" };
         println!(
             "{:<26}  {:<8}  {:<20}  {:<20}  {}",
-            c.client_id, status, c.name, format_time(c.created_at), c.allowed_scopes.join(",")
+            c.client_id,
+            status,
+            c.name,
+            format_time(c.created_at),
+            c.allowed_scopes.join(",")
         );
     }
     Ok(())
@@ -432,9 +493,15 @@ fn client_list(store: &Store, as_json: bool) -> Result<(), Failed> {
 fn client_revoke(store: &Store, args: &ClientIdArgs) -> Result<(), Failed> {
     let newly = auth::revoke_client(store, &args.id)?;
     if args.json {
-        println!("{}", json!({ "client_id": args.id, "revoked": true, "already_revoked": !newly }));
+        println!(
+            "{}",
+            json!({ "client_id": args.id, "revoked": true, "already_revoked": !newly })
+        );
     } else if newly {
-        println!("Revoked OAuth client {}; calls with its credentials now answer client_revoked.", args.id);
+        println!(
+            "Revoked OAuth client {}; calls with its credentials now answer client_revoked.",
+            args.id
+        );
     } else {
         println!("OAuth client {} was already revoked.", args.id);
     }
@@ -453,7 +520,9 @@ pub fn plan(config: &Config, command: &PlanCommand) -> ExitCode {
 }
 
 fn unknown_plan(slug: &str) -> Failed {
-    Failed::from(format!("unknown plan {slug:?}; run `tollgate plan list` to see the plans"))
+    Failed::from(format!(
+        "unknown plan {slug:?}; run `tollgate plan list` to see the plans"
+    ))
 }
 
 fn max_active_keys(store: &Store, slug: &str) -> Result<Option<i64>, StoreError> {
@@ -486,39 +555,71 @@ fn plan_list(store: &Store, as_json: bool) -> Result<(), Failed> {
     let plans = store.plans()?;
     let current = store.company()?.map(|c| c.plan_slug);
     if as_json {
-        let list = plans.iter().map(|p| plan_json(store, p)).collect::<Result<Vec<_>, _>>()?;
+        let list = plans
+            .iter()
+            .map(|p| plan_json(store, p))
+            .collect::<Result<Vec<_>, _>>()?;
         println!("{}", json!({ "current": current, "plans": list }));
         return Ok(());
     }
-    println!("{:<2}{:<12}  {:<12}  {:<10}  {:<9}  EXCLUDED TOOLS", "", "SLUG", "NAME", "CALLS/HOUR", "MAX KEYS");
+    println!(
+        "{:<2}{:<12}  {:<12}  {:<10}  {:<9}  EXCLUDED TOOLS",
+        "", "SLUG", "NAME", "CALLS/HOUR", "MAX KEYS"
+    );
     for p in &plans {
-        let mark = if current.as_deref() == Some(p.slug.as_str()) { "*" } else { "" };
-        let excluded = if p.excluded_tools.is_empty() { "-".to_owned() } else { p.excluded_tools.join(",") };
+        let mark = if current.as_deref() == Some(p.slug.as_str()) {
+            "*"
+        } else {
+            ""
+        };
+        let excluded = if p.excluded_tools.is_empty() {
+            "-".to_owned()
+        } else {
+            p.excluded_tools.join(",")
+        };
         println!(
             "{mark:<2}{:<12}  {:<12}  {:<10}  {:<9}  {excluded}",
-            p.slug, p.name, limit_text(p.hourly_call_limit), limit_text(max_active_keys(store, &p.slug)?)
+            p.slug,
+            p.name,
+            limit_text(p.hourly_call_limit),
+            limit_text(max_active_keys(store, &p.slug)?)
         );
     }
     Ok(())
 }
 
 fn plan_show(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
-    let plan = store.plan(&args.slug)?.ok_or_else(|| unknown_plan(&args.slug))?;
+    let plan = store
+        .plan(&args.slug)?
+        .ok_or_else(|| unknown_plan(&args.slug))?;
     let shown = plan_json(store, &plan)?;
     if args.json {
         println!("{shown}");
         return Ok(());
     }
     println!("{} ({}), rank {}", plan.name, plan.slug, plan.rank);
-    println!("  calls per hour:      {}", limit_text(plan.hourly_call_limit));
+    println!(
+        "  calls per hour:      {}",
+        limit_text(plan.hourly_call_limit)
+    );
     println!(
         "  per minute per key:  read {}, write {}, destructive {}, send {}, generate {}",
-        plan.read_per_minute, plan.write_per_minute, plan.destructive_per_minute, plan.send_per_minute,
+        plan.read_per_minute,
+        plan.write_per_minute,
+        plan.destructive_per_minute,
+        plan.send_per_minute,
         plan.generate_per_minute
     );
     println!("  per minute per OAuth client: {}", plan.client_per_minute);
-    println!("  active API keys:     {}", limit_text(max_active_keys(store, &plan.slug)?));
-    let excluded = if plan.excluded_tools.is_empty() { "none".to_owned() } else { plan.excluded_tools.join(", ") };
+    println!(
+        "  active API keys:     {}",
+        limit_text(max_active_keys(store, &plan.slug)?)
+    );
+    let excluded = if plan.excluded_tools.is_empty() {
+        "none".to_owned()
+    } else {
+        plan.excluded_tools.join(", ")
+    };
     println!("  excluded tools:      {excluded}");
     Ok(())
 }
@@ -527,16 +628,27 @@ fn plan_set(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
     if store.plan(&args.slug)?.is_none() {
         return Err(unknown_plan(&args.slug));
     }
-    let changed = store.write(|tx| Ok(tx.execute("UPDATE company SET plan_slug = ?1 WHERE id = 1", [&args.slug])?))?;
+    let changed = store.write(|tx| {
+        Ok(tx.execute(
+            "UPDATE company SET plan_slug = ?1 WHERE id = 1",
+            [&args.slug],
+        )?)
+    })?;
     if changed == 0 {
         return Err(CredentialError::NotInitialised.into());
     }
     let now = auth::unix_now();
-    let active = auth::list_keys(store)?.iter().filter(|k| k.status(now) == "active").count();
+    let active = auth::list_keys(store)?
+        .iter()
+        .filter(|k| k.status(now) == "active")
+        .count();
     let limit = max_active_keys(store, &args.slug)?;
     let over = limit.filter(|&l| i64::try_from(active).unwrap_or(i64::MAX) > l);
     if args.json {
-        println!("{}", json!({ "plan": args.slug, "active_keys": active, "max_active_keys": limit }));
+        println!(
+            "{}",
+            json!({ "plan": args.slug, "active_keys": active, "max_active_keys": limit })
+        );
     } else {
         println!("The company is now on the {} plan.", args.slug);
     }
@@ -553,7 +665,9 @@ fn plan_set(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
 
 fn check_tool_name(tool: &str) -> Result<(), Failed> {
     let ok = (1..=64).contains(&tool.len())
-        && tool.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+        && tool
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
     if ok {
         Ok(())
     } else {
@@ -565,7 +679,9 @@ fn check_tool_name(tool: &str) -> Result<(), Failed> {
 
 fn plan_edit(store: &Store, args: &PlanToolArgs, exclude: bool) -> Result<(), Failed> {
     check_tool_name(&args.tool)?;
-    let plan = store.plan(&args.slug)?.ok_or_else(|| unknown_plan(&args.slug))?;
+    let plan = store
+        .plan(&args.slug)?
+        .ok_or_else(|| unknown_plan(&args.slug))?;
     let mut excluded = plan.excluded_tools;
     let present = excluded.iter().any(|t| t == &args.tool);
     match (exclude, present) {
@@ -581,7 +697,12 @@ fn plan_edit(store: &Store, args: &PlanToolArgs, exclude: bool) -> Result<(), Fa
         (false, true) => excluded.retain(|t| t != &args.tool),
     }
     let text = Value::from(excluded).to_string();
-    store.write(|tx| Ok(tx.execute("UPDATE plans SET excluded_tools = ?1 WHERE slug = ?2", params![text, args.slug])?))?;
+    store.write(|tx| {
+        Ok(tx.execute(
+            "UPDATE plans SET excluded_tools = ?1 WHERE slug = ?2",
+            params![text, args.slug],
+        )?)
+    })?;
     let verb = if exclude { "excludes" } else { "includes" };
     println!("The {} plan now {verb} {}.", args.slug, args.tool);
     Ok(())
@@ -617,7 +738,10 @@ fn company_show(store: &Store, as_json: bool) -> Result<(), Failed> {
         return Ok(());
     }
     println!("name:     {}", company.name);
-    println!("tax id:   {}", company.tax_id.as_deref().unwrap_or("(not set)"));
+    println!(
+        "tax id:   {}",
+        company.tax_id.as_deref().unwrap_or("(not set)")
+    );
     println!("plan:     {}", company.plan_slug);
     println!("locale:   {}", company.locale);
     println!("country:  {}", company.country);
@@ -626,7 +750,8 @@ fn company_show(store: &Store, as_json: bool) -> Result<(), Failed> {
 }
 
 fn company_set(store: &Store, args: &CompanySetArgs) -> Result<(), Failed> {
-    if args.name.is_none() && args.tax_id.is_none() && args.locale.is_none() && args.mode.is_none() {
+    if args.name.is_none() && args.tax_id.is_none() && args.locale.is_none() && args.mode.is_none()
+    {
         return Err(Failed::from(
             "nothing to change; pass --name, --tax-id, --locale or --mode".to_owned(),
         ));
@@ -634,7 +759,9 @@ fn company_set(store: &Store, args: &CompanySetArgs) -> Result<(), Failed> {
     let mut company = store.company()?.ok_or(CredentialError::NotInitialised)?;
     if let Some(name) = &args.name {
         if name.trim().is_empty() {
-            return Err(Failed::from("--name: the company name cannot be empty".to_owned()));
+            return Err(Failed::from(
+                "--name: the company name cannot be empty".to_owned(),
+            ));
         }
         company.name = name.trim().to_owned();
     }
@@ -646,14 +773,17 @@ fn company_set(store: &Store, args: &CompanySetArgs) -> Result<(), Failed> {
         company.locale = locale.as_str().to_owned();
     }
     let mode = match &args.mode {
-        Some(text) => Some(Mode::parse(text.trim()).ok_or_else(|| {
-            format!("--mode: invalid mode {text:?}: expected live or test")
-        })?),
+        Some(text) => Some(
+            Mode::parse(text.trim())
+                .ok_or_else(|| format!("--mode: invalid mode {text:?}: expected live or test"))?,
+        ),
         None => None,
     };
     store.set_company(&company)?;
     if let Some(mode) = mode {
-        store.write(|tx| Ok(tx.execute("UPDATE company SET mode = ?1 WHERE id = 1", [mode.as_str()])?))?;
+        store.write(|tx| {
+            Ok(tx.execute("UPDATE company SET mode = ?1 WHERE id = 1", [mode.as_str()])?)
+        })?;
     }
     company_show(store, args.json)
 }
@@ -665,7 +795,9 @@ pub fn audit(config: &Config, args: &AuditArgs) -> ExitCode {
 
 fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
     if args.limit == 0 || args.limit > 10_000 {
-        return Err(Failed::from("--limit: give a number from 1 to 10000".to_owned()));
+        return Err(Failed::from(
+            "--limit: give a number from 1 to 10000".to_owned(),
+        ));
     }
     let filter = AuditFilter {
         credential_id: args.credential.clone(),
@@ -691,13 +823,21 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
         println!("No audited calls match.");
         return Ok(());
     }
-    println!("{:<24}  {:<20}  {:<28}  {:<24}  {:>10}  TRANSPORT", "TIME", "CREDENTIAL", "TOOL", "OUTCOME", "DURATION");
+    println!(
+        "{:<24}  {:<20}  {:<28}  {:<24}  {:>10}  TRANSPORT",
+        "TIME", "CREDENTIAL", "TOOL", "OUTCOME", "DURATION"
+    );
     for r in &rows {
         let credential = r.credential_id.as_deref().unwrap_or("-");
         let duration = format!("{:.1}ms", r.duration_us as f64 / 1000.0);
         println!(
             "{:<24}  {:<20}  {:<28}  {:<24}  {:>10}  {}",
-            format_time_ms(r.at_ms), credential, r.tool, r.outcome, duration, r.transport
+            format_time_ms(r.at_ms),
+            credential,
+            r.tool,
+            r.outcome,
+            duration,
+            r.transport
         );
     }
     Ok(())
@@ -706,7 +846,11 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
 /// Parses `90s`, `15m`, `12h`, `30d`, `2w` (or `0`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let help = || format!("invalid duration {text:?}: write a number and a unit, e.g. 90s, 15m, 12h, 30d or 2w");
+    let help = || {
+        format!(
+            "invalid duration {text:?}: write a number and a unit, e.g. 90s, 15m, 12h, 30d or 2w"
+        )
+    };
     if text == "0" {
         return Ok(Duration::ZERO);
     }
@@ -721,7 +865,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "w" => 604_800,
         _ => return Err(help()),
     };
-    number.checked_mul(unit_secs).map(Duration::from_secs).ok_or_else(help)
+    number
+        .checked_mul(unit_secs)
+        .map(Duration::from_secs)
+        .ok_or_else(help)
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for unix seconds.
@@ -729,7 +876,12 @@ pub fn format_time(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn format_time_ms(ms: i64) -> String {
@@ -769,6 +921,9 @@ mod tests {
     fn times() {
         assert_eq!(format_time(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_time(1_709_210_096), "2024-02-29T12:34:56Z");
-        assert_eq!(format_time_ms(1_709_210_096_789), "2024-02-29T12:34:56.789Z");
+        assert_eq!(
+            format_time_ms(1_709_210_096_789),
+            "2024-02-29T12:34:56.789Z"
+        );
     }
 }

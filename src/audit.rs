@@ -150,7 +150,12 @@ pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, S
         )?;
         let rows = stmt
             .query_map(
-                params![filter.credential_id, filter.tool, filter.outcome, filter.limit],
+                params![
+                    filter.credential_id,
+                    filter.tool,
+                    filter.outcome,
+                    filter.limit
+                ],
                 |row| {
                     Ok(AuditRecord {
                         id: row.get(0)?,
@@ -181,7 +186,10 @@ mod tests {
     #[test]
     fn outcome_codes() {
         assert_eq!(outcome_code(&Ok(json!({"content": []}))), "ok");
-        assert_eq!(outcome_code(&Err(McpError::new(ErrorKind::InsufficientScope))), "insufficient_scope");
+        assert_eq!(
+            outcome_code(&Err(McpError::new(ErrorKind::InsufficientScope))),
+            "insufficient_scope"
+        );
         let tool_error = McpError::validation("amount").to_tool_result(Locale::En);
         assert_eq!(outcome_code(&Ok(tool_error)), "validation_error");
     }
@@ -189,11 +197,21 @@ mod tests {
     #[test]
     fn records_and_filters_without_arguments() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let opts = StoreOptions { create: true, ..StoreOptions::default() };
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
         let store = Store::open(&dir.path().join("a.db"), &opts).expect("open");
         let auditor = Auditor::new(store.clone());
-        let principal = Principal { credential_id: "abc123abc123".into(), client_id: None, scopes: vec![] };
-        for (id, outcome) in [(1, Ok(json!({}))), (2, Err(McpError::new(ErrorKind::RateLimited)))] {
+        let principal = Principal {
+            credential_id: "abc123abc123".into(),
+            client_id: None,
+            scopes: vec![],
+        };
+        for (id, outcome) in [
+            (1, Ok(json!({}))),
+            (2, Err(McpError::new(ErrorKind::RateLimited))),
+        ] {
             auditor.record(&AuditEntry {
                 request_id: &json!(id),
                 principal: Some(&principal),
@@ -203,12 +221,23 @@ mod tests {
                 transport: Transport::Stdio,
             });
         }
-        let all = recent(&store, &AuditFilter { limit: 10, ..AuditFilter::default() }).expect("rows");
+        let all = recent(
+            &store,
+            &AuditFilter {
+                limit: 10,
+                ..AuditFilter::default()
+            },
+        )
+        .expect("rows");
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].outcome, "rate_limited");
         assert_eq!(all[0].request_id, "2");
         assert_eq!(all[1].duration_us, 1500);
-        let filter = AuditFilter { outcome: Some("ok".into()), limit: 10, ..AuditFilter::default() };
+        let filter = AuditFilter {
+            outcome: Some("ok".into()),
+            limit: 10,
+            ..AuditFilter::default()
+        };
         let ok = recent(&store, &filter).expect("rows");
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].credential_id.as_deref(), Some("abc123abc123"));

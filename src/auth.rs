@@ -214,10 +214,12 @@ fn parse_token(token: &str) -> Result<PresentedToken<'_>, Failure> {
         return Err(Failure::Invalid("malformed"));
     };
     let (public_id, secret) = rest.split_once('_').ok_or(Failure::Invalid("malformed"))?;
-    let id_ok = (8..=64).contains(&public_id.len())
-        && public_id.bytes().all(|b| b.is_ascii_alphanumeric());
+    let id_ok =
+        (8..=64).contains(&public_id.len()) && public_id.bytes().all(|b| b.is_ascii_alphanumeric());
     let secret_ok = (16..=128).contains(&secret.len())
-        && secret.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if !id_ok || !secret_ok {
         return Err(Failure::Invalid("malformed"));
     }
@@ -351,7 +353,10 @@ impl Throttle {
     }
 
     fn window(&mut self, key: String, start: i64) -> &mut FailureWindow {
-        let window = self.sources.entry(key).or_insert(FailureWindow { start, count: 0 });
+        let window = self
+            .sources
+            .entry(key)
+            .or_insert(FailureWindow { start, count: 0 });
         if window.start != start {
             *window = FailureWindow { start, count: 0 };
         }
@@ -466,7 +471,11 @@ impl Authenticator {
     }
 
     /// A cache hit: only the row checks, no argon2. `None` when the entry is stale.
-    fn authenticate_cached(&self, entry: &CacheEntry, now: i64) -> Option<Result<Principal, Failure>> {
+    fn authenticate_cached(
+        &self,
+        entry: &CacheEntry,
+        now: i64,
+    ) -> Option<Result<Principal, Failure>> {
         let row = match find_by_public_id(&self.store, &entry.public_id) {
             Ok(Some(row)) => row,
             Ok(None) => return Some(Err(Failure::Invalid("unknown"))),
@@ -478,14 +487,21 @@ impl Authenticator {
         let current = fingerprint(&row.secret_hash).ct_eq(&entry.hash_fingerprint);
         let previous = row
             .active_previous(now)
-            .map_or(subtle::Choice::from(0), |h| fingerprint(h).ct_eq(&entry.hash_fingerprint));
+            .map_or(subtle::Choice::from(0), |h| {
+                fingerprint(h).ct_eq(&entry.hash_fingerprint)
+            });
         if !bool::from(current | previous) {
             return None;
         }
         Some(Ok(self.admit_principal(&entry.public_id, row, now)))
     }
 
-    fn authenticate_uncached(&self, token: &str, digest: [u8; 32], now: i64) -> Result<Principal, Failure> {
+    fn authenticate_uncached(
+        &self,
+        token: &str,
+        digest: [u8; 32],
+        now: i64,
+    ) -> Result<Principal, Failure> {
         let presented = parse_token(token)?;
         let row = find_by_public_id(&self.store, presented.public_id).map_err(Failure::Store)?;
         let Some(row) = row.filter(|r| r.mode == presented.mode) else {
@@ -514,7 +530,8 @@ impl Authenticator {
             return Some(fingerprint(&row.secret_hash));
         }
         let previous = row.active_previous(now)?;
-        self.argon2_verify(previous, secret).then(|| fingerprint(previous))
+        self.argon2_verify(previous, secret)
+            .then(|| fingerprint(previous))
     }
 
     fn argon2_verify(&self, phc: &str, secret: &str) -> bool {
@@ -523,7 +540,10 @@ impl Authenticator {
     }
 
     fn admit_principal(&self, public_id: &str, row: CredentialRow, now: i64) -> Principal {
-        if row.last_used_at.is_none_or(|at| now - at >= LAST_USED_INTERVAL_SECS) {
+        if row
+            .last_used_at
+            .is_none_or(|at| now - at >= LAST_USED_INTERVAL_SECS)
+        {
             touch_last_used(&self.store, public_id, now);
         }
         Principal {
@@ -722,13 +742,19 @@ fn all_plans(store: &Store) -> Result<Vec<PlanView>, StoreError> {
         let mut stmt = conn.prepare_cached(
             "SELECT slug, rank, excluded_tools, max_active_keys FROM plans ORDER BY rank",
         )?;
-        let plans = stmt.query_map([], PlanView::from_row)?.collect::<Result<Vec<_>, _>>()?;
+        let plans = stmt
+            .query_map([], PlanView::from_row)?
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(plans)
     })
 }
 
 /// The smallest plan above `rank` that `fits`; failing that, the smallest that fits at all.
-fn smallest_plan_above(plans: &[PlanView], rank: i64, fits: impl Fn(&PlanView) -> bool) -> Option<String> {
+fn smallest_plan_above(
+    plans: &[PlanView],
+    rank: i64,
+    fits: impl Fn(&PlanView) -> bool,
+) -> Option<String> {
     plans
         .iter()
         .find(|p| p.rank > rank && fits(p))
@@ -776,7 +802,10 @@ fn fingerprint(text: &str) -> [u8; 32] {
 }
 
 fn access_hash(secret: &str) -> String {
-    format!("{ACCESS_HASH_PREFIX}{}", hex(&Sha256::digest(secret.as_bytes())))
+    format!(
+        "{ACCESS_HASH_PREFIX}{}",
+        hex(&Sha256::digest(secret.as_bytes()))
+    )
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -805,7 +834,9 @@ fn scopes_to_json(scopes: &[String]) -> String {
 fn random_bytes<const N: usize>() -> Result<[u8; N], CredentialError> {
     let mut bytes = [0u8; N];
     getrandom::fill(&mut bytes).map_err(|e| {
-        CredentialError::Internal(format!("the operating system's random generator failed: {e}"))
+        CredentialError::Internal(format!(
+            "the operating system's random generator failed: {e}"
+        ))
     })?;
     Ok(bytes)
 }
@@ -836,8 +867,11 @@ pub fn hash_secret(secret: &Secret) -> Result<String, CredentialError> {
 
 /// Whether `secret` matches the PHC string (its own parameters are used).
 fn verify_phc(phc: &str, secret: &str) -> bool {
-    PasswordHash::new(phc)
-        .is_ok_and(|hash| Argon2::default().verify_password(secret.as_bytes(), &hash).is_ok())
+    PasswordHash::new(phc).is_ok_and(|hash| {
+        Argon2::default()
+            .verify_password(secret.as_bytes(), &hash)
+            .is_ok()
+    })
 }
 
 // ---- Scopes -----------------------------------------------------------------------
@@ -852,7 +886,8 @@ pub fn parse_scope(text: &str) -> Result<String, CredentialError> {
     let part_ok = |p: &str| {
         (1..=32).contains(&p.len())
             && p.starts_with(|c: char| c.is_ascii_lowercase())
-            && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
     };
     match text.split_once(':') {
         Some((resource, action)) if part_ok(resource) && part_ok(action) => Ok(text.to_owned()),
@@ -1092,14 +1127,24 @@ fn check_key_allowance(tx: &Transaction<'_>, now: i64) -> Result<(), CredentialE
     };
     let active = count_active_keys(tx, now)?;
     match max {
-        Some(limit) if active >= limit => Err(CredentialError::PlanLimit { plan, limit, active }),
+        Some(limit) if active >= limit => Err(CredentialError::PlanLimit {
+            plan,
+            limit,
+            active,
+        }),
         _ => Ok(()),
     }
 }
 
-fn check_client_grants(tx: &Transaction<'_>, client_id: &str, scopes: &[String]) -> Result<(), CredentialError> {
+fn check_client_grants(
+    tx: &Transaction<'_>,
+    client_id: &str,
+    scopes: &[String],
+) -> Result<(), CredentialError> {
     let row: Option<(String, Option<i64>)> = tx
-        .prepare_cached("SELECT allowed_scopes, revoked_at FROM oauth_clients WHERE client_id = ?1")?
+        .prepare_cached(
+            "SELECT allowed_scopes, revoked_at FROM oauth_clients WHERE client_id = ?1",
+        )?
         .query_row([client_id], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     let Some((allowed, revoked_at)) = row else {
@@ -1210,40 +1255,48 @@ pub fn revoke_key(store: &Store, public_id: &str) -> Result<bool, CredentialErro
 
 /// Issues a new secret for an active API key. The previous secret keeps working for
 /// `grace` (zero: not at all); a secret rotated out earlier stops working at once.
-pub fn rotate_key(store: &Store, public_id: &str, grace: Duration) -> Result<IssuedKey, CredentialError> {
+pub fn rotate_key(
+    store: &Store,
+    public_id: &str,
+    grace: Duration,
+) -> Result<IssuedKey, CredentialError> {
     let secret = Secret::new(new_secret()?);
     let hash = hash_secret(&secret)?;
     let now = unix_now();
     let until = (!grace.is_zero()).then(|| now.saturating_add(seconds(grace)));
-    let (mode, expires_at) = write_tx(store, |tx| {
-        let row: Option<(String, String, Option<i64>, Option<i64>)> = tx
+    let (mode, expires_at) =
+        write_tx(store, |tx| {
+            let row: Option<(String, String, Option<i64>, Option<i64>)> = tx
             .prepare_cached(
                 "SELECT kind, mode, revoked_at, expires_at FROM credentials WHERE public_id = ?1",
             )?
             .query_row([public_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .optional()?;
-        let Some((kind, mode, revoked_at, expires_at)) = row else {
-            return Err(CredentialError::UnknownKey(public_id.to_owned()));
-        };
-        let status = match (revoked_at, expires_at) {
-            (Some(_), _) => Some("revoked"),
-            (None, Some(at)) if at <= now => Some("expired"),
-            _ => None,
-        };
-        if let Some(status) = status {
-            return Err(CredentialError::KeyNotActive { id: public_id.to_owned(), status });
-        }
-        if kind != "api_key" {
-            return Err(CredentialError::NotAnApiKey(public_id.to_owned()));
-        }
-        tx.prepare_cached(
-            "UPDATE credentials SET previous_secret_hash = CASE WHEN ?1 IS NULL THEN NULL \
+            let Some((kind, mode, revoked_at, expires_at)) = row else {
+                return Err(CredentialError::UnknownKey(public_id.to_owned()));
+            };
+            let status = match (revoked_at, expires_at) {
+                (Some(_), _) => Some("revoked"),
+                (None, Some(at)) if at <= now => Some("expired"),
+                _ => None,
+            };
+            if let Some(status) = status {
+                return Err(CredentialError::KeyNotActive {
+                    id: public_id.to_owned(),
+                    status,
+                });
+            }
+            if kind != "api_key" {
+                return Err(CredentialError::NotAnApiKey(public_id.to_owned()));
+            }
+            tx.prepare_cached(
+                "UPDATE credentials SET previous_secret_hash = CASE WHEN ?1 IS NULL THEN NULL \
              ELSE secret_hash END, previous_secret_expires_at = ?1, secret_hash = ?2 \
              WHERE public_id = ?3",
-        )?
-        .execute(params![until, hash, public_id])?;
-        Ok((Mode::from_stored(&mode), expires_at))
-    })?;
+            )?
+            .execute(params![until, hash, public_id])?;
+            Ok((Mode::from_stored(&mode), expires_at))
+        })?;
     Ok(IssuedKey {
         token: compose_token(mode, public_id, secret.expose()),
         public_id: public_id.to_owned(),
@@ -1268,7 +1321,10 @@ pub struct OAuthClient {
     pub revoked: bool,
 }
 
-fn find_client(store: &Store, client_id: &str) -> Result<Option<(OAuthClient, String)>, StoreError> {
+fn find_client(
+    store: &Store,
+    client_id: &str,
+) -> Result<Option<(OAuthClient, String)>, StoreError> {
     store.read(|conn| {
         let mut stmt = conn.prepare_cached(&format!("{CLIENT_SELECT} WHERE client_id = ?1"))?;
         Ok(stmt.query_row([client_id], client_from_row).optional()?)
@@ -1300,7 +1356,11 @@ pub struct IssuedClient {
 }
 
 /// Creates an OAuth client allowed `scopes`.
-pub fn create_client(store: &Store, name: &str, scopes: &[String]) -> Result<IssuedClient, CredentialError> {
+pub fn create_client(
+    store: &Store,
+    name: &str,
+    scopes: &[String],
+) -> Result<IssuedClient, CredentialError> {
     let name = check_name(name)?;
     if scopes.is_empty() {
         return Err(CredentialError::BadScope(String::new()));
@@ -1323,7 +1383,8 @@ pub fn create_client(store: &Store, name: &str, scopes: &[String]) -> Result<Iss
 /// Every OAuth client, oldest first.
 pub fn list_clients(store: &Store) -> Result<Vec<OAuthClient>, CredentialError> {
     Ok(store.read(|conn| {
-        let mut stmt = conn.prepare_cached(&format!("{CLIENT_SELECT} ORDER BY created_at, client_id"))?;
+        let mut stmt =
+            conn.prepare_cached(&format!("{CLIENT_SELECT} ORDER BY created_at, client_id"))?;
         let clients = stmt
             .query_map([], |row| client_from_row(row).map(|(client, _)| client))?
             .collect::<Result<Vec<_>, _>>()?;
@@ -1366,9 +1427,15 @@ pub fn issue_access_token(
     ttl: Duration,
 ) -> Result<IssuedKey, CredentialError> {
     if ttl.is_zero() {
-        return Err(CredentialError::Invalid("an access token needs a lifetime above zero".to_owned()));
+        return Err(CredentialError::Invalid(
+            "an access token needs a lifetime above zero".to_owned(),
+        ));
     }
-    let scopes = if scopes.is_empty() { client.allowed_scopes.clone() } else { scopes.to_vec() };
+    let scopes = if scopes.is_empty() {
+        client.allowed_scopes.clone()
+    } else {
+        scopes.to_vec()
+    };
     let public_id = new_public_id()?;
     let secret = new_secret()?;
     let now = unix_now();
@@ -1410,7 +1477,10 @@ mod tests {
 
     fn fresh(plan: &str) -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let opts = StoreOptions { create: true, ..StoreOptions::default() };
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
         let store = Store::open(&dir.path().join("t.db"), &opts).expect("open");
         let company = Company {
             name: "Acme".into(),
@@ -1456,7 +1526,10 @@ mod tests {
         let hash = PasswordHash::new(DUMMY_HASH).expect("phc");
         assert_eq!(hash.algorithm.as_str(), "argon2id");
         let params = Params::try_from(&hash).expect("params");
-        assert_eq!((params.m_cost(), params.t_cost(), params.p_cost()), (19_456, 2, 1));
+        assert_eq!(
+            (params.m_cost(), params.t_cost(), params.p_cost()),
+            (19_456, 2, 1)
+        );
     }
 
     #[test]
@@ -1469,10 +1542,22 @@ mod tests {
         assert_eq!(parsed.public_id, issued.public_id);
         assert_eq!(parsed.public_id.len(), 20);
         assert_eq!(parsed.secret.len(), 43);
-        for bad in ["tg_live_", "tg_live_abc_def", "bearer x", "tg_live_abcdefgh12", "tg_live_abcd!fgh_0123456789abcdefgh"] {
-            assert!(matches!(parse_token(bad), Err(Failure::Invalid("malformed"))), "{bad}");
+        for bad in [
+            "tg_live_",
+            "tg_live_abc_def",
+            "bearer x",
+            "tg_live_abcdefgh12",
+            "tg_live_abcd!fgh_0123456789abcdefgh",
+        ] {
+            assert!(
+                matches!(parse_token(bad), Err(Failure::Invalid("malformed"))),
+                "{bad}"
+            );
         }
-        assert!(matches!(parse_token("tg_cs_abc"), Err(Failure::WrongType("client_secret"))));
+        assert!(matches!(
+            parse_token("tg_cs_abc"),
+            Err(Failure::WrongType("client_secret"))
+        ));
         assert_eq!(format!("{:?}", issued.token), "Secret(<redacted>)");
     }
 
@@ -1482,12 +1567,16 @@ mod tests {
         let issued = key(&store, &["invoices:read"]);
         let auth = Authenticator::new(store.clone());
         for _ in 0..5 {
-            let p = auth.authenticate(Some(issued.token.expose()), "s").expect("valid");
+            let p = auth
+                .authenticate(Some(issued.token.expose()), "s")
+                .expect("valid");
             assert_eq!(p.scopes, vec!["invoices:read".to_owned()]);
         }
         assert_eq!(auth.argon2_runs(), 1);
         assert!(revoke_key(&store, &issued.public_id).expect("revoke"));
-        let err = auth.authenticate(Some(issued.token.expose()), "s").expect_err("revoked");
+        let err = auth
+            .authenticate(Some(issued.token.expose()), "s")
+            .expect_err("revoked");
         assert_eq!(err.kind(), ErrorKind::InvalidToken);
         assert_eq!(reason(&err), "revoked");
         assert!(!revoke_key(&store, &issued.public_id).expect("again"));
@@ -1499,17 +1588,25 @@ mod tests {
         let (_dir, store) = fresh("pro");
         let old = key(&store, &["*"]);
         let auth = Authenticator::new(store.clone());
-        auth.authenticate(Some(old.token.expose()), "s").expect("old valid");
+        auth.authenticate(Some(old.token.expose()), "s")
+            .expect("old valid");
         let new = rotate_key(&store, &old.public_id, Duration::from_secs(3600)).expect("rotate");
         assert_eq!(new.public_id, old.public_id);
-        auth.authenticate(Some(old.token.expose()), "s").expect("old valid in grace");
-        auth.authenticate(Some(new.token.expose()), "s").expect("new valid");
+        auth.authenticate(Some(old.token.expose()), "s")
+            .expect("old valid in grace");
+        auth.authenticate(Some(new.token.expose()), "s")
+            .expect("new valid");
         let newest = rotate_key(&store, &old.public_id, Duration::ZERO).expect("rotate again");
-        let err = auth.authenticate(Some(old.token.expose()), "s").expect_err("old gone");
+        let err = auth
+            .authenticate(Some(old.token.expose()), "s")
+            .expect_err("old gone");
         assert_eq!(reason(&err), "unknown");
-        let err = auth.authenticate(Some(new.token.expose()), "s").expect_err("no grace");
+        let err = auth
+            .authenticate(Some(new.token.expose()), "s")
+            .expect_err("no grace");
         assert_eq!(reason(&err), "unknown");
-        auth.authenticate(Some(newest.token.expose()), "s").expect("newest valid");
+        auth.authenticate(Some(newest.token.expose()), "s")
+            .expect("newest valid");
     }
 
     #[test]
@@ -1530,20 +1627,29 @@ mod tests {
         let (_dir, store) = fresh("pro");
         let now = Arc::new(AtomicI64::new(1_000_020));
         let clock_now = Arc::clone(&now);
-        let auth = Authenticator::with_clock(store, Arc::new(move || clock_now.load(Ordering::Relaxed)));
+        let auth =
+            Authenticator::with_clock(store, Arc::new(move || clock_now.load(Ordering::Relaxed)));
         let token = format!("tg_live_0123456789abcdef0123_{}", "B".repeat(43));
         for _ in 0..AUTH_FAILURE_LIMIT {
-            auth.authenticate(Some(&token), "peer").expect_err("unknown");
+            auth.authenticate(Some(&token), "peer")
+                .expect_err("unknown");
         }
-        let err = auth.authenticate(Some(&token), "peer").expect_err("throttled");
+        let err = auth
+            .authenticate(Some(&token), "peer")
+            .expect_err("throttled");
         assert_eq!(err.kind(), ErrorKind::RateLimited);
         assert_eq!(err.fields()["bucket"], "auth");
         assert_eq!(err.fields()["limit"], 10);
         assert_eq!(err.fields()["reset"], 1_000_020 - 1_000_020 % 60 + 60);
-        assert_eq!(err.fields()["retry_after"], 1_000_020 - 1_000_020 % 60 + 60 - 1_000_020);
+        assert_eq!(
+            err.fields()["retry_after"],
+            1_000_020 - 1_000_020 % 60 + 60 - 1_000_020
+        );
         assert_eq!(auth.argon2_runs(), u64::from(AUTH_FAILURE_LIMIT));
         now.fetch_add(60, Ordering::Relaxed);
-        let err = auth.authenticate(Some(&token), "peer").expect_err("new window");
+        let err = auth
+            .authenticate(Some(&token), "peer")
+            .expect_err("new window");
         assert_eq!(err.kind(), ErrorKind::InvalidToken);
     }
 
@@ -1564,35 +1670,72 @@ mod tests {
     fn scopes_then_plan_then_allowance() {
         let (_dir, store) = fresh("free");
         let auth = Authenticator::new(store.clone());
-        let reader = Principal { credential_id: "x".into(), client_id: None, scopes: vec!["invoices:read".into()] };
-        let err = auth.check_access(&reader, &tool("create_invoice", "invoices:write")).expect_err("scope");
+        let reader = Principal {
+            credential_id: "x".into(),
+            client_id: None,
+            scopes: vec!["invoices:read".into()],
+        };
+        let err = auth
+            .check_access(&reader, &tool("create_invoice", "invoices:write"))
+            .expect_err("scope");
         assert_eq!(err.fields()["required_scope"], "invoices:write");
-        assert_eq!(err.fields()["provided_scopes"], serde_json::json!(["invoices:read"]));
-        let admin = Principal { scopes: vec!["*".into()], ..reader.clone() };
-        let err = auth.check_access(&admin, &tool("send_invoice", "invoices:send")).expect_err("plan");
+        assert_eq!(
+            err.fields()["provided_scopes"],
+            serde_json::json!(["invoices:read"])
+        );
+        let admin = Principal {
+            scopes: vec!["*".into()],
+            ..reader.clone()
+        };
+        let err = auth
+            .check_access(&admin, &tool("send_invoice", "invoices:send"))
+            .expect_err("plan");
         assert_eq!(err.kind(), ErrorKind::PlanUpgradeRequired);
         assert_eq!(err.fields()["required_plan"], "starter");
-        let err = auth.check_access(&admin, &tool("export_invoices", "reports:generate")).expect_err("plan");
+        let err = auth
+            .check_access(&admin, &tool("export_invoices", "reports:generate"))
+            .expect_err("plan");
         assert_eq!(err.fields()["required_plan"], "pro");
         assert!(!auth.can_see(&admin, &tool("send_invoice", "invoices:send")));
         assert!(auth.can_see(&admin, &tool("get_invoice", "invoices:read")));
         for _ in 0..3 {
             key(&store, &["*"]);
         }
-        let err = create_key(&store, &NewKey {
-            name: "fourth".into(),
-            scopes: vec!["*".into()],
-            expires_in: None,
-            client_id: None,
-            mode: Mode::Live,
-        })
+        let err = create_key(
+            &store,
+            &NewKey {
+                name: "fourth".into(),
+                scopes: vec!["*".into()],
+                expires_in: None,
+                client_id: None,
+                mode: Mode::Live,
+            },
+        )
         .expect_err("allowance");
-        assert!(matches!(err, CredentialError::PlanLimit { limit: 3, active: 3, .. }), "{err}");
-        auth.check_access(&admin, &tool("get_invoice", "invoices:read")).expect("within allowance");
+        assert!(
+            matches!(
+                err,
+                CredentialError::PlanLimit {
+                    limit: 3,
+                    active: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        auth.check_access(&admin, &tool("get_invoice", "invoices:read"))
+            .expect("within allowance");
         store
-            .write(|tx| Ok(tx.execute("UPDATE plans SET max_active_keys = 2 WHERE slug = 'free'", [])?))
+            .write(|tx| {
+                Ok(tx.execute(
+                    "UPDATE plans SET max_active_keys = 2 WHERE slug = 'free'",
+                    [],
+                )?)
+            })
             .expect("downgrade");
-        let err = auth.check_access(&admin, &tool("get_invoice", "invoices:read")).expect_err("over");
+        let err = auth
+            .check_access(&admin, &tool("get_invoice", "invoices:read"))
+            .expect_err("over");
         assert_eq!(err.kind(), ErrorKind::PlanLimitExceeded);
         assert_eq!(err.fields()["limit"], 2);
         assert_eq!(err.fields()["required_plan"], "starter");
@@ -1601,11 +1744,26 @@ mod tests {
 
     #[test]
     fn scope_syntax() {
-        assert_eq!(parse_scope_list("invoices:read, *,invoices:read").expect("ok"), vec!["invoices:read", "*"]);
-        for bad in ["invoices", "Invoices:read", ":read", "invoices:", "a:b:c", "in voices:read"] {
-            assert!(matches!(parse_scope(bad), Err(CredentialError::BadScope(_))), "{bad}");
+        assert_eq!(
+            parse_scope_list("invoices:read, *,invoices:read").expect("ok"),
+            vec!["invoices:read", "*"]
+        );
+        for bad in [
+            "invoices",
+            "Invoices:read",
+            ":read",
+            "invoices:",
+            "a:b:c",
+            "in voices:read",
+        ] {
+            assert!(
+                matches!(parse_scope(bad), Err(CredentialError::BadScope(_))),
+                "{bad}"
+            );
         }
-        assert!(matches!(parse_scope_list(" , "), Err(CredentialError::BadScope(s)) if s.is_empty()));
+        assert!(
+            matches!(parse_scope_list(" , "), Err(CredentialError::BadScope(s)) if s.is_empty())
+        );
     }
 
     #[test]
@@ -1614,21 +1772,43 @@ mod tests {
         let issued = create_client(&store, "agent", &["invoices:read".to_owned()]).expect("client");
         assert!(issued.secret.expose().starts_with("tg_cs_"));
         let auth = Authenticator::new(store.clone());
-        let err = auth.authenticate(Some(issued.secret.expose()), "s").expect_err("not a bearer");
+        let err = auth
+            .authenticate(Some(issued.secret.expose()), "s")
+            .expect_err("not a bearer");
         assert_eq!(err.kind(), ErrorKind::InvalidTokenType);
-        let client = auth.verify_client_secret(&issued.client_id, &issued.secret, "s").expect("secret ok");
+        let client = auth
+            .verify_client_secret(&issued.client_id, &issued.secret, "s")
+            .expect("secret ok");
         let wrong = Secret::new("tg_cs_nope".into());
-        assert_eq!(auth.verify_client_secret(&issued.client_id, &wrong, "s").expect_err("bad").kind(), ErrorKind::InvalidToken);
-        let denied = issue_access_token(&store, &client, &["invoices:write".to_owned()], Duration::from_secs(600));
-        assert!(matches!(denied, Err(CredentialError::ScopeNotAllowed { .. })));
-        let token = issue_access_token(&store, &client, &[], Duration::from_secs(600)).expect("token");
+        assert_eq!(
+            auth.verify_client_secret(&issued.client_id, &wrong, "s")
+                .expect_err("bad")
+                .kind(),
+            ErrorKind::InvalidToken
+        );
+        let denied = issue_access_token(
+            &store,
+            &client,
+            &["invoices:write".to_owned()],
+            Duration::from_secs(600),
+        );
+        assert!(matches!(
+            denied,
+            Err(CredentialError::ScopeNotAllowed { .. })
+        ));
+        let token =
+            issue_access_token(&store, &client, &[], Duration::from_secs(600)).expect("token");
         let runs = auth.argon2_runs();
-        let p = auth.authenticate(Some(token.token.expose()), "s").expect("access token");
+        let p = auth
+            .authenticate(Some(token.token.expose()), "s")
+            .expect("access token");
         assert_eq!(p.client_id.as_deref(), Some(issued.client_id.as_str()));
         assert_eq!(p.scopes, vec!["invoices:read".to_owned()]);
         assert_eq!(auth.argon2_runs(), runs, "access tokens need no argon2");
         assert!(revoke_client(&store, &issued.client_id).expect("revoke"));
-        let err = auth.authenticate(Some(token.token.expose()), "s").expect_err("client revoked");
+        let err = auth
+            .authenticate(Some(token.token.expose()), "s")
+            .expect_err("client revoked");
         assert_eq!(err.kind(), ErrorKind::ClientRevoked);
     }
 
@@ -1645,16 +1825,21 @@ mod tests {
         let issued = create_key(&store, &new).expect("test key");
         assert!(issued.token.expose().starts_with("tg_test_"));
         let auth = Authenticator::new(store.clone());
-        let err = auth.authenticate(Some(issued.token.expose()), "s").expect_err("live installation");
+        let err = auth
+            .authenticate(Some(issued.token.expose()), "s")
+            .expect_err("live installation");
         assert_eq!(err.kind(), ErrorKind::InvalidTokenType);
         store
             .write(|tx| Ok(tx.execute("UPDATE company SET mode = 'test'", [])?))
             .expect("test mode");
-        auth.authenticate(Some(issued.token.expose()), "s").expect("test mode accepts");
+        auth.authenticate(Some(issued.token.expose()), "s")
+            .expect("test mode accepts");
         store
             .write(|tx| Ok(tx.execute("UPDATE credentials SET expires_at = 1", [])?))
             .expect("expire");
-        let err = auth.authenticate(Some(issued.token.expose()), "s").expect_err("expired");
+        let err = auth
+            .authenticate(Some(issued.token.expose()), "s")
+            .expect_err("expired");
         assert_eq!(reason(&err), "expired");
     }
 }

@@ -96,6 +96,11 @@ impl Server {
         &self.registry
     }
 
+    /// The guard chain.
+    pub fn guards(&self) -> &Guards {
+        &self.guards
+    }
+
     /// The store.
     pub fn store(&self) -> &Store {
         &self.store

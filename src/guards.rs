@@ -80,6 +80,11 @@ impl Guards {
         }
     }
 
+    /// The authenticator (the token endpoint verifies OAuth clients with it).
+    pub fn authenticator(&self) -> &Authenticator {
+        &self.auth
+    }
+
     /// Whether `principal` may see `tool` in `tools/list` (scopes and plan).
     pub fn can_see(&self, principal: &Principal, tool: &ToolSpec) -> bool {
         self.auth.can_see(principal, tool)

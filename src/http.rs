@@ -192,7 +192,7 @@ impl App {
             (Method::Post, "/oauth/token") => match stream.read_body(self.max_body) {
                 Ok(body) => {
                     let (status, headers, body) =
-                        self.oauth.token(self.server.store(), head, &body);
+                        self.oauth.token(&self.server, head, &body);
                     let mut reply = Reply::json(status, &body);
                     reply.headers.extend(headers);
                     reply.header("Cache-Control", "no-store")

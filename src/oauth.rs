@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::http::HttpHead;
-use crate::store::Store;
+use crate::catalog::ErrorKind;
+use crate::dispatch::Server;
 
 /// Lifetime of an issued access token.
 pub const ACCESS_TOKEN_TTL: Duration = Duration::from_secs(3600);
@@ -98,7 +99,7 @@ impl Endpoints {
     }
 
     /// Handles `POST /oauth/token`: returns status, extra headers and the JSON body.
-    pub fn token(&self, store: &Store, head: &HttpHead, body: &[u8]) -> (u16, Vec<(String, String)>, Value) {
+    pub fn token(&self, server: &Server, head: &HttpHead, body: &[u8]) -> (u16, Vec<(String, String)>, Value) {
         let peer = head.peer.map_or_else(|| "unknown".to_owned(), |p| p.ip().to_string());
         if let Some(wait) = self.charge(&format!("peer:{peer}")) {
             return rate_limited(wait);
@@ -111,7 +112,7 @@ impl Endpoints {
         if let Some(wait) = self.charge(&format!("client:{}", credentials.0)) {
             return rate_limited(wait);
         }
-        match issue(store, &form, &credentials) {
+        match issue(server, &form, &credentials, &format!("http:{peer}")) {
             Ok(token) => (200, Vec::new(), token),
             Err(err) => {
                 let headers = if err.status == 401 {
@@ -187,7 +188,12 @@ fn decode_basic(encoded: &str) -> Option<(String, String)> {
     Some((decode(id)?, decode(secret)?))
 }
 
-fn issue(store: &Store, form: &HashMap<String, String>, (id, secret): &(String, String)) -> Result<Value, OAuthError> {
+fn issue(
+    server: &Server,
+    form: &HashMap<String, String>,
+    (id, secret): &(String, String),
+    source: &str,
+) -> Result<Value, OAuthError> {
     if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
         return Err(OAuthError::new(
             400,
@@ -198,7 +204,7 @@ fn issue(store: &Store, form: &HashMap<String, String>, (id, secret): &(String, 
     let requested: Option<Vec<String>> = form
         .get("scope")
         .map(|s| s.split_whitespace().map(str::to_owned).collect());
-    let issued = issue_client_token(store, id, secret, requested.as_deref(), ACCESS_TOKEN_TTL)
+    let issued = issue_client_token(server, (id, secret), requested.as_deref(), source)
         .map_err(|failure| match failure {
             TokenFailure::InvalidClient => {
                 OAuthError::new(401, "invalid_client", "Client authentication failed.")
@@ -212,6 +218,11 @@ fn issue(store: &Store, form: &HashMap<String, String>, (id, secret): &(String, 
                 503,
                 "temporarily_unavailable",
                 "The server cannot issue tokens right now; retry with backoff.",
+            ),
+            TokenFailure::Throttled => OAuthError::new(
+                429,
+                "rate_limited",
+                "Too many failed client authentications; wait a minute before retrying.",
             ),
         })?;
     Ok(json!({
@@ -230,6 +241,8 @@ pub enum TokenFailure {
     InvalidScope,
     /// The database cannot be used right now.
     Unavailable,
+    /// Too many failed client authentications from this source.
+    Throttled,
 }
 
 /// An issued access token.
@@ -240,14 +253,38 @@ pub struct IssuedToken {
     pub scopes: Vec<String>,
 }
 
+/// Authenticates the client (throttled like bearer tokens, argon2 on its secret) and
+/// issues a token whose scopes are the requested subset of the client's allowed scopes.
 fn issue_client_token(
-    _store: &Store,
-    _client_id: &str,
-    _secret: &str,
-    _requested: Option<&[String]>,
-    _ttl: Duration,
+    server: &Server,
+    (client_id, secret): (&str, &str),
+    requested: Option<&[String]>,
+    source: &str,
 ) -> Result<IssuedToken, TokenFailure> {
-    Err(TokenFailure::InvalidClient)
+    let secret = crate::auth::Secret::new(secret.to_owned());
+    let client = server
+        .guards()
+        .authenticator()
+        .verify_client_secret(client_id, &secret, source)
+        .map_err(|err| match err.kind() {
+            ErrorKind::BackendUnavailable | ErrorKind::InternalError => TokenFailure::Unavailable,
+            ErrorKind::RateLimited => TokenFailure::Throttled,
+            _ => TokenFailure::InvalidClient,
+        })?;
+    let scopes = requested.map(<[String]>::to_vec).unwrap_or_default();
+    if !scopes.iter().all(|s| crate::auth::grants(&client.allowed_scopes, s)) {
+        return Err(TokenFailure::InvalidScope);
+    }
+    let issued = crate::auth::issue_access_token(server.store(), &client, &scopes, ACCESS_TOKEN_TTL)
+        .map_err(|e| {
+            tracing::warn!(error = %e, "cannot issue an access token");
+            TokenFailure::Unavailable
+        })?;
+    let scopes = if scopes.is_empty() { client.allowed_scopes } else { scopes };
+    Ok(IssuedToken {
+        token: issued.token.expose().to_owned(),
+        scopes,
+    })
 }
 
 #[cfg(test)]

@@ -4,5 +4,7 @@
 mod util;
 
 mod docs;
+mod guards;
 mod stdio_protocol;
 mod ratelimit;
+mod backup;
