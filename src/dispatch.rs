@@ -494,9 +494,12 @@ fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
     }
 }
 
+/// `inputResponses` and `requestState`, as sent.
+type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
+
 /// `inputResponses` and `requestState` of a multi-round call; a present but malformed
 /// value (e.g. `null`) is `-32602`, never a silent first round.
-fn input_params(req: &Request) -> Result<(Option<&Map<String, Value>>, Option<&str>), McpError> {
+fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
     let responses = match req.params.get("inputResponses") {
         None => None,
         Some(Value::Object(map)) => Some(map),

@@ -706,7 +706,7 @@ impl OriginPolicy {
 
     fn host_allowed(&self, authority: &str) -> bool {
         let host = strip_port(authority).to_ascii_lowercase();
-        self.hosts.iter().any(|h| *h == host)
+        self.hosts.contains(&host)
     }
 
     fn check(&self, head: &HttpHead) -> Result<(), McpError> {
