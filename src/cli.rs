@@ -54,6 +54,12 @@ enum Command {
     Stdio(ServeArgs),
     /// Serve MCP over Streamable HTTP (POST /mcp), plus /healthz and the OAuth endpoints.
     Serve(HttpArgs),
+    /// Try tollgate: create a demo database if there is none, print an admin key, serve HTTP.
+    Quickstart {
+        /// Address to listen on (default 127.0.0.1:8787).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
     /// Print the error catalog.
     Errors {
         /// Output format.
@@ -106,6 +112,9 @@ struct InitArgs {
     /// Print machine-readable JSON.
     #[arg(long)]
     json: bool,
+    /// Fill the invoicing back office with sample clients, invoices and payments.
+    #[arg(long)]
+    demo: bool,
 }
 
 #[derive(Debug, Args)]
@@ -147,6 +156,7 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     match &cli.command {
         Command::Stdio(args) if args.conformance_pack => overrides.conformance_pack = Some(true),
+        Command::Quickstart { listen } => overrides.listen = listen.clone(),
         Command::Serve(args) => {
             if args.serve.conformance_pack {
                 overrides.conformance_pack = Some(true);
@@ -168,6 +178,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Init(args) => init(&config, &args),
         Command::Stdio(_) => stdio(&config),
         Command::Serve(_) => serve(&config),
+        Command::Quickstart { .. } => quickstart(&config),
         Command::Errors { format } => errors(format),
         Command::CheckConfig => {
             println!("configuration is valid\n{}", config.describe());
@@ -244,14 +255,27 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
         Ok(key) => key,
         Err(e) => return fail(&format!("cannot create the admin key: {e}")),
     };
+    let demo = match args.demo.then(|| crate::invoicing::demo::seed(&store)) {
+        None => None,
+        Some(Ok(seeded)) => Some(seeded),
+        Some(Err(crate::invoicing::demo::DemoError::NotEmpty)) => {
+            eprintln!("tollgate: the database already has clients; --demo added nothing");
+            None
+        }
+        Some(Err(e)) => return fail(&e.to_string()),
+    };
     if args.json {
         println!(
             "{}",
             serde_json::json!({ "database": config.database, "company": company.name, "plan": company.plan_slug,
                                 "admin_key_id": admin_key.as_ref().map(|k| k.public_id.as_str()),
-                                "admin_key": admin_key.as_ref().map(|k| k.token.expose()) })
+                                "admin_key": admin_key.as_ref().map(|k| k.token.expose()),
+                                "demo": demo.map(|d| serde_json::json!({ "clients": d.clients, "invoices": d.invoices, "payments": d.payments })) })
         );
     } else {
+        if let Some(d) = demo {
+            println!("Demo data: {} clients, {} invoices, {} payments.", d.clients, d.invoices, d.payments);
+        }
         println!(
             "Created {} for {} on the {} plan.",
             config.database.display(),
@@ -272,9 +296,10 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
 
 /// Builds the server for the configured database and tool packs.
 pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
-    let mut tools = Vec::new();
-    let mut resources = Vec::new();
-    let mut prompts = Vec::new();
+    // The invoicing back office is the embedded default: always registered.
+    let mut tools = crate::invoicing::tools();
+    let mut resources = crate::invoicing::resources();
+    let mut prompts = crate::invoicing::prompts(store.clone());
     if config.tools.conformance_pack {
         tools.extend(crate::conformance::tools());
         resources.extend(crate::conformance::resources());
@@ -320,6 +345,33 @@ fn stdio(config: &Config) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&format!("stdin: {e}")),
     }
+}
+
+fn quickstart(config: &Config) -> ExitCode {
+    if config.database.exists() {
+        println!(
+            "Using the existing database {}; create a key with `tollgate key create` if you need one.",
+            config.database.display()
+        );
+    } else {
+        let args = InitArgs {
+            company: "Demo Company SL".to_owned(),
+            tax_id: None,
+            plan: "pro".to_owned(),
+            locale: "en".to_owned(),
+            json: false,
+            demo: true,
+        };
+        let code = init(config, &args);
+        if code != ExitCode::SUCCESS {
+            return code;
+        }
+    }
+    println!(
+        "Serving MCP at http://{}/mcp (Ctrl-C to stop). Send the key as `Authorization: Bearer <key>`.",
+        config.http.listen
+    );
+    serve(config)
 }
 
 fn serve(config: &Config) -> ExitCode {
