@@ -7,7 +7,7 @@
 //! in-flight requests finish, flushes stdout and ends the process with exit code 0.
 
 use std::io::{BufRead, Write};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
@@ -62,21 +62,33 @@ pub fn serve(server: Arc<Server>, token: Option<String>, max_line_bytes: usize) 
     let line_rx = Arc::new(Mutex::new(line_rx));
     let session = Arc::new(Session::new());
     let source = format!("stdio:{}", std::process::id());
+    let new_worker = || Worker {
+        server: Arc::clone(&server),
+        session: Arc::clone(&session),
+        notifier: StdoutNotifier(out_tx.clone()),
+        token: token.clone(),
+        source: source.clone(),
+        max_line_bytes,
+    };
     let mut workers = Vec::with_capacity(WORKERS);
     for _ in 0..WORKERS {
-        let worker = Worker {
-            server: Arc::clone(&server),
-            session: Arc::clone(&session),
-            notifier: StdoutNotifier(out_tx.clone()),
-            token: token.clone(),
-            source: source.clone(),
-            max_line_bytes,
-        };
+        let worker = new_worker();
         let rx = Arc::clone(&line_rx);
         workers.push(thread::spawn(move || worker.run(&rx)));
     }
+    // `initialize` is served on the reader thread, so no later line can overtake it.
+    let reader_worker = new_worker();
     drop(out_tx);
-    let read_result = read_loop(std::io::stdin().lock(), max_line_bytes, &line_tx);
+    let read_result = read_loop(std::io::stdin().lock(), max_line_bytes, &mut |line| {
+        if is_handshake(&line, &session) {
+            if let Some(response) = reader_worker.handle(line) {
+                reader_worker.notifier.notify(response);
+            }
+            return true;
+        }
+        line_tx.send(line).is_ok()
+    });
+    drop(reader_worker);
     drop(line_tx);
     for worker in workers {
         let _ = worker.join();
@@ -133,6 +145,21 @@ impl Worker {
     }
 }
 
+/// A line that must be served before any later one: an `initialize` while the session is
+/// not negotiated yet (a cheap byte search first, the real parse only on a hit).
+fn is_handshake(line: &Line, session: &Session) -> bool {
+    let Line::Message(bytes) = line else {
+        return false;
+    };
+    if session.negotiated().is_some() || !bytes.windows(10).any(|w| w == b"initialize") {
+        return false;
+    }
+    matches!(
+        crate::jsonrpc::parse(bytes),
+        crate::jsonrpc::Parsed::Single(crate::jsonrpc::Incoming::Request(req)) if req.method == "initialize"
+    )
+}
+
 fn write_loop(rx: Receiver<Value>) {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -149,8 +176,9 @@ fn write_loop(rx: Receiver<Value>) {
     }
 }
 
-/// Reads newline-delimited messages, never holding more than `cap` bytes of one line.
-fn read_loop(mut input: impl BufRead, cap: usize, tx: &SyncSender<Line>) -> std::io::Result<()> {
+/// Reads newline-delimited messages, never holding more than `cap` bytes of one line, and
+/// hands each to `deliver` (which answers false once nobody takes lines any more).
+fn read_loop(mut input: impl BufRead, cap: usize, deliver: &mut dyn FnMut(Line) -> bool) -> std::io::Result<()> {
     let mut line = Vec::new();
     let mut discarding = false;
     loop {
@@ -162,9 +190,9 @@ fn read_loop(mut input: impl BufRead, cap: usize, tx: &SyncSender<Line>) -> std:
         if chunk.is_empty() {
             // EOF: a final line without a newline still counts.
             if discarding {
-                let _ = tx.send(Line::TooLong);
+                deliver(Line::TooLong);
             } else if !line.is_empty() {
-                let _ = tx.send(Line::Message(line));
+                deliver(Line::Message(line));
             }
             return Ok(());
         }
@@ -189,7 +217,7 @@ fn read_loop(mut input: impl BufRead, cap: usize, tx: &SyncSender<Line>) -> std:
                 Line::Message(std::mem::take(&mut line))
             };
             discarding = false;
-            if tx.send(message).is_err() {
+            if !deliver(message) {
                 return Ok(());
             }
         }
@@ -201,15 +229,16 @@ mod tests {
     use super::*;
 
     fn lines(input: &[u8], cap: usize) -> Vec<Option<Vec<u8>>> {
-        let (tx, rx) = mpsc::sync_channel(64);
-        read_loop(std::io::BufReader::with_capacity(7, input), cap, &tx).expect("read");
-        drop(tx);
-        rx.iter()
-            .map(|l| match l {
+        let mut got = Vec::new();
+        let mut deliver = |l: Line| {
+            got.push(match l {
                 Line::Message(m) => Some(m),
                 Line::TooLong => None,
-            })
-            .collect()
+            });
+            true
+        };
+        read_loop(std::io::BufReader::with_capacity(7, input), cap, &mut deliver).expect("read");
+        got
     }
 
     #[test]

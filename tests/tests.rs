@@ -8,3 +8,5 @@ mod guards;
 mod stdio_protocol;
 mod ratelimit;
 mod backup;
+mod http;
+mod invoicing;

@@ -8,6 +8,8 @@ real `tollgate` binary.
 - `run_tollgate`: runs a `tollgate` command line and returns the completed process.
 - `stdio_params`: builds the `StdioServerParameters` that start `tollgate stdio` on a
   database with the credential in `TOLLGATE_TOKEN`.
+- `serve_http`: starts `tollgate serve` on a free loopback port (optionally with a config
+  file) and returns an `HttpServer` with its MCP `url` once `/healthz` answers.
 
 The server refuses unknown `TOLLGATE_*` variables, so every process started here gets an
 environment stripped of them; only `TOLLGATE_TOKEN`, `TOLLGATE_TOKEN_FILE` and
@@ -18,10 +20,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 import pytest
 from mcp import StdioServerParameters
@@ -139,3 +145,81 @@ def stdio_params(tollgate_bin: Path) -> Callable[..., StdioServerParameters]:
 
     return build
 
+
+# ---- HTTP: `tollgate serve` on a free loopback port ---------------------------------------
+
+
+@dataclass(frozen=True)
+class HttpServer:
+    """A running `tollgate serve`: `url` is its MCP endpoint, `base` its origin."""
+
+    url: str
+    base: str
+    process: subprocess.Popen
+    log: Path
+
+    def log_text(self) -> str:
+        """What the server wrote to stderr so far."""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_healthy(server: HttpServer, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if server.process.poll() is not None:
+            pytest.fail(f"tollgate serve exited with {server.process.returncode}: {server.log_text()}")
+        try:
+            with urllib.request.urlopen(f"{server.base}/healthz", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"tollgate serve did not become healthy: {server.log_text()}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def serve_http(tollgate_bin: Path, tmp_path: Path):
+    """Starts `tollgate --database DB serve --listen 127.0.0.1:<free port> EXTRA…`.
+
+    `config` is TOML text written to a file and passed with `--config` (the way to set
+    keys such as `[http] error_status = "semantic"` without TOLLGATE_* variables). Returns
+    an `HttpServer` once `/healthz` answers; every server is stopped at teardown.
+    """
+    started: list[HttpServer] = []
+
+    def start(db: TollgateDb, *extra: str, config: str | None = None) -> HttpServer:
+        port = free_port()
+        args = [str(tollgate_bin), "--database", str(db.path)]
+        if config is not None:
+            config_file = tmp_path / f"serve-{port}.toml"
+            config_file.write_text(config)
+            args += ["--config", str(config_file)]
+        args += ["serve", "--listen", f"127.0.0.1:{port}", *extra]
+        log = tmp_path / f"serve-{port}.log"
+        with log.open("wb") as sink:
+            process = subprocess.Popen(
+                args, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink
+            )
+        base = f"http://127.0.0.1:{port}"
+        server = HttpServer(url=f"{base}/mcp", base=base, process=process, log=log)
+        started.append(server)
+        _wait_healthy(server)
+        return server
+
+    yield start
+    for server in started:
+        server.process.terminate()
+        try:
+            server.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()

@@ -10,8 +10,9 @@ messages are also recorded to check what tollgate actually sent (e.g. `resultTyp
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, Self
 
 import anyio
 import pytest
@@ -43,11 +44,7 @@ class Wire:
 
     def results_of(self, method: str) -> list[dict[str, Any]]:
         """The raw `result` objects of every successful response to `method`."""
-        return [
-            r.result
-            for r in self.responses
-            if isinstance(r, JSONRPCResponse) and self.methods.get(r.id) == method
-        ]
+        return [r.result for r in self.responses if isinstance(r, JSONRPCResponse) and self.methods.get(r.id) == method]
 
 
 class _RecordingRead:
@@ -77,7 +74,7 @@ class _RecordingRead:
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    async def __aenter__(self) -> _RecordingRead:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -102,7 +99,7 @@ class _RecordingWrite:
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    async def __aenter__(self) -> _RecordingWrite:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
