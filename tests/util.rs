@@ -237,3 +237,275 @@ pub fn assert_tool_error(response: &Value, code: &str, http_status: u64, error_c
 pub fn exists(path: &Path) -> bool {
     path.exists()
 }
+
+// ---- HTTP: a `tollgate serve` child and a small HTTP/1.1 client -------------------------
+
+/// One HTTP response, read in full.
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// The status code.
+    pub status: u16,
+    /// Header names lowercased, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body, de-chunked.
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// The first header with this name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The body parsed as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!("body is not JSON ({e}): status {} {}", self.status, String::from_utf8_lossy(&self.body))
+        })
+    }
+
+    /// The `data:` payloads of a `text/event-stream` body, each parsed as JSON.
+    pub fn sse_messages(&self) -> Vec<Value> {
+        parse_sse(&String::from_utf8_lossy(&self.body))
+    }
+}
+
+/// The JSON `data:` payloads of the events in an SSE text (comments skipped).
+pub fn parse_sse(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            (!data.is_empty()).then(|| {
+                let joined = data.join("\n");
+                serde_json::from_str(&joined).unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {joined}"))
+            })
+        })
+        .collect()
+}
+
+/// An HTTP/1.1 exchange in progress: the request is sent, the response is read on demand.
+/// Requests carry `Connection: close`, so a body without a length ends at EOF.
+pub struct HttpExchange {
+    reader: BufReader<std::net::TcpStream>,
+}
+
+impl HttpExchange {
+    /// Connects to `addr` and sends `method path` with `headers` and `body`. A `Host`
+    /// header is added unless `headers` has one; `Content-Length` unless `headers` has a
+    /// `Transfer-Encoding` or `Content-Length`. Write errors on the body are ignored (the
+    /// server may answer and close before reading an oversized body).
+    pub fn send(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpExchange {
+        let stream = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream.set_read_timeout(Some(READ_TIMEOUT)).expect("read timeout");
+        stream.set_write_timeout(Some(READ_TIMEOUT)).expect("write timeout");
+        let has = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+        let mut head = format!("{method} {path} HTTP/1.1\r\n");
+        if !has("host") {
+            head.push_str(&format!("Host: {addr}\r\n"));
+        }
+        if !has("content-length") && !has("transfer-encoding") {
+            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        head.push_str("Connection: close\r\n");
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut writer = stream.try_clone().expect("clone stream");
+        writer.write_all(head.as_bytes()).expect("write request head");
+        let _ = writer.write_all(body).and_then(|()| writer.flush());
+        HttpExchange { reader: BufReader::new(stream) }
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("read a response line");
+        line.trim_end_matches(['\r', '\n']).to_owned()
+    }
+
+    /// Reads the status line and the headers (lowercased names).
+    pub fn read_head(&mut self) -> (u16, Vec<(String, String)>) {
+        let status_line = self.line();
+        let status = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line: {status_line:?}"));
+        let mut headers = Vec::new();
+        loop {
+            let line = self.line();
+            if line.is_empty() {
+                return (status, headers);
+            }
+            let (name, value) = line.split_once(':').unwrap_or_else(|| panic!("bad header line: {line:?}"));
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+
+    /// Reads one chunk of a chunked body; `None` after the last (empty) chunk.
+    pub fn read_chunk(&mut self) -> Option<Vec<u8>> {
+        let size_line = self.line();
+        let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+            .unwrap_or_else(|e| panic!("bad chunk size {size_line:?}: {e}"));
+        if size == 0 {
+            while !self.line().is_empty() {}
+            return None;
+        }
+        let mut chunk = vec![0; size];
+        std::io::Read::read_exact(&mut self.reader, &mut chunk).expect("read chunk");
+        let end = self.line();
+        assert!(end.is_empty(), "chunk not followed by CRLF: {end:?}");
+        Some(chunk)
+    }
+
+    /// Reads the body that follows `headers`: chunked, by length, or to EOF.
+    pub fn read_body(&mut self, headers: &[(String, String)]) -> Vec<u8> {
+        let get = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            let mut body = Vec::new();
+            while let Some(chunk) = self.read_chunk() {
+                body.extend_from_slice(&chunk);
+            }
+            return body;
+        }
+        if let Some(len) = get("content-length") {
+            let mut body = vec![0; len.parse().expect("content-length")];
+            std::io::Read::read_exact(&mut self.reader, &mut body).expect("read body");
+            return body;
+        }
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut self.reader, &mut body).expect("read body to EOF");
+        body
+    }
+
+    /// Reads the whole response.
+    pub fn finish(mut self) -> HttpResponse {
+        let (status, headers) = self.read_head();
+        let body = self.read_body(&headers);
+        HttpResponse { status, headers, body }
+    }
+}
+
+/// Sends one request and reads its whole response.
+pub fn http_request(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+    HttpExchange::send(addr, method, path, headers, body).finish()
+}
+
+/// A running `tollgate serve` on a free loopback port; killed on drop.
+pub struct HttpServer {
+    /// The child process.
+    pub child: Child,
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    /// Its stderr, written to a file next to the database.
+    pub log: PathBuf,
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl HttpServer {
+    /// Starts `tollgate serve --listen 127.0.0.1:<free port> <extra>` and waits for `/healthz`.
+    pub fn start(db: &TestDb, extra: &[&str]) -> HttpServer {
+        Self::start_with_env(db, extra, &[])
+    }
+
+    /// Like [`HttpServer::start`], with extra environment variables (documented
+    /// `TOLLGATE_*` config keys only: the server refuses unknown ones).
+    pub fn start_with_env(db: &TestDb, extra: &[&str], env: &[(&str, &str)]) -> HttpServer {
+        let port = free_port();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let listen = addr.to_string();
+        let mut args = vec!["serve", "--listen", listen.as_str()];
+        args.extend_from_slice(extra);
+        let mut cmd = db.command(&args);
+        cmd.envs(env.iter().copied());
+        let log = db.dir.path().join(format!("serve-{port}.log"));
+        let log_file = std::fs::File::create(&log).expect("create server log");
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file);
+        let child = cmd.spawn().expect("spawn tollgate serve");
+        let mut server = HttpServer { child, addr, log };
+        server.wait_healthy();
+        server
+    }
+
+    fn wait_healthy(&mut self) {
+        let deadline = std::time::Instant::now() + READ_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                panic!("tollgate serve exited with {status}: {}", self.log_text());
+            }
+            if std::net::TcpStream::connect(self.addr).is_ok() {
+                let health = self.get("/healthz");
+                assert_eq!(health.status, 200, "healthz: {:?}", String::from_utf8_lossy(&health.body));
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "tollgate serve did not listen: {}", self.log_text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What the server wrote to stderr so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> HttpResponse {
+        http_request(self.addr, "GET", path, &[], b"")
+    }
+
+    /// `POST /mcp` of a JSON body with `headers`, plus `Content-Type: application/json` and
+    /// `Accept: application/json, text/event-stream` unless `headers` sets them.
+    pub fn post_mcp(&self, headers: &[(&str, &str)], body: &Value) -> HttpResponse {
+        let given = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+        let mut all = Vec::new();
+        if !given("content-type") {
+            all.push(("Content-Type", "application/json"));
+        }
+        if !given("accept") {
+            all.push(("Accept", "application/json, text/event-stream"));
+        }
+        all.extend_from_slice(headers);
+        http_request(self.addr, "POST", "/mcp", &all, &serde_json::to_vec(body).expect("serialize"))
+    }
+
+    /// Sends SIGTERM (through `kill(1)`) and waits for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal_term();
+        self.child.wait().expect("wait")
+    }
+
+    /// Sends SIGTERM through `kill(1)` without waiting.
+    pub fn signal_term(&self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl TestDb {
+    /// The public id of the admin key (`tg_live_<id>_<secret>`).
+    pub fn admin_key_id(&self) -> String {
+        let key = self.admin_key.as_deref().expect("init printed an admin key");
+        key.split('_').nth(2).expect("token has a public id").to_owned()
+    }
+}
