@@ -1,7 +1,7 @@
 //! Load benchmark: guarded `tools/call` throughput and latency over stdio, and the cost of
 //! charging the rate counters.
 //!
-//! `cargo bench --bench stdio_load [-- --secs 10 --warmup 2 --inflight 64]`
+//! `cargo bench --bench stdio_load [-- --secs 10 --warmup 2 --inflight 64 --only stdio|limiter]`
 //!
 //! 1. `tollgate stdio --conformance-pack` (the bench-profile binary) on a scratch database,
 //!    driven with `--inflight` requests outstanding at all times; after the warm-up it
@@ -35,6 +35,8 @@ use tollgate::store::{Store, StoreOptions};
 
 /// Benchmark settings, from `--secs`, `--warmup` and `--inflight`.
 struct Settings {
+    /// Run only this part: `stdio` or `limiter` (both when absent).
+    only: Option<String>,
     measure: Duration,
     warmup: Duration,
     inflight: usize,
@@ -49,7 +51,13 @@ fn settings() -> Settings {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
     Settings {
+        only,
         measure: Duration::from_secs(value("--secs", 10)),
         warmup: Duration::from_secs(value("--warmup", 2)),
         inflight: usize::try_from(value("--inflight", 64)).unwrap_or(64),
@@ -365,7 +373,16 @@ fn limiter_benchmarks(dir: &Path, s: &Settings) {
 fn main() {
     let s = settings();
     let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("bench.db");
+    if s.only.as_deref() != Some("limiter") {
+        stdio_benchmarks(dir.path(), &s);
+    }
+    if s.only.as_deref() != Some("stdio") {
+        limiter_benchmarks(dir.path(), &s);
+    }
+}
+
+fn stdio_benchmarks(dir: &Path, s: &Settings) {
+    let db = dir.join("bench.db");
     let token = prepare_database(&db);
     println!(
         "stdio, {} in flight, {} s warm-up, {} s measured (server pinned to CPU 0: {}):",
@@ -377,11 +394,10 @@ fn main() {
     let call = json!({"name": "test_simple_text", "arguments": {}});
     print_figures(
         "  tools/call, all guards on",
-        stdio_load(&db, &token, "tools/call", &call, &s),
+        stdio_load(&db, &token, "tools/call", &call, s),
     );
     print_figures(
         "  ping (no guards, no charge)",
-        stdio_load(&db, &token, "ping", &json!({}), &s),
+        stdio_load(&db, &token, "ping", &json!({}), s),
     );
-    limiter_benchmarks(dir.path(), &s);
 }

@@ -175,6 +175,21 @@ catalog! {
         "This HTTP method is not allowed here; MCP requests are POSTed to /mcp.",
         "Este método HTTP no está permitido aquí; las peticiones MCP se envían con POST a /mcp.",
         "HTTP: e.g. `GET /mcp` (no server-initiated stream), `DELETE` without a session"),
+    /// HTTP: the request headers are larger than the cap.
+    HeadersTooLarge => (-32600, "headers_too_large", 431, 1018, false, JsonRpc,
+        "The request headers are larger than this server accepts.",
+        "Las cabeceras de la petición son mayores de lo que acepta este servidor.",
+        "HTTP: request headers over 64 KiB"),
+    /// HTTP: the client did not send its body in time.
+    RequestTimeout => (-32600, "request_timeout", 408, 1019, true, JsonRpc,
+        "The request body did not arrive in time; send it again.",
+        "El cuerpo de la petición no llegó a tiempo; vuelva a enviarlo.",
+        "HTTP: the body was not received within the read timeout"),
+    /// HTTP: too many requests are waiting for slow bodies.
+    ServerBusy => (-32603, "server_busy", 503, 4003, true, JsonRpc,
+        "The server is busy with other requests; retry with backoff.",
+        "El servidor está ocupado con otras peticiones; reintente con espera.",
+        "HTTP: too many connections are still sending their bodies"),
     /// HTTP: nothing is served at this path.
     PathNotFound => (-32601, "path_not_found", 404, 1017, false, JsonRpc,
         "Nothing is served at this path; the MCP endpoint is /mcp.",
@@ -279,6 +294,51 @@ catalog! {
         "The business backend does not support this tool.",
         "El sistema de negocio no admite esta herramienta.",
         "the backend does not support this tool"),
+    /// No client has the given id.
+    ClientNotFound => (-32602, "client_not_found", 404, 3101, false, ToolResult,
+        "No client has this id; find the right one with search_clients.",
+        "Ningún cliente tiene este identificador; busque el correcto con search_clients.",
+        "a client id that does not exist; `param`"),
+    /// No invoice has the given id.
+    InvoiceNotFound => (-32602, "invoice_not_found", 404, 3101, false, ToolResult,
+        "No invoice has this id; find the right one with search_invoices.",
+        "Ninguna factura tiene este identificador; busque la correcta con search_invoices.",
+        "an invoice id that does not exist; `param`"),
+    /// Another client already has this tax id.
+    TaxIdAlreadyExists => (-32602, "tax_id_already_exists", 409, 3102, false, ToolResult,
+        "A client with this tax id already exists; `details.existing_resource_id` is its id.",
+        "Ya existe un cliente con este NIF; `details.existing_resource_id` es su identificador.",
+        "a client with this tax id exists; `details.existing_resource_id`"),
+    /// Only drafts can change.
+    InvoiceCannotBeModified => (-32602, "invoice_cannot_be_modified", 422, 3103, false, ToolResult,
+        "An issued invoice cannot be modified.",
+        "Una factura emitida no se puede modificar.",
+        "the invoice is not a draft; `param: \"status\"`"),
+    /// A payment larger than what is still owed.
+    PaymentExceedsBalance => (-32602, "payment_exceeds_balance", 422, 3104, false, ToolResult,
+        "The payment is larger than the invoice's outstanding balance; `details.balance_cents` says what is owed.",
+        "El pago supera el saldo pendiente de la factura; `details.balance_cents` indica lo adeudado.",
+        "amount above the balance; `details.balance_cents`"),
+    /// A client with invoices cannot be deleted.
+    ClientHasInvoices => (-32602, "client_has_invoices", 422, 3105, false, ToolResult,
+        "This client has invoices and cannot be deleted.",
+        "Este cliente tiene facturas y no se puede eliminar.",
+        "deleting a client with invoices; `details.invoice_count`"),
+    /// No address to send an invoice to.
+    RecipientHasNoEmail => (-32602, "recipient_has_no_email", 422, 3106, false, ToolResult,
+        "The client has no e-mail address; add one with update_client or pass `to`.",
+        "El cliente no tiene correo electrónico; añádalo con update_client o indique `to`.",
+        "sending to a client without e-mail and no `to`"),
+    /// The invoice is still a draft.
+    InvoiceNotIssued => (-32602, "invoice_not_issued", 422, 3107, false, ToolResult,
+        "The invoice is still a draft; issue it first with issue_invoice.",
+        "La factura sigue en borrador; emítala antes con issue_invoice.",
+        "paying, sending or voiding a draft"),
+    /// The invoice was voided.
+    InvoiceVoid => (-32602, "invoice_void", 422, 3108, false, ToolResult,
+        "The invoice was voided; use its rectifying invoice (`details.rectified_by_id`) or a new one.",
+        "La factura está anulada; use su factura rectificativa (`details.rectified_by_id`) o una nueva.",
+        "paying or sending a voided invoice"),
 }
 
 /// One occurrence of a catalog entry, with the optional fields that apply to it.

@@ -328,7 +328,7 @@ fn company_locale(store: &Store) -> Locale {
 }
 
 fn stdio(config: &Config) -> ExitCode {
-    let store = match open_store(config, true) {
+    let store = match open_store(config, false) {
         Ok(store) => store,
         Err(code) => return code,
     };
@@ -375,7 +375,7 @@ fn quickstart(config: &Config) -> ExitCode {
 }
 
 fn serve(config: &Config) -> ExitCode {
-    let store = match open_store(config, true) {
+    let store = match open_store(config, false) {
         Ok(store) => store,
         Err(code) => return code,
     };

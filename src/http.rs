@@ -31,6 +31,37 @@ use crate::sessions::Sessions;
 
 /// How often idle workers look at the shutdown flag.
 const POLL: Duration = Duration::from_millis(100);
+/// How long a worker waits for a request body before answering 408.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bodies up to this size were already read by tiny_http before the request was queued.
+const EAGER_BODY: usize = 1024;
+/// Request headers larger than this (names and values together) are refused with 431.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Slow bodies read on helper threads at once; beyond it a request is refused (503).
+const MAX_SLOW_READS: usize = 256;
+
+/// Counts the helper threads reading slow bodies, so stalled clients cannot pile up threads.
+struct SlowReads;
+
+static SLOW_READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl SlowReads {
+    fn acquire() -> Option<SlowReads> {
+        let previous = SLOW_READS.fetch_add(1, Ordering::SeqCst);
+        if previous >= MAX_SLOW_READS {
+            SLOW_READS.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(SlowReads)
+    }
+}
+
+impl Drop for SlowReads {
+    fn drop(&mut self) {
+        SLOW_READS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 
 /// Serves HTTP until SIGTERM or SIGINT.
 pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
@@ -94,6 +125,7 @@ struct App {
 }
 
 /// What a handler answers: status, headers, body.
+#[derive(Clone)]
 struct Reply {
     status: u16,
     headers: Vec<(String, String)>,
@@ -170,6 +202,12 @@ impl App {
                 .collect(),
             peer: request.remote_addr().copied(),
         };
+        let header_bytes: usize = head.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        if header_bytes > MAX_HEADER_BYTES {
+            let reply = self.error_reply(None, &McpError::new(ErrorKind::HeadersTooLarge), None);
+            respond(request, reply);
+            return;
+        }
         let stream = Stream::new(request, accepts_sse(&head));
         let reply = catch_unwind(AssertUnwindSafe(|| self.route(&head, &stream)))
             .unwrap_or_else(|_| {
@@ -189,7 +227,7 @@ impl App {
             (Method::Get, "/.well-known/oauth-authorization-server") => {
                 Reply::json(200, &crate::oauth::authorization_server_metadata(&base))
             }
-            (Method::Post, "/oauth/token") => match stream.read_body(self.max_body) {
+            (Method::Post, "/oauth/token") => match stream.read_body(self.max_body, || self.late_body_reply()) {
                 Ok(body) => {
                     let (status, headers, body) =
                         self.oauth.token(&self.server, head, &body);
@@ -203,6 +241,11 @@ impl App {
             _ => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
         };
         Outgoing::Reply(reply)
+    }
+
+    /// The answer to a connection whose body arrived after the worker gave up on it.
+    fn late_body_reply(&self) -> Reply {
+        self.error_reply(None, &McpError::new(ErrorKind::RequestTimeout), None)
     }
 
     fn healthz(&self) -> Reply {
@@ -250,7 +293,7 @@ impl App {
         if let Err(err) = check_content_type(head).and_then(|()| check_accept(head)) {
             return Outgoing::Reply(self.error_reply(None, &err, None));
         }
-        let body = match stream.read_body(self.max_body) {
+        let body = match stream.read_body(self.max_body, || self.late_body_reply()) {
             Ok(body) => body,
             Err(err) => return Outgoing::Reply(self.error_reply(None, &err, None)),
         };
@@ -277,7 +320,12 @@ impl App {
         let notifier = Discard;
         let env = self.env(head, &session, &notifier);
         match self.server.handle_batch(items, &env) {
-            Some(body) => Reply::json(200, &body),
+            // A refused batch is one error object (e.g. `batch_not_allowed`): a transport
+            // failure, so it keeps its status like any other unacceptable body.
+            Some(body) => {
+                let status = body.get("error").map_or(200, |e| self.status_for(e, false));
+                Reply::json(status, &body)
+            }
             None => Reply::empty(202),
         }
     }
@@ -405,7 +453,8 @@ impl App {
             "parse_error" | "invalid_request" | "header_mismatch" | "missing_client_capability"
             | "unsupported_protocol_version" | "origin_not_allowed" | "payload_too_large"
             | "not_acceptable" | "unsupported_media_type" | "session_not_found"
-            | "http_method_not_allowed" | "path_not_found" | "invalid_token" => http,
+            | "http_method_not_allowed" | "path_not_found" | "invalid_token" | "headers_too_large"
+            | "request_timeout" | "server_busy" => http,
             "method_not_found" if modern => 404,
             "invalid_params" if meta_param => 400,
             "internal_error" => 500,
@@ -472,13 +521,64 @@ impl Stream {
         matches!(*self.lock(), StreamState::Streaming { .. })
     }
 
-    /// Reads the body, refusing more than `cap` bytes without buffering them.
-    fn read_body(&self, cap: usize) -> Result<Vec<u8>, McpError> {
+    /// Reads the body, refusing more than `cap` bytes without buffering them. tiny_http
+    /// has already read bodies of up to 1 KiB; a larger or chunked one is read on a helper
+    /// thread so that a client that stalls cannot hold this worker past [`BODY_TIMEOUT`].
+    /// The stalled connection is answered 408 if its body ever completes.
+    fn read_body(&self, cap: usize, late: impl FnOnce() -> Reply) -> Result<Vec<u8>, McpError> {
         let mut state = self.lock();
-        let StreamState::Pending(Some(request)) = &mut *state else {
+        let StreamState::Pending(slot) = &mut *state else {
             return Err(McpError::internal());
         };
-        read_body(request, cap)
+        let Some(mut request) = slot.take() else {
+            return Err(McpError::internal());
+        };
+        if request.body_length().is_some_and(|len| len <= EAGER_BODY) {
+            let body = read_body(&mut request, cap);
+            *slot = Some(request);
+            return body;
+        }
+        let Some(permit) = SlowReads::acquire() else {
+            *slot = Some(request);
+            return Err(McpError::new(ErrorKind::ServerBusy));
+        };
+        let late = late();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let gave_up = Arc::clone(&abandoned);
+        std::thread::spawn(move || {
+            let _permit = permit;
+            let body = read_body(&mut request, cap);
+            if gave_up.load(Ordering::SeqCst) {
+                respond(request, late);
+            } else if let Err(std::sync::mpsc::TrySendError::Full((request, _))
+            | std::sync::mpsc::TrySendError::Disconnected((request, _))) = tx.try_send((request, body))
+            {
+                respond(request, late);
+            }
+        });
+        drop(state);
+        match rx.recv_timeout(BODY_TIMEOUT) {
+            Ok((request, body)) => {
+                if let StreamState::Pending(slot) = &mut *self.lock() {
+                    *slot = Some(request);
+                }
+                body
+            }
+            Err(_) => {
+                abandoned.store(true, Ordering::SeqCst);
+                // The reader thread may have finished just now: take its answer if so.
+                match rx.try_recv() {
+                    Ok((request, body)) => {
+                        if let StreamState::Pending(slot) = &mut *self.lock() {
+                            *slot = Some(request);
+                        }
+                        body
+                    }
+                    Err(_) => Err(McpError::new(ErrorKind::RequestTimeout)),
+                }
+            }
+        }
     }
 
     /// Sends the reply, or ends the stream with the final message.

@@ -19,6 +19,7 @@ pub mod dispatch;
 pub mod guards;
 pub mod http;
 pub mod idempotency;
+pub mod invoicing;
 pub mod jsonrpc;
 pub mod logging;
 pub mod notify;

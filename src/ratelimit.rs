@@ -32,10 +32,10 @@
 //! The remaining budget travels as `_meta["dev.tollgate/ratelimit"]` ([`Budget::to_meta`])
 //! and, over HTTP, as headers rendered by [`http_headers`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{OptionalExtension, Transaction};
@@ -181,7 +181,6 @@ pub struct Limiter {
     store: Store,
     mode: ChargeMode,
     queue: Mutex<Queue>,
-    batch_done: Condvar,
     last_prune: AtomicI64,
     clock: fn() -> i64,
     charges: AtomicU64,
@@ -197,12 +196,52 @@ pub struct LimiterStats {
     pub transactions: u64,
 }
 
+/// Charges waiting for a transaction, and whether some caller is leading one.
 #[derive(Default)]
 struct Queue {
-    next_ticket: u64,
-    waiting: VecDeque<(u64, ChargeRequest)>,
-    done: HashMap<u64, ChargeOutcome>,
+    waiting: VecDeque<(ChargeRequest, Arc<Slot>)>,
     leader_active: bool,
+}
+
+/// Where one queued caller waits: for its outcome, or to be handed the leadership.
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+enum SlotState {
+    #[default]
+    Waiting,
+    /// The previous leader finished and this caller is at the head of the queue.
+    Lead,
+    Done(ChargeOutcome),
+}
+
+impl Slot {
+    fn set(&self, state: SlotState) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
+        self.changed.notify_one();
+    }
+
+    /// Blocks until the slot is no longer `Waiting`; returns the outcome, or `None` when
+    /// this caller must lead the next batch.
+    fn wait(&self) -> Option<ChargeOutcome> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            match std::mem::take(&mut *state) {
+                SlotState::Waiting => {
+                    state = self
+                        .changed
+                        .wait(state)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                SlotState::Lead => return None,
+                SlotState::Done(outcome) => return Some(outcome),
+            }
+        }
+    }
 }
 
 impl Limiter {
@@ -217,7 +256,6 @@ impl Limiter {
             store,
             mode,
             queue: Mutex::new(Queue::default()),
-            batch_done: Condvar::new(),
             last_prune: AtomicI64::new(0),
             clock: unix_now,
             charges: AtomicU64::new(0),
@@ -255,36 +293,43 @@ impl Limiter {
         }
     }
 
-    /// Queues `request`; leads a batch whenever none is running, until its outcome is in.
+    /// Queues `request` and waits for its outcome. A caller that finds no batch running,
+    /// or is handed the leadership, leads: its own request is then at the head of the
+    /// queue, so the batch it drains always contains it.
     fn charge_grouped(&self, request: ChargeRequest) -> ChargeOutcome {
-        let mut queue = self.lock_queue();
-        let ticket = queue.next_ticket;
-        queue.next_ticket += 1;
-        queue.waiting.push_back((ticket, request));
-        loop {
-            if let Some(outcome) = queue.done.remove(&ticket) {
-                return outcome;
-            }
-            if queue.leader_active {
-                queue = self
-                    .batch_done
-                    .wait(queue)
-                    .unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            queue.leader_active = true;
+        let slot = Arc::new(Slot::default());
+        let lead_now = {
+            let mut queue = self.lock_queue();
+            queue.waiting.push_back((request, Arc::clone(&slot)));
+            !std::mem::replace(&mut queue.leader_active, true)
+        };
+        if !lead_now && let Some(outcome) = slot.wait() {
+            return outcome;
+        }
+        self.lead_one_batch();
+        slot.wait().unwrap_or_else(|| Err(McpError::internal()))
+    }
+
+    /// Drains up to [`BATCH_MAX`] queued charges, commits them in one transaction, hands
+    /// each caller its outcome, then passes the leadership to the next queued caller (or
+    /// clears it when nobody waits). Only one caller leads at a time.
+    fn lead_one_batch(&self) {
+        let (batch, slots): (Vec<ChargeRequest>, Vec<Arc<Slot>>) = {
+            let mut queue = self.lock_queue();
             let take = queue.waiting.len().min(BATCH_MAX);
-            let (tickets, batch): (Vec<u64>, Vec<ChargeRequest>) =
-                queue.waiting.drain(..take).unzip();
-            drop(queue);
-            // A panic must not leave `leader_active` set, or every later caller would wait
-            // forever; it becomes an internal error for this batch's callers instead.
-            let outcomes = std::panic::catch_unwind(AssertUnwindSafe(|| self.run_batch(&batch)))
-                .unwrap_or_else(|_| vec![Err(McpError::internal()); batch.len()]);
-            queue = self.lock_queue();
-            queue.leader_active = false;
-            queue.done.extend(tickets.into_iter().zip(outcomes));
-            self.batch_done.notify_all();
+            queue.waiting.drain(..take).unzip()
+        };
+        // A panic must not strand the callers of this batch or the leadership; it becomes
+        // an internal error for this batch instead.
+        let outcomes = std::panic::catch_unwind(AssertUnwindSafe(|| self.run_batch(&batch)))
+            .unwrap_or_else(|_| vec![Err(McpError::internal()); batch.len()]);
+        for (slot, outcome) in slots.iter().zip(outcomes) {
+            slot.set(SlotState::Done(outcome));
+        }
+        let mut queue = self.lock_queue();
+        match queue.waiting.front() {
+            Some((_, next)) => next.set(SlotState::Lead),
+            None => queue.leader_active = false,
         }
     }
 

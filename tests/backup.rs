@@ -3,6 +3,8 @@
 //! files are then read with plain SQLite, not through tollgate.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 
@@ -10,8 +12,8 @@ use crate::util::{StdioServer, TestDb};
 
 /// Calls the harness makes before the backup starts; all of them must be in the copy.
 const CALLS_BEFORE: usize = 20;
-/// Calls made while the backup runs.
-const CALLS_DURING: usize = 200;
+/// Upper bound on the calls made while the backup runs (they stop when it ends).
+const MAX_CALLS_DURING: usize = 5000;
 
 fn started(db: &TestDb) -> StdioServer {
     let mut server = StdioServer::start(db, &["--conformance-pack"]);
@@ -68,19 +70,36 @@ fn leftovers(dir: &Path) -> Vec<String> {
 #[test]
 fn backup_while_serving_is_complete_and_restores() {
     let db = TestDb::new();
+    // The default 120 reads a minute would refuse the load below.
+    let out = db.run(&[
+        "limits",
+        "set",
+        "--plan",
+        "pro",
+        "--category",
+        "read",
+        "--per-minute",
+        "1000000",
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
     let mut server = started(&db);
     for _ in 0..CALLS_BEFORE {
         call_ok(&mut server);
     }
+    let backup_done = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&backup_done);
     let busy = std::thread::spawn(move || {
-        for _ in 0..CALLS_DURING {
+        let mut calls = 0;
+        while !done.load(Ordering::SeqCst) && calls < MAX_CALLS_DURING {
             call_ok(&mut server);
+            calls += 1;
         }
-        server
+        (server, calls)
     });
     let backup = db.dir.path().join("backup.db");
     let report = db.run_json(&["backup", backup.to_str().expect("utf-8"), "--json"]);
-    let mut server = busy.join().expect("calls during the backup");
+    backup_done.store(true, Ordering::SeqCst);
+    let (mut server, calls_during) = busy.join().expect("calls during the backup");
 
     assert_eq!(report["path"], json!(backup));
     assert_eq!(report["integrity_check"], json!("ok"));
@@ -93,7 +112,7 @@ fn backup_while_serving_is_complete_and_restores() {
         in_backup >= CALLS_BEFORE as i64,
         "the backup holds {in_backup} of the {CALLS_BEFORE} calls made before it began"
     );
-    assert!(in_backup <= (CALLS_BEFORE + CALLS_DURING) as i64);
+    assert!(in_backup <= (CALLS_BEFORE + calls_during) as i64);
 
     // More calls after the backup: the restore must take them away again.
     for _ in 0..5 {
@@ -114,7 +133,7 @@ fn backup_while_serving_is_complete_and_restores() {
     assert!(server.close().success());
     assert_eq!(
         audited_calls(&db.path),
-        (CALLS_BEFORE + CALLS_DURING + 5) as i64
+        (CALLS_BEFORE + calls_during + 5) as i64
     );
 
     // Without --force an existing database is never replaced.

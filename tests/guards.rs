@@ -17,18 +17,14 @@ use tollgate::store::{Store, StoreOptions};
 
 use crate::util::{StdioServer, TestDb, assert_error, modern_meta};
 
-/// The conformance pack's tools, all of scope `conformance:use`.
-const CONFORMANCE_TOOLS: [&str; 9] = [
-    "test_simple_text",
-    "test_image_content",
-    "test_audio_content",
-    "test_embedded_resource",
-    "test_multiple_content_types",
-    "test_tool_with_logging",
-    "test_error_handling",
-    "test_tool_with_progress",
-    "json_schema_2020_12_tool",
-];
+/// The conformance pack's tools (`--conformance-pack`), all of scope `conformance:use`.
+fn conformance_tools() -> BTreeSet<String> {
+    tollgate::conformance::tools()
+        .iter()
+        .inspect(|t| assert_eq!(t.spec().scope, tollgate::conformance::SCOPE))
+        .map(|t| t.spec().name.to_owned())
+        .collect()
+}
 
 /// A key made by `tollgate key create --json`.
 struct Key {
@@ -110,10 +106,6 @@ fn tool_names(server: &mut StdioServer) -> BTreeSet<String> {
         .iter()
         .map(|t| t["name"].as_str().expect("name").to_owned())
         .collect()
-}
-
-fn set_of(names: &[&str]) -> BTreeSet<String> {
-    names.iter().map(|n| (*n).to_owned()).collect()
 }
 
 /// The secret part of a `tg_<mode>_<id>_<secret>` token or a `tg_cs_<secret>` client
@@ -335,7 +327,7 @@ fn a_used_up_allowance_is_plan_limit_exceeded_until_keys_are_revoked() {
     assert_eq!(data["details"]["active"], json!(4));
     assert_eq!(
         tool_names(&mut server),
-        set_of(&CONFORMANCE_TOOLS),
+        conformance_tools(),
         "allowances do not hide tools"
     );
     run_ok(&db, &["key", "revoke", &extra.id]);
@@ -388,31 +380,89 @@ fn tools_list_follows_the_scopes_and_the_plan() {
     let read_only = create_key(&db, "invoices:read", &[]);
     let fixtures = create_key(&db, "conformance:use", &[]);
     let all = tool_names(&mut server(&db, db.admin_key.as_deref()));
-    assert!(all.is_superset(&set_of(&CONFORMANCE_TOOLS)), "{all:?}");
+    assert!(all.is_superset(&conformance_tools()), "{all:?}");
     let reader = tool_names(&mut server(&db, Some(&read_only.token)));
     assert!(
-        reader.is_subset(&all) && reader.is_disjoint(&set_of(&CONFORMANCE_TOOLS)),
+        reader.is_subset(&all) && reader.is_disjoint(&conformance_tools()),
         "{reader:?}"
     );
     assert_eq!(
         tool_names(&mut server(&db, Some(&fixtures.token))),
-        set_of(&CONFORMANCE_TOOLS)
+        conformance_tools()
     );
     run_ok(&db, &["plan", "exclude", "starter", "test_image_content"]);
     run_ok(&db, &["plan", "set", "starter"]);
-    let smaller: Vec<&str> = CONFORMANCE_TOOLS
-        .into_iter()
-        .filter(|t| *t != "test_image_content")
-        .collect();
+    let mut smaller = conformance_tools();
+    smaller.remove("test_image_content");
     let mut on_starter = server(&db, Some(&fixtures.token));
-    assert_eq!(tool_names(&mut on_starter), set_of(&smaller));
+    assert_eq!(tool_names(&mut on_starter), smaller);
     assert!(!tool_names(&mut server(&db, db.admin_key.as_deref())).contains("test_image_content"));
     run_ok(&db, &["plan", "include", "starter", "test_image_content"]);
     assert_eq!(
         tool_names(&mut on_starter),
-        set_of(&CONFORMANCE_TOOLS),
+        conformance_tools(),
         "a plan edit applies at once"
     );
+}
+
+/// The built-in invoicing tools (always registered).
+const BUILT_IN_TOOLS: [&str; 16] = [
+    "search_clients",
+    "get_client",
+    "create_client",
+    "update_client",
+    "delete_client",
+    "search_invoices",
+    "get_invoice",
+    "create_invoice",
+    "update_invoice",
+    "issue_invoice",
+    "delete_invoice",
+    "void_invoice",
+    "send_invoice",
+    "export_invoices",
+    "record_payment",
+    "list_payments",
+];
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|n| (*n).to_owned()).collect()
+}
+
+fn builtin_list(db: &TestDb, token: &str) -> BTreeSet<String> {
+    let mut server = StdioServer::start_with_token(db, Some(token), &[]);
+    server.initialize("2025-11-25");
+    tool_names(&mut server)
+}
+
+#[test]
+fn the_built_in_tools_follow_the_scopes_and_the_seeded_plans() {
+    let db = TestDb::new();
+    let admin = db.admin_key.clone().expect("admin key");
+    let reader = create_key(&db, "invoices:read,clients:read", &[]);
+    let read_tools = names(&[
+        "search_clients",
+        "get_client",
+        "search_invoices",
+        "get_invoice",
+        "list_payments",
+    ]);
+    assert_eq!(builtin_list(&db, &admin), names(&BUILT_IN_TOOLS));
+    assert_eq!(builtin_list(&db, &reader.token), read_tools);
+    run_ok(&db, &["plan", "set", "free"]);
+    let mut on_free = names(&BUILT_IN_TOOLS);
+    on_free.remove("send_invoice");
+    on_free.remove("export_invoices");
+    assert_eq!(builtin_list(&db, &admin), on_free);
+    assert_eq!(builtin_list(&db, &reader.token), read_tools);
+    run_ok(&db, &["plan", "set", "starter"]);
+    on_free.insert("send_invoice".to_owned());
+    assert_eq!(builtin_list(&db, &admin), on_free);
+    let mut server = StdioServer::start_with_token(&db, Some(&admin), &[]);
+    server.initialize("2025-11-25");
+    let response = server.call_tool("export_invoices", json!({}));
+    assert_error(&response, -32004, "plan_upgrade_required", 403, 1104, false);
+    assert_eq!(response["error"]["data"]["required_plan"], json!("pro"));
 }
 
 #[test]

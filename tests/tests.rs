@@ -10,3 +10,4 @@ mod ratelimit;
 mod backup;
 mod http;
 mod invoicing;
+mod fuzz;

@@ -255,13 +255,20 @@ impl HttpResponse {
     /// The first header with this name (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The body parsed as JSON.
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!("body is not JSON ({e}): status {} {}", self.status, String::from_utf8_lossy(&self.body))
+            panic!(
+                "body is not JSON ({e}): status {} {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
         })
     }
 
@@ -282,7 +289,8 @@ pub fn parse_sse(text: &str) -> Vec<Value> {
                 .collect();
             (!data.is_empty()).then(|| {
                 let joined = data.join("\n");
-                serde_json::from_str(&joined).unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {joined}"))
+                serde_json::from_str(&joined)
+                    .unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {joined}"))
             })
         })
         .collect()
@@ -299,10 +307,21 @@ impl HttpExchange {
     /// header is added unless `headers` has one; `Content-Length` unless `headers` has a
     /// `Transfer-Encoding` or `Content-Length`. Write errors on the body are ignored (the
     /// server may answer and close before reading an oversized body).
-    pub fn send(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpExchange {
-        let stream = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-        stream.set_read_timeout(Some(READ_TIMEOUT)).expect("read timeout");
-        stream.set_write_timeout(Some(READ_TIMEOUT)).expect("write timeout");
+    pub fn send(
+        addr: std::net::SocketAddr,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> HttpExchange {
+        let stream =
+            std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("read timeout");
+        stream
+            .set_write_timeout(Some(READ_TIMEOUT))
+            .expect("write timeout");
         let has = |name: &str| headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
         let mut head = format!("{method} {path} HTTP/1.1\r\n");
         if !has("host") {
@@ -317,14 +336,20 @@ impl HttpExchange {
         }
         head.push_str("\r\n");
         let mut writer = stream.try_clone().expect("clone stream");
-        writer.write_all(head.as_bytes()).expect("write request head");
+        writer
+            .write_all(head.as_bytes())
+            .expect("write request head");
         let _ = writer.write_all(body).and_then(|()| writer.flush());
-        HttpExchange { reader: BufReader::new(stream) }
+        HttpExchange {
+            reader: BufReader::new(stream),
+        }
     }
 
     fn line(&mut self) -> String {
         let mut line = String::new();
-        self.reader.read_line(&mut line).expect("read a response line");
+        self.reader
+            .read_line(&mut line)
+            .expect("read a response line");
         line.trim_end_matches(['\r', '\n']).to_owned()
     }
 
@@ -342,7 +367,9 @@ impl HttpExchange {
             if line.is_empty() {
                 return (status, headers);
             }
-            let (name, value) = line.split_once(':').unwrap_or_else(|| panic!("bad header line: {line:?}"));
+            let (name, value) = line
+                .split_once(':')
+                .unwrap_or_else(|| panic!("bad header line: {line:?}"));
             headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
         }
     }
@@ -365,7 +392,12 @@ impl HttpExchange {
 
     /// Reads the body that follows `headers`: chunked, by length, or to EOF.
     pub fn read_body(&mut self, headers: &[(String, String)]) -> Vec<u8> {
-        let get = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
         if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
             let mut body = Vec::new();
             while let Some(chunk) = self.read_chunk() {
@@ -387,12 +419,22 @@ impl HttpExchange {
     pub fn finish(mut self) -> HttpResponse {
         let (status, headers) = self.read_head();
         let body = self.read_body(&headers);
-        HttpResponse { status, headers, body }
+        HttpResponse {
+            status,
+            headers,
+            body,
+        }
     }
 }
 
 /// Sends one request and reads its whole response.
-pub fn http_request(addr: std::net::SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+pub fn http_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
     HttpExchange::send(addr, method, path, headers, body).finish()
 }
 
@@ -430,7 +472,9 @@ impl HttpServer {
         cmd.envs(env.iter().copied());
         let log = db.dir.path().join(format!("serve-{port}.log"));
         let log_file = std::fs::File::create(&log).expect("create server log");
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log_file);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file);
         let child = cmd.spawn().expect("spawn tollgate serve");
         let mut server = HttpServer { child, addr, log };
         server.wait_healthy();
@@ -445,10 +489,19 @@ impl HttpServer {
             }
             if std::net::TcpStream::connect(self.addr).is_ok() {
                 let health = self.get("/healthz");
-                assert_eq!(health.status, 200, "healthz: {:?}", String::from_utf8_lossy(&health.body));
+                assert_eq!(
+                    health.status,
+                    200,
+                    "healthz: {:?}",
+                    String::from_utf8_lossy(&health.body)
+                );
                 return;
             }
-            assert!(std::time::Instant::now() < deadline, "tollgate serve did not listen: {}", self.log_text());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tollgate serve did not listen: {}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -475,7 +528,13 @@ impl HttpServer {
             all.push(("Accept", "application/json, text/event-stream"));
         }
         all.extend_from_slice(headers);
-        http_request(self.addr, "POST", "/mcp", &all, &serde_json::to_vec(body).expect("serialize"))
+        http_request(
+            self.addr,
+            "POST",
+            "/mcp",
+            &all,
+            &serde_json::to_vec(body).expect("serialize"),
+        )
     }
 
     /// Sends SIGTERM (through `kill(1)`) and waits for the process to exit.
@@ -505,7 +564,13 @@ impl Drop for HttpServer {
 impl TestDb {
     /// The public id of the admin key (`tg_live_<id>_<secret>`).
     pub fn admin_key_id(&self) -> String {
-        let key = self.admin_key.as_deref().expect("init printed an admin key");
-        key.split('_').nth(2).expect("token has a public id").to_owned()
+        let key = self
+            .admin_key
+            .as_deref()
+            .expect("init printed an admin key");
+        key.split('_')
+            .nth(2)
+            .expect("token has a public id")
+            .to_owned()
     }
 }

@@ -102,8 +102,21 @@ mod tests {
 
     #[test]
     fn parses_only_real_dates() {
-        assert_eq!(Date::parse("2024-02-29").map(|d| d.to_string()), Some("2024-02-29".into()));
-        for bad in ["2023-02-29", "2024-13-01", "2024-00-10", "2024-04-31", "24-01-01", "2024/01/01", "2024-1-01", "", "２０24-01-01"] {
+        assert_eq!(
+            Date::parse("2024-02-29").map(|d| d.to_string()),
+            Some("2024-02-29".into())
+        );
+        for bad in [
+            "2023-02-29",
+            "2024-13-01",
+            "2024-00-10",
+            "2024-04-31",
+            "24-01-01",
+            "2024/01/01",
+            "2024-1-01",
+            "",
+            "２０24-01-01",
+        ] {
             assert_eq!(Date::parse(bad), None, "{bad}");
         }
         assert_eq!(Date::parse("1900-02-29"), None);

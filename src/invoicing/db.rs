@@ -4,11 +4,11 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::money::{LineAmounts, LinePricing, Totals};
 use super::model::{
     Client, ClientId, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, Line, OutboxId, Payment,
     PaymentId, PaymentMethod, now_unix,
 };
+use super::money::{LineAmounts, LinePricing, Totals};
 use crate::store::StoreError;
 
 /// Result of the queries here.
@@ -57,7 +57,14 @@ pub fn insert_client(conn: &Connection, c: &Client) -> DbResult<()> {
         "INSERT INTO clients (id, name, tax_id, email, address, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
     )?
-    .execute(params![c.id.as_str(), c.name, c.tax_id, c.email, c.address, now])?;
+    .execute(params![
+        c.id.as_str(),
+        c.name,
+        c.tax_id,
+        c.email,
+        c.address,
+        now
+    ])?;
     Ok(())
 }
 
@@ -67,7 +74,14 @@ pub fn update_client(conn: &Connection, c: &Client) -> DbResult<()> {
         "UPDATE clients SET name = ?2, tax_id = ?3, email = ?4, address = ?5, updated_at = ?6
          WHERE id = ?1",
     )?
-    .execute(params![c.id.as_str(), c.name, c.tax_id, c.email, c.address, now_unix()])?;
+    .execute(params![
+        c.id.as_str(),
+        c.name,
+        c.tax_id,
+        c.email,
+        c.address,
+        now_unix()
+    ])?;
     Ok(())
 }
 
@@ -105,14 +119,20 @@ pub fn search_clients(
          ORDER BY id DESC LIMIT ?3"
     ))?;
     let rows = stmt.query_map(
-        params![pattern, starting_after.map(ClientId::as_str), limit_param(limit)],
+        params![
+            pattern,
+            starting_after.map(ClientId::as_str),
+            limit_param(limit)
+        ],
         client_from_row,
     )?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
 fn escape_like(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
+    text.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
 }
 
 fn limit_param(limit: usize) -> i64 {
@@ -207,6 +227,15 @@ pub fn invoice(conn: &Connection, id: &InvoiceId) -> DbResult<Option<Invoice>> {
         .query_map([id.as_str()], line_from_row)?
         .collect::<Result<_, _>>()?;
     Ok(Some(invoice))
+}
+
+/// The number of an invoice, if it exists and is numbered.
+pub fn invoice_number(conn: &Connection, id: &InvoiceId) -> DbResult<Option<String>> {
+    let mut stmt = conn.prepare_cached("SELECT number FROM invoices WHERE id = ?1")?;
+    Ok(stmt
+        .query_row([id.as_str()], |r| r.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
 }
 
 fn insert_lines(conn: &Connection, id: &InvoiceId, lines: &[Line]) -> DbResult<()> {
@@ -520,6 +549,13 @@ pub fn insert_outbox(
         "INSERT INTO outbox (id, invoice_id, recipient, subject, body, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
-    .execute(params![id.as_str(), invoice_id.as_str(), recipient, subject, body, now])?;
+    .execute(params![
+        id.as_str(),
+        invoice_id.as_str(),
+        recipient,
+        subject,
+        body,
+        now
+    ])?;
     Ok(now)
 }

@@ -163,7 +163,10 @@ pub fn check_simplified_ceiling(kind: InvoiceKind, totals: &Totals) -> Result<()
         .param("lines")
         .detail("total_with_vat_cents", with_vat)
         .detail("ceiling_cents", SIMPLIFIED_INVOICE_CEILING_CENTS)
-        .with("suggestion", "Issue a full invoice (kind \"full\") to a client with a tax id."))
+        .with(
+            "suggestion",
+            "Issue a full invoice (kind \"full\") to a client with a tax id.",
+        ))
 }
 
 /// `issue_date` is not before the last issue date of `series`.
@@ -209,7 +212,10 @@ pub fn check_deletable(invoice: &Invoice) -> Result<(), McpError> {
         .violation(subcode)
         .param("invoice_id")
         .detail("status", invoice.status.as_str())
-        .with("suggestion", "Call void_invoice with a reason to cancel an issued invoice."))
+        .with(
+            "suggestion",
+            "Call void_invoice with a reason to cancel an issued invoice.",
+        ))
 }
 
 /// Neither a voided invoice nor a rectifying one is voided.
@@ -285,7 +291,9 @@ fn lines_arg(args: &Map<String, Value>) -> Option<&Vec<Value>> {
 }
 
 fn kind_arg(args: &Map<String, Value>) -> Option<InvoiceKind> {
-    args.get("kind").and_then(Value::as_str).and_then(InvoiceKind::parse)
+    args.get("kind")
+        .and_then(Value::as_str)
+        .and_then(InvoiceKind::parse)
 }
 
 fn invoice_arg(args: &Map<String, Value>) -> Option<InvoiceId> {
@@ -430,9 +438,17 @@ mod tests {
 
     #[test]
     fn ceiling_is_inclusive_and_counts_vat() {
-        let at = Totals { subtotal_cents: 33_058, vat_cents: 6_942, ..Totals::default() };
+        let at = Totals {
+            subtotal_cents: 33_058,
+            vat_cents: 6_942,
+            ..Totals::default()
+        };
         assert!(check_simplified_ceiling(InvoiceKind::Simplified, &at).is_ok());
-        let over = Totals { subtotal_cents: 33_058, vat_cents: 6_943, ..Totals::default() };
+        let over = Totals {
+            subtotal_cents: 33_058,
+            vat_cents: 6_943,
+            ..Totals::default()
+        };
         let err = check_simplified_ceiling(InvoiceKind::Simplified, &over).expect_err("over");
         assert_eq!(err.fields()["details"]["total_with_vat_cents"], 40_001);
         assert!(check_simplified_ceiling(InvoiceKind::Full, &over).is_ok());
@@ -453,8 +469,16 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), RULES.len());
         for rule in RULES {
-            assert!(rule.guide.starts_with("# "), "{} guide has a title", rule.id);
-            assert!(rule.guide.contains(&format!("`{}`", rule.id)), "{} guide names its id", rule.id);
+            assert!(
+                rule.guide.starts_with("# "),
+                "{} guide has a title",
+                rule.id
+            );
+            assert!(
+                rule.guide.contains(&format!("`{}`", rule.id)),
+                "{} guide names its id",
+                rule.id
+            );
         }
     }
 }

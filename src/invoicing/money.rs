@@ -41,9 +41,11 @@ pub fn div_round_half_away(numerator: i128, denominator: i128) -> i128 {
     }
 }
 
-/// `amount × percent / 100`, rounded half away from zero.
-pub fn percent_of(amount: i128, percent: i64) -> i128 {
-    div_round_half_away(amount * i128::from(percent), 100)
+/// `amount × percent / 100`, rounded half away from zero; `None` if it overflows `i128`.
+pub fn percent_of(amount: i128, percent: i64) -> Option<i128> {
+    amount
+        .checked_mul(i128::from(percent))
+        .map(|scaled| div_round_half_away(scaled, 100))
 }
 
 fn to_cents(value: i128) -> Result<i64, AmountOverflow> {
@@ -85,18 +87,23 @@ pub struct LineAmounts {
 impl LinePricing {
     /// Computes the line's amounts with the rounding rule of this module.
     pub fn amounts(&self) -> Result<LineAmounts, AmountOverflow> {
+        // i64 × i64 always fits in i128; the percentages are checked.
         let gross = i128::from(self.quantity) * i128::from(self.unit_price_cents);
-        let discount = percent_of(gross, self.discount_percent);
-        let net = gross - discount;
-        let vat = percent_of(net, self.vat_rate);
-        let withholding = percent_of(net, self.withholding_rate);
+        let discount = percent_of(gross, self.discount_percent).ok_or(AmountOverflow)?;
+        let net = gross.checked_sub(discount).ok_or(AmountOverflow)?;
+        let vat = percent_of(net, self.vat_rate).ok_or(AmountOverflow)?;
+        let withholding = percent_of(net, self.withholding_rate).ok_or(AmountOverflow)?;
+        let total = net
+            .checked_add(vat)
+            .and_then(|t| t.checked_sub(withholding))
+            .ok_or(AmountOverflow)?;
         Ok(LineAmounts {
             gross_cents: to_cents(gross)?,
             discount_cents: to_cents(discount)?,
             net_cents: to_cents(net)?,
             vat_cents: to_cents(vat)?,
             withholding_cents: to_cents(withholding)?,
-            total_cents: to_cents(net + vat - withholding)?,
+            total_cents: to_cents(total)?,
         })
     }
 }
@@ -120,7 +127,9 @@ pub struct Totals {
 
 impl Totals {
     /// Adds up lines; fails rather than wraps.
-    pub fn sum<'a>(lines: impl IntoIterator<Item = &'a LineAmounts>) -> Result<Totals, AmountOverflow> {
+    pub fn sum<'a>(
+        lines: impl IntoIterator<Item = &'a LineAmounts>,
+    ) -> Result<Totals, AmountOverflow> {
         let mut acc = [0i128; 6];
         for line in lines {
             let parts = [
@@ -231,7 +240,11 @@ mod tests {
     fn reference_round(n: i128, d: i128) -> i128 {
         let floor_abs = n.abs() / d;
         let twice_rest = 2 * (n.abs() - floor_abs * d);
-        let abs = if twice_rest >= d { floor_abs + 1 } else { floor_abs };
+        let abs = if twice_rest >= d {
+            floor_abs + 1
+        } else {
+            floor_abs
+        };
         if n < 0 { -abs } else { abs }
     }
 
@@ -243,7 +256,14 @@ mod tests {
         let net = gross - discount;
         let vat = reference_round(net * i128::from(p.vat_rate) * 100, 10_000);
         let withholding = reference_round(net * i128::from(p.withholding_rate) * 100, 10_000);
-        [gross, discount, net, vat, withholding, net + vat - withholding]
+        [
+            gross,
+            discount,
+            net,
+            vat,
+            withholding,
+            net + vat - withholding,
+        ]
     }
 
     fn pricing() -> impl Strategy<Value = LinePricing> {

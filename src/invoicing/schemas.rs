@@ -72,7 +72,10 @@ pub fn pagination(properties: &mut Map<String, Value>, prefix: &str) {
     );
     properties.insert(
         "starting_after".into(),
-        id(prefix, "Cursor: pass the previous page's `next_cursor` to get the next page."),
+        id(
+            prefix,
+            "Cursor: pass the previous page's `next_cursor` to get the next page.",
+        ),
     );
 }
 
@@ -234,7 +237,10 @@ pub fn invoice_out() -> Value {
                     "properties": { "name": { "type": "string" }, "tax_id": nullable("string") } }),
         );
         map.insert("lines".into(), json!({ "type": "array", "items": line }));
-        map.insert("vat_breakdown".into(), json!({ "type": "array", "items": breakdown }));
+        map.insert(
+            "vat_breakdown".into(),
+            json!({ "type": "array", "items": breakdown }),
+        );
     }
     closed(properties)
 }

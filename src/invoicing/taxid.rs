@@ -202,7 +202,13 @@ mod tests {
 
     #[test]
     fn valid_nifs() {
-        for nif in ["12345678Z", "00000000T", "99999999R", "44444444A", "K1234567L"] {
+        for nif in [
+            "12345678Z",
+            "00000000T",
+            "99999999R",
+            "44444444A",
+            "K1234567L",
+        ] {
             assert_eq!(kind(nif), Ok(TaxIdKind::Nif), "{nif}");
         }
     }
@@ -217,7 +223,14 @@ mod tests {
     #[test]
     fn valid_cifs() {
         // Digit control (A, B), letter control (Q, P), either (G).
-        for cif in ["A58818501", "B12345674", "Q2826000H", "P0800000B", "G12345674", "G1234567D"] {
+        for cif in [
+            "A58818501",
+            "B12345674",
+            "Q2826000H",
+            "P0800000B",
+            "G12345674",
+            "G1234567D",
+        ] {
             assert_eq!(kind(cif), Ok(TaxIdKind::Cif), "{cif}");
         }
     }
@@ -239,7 +252,16 @@ mod tests {
 
     #[test]
     fn malformed_ids_are_unrecognised() {
-        for bad in ["", "1234567Z", "123456789Z", "I12345674", "12345678-", "XX234567L", "B1234567", "ñ2345678Z"] {
+        for bad in [
+            "",
+            "1234567Z",
+            "123456789Z",
+            "I12345674",
+            "12345678-",
+            "XX234567L",
+            "B1234567",
+            "ñ2345678Z",
+        ] {
             assert_eq!(kind(bad), Err(TaxIdError::UnrecognisedFormat), "{bad:?}");
         }
     }
@@ -248,7 +270,13 @@ mod tests {
     fn input_is_normalised() {
         let id = TaxId::parse(" es-b12.345.674 ").expect("valid");
         assert_eq!(id.as_str(), "B12345674");
-        assert_eq!(TaxId::parse("12345678z").expect("valid").as_str(), "12345678Z");
-        assert_eq!(TaxId::parse("ESX1234567L").expect("valid").kind(), TaxIdKind::Nie);
+        assert_eq!(
+            TaxId::parse("12345678z").expect("valid").as_str(),
+            "12345678Z"
+        );
+        assert_eq!(
+            TaxId::parse("ESX1234567L").expect("valid").kind(),
+            TaxIdKind::Nie
+        );
     }
 }

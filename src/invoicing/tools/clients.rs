@@ -39,7 +39,10 @@ fn search_spec() -> ToolSpec {
     let mut p = Map::new();
     p.insert(
         "query".into(),
-        s::text(200, "Text to find in the name, tax id or e-mail (case-insensitive)."),
+        s::text(
+            200,
+            "Text to find in the name, tax id or e-mail (case-insensitive).",
+        ),
     );
     s::pagination(&mut p, "cli_");
     ToolSpec {
@@ -65,7 +68,10 @@ fn get_spec() -> ToolSpec {
         category: Category::Read,
         scope: SCOPE_CLIENTS_READ,
         idempotency: Idempotency::NotApplicable,
-        input_schema: s::object(json!({ "client_id": s::id("cli_", "The client's id.") }), &["client_id"]),
+        input_schema: s::object(
+            json!({ "client_id": s::id("cli_", "The client's id.") }),
+            &["client_id"],
+        ),
         output_schema: Some(s::client_detail_out()),
     }
 }
@@ -167,9 +173,11 @@ fn ensure_tax_id_free(
         return Ok(());
     };
     match db::client_with_tax_id(conn, tax_id).map_err(db_failure)? {
-        Some(existing) if Some(&existing) != except => Err(McpError::new(ErrorKind::TaxIdAlreadyExists)
-            .param("tax_id")
-            .detail("existing_resource_id", existing.as_str())),
+        Some(existing) if Some(&existing) != except => {
+            Err(McpError::new(ErrorKind::TaxIdAlreadyExists)
+                .param("tax_id")
+                .detail("existing_resource_id", existing.as_str()))
+        }
         _ => Ok(()),
     }
 }
@@ -188,7 +196,10 @@ fn create_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
     ctx.commit(|tx| {
         ensure_tax_id_free(tx, client.tax_id.as_deref(), None)?;
         db::insert_client(tx, &client).map_err(db_failure)?;
-        Ok(output(format!("Created {}", describe(&client)), client.to_json()))
+        Ok(output(
+            format!("Created {}", describe(&client)),
+            client.to_json(),
+        ))
     })
 }
 
@@ -214,7 +225,10 @@ fn update_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
         client.email = email.or(client.email);
         client.address = address.or(client.address);
         db::update_client(tx, &client).map_err(db_failure)?;
-        Ok(output(format!("Updated {}", describe(&client)), client.to_json()))
+        Ok(output(
+            format!("Updated {}", describe(&client)),
+            client.to_json(),
+        ))
     })
 }
 

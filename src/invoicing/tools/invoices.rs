@@ -32,10 +32,22 @@ pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
     vec![
         tool(search_spec(), None, search_invoices),
         tool(get_spec(), None, get_invoice),
-        tool(create_spec(), Some(guardrails::create_invoice), create_invoice),
-        tool(update_spec(), Some(guardrails::update_invoice), update_invoice),
+        tool(
+            create_spec(),
+            Some(guardrails::create_invoice),
+            create_invoice,
+        ),
+        tool(
+            update_spec(),
+            Some(guardrails::update_invoice),
+            update_invoice,
+        ),
         tool(issue_spec(), Some(guardrails::issue_invoice), issue_invoice),
-        tool(delete_spec(), Some(guardrails::delete_invoice), delete_invoice),
+        tool(
+            delete_spec(),
+            Some(guardrails::delete_invoice),
+            delete_invoice,
+        ),
         tool(void_spec(), Some(guardrails::void_invoice), void_invoice),
     ]
 }
@@ -47,7 +59,10 @@ fn invoice_id_prop(what: &str) -> Value {
 fn search_spec() -> ToolSpec {
     let mut p = Map::new();
     p.insert("status".into(), s::invoice_status());
-    p.insert("client_id".into(), s::id("cli_", "Only this client's invoices."));
+    p.insert(
+        "client_id".into(),
+        s::id("cli_", "Only this client's invoices."),
+    );
     p.insert("date_from".into(), s::date("Issued on or after this date"));
     p.insert("date_to".into(), s::date("Issued on or before this date"));
     p.insert(
@@ -79,7 +94,10 @@ fn get_spec() -> ToolSpec {
         category: Category::Read,
         scope: SCOPE_INVOICES_READ,
         idempotency: Idempotency::NotApplicable,
-        input_schema: s::object(json!({ "invoice_id": invoice_id_prop("The invoice's id.") }), &["invoice_id"]),
+        input_schema: s::object(
+            json!({ "invoice_id": invoice_id_prop("The invoice's id.") }),
+            &["invoice_id"],
+        ),
         output_schema: Some(s::invoice_detail_out()),
     }
 }
@@ -89,9 +107,18 @@ fn draft_fields() -> Map<String, Value> {
     p.insert("client_id".into(), s::id("cli_", "The client billed."));
     p.insert("kind".into(), s::invoice_kind());
     p.insert("series".into(), s::series());
-    p.insert("issue_date".into(), s::date("Planned issue date; default: the day it is issued"));
-    p.insert("due_date".into(), s::date("Payment due date; default: 30 days after issue"));
-    p.insert("notes".into(), s::text(2000, "Free text printed on the invoice."));
+    p.insert(
+        "issue_date".into(),
+        s::date("Planned issue date; default: the day it is issued"),
+    );
+    p.insert(
+        "due_date".into(),
+        s::date("Payment due date; default: 30 days after issue"),
+    );
+    p.insert(
+        "notes".into(),
+        s::text(2000, "Free text printed on the invoice."),
+    );
     p.insert("lines".into(), s::lines());
     p.insert(
         "currency".into(),
@@ -111,7 +138,11 @@ fn create_spec() -> ToolSpec {
         category: Category::Write,
         scope: SCOPE_INVOICES_WRITE,
         idempotency: Idempotency::Optional,
-        input_schema: s::object_with_key(Value::Object(draft_fields()), &["client_id", "lines"], false),
+        input_schema: s::object_with_key(
+            Value::Object(draft_fields()),
+            &["client_id", "lines"],
+            false,
+        ),
         output_schema: Some(s::invoice_out()),
     }
 }
@@ -221,7 +252,10 @@ fn describe(invoice: &Invoice) -> String {
 }
 
 fn invoice_output(prefix: &str, invoice: &Invoice) -> ToolOutput {
-    output(format!("{prefix}{}", describe(invoice)), invoice.to_json(true, &today()))
+    output(
+        format!("{prefix}{}", describe(invoice)),
+        invoice.to_json(true, &today()),
+    )
 }
 
 /// Loads an invoice or fails with `invoice_not_found`.
@@ -273,7 +307,9 @@ fn get_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mcp
 /// `series` from the arguments, refusing the reserved rectifying series.
 fn series_arg(args: &Args<'_>) -> Result<Option<String>, McpError> {
     match args.str("series") {
-        Some(RECTIFYING_SERIES) => Err(McpError::validation("series").detail("reason", "reserved_for_rectifying_invoices")),
+        Some(RECTIFYING_SERIES) => {
+            Err(McpError::validation("series").detail("reason", "reserved_for_rectifying_invoices"))
+        }
         other => Ok(other.map(str::to_owned)),
     }
 }
@@ -288,8 +324,9 @@ fn default_series(kind: InvoiceKind) -> &'static str {
 /// Issue and due dates in order, when both are known.
 fn check_due_after_issue(issue: Option<&str>, due: Option<&str>) -> Result<(), McpError> {
     match (issue, due) {
-        (Some(issue), Some(due)) if due < issue => Err(McpError::validation("due_date")
-            .detail("reason", "due_date_before_issue_date")),
+        (Some(issue), Some(due)) if due < issue => {
+            Err(McpError::validation("due_date").detail("reason", "due_date_before_issue_date"))
+        }
         _ => Ok(()),
     }
 }
@@ -313,7 +350,10 @@ fn ensure_client(conn: &Connection, id: &ClientId) -> Result<String, McpError> {
 
 fn create_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
     let client_id = args.id("client_id", ClientId::parse)?;
-    let kind = args.str("kind").and_then(InvoiceKind::parse).unwrap_or(InvoiceKind::Full);
+    let kind = args
+        .str("kind")
+        .and_then(InvoiceKind::parse)
+        .unwrap_or(InvoiceKind::Full);
     let series = series_arg(args)?.unwrap_or_else(|| default_series(kind).to_owned());
     let issue_date = args.date("issue_date")?.map(|d| d.to_string());
     let due_date = args.date("due_date")?.map(|d| d.to_string());
@@ -418,7 +458,8 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
                 .ok_or_else(|| invalid_format("issue_date", "expected_yyyy_mm_dd"))?,
         };
         check_due_after_issue(Some(&issue_date), Some(&due_date))?;
-        invoice.number = Some(db::next_number(tx, &invoice.series, &issue_date).map_err(db_failure)?);
+        invoice.number =
+            Some(db::next_number(tx, &invoice.series, &issue_date).map_err(db_failure)?);
         invoice.status = InvoiceStatus::Issued;
         invoice.issue_date = Some(issue_date);
         invoice.due_date = Some(due_date);
@@ -443,7 +484,11 @@ fn delete_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
 }
 
 /// The rectifying invoice cancelling `original`: same client and lines with negated prices.
-fn rectifying_for(original: &Invoice, reason: &str, issue_date: String) -> Result<Invoice, McpError> {
+pub(crate) fn rectifying_for(
+    original: &Invoice,
+    reason: &str,
+    issue_date: String,
+) -> Result<Invoice, McpError> {
     let lines = original
         .lines
         .iter()
@@ -453,7 +498,11 @@ fn rectifying_for(original: &Invoice, reason: &str, issue_date: String) -> Resul
                 ..line.pricing
             };
             let amounts = pricing.amounts().map_err(|_| McpError::internal())?;
-            Ok(Line { description: line.description.clone(), pricing, amounts })
+            Ok(Line {
+                description: line.description.clone(),
+                pricing,
+                amounts,
+            })
         })
         .collect::<Result<Vec<_>, McpError>>()?;
     let amounts: Vec<_> = lines.iter().map(|l| l.amounts).collect();
@@ -494,7 +543,10 @@ fn void_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
             return Err(McpError::new(ErrorKind::InvoiceNotIssued)
                 .param("invoice_id")
                 .detail("status", "draft")
-                .with("suggestion", "A draft has no legal effect: delete it with delete_invoice."));
+                .with(
+                    "suggestion",
+                    "A draft has no legal effect: delete it with delete_invoice.",
+                ));
         }
         let last = db::series_last_issue_date(tx, RECTIFYING_SERIES).map_err(db_failure)?;
         let date = [Some(today()), last, invoice.issue_date.clone()]
@@ -503,7 +555,8 @@ fn void_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
             .max()
             .unwrap_or_else(today);
         let mut rectifying = rectifying_for(&invoice, &reason, date.clone())?;
-        rectifying.number = Some(db::next_number(tx, RECTIFYING_SERIES, &date).map_err(db_failure)?);
+        rectifying.number =
+            Some(db::next_number(tx, RECTIFYING_SERIES, &date).map_err(db_failure)?);
         db::insert_invoice(tx, &rectifying).map_err(db_failure)?;
         db::mark_void(tx, &id, &reason, &rectifying.id).map_err(db_failure)?;
         invoice.status = InvoiceStatus::Void;

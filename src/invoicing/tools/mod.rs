@@ -8,6 +8,8 @@ mod invoices;
 mod outbound;
 mod payments;
 
+pub(crate) use invoices::rectifying_for;
+
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -46,7 +48,11 @@ impl Tool for InvoicingTool {
         self.guard.map_or(Ok(()), |guard| guard(store, args))
     }
 
-    fn call(&self, ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
+    fn call(
+        &self,
+        ctx: &ToolContext<'_>,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, McpError> {
         (self.run)(ctx, &Args(args))
     }
 }
@@ -238,27 +244,37 @@ fn priced_line(index: usize, item: &Value) -> Result<Line, McpError> {
         .map(str::trim)
         .unwrap_or_default()
         .to_owned();
-    Ok(Line { description, pricing, amounts })
+    Ok(Line {
+        description,
+        pricing,
+        amounts,
+    })
 }
 
 // ---- Results ----------------------------------------------------------------------------------
 
 /// A result: `structuredContent`, a sentence for people, and the JSON as text.
 fn output(summary: String, value: Value) -> ToolOutput {
-    ToolOutput {
-        content: vec![
-            json!({ "type": "text", "text": summary }),
-            json!({ "type": "text", "text": value.to_string() }),
-        ],
-        structured: Some(value),
-    }
+    let mut out = ToolOutput::structured(value);
+    out.content
+        .insert(0, json!({ "type": "text", "text": summary }));
+    out
 }
 
 /// A page of a cursor-paginated list: `limit + 1` rows were fetched to know `has_more`.
-fn page<T>(mut rows: Vec<T>, limit: usize, id_of: fn(&T) -> &str, render: impl Fn(&T) -> Value) -> Value {
+fn page<T>(
+    mut rows: Vec<T>,
+    limit: usize,
+    id_of: fn(&T) -> &str,
+    render: impl Fn(&T) -> Value,
+) -> Value {
     let has_more = rows.len() > limit;
     rows.truncate(limit);
-    let next_cursor = if has_more { rows.last().map(id_of) } else { None };
+    let next_cursor = if has_more {
+        rows.last().map(id_of)
+    } else {
+        None
+    };
     json!({
         "data": rows.iter().map(render).collect::<Vec<_>>(),
         "has_more": has_more,

@@ -8,7 +8,9 @@ use super::invoices::load;
 use super::{Args, db_failure, output, page, today, tool};
 use crate::catalog::{ErrorKind, McpError};
 use crate::invoicing::db;
-use crate::invoicing::model::{Invoice, InvoiceId, InvoiceStatus, Payment, PaymentId, PaymentMethod};
+use crate::invoicing::model::{
+    Invoice, InvoiceId, InvoiceStatus, Payment, PaymentId, PaymentMethod,
+};
 use crate::invoicing::money;
 use crate::invoicing::schemas as s;
 use crate::invoicing::{SCOPE_INVOICES_READ, SCOPE_PAYMENTS_WRITE};
@@ -54,7 +56,10 @@ fn record_spec() -> ToolSpec {
 
 fn list_spec() -> ToolSpec {
     let mut p = Map::new();
-    p.insert("invoice_id".into(), s::id("inv_", "Only this invoice's payments."));
+    p.insert(
+        "invoice_id".into(),
+        s::id("inv_", "Only this invoice's payments."),
+    );
     s::pagination(&mut p, "pay_");
     ToolSpec {
         name: "list_payments",
@@ -83,7 +88,10 @@ fn payable(invoice: &Invoice, amount: i64) -> Result<(), McpError> {
         InvoiceStatus::Void => {
             return Err(McpError::new(ErrorKind::InvoiceVoid)
                 .param("invoice_id")
-                .detail("rectified_by_id", invoice.rectified_by_id.as_ref().map(InvoiceId::as_str)));
+                .detail(
+                    "rectified_by_id",
+                    invoice.rectified_by_id.as_ref().map(InvoiceId::as_str),
+                ));
         }
         InvoiceStatus::Issued | InvoiceStatus::Paid => {}
     }
@@ -103,7 +111,10 @@ fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
         .int("amount_cents")
         .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param("amount_cents"))?;
     let paid_on = args.date("paid_on")?.map_or_else(today, |d| d.to_string());
-    let method = args.str("method").and_then(PaymentMethod::parse).unwrap_or(PaymentMethod::Transfer);
+    let method = args
+        .str("method")
+        .and_then(PaymentMethod::parse)
+        .unwrap_or(PaymentMethod::Transfer);
     ctx.commit(|tx| {
         let mut invoice = load(tx, &id)?;
         payable(&invoice, amount)?;
@@ -128,7 +139,8 @@ fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
             money::display(invoice.balance_cents(), &invoice.currency),
             invoice.status.as_str()
         );
-        let value = json!({ "payment": payment.to_json(), "invoice": invoice.to_json(false, &today()) });
+        let value =
+            json!({ "payment": payment.to_json(), "invoice": invoice.to_json(false, &today()) });
         Ok(output(summary, value))
     })
 }
@@ -145,7 +157,12 @@ fn list_payments(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
             {
                 return Ok(None);
             }
-            Ok(Some(db::payments(c, invoice.as_ref(), after.as_ref(), limit + 1)?))
+            Ok(Some(db::payments(
+                c,
+                invoice.as_ref(),
+                after.as_ref(),
+                limit + 1,
+            )?))
         })
         .map_err(db_failure)?
         .ok_or_else(|| {
