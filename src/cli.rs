@@ -327,14 +327,16 @@ fn company_locale(store: &Store) -> Locale {
         .unwrap_or(Locale::En)
 }
 
+/// Opens the existing database and assembles the server for `stdio` and `serve`.
+fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
+    let store = open_store(config, false)?;
+    build_server(config, store).map(Arc::new).map_err(|e| fail(&e))
+}
+
 fn stdio(config: &Config) -> ExitCode {
-    let store = match open_store(config, false) {
-        Ok(store) => store,
+    let server = match open_server(config) {
+        Ok(server) => server,
         Err(code) => return code,
-    };
-    let server = match build_server(config, store) {
-        Ok(server) => Arc::new(server),
-        Err(e) => return fail(&e),
     };
     let token = match crate::stdio::token_from_env() {
         Ok(token) => token,
@@ -375,13 +377,9 @@ fn quickstart(config: &Config) -> ExitCode {
 }
 
 fn serve(config: &Config) -> ExitCode {
-    let store = match open_store(config, false) {
-        Ok(store) => store,
+    let server = match open_server(config) {
+        Ok(server) => server,
         Err(code) => return code,
-    };
-    let server = match build_server(config, store) {
-        Ok(server) => Arc::new(server),
-        Err(e) => return fail(&e),
     };
     match crate::http::serve(server, config) {
         Ok(()) => ExitCode::SUCCESS,
