@@ -237,6 +237,8 @@ pub struct HttpConfig {
     pub public_base_url: Option<String>,
     /// Which HTTP statuses JSON-RPC errors get.
     pub error_status: ErrorStatusMode,
+    /// Serve `GET /metrics` (Prometheus text format); off by default.
+    pub metrics: bool,
 }
 
 /// `[log]`
@@ -291,6 +293,7 @@ impl Default for Config {
                 session_ttl: Duration::from_secs(DEFAULT_SESSION_TTL_SECS),
                 public_base_url: None,
                 error_status: ErrorStatusMode::Compatible,
+                metrics: false,
             },
             log: LogConfig {
                 level: LogLevel::Info,
@@ -367,6 +370,7 @@ impl Config {
                 session_ttl_secs: Some(http.session_ttl.as_secs()),
                 public_base_url: Some(http.public_base_url.clone().unwrap_or_default()),
                 error_status: Some(http.error_status),
+                metrics: Some(http.metrics),
             },
             log: RawLog {
                 level: Some(self.log.level),
@@ -448,6 +452,7 @@ struct RawHttp {
     session_ttl_secs: Option<u64>,
     public_base_url: Option<String>,
     error_status: Option<ErrorStatusMode>,
+    metrics: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -593,6 +598,10 @@ const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
     }),
     ("TOLLGATE_HTTP_PUBLIC_BASE_URL", |raw, v| {
         raw.http.public_base_url = Some(v.to_owned());
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_METRICS", |raw, v| {
+        raw.http.metrics = Some(parse_bool(v)?);
         Ok(())
     }),
     ("TOLLGATE_LOG_LEVEL", |raw, v| {
@@ -793,6 +802,7 @@ fn validate_http(raw: RawHttp) -> Result<HttpConfig, ConfigError> {
         session_ttl: Duration::from_secs(ttl),
         public_base_url: validate_base_url(raw.public_base_url.unwrap_or_default())?,
         error_status: raw.error_status.unwrap_or(ErrorStatusMode::Compatible),
+        metrics: raw.metrics.unwrap_or(false),
     })
 }
 
@@ -1212,6 +1222,24 @@ mod tests {
             &Overrides::default(),
         );
         assert!(message.contains("between 1 and 256"), "{message}");
+    }
+
+    #[test]
+    fn metrics_switch_is_off_by_default_and_set_by_file_or_env() {
+        let config = Config::load(None, &[], &Overrides::default()).expect("load");
+        assert!(!config.http.metrics);
+        let (_dir, path) = write_config("[http]\nmetrics = true\n");
+        let config = Config::load(Some(&path), &[], &Overrides::default()).expect("load");
+        assert!(config.http.metrics);
+        assert!(config.describe().contains("metrics = true"), "{}", config.describe());
+        let off = env(&[("TOLLGATE_HTTP_METRICS", "off")]);
+        let config = Config::load(Some(&path), &off, &Overrides::default()).expect("load");
+        assert!(!config.http.metrics, "the environment overrides the file");
+        let message = load_err(None, &[("TOLLGATE_HTTP_METRICS", "sometimes")], &Overrides::default());
+        assert_eq!(message, "TOLLGATE_HTTP_METRICS: expected true or false, got \"sometimes\"");
+        let (_dir, path) = write_config("[http]\nmetrics = \"yes\"\n");
+        let message = load_err(Some(&path), &[], &Overrides::default());
+        assert!(message.contains("metrics"), "{message}");
     }
 
     #[test]

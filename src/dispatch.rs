@@ -158,6 +158,8 @@ impl Server {
     }
 
     fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Value> {
+        // Every log line of this request carries its id (never its params or token).
+        let _span = request_span(&req).entered();
         let outcome = select_era(&req, env.session).and_then(|era| {
             self.route(&req, era, env)
                 .map(|result| finish_result(result, era, &req.method))
@@ -463,6 +465,19 @@ impl Server {
         let values: Vec<String> = values.into_iter().take(100).collect();
         Ok(json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } }))
     }
+}
+
+/// The `request` span of one JSON-RPC request: `id`, a per-process sequence number;
+/// `rpc_id`, the client's JSON-RPC id as JSON text (control characters escaped); and the
+/// `method`. Client-chosen text is cut at 64 characters.
+fn request_span(req: &Request) -> tracing::Span {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    fn clip(text: &str) -> &str {
+        text.char_indices().nth(64).map_or(text, |(cut, _)| &text[..cut])
+    }
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let rpc_id = req.id.as_ref().map_or_else(|| "null".to_owned(), Value::to_string);
+    tracing::info_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
 }
 
 /// Picks the era of one request: stateless when its `_meta` names a protocol version,

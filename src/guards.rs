@@ -101,6 +101,7 @@ impl Guards {
         let started = Instant::now();
         let mut principal = None;
         let outcome = self.chain(registry, call, env, run, &mut principal);
+        crate::metrics::global().observe_tool_call(registry, call.name, &outcome, started.elapsed());
         self.auditor.record(&AuditEntry {
             request_id: call.request_id,
             principal: principal.as_ref(),
@@ -128,7 +129,21 @@ impl Guards {
         };
         let budget = self.limiter.charge(principal, tool.spec().category)?;
         self.auth.check_access(principal, tool.spec())?;
-        tool.tool.guardrails(&self.store, call.args)?;
+        if let Err(violation) = tool.tool.guardrails(&self.store, call.args) {
+            // A retry of a call that already completed (e.g. a second `void_invoice` with the
+            // same key) replays its stored result instead of tripping the rule it caused.
+            let key = crate::idempotency::extract_key(call.args, call.meta, env.idempotency_header);
+            let stored = key
+                .ok()
+                .flatten()
+                .and_then(|key| self.ledger.completed_result(principal, tool.spec(), call.args, &key));
+            let Some(mut stored) = stored else {
+                return Err(violation);
+            };
+            mark(&mut stored, META_REPLAY, Value::Bool(true));
+            mark(&mut stored, META_RATELIMIT, budget.to_meta());
+            return Ok(stored);
+        }
         let key = crate::idempotency::extract_key(call.args, call.meta, env.idempotency_header)?;
         let reservation = match self.ledger.claim(principal, tool.spec(), call.args, key)? {
             Claim::Replay(mut stored) => {

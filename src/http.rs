@@ -122,6 +122,8 @@ struct App {
     public_base_url: Option<String>,
     dev_credential: Option<String>,
     oauth: crate::oauth::Endpoints,
+    /// `GET /metrics` is served (`http.metrics`).
+    metrics: Option<&'static crate::metrics::Metrics>,
 }
 
 /// What a handler answers: status, headers, body.
@@ -188,6 +190,7 @@ impl App {
             public_base_url: config.http.public_base_url.clone(),
             dev_credential: config.dev.unauthenticated_credential.clone(),
             oauth: crate::oauth::Endpoints::new(),
+            metrics: config.http.metrics.then(crate::metrics::global),
         }
     }
 
@@ -221,6 +224,7 @@ impl App {
         let base = self.base_url(head);
         let reply = match (&head.method, head.path.as_str()) {
             (Method::Get, "/healthz") => self.healthz(),
+            (Method::Get, "/metrics") if self.metrics.is_some() => self.metrics_page(head),
             (Method::Get, p) if p.starts_with("/.well-known/oauth-protected-resource") => {
                 Reply::json(200, &crate::oauth::protected_resource_metadata(&base))
             }
@@ -255,6 +259,19 @@ impl App {
                 tracing::warn!(cause = %err, "health check failed");
                 Reply::json(503, &json!({"status": "unavailable"}))
             }
+        }
+    }
+
+    /// The Prometheus page; `Host`/`Origin` are checked as on `/mcp` (DNS rebinding).
+    fn metrics_page(&self, head: &HttpHead) -> Reply {
+        match (self.origins.check(head), self.metrics) {
+            (Ok(()), Some(metrics)) => Reply {
+                status: 200,
+                headers: vec![("Content-Type".into(), crate::metrics::CONTENT_TYPE.into())],
+                body: metrics.render().into_bytes(),
+            },
+            (Err(err), _) => self.error_reply(None, &err, None),
+            (Ok(()), None) => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
         }
     }
 
@@ -619,6 +636,7 @@ impl Notifier for Stream {
                 None,
                 None,
             );
+            crate::metrics::global().record_http_status(200);
             let writer = std::thread::spawn(move || {
                 if let Err(e) = request.respond(response) {
                     tracing::debug!(error = %e, "client closed the event stream");
@@ -688,6 +706,7 @@ impl Read for EventReader {
 }
 
 fn respond(request: Request, reply: Reply) {
+    crate::metrics::global().record_http_status(reply.status);
     let mut response = Response::from_data(reply.body).with_status_code(StatusCode(reply.status));
     for (name, value) in reply.headers {
         if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {

@@ -22,6 +22,7 @@ pub mod idempotency;
 pub mod invoicing;
 pub mod jsonrpc;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod oauth;
 pub mod probe;

@@ -1520,7 +1520,6 @@ fn init_demo_fills_a_realistic_sandbox() {
 /// `Ledger::completed_result`): the first void's own effect (the invoice is void) trips the
 /// no-double-void guardrail on the retry, which must replay instead.
 #[test]
-#[ignore = "needs guards.rs to replay a completed key before running guardrails"]
 fn a_retried_void_replays_instead_of_tripping_the_guardrail() {
     let db = TestDb::new();
     let mut s = Session::start(&db);

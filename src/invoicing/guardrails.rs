@@ -9,12 +9,13 @@
 //! Guardrails see arguments before schema validation: a field they cannot read (missing,
 //! mistyped) lets the rule pass and leaves the report to validation.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::date::Date;
 use super::db;
 use super::model::{Client, Invoice, InvoiceId, InvoiceKind, InvoiceStatus};
 use super::money::{LinePricing, Totals};
+use super::tools::integer;
 use crate::catalog::{ErrorKind, McpError, store_failure};
 use crate::store::Store;
 
@@ -248,23 +249,13 @@ pub fn check_issue(
 
 // ---- Reading arguments leniently (they are not validated yet) ------------------------------
 
-fn int(value: Option<&Value>) -> Option<i64> {
-    let value = value?;
-    value.as_i64().or_else(|| {
-        value
-            .as_f64()
-            .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
-            .map(|f| f as i64)
-    })
-}
-
 fn lenient_pricing(line: &Value) -> Option<LinePricing> {
     Some(LinePricing {
-        quantity: int(line.get("quantity"))?,
-        unit_price_cents: int(line.get("unit_price_cents"))?,
-        discount_percent: int(line.get("discount_percent")).unwrap_or(0),
-        vat_rate: int(line.get("vat_rate"))?,
-        withholding_rate: int(line.get("withholding_rate")).unwrap_or(0),
+        quantity: integer(line.get("quantity"))?,
+        unit_price_cents: integer(line.get("unit_price_cents"))?,
+        discount_percent: integer(line.get("discount_percent")).unwrap_or(0),
+        vat_rate: integer(line.get("vat_rate"))?,
+        withholding_rate: integer(line.get("withholding_rate")).unwrap_or(0),
     })
 }
 
@@ -279,7 +270,7 @@ fn lenient_totals(lines: &[Value]) -> Option<Totals> {
 
 fn check_vat_rates_of(country: &str, lines: &[Value]) -> Result<(), McpError> {
     for (index, line) in lines.iter().enumerate() {
-        if let Some(rate) = int(line.get("vat_rate")) {
+        if let Some(rate) = integer(line.get("vat_rate")) {
             check_vat_rate(country, index, rate)?;
         }
     }
@@ -408,18 +399,10 @@ pub fn void_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), McpE
     }
 }
 
-/// The rule table as JSON (for docs and tests).
-pub fn describe() -> Value {
-    Value::Array(
-        RULES
-            .iter()
-            .map(|r| json!({ "rule_id": r.id, "uri": r.uri(), "title": r.title }))
-            .collect(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

@@ -211,7 +211,7 @@ impl<'a> Args<'a> {
 }
 
 /// An integral JSON number (`3` or `3.0`) as `i64`.
-fn integer(value: Option<&Value>) -> Option<i64> {
+pub(crate) fn integer(value: Option<&Value>) -> Option<i64> {
     let value = value?;
     value.as_i64().or_else(|| {
         value
