@@ -2,10 +2,15 @@
 //! never a secret and never argument values.
 //!
 //! The outcome is `ok`, or the catalog `code` of the JSON-RPC error, or of the `isError`
-//! result (`_meta["dev.tollgate/error"].code`). Each row is one short `INSERT` of its own,
-//! after the call finished and outside any other transaction; a failed write is logged
-//! and never fails the call it describes.
+//! result (`_meta["dev.tollgate/error"].code`). Rows are handed to one writer thread that
+//! inserts whatever has queued up in a single transaction (group commit), outside the call
+//! path and outside any other transaction; a failed write is logged and never fails the call
+//! it describes. Dropping the [`Auditor`] flushes every queued row, so a clean shutdown loses
+//! nothing; a process killed outright can lose the rows of calls that finished in its last
+//! moments — never business data or rate counters, which commit with the call.
 
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rusqlite::params;
@@ -37,44 +42,110 @@ pub struct AuditEntry<'a> {
     pub transport: Transport,
 }
 
-/// Writes audit rows.
+/// Rows queued for the writer at most; a full queue makes callers wait (back-pressure),
+/// it never drops rows.
+const QUEUE: usize = 65_536;
+/// Rows inserted per transaction at most.
+const BATCH: usize = 1_024;
+
+/// One row, owned, on its way to the writer thread.
+struct Row {
+    at: i64,
+    request_id: String,
+    credential_id: Option<String>,
+    client_id: Option<String>,
+    tool: String,
+    outcome: String,
+    duration_us: i64,
+    transport: &'static str,
+}
+
+/// Writes audit rows through one group-committing writer thread.
 pub struct Auditor {
-    store: Store,
+    queue: Option<SyncSender<Row>>,
+    writer: Option<JoinHandle<()>>,
 }
 
 impl Auditor {
-    /// An auditor over `store`.
+    /// An auditor over `store`; starts its writer thread.
     pub fn new(store: Store) -> Auditor {
-        Auditor { store }
+        let (queue, rows) = std::sync::mpsc::sync_channel(QUEUE);
+        let writer = std::thread::Builder::new()
+            .name("audit-writer".to_owned())
+            .spawn(move || write_loop(&store, &rows))
+            .map_err(|e| tracing::error!(error = %e, "cannot start the audit writer"))
+            .ok();
+        Auditor {
+            queue: writer.is_some().then_some(queue),
+            writer,
+        }
     }
 
     /// Records one call. Failures are logged (without the row's content) and swallowed.
     pub fn record(&self, entry: &AuditEntry<'_>) {
-        let at = unix_millis();
-        let request_id = truncate(&entry.request_id.to_string());
-        let outcome = outcome_code(entry.outcome);
-        let duration_us = i64::try_from(entry.duration.as_micros()).unwrap_or(i64::MAX);
-        let written = self.store.write(|tx| {
-            tx.prepare_cached(
-                "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
-                 duration_us, transport) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                at,
-                request_id,
-                entry.principal.map(|p| p.credential_id.as_str()),
-                entry.principal.and_then(|p| p.client_id.as_deref()),
-                truncate(entry.tool),
-                outcome,
-                duration_us,
-                entry.transport.as_str()
-            ])?;
-            Ok(())
-        });
-        if let Err(e) = written {
-            tracing::warn!(cause = %e, "cannot write the audit row of a tool call");
+        let row = Row {
+            at: unix_millis(),
+            request_id: truncate(&entry.request_id.to_string()),
+            credential_id: entry.principal.map(|p| p.credential_id.clone()),
+            client_id: entry.principal.and_then(|p| p.client_id.clone()),
+            tool: truncate(entry.tool),
+            outcome: outcome_code(entry.outcome),
+            duration_us: i64::try_from(entry.duration.as_micros()).unwrap_or(i64::MAX),
+            transport: entry.transport.as_str(),
+        };
+        let sent = self.queue.as_ref().is_some_and(|q| q.send(row).is_ok());
+        if !sent {
+            tracing::warn!("the audit writer is not running; a tool call was not audited");
         }
     }
+}
+
+impl Drop for Auditor {
+    fn drop(&mut self) {
+        drop(self.queue.take());
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+/// Waits for rows and inserts everything queued so far in one transaction, until every
+/// sender is gone and the queue is empty.
+fn write_loop(store: &Store, rows: &Receiver<Row>) {
+    while let Ok(first) = rows.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rows.try_recv() {
+                Ok(row) => batch.push(row),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = insert(store, &batch) {
+            tracing::warn!(cause = %e, rows = batch.len(), "cannot write audit rows");
+        }
+    }
+}
+
+fn insert(store: &Store, batch: &[Row]) -> Result<(), StoreError> {
+    store.write(|tx| {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
+             duration_us, transport) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?;
+        for row in batch {
+            stmt.execute(params![
+                row.at,
+                row.request_id,
+                row.credential_id,
+                row.client_id,
+                row.tool,
+                row.outcome,
+                row.duration_us,
+                row.transport
+            ])?;
+        }
+        Ok(())
+    })
 }
 
 /// `ok`, or the catalog code of a JSON-RPC error or of an `isError` result.
@@ -221,6 +292,8 @@ mod tests {
                 transport: Transport::Stdio,
             });
         }
+        // Dropping the auditor flushes its queue.
+        drop(auditor);
         let all = recent(
             &store,
             &AuditFilter {
