@@ -1,7 +1,7 @@
 //! Load benchmark: guarded `tools/call` throughput and latency over stdio, and the cost of
 //! charging the rate counters.
 //!
-//! `cargo bench --bench stdio_load [-- --secs 10 --warmup 2 --inflight 64 --only stdio|limiter]`
+//! `cargo bench --bench stdio_load [-- --secs 10 --warmup 2 --inflight 64 --only stdio|limiter --no-pin]`
 //!
 //! 1. `tollgate stdio --conformance-pack` (the bench-profile binary) on a scratch database,
 //!    driven with `--inflight` requests outstanding at all times; after the warm-up it
@@ -14,8 +14,8 @@
 //!    credential, once per transaction and once with group commit, printing charges/s,
 //!    p50, p99 and charges per transaction.
 //!
-//! The server is pinned to CPU 0 with `taskset` when it exists; the load generator runs
-//! wherever the OS puts it. Figures are printed, never asserted.
+//! The server is pinned to CPU 0 with `taskset` when it exists (not with `--no-pin`); the
+//! load generator runs wherever the OS puts it. Figures are printed, never asserted.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -37,6 +37,8 @@ use tollgate::store::{Store, StoreOptions};
 struct Settings {
     /// Run only this part: `stdio` or `limiter` (both when absent).
     only: Option<String>,
+    /// Pin the server to CPU 0 with `taskset` (unless `--no-pin`).
+    pin: bool,
     measure: Duration,
     warmup: Duration,
     inflight: usize,
@@ -58,6 +60,7 @@ fn settings() -> Settings {
         .cloned();
     Settings {
         only,
+        pin: !args.iter().any(|a| a == "--no-pin") && Path::new("/usr/bin/taskset").exists(),
         measure: Duration::from_secs(value("--secs", 10)),
         warmup: Duration::from_secs(value("--warmup", 2)),
         inflight: usize::try_from(value("--inflight", 64)).unwrap_or(64),
@@ -130,6 +133,29 @@ struct LoadFigures {
     errors: usize,
     secs: f64,
     latencies: Vec<Duration>,
+    /// Server CPU time (user + system, all threads) per answered call, in µs.
+    cpu_per_call_us: Option<f64>,
+}
+
+/// User + system CPU time of process `pid` so far (all its threads), from `/proc`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // Fields 14 and 15 of proc(5), counted after the command name (which ends field 2).
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_secs_f64(
+        ticks as f64 / clock_ticks_per_second(),
+    ))
+}
+
+fn clock_ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(100.0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -143,16 +169,18 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn print_figures(label: &str, mut figures: LoadFigures) {
     figures.latencies.sort_unstable();
     println!(
-        "{label:<44} {:>10.0} calls/s   p50 {:>8.1} µs   p99 {:>8.1} µs   errors {}",
+        "{label:<44} {:>10.0} calls/s   p50 {:>8.1} µs   p99 {:>8.1} µs   errors {}{}",
         figures.calls as f64 / figures.secs,
         percentile(&figures.latencies, 0.50).as_secs_f64() * 1e6,
         percentile(&figures.latencies, 0.99).as_secs_f64() * 1e6,
-        figures.errors
+        figures.errors,
+        figures
+            .cpu_per_call_us
+            .map_or_else(String::new, |us| format!("   server CPU {us:.1} µs/call"))
     );
 }
 
-fn server_command(db: &Path, token: &str) -> Command {
-    let pinned = Path::new("/usr/bin/taskset").exists();
+fn server_command(db: &Path, token: &str, pinned: bool) -> Command {
     let mut cmd = if pinned {
         let mut cmd = Command::new("/usr/bin/taskset");
         cmd.args(["-c", "0", env!("CARGO_BIN_EXE_tollgate")]);
@@ -174,7 +202,7 @@ fn server_command(db: &Path, token: &str) -> Command {
 
 /// Drives one `tollgate stdio` with `settings.inflight` requests of `method` outstanding.
 fn stdio_load(db: &Path, token: &str, method: &str, params: &Value, s: &Settings) -> LoadFigures {
-    let mut child = server_command(db, token)
+    let mut child = server_command(db, token, s.pin)
         .spawn()
         .expect("spawn tollgate stdio");
     let mut stdin = BufWriter::new(child.stdin.take().expect("stdin"));
@@ -234,7 +262,11 @@ fn stdio_load(db: &Path, token: &str, method: &str, params: &Value, s: &Settings
         errors: 0,
         secs: s.measure.as_secs_f64(),
         latencies: Vec::new(),
+        cpu_per_call_us: None,
     };
+    let pid = child.id();
+    let mut cpu_from: Option<(Duration, usize)> = None;
+    let mut answered = 0usize;
     let mut permits = Some(permit_tx);
     loop {
         line.clear();
@@ -246,6 +278,17 @@ fn stdio_load(db: &Path, token: &str, method: &str, params: &Value, s: &Settings
         let reply: Reply = serde_json::from_str(&line).expect("JSON reply");
         let Some(id) = reply.id else { continue };
         let sent = sent_at.lock().expect("lock").remove(&id).expect("known id");
+        answered += 1;
+        if cpu_from.is_none() && now >= measure_from {
+            cpu_from = cpu_time(pid).map(|t| (t, answered));
+        }
+        if now > measure_to
+            && permits.is_some()
+            && let (Some((t0, n0)), Some(t1)) = (cpu_from, cpu_time(pid))
+        {
+            let calls = (answered - n0).max(1) as f64;
+            figures.cpu_per_call_us = Some((t1 - t0).as_secs_f64() * 1e6 / calls);
+        }
         if sent >= measure_from && now <= measure_to {
             figures.calls += 1;
             figures.latencies.push(now - sent);
@@ -320,6 +363,7 @@ fn limiter_load(
         errors: 0,
         secs: s.measure.as_secs_f64(),
         latencies: Vec::new(),
+        cpu_per_call_us: None,
     };
     for (latencies, errors) in per_thread {
         figures.calls += latencies.len();
@@ -389,7 +433,7 @@ fn stdio_benchmarks(dir: &Path, s: &Settings) {
         s.inflight,
         s.warmup.as_secs(),
         s.measure.as_secs(),
-        Path::new("/usr/bin/taskset").exists()
+        s.pin
     );
     let call = json!({"name": "test_simple_text", "arguments": {}});
     print_figures(

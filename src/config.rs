@@ -1231,12 +1231,23 @@ mod tests {
         let (_dir, path) = write_config("[http]\nmetrics = true\n");
         let config = Config::load(Some(&path), &[], &Overrides::default()).expect("load");
         assert!(config.http.metrics);
-        assert!(config.describe().contains("metrics = true"), "{}", config.describe());
+        assert!(
+            config.describe().contains("metrics = true"),
+            "{}",
+            config.describe()
+        );
         let off = env(&[("TOLLGATE_HTTP_METRICS", "off")]);
         let config = Config::load(Some(&path), &off, &Overrides::default()).expect("load");
         assert!(!config.http.metrics, "the environment overrides the file");
-        let message = load_err(None, &[("TOLLGATE_HTTP_METRICS", "sometimes")], &Overrides::default());
-        assert_eq!(message, "TOLLGATE_HTTP_METRICS: expected true or false, got \"sometimes\"");
+        let message = load_err(
+            None,
+            &[("TOLLGATE_HTTP_METRICS", "sometimes")],
+            &Overrides::default(),
+        );
+        assert_eq!(
+            message,
+            "TOLLGATE_HTTP_METRICS: expected true or false, got \"sometimes\""
+        );
         let (_dir, path) = write_config("[http]\nmetrics = \"yes\"\n");
         let message = load_err(Some(&path), &[], &Overrides::default());
         assert!(message.contains("metrics"), "{message}");

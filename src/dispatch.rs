@@ -469,15 +469,21 @@ impl Server {
 
 /// The `request` span of one JSON-RPC request: `id`, a per-process sequence number;
 /// `rpc_id`, the client's JSON-RPC id as JSON text (control characters escaped); and the
-/// `method`. Client-chosen text is cut at 64 characters.
+/// `method`. Client-chosen text is cut at 64 characters. The span is at ERROR level so that
+/// no log filter drops it: at `--log-level warn` the warnings still carry the request id.
 fn request_span(req: &Request) -> tracing::Span {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     fn clip(text: &str) -> &str {
-        text.char_indices().nth(64).map_or(text, |(cut, _)| &text[..cut])
+        text.char_indices()
+            .nth(64)
+            .map_or(text, |(cut, _)| &text[..cut])
     }
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let rpc_id = req.id.as_ref().map_or_else(|| "null".to_owned(), Value::to_string);
-    tracing::info_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
+    let rpc_id = req
+        .id
+        .as_ref()
+        .map_or_else(|| "null".to_owned(), Value::to_string);
+    tracing::error_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
 }
 
 /// Picks the era of one request: stateless when its `_meta` names a protocol version,

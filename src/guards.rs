@@ -101,7 +101,12 @@ impl Guards {
         let started = Instant::now();
         let mut principal = None;
         let outcome = self.chain(registry, call, env, run, &mut principal);
-        crate::metrics::global().observe_tool_call(registry, call.name, &outcome, started.elapsed());
+        crate::metrics::global().observe_tool_call(
+            registry,
+            call.name,
+            &outcome,
+            started.elapsed(),
+        );
         self.auditor.record(&AuditEntry {
             request_id: call.request_id,
             principal: principal.as_ref(),

@@ -31,13 +31,12 @@ use crate::sessions::Sessions;
 
 /// How often idle workers look at the shutdown flag.
 const POLL: Duration = Duration::from_millis(100);
-/// How long a worker waits for a request body before answering 408.
-const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bodies up to this size were already read by tiny_http before the request was queued.
 const EAGER_BODY: usize = 1024;
 /// Request headers larger than this (names and values together) are refused with 431.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
-/// Slow bodies read on helper threads at once; beyond it a request is refused (503).
+/// Requests with slow bodies served on their own threads at once; beyond it a request is
+/// refused (503).
 const MAX_SLOW_READS: usize = 256;
 
 /// Counts the helper threads reading slow bodies, so stalled clients cannot pile up threads.
@@ -102,13 +101,44 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     Ok(())
 }
 
-fn worker(listener: &tiny_http::Server, app: &App, shutdown: &AtomicBool) {
+fn worker(listener: &tiny_http::Server, app: &Arc<App>, shutdown: &AtomicBool) {
     while !shutdown.load(Ordering::Relaxed) {
         match listener.recv_timeout(POLL) {
+            Ok(Some(request)) if body_is_pending(&request) => hand_off(app, request),
             Ok(Some(request)) => app.handle(request),
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "accepting a request failed"),
         }
+    }
+}
+
+/// Whether the body still has to come from the socket: tiny_http reads bodies of up to
+/// [`EAGER_BODY`] bytes before it queues the request; larger and chunked ones are read as
+/// the handler consumes them, at the client's pace.
+fn body_is_pending(request: &Request) -> bool {
+    request.body_length().is_none_or(|len| len > EAGER_BODY)
+}
+
+/// Serves a request whose body is still arriving on a thread of its own, so a client that
+/// sends slowly (or stops) never holds one of the fixed workers. At most [`MAX_SLOW_READS`]
+/// run at once; past that the request is refused with `server_busy`. The connection's
+/// socket timeout bounds how long any of them can wait.
+fn hand_off(app: &Arc<App>, request: Request) {
+    let Some(permit) = SlowReads::acquire() else {
+        let reply = app.error_reply(None, &McpError::new(ErrorKind::ServerBusy), None);
+        // Dropping a request with an unread body drains it: not on a worker.
+        std::thread::spawn(move || respond(request, reply));
+        return;
+    };
+    let app = Arc::clone(app);
+    let spawned = std::thread::Builder::new()
+        .name("http-slow-body".to_owned())
+        .spawn(move || {
+            let _permit = permit;
+            app.handle(request);
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start a thread for a slow request body");
     }
 }
 
@@ -231,7 +261,7 @@ impl App {
             (Method::Get, "/.well-known/oauth-authorization-server") => {
                 Reply::json(200, &crate::oauth::authorization_server_metadata(&base))
             }
-            (Method::Post, "/oauth/token") => match stream.read_body(self.max_body, || self.late_body_reply()) {
+            (Method::Post, "/oauth/token") => match stream.read_body(self.max_body) {
                 Ok(body) => {
                     let (status, headers, body) =
                         self.oauth.token(&self.server, head, &body);
@@ -245,11 +275,6 @@ impl App {
             _ => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
         };
         Outgoing::Reply(reply)
-    }
-
-    /// The answer to a connection whose body arrived after the worker gave up on it.
-    fn late_body_reply(&self) -> Reply {
-        self.error_reply(None, &McpError::new(ErrorKind::RequestTimeout), None)
     }
 
     fn healthz(&self) -> Reply {
@@ -310,7 +335,7 @@ impl App {
         if let Err(err) = check_content_type(head).and_then(|()| check_accept(head)) {
             return Outgoing::Reply(self.error_reply(None, &err, None));
         }
-        let body = match stream.read_body(self.max_body, || self.late_body_reply()) {
+        let body = match stream.read_body(self.max_body) {
             Ok(body) => body,
             Err(err) => return Outgoing::Reply(self.error_reply(None, &err, None)),
         };
@@ -538,64 +563,13 @@ impl Stream {
         matches!(*self.lock(), StreamState::Streaming { .. })
     }
 
-    /// Reads the body, refusing more than `cap` bytes without buffering them. tiny_http
-    /// has already read bodies of up to 1 KiB; a larger or chunked one is read on a helper
-    /// thread so that a client that stalls cannot hold this worker past [`BODY_TIMEOUT`].
-    /// The stalled connection is answered 408 if its body ever completes.
-    fn read_body(&self, cap: usize, late: impl FnOnce() -> Reply) -> Result<Vec<u8>, McpError> {
+    /// Reads the body, refusing more than `cap` bytes without buffering them.
+    fn read_body(&self, cap: usize) -> Result<Vec<u8>, McpError> {
         let mut state = self.lock();
-        let StreamState::Pending(slot) = &mut *state else {
+        let StreamState::Pending(Some(request)) = &mut *state else {
             return Err(McpError::internal());
         };
-        let Some(mut request) = slot.take() else {
-            return Err(McpError::internal());
-        };
-        if request.body_length().is_some_and(|len| len <= EAGER_BODY) {
-            let body = read_body(&mut request, cap);
-            *slot = Some(request);
-            return body;
-        }
-        let Some(permit) = SlowReads::acquire() else {
-            *slot = Some(request);
-            return Err(McpError::new(ErrorKind::ServerBusy));
-        };
-        let late = late();
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let abandoned = Arc::new(AtomicBool::new(false));
-        let gave_up = Arc::clone(&abandoned);
-        std::thread::spawn(move || {
-            let _permit = permit;
-            let body = read_body(&mut request, cap);
-            if gave_up.load(Ordering::SeqCst) {
-                respond(request, late);
-            } else if let Err(std::sync::mpsc::TrySendError::Full((request, _))
-            | std::sync::mpsc::TrySendError::Disconnected((request, _))) = tx.try_send((request, body))
-            {
-                respond(request, late);
-            }
-        });
-        drop(state);
-        match rx.recv_timeout(BODY_TIMEOUT) {
-            Ok((request, body)) => {
-                if let StreamState::Pending(slot) = &mut *self.lock() {
-                    *slot = Some(request);
-                }
-                body
-            }
-            Err(_) => {
-                abandoned.store(true, Ordering::SeqCst);
-                // The reader thread may have finished just now: take its answer if so.
-                match rx.try_recv() {
-                    Ok((request, body)) => {
-                        if let StreamState::Pending(slot) = &mut *self.lock() {
-                            *slot = Some(request);
-                        }
-                        body
-                    }
-                    Err(_) => Err(McpError::new(ErrorKind::RequestTimeout)),
-                }
-            }
-        }
+        read_body(request, cap)
     }
 
     /// Sends the reply, or ends the stream with the final message.
@@ -730,7 +704,12 @@ fn read_body(request: &mut Request, cap: usize) -> Result<Vec<u8>, McpError> {
         .as_reader()
         .take(limit)
         .read_to_end(&mut body)
-        .map_err(|_| McpError::invalid_request("body_unreadable"))?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                McpError::new(ErrorKind::RequestTimeout)
+            }
+            _ => McpError::invalid_request("body_unreadable"),
+        })?;
     if body.len() > cap {
         return Err(too_large());
     }

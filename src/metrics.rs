@@ -82,7 +82,10 @@ impl<K: Copy + Eq + Hash + Ord> CounterFamily<K> {
                 return;
             }
         }
-        let mut counters = self.counters.write().unwrap_or_else(PoisonError::into_inner);
+        let mut counters = self
+            .counters
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         counters
             .entry(key)
             .or_insert_with(|| AtomicU64::new(0))
@@ -214,27 +217,66 @@ impl Metrics {
     }
 
     fn render_info(&self, page: &mut String) {
-        header(page, "tollgate_build_info", "gauge", "The running version (always 1).");
-        sample(page, "tollgate_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
-        header(page, "tollgate_uptime_seconds", "gauge", "Seconds since this process started serving.");
-        let _ = writeln!(page, "tollgate_uptime_seconds {}", self.started.elapsed().as_secs_f64());
-        header(page, "process_start_time_seconds", "gauge", "Start time of the process, unix seconds.");
+        header(
+            page,
+            "tollgate_build_info",
+            "gauge",
+            "The running version (always 1).",
+        );
+        sample(
+            page,
+            "tollgate_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))],
+            1,
+        );
+        header(
+            page,
+            "tollgate_uptime_seconds",
+            "gauge",
+            "Seconds since this process started serving.",
+        );
+        let _ = writeln!(
+            page,
+            "tollgate_uptime_seconds {}",
+            self.started.elapsed().as_secs_f64()
+        );
+        header(
+            page,
+            "process_start_time_seconds",
+            "gauge",
+            "When this process started serving, unix seconds.",
+        );
         let _ = writeln!(page, "process_start_time_seconds {}", self.started_unix);
     }
 
     fn render_calls(&self, page: &mut String) {
         let name = "tollgate_tool_calls_total";
-        header(page, name, "counter", "tools/call requests by tool and outcome code (ok or a catalog code).");
+        header(
+            page,
+            name,
+            "counter",
+            "tools/call requests by tool and outcome code (ok or a catalog code).",
+        );
         for ((tool, code), value) in self.tool_calls.snapshot() {
             sample(page, name, &[("tool", tool), ("code", code)], value);
         }
         let name = "tollgate_guard_rejections_total";
-        header(page, name, "counter", "tools/call requests the guard chain refused, by catalog code.");
+        header(
+            page,
+            name,
+            "counter",
+            "tools/call requests the guard chain refused, by catalog code.",
+        );
         for (code, value) in self.guard_rejections.snapshot() {
             sample(page, name, &[("code", code)], value);
         }
         let name = "tollgate_rate_limited_total";
-        header(page, name, "counter", "tools/call requests refused by a rate bucket, by bucket.");
+        header(
+            page,
+            name,
+            "counter",
+            "tools/call requests refused by a rate bucket, by bucket.",
+        );
         for (bucket, value) in self.rate_limited.snapshot() {
             sample(page, name, &[("bucket", bucket)], value);
         }
@@ -242,7 +284,12 @@ impl Metrics {
 
     fn render_latency(&self, page: &mut String) {
         let name = "tollgate_tool_call_duration_seconds";
-        header(page, name, "histogram", "Time to answer a tools/call, guards included.");
+        header(
+            page,
+            name,
+            "histogram",
+            "Time to answer a tools/call, guards included.",
+        );
         let mut cumulative = 0;
         for (bound, count) in LATENCY_BUCKETS_MICROS.iter().zip(&self.latency.buckets) {
             cumulative += count.load(Ordering::Relaxed);
@@ -250,7 +297,12 @@ impl Metrics {
             sample(page, &format!("{name}_bucket"), &[("le", &le)], cumulative);
         }
         cumulative += self.latency.buckets[LATENCY_BUCKETS_MICROS.len()].load(Ordering::Relaxed);
-        sample(page, &format!("{name}_bucket"), &[("le", "+Inf")], cumulative);
+        sample(
+            page,
+            &format!("{name}_bucket"),
+            &[("le", "+Inf")],
+            cumulative,
+        );
         let sum = seconds(self.latency.sum_micros.load(Ordering::Relaxed));
         let _ = writeln!(page, "{name}_sum {sum}");
         // The count is the +Inf bucket, so the page stays self-consistent under races.
@@ -288,7 +340,11 @@ fn outcome_code(outcome: &Result<Value, McpError>) -> &'static str {
 
 /// The `bucket` of a `rate_limited` error: a category, one of [`OTHER_BUCKETS`], or `other`.
 fn bucket_label(err: &McpError) -> &'static str {
-    let bucket = err.fields().get("bucket").and_then(Value::as_str).unwrap_or("");
+    let bucket = err
+        .fields()
+        .get("bucket")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     Category::ALL
         .iter()
         .map(|c| c.as_str())
@@ -358,11 +414,21 @@ fn render_process(page: &mut String) {
             .and_then(|n| n.parse::<u64>().ok())
     };
     if let Some(kib) = field("VmRSS:") {
-        header(page, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        header(
+            page,
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+        );
         let _ = writeln!(page, "process_resident_memory_bytes {}", kib * 1024);
     }
     if let Some(threads) = field("Threads:") {
-        header(page, "process_threads", "gauge", "Operating-system threads of the process.");
+        header(
+            page,
+            "process_threads",
+            "gauge",
+            "Operating-system threads of the process.",
+        );
         let _ = writeln!(page, "process_threads {threads}");
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
@@ -388,7 +454,10 @@ mod tests {
         assert!(page.ends_with('\n'), "the page ends with a newline");
         for line in page.lines() {
             if let Some(rest) = line.strip_prefix("# ") {
-                assert!(rest.starts_with("HELP ") || rest.starts_with("TYPE "), "{line}");
+                assert!(
+                    rest.starts_with("HELP ") || rest.starts_with("TYPE "),
+                    "{line}"
+                );
                 continue;
             }
             let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line}"));
@@ -402,8 +471,14 @@ mod tests {
                 .iter()
                 .find_map(|s| name.strip_suffix(s).filter(|_| name.contains("duration")))
                 .unwrap_or(name);
-            assert!(page.contains(&format!("# TYPE {family} ")), "TYPE of {family}");
-            assert!(page.contains(&format!("# HELP {family} ")), "HELP of {family}");
+            assert!(
+                page.contains(&format!("# TYPE {family} ")),
+                "TYPE of {family}"
+            );
+            assert!(
+                page.contains(&format!("# HELP {family} ")),
+                "HELP of {family}"
+            );
         }
     }
 
@@ -431,9 +506,11 @@ mod tests {
         assert_eq!(outcome_code(&Ok(json!({"content": []}))), "ok");
         let rejected = Err(McpError::new(ErrorKind::InvalidToken));
         assert_eq!(outcome_code(&rejected), "invalid_token");
-        let failed = Ok(McpError::new(ErrorKind::InvoiceNotFound).to_tool_result(crate::config::Locale::En));
+        let failed =
+            Ok(McpError::new(ErrorKind::InvoiceNotFound).to_tool_result(crate::config::Locale::En));
         assert_eq!(outcome_code(&failed), "invoice_not_found");
-        let odd = Ok(json!({"isError": true, "_meta": {"dev.tollgate/error": {"code": "made_up"}}}));
+        let odd =
+            Ok(json!({"isError": true, "_meta": {"dev.tollgate/error": {"code": "made_up"}}}));
         assert_eq!(outcome_code(&odd), "tool_error");
     }
 
@@ -471,8 +548,14 @@ mod tests {
                 "tollgate_http_responses_total{status=\"404\"} 1",
             ]
         );
-        assert!(page.contains("# TYPE tollgate_tool_calls_total counter\n"), "{page}");
-        assert!(page.contains(&format!("tollgate_build_info{{version=\"{}\"}} 1\n", env!("CARGO_PKG_VERSION"))));
+        assert!(
+            page.contains("# TYPE tollgate_tool_calls_total counter\n"),
+            "{page}"
+        );
+        assert!(page.contains(&format!(
+            "tollgate_build_info{{version=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        )));
     }
 
     #[test]
@@ -486,13 +569,34 @@ mod tests {
         assert_well_formed(&page);
         let buckets = lines_starting(&page, "tollgate_tool_call_duration_seconds_bucket");
         assert_eq!(buckets.len(), LATENCY_BUCKETS_MICROS.len() + 1);
-        assert_eq!(buckets[0], "tollgate_tool_call_duration_seconds_bucket{le=\"0.0005\"} 2");
-        assert_eq!(buckets[1], "tollgate_tool_call_duration_seconds_bucket{le=\"0.001\"} 2");
-        assert_eq!(buckets[3], "tollgate_tool_call_duration_seconds_bucket{le=\"0.005\"} 3");
-        assert_eq!(buckets[13], "tollgate_tool_call_duration_seconds_bucket{le=\"10\"} 3");
-        assert_eq!(buckets[14], "tollgate_tool_call_duration_seconds_bucket{le=\"+Inf\"} 4");
-        assert!(page.contains("\ntollgate_tool_call_duration_seconds_sum 30.0039\n"), "{page}");
-        assert!(page.contains("\ntollgate_tool_call_duration_seconds_count 4\n"), "{page}");
+        assert_eq!(
+            buckets[0],
+            "tollgate_tool_call_duration_seconds_bucket{le=\"0.0005\"} 2"
+        );
+        assert_eq!(
+            buckets[1],
+            "tollgate_tool_call_duration_seconds_bucket{le=\"0.001\"} 2"
+        );
+        assert_eq!(
+            buckets[3],
+            "tollgate_tool_call_duration_seconds_bucket{le=\"0.005\"} 3"
+        );
+        assert_eq!(
+            buckets[13],
+            "tollgate_tool_call_duration_seconds_bucket{le=\"10\"} 3"
+        );
+        assert_eq!(
+            buckets[14],
+            "tollgate_tool_call_duration_seconds_bucket{le=\"+Inf\"} 4"
+        );
+        assert!(
+            page.contains("\ntollgate_tool_call_duration_seconds_sum 30.0039\n"),
+            "{page}"
+        );
+        assert!(
+            page.contains("\ntollgate_tool_call_duration_seconds_count 4\n"),
+            "{page}"
+        );
         assert!(page.contains("# TYPE tollgate_tool_call_duration_seconds histogram\n"));
     }
 
@@ -502,7 +606,10 @@ mod tests {
         assert_eq!(bucket_label(&limited), "write");
         let odd = McpError::rate_limited("per-tenant-xyz", 60, 0, 1);
         assert_eq!(bucket_label(&odd), "other");
-        assert_eq!(bucket_label(&McpError::new(ErrorKind::RateLimited)), "other");
+        assert_eq!(
+            bucket_label(&McpError::new(ErrorKind::RateLimited)),
+            "other"
+        );
     }
 
     #[test]
@@ -513,9 +620,24 @@ mod tests {
         let ok = Ok(json!({"content": []}));
         let tick = Duration::from_millis(2);
         m.observe_tool_call(&registry, "test_simple_text", &ok, tick);
-        m.observe_tool_call(&registry, "no\"such\ntool", &Err(McpError::unknown_tool("x")), tick);
-        m.observe_tool_call(&registry, "test_simple_text", &Err(McpError::rate_limited("read", 1, 0, 1)), tick);
-        m.observe_tool_call(&registry, "test_simple_text", &Err(McpError::internal()), tick);
+        m.observe_tool_call(
+            &registry,
+            "no\"such\ntool",
+            &Err(McpError::unknown_tool("x")),
+            tick,
+        );
+        m.observe_tool_call(
+            &registry,
+            "test_simple_text",
+            &Err(McpError::rate_limited("read", 1, 0, 1)),
+            tick,
+        );
+        m.observe_tool_call(
+            &registry,
+            "test_simple_text",
+            &Err(McpError::internal()),
+            tick,
+        );
         let page = m.render();
         assert_well_formed(&page);
         assert_eq!(
@@ -539,7 +661,10 @@ mod tests {
             lines_starting(&page, "tollgate_rate_limited_total{"),
             vec!["tollgate_rate_limited_total{bucket=\"read\"} 1"]
         );
-        assert!(page.contains("\ntollgate_tool_call_duration_seconds_count 4\n"), "{page}");
+        assert!(
+            page.contains("\ntollgate_tool_call_duration_seconds_count 4\n"),
+            "{page}"
+        );
         assert!(page.contains("tollgate_tool_call_duration_seconds_bucket{le=\"0.0025\"} 4\n"));
     }
 

@@ -323,7 +323,11 @@ impl Limiter {
         // an internal error for this batch instead.
         let outcomes = std::panic::catch_unwind(AssertUnwindSafe(|| self.run_batch(&batch)))
             .unwrap_or_else(|_| vec![Err(McpError::internal()); batch.len()]);
-        for (slot, outcome) in slots.iter().zip(outcomes) {
+        // One outcome per request by construction; the filler only guards against a
+        // caller ever waiting forever if that were broken.
+        let mut outcomes = outcomes.into_iter();
+        for slot in &slots {
+            let outcome = outcomes.next().unwrap_or_else(|| Err(McpError::internal()));
             slot.set(SlotState::Done(outcome));
         }
         let mut queue = self.lock_queue();

@@ -172,6 +172,34 @@ fn the_sixth_call_over_a_limit_of_five_is_refused() {
 }
 
 #[test]
+fn the_sixth_write_call_over_a_write_limit_of_five_is_refused() {
+    let db = TestDb::new();
+    let token = admin_key(&db);
+    set_limit(
+        &db,
+        &[
+            "--credential",
+            &public_id(&token),
+            "--category",
+            "write",
+            "--per-minute",
+            "5",
+        ],
+    );
+    within_one_window(10);
+    let mut server = server_for(&db, &token);
+    for n in 0..5 {
+        let response = server.call_tool("create_client", json!({"name": format!("Client {n}")}));
+        assert_eq!(response["result"]["isError"], json!(false), "{response}");
+        assert_eq!(remaining(&response, "write"), 4 - n, "{response}");
+    }
+    let refused = server.call_tool("create_client", json!({"name": "Client 6"}));
+    assert_rate_limited(&refused, "write", 5, 60);
+    // The read bucket is separate and untouched.
+    assert_eq!(remaining(&call_read_tool(&mut server), "read"), 119);
+}
+
+#[test]
 fn a_call_refused_for_a_missing_scope_is_still_charged() {
     let db = TestDb::new();
     let admin = admin_key(&db);

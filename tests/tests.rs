@@ -11,3 +11,5 @@ mod backup;
 mod http;
 mod invoicing;
 mod fuzz;
+mod faults;
+mod floods;
