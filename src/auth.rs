@@ -1232,25 +1232,33 @@ pub fn list_keys(store: &Store) -> Result<Vec<KeyInfo>, CredentialError> {
 /// Revokes a key (or access token). Returns `false` when it was already revoked. Running
 /// servers refuse it on their next call: they read the row on every call.
 pub fn revoke_key(store: &Store, public_id: &str) -> Result<bool, CredentialError> {
-    let now = unix_now();
     write_tx(store, |tx| {
-        let changed = tx
-            .prepare_cached(
-                "UPDATE credentials SET revoked_at = ?1 WHERE public_id = ?2 AND revoked_at IS NULL",
-            )?
-            .execute(params![now, public_id])?;
-        if changed > 0 {
-            return Ok(true);
-        }
-        let exists: Option<i64> = tx
-            .prepare_cached("SELECT 1 FROM credentials WHERE public_id = ?1")?
-            .query_row([public_id], |row| row.get(0))
-            .optional()?;
-        match exists {
-            Some(_) => Ok(false),
-            None => Err(CredentialError::UnknownKey(public_id.to_owned())),
-        }
+        revoke_row(tx, "credentials", "public_id", public_id)?
+            .ok_or_else(|| CredentialError::UnknownKey(public_id.to_owned()))
     })
+}
+
+/// Sets `revoked_at` on the row of `table` whose `column` is `id`: `Some(true)` when it was
+/// active, `Some(false)` when already revoked, `None` when there is no such row.
+fn revoke_row(
+    tx: &rusqlite::Transaction<'_>,
+    table: &'static str,
+    column: &'static str,
+    id: &str,
+) -> Result<Option<bool>, CredentialError> {
+    let changed = tx
+        .prepare_cached(&format!(
+            "UPDATE {table} SET revoked_at = ?1 WHERE {column} = ?2 AND revoked_at IS NULL"
+        ))?
+        .execute(params![unix_now(), id])?;
+    if changed > 0 {
+        return Ok(Some(true));
+    }
+    let exists: Option<i64> = tx
+        .prepare_cached(&format!("SELECT 1 FROM {table} WHERE {column} = ?1"))?
+        .query_row([id], |row| row.get(0))
+        .optional()?;
+    Ok(exists.map(|_| false))
 }
 
 /// Issues a new secret for an active API key. The previous secret keeps working for
@@ -1395,24 +1403,9 @@ pub fn list_clients(store: &Store) -> Result<Vec<OAuthClient>, CredentialError> 
 /// Revokes a client: every call with one of its credentials then answers
 /// `client_revoked`. Returns `false` when it was already revoked.
 pub fn revoke_client(store: &Store, client_id: &str) -> Result<bool, CredentialError> {
-    let now = unix_now();
     write_tx(store, |tx| {
-        let changed = tx
-            .prepare_cached(
-                "UPDATE oauth_clients SET revoked_at = ?1 WHERE client_id = ?2 AND revoked_at IS NULL",
-            )?
-            .execute(params![now, client_id])?;
-        if changed > 0 {
-            return Ok(true);
-        }
-        let exists: Option<i64> = tx
-            .prepare_cached("SELECT 1 FROM oauth_clients WHERE client_id = ?1")?
-            .query_row([client_id], |row| row.get(0))
-            .optional()?;
-        match exists {
-            Some(_) => Ok(false),
-            None => Err(CredentialError::UnknownClient(client_id.to_owned())),
-        }
+        revoke_row(tx, "oauth_clients", "client_id", client_id)?
+            .ok_or_else(|| CredentialError::UnknownClient(client_id.to_owned()))
     })
 }
 
