@@ -548,12 +548,18 @@ pub fn render_markdown() -> String {
     );
     for (title, channel) in [
         ("Protocol and guard errors (JSON-RPC)", Channel::JsonRpc),
-        ("Tool execution errors (`isError: true` results)", Channel::ToolResult),
+        (
+            "Tool execution errors (`isError: true` results)",
+            Channel::ToolResult,
+        ),
     ] {
         out.push_str(&format!(
             "\n## {title}\n\n| JSON-RPC | code | http | error_code | retryable | when | hint |\n|---|---|---|---|---|---|---|\n"
         ));
-        for kind in ErrorKind::ALL.iter().filter(|k| k.spec().channel == channel) {
+        for kind in ErrorKind::ALL
+            .iter()
+            .filter(|k| k.spec().channel == channel)
+        {
             let s = kind.spec();
             let rpc = match channel {
                 Channel::JsonRpc => s.rpc_code.to_string(),
@@ -627,7 +633,10 @@ mod tests {
         assert_eq!(result["isError"], true);
         let hint = result["content"][0]["text"].as_str().unwrap_or_default();
         assert!(hint.starts_with("Un argumento"));
-        assert_eq!(result["_meta"]["dev.tollgate/error"]["code"], "validation_error");
+        assert_eq!(
+            result["_meta"]["dev.tollgate/error"]["code"],
+            "validation_error"
+        );
         assert_eq!(result["_meta"]["dev.tollgate/error"]["param"], "amount");
         assert_eq!(result["_meta"]["dev.tollgate/error"]["hint"], hint);
     }
@@ -640,7 +649,12 @@ mod tests {
             (ErrorKind::MethodNotFound, -32601, 404, 1003),
             (ErrorKind::UnknownTool, -32602, 404, 1005),
             (ErrorKind::ToolRetired, -32602, 410, 1006),
-            (ErrorKind::UnsupportedProtocolVersionModern, -32022, 400, 1008),
+            (
+                ErrorKind::UnsupportedProtocolVersionModern,
+                -32022,
+                400,
+                1008,
+            ),
             (ErrorKind::BackendUnavailable, -32603, 503, 4002),
             (ErrorKind::PlanLimitExceeded, -32004, 403, 1107),
             (ErrorKind::IdempotencyKeyInUse, -32007, 409, 3202),
@@ -648,7 +662,12 @@ mod tests {
         ];
         for (kind, rpc, http, ec) in expect {
             let s = kind.spec();
-            assert_eq!((s.rpc_code, s.http_status, s.error_code), (rpc, http, ec), "{}", s.code);
+            assert_eq!(
+                (s.rpc_code, s.http_status, s.error_code),
+                (rpc, http, ec),
+                "{}",
+                s.code
+            );
         }
     }
 }

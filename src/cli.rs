@@ -237,7 +237,12 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
     };
     match store.plan(&args.plan) {
         Ok(Some(_)) => {}
-        Ok(None) => return fail(&format!("--plan: unknown plan {:?}; run `tollgate plan list`", args.plan)),
+        Ok(None) => {
+            return fail(&format!(
+                "--plan: unknown plan {:?}; run `tollgate plan list`",
+                args.plan
+            ));
+        }
         Err(e) => return fail(&e.to_string()),
     }
     let company = Company {
@@ -274,7 +279,10 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
         );
     } else {
         if let Some(d) = demo {
-            println!("Demo data: {} clients, {} invoices, {} payments.", d.clients, d.invoices, d.payments);
+            println!(
+                "Demo data: {} clients, {} invoices, {} payments.",
+                d.clients, d.invoices, d.payments
+            );
         }
         println!(
             "Created {} for {} on the {} plan.",
@@ -315,7 +323,13 @@ pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
         .server_secret("request_state")
         .map(crate::state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
-    Ok(Server::new(registry, store.clone(), Guards::new(store, locale), locale, state_key))
+    Ok(Server::new(
+        registry,
+        store.clone(),
+        Guards::new(store, locale),
+        locale,
+        state_key,
+    ))
 }
 
 fn company_locale(store: &Store) -> Locale {
@@ -330,7 +344,9 @@ fn company_locale(store: &Store) -> Locale {
 /// Opens the existing database and assembles the server for `stdio` and `serve`.
 fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
     let store = open_store(config, false)?;
-    build_server(config, store).map(Arc::new).map_err(|e| fail(&e))
+    build_server(config, store)
+        .map(Arc::new)
+        .map_err(|e| fail(&e))
 }
 
 fn stdio(config: &Config) -> ExitCode {
@@ -405,7 +421,10 @@ fn healthcheck(config: &Config) -> ExitCode {
     };
     match store.schema_version() {
         Ok(version) => {
-            println!("ok: {} (schema version {version})", config.database.display());
+            println!(
+                "ok: {} (schema version {version})",
+                config.database.display()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => fail(&format!("unhealthy: {e}")),

@@ -8,14 +8,15 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::auth::Principal;
 use crate::catalog::{Channel, ErrorKind, McpError};
 use crate::config::Locale;
-use crate::auth::Principal;
 use crate::guards::{Guards, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::{self, Era, Session};
 use crate::registry::{
-    CommitHook, InputContext, LogLevel, Notifier, PromptReply, RegisteredTool, Registry, ToolContext,
+    CommitHook, InputContext, LogLevel, Notifier, PromptReply, RegisteredTool, Registry,
+    ToolContext,
 };
 use crate::state::StateKey;
 use crate::store::Store;
@@ -75,7 +76,13 @@ pub struct Server {
 
 impl Server {
     /// Assembles a server; `state_key` seals multi-round request states.
-    pub fn new(registry: Registry, store: Store, guards: Guards, locale: Locale, state_key: StateKey) -> Server {
+    pub fn new(
+        registry: Registry,
+        store: Store,
+        guards: Guards,
+        locale: Locale,
+        state_key: StateKey,
+    ) -> Server {
         let instructions = "tollgate serves business tools behind guards. Errors carry a stable \
             `code` and a `hint`; guard rejections are JSON-RPC errors with the envelope in \
             `error.data`, tool failures are results with `isError: true` and the envelope in \
@@ -135,10 +142,9 @@ impl Server {
         let responses: Vec<Value> = items
             .into_iter()
             .filter_map(|item| match item {
-                Incoming::Request(req) if req.method == "initialize" => Some(self.error_body(
-                    req.id,
-                    &McpError::invalid_request("initialize_in_batch"),
-                )),
+                Incoming::Request(req) if req.method == "initialize" => {
+                    Some(self.error_body(req.id, &McpError::invalid_request("initialize_in_batch")))
+                }
                 other => self.handle_incoming(other, env),
             })
             .collect();
@@ -235,7 +241,11 @@ impl Server {
             .and_then(Value::as_str)
             .ok_or_else(|| McpError::invalid_params("protocolVersion"))?;
         let version = protocol::negotiate_legacy(requested);
-        let client_caps = req.params.get("capabilities").cloned().unwrap_or(Value::Null);
+        let client_caps = req
+            .params
+            .get("capabilities")
+            .cloned()
+            .unwrap_or(Value::Null);
         if !session.initialize(version, client_caps) {
             return Err(McpError::invalid_request("already_initialized"));
         }
@@ -307,24 +317,25 @@ impl Server {
             client_capabilities: &client_capabilities,
             state_key: &self.state_key,
         };
-        let run = |tool: &RegisteredTool, args: &Map<String, Value>, hook: Option<&dyn CommitHook>| {
-            let cancelled = env.session.begin(&id);
-            let ctx = ToolContext {
-                store: &self.store,
-                locale: self.locale,
-                progress_token: progress_token.clone(),
-                log_level,
-                notifier: env.notifier,
-                cancelled: &cancelled,
-                commit_hook: hook,
-                session: env.session,
-                era,
-                input,
+        let run =
+            |tool: &RegisteredTool, args: &Map<String, Value>, hook: Option<&dyn CommitHook>| {
+                let cancelled = env.session.begin(&id);
+                let ctx = ToolContext {
+                    store: &self.store,
+                    locale: self.locale,
+                    progress_token: progress_token.clone(),
+                    log_level,
+                    notifier: env.notifier,
+                    cancelled: &cancelled,
+                    commit_hook: hook,
+                    session: env.session,
+                    era,
+                    input,
+                };
+                let outcome = tool.tool.call(&ctx, args);
+                env.session.finish(&id);
+                outcome
             };
-            let outcome = tool.tool.call(&ctx, args);
-            env.session.finish(&id);
-            outcome
-        };
         self.guards.call_tool(&self.registry, &call, env, &run)
     }
 
@@ -490,9 +501,9 @@ fn request_span(req: &Request) -> tracing::Span {
 /// otherwise the session's negotiated handshake revision.
 fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
     if let Some(requested) = meta(req).and_then(|m| m.get(protocol::META_PROTOCOL_VERSION)) {
-        let requested = requested
-            .as_str()
-            .ok_or_else(|| McpError::invalid_params(&format!("_meta.{}", protocol::META_PROTOCOL_VERSION)))?;
+        let requested = requested.as_str().ok_or_else(|| {
+            McpError::invalid_params(&format!("_meta.{}", protocol::META_PROTOCOL_VERSION))
+        })?;
         let version = protocol::find_modern(requested).ok_or_else(|| {
             McpError::unsupported_version_modern(requested, &protocol::MODERN_VERSIONS)
         })?;
@@ -504,14 +515,19 @@ fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
         return Ok(Era::Modern(version));
     }
     if req.method == "initialize" || req.method == "ping" {
-        return Ok(Era::Legacy(session.negotiated().unwrap_or(protocol::LATEST_LEGACY)));
+        return Ok(Era::Legacy(
+            session.negotiated().unwrap_or(protocol::LATEST_LEGACY),
+        ));
     }
     match session.negotiated() {
         Some(version) => Ok(Era::Legacy(version)),
         None if req.is_notification() => Ok(Era::Legacy(protocol::LATEST_LEGACY)),
         // Neither a handshake nor the stateless `_meta`: both eras call this missing params.
-        None => Err(McpError::invalid_params(&format!("_meta.{}", protocol::META_PROTOCOL_VERSION))
-            .detail("reason", "no_session")),
+        None => Err(McpError::invalid_params(&format!(
+            "_meta.{}",
+            protocol::META_PROTOCOL_VERSION
+        ))
+        .detail("reason", "no_session")),
     }
 }
 
@@ -617,14 +633,22 @@ fn finish_result(mut result: Value, era: Era, method: &str) -> Value {
     if cacheable {
         map.insert("ttlMs".into(), json!(CACHE_TTL_MS));
         // Lists depend on the caller's scopes and plan, so no shared cache may keep them.
-        let scope = if method == "server/discover" { "public" } else { "private" };
+        let scope = if method == "server/discover" {
+            "public"
+        } else {
+            "private"
+        };
         map.insert("cacheScope".into(), json!(scope));
     }
     result
 }
 
 /// Cuts one page out of `items`; the cursor is opaque to clients.
-fn paginate(items: Vec<Value>, req: &Request, kind: &str) -> Result<(Vec<Value>, Option<String>), McpError> {
+fn paginate(
+    items: Vec<Value>,
+    req: &Request,
+    kind: &str,
+) -> Result<(Vec<Value>, Option<String>), McpError> {
     let start = match req.params.get("cursor") {
         None | Some(Value::Null) => 0,
         Some(Value::String(cursor)) => decode_cursor(cursor, kind)
@@ -686,7 +710,11 @@ mod tests {
 
     #[test]
     fn modern_results_get_result_type_and_cache_hints() {
-        let out = finish_result(json!({"tools": []}), Era::Modern("2026-07-28"), "tools/list");
+        let out = finish_result(
+            json!({"tools": []}),
+            Era::Modern("2026-07-28"),
+            "tools/list",
+        );
         assert_eq!(out["resultType"], "complete");
         assert_eq!(out["ttlMs"], CACHE_TTL_MS);
         assert_eq!(out["cacheScope"], "private");

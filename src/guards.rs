@@ -44,8 +44,12 @@ pub struct ToolCall<'a> {
 }
 
 /// Runs an admitted tool: the dispatcher builds the tool context around this.
-pub type RunTool<'r> =
-    dyn Fn(&RegisteredTool, &Map<String, Value>, Option<&dyn CommitHook>) -> Result<ToolOutput, McpError> + 'r;
+pub type RunTool<'r> = dyn Fn(
+        &RegisteredTool,
+        &Map<String, Value>,
+        Option<&dyn CommitHook>,
+    ) -> Result<ToolOutput, McpError>
+    + 'r;
 
 /// The guard chain.
 pub struct Guards {
@@ -138,10 +142,10 @@ impl Guards {
             // A retry of a call that already completed (e.g. a second `void_invoice` with the
             // same key) replays its stored result instead of tripping the rule it caused.
             let key = crate::idempotency::extract_key(call.args, call.meta, env.idempotency_header);
-            let stored = key
-                .ok()
-                .flatten()
-                .and_then(|key| self.ledger.completed_result(principal, tool.spec(), call.args, &key));
+            let stored = key.ok().flatten().and_then(|key| {
+                self.ledger
+                    .completed_result(principal, tool.spec(), call.args, &key)
+            });
             let Some(mut stored) = stored else {
                 return Err(violation);
             };

@@ -61,7 +61,6 @@ impl Drop for SlowReads {
     }
 }
 
-
 /// Serves HTTP until SIGTERM or SIGINT.
 pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     let listener = tiny_http::Server::http(config.http.listen).map_err(std::io::Error::other)?;
@@ -87,8 +86,11 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     }
     let workers: Vec<_> = (0..config.http.workers)
         .map(|_| {
-            let (listener, app, shutdown) =
-                (Arc::clone(&listener), Arc::clone(&app), Arc::clone(&shutdown));
+            let (listener, app, shutdown) = (
+                Arc::clone(&listener),
+                Arc::clone(&app),
+                Arc::clone(&shutdown),
+            );
             std::thread::spawn(move || worker(&listener, &app, &shutdown))
         })
         .collect();
@@ -231,7 +233,12 @@ impl App {
             headers: request
                 .headers()
                 .iter()
-                .map(|h| (h.field.as_str().as_str().to_ascii_lowercase(), h.value.as_str().to_owned()))
+                .map(|h| {
+                    (
+                        h.field.as_str().as_str().to_ascii_lowercase(),
+                        h.value.as_str().to_owned(),
+                    )
+                })
                 .collect(),
             peer: request.remote_addr().copied(),
         };
@@ -242,8 +249,8 @@ impl App {
             return;
         }
         let stream = Stream::new(request, accepts_sse(&head));
-        let reply = catch_unwind(AssertUnwindSafe(|| self.route(&head, &stream)))
-            .unwrap_or_else(|_| {
+        let reply =
+            catch_unwind(AssertUnwindSafe(|| self.route(&head, &stream))).unwrap_or_else(|_| {
                 tracing::error!(path = %head.path, "a request handler panicked");
                 Outgoing::Reply(self.error_reply(None, &McpError::internal(), None))
             });
@@ -263,8 +270,7 @@ impl App {
             }
             (Method::Post, "/oauth/token") => match stream.read_body(self.max_body) {
                 Ok(body) => {
-                    let (status, headers, body) =
-                        self.oauth.token(&self.server, head, &body);
+                    let (status, headers, body) = self.oauth.token(&self.server, head, &body);
                     let mut reply = Reply::json(status, &body);
                     reply.headers.extend(headers);
                     reply.header("Cache-Control", "no-store")
@@ -409,18 +415,32 @@ impl App {
         Outgoing::Reply(reply)
     }
 
-    fn env<'a>(&'a self, head: &'a HttpHead, session: &'a Session, notifier: &'a dyn Notifier) -> Env<'a> {
+    fn env<'a>(
+        &'a self,
+        head: &'a HttpHead,
+        session: &'a Session,
+        notifier: &'a dyn Notifier,
+    ) -> Env<'a> {
         let token = head
             .header("authorization")
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
             .map(str::trim);
         Env {
             session,
             notifier,
             transport: Transport::Http,
             token,
-            dev_credential: if token.is_none() { self.dev_credential.as_deref() } else { None },
-            source: head.peer.map_or("http:unknown".to_owned(), |p| format!("http:{}", p.ip())),
+            dev_credential: if token.is_none() {
+                self.dev_credential.as_deref()
+            } else {
+                None
+            },
+            source: head
+                .peer
+                .map_or("http:unknown".to_owned(), |p| format!("http:{}", p.ip())),
             idempotency_header: head.header("idempotency-key"),
         }
     }
@@ -439,7 +459,12 @@ impl App {
             let known = protocol::LEGACY_VERSIONS.contains(&version);
             if !known || session.negotiated().is_some_and(|v| v != version) {
                 return Err(McpError::new(ErrorKind::UnsupportedProtocolVersion)
-                    .with("supported", session.negotiated().map_or_else(|| protocol::LEGACY_VERSIONS.to_vec(), |v| vec![v]))
+                    .with(
+                        "supported",
+                        session
+                            .negotiated()
+                            .map_or_else(|| protocol::LEGACY_VERSIONS.to_vec(), |v| vec![v]),
+                    )
                     .with("requested", version));
             }
         }
@@ -458,17 +483,23 @@ impl App {
                 .cloned(),
         };
         if let Some(limits) = limits {
-            reply.headers.extend(crate::ratelimit::http_headers(&limits));
+            reply
+                .headers
+                .extend(crate::ratelimit::http_headers(&limits));
         }
         if status == 401 {
             let base = self.base_url(head);
             reply = reply.header(
                 "WWW-Authenticate",
-                format!("Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\""),
+                format!(
+                    "Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\""
+                ),
             );
         }
         if status == 403
-            && let Some(scope) = error.and_then(|e| e.pointer("/data/required_scope")).and_then(Value::as_str)
+            && let Some(scope) = error
+                .and_then(|e| e.pointer("/data/required_scope"))
+                .and_then(Value::as_str)
         {
             reply = reply.header(
                 "WWW-Authenticate",
@@ -481,7 +512,10 @@ impl App {
     /// The HTTP status of a JSON-RPC error response, per `ERRORS.md`.
     fn status_for(&self, error: &Value, modern: bool) -> u16 {
         let data = error.get("data");
-        let code = data.and_then(|d| d.get("code")).and_then(Value::as_str).unwrap_or("");
+        let code = data
+            .and_then(|d| d.get("code"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let http = data
             .and_then(|d| d.get("http_status"))
             .and_then(Value::as_u64)
@@ -492,11 +526,22 @@ impl App {
             .and_then(Value::as_str)
             .is_some_and(|p| p.starts_with("_meta"));
         match code {
-            "parse_error" | "invalid_request" | "header_mismatch" | "missing_client_capability"
-            | "unsupported_protocol_version" | "origin_not_allowed" | "payload_too_large"
-            | "not_acceptable" | "unsupported_media_type" | "session_not_found"
-            | "http_method_not_allowed" | "path_not_found" | "invalid_token" | "headers_too_large"
-            | "request_timeout" | "server_busy" => http,
+            "parse_error"
+            | "invalid_request"
+            | "header_mismatch"
+            | "missing_client_capability"
+            | "unsupported_protocol_version"
+            | "origin_not_allowed"
+            | "payload_too_large"
+            | "not_acceptable"
+            | "unsupported_media_type"
+            | "session_not_found"
+            | "http_method_not_allowed"
+            | "path_not_found"
+            | "invalid_token"
+            | "headers_too_large"
+            | "request_timeout"
+            | "server_busy" => http,
             "method_not_found" if modern => 404,
             "invalid_params" if meta_param => 400,
             "internal_error" => 500,
@@ -556,7 +601,9 @@ impl Stream {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, StreamState> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn is_streaming(&self) -> bool {
@@ -576,14 +623,18 @@ impl Stream {
     fn finish(&self, outgoing: Outgoing) {
         let state = std::mem::replace(&mut *self.lock(), StreamState::Pending(None));
         match (state, outgoing) {
-            (StreamState::Pending(Some(request)), Outgoing::Reply(reply)) => respond(request, reply),
+            (StreamState::Pending(Some(request)), Outgoing::Reply(reply)) => {
+                respond(request, reply)
+            }
             (StreamState::Pending(Some(request)), Outgoing::Final(message)) => {
                 respond(request, Reply::json(200, &message));
             }
             (StreamState::Streaming { events, writer }, outgoing) => {
                 let last = match outgoing {
                     Outgoing::Final(message) => message,
-                    Outgoing::Reply(reply) => serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
+                    Outgoing::Reply(reply) => {
+                        serde_json::from_slice(&reply.body).unwrap_or(Value::Null)
+                    }
                 };
                 let _ = events.send(sse_event(&last, false));
                 drop(events);
@@ -601,12 +652,18 @@ impl Notifier for Stream {
         }
         let mut state = self.lock();
         if let StreamState::Pending(request) = &mut *state {
-            let Some(request) = request.take() else { return };
+            let Some(request) = request.take() else {
+                return;
+            };
             let (events, rx) = std::sync::mpsc::channel();
             let response = Response::new(
                 StatusCode(200),
                 sse_headers(),
-                EventReader { rx, pending: Vec::new(), offset: 0 },
+                EventReader {
+                    rx,
+                    pending: Vec::new(),
+                    offset: 0,
+                },
                 None,
                 None,
             );
@@ -767,7 +824,11 @@ fn check_content_type(head: &HttpHead) -> Result<(), McpError> {
             .next()
             .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
     });
-    if ok { Ok(()) } else { Err(McpError::new(ErrorKind::UnsupportedMediaType)) }
+    if ok {
+        Ok(())
+    } else {
+        Err(McpError::new(ErrorKind::UnsupportedMediaType))
+    }
 }
 
 fn check_accept(head: &HttpHead) -> Result<(), McpError> {
@@ -775,10 +836,22 @@ fn check_accept(head: &HttpHead) -> Result<(), McpError> {
         return Ok(());
     };
     let ok = accept.split(',').any(|part| {
-        let media = part.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        matches!(media.as_str(), "application/json" | "text/event-stream" | "application/*" | "*/*")
+        let media = part
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        matches!(
+            media.as_str(),
+            "application/json" | "text/event-stream" | "application/*" | "*/*"
+        )
     });
-    if ok { Ok(()) } else { Err(McpError::new(ErrorKind::NotAcceptable)) }
+    if ok {
+        Ok(())
+    } else {
+        Err(McpError::new(ErrorKind::NotAcceptable))
+    }
 }
 
 fn accepts_sse(head: &HttpHead) -> bool {
@@ -798,7 +871,10 @@ impl OriginPolicy {
         hosts.extend(extra_hosts.iter().map(|h| h.to_ascii_lowercase()));
         OriginPolicy {
             hosts,
-            origins: extra_origins.iter().map(|o| o.trim_end_matches('/').to_ascii_lowercase()).collect(),
+            origins: extra_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
         }
     }
 
@@ -837,7 +913,9 @@ fn strip_port(authority: &str) -> &str {
         return rest.split(']').next().unwrap_or(rest);
     }
     match authority.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !host.contains(':') => host,
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !host.contains(':') => {
+            host
+        }
         _ => authority,
     }
 }
@@ -850,7 +928,10 @@ mod tests {
         HttpHead {
             method: Method::Post,
             path: "/mcp".into(),
-            headers: headers.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
             peer: None,
         }
     }
@@ -860,10 +941,32 @@ mod tests {
         let policy = OriginPolicy::new(&[], &["https://app.example.com".into()]);
         assert!(policy.check(&head(&[("host", "127.0.0.1:8787")])).is_ok());
         assert!(policy.check(&head(&[("host", "[::1]:8787")])).is_ok());
-        assert!(policy.check(&head(&[("host", "localhost"), ("origin", "http://localhost:3000")])).is_ok());
-        assert!(policy.check(&head(&[("origin", "https://app.example.com")])).is_ok());
-        assert!(policy.check(&head(&[("host", "evil.example.com")])).is_err());
-        assert!(policy.check(&head(&[("host", "localhost"), ("origin", "http://evil.example.com")])).is_err());
+        assert!(
+            policy
+                .check(&head(&[
+                    ("host", "localhost"),
+                    ("origin", "http://localhost:3000")
+                ]))
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(&head(&[("origin", "https://app.example.com")]))
+                .is_ok()
+        );
+        assert!(
+            policy
+                .check(&head(&[("host", "evil.example.com")]))
+                .is_err()
+        );
+        assert!(
+            policy
+                .check(&head(&[
+                    ("host", "localhost"),
+                    ("origin", "http://evil.example.com")
+                ]))
+                .is_err()
+        );
         assert!(policy.check(&head(&[("origin", "null")])).is_err());
     }
 
@@ -877,7 +980,13 @@ mod tests {
     fn accept_and_content_type_rules() {
         assert!(check_accept(&head(&[("accept", "application/json, text/event-stream")])).is_ok());
         assert!(check_accept(&head(&[("accept", "text/html")])).is_err());
-        assert!(check_content_type(&head(&[("content-type", "application/json; charset=utf-8")])).is_ok());
+        assert!(
+            check_content_type(&head(&[(
+                "content-type",
+                "application/json; charset=utf-8"
+            )]))
+            .is_ok()
+        );
         assert!(check_content_type(&head(&[("content-type", "text/plain")])).is_err());
     }
 }

@@ -160,7 +160,9 @@ mod tests {
             ErrorKind::InvalidRequest
         );
         assert_eq!(
-            invalid_kind(parse(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#)),
+            invalid_kind(parse(
+                br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#
+            )),
             ErrorKind::InvalidParams
         );
     }

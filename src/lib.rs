@@ -11,9 +11,9 @@ pub mod auth;
 pub mod backup;
 pub mod catalog;
 pub mod cli;
+pub mod config;
 pub mod conformance;
 pub mod conformance_input;
-pub mod config;
 
 pub mod dispatch;
 pub mod guards;

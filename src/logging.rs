@@ -7,8 +7,8 @@ use crate::config::{LogConfig, LogFormat};
 
 /// Installs the global subscriber; `RUST_LOG` refines the configured level when set.
 pub fn init(config: &LogConfig) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(config.level.as_str()));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(config.level.as_str()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

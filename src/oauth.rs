@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::http::HttpHead;
 use crate::catalog::ErrorKind;
 use crate::dispatch::Server;
+use crate::http::HttpHead;
 
 /// Lifetime of an issued access token.
 pub const ACCESS_TOKEN_TTL: Duration = Duration::from_secs(3600);
@@ -99,8 +99,15 @@ impl Endpoints {
     }
 
     /// Handles `POST /oauth/token`: returns status, extra headers and the JSON body.
-    pub fn token(&self, server: &Server, head: &HttpHead, body: &[u8]) -> (u16, Vec<(String, String)>, Value) {
-        let peer = head.peer.map_or_else(|| "unknown".to_owned(), |p| p.ip().to_string());
+    pub fn token(
+        &self,
+        server: &Server,
+        head: &HttpHead,
+        body: &[u8],
+    ) -> (u16, Vec<(String, String)>, Value) {
+        let peer = head
+            .peer
+            .map_or_else(|| "unknown".to_owned(), |p| p.ip().to_string());
         if let Some(wait) = self.charge(&format!("peer:{peer}")) {
             return rate_limited(wait);
         }
@@ -116,7 +123,10 @@ impl Endpoints {
             Ok(token) => (200, Vec::new(), token),
             Err(err) => {
                 let headers = if err.status == 401 {
-                    vec![("WWW-Authenticate".to_owned(), "Basic realm=\"tollgate\"".to_owned())]
+                    vec![(
+                        "WWW-Authenticate".to_owned(),
+                        "Basic realm=\"tollgate\"".to_owned(),
+                    )]
                 } else {
                     Vec::new()
                 };
@@ -140,8 +150,11 @@ impl Endpoints {
             *entry = (now, 0);
         }
         entry.1 += 1;
-        (entry.1 > TOKEN_REQUESTS_PER_MINUTE)
-            .then(|| 60u64.saturating_sub(now.duration_since(entry.0).as_secs()).max(1))
+        (entry.1 > TOKEN_REQUESTS_PER_MINUTE).then(|| {
+            60u64
+                .saturating_sub(now.duration_since(entry.0).as_secs())
+                .max(1)
+        })
     }
 }
 
@@ -151,15 +164,23 @@ fn rate_limited(wait: u64) -> (u16, Vec<(String, String)>, Value) {
         "error_description": "Too many token requests; retry after the number of seconds in retry_after.",
         "retry_after": wait,
     });
-    (429, vec![("Retry-After".to_owned(), wait.to_string())], body)
+    (
+        429,
+        vec![("Retry-After".to_owned(), wait.to_string())],
+        body,
+    )
 }
 
 /// The client id and secret, from HTTP Basic or from the form (never both).
-fn client_credentials(head: &HttpHead, form: &HashMap<String, String>) -> Result<(String, String), OAuthError> {
+fn client_credentials(
+    head: &HttpHead,
+    form: &HashMap<String, String>,
+) -> Result<(String, String), OAuthError> {
     let invalid_client = OAuthError::new(401, "invalid_client", "Client authentication failed.");
-    let basic = head
-        .header("authorization")
-        .and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic ")));
+    let basic = head.header("authorization").and_then(|v| {
+        v.strip_prefix("Basic ")
+            .or_else(|| v.strip_prefix("basic "))
+    });
     let from_form = (form.get("client_id"), form.get("client_secret"));
     match (basic, from_form) {
         (Some(_), (Some(_), _) | (_, Some(_))) => Err(OAuthError::new(
@@ -204,8 +225,8 @@ fn issue(
     let requested: Option<Vec<String>> = form
         .get("scope")
         .map(|s| s.split_whitespace().map(str::to_owned).collect());
-    let issued = issue_client_token(server, (id, secret), requested.as_deref(), source)
-        .map_err(|failure| match failure {
+    let issued = issue_client_token(server, (id, secret), requested.as_deref(), source).map_err(
+        |failure| match failure {
             TokenFailure::InvalidClient => {
                 OAuthError::new(401, "invalid_client", "Client authentication failed.")
             }
@@ -224,7 +245,8 @@ fn issue(
                 "rate_limited",
                 "Too many failed client authentications; wait a minute before retrying.",
             ),
-        })?;
+        },
+    )?;
     Ok(json!({
         "access_token": issued.token,
         "token_type": "Bearer",
@@ -272,15 +294,23 @@ fn issue_client_token(
             _ => TokenFailure::InvalidClient,
         })?;
     let scopes = requested.map(<[String]>::to_vec).unwrap_or_default();
-    if !scopes.iter().all(|s| crate::auth::grants(&client.allowed_scopes, s)) {
+    if !scopes
+        .iter()
+        .all(|s| crate::auth::grants(&client.allowed_scopes, s))
+    {
         return Err(TokenFailure::InvalidScope);
     }
-    let issued = crate::auth::issue_access_token(server.store(), &client, &scopes, ACCESS_TOKEN_TTL)
-        .map_err(|e| {
-            tracing::warn!(error = %e, "cannot issue an access token");
-            TokenFailure::Unavailable
-        })?;
-    let scopes = if scopes.is_empty() { client.allowed_scopes } else { scopes };
+    let issued =
+        crate::auth::issue_access_token(server.store(), &client, &scopes, ACCESS_TOKEN_TTL)
+            .map_err(|e| {
+                tracing::warn!(error = %e, "cannot issue an access token");
+                TokenFailure::Unavailable
+            })?;
+    let scopes = if scopes.is_empty() {
+        client.allowed_scopes
+    } else {
+        scopes
+    };
     Ok(IssuedToken {
         token: issued.token.expose().to_owned(),
         scopes,
@@ -308,7 +338,11 @@ mod tests {
         for _ in 0..TOKEN_REQUESTS_PER_MINUTE {
             assert_eq!(endpoints.charge("client:a"), None);
         }
-        assert!(endpoints.charge("client:a").is_some_and(|s| (1..=60).contains(&s)));
+        assert!(
+            endpoints
+                .charge("client:a")
+                .is_some_and(|s| (1..=60).contains(&s))
+        );
         assert_eq!(endpoints.charge("client:b"), None);
     }
 

@@ -187,11 +187,9 @@ impl InputContext<'_> {
     pub fn state(&self) -> Result<Option<Value>, McpError> {
         match self.request_state {
             None => Ok(None),
-            Some(sealed) => self
-                .state_key
-                .open(sealed)
-                .map(Some)
-                .ok_or_else(|| McpError::invalid_params("requestState").detail("reason", "state_not_verified")),
+            Some(sealed) => self.state_key.open(sealed).map(Some).ok_or_else(|| {
+                McpError::invalid_params("requestState").detail("reason", "state_not_verified")
+            }),
         }
     }
 
@@ -243,16 +241,20 @@ impl ToolContext<'_> {
         if let Some(message) = message {
             params["message"] = json!(message);
         }
-        self.notifier
-            .notify(crate::jsonrpc::notification("notifications/progress", params));
+        self.notifier.notify(crate::jsonrpc::notification(
+            "notifications/progress",
+            params,
+        ));
     }
 
     /// Sends a log message when the caller enabled logging at `level` or below.
     pub fn log(&self, level: LogLevel, data: Value) {
         if self.log_level.is_some_and(|min| level >= min) {
             let params = json!({ "level": level.as_str(), "logger": "tollgate", "data": data });
-            self.notifier
-                .notify(crate::jsonrpc::notification("notifications/message", params));
+            self.notifier.notify(crate::jsonrpc::notification(
+                "notifications/message",
+                params,
+            ));
         }
     }
 
@@ -291,10 +293,13 @@ impl ToolContext<'_> {
     /// Sends a request to the client (`sampling/createMessage`, `elicitation/create`) on the
     /// stream of the current call and waits for its answer. Only the handshake era has
     /// server-to-client requests; on 2026-07-28 a tool asks with an `input_required` result.
-    pub fn ask_client(&self, method: &str, capability: &str, params: Value) -> Result<Value, McpError> {
-        let missing = || {
-            McpError::missing_client_capability(json!({ capability: {} }))
-        };
+    pub fn ask_client(
+        &self,
+        method: &str,
+        capability: &str,
+        params: Value,
+    ) -> Result<Value, McpError> {
+        let missing = || McpError::missing_client_capability(json!({ capability: {} }));
         if self.era.is_modern() || !self.session.client_supports(capability) {
             return Err(missing());
         }
@@ -318,8 +323,13 @@ impl ToolContext<'_> {
         let message = outcome?;
         match message.get("result") {
             Some(result) => Ok(result.clone()),
-            None => Err(McpError::new(ErrorKind::AdapterError)
-                .detail("original_error", message.pointer("/error/code").cloned().unwrap_or(Value::Null))),
+            None => Err(McpError::new(ErrorKind::AdapterError).detail(
+                "original_error",
+                message
+                    .pointer("/error/code")
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            )),
         }
     }
 
@@ -364,7 +374,10 @@ impl LogLevel {
 
     /// Parses an MCP level name.
     pub fn parse(name: &str) -> Option<LogLevel> {
-        Self::NAMES.iter().find(|(n, _)| *n == name).map(|(_, l)| *l)
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, l)| *l)
     }
 
     /// The MCP level name.
@@ -440,7 +453,11 @@ pub trait Tool: Send + Sync {
     }
 
     /// Runs it with arguments already validated against the input schema.
-    fn call(&self, ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError>;
+    fn call(
+        &self,
+        ctx: &ToolContext<'_>,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, McpError>;
 }
 
 /// A readable resource, listed by `resources/list`.
@@ -511,7 +528,11 @@ pub trait Prompt: Send + Sync {
     fn messages(&self, args: &Map<String, Value>) -> Vec<Value>;
     /// The prompt for these arguments; a prompt that needs more input from the client
     /// (2026-07-28) answers `Err(InputRequired)` through [`PromptReply`].
-    fn get(&self, args: &Map<String, Value>, _input: &InputContext<'_>) -> Result<PromptReply, McpError> {
+    fn get(
+        &self,
+        args: &Map<String, Value>,
+        _input: &InputContext<'_>,
+    ) -> Result<PromptReply, McpError> {
         Ok(PromptReply::Messages(self.messages(args)))
     }
 

@@ -38,7 +38,11 @@ impl StateKey {
         let mut mac = self.mac();
         mac.update(&body);
         let tag = mac.finalize().into_bytes();
-        format!("{}.{}", URL_SAFE_NO_PAD.encode(&body), URL_SAFE_NO_PAD.encode(tag))
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(&body),
+            URL_SAFE_NO_PAD.encode(tag)
+        )
     }
 
     /// Opens a sealed state; `None` when it was altered or is not ours.

@@ -51,11 +51,19 @@ pub fn token_from_env() -> Result<Option<String>, String> {
     };
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("TOLLGATE_TOKEN_FILE: cannot read {path}: {e}"))?;
-    Ok(text.lines().next().map(|l| l.trim().to_owned()).filter(|t| !t.is_empty()))
+    Ok(text
+        .lines()
+        .next()
+        .map(|l| l.trim().to_owned())
+        .filter(|t| !t.is_empty()))
 }
 
 /// Serves MCP on stdin/stdout until EOF.
-pub fn serve(server: Arc<Server>, token: Option<String>, max_line_bytes: usize) -> std::io::Result<()> {
+pub fn serve(
+    server: Arc<Server>,
+    token: Option<String>,
+    max_line_bytes: usize,
+) -> std::io::Result<()> {
     let (out_tx, out_rx) = mpsc::channel::<Value>();
     let writer = thread::spawn(move || write_loop(out_rx));
     let (line_tx, line_rx) = mpsc::sync_channel::<Line>(QUEUE_DEPTH);
@@ -164,7 +172,8 @@ fn write_loop(rx: Receiver<Value>) {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     while let Ok(message) = rx.recv() {
-        let mut ok = serde_json::to_writer(&mut out, &message).is_ok() && out.write_all(b"\n").is_ok();
+        let mut ok =
+            serde_json::to_writer(&mut out, &message).is_ok() && out.write_all(b"\n").is_ok();
         // Batch what is already queued into one flush.
         while ok && let Ok(more) = rx.try_recv() {
             ok = serde_json::to_writer(&mut out, &more).is_ok() && out.write_all(b"\n").is_ok();
@@ -178,7 +187,11 @@ fn write_loop(rx: Receiver<Value>) {
 
 /// Reads newline-delimited messages, never holding more than `cap` bytes of one line, and
 /// hands each to `deliver` (which answers false once nobody takes lines any more).
-fn read_loop(mut input: impl BufRead, cap: usize, deliver: &mut dyn FnMut(Line) -> bool) -> std::io::Result<()> {
+fn read_loop(
+    mut input: impl BufRead,
+    cap: usize,
+    deliver: &mut dyn FnMut(Line) -> bool,
+) -> std::io::Result<()> {
     let mut line = Vec::new();
     let mut discarding = false;
     loop {
@@ -237,7 +250,12 @@ mod tests {
             });
             true
         };
-        read_loop(std::io::BufReader::with_capacity(7, input), cap, &mut deliver).expect("read");
+        read_loop(
+            std::io::BufReader::with_capacity(7, input),
+            cap,
+            &mut deliver,
+        )
+        .expect("read");
         got
     }
 

@@ -273,7 +273,8 @@ impl Store {
     /// signs multi-round `requestState`). Every process on the file gets the same bytes.
     pub fn server_secret(&self, name: &str) -> Result<Vec<u8>, StoreError> {
         let mut fresh = [0u8; 32];
-        getrandom::fill(&mut fresh).map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?;
+        getrandom::fill(&mut fresh)
+            .map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?;
         self.write(|tx| {
             tx.execute(
                 "INSERT OR IGNORE INTO server_secrets (name, value, created_at) VALUES (?1, ?2, unixepoch())",

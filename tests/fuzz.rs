@@ -47,11 +47,17 @@ fn check_message(message: &Value, codes: &[i64]) {
     assert_eq!(message["jsonrpc"], "2.0", "{message}");
     if let Some(error) = message.get("error") {
         let code = error["code"].as_i64().expect("numeric code");
-        assert!(codes.contains(&code), "code {code} is not in the catalog: {message}");
+        assert!(
+            codes.contains(&code),
+            "code {code} is not in the catalog: {message}"
+        );
         assert_eq!(error["message"], error["data"]["code"], "{message}");
         assert!(error["data"]["hint"].is_string(), "{message}");
     } else {
-        assert!(message.get("result").is_some(), "neither result nor error: {message}");
+        assert!(
+            message.get("result").is_some(),
+            "neither result nor error: {message}"
+        );
     }
 }
 
@@ -64,10 +70,23 @@ fn check_answer(answer: Option<Value>, codes: &[i64]) {
 }
 
 const METHODS: &[&str] = &[
-    "initialize", "ping", "tools/list", "tools/call", "resources/list", "resources/read",
-    "resources/templates/list", "resources/subscribe", "prompts/list", "prompts/get",
-    "completion/complete", "logging/setLevel", "server/discover", "notifications/cancelled",
-    "notifications/initialized", "nope", "",
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+    "resources/subscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "server/discover",
+    "notifications/cancelled",
+    "notifications/initialized",
+    "nope",
+    "",
 ];
 
 fn json_leaf() -> impl Strategy<Value = Value> {
@@ -75,9 +94,18 @@ fn json_leaf() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
         ".{0,12}".prop_map(Value::from),
-        prop::sample::select(vec!["test_simple_text", "list_invoices", "2026-07-28", "2025-03-26", "test://static-text"]).prop_map(Value::from),
+        prop::sample::select(vec![
+            "test_simple_text",
+            "list_invoices",
+            "2026-07-28",
+            "2025-03-26",
+            "test://static-text"
+        ])
+        .prop_map(Value::from),
     ]
 }
 
@@ -86,7 +114,22 @@ fn json_value() -> impl Strategy<Value = Value> {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
             prop::collection::btree_map(
-                prop::sample::select(vec!["name", "arguments", "uri", "cursor", "_meta", "protocolVersion", "capabilities", "level", "ref", "argument", "inputResponses", "requestState", "x"]).prop_map(str::to_owned),
+                prop::sample::select(vec![
+                    "name",
+                    "arguments",
+                    "uri",
+                    "cursor",
+                    "_meta",
+                    "protocolVersion",
+                    "capabilities",
+                    "level",
+                    "ref",
+                    "argument",
+                    "inputResponses",
+                    "requestState",
+                    "x"
+                ])
+                .prop_map(str::to_owned),
                 inner,
                 0..6,
             )
@@ -160,8 +203,21 @@ fn shared_db() -> &'static TestDb {
         let db = TestDb::new();
         let id = db.admin_key_id();
         for category in ["read", "write", "destructive", "send", "generate"] {
-            let out = db.run(&["limits", "set", "--credential", &id, "--category", category, "--per-minute", "1000000"]);
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let out = db.run(&[
+                "limits",
+                "set",
+                "--credential",
+                &id,
+                "--category",
+                category,
+                "--per-minute",
+                "1000000",
+            ]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         db
     })

@@ -552,6 +552,8 @@ fn every_call_leaves_one_audit_row_without_arguments() {
     ));
     call_simple(&mut server(&db, Some(&key.token)));
     admin.call_tool("no_such_tool", json!({}));
+    // A clean end flushes the audit writer.
+    admin.close();
     let rows = db.run_json(&["audit", "--json"]);
     let outcomes: Vec<(&str, &str)> = rows
         .as_array()

@@ -1467,6 +1467,8 @@ fn dev_mode_runs_tokenless_requests_as_the_configured_credential_and_audits_them
         &server,
     );
 
+    // SIGTERM: a graceful stop flushes the audit writer before the rows are read.
+    drop(server);
     let rows = db.run_json(&["audit", "--credential", &key.id, "--json"]);
     let rows = rows.as_array().expect("audit rows");
     assert_eq!(rows.len(), 2, "{rows:?}");

@@ -3,13 +3,13 @@
 
 mod util;
 
-mod docs;
-mod guards;
-mod stdio_protocol;
-mod ratelimit;
 mod backup;
-mod http;
-mod invoicing;
-mod fuzz;
+mod docs;
 mod faults;
 mod floods;
+mod fuzz;
+mod guards;
+mod http;
+mod invoicing;
+mod ratelimit;
+mod stdio_protocol;

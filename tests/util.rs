@@ -54,13 +54,24 @@ impl TestDb {
     pub fn with_init_args(extra: &[&str]) -> TestDb {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("tollgate.db");
-        let mut db = TestDb { dir, path, admin_key: None };
+        let mut db = TestDb {
+            dir,
+            path,
+            admin_key: None,
+        };
         let mut args = vec!["init", "--json", "--company", "Test Co"];
         args.extend_from_slice(extra);
         let out = db.run(&args);
-        assert!(out.status.success(), "init failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let printed: Value = serde_json::from_slice(&out.stdout).expect("init --json prints JSON");
-        db.admin_key = printed.get("admin_key").and_then(Value::as_str).map(str::to_owned);
+        db.admin_key = printed
+            .get("admin_key")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         db
     }
 
@@ -73,7 +84,8 @@ impl TestDb {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(bin());
         cmd.arg("--database").arg(&self.path).args(args);
-        cmd.env_remove("TOLLGATE_TOKEN").env_remove("TOLLGATE_CONFIG");
+        cmd.env_remove("TOLLGATE_TOKEN")
+            .env_remove("TOLLGATE_CONFIG");
         cmd.env("RUST_LOG", "warn");
         cmd
     }
@@ -81,7 +93,11 @@ impl TestDb {
     /// Runs a command that must succeed and returns its stdout parsed as JSON.
     pub fn run_json(&self, args: &[&str]) -> Value {
         let out = self.run(args);
-        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).expect("JSON output")
     }
 
@@ -121,7 +137,9 @@ impl StdioServer {
 
     /// Spawns a prepared command with piped stdio.
     pub fn spawn(mut cmd: Command) -> StdioServer {
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn tollgate stdio");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = channel();
@@ -133,7 +151,13 @@ impl StdioServer {
                 }
             }
         });
-        StdioServer { stdin: child.stdin.take(), child, lines: rx, next_id: 0, notifications: Vec::new() }
+        StdioServer {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+            next_id: 0,
+            notifications: Vec::new(),
+        }
     }
 
     /// Writes raw bytes (a newline is not added).
@@ -153,8 +177,11 @@ impl StdioServer {
     /// Reads the next message, failing the test after [`READ_TIMEOUT`].
     pub fn recv(&mut self) -> Value {
         match self.lines.recv_timeout(READ_TIMEOUT) {
-            Ok(line) => serde_json::from_str(&line).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}")),
-            Err(RecvTimeoutError::Timeout) => panic!("no message from the server within {READ_TIMEOUT:?}"),
+            Ok(line) => serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}")),
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("no message from the server within {READ_TIMEOUT:?}")
+            }
             Err(RecvTimeoutError::Disconnected) => panic!("the server closed stdout"),
         }
     }
@@ -177,7 +204,11 @@ impl StdioServer {
         let id = self.next_id;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         let response = self.recv_response();
-        assert_eq!(response["id"], json!(id), "response id for {method}: {response}");
+        assert_eq!(
+            response["id"],
+            json!(id),
+            "response id for {method}: {response}"
+        );
         response
     }
 
@@ -204,22 +235,65 @@ impl StdioServer {
 }
 
 impl Drop for StdioServer {
+    /// Ends the server as a client would (EOF on stdin), so it flushes its audit rows; kills
+    /// it only if it does not exit in time. Tests that want a crash kill it themselves.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        drop(self.stdin.take());
+        stop_child(&mut self.child);
     }
 }
 
+/// Waits up to 10 s for `child` to exit, then kills it.
+fn stop_child(child: &mut Child) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Asserts a JSON-RPC error response against a catalog entry.
-pub fn assert_error(response: &Value, rpc_code: i64, code: &str, http_status: u64, error_code: u64, retryable: bool) {
+pub fn assert_error(
+    response: &Value,
+    rpc_code: i64,
+    code: &str,
+    http_status: u64,
+    error_code: u64,
+    retryable: bool,
+) {
     let error = &response["error"];
     assert_eq!(error["code"], json!(rpc_code), "code in {response}");
     assert_eq!(error["message"], json!(code), "message in {response}");
-    assert_eq!(error["data"]["code"], json!(code), "data.code in {response}");
-    assert_eq!(error["data"]["http_status"], json!(http_status), "http_status in {response}");
-    assert_eq!(error["data"]["error_code"], json!(error_code), "error_code in {response}");
-    assert_eq!(error["data"]["retryable"], json!(retryable), "retryable in {response}");
-    assert!(error["data"]["hint"].as_str().is_some_and(|h| !h.is_empty()), "hint in {response}");
+    assert_eq!(
+        error["data"]["code"],
+        json!(code),
+        "data.code in {response}"
+    );
+    assert_eq!(
+        error["data"]["http_status"],
+        json!(http_status),
+        "http_status in {response}"
+    );
+    assert_eq!(
+        error["data"]["error_code"],
+        json!(error_code),
+        "error_code in {response}"
+    );
+    assert_eq!(
+        error["data"]["retryable"],
+        json!(retryable),
+        "retryable in {response}"
+    );
+    assert!(
+        error["data"]["hint"]
+            .as_str()
+            .is_some_and(|h| !h.is_empty()),
+        "hint in {response}"
+    );
 }
 
 /// Asserts an `isError` tool result against a catalog code.
@@ -228,9 +302,20 @@ pub fn assert_tool_error(response: &Value, code: &str, http_status: u64, error_c
     assert_eq!(result["isError"], json!(true), "isError in {response}");
     let envelope = &result["_meta"]["dev.tollgate/error"];
     assert_eq!(envelope["code"], json!(code), "code in {response}");
-    assert_eq!(envelope["http_status"], json!(http_status), "http_status in {response}");
-    assert_eq!(envelope["error_code"], json!(error_code), "error_code in {response}");
-    assert_eq!(result["content"][0]["text"], envelope["hint"], "hint text in {response}");
+    assert_eq!(
+        envelope["http_status"],
+        json!(http_status),
+        "http_status in {response}"
+    );
+    assert_eq!(
+        envelope["error_code"],
+        json!(error_code),
+        "error_code in {response}"
+    );
+    assert_eq!(
+        result["content"][0]["text"], envelope["hint"],
+        "hint text in {response}"
+    );
 }
 
 /// Whether `path` exists (helper for file assertions).
@@ -555,9 +640,16 @@ impl HttpServer {
 }
 
 impl Drop for HttpServer {
+    /// Stops the server with SIGTERM (graceful: in-flight calls finish, audit rows are
+    /// flushed); kills it only if it does not exit in time.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.child.id().to_string())
+                .status();
+        }
+        stop_child(&mut self.child);
     }
 }
 
