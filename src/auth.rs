@@ -407,6 +407,47 @@ pub struct Authenticator {
     cache: Mutex<HashMap<[u8; 32], CacheEntry>>,
     throttle: Mutex<Throttle>,
     argon2_runs: AtomicU64,
+    argon2_gate: Gate,
+}
+
+/// argon2 verifications running at once at most: each holds 19 MiB and a core, so a burst
+/// of first presentations (sixteen connections opening with the same new token) must queue
+/// instead of multiplying memory.
+const MAX_CONCURRENT_ARGON2: usize = 2;
+
+/// A counting semaphore.
+#[derive(Default)]
+struct Gate {
+    running: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+impl Gate {
+    fn enter(&self) -> GatePass<'_> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running >= MAX_CONCURRENT_ARGON2 {
+            running = self
+                .freed
+                .wait(running)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *running += 1;
+        GatePass(self)
+    }
+}
+
+/// A place inside the [`Gate`], given back on drop.
+struct GatePass<'a>(&'a Gate);
+
+impl Drop for GatePass<'_> {
+    fn drop(&mut self) {
+        *self
+            .0
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) -= 1;
+        self.0.freed.notify_one();
+    }
 }
 
 impl Authenticator {
@@ -423,6 +464,7 @@ impl Authenticator {
             cache: Mutex::new(HashMap::new()),
             throttle: Mutex::new(Throttle::default()),
             argon2_runs: AtomicU64::new(0),
+            argon2_gate: Gate::default(),
         }
     }
 
@@ -452,7 +494,16 @@ impl Authenticator {
             }
         }
         let ticket = self.throttle().admit(source, now)?;
-        let outcome = self.authenticate_uncached(token, digest, now);
+        let pass = self.argon2_gate.enter();
+        // Another request may have verified this very token while this one queued.
+        let outcome = match self
+            .cached(&digest)
+            .and_then(|e| self.authenticate_cached(&e, now))
+        {
+            Some(outcome) => outcome,
+            None => self.authenticate_uncached(token, digest, now),
+        };
+        drop(pass);
         if matches!(outcome, Ok(_) | Err(Failure::Store(_))) {
             self.throttle().refund(ticket);
         }
@@ -666,7 +717,9 @@ impl Authenticator {
     ) -> Result<OAuthClient, McpError> {
         let now = (self.clock)();
         let ticket = self.throttle().admit(source, now)?;
+        let pass = self.argon2_gate.enter();
         let outcome = self.check_client_secret(client_id, secret.expose());
+        drop(pass);
         if matches!(outcome, Ok(_) | Err(Failure::Store(_))) {
             self.throttle().refund(ticket);
         }

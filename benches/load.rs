@@ -42,6 +42,8 @@ struct Settings {
     measure: Duration,
     warmup: Duration,
     inflight: usize,
+    /// Keep-alive connections of the HTTP load.
+    connections: usize,
 }
 
 fn settings() -> Settings {
@@ -64,6 +66,7 @@ fn settings() -> Settings {
         measure: Duration::from_secs(value("--secs", 10)),
         warmup: Duration::from_secs(value("--warmup", 2)),
         inflight: usize::try_from(value("--inflight", 64)).unwrap_or(64),
+        connections: usize::try_from(value("--connections", 16)).unwrap_or(16),
     }
 }
 
@@ -417,12 +420,203 @@ fn limiter_benchmarks(dir: &Path, s: &Settings) {
 fn main() {
     let s = settings();
     let dir = tempfile::tempdir().expect("tempdir");
-    if s.only.as_deref() != Some("limiter") {
+    let wants = |part: &str| s.only.as_deref().is_none_or(|only| only == part);
+    if wants("http") {
+        http_benchmarks(dir.path(), &s);
+    }
+    if wants("stdio") {
         stdio_benchmarks(dir.path(), &s);
     }
-    if s.only.as_deref() != Some("stdio") {
+    if wants("limiter") {
         limiter_benchmarks(dir.path(), &s);
     }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn http_benchmarks(dir: &Path, s: &Settings) {
+    let db = dir.join("http.db");
+    let token = prepare_database(&db);
+    let port = free_port();
+    let mut cmd = if s.pin {
+        let mut cmd = Command::new("/usr/bin/taskset");
+        cmd.args(["-c", "0", env!("CARGO_BIN_EXE_tollgate")]);
+        cmd
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    };
+    cmd.arg("--database")
+        .arg(&db)
+        .args([
+            "serve",
+            "--conformance-pack",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .env_remove("TOLLGATE_CONFIG")
+        .env("TOLLGATE_HTTP_WORKERS", "16")
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn tollgate serve");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "the server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "HTTP, {} keep-alive connections, {} s warm-up, {} s measured (server pinned to CPU 0: {}):",
+        s.connections,
+        s.warmup.as_secs(),
+        s.measure.as_secs(),
+        s.pin
+    );
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}});
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "test_simple_text", "arguments": {}, "_meta": meta}});
+    let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+                          "params": {"_meta": meta}});
+    let pid = child.id();
+    for (label, body, name) in [
+        (
+            "  tools/call, all guards on",
+            &call,
+            Some("test_simple_text"),
+        ),
+        (
+            "  server/discover (no guards, no database)",
+            &discover,
+            None,
+        ),
+    ] {
+        let figures = http_load(addr, &token, body, name, pid, s);
+        print_figures(label, figures);
+    }
+    if let Some(kib) = peak_rss_kib(pid) {
+        println!("  server peak RSS {:.1} MiB", kib as f64 / 1024.0);
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+    let _ = child.wait();
+}
+
+/// One keep-alive connection sending `body` in a closed loop until `stop`.
+fn http_client(
+    addr: std::net::SocketAddr,
+    request: Arc<Vec<u8>>,
+    stop: Arc<AtomicBool>,
+) -> Vec<(Instant, Duration, bool)> {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut samples = Vec::new();
+    let mut head = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        let sent = Instant::now();
+        stream.write_all(&request).expect("send");
+        let mut length = 0usize;
+        let mut status_ok = false;
+        loop {
+            head.clear();
+            if reader.read_line(&mut head).expect("read head") == 0 {
+                return samples;
+            }
+            let line = head.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if line.starts_with("HTTP/1.1 ") {
+                status_ok = line.starts_with("HTTP/1.1 200");
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body).expect("read body");
+        let ok = status_ok
+            && !body.windows(8).any(|w| w == b"\"error\"")
+            && !body.windows(14).any(|w| w == b"\"isError\":true");
+        samples.push((sent, sent.elapsed(), ok));
+    }
+    samples
+}
+
+fn http_load(
+    addr: std::net::SocketAddr,
+    token: &str,
+    body: &Value,
+    name: Option<&str>,
+    pid: u32,
+    s: &Settings,
+) -> LoadFigures {
+    let method = body["method"].as_str().expect("method");
+    let payload = body.to_string();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nAuthorization: Bearer {token}\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n"
+    );
+    if let Some(name) = name {
+        request.push_str(&format!("Mcp-Name: {name}\r\n"));
+    }
+    request.push_str(&format!(
+        "Content-Length: {}\r\n\r\n{payload}",
+        payload.len()
+    ));
+    let request = Arc::new(request.into_bytes());
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..s.connections)
+        .map(|_| {
+            let (request, stop) = (Arc::clone(&request), Arc::clone(&stop));
+            std::thread::spawn(move || http_client(addr, request, stop))
+        })
+        .collect();
+    let started = Instant::now();
+    let measure_from = started + s.warmup;
+    let measure_to = measure_from + s.measure;
+    std::thread::sleep(s.warmup);
+    let cpu0 = cpu_time(pid);
+    std::thread::sleep(s.measure);
+    let cpu1 = cpu_time(pid);
+    stop.store(true, Ordering::Relaxed);
+    let mut figures = LoadFigures {
+        calls: 0,
+        errors: 0,
+        secs: s.measure.as_secs_f64(),
+        latencies: Vec::new(),
+        cpu_per_call_us: None,
+    };
+    for client in clients {
+        for (sent, latency, ok) in client.join().expect("client") {
+            if sent >= measure_from && sent + latency <= measure_to {
+                figures.calls += 1;
+                figures.latencies.push(latency);
+                if !ok {
+                    figures.errors += 1;
+                }
+            }
+        }
+    }
+    if let (Some(t0), Some(t1)) = (cpu0, cpu1) {
+        figures.cpu_per_call_us = Some((t1 - t0).as_secs_f64() * 1e6 / figures.calls.max(1) as f64);
+    }
+    figures
 }
 
 fn stdio_benchmarks(dir: &Path, s: &Settings) {
