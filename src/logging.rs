@@ -12,6 +12,8 @@ pub fn init(config: &LogConfig) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into the journal or a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false);
     // A second init (tests embedding the library) keeps the first subscriber.
     let _ = match config.format {
