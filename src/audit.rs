@@ -2,14 +2,14 @@
 //! never a secret and never argument values.
 //!
 //! The outcome is `ok`, or the catalog `code` of the JSON-RPC error, or of the `isError`
-//! result (`_meta["dev.tollgate/error"].code`). Rows are handed to one writer thread that
-//! inserts whatever has queued up in a single transaction (group commit), outside the call
+//! result (`_meta["dev.tollgate/error"].code`). Rows go into a buffer that one writer thread
+//! empties every few milliseconds, in a single transaction (group commit), outside the call
 //! path and outside any other transaction; a failed write is logged and never fails the call
 //! it describes. Dropping the [`Auditor`] flushes every queued row, so a clean shutdown loses
 //! nothing; a process killed outright can lose the rows of calls that finished in its last
 //! moments — never business data or rate counters, which commit with the call.
 
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -42,11 +42,14 @@ pub struct AuditEntry<'a> {
     pub transport: Transport,
 }
 
-/// Rows queued for the writer at most; a full queue makes callers wait (back-pressure),
-/// it never drops rows.
+/// Rows buffered at most; past it callers wait for the writer (back-pressure), rows are
+/// never dropped.
 const QUEUE: usize = 65_536;
-/// Rows inserted per transaction at most.
+/// Rows inserted per transaction at most; a buffer this full wakes the writer at once.
 const BATCH: usize = 1_024;
+/// How often the writer looks at the buffer. Calls never wake it one by one: a wake-up
+/// per call cost more than the insert itself.
+const FLUSH_EVERY: Duration = Duration::from_millis(5);
 
 /// One row, owned, on its way to the writer thread.
 struct Row {
@@ -60,29 +63,52 @@ struct Row {
     transport: &'static str,
 }
 
+/// Rows waiting for the writer, and whether the auditor is shutting down.
+#[derive(Default)]
+struct Buffer {
+    rows: Vec<Row>,
+    closing: bool,
+}
+
+/// The buffer shared by callers and the writer thread.
+#[derive(Default)]
+struct Shared {
+    buffer: Mutex<Buffer>,
+    /// Signals the writer (a full batch, or shutdown) and waiting callers (room again).
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Buffer> {
+        self.buffer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Writes audit rows through one group-committing writer thread.
 pub struct Auditor {
-    queue: Option<SyncSender<Row>>,
+    shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
 }
 
 impl Auditor {
     /// An auditor over `store`; starts its writer thread.
     pub fn new(store: Store) -> Auditor {
-        let (queue, rows) = std::sync::mpsc::sync_channel(QUEUE);
+        let shared = Arc::new(Shared::default());
+        let theirs = Arc::clone(&shared);
         let writer = std::thread::Builder::new()
             .name("audit-writer".to_owned())
-            .spawn(move || write_loop(&store, &rows))
+            .spawn(move || write_loop(&store, &theirs))
             .map_err(|e| tracing::error!(error = %e, "cannot start the audit writer"))
             .ok();
-        Auditor {
-            queue: writer.is_some().then_some(queue),
-            writer,
-        }
+        Auditor { shared, writer }
     }
 
     /// Records one call. Failures are logged (without the row's content) and swallowed.
     pub fn record(&self, entry: &AuditEntry<'_>) {
+        if self.writer.is_none() {
+            tracing::warn!("the audit writer is not running; a tool call was not audited");
+            return;
+        }
         let row = Row {
             at: unix_millis(),
             request_id: truncate(&entry.request_id.to_string()),
@@ -93,35 +119,56 @@ impl Auditor {
             duration_us: i64::try_from(entry.duration.as_micros()).unwrap_or(i64::MAX),
             transport: entry.transport.as_str(),
         };
-        let sent = self.queue.as_ref().is_some_and(|q| q.send(row).is_ok());
-        if !sent {
-            tracing::warn!("the audit writer is not running; a tool call was not audited");
+        let mut buffer = self.shared.lock();
+        while buffer.rows.len() >= QUEUE {
+            buffer = self
+                .shared
+                .changed
+                .wait(buffer)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        buffer.rows.push(row);
+        if buffer.rows.len() == BATCH {
+            self.shared.changed.notify_all();
         }
     }
 }
 
 impl Drop for Auditor {
     fn drop(&mut self) {
-        drop(self.queue.take());
+        self.shared.lock().closing = true;
+        self.shared.changed.notify_all();
         if let Some(writer) = self.writer.take() {
             let _ = writer.join();
         }
     }
 }
 
-/// Waits for rows and inserts everything queued so far in one transaction, until every
-/// sender is gone and the queue is empty.
-fn write_loop(store: &Store, rows: &Receiver<Row>) {
-    while let Ok(first) = rows.recv() {
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match rows.try_recv() {
-                Ok(row) => batch.push(row),
-                Err(_) => break,
+/// Every [`FLUSH_EVERY`] (or at once for a full batch) inserts what has been buffered, in
+/// transactions of up to [`BATCH`] rows; on shutdown, flushes everything and returns.
+fn write_loop(store: &Store, shared: &Shared) {
+    loop {
+        let (batch, closing) = {
+            let mut buffer = shared.lock();
+            if buffer.rows.len() < BATCH && !buffer.closing {
+                buffer = shared
+                    .changed
+                    .wait_timeout(buffer, FLUSH_EVERY)
+                    .map(|(guard, _)| guard)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+            }
+            let take = buffer.rows.len().min(BATCH);
+            let batch: Vec<Row> = buffer.rows.drain(..take).collect();
+            (batch, buffer.closing && buffer.rows.is_empty())
+        };
+        if !batch.is_empty() {
+            shared.changed.notify_all();
+            if let Err(e) = insert(store, &batch) {
+                tracing::warn!(cause = %e, rows = batch.len(), "cannot write audit rows");
             }
         }
-        if let Err(e) = insert(store, &batch) {
-            tracing::warn!(cause = %e, rows = batch.len(), "cannot write audit rows");
+        if closing {
+            return;
         }
     }
 }
