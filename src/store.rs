@@ -186,16 +186,19 @@ impl Store {
         } else if !path.exists() {
             return Err(StoreError::Missing(path.to_path_buf()));
         }
-        let mut conn = Connection::open_with_flags(path, open_flags(opts.create))?;
-        conn.busy_timeout(opts.busy_timeout)?;
-        let found = user_version(&conn)?;
-        refuse_too_new(found)?;
-        if found == 0 && !opts.create {
-            return Err(StoreError::Missing(path.to_path_buf()));
+        // Two processes creating the same file at once can meet SQLite's lock-upgrade
+        // deadlock (an immediate SQLITE_BUSY that no busy timeout waits out) while one
+        // switches the file to WAL: starting is rare, so retry it a few times.
+        let mut attempts = 0;
+        loop {
+            match prepare_file(path, opts) {
+                Err(StoreError::Busy) if attempts < OPEN_RETRIES => {
+                    attempts += 1;
+                    std::thread::sleep(OPEN_RETRY_PAUSE);
+                }
+                other => break other?,
+            }
         }
-        configure_connection(&conn, opts.busy_timeout)?;
-        migrate(&mut conn)?;
-        drop(conn);
         let pool = build_pool(path, opts)?;
         Ok(Store {
             pool,
@@ -437,6 +440,23 @@ fn create_parent_dir(path: &Path) -> Result<(), StoreError> {
 
 /// Read-write, one connection per thread at a time (r2d2 guarantees it); create on demand.
 /// No URI flag: a path is always a path.
+/// How often opening retries after a lock-upgrade deadlock, and how long it pauses.
+const OPEN_RETRIES: u32 = 50;
+const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// Checks the file's version, sets the PRAGMAs and runs pending migrations.
+fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), StoreError> {
+    let mut conn = Connection::open_with_flags(path, open_flags(opts.create))?;
+    conn.busy_timeout(opts.busy_timeout)?;
+    let found = user_version(&conn)?;
+    refuse_too_new(found)?;
+    if found == 0 && !opts.create {
+        return Err(StoreError::Missing(path.to_path_buf()));
+    }
+    configure_connection(&conn, opts.busy_timeout)?;
+    migrate(&mut conn)
+}
+
 fn open_flags(create: bool) -> OpenFlags {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
