@@ -656,17 +656,15 @@ impl Authenticator {
     /// inclusion (allowances are not visibility: an over-allowance company still sees
     /// its tools, and each call says what to fix).
     pub fn can_see(&self, principal: &Principal, tool: &ToolSpec) -> bool {
-        if check_scope(principal, tool).is_err() {
-            return false;
-        }
-        match current_plan(&self.store) {
-            Ok(Some(plan)) => !plan.excludes(tool.name),
-            Ok(None) => true,
-            Err(e) => {
-                tracing::warn!(cause = %e, "cannot read the plan; hiding the tool");
-                false
-            }
-        }
+        self.visibility(principal).can_see(tool)
+    }
+
+    /// What `principal` may see, with the plan read once for a whole `tools/list`.
+    pub fn visibility<'p>(&self, principal: &'p Principal) -> Visibility<'p> {
+        let plan = current_plan(&self.store).map_err(|e| {
+            tracing::warn!(cause = %e, "cannot read the plan; hiding the tools");
+        });
+        Visibility { principal, plan }
     }
 
     fn upgrade_required(&self, plan: &PlanView, tool: &str) -> McpError {
@@ -739,6 +737,27 @@ impl Authenticator {
             return Err(Failure::Invalid("unknown"));
         }
         Ok(client)
+    }
+}
+
+/// The tools one principal may see: its scopes and the company's plan, read once.
+pub struct Visibility<'p> {
+    principal: &'p Principal,
+    /// The plan (`None`: no company yet); `Err` when it could not be read.
+    plan: Result<Option<PlanView>, ()>,
+}
+
+impl Visibility<'_> {
+    /// Whether `tool` appears in the principal's `tools/list`.
+    pub fn can_see(&self, tool: &ToolSpec) -> bool {
+        if check_scope(self.principal, tool).is_err() {
+            return false;
+        }
+        match &self.plan {
+            Ok(Some(plan)) => !plan.excludes(tool.name),
+            Ok(None) => true,
+            Err(()) => false,
+        }
     }
 }
 

@@ -277,11 +277,12 @@ impl Server {
     }
 
     fn list_tools(&self, req: &Request, principal: &Principal) -> Result<Value, McpError> {
+        let visibility = self.guards.visibility(principal);
         let visible: Vec<Value> = self
             .registry
             .tools()
             .iter()
-            .filter(|t| self.guards.can_see(principal, t.spec()))
+            .filter(|t| visibility.can_see(t.spec()))
             .map(|t| t.spec().to_list_entry())
             .collect();
         let (page, next) = paginate(visible, req, "tools")?;

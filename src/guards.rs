@@ -89,9 +89,9 @@ impl Guards {
         &self.auth
     }
 
-    /// Whether `principal` may see `tool` in `tools/list` (scopes and plan).
-    pub fn can_see(&self, principal: &Principal, tool: &ToolSpec) -> bool {
-        self.auth.can_see(principal, tool)
+    /// What `principal` may see in `tools/list`, with the plan read once for the list.
+    pub fn visibility<'p>(&self, principal: &'p Principal) -> crate::auth::Visibility<'p> {
+        self.auth.visibility(principal)
     }
 
     /// Runs a whole `tools/call` through the chain and the tool, and audits it.
