@@ -23,7 +23,7 @@ use crate::config::Locale;
 use crate::dispatch::{Env, render_tool_outcome};
 use crate::idempotency::{Claim, Ledger};
 use crate::ratelimit::Limiter;
-use crate::registry::{CommitHook, RegisteredTool, Registry, Resolution, ToolOutput, ToolSpec};
+use crate::registry::{CommitHook, RegisteredTool, Registry, Resolution, ToolOutput};
 use crate::store::Store;
 
 /// `_meta` key of the remaining budget on successful results.
