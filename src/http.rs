@@ -159,7 +159,6 @@ struct App {
 }
 
 /// What a handler answers: status, headers, body.
-#[derive(Clone)]
 struct Reply {
     status: u16,
     headers: Vec<(String, String)>,

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::catalog::ErrorKind;
+use crate::catalog::{ErrorKind, McpError};
+use crate::config::Locale;
 use crate::dispatch::Server;
 use crate::http::HttpHead;
 
@@ -61,21 +62,42 @@ pub fn authorization_server_metadata(base: &str) -> Value {
 /// An RFC 6749 error: status and the `error` code.
 struct OAuthError {
     status: u16,
-    error: &'static str,
-    description: &'static str,
+    body: Value,
 }
 
 impl OAuthError {
-    const fn new(status: u16, error: &'static str, description: &'static str) -> OAuthError {
+    fn new(status: u16, error: &'static str, description: &'static str) -> OAuthError {
         OAuthError {
             status,
-            error,
-            description,
+            body: json!({ "error": error, "error_description": description }),
         }
     }
 
-    fn body(&self) -> Value {
-        json!({ "error": self.error, "error_description": self.description })
+    /// A refusal for too many requests, from the catalog's `rate_limited` entry: its
+    /// `code` is the RFC 6749 `error`, its hint the description, and its envelope fields
+    /// (`retry_after`, `bucket`, `limit`, `reset`) ride along.
+    fn throttled(err: &McpError, locale: Locale) -> OAuthError {
+        let mut body = err.envelope(locale);
+        if let Value::Object(map) = &mut body {
+            map.insert("error".into(), json!(err.kind().spec().code));
+            map.insert("error_description".into(), json!(err.hint(locale)));
+        }
+        OAuthError { status: 429, body }
+    }
+
+    /// The status, headers (`Retry-After` on 429, a Basic challenge on 401) and body.
+    fn into_response(self) -> (u16, Vec<(String, String)>, Value) {
+        let mut headers = Vec::new();
+        if self.status == 401 {
+            headers.push((
+                "WWW-Authenticate".to_owned(),
+                "Basic realm=\"tollgate\"".to_owned(),
+            ));
+        }
+        if let Some(wait) = self.body.get("retry_after").and_then(Value::as_u64) {
+            headers.push(("Retry-After".to_owned(), wait.to_string()));
+        }
+        (self.status, headers, self.body)
     }
 }
 
@@ -105,34 +127,38 @@ impl Endpoints {
         head: &HttpHead,
         body: &[u8],
     ) -> (u16, Vec<(String, String)>, Value) {
+        match self.grant(server, head, body) {
+            Ok(token) => (200, Vec::new(), token),
+            Err(err) => err.into_response(),
+        }
+    }
+
+    /// The token request, from rate limits to the issued token.
+    fn grant(&self, server: &Server, head: &HttpHead, body: &[u8]) -> Result<Value, OAuthError> {
         let peer = head
             .peer
             .map_or_else(|| "unknown".to_owned(), |p| p.ip().to_string());
-        if let Some(wait) = self.charge(&format!("peer:{peer}")) {
-            return rate_limited(wait);
-        }
+        self.admit(&format!("peer:{peer}"), server.locale())?;
         let form: HashMap<String, String> = form_urlencoded::parse(body).into_owned().collect();
-        let credentials = match client_credentials(head, &form) {
-            Ok(credentials) => credentials,
-            Err(err) => return (err.status, Vec::new(), err.body()),
+        let credentials = client_credentials(head, &form)?;
+        self.admit(&format!("client:{}", credentials.0), server.locale())?;
+        issue(server, &form, &credentials, &format!("http:{peer}"))
+    }
+
+    /// Charges one request to `source`'s window; over the limit, the catalog's
+    /// `rate_limited` in an RFC 6749 body.
+    fn admit(&self, source: &str, locale: Locale) -> Result<(), OAuthError> {
+        let Some(wait) = self.charge(source) else {
+            return Ok(());
         };
-        if let Some(wait) = self.charge(&format!("client:{}", credentials.0)) {
-            return rate_limited(wait);
-        }
-        match issue(server, &form, &credentials, &format!("http:{peer}")) {
-            Ok(token) => (200, Vec::new(), token),
-            Err(err) => {
-                let headers = if err.status == 401 {
-                    vec![(
-                        "WWW-Authenticate".to_owned(),
-                        "Basic realm=\"tollgate\"".to_owned(),
-                    )]
-                } else {
-                    Vec::new()
-                };
-                (err.status, headers, err.body())
-            }
-        }
+        let reset = crate::auth::unix_now().saturating_add(i64::try_from(wait).unwrap_or(60));
+        let err = McpError::rate_limited(
+            "oauth_token",
+            u64::from(TOKEN_REQUESTS_PER_MINUTE),
+            u64::try_from(reset).unwrap_or(0),
+            wait,
+        );
+        Err(OAuthError::throttled(&err, locale))
     }
 
     /// Counts one request from `source`; `Some(seconds)` when over the limit.
@@ -156,19 +182,6 @@ impl Endpoints {
                 .max(1)
         })
     }
-}
-
-fn rate_limited(wait: u64) -> (u16, Vec<(String, String)>, Value) {
-    let body = json!({
-        "error": "rate_limited",
-        "error_description": "Too many token requests; retry after the number of seconds in retry_after.",
-        "retry_after": wait,
-    });
-    (
-        429,
-        vec![("Retry-After".to_owned(), wait.to_string())],
-        body,
-    )
 }
 
 /// The client id and secret, from HTTP Basic or from the form (never both).
@@ -240,11 +253,7 @@ fn issue(
                 "temporarily_unavailable",
                 "The server cannot issue tokens right now; retry with backoff.",
             ),
-            TokenFailure::Throttled => OAuthError::new(
-                429,
-                "rate_limited",
-                "Too many failed client authentications; wait a minute before retrying.",
-            ),
+            TokenFailure::Throttled(err) => OAuthError::throttled(&err, server.locale()),
         },
     )?;
     Ok(json!({
@@ -263,8 +272,9 @@ pub enum TokenFailure {
     InvalidScope,
     /// The database cannot be used right now.
     Unavailable,
-    /// Too many failed client authentications from this source.
-    Throttled,
+    /// Too many failed client authentications from this source (the authenticator's
+    /// `rate_limited`, `bucket: "auth"`).
+    Throttled(McpError),
 }
 
 /// An issued access token.
@@ -290,7 +300,7 @@ fn issue_client_token(
         .verify_client_secret(client_id, &secret, source)
         .map_err(|err| match err.kind() {
             ErrorKind::BackendUnavailable | ErrorKind::InternalError => TokenFailure::Unavailable,
-            ErrorKind::RateLimited => TokenFailure::Throttled,
+            ErrorKind::RateLimited => TokenFailure::Throttled(err),
             _ => TokenFailure::InvalidClient,
         })?;
     let scopes = requested.map(<[String]>::to_vec).unwrap_or_default();
@@ -344,6 +354,34 @@ mod tests {
                 .is_some_and(|s| (1..=60).contains(&s))
         );
         assert_eq!(endpoints.charge("client:b"), None);
+    }
+
+    #[test]
+    fn throttled_token_requests_answer_the_catalog_entry() {
+        let endpoints = Endpoints::new();
+        for _ in 0..TOKEN_REQUESTS_PER_MINUTE {
+            assert!(endpoints.admit("peer:a", Locale::En).is_ok());
+        }
+        let Err(refusal) = endpoints.admit("peer:a", Locale::Es) else {
+            panic!("the request over the limit was admitted");
+        };
+        let (status, headers, body) = refusal.into_response();
+        assert_eq!(status, 429);
+        assert_eq!(body["error"], "rate_limited");
+        assert_eq!(body["code"], "rate_limited");
+        assert_eq!(body["error_code"], 3001);
+        assert_eq!(body["retryable"], true);
+        assert_eq!(body["bucket"], "oauth_token");
+        assert_eq!(body["limit"], TOKEN_REQUESTS_PER_MINUTE);
+        assert_eq!(body["error_description"], body["hint"]);
+        assert!(
+            body["hint"]
+                .as_str()
+                .is_some_and(|h| h.starts_with("Demasiadas"))
+        );
+        let retry = body["retry_after"].as_u64().expect("retry_after");
+        assert!((1..=60).contains(&retry));
+        assert!(headers.contains(&("Retry-After".to_owned(), retry.to_string())));
     }
 
     #[test]
