@@ -183,14 +183,20 @@ fn print_figures(label: &str, mut figures: LoadFigures) {
     );
 }
 
-fn server_command(db: &Path, token: &str, pinned: bool) -> Command {
-    let mut cmd = if pinned {
+/// The server under test, pinned to CPU 0 with `taskset` when `pinned`, so the load
+/// generator does not compete with it for the core.
+fn tollgate_on_cpu0(pinned: bool) -> Command {
+    if pinned {
         let mut cmd = Command::new("/usr/bin/taskset");
         cmd.args(["-c", "0", env!("CARGO_BIN_EXE_tollgate")]);
         cmd
     } else {
         Command::new(env!("CARGO_BIN_EXE_tollgate"))
-    };
+    }
+}
+
+fn server_command(db: &Path, token: &str, pinned: bool) -> Command {
+    let mut cmd = tollgate_on_cpu0(pinned);
     cmd.arg("--database")
         .arg(db)
         .args(["stdio", "--conformance-pack"]);
@@ -449,13 +455,7 @@ fn http_benchmarks(dir: &Path, s: &Settings) {
     let db = dir.join("http.db");
     let token = prepare_database(&db);
     let port = free_port();
-    let mut cmd = if s.pin {
-        let mut cmd = Command::new("/usr/bin/taskset");
-        cmd.args(["-c", "0", env!("CARGO_BIN_EXE_tollgate")]);
-        cmd
-    } else {
-        Command::new(env!("CARGO_BIN_EXE_tollgate"))
-    };
+    let mut cmd = tollgate_on_cpu0(s.pin);
     cmd.arg("--database")
         .arg(&db)
         .args([
