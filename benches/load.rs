@@ -186,6 +186,13 @@ fn print_figures(label: &str, mut figures: LoadFigures) {
 /// The server under test, pinned to CPU 0 with `taskset` when `pinned`, so the load
 /// generator does not compete with it for the core.
 fn tollgate_on_cpu0(pinned: bool) -> Command {
+    // `TG_BENCH_WRAP="perf record -g -o perf.data --"` runs the server under a profiler.
+    if let Ok(wrapper) = std::env::var("TG_BENCH_WRAP") {
+        let mut words = wrapper.split_whitespace();
+        let mut cmd = Command::new(words.next().expect("a wrapper command"));
+        cmd.args(words).arg(env!("CARGO_BIN_EXE_tollgate"));
+        return cmd;
+    }
     if pinned {
         let mut cmd = Command::new("/usr/bin/taskset");
         cmd.args(["-c", "0", env!("CARGO_BIN_EXE_tollgate")]);

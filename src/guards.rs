@@ -22,7 +22,7 @@ use crate::catalog::McpError;
 use crate::config::Locale;
 use crate::dispatch::{Env, render_tool_outcome};
 use crate::idempotency::{Claim, Ledger};
-use crate::ratelimit::Limiter;
+use crate::ratelimit::{Budget, Limiter};
 use crate::registry::{CommitHook, RegisteredTool, Registry, Resolution, ToolOutput};
 use crate::store::Store;
 
@@ -59,6 +59,54 @@ pub struct Guards {
     limiter: Limiter,
     ledger: Ledger,
     auditor: Auditor,
+    skip: Skips,
+    /// The principal reused when the `auth` bench switch is on.
+    first_principal: std::sync::Mutex<Option<Principal>>,
+}
+
+/// Guards the load benchmark switches off one at a time, to show what each costs.
+///
+/// Only a binary built with the `bench-switches` feature reads them (from the
+/// `TG_BENCH_SKIP_GUARDS` environment variable, a comma-separated list of `auth`,
+/// `ratelimit`, `access`, `guardrails`, `idempotency`, `audit`); a normal build has every
+/// guard on, always.
+#[derive(Debug, Default, Clone, Copy)]
+struct Skips {
+    /// Authenticate the first call only and reuse its principal.
+    auth: bool,
+    ratelimit: bool,
+    access: bool,
+    guardrails: bool,
+    idempotency: bool,
+    audit: bool,
+}
+
+impl Skips {
+    #[cfg(feature = "bench-switches")]
+    fn from_env() -> Skips {
+        let list = std::env::var("TG_BENCH_SKIP_GUARDS").unwrap_or_default();
+        let mut skips = Skips::default();
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "auth" => skips.auth = true,
+                "ratelimit" => skips.ratelimit = true,
+                "access" => skips.access = true,
+                "guardrails" => skips.guardrails = true,
+                "idempotency" => skips.idempotency = true,
+                "audit" => skips.audit = true,
+                other => panic!("TG_BENCH_SKIP_GUARDS: unknown guard {other:?}"),
+            }
+        }
+        if !list.is_empty() {
+            tracing::warn!(skipped = %list, "benchmark build: guards switched off");
+        }
+        skips
+    }
+
+    #[cfg(not(feature = "bench-switches"))]
+    fn from_env() -> Skips {
+        Skips::default()
+    }
 }
 
 impl Guards {
@@ -71,6 +119,8 @@ impl Guards {
             limiter: Limiter::new(store.clone()),
             ledger: Ledger::new(store.clone()),
             auditor: Auditor::new(store),
+            skip: Skips::from_env(),
+            first_principal: std::sync::Mutex::new(None),
         }
     }
 
@@ -111,6 +161,9 @@ impl Guards {
             &outcome,
             started.elapsed(),
         );
+        if self.skip.audit {
+            return outcome;
+        }
         self.auditor.record(&AuditEntry {
             request_id: call.request_id,
             principal: principal.as_ref(),
@@ -122,6 +175,23 @@ impl Guards {
         outcome
     }
 
+    /// Step 1 for a tool call (with the `auth` bench switch, the first call's principal).
+    fn principal(&self, env: &Env<'_>) -> Result<Principal, McpError> {
+        if !self.skip.auth {
+            return self.authenticate(env);
+        }
+        let mut first = self
+            .first_principal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(principal) = first.as_ref() {
+            return Ok(principal.clone());
+        }
+        let principal = self.authenticate(env)?;
+        *first = Some(principal.clone());
+        Ok(principal)
+    }
+
     fn chain(
         &self,
         registry: &Registry,
@@ -130,15 +200,26 @@ impl Guards {
         run: &RunTool<'_>,
         principal_out: &mut Option<Principal>,
     ) -> Result<Value, McpError> {
-        let principal = principal_out.insert(self.authenticate(env)?);
+        let principal = principal_out.insert(self.principal(env)?);
         let tool = match registry.resolve(call.name) {
             Resolution::Tool(tool) => tool,
             Resolution::Retired(r) => return Err(McpError::tool_retired(r.name, r.replacement)),
             Resolution::Unknown => return Err(McpError::unknown_tool(call.name)),
         };
-        let budget = self.limiter.charge(principal, tool.spec().category)?;
-        self.auth.check_access(principal, tool.spec())?;
-        if let Err(violation) = tool.tool.guardrails(&self.store, call.args) {
+        let budget = if self.skip.ratelimit {
+            Budget::default()
+        } else {
+            self.limiter.charge(principal, tool.spec().category)?
+        };
+        if !self.skip.access {
+            self.auth.check_access(principal, tool.spec())?;
+        }
+        let guardrails = if self.skip.guardrails {
+            Ok(())
+        } else {
+            tool.tool.guardrails(&self.store, call.args)
+        };
+        if let Err(violation) = guardrails {
             // A retry of a call that already completed (e.g. a second `void_invoice` with the
             // same key) replays its stored result instead of tripping the rule it caused.
             let key = crate::idempotency::extract_key(call.args, call.meta, env.idempotency_header);
@@ -153,7 +234,11 @@ impl Guards {
             mark(&mut stored, META_RATELIMIT, budget.to_meta());
             return Ok(stored);
         }
-        let key = crate::idempotency::extract_key(call.args, call.meta, env.idempotency_header)?;
+        let key = if self.skip.idempotency {
+            None
+        } else {
+            crate::idempotency::extract_key(call.args, call.meta, env.idempotency_header)?
+        };
         let reservation = match self.ledger.claim(principal, tool.spec(), call.args, key)? {
             Claim::Replay(mut stored) => {
                 mark(&mut stored, META_REPLAY, Value::Bool(true));
