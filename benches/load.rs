@@ -472,7 +472,6 @@ fn http_benchmarks(dir: &Path, s: &Settings) {
             &format!("127.0.0.1:{port}"),
         ])
         .env_remove("TOLLGATE_CONFIG")
-        .env("TOLLGATE_HTTP_WORKERS", "4")
         .env("RUST_LOG", "error")
         .stdout(Stdio::null());
     let mut child = cmd.spawn().expect("spawn tollgate serve");

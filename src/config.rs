@@ -25,7 +25,7 @@ const DEFAULT_DATABASE: &str = "tollgate.db";
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 const DEFAULT_MAX_BYTES: u64 = 4 * 1024 * 1024;
 const MIN_MAX_BYTES: u64 = 1024;
-const DEFAULT_WORKERS: u64 = 4;
+const DEFAULT_WORKERS: u64 = 16;
 const MAX_WORKERS: u64 = 256;
 const DEFAULT_SESSION_TTL_SECS: u64 = 3600;
 const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5000;
@@ -229,7 +229,7 @@ pub struct HttpConfig {
     pub allowed_hosts: Vec<String>,
     /// Larger request bodies get 413.
     pub max_body_bytes: usize,
-    /// Worker threads (1..=256).
+    /// Requests worked on at once (1..=256); each connection has its own thread.
     pub workers: usize,
     /// Idle lifetime of a handshake-era session.
     pub session_ttl: Duration,
@@ -950,7 +950,7 @@ mod tests {
         assert_eq!(config.database, PathBuf::from("tollgate.db"));
         assert_eq!(config.http.listen.to_string(), "127.0.0.1:8787");
         assert_eq!(config.stdio.max_line_bytes, 4_194_304);
-        assert_eq!(config.http.workers, 4);
+        assert_eq!(config.http.workers, 16);
         assert_eq!(config.http.error_status, ErrorStatusMode::Compatible);
         assert_eq!(config.store.busy_timeout, Duration::from_secs(5));
         assert_eq!(config.store.pool_size, 8);

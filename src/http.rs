@@ -15,7 +15,7 @@ use std::io::Read;
 use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -62,14 +62,31 @@ impl Drop for SlowReads {
 }
 
 /// Serves HTTP until SIGTERM or SIGINT.
+///
+/// Each connection has a thread of its own (tiny_http's), and its requests are served on
+/// that thread: no hand-off between threads on the way. At most `http.workers` requests
+/// are worked on at once; requests whose bodies are still arriving wait for their bodies
+/// outside that limit (at most [`MAX_SLOW_READS`] at once).
 pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
-    let listener = tiny_http::Server::http(config.http.listen).map_err(std::io::Error::other)?;
-    let listener = Arc::new(listener);
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&shutdown))?;
     }
     let app = Arc::new(App::new(server, config));
+    let slots = Arc::new(Slots::new(config.http.workers));
+    let handler: tiny_http::Handler = {
+        let (app, slots) = (Arc::clone(&app), Arc::clone(&slots));
+        Arc::new(move |request| {
+            if body_is_pending(&request) {
+                read_slowly(&app, request);
+            } else {
+                let _slot = slots.enter();
+                app.handle(request);
+            }
+        })
+    };
+    let listener = tiny_http::Server::http_with_handler(config.http.listen, handler)
+        .map_err(std::io::Error::other)?;
     let bound = listener
         .server_addr()
         .to_ip()
@@ -84,63 +101,125 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
             "DEVELOPMENT MODE: requests without a token run as this credential; never use this in production"
         );
     }
-    let workers: Vec<_> = (0..config.http.workers)
-        .map(|_| {
-            let (listener, app, shutdown) = (
-                Arc::clone(&listener),
-                Arc::clone(&app),
-                Arc::clone(&shutdown),
-            );
-            std::thread::spawn(move || worker(&listener, &app, &shutdown))
-        })
-        .collect();
     crate::notify::ready();
-    for w in workers {
-        let _ = w.join();
+    while !shutdown.load(Ordering::Relaxed) {
+        std::thread::sleep(POLL);
     }
     crate::notify::stopping();
+    // No new connections; the requests being served finish (bounded by the socket
+    // timeouts), then the process ends and the idle keep-alive connections with it.
+    slots.close();
+    drop(listener);
+    slots.wait_idle(DRAIN_LIMIT);
     tracing::info!("HTTP listener stopped; in-flight requests finished");
     Ok(())
 }
 
-fn worker(listener: &tiny_http::Server, app: &Arc<App>, shutdown: &AtomicBool) {
-    while !shutdown.load(Ordering::Relaxed) {
-        match listener.recv_timeout(POLL) {
-            Ok(Some(request)) if body_is_pending(&request) => hand_off(app, request),
-            Ok(Some(request)) => app.handle(request),
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "accepting a request failed"),
-        }
-    }
-}
+/// How long a stopping server waits for the requests it is serving.
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
 /// Whether the body still has to come from the socket: tiny_http reads bodies of up to
-/// [`EAGER_BODY`] bytes before it queues the request; larger and chunked ones are read as
-/// the handler consumes them, at the client's pace.
+/// [`EAGER_BODY`] bytes before it hands over the request; larger and chunked ones are read
+/// as the handler consumes them, at the client's pace.
 fn body_is_pending(request: &Request) -> bool {
     request.body_length().is_none_or(|len| len > EAGER_BODY)
 }
 
-/// Serves a request whose body is still arriving on a thread of its own, so a client that
-/// sends slowly (or stops) never holds one of the fixed workers. At most [`MAX_SLOW_READS`]
-/// run at once; past that the request is refused with `server_busy`. The connection's
-/// socket timeout bounds how long any of them can wait.
-fn hand_off(app: &Arc<App>, request: Request) {
-    let Some(permit) = SlowReads::acquire() else {
+/// Serves a request whose body is still arriving without taking a worker slot, so slow
+/// senders never hold the slots of fast ones. At most
+/// [`MAX_SLOW_READS`] such requests wait at once; past that a request is refused with
+/// `server_busy`. The connection's socket timeout bounds how long any of them can wait.
+fn read_slowly(app: &App, request: Request) {
+    let Some(_permit) = SlowReads::acquire() else {
         let reply = app.error_reply(None, &McpError::new(ErrorKind::ServerBusy), None);
-        // Dropping a request with an unread body drains it: not on a worker.
-        std::thread::spawn(move || respond(request, reply));
+        respond(request, reply);
         return;
     };
-    let app = Arc::clone(app);
-    let spawned = std::thread::Builder::new()
-        .name("http-slow-body".to_owned())
-        .spawn(move || {
-            let _permit = permit;
-            app.handle(request);
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start a thread for a slow request body");
+    app.handle(request);
+}
+
+/// The worker slots: how many requests are worked on at once.
+struct Slots {
+    max: usize,
+    state: Mutex<SlotCount>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct SlotCount {
+    busy: usize,
+    closed: bool,
+}
+
+/// One taken worker slot, given back on drop.
+struct Slot<'a>(&'a Slots);
+
+impl Slots {
+    fn new(max: usize) -> Slots {
+        Slots {
+            max: max.max(1),
+            state: Mutex::new(SlotCount::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotCount> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Waits for a free slot.
+    fn enter(&self) -> Slot<'_> {
+        let mut state = self.lock();
+        while state.busy >= self.max {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        state.busy += 1;
+        Slot(self)
+    }
+
+    /// Marks the server as stopping (for [`Slots::wait_idle`]).
+    fn close(&self) {
+        self.lock().closed = true;
+    }
+
+    /// Waits until no request is being worked on, at most `limit`.
+    fn wait_idle(&self, limit: Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        let mut state = self.lock();
+        while state.busy > 0 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    busy = state.busy,
+                    "stopping with requests still being served"
+                );
+                return;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.busy -= 1;
+        let stopping = state.closed;
+        drop(state);
+        if stopping {
+            self.0.changed.notify_all();
+        } else {
+            self.0.changed.notify_one();
+        }
     }
 }
 

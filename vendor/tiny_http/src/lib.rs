@@ -162,6 +162,10 @@ impl From<Request> for Message {
     }
 }
 
+/// Patched for tollgate: serves one request on its connection's thread (see
+/// [`Server::http_with_handler`]).
+pub type Handler = Arc<dyn Fn(Request) + Send + Sync + 'static>;
+
 // this trait is to make sure that Server implements Share and Send
 #[doc(hidden)]
 trait MustBeShareDummy: Sync + Send {}
@@ -246,7 +250,29 @@ impl Server {
         listener: L,
         ssl_config: Option<SslConfig>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        let listener = listener.into();
+        Self::from_listener_with(listener.into(), ssl_config, None)
+    }
+
+    /// Patched for tollgate: a plain-HTTP server that calls `handler` for every request
+    /// on the thread of the connection it arrived on, instead of queueing it for
+    /// [`Server::recv`]. A keep-alive request then costs no hand-off between threads;
+    /// the connection's next request is read once `handler` returns.
+    pub fn http_with_handler<A>(
+        addr: A,
+        handler: Handler,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>>
+    where
+        A: ToSocketAddrs,
+    {
+        let listener = ConfigListenAddr::from_socket_addrs(addr)?.bind()?;
+        Self::from_listener_with(listener, None, Some(handler))
+    }
+
+    fn from_listener_with(
+        listener: Listener,
+        ssl_config: Option<SslConfig>,
+        handler: Option<Handler>,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
 
@@ -325,9 +351,14 @@ impl Server {
                 match new_client {
                     Ok(client) => {
                         let messages = inside_messages.clone();
+                        let handler = handler.clone();
                         let mut client = Some(client);
                         tasks_pool.spawn(Box::new(move || {
-                            if let Some(client) = client.take() {
+                            if let (Some(client), Some(handler)) = (client.take(), &handler) {
+                                for rq in client {
+                                    handler(rq);
+                                }
+                            } else if let Some(client) = client.take() {
                                 // Synchronization is needed for HTTPS requests to avoid a deadlock
                                 if client.secure() {
                                     let (sender, receiver) = mpsc::channel();
