@@ -176,6 +176,26 @@ pub struct ChargeRequest {
 /// The outcome of one charge: the budget left, or the `-32006` refusal.
 pub type ChargeOutcome = Result<Budget, McpError>;
 
+/// Reads and writes a caller needs inside its charging transaction besides the counters,
+/// so that they cost no transaction of their own (the guard chain re-checks a cached
+/// credential and reads the plan here).
+pub trait TxChecks: std::any::Any + Send {
+    /// Runs before this call's counters move. `Ok(false)` refuses the call *without*
+    /// charging it (the implementation keeps why); an `Err` fails the whole batch.
+    fn before_charge(&mut self, conn: &rusqlite::Connection, now: i64) -> Result<bool, StoreError>;
+
+    /// Runs after this call's counters moved and admitted it.
+    fn after_charge(&mut self, conn: &rusqlite::Connection, now: i64) -> Result<(), StoreError>;
+}
+
+/// One queued charge: the request, the caller's checks, and where its outcome goes.
+struct Item {
+    request: ChargeRequest,
+    checks: Option<Box<dyn TxChecks>>,
+    /// `None` when the checks refused the call before it was charged.
+    outcome: Option<ChargeOutcome>,
+}
+
 /// Charges calls against their buckets.
 pub struct Limiter {
     store: Store,
@@ -199,7 +219,7 @@ pub struct LimiterStats {
 /// Charges waiting for a transaction, and whether some caller is leading one.
 #[derive(Default)]
 struct Queue {
-    waiting: VecDeque<(ChargeRequest, Arc<Slot>)>,
+    waiting: VecDeque<(Item, Arc<Slot>)>,
     leader_active: bool,
 }
 
@@ -216,7 +236,7 @@ enum SlotState {
     Waiting,
     /// The previous leader finished and this caller is at the head of the queue.
     Lead,
-    Done(ChargeOutcome),
+    Done(Item),
 }
 
 impl Slot {
@@ -227,7 +247,7 @@ impl Slot {
 
     /// Blocks until the slot is no longer `Waiting`; returns the outcome, or `None` when
     /// this caller must lead the next batch.
-    fn wait(&self) -> Option<ChargeOutcome> {
+    fn wait(&self) -> Option<Item> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             match std::mem::take(&mut *state) {
@@ -238,7 +258,7 @@ impl Slot {
                         .unwrap_or_else(PoisonError::into_inner);
                 }
                 SlotState::Lead => return None,
-                SlotState::Done(outcome) => return Some(outcome),
+                SlotState::Done(item) => return Some(item),
             }
         }
     }
@@ -283,52 +303,88 @@ impl Limiter {
     /// Charges one prepared request (what [`Limiter::charge`] does after copying the
     /// principal's ids).
     pub fn charge_request(&self, request: ChargeRequest) -> ChargeOutcome {
-        match self.mode {
-            ChargeMode::PerCall => self
-                .run_batch(std::slice::from_ref(&request))
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| Err(McpError::internal())),
-            ChargeMode::GroupCommit => self.charge_grouped(request),
+        self.charge_item(Item {
+            request,
+            checks: None,
+            outcome: None,
+        })
+        .outcome
+        .unwrap_or_else(|| Err(McpError::internal()))
+    }
+
+    /// Charges `request` with `checks` run inside the same transaction. Returns the
+    /// outcome — `None` when the checks refused the call uncharged — and the checks.
+    pub fn charge_checked<C: TxChecks>(
+        &self,
+        request: ChargeRequest,
+        checks: C,
+    ) -> (Option<ChargeOutcome>, C) {
+        let item = self.charge_item(Item {
+            request,
+            checks: Some(Box::new(checks)),
+            outcome: None,
+        });
+        let any: Box<dyn std::any::Any> = match item.checks {
+            Some(checks) => checks,
+            None => unreachable!("a charge always gives its checks back"),
+        };
+        match any.downcast::<C>() {
+            Ok(checks) => (item.outcome, *checks),
+            Err(_) => unreachable!("the checks come back as the type they went in as"),
         }
     }
 
-    /// Queues `request` and waits for its outcome. A caller that finds no batch running,
-    /// or is handed the leadership, leads: its own request is then at the head of the
+    fn charge_item(&self, item: Item) -> Item {
+        match self.mode {
+            ChargeMode::PerCall => {
+                let mut batch = [item];
+                self.run_batch(&mut batch);
+                let [item] = batch;
+                item
+            }
+            ChargeMode::GroupCommit => self.charge_grouped(item),
+        }
+    }
+
+    /// Queues `item` and waits for its outcome. A caller that finds no batch running,
+    /// or is handed the leadership, leads: its own item is then at the head of the
     /// queue, so the batch it drains always contains it.
-    fn charge_grouped(&self, request: ChargeRequest) -> ChargeOutcome {
+    fn charge_grouped(&self, item: Item) -> Item {
         let slot = Arc::new(Slot::default());
         let lead_now = {
             let mut queue = self.lock_queue();
-            queue.waiting.push_back((request, Arc::clone(&slot)));
+            queue.waiting.push_back((item, Arc::clone(&slot)));
             !std::mem::replace(&mut queue.leader_active, true)
         };
-        if !lead_now && let Some(outcome) = slot.wait() {
-            return outcome;
+        if !lead_now && let Some(item) = slot.wait() {
+            return item;
         }
         self.lead_one_batch();
-        slot.wait().unwrap_or_else(|| Err(McpError::internal()))
+        match slot.wait() {
+            Some(item) => item,
+            // The leader always completes its own item first.
+            None => unreachable!("a leader's own item is in its batch"),
+        }
     }
 
     /// Drains up to [`BATCH_MAX`] queued charges, commits them in one transaction, hands
     /// each caller its outcome, then passes the leadership to the next queued caller (or
     /// clears it when nobody waits). Only one caller leads at a time.
     fn lead_one_batch(&self) {
-        let (batch, slots): (Vec<ChargeRequest>, Vec<Arc<Slot>>) = {
+        let (mut batch, slots): (Vec<Item>, Vec<Arc<Slot>>) = {
             let mut queue = self.lock_queue();
             let take = queue.waiting.len().min(BATCH_MAX);
             queue.waiting.drain(..take).unzip()
         };
         // A panic must not strand the callers of this batch or the leadership; it becomes
         // an internal error for this batch instead.
-        let outcomes = std::panic::catch_unwind(AssertUnwindSafe(|| self.run_batch(&batch)))
-            .unwrap_or_else(|_| vec![Err(McpError::internal()); batch.len()]);
-        // One outcome per request by construction; the filler only guards against a
-        // caller ever waiting forever if that were broken.
-        let mut outcomes = outcomes.into_iter();
-        for slot in &slots {
-            let outcome = outcomes.next().unwrap_or_else(|| Err(McpError::internal()));
-            slot.set(SlotState::Done(outcome));
+        if std::panic::catch_unwind(AssertUnwindSafe(|| self.run_batch(&mut batch))).is_err() {
+            for item in &mut batch {
+                item.outcome = Some(Err(McpError::internal()));
+            }
+        }
+        for (item, slot) in batch.into_iter().zip(&slots) {
+            slot.set(SlotState::Done(item));
         }
         let mut queue = self.lock_queue();
         match queue.waiting.front() {
@@ -341,8 +397,8 @@ impl Limiter {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Applies `batch` in one transaction; one outcome per request, in order.
-    fn run_batch(&self, batch: &[ChargeRequest]) -> Vec<ChargeOutcome> {
+    /// Applies `batch` in one transaction, in order, setting every item's outcome.
+    fn run_batch(&self, batch: &mut [Item]) {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.charges
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -350,12 +406,14 @@ impl Limiter {
         let result = self.store.write(|tx| {
             // The clock is read once the write lock is held, so windows follow commit order.
             now = (self.clock)();
-            charge_batch(tx, batch, now)
+            charge_items(tx, batch, now)
         });
         self.maybe_prune(now);
-        match result {
-            Ok(outcomes) => outcomes,
-            Err(err) => vec![Err(store_failure(err, false)); batch.len()],
+        if let Err(err) = result {
+            let failure = store_failure(err, false);
+            for item in batch {
+                item.outcome = Some(Err(failure.clone()));
+            }
         }
     }
 
@@ -457,79 +515,154 @@ fn to_limit(value: i64) -> u64 {
 }
 
 const INCREMENT_SQL: &str = "\
-    INSERT INTO rate_counters (bucket, key, window_start, count) VALUES (?1, ?2, ?3, 1)
-    ON CONFLICT (bucket, key, window_start) DO UPDATE SET count = count + 1
+    INSERT INTO rate_counters (bucket, key, window_start, count) VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (bucket, key, window_start) DO UPDATE SET count = count + excluded.count
     RETURNING count";
 
-/// Increments one counter and returns its state.
+/// Adds `by` to one counter; returns its new count.
 fn increment(
     tx: &Transaction<'_>,
-    bucket: &'static str,
+    bucket: &str,
     key: &str,
-    limit: u64,
-    now: i64,
-) -> Result<BucketState, StoreError> {
-    let window = window_secs(bucket);
-    let window_start = now - now.rem_euclid(window);
+    window_start: i64,
+    by: usize,
+) -> Result<u64, StoreError> {
     let mut stmt = tx.prepare_cached(INCREMENT_SQL)?;
-    let count: i64 = stmt.query_row(rusqlite::params![bucket, key, window_start], |row| {
+    let by = i64::try_from(by).unwrap_or(i64::MAX);
+    let count: i64 = stmt.query_row(rusqlite::params![bucket, key, window_start, by], |row| {
         row.get(0)
     })?;
-    Ok(BucketState {
-        bucket,
-        limit,
-        count: to_limit(count),
-        reset: window_start + window,
-        window_secs: window,
-    })
+    Ok(to_limit(count))
 }
 
 /// Charges every request of `batch` at time `now` inside `tx`, in order, and decides each
-/// one. Every applicable counter is incremented, refused or not. Limits are read once per
-/// distinct (credential, client, category) in the batch — they cannot change within the
-/// transaction.
+/// one. Every applicable counter is incremented, refused or not.
 pub fn charge_batch(
     tx: &Transaction<'_>,
     batch: &[ChargeRequest],
     now: i64,
 ) -> Result<Vec<ChargeOutcome>, StoreError> {
-    let mut seen: Vec<(&ChargeRequest, AppliedLimits)> = Vec::new();
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for request in batch {
-        let limits = match seen.iter().find(|(r, _)| *r == request) {
+    let mut items: Vec<Item> = batch
+        .iter()
+        .map(|request| Item {
+            request: request.clone(),
+            checks: None,
+            outcome: None,
+        })
+        .collect();
+    charge_items(tx, &mut items, now)?;
+    Ok(items
+        .into_iter()
+        .map(|item| item.outcome.unwrap_or_else(|| Err(McpError::internal())))
+        .collect())
+}
+
+/// One counter increment a call needs: which bucket and key, and the call's limit there.
+struct Need {
+    bucket: &'static str,
+    key: String,
+    limit: u64,
+}
+
+/// Charges `items` in order: each item's checks run first (a refusal leaves its counters
+/// alone), then its counters move. Increments of one counter within the batch are summed
+/// into a single upsert and handed out in queue order, so the Nth charge of a counter
+/// sees exactly the count it would have seen charged alone. Limits are read once per
+/// distinct (credential, client, category) — they cannot change within the transaction.
+fn charge_items(tx: &Transaction<'_>, items: &mut [Item], now: i64) -> Result<(), StoreError> {
+    let mut seen: Vec<(ChargeRequest, AppliedLimits)> = Vec::new();
+    // Per item, the counters it moves (empty when its checks refused it).
+    let mut needs: Vec<Vec<Need>> = Vec::with_capacity(items.len());
+    for item in items.iter_mut() {
+        if let Some(checks) = &mut item.checks
+            && !checks.before_charge(tx, now)?
+        {
+            needs.push(Vec::new());
+            continue;
+        }
+        let limits = match seen.iter().find(|(r, _)| *r == item.request) {
             Some((_, limits)) => limits.clone(),
             None => {
-                let limits = read_limits(tx, request)?;
-                seen.push((request, limits.clone()));
+                let limits = read_limits(tx, &item.request)?;
+                seen.push((item.request.clone(), limits.clone()));
                 limits
             }
         };
-        outcomes.push(charge_one(tx, request, &limits, now)?);
+        let mut need = vec![Need {
+            bucket: item.request.category.as_str(),
+            key: item.request.credential_id.clone(),
+            limit: limits.category_per_minute,
+        }];
+        if let Some((slug, limit)) = limits.plan {
+            need.push(Need {
+                bucket: PLAN_BUCKET,
+                key: slug,
+                limit,
+            });
+        }
+        if let Some((client, limit)) = limits.client {
+            need.push(Need {
+                bucket: CLIENT_BUCKET,
+                key: client,
+                limit,
+            });
+        }
+        needs.push(need);
     }
-    Ok(outcomes)
-}
-
-fn charge_one(
-    tx: &Transaction<'_>,
-    request: &ChargeRequest,
-    limits: &AppliedLimits,
-    now: i64,
-) -> Result<ChargeOutcome, StoreError> {
-    let category = request.category.as_str();
-    let mut buckets = vec![increment(
-        tx,
-        category,
-        &request.credential_id,
-        limits.category_per_minute,
-        now,
-    )?];
-    if let Some((slug, limit)) = &limits.plan {
-        buckets.push(increment(tx, PLAN_BUCKET, slug, *limit, now)?);
+    // Sum the increments per counter, apply each once, and remember the first count of
+    // the batch's range for that counter.
+    let mut counters: Vec<(&'static str, &str, usize, u64)> = Vec::new();
+    for need in needs.iter().flatten() {
+        match counters
+            .iter_mut()
+            .find(|(b, k, _, _)| *b == need.bucket && *k == need.key)
+        {
+            Some(counter) => counter.2 += 1,
+            None => counters.push((need.bucket, &need.key, 1, 0)),
+        }
     }
-    if let Some((client, limit)) = &limits.client {
-        buckets.push(increment(tx, CLIENT_BUCKET, client, *limit, now)?);
+    for (bucket, key, by, next) in &mut counters {
+        let window = window_secs(bucket);
+        let window_start = now - now.rem_euclid(window);
+        let total = increment(tx, bucket, key, window_start, *by)?;
+        *next = (total + 1).saturating_sub(*by as u64);
     }
-    Ok(decide(buckets, now))
+    for (item, need) in items.iter_mut().zip(&needs) {
+        if need.is_empty() {
+            continue;
+        }
+        let buckets = need
+            .iter()
+            .map(|n| {
+                let counter = counters
+                    .iter_mut()
+                    .find(|(b, k, _, _)| *b == n.bucket && *k == n.key)
+                    .map(|c| &mut c.3);
+                let count = counter.map_or(0, |next| {
+                    let count = *next;
+                    *next += 1;
+                    count
+                });
+                let window = window_secs(n.bucket);
+                let window_start = now - now.rem_euclid(window);
+                BucketState {
+                    bucket: n.bucket,
+                    limit: n.limit,
+                    count,
+                    reset: window_start + window,
+                    window_secs: window,
+                }
+            })
+            .collect();
+        let outcome = decide(buckets, now);
+        if outcome.is_ok()
+            && let Some(checks) = &mut item.checks
+        {
+            checks.after_charge(tx, now)?;
+        }
+        item.outcome = Some(outcome);
+    }
+    Ok(())
 }
 
 /// Admits the call when no bucket is over its limit; otherwise refuses it naming the
@@ -1191,6 +1324,131 @@ mod tests {
     fn refusal(outcome: &ChargeOutcome) -> (ErrorKind, Value) {
         let err = outcome.as_ref().expect_err("refused");
         (err.kind(), Value::Object(err.fields().clone()))
+    }
+
+    /// The counters a test database holds, ordered.
+    fn counters(store: &Store) -> Vec<(String, String, i64, i64)> {
+        store
+            .read(|conn| {
+                let mut stmt = conn.prepare(
+                    "SELECT bucket, key, window_start, count FROM rate_counters ORDER BY 1, 2, 3",
+                )?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(rows)
+            })
+            .expect("counters")
+    }
+
+    #[test]
+    fn one_batch_decides_exactly_as_one_transaction_per_call() {
+        let batch: Vec<ChargeRequest> = ["key00001", "key00002", "key00001", "key00001"]
+            .iter()
+            .cycle()
+            .take(12)
+            .zip(
+                [Category::Read, Category::Write, Category::Read]
+                    .iter()
+                    .cycle(),
+            )
+            .map(|(id, category)| request(id, *category))
+            .collect();
+        let run = |grouped: bool| {
+            let f = fixture("starter");
+            add_credential(&f.store, "key00001", None);
+            add_credential(&f.store, "key00002", None);
+            set(
+                &f.store,
+                LimitChange::PlanHourly {
+                    plan: "starter".into(),
+                    per_hour: Some(9),
+                },
+            );
+            set(
+                &f.store,
+                LimitChange::Credential {
+                    credential_id: "key00001".into(),
+                    category: Category::Read,
+                    per_minute: Some(4),
+                },
+            );
+            let outcomes: Vec<ChargeOutcome> = if grouped {
+                charge_at(&f.store, &batch, T0)
+            } else {
+                batch
+                    .iter()
+                    .flat_map(|r| charge_at(&f.store, std::slice::from_ref(r), T0))
+                    .collect()
+            };
+            (outcomes, counters(&f.store))
+        };
+        let (grouped, grouped_counters) = run(true);
+        let (alone, alone_counters) = run(false);
+        let decided = |outcomes: &[ChargeOutcome]| -> Vec<Result<Budget, Value>> {
+            outcomes
+                .iter()
+                .map(|o| match o {
+                    Ok(budget) => Ok(budget.clone()),
+                    Err(err) => Err(Value::Object(err.fields().clone())),
+                })
+                .collect()
+        };
+        assert_eq!(decided(&grouped), decided(&alone));
+        assert_eq!(grouped_counters, alone_counters);
+        let admitted = grouped.iter().filter(|o| o.is_ok()).count();
+        assert_eq!(admitted, 8, "{grouped:?}");
+        assert!(grouped_counters.contains(&("plan".into(), "starter".into(), T0, 12)));
+    }
+
+    /// Refuses every call whose credential id ends in `x`, and counts what it saw.
+    struct RefuseX {
+        id: String,
+        before: usize,
+        after: usize,
+    }
+
+    impl TxChecks for RefuseX {
+        fn before_charge(
+            &mut self,
+            _conn: &rusqlite::Connection,
+            _now: i64,
+        ) -> Result<bool, StoreError> {
+            self.before += 1;
+            Ok(!self.id.ends_with('x'))
+        }
+
+        fn after_charge(
+            &mut self,
+            _conn: &rusqlite::Connection,
+            _now: i64,
+        ) -> Result<(), StoreError> {
+            self.after += 1;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn checks_that_refuse_leave_the_counters_alone() {
+        let f = fixture("pro");
+        add_credential(&f.store, "key0000x", None);
+        add_credential(&f.store, "key00001", None);
+        let limiter = Limiter::new(f.store.clone());
+        let checks = |id: &str| RefuseX {
+            id: id.into(),
+            before: 0,
+            after: 0,
+        };
+        let (outcome, seen) =
+            limiter.charge_checked(request("key0000x", Category::Read), checks("key0000x"));
+        assert!(outcome.is_none());
+        assert_eq!((seen.before, seen.after), (1, 0));
+        assert!(counters(&f.store).is_empty());
+        let (outcome, seen) =
+            limiter.charge_checked(request("key00001", Category::Read), checks("key00001"));
+        assert!(outcome.expect("charged").is_ok());
+        assert_eq!((seen.before, seen.after), (1, 1));
+        assert_eq!(counters(&f.store).len(), 2, "read and plan buckets");
     }
 
     #[test]
