@@ -263,7 +263,11 @@ const CREDENTIAL_SELECT: &str = "SELECT c.kind, c.mode, c.secret_hash, c.scopes,
      WHERE c.public_id = ?1";
 
 fn find_by_public_id(store: &Store, public_id: &str) -> Result<Option<CredentialRow>, StoreError> {
-    store.read(|conn| {
+    store.read(|conn| credential_row(conn, public_id))
+}
+
+fn credential_row(conn: &Connection, public_id: &str) -> Result<Option<CredentialRow>, StoreError> {
+    {
         let mut stmt = conn.prepare_cached(CREDENTIAL_SELECT)?;
         let row = stmt
             .query_row([public_id], |row| {
@@ -286,7 +290,7 @@ fn find_by_public_id(store: &Store, public_id: &str) -> Result<Option<Credential
             })
             .optional()?;
         Ok(row)
-    })
+    }
 }
 
 /// Revoked, expired, client revoked, test key on a live installation — in that order.
@@ -306,9 +310,129 @@ fn check_standing(row: &CredentialRow, now: i64) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How the caller of a tool call was identified before its charging transaction.
+pub enum CallAuth {
+    /// Verified now: argon2, or the development-mode credential.
+    Verified(Principal),
+    /// A token verified earlier; its credential row is re-checked in the transaction.
+    Cached {
+        /// SHA-256 of the token, the cache key.
+        digest: [u8; 32],
+        /// What the cache remembers of it.
+        entry: CacheEntry,
+    },
+}
+
+impl CallAuth {
+    /// The public id of the credential, for the charge.
+    pub fn credential_id(&self) -> &str {
+        match self {
+            CallAuth::Verified(principal) => &principal.credential_id,
+            CallAuth::Cached { entry, .. } => &entry.public_id,
+        }
+    }
+
+    /// The credential's OAuth client when already known (otherwise the charge reads it).
+    pub fn client_id(&self) -> Option<&str> {
+        match self {
+            CallAuth::Verified(principal) => principal.client_id.as_deref(),
+            CallAuth::Cached { .. } => None,
+        }
+    }
+}
+
+/// The outcome of re-checking a cached token ([`Authenticator::finish_recheck`]).
+pub enum Recheck {
+    /// The credential still stands.
+    Admitted(Principal),
+    /// Revoked, expired, or otherwise refused: the call ends with this error, uncharged.
+    Refused(McpError),
+    /// The secret changed since the token was cached: verify it afresh.
+    Stale,
+}
+
+/// What a re-check inside the transaction found.
+enum Identity {
+    Admitted(Principal),
+    Refused(Failure),
+    Stale,
+}
+
+/// The guard chain's reads inside the charging transaction: the re-check of a cached
+/// credential (before the counters move, so a revoked key charges nothing) and the plan
+/// facts for the scope-and-plan guard (after).
+pub struct CallChecks {
+    now: i64,
+    pending: Option<CacheEntry>,
+    identity: Option<Identity>,
+    facts: Option<AccessFacts>,
+}
+
+impl CallChecks {
+    /// The plan facts read in the transaction (`None` when it did not get that far).
+    pub fn facts(&self) -> Option<&AccessFacts> {
+        self.facts.as_ref()
+    }
+}
+
+impl crate::ratelimit::TxChecks for CallChecks {
+    fn before_charge(&mut self, conn: &Connection, _now: i64) -> Result<bool, StoreError> {
+        let Some(entry) = &self.pending else {
+            return Ok(true);
+        };
+        let now = self.now;
+        let identity = match credential_row(conn, &entry.public_id)? {
+            None => Identity::Refused(Failure::Invalid("unknown")),
+            Some(row) => match check_standing(&row, now) {
+                Err(failure) => Identity::Refused(failure),
+                Ok(()) if !matches_entry(&row, entry, now) => Identity::Stale,
+                Ok(()) => {
+                    if needs_touch(&row, now) {
+                        conn.prepare_cached(
+                            "UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2",
+                        )?
+                        .execute(params![now, entry.public_id])?;
+                    }
+                    Identity::Admitted(Principal {
+                        credential_id: entry.public_id.clone(),
+                        client_id: row.client_id,
+                        scopes: row.scopes,
+                    })
+                }
+            },
+        };
+        let admitted = matches!(identity, Identity::Admitted(_));
+        self.identity = Some(identity);
+        Ok(admitted)
+    }
+
+    fn after_charge(&mut self, conn: &Connection, _now: i64) -> Result<(), StoreError> {
+        self.facts = Some(AccessFacts::read(conn, self.now)?);
+        Ok(())
+    }
+}
+
+/// Whether the row's current (or still valid previous) secret is the one `entry` was
+/// verified against; compared in constant time.
+fn matches_entry(row: &CredentialRow, entry: &CacheEntry, now: i64) -> bool {
+    let current = fingerprint(&row.secret_hash).ct_eq(&entry.hash_fingerprint);
+    let previous = row
+        .active_previous(now)
+        .map_or(subtle::Choice::from(0), |h| {
+            fingerprint(h).ct_eq(&entry.hash_fingerprint)
+        });
+    bool::from(current | previous)
+}
+
+/// Whether `last_used_at` is due for an update (at most once a minute).
+fn needs_touch(row: &CredentialRow, now: i64) -> bool {
+    row.last_used_at
+        .is_none_or(|at| now - at >= LAST_USED_INTERVAL_SECS)
+}
+
 /// A verified token remembered by the SHA-256 of its text.
 #[derive(Clone)]
-struct CacheEntry {
+pub struct CacheEntry {
     public_id: String,
     /// SHA-256 of the PHC string the secret was verified against: when the row's hash
     /// changes (rotation), the entry no longer matches and argon2 runs again.
@@ -521,6 +645,68 @@ impl Authenticator {
         Ok(self.admit_principal(public_id, row, now))
     }
 
+    /// Step 1 of a tool call. A token verified earlier comes back as
+    /// [`CallAuth::Cached`]: its credential row is re-checked by [`CallChecks`] inside
+    /// the charging transaction (no read of its own); anything else is verified now.
+    pub fn authenticate_call(
+        &self,
+        token: Option<&str>,
+        source: &str,
+    ) -> Result<CallAuth, McpError> {
+        if let Some(token) = token.filter(|t| !t.is_empty()) {
+            let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+            if let Some(entry) = self.cached(&digest) {
+                return Ok(CallAuth::Cached { digest, entry });
+            }
+        }
+        self.authenticate(token, source).map(CallAuth::Verified)
+    }
+
+    /// The checks a call runs inside its charging transaction.
+    pub fn call_checks(&self, auth: &CallAuth) -> CallChecks {
+        CallChecks {
+            now: (self.clock)(),
+            pending: match auth {
+                CallAuth::Cached { entry, .. } => Some(entry.clone()),
+                CallAuth::Verified(_) => None,
+            },
+            identity: None,
+            facts: None,
+        }
+    }
+
+    /// What the re-check of a cached token in `checks` found: the principal, the refusal
+    /// (counted against `source` like any failed token), or [`Recheck::Stale`] when the
+    /// credential's secret changed since it was cached (the entry is forgotten; verify
+    /// the token afresh).
+    pub fn finish_recheck(
+        &self,
+        auth: &CallAuth,
+        checks: &mut CallChecks,
+        source: &str,
+    ) -> Recheck {
+        let (digest, entry) = match auth {
+            CallAuth::Verified(principal) => return Recheck::Admitted(principal.clone()),
+            CallAuth::Cached { digest, entry } => (digest, entry),
+        };
+        match checks.identity.take() {
+            Some(Identity::Admitted(principal)) => Recheck::Admitted(principal),
+            Some(Identity::Refused(failure)) => {
+                self.throttle().record_failure(source, checks.now);
+                Recheck::Refused(failure.into_error())
+            }
+            Some(Identity::Stale) => {
+                self.forget(digest);
+                Recheck::Stale
+            }
+            // The charging transaction failed before the row was read.
+            None => {
+                tracing::debug!(credential = %entry.public_id, "credential not re-checked");
+                Recheck::Refused(McpError::internal())
+            }
+        }
+    }
+
     /// A cache hit: only the row checks, no argon2. `None` when the entry is stale.
     fn authenticate_cached(
         &self,
@@ -535,13 +721,7 @@ impl Authenticator {
         if let Err(failure) = check_standing(&row, now) {
             return Some(Err(failure));
         }
-        let current = fingerprint(&row.secret_hash).ct_eq(&entry.hash_fingerprint);
-        let previous = row
-            .active_previous(now)
-            .map_or(subtle::Choice::from(0), |h| {
-                fingerprint(h).ct_eq(&entry.hash_fingerprint)
-            });
-        if !bool::from(current | previous) {
+        if !matches_entry(&row, entry, now) {
             return None;
         }
         Some(Ok(self.admit_principal(&entry.public_id, row, now)))
@@ -591,10 +771,7 @@ impl Authenticator {
     }
 
     fn admit_principal(&self, public_id: &str, row: CredentialRow, now: i64) -> Principal {
-        if row
-            .last_used_at
-            .is_none_or(|at| now - at >= LAST_USED_INTERVAL_SECS)
-        {
+        if needs_touch(&row, now) {
             touch_last_used(&self.store, public_id, now);
         }
         Principal {
@@ -642,14 +819,34 @@ impl Authenticator {
     /// for a used-up allowance). The plan is read on every call, so a change made by
     /// `tollgate plan set` in another process applies to the next call.
     pub fn check_access(&self, principal: &Principal, tool: &ToolSpec) -> Result<(), McpError> {
+        let facts = self.read_access_facts()?;
+        self.check_access_with(principal, tool, &facts)
+    }
+
+    /// [`Authenticator::check_access`] on plan facts already read (inside the charging
+    /// transaction, by [`CallChecks`]).
+    pub fn check_access_with(
+        &self,
+        principal: &Principal,
+        tool: &ToolSpec,
+        facts: &AccessFacts,
+    ) -> Result<(), McpError> {
         check_scope(principal, tool)?;
-        let Some(plan) = current_plan(&self.store).map_err(|e| store_failure(e, false))? else {
+        let Some(plan) = &facts.plan else {
             return Ok(());
         };
         if plan.excludes(tool.name) {
-            return Err(self.upgrade_required(&plan, tool.name));
+            return Err(self.upgrade_required(plan, tool.name));
         }
-        self.check_allowances(&plan)
+        self.check_allowances(plan, facts.active_keys)
+    }
+
+    /// The plan and, when the plan caps them, the active keys, read now.
+    pub fn read_access_facts(&self) -> Result<AccessFacts, McpError> {
+        let now = (self.clock)();
+        self.store
+            .read(|conn| AccessFacts::read(conn, now))
+            .map_err(|e| store_failure(e, false))
     }
 
     /// Whether `tool` appears in the principal's `tools/list`: its scope and its plan
@@ -680,15 +877,10 @@ impl Authenticator {
         }
     }
 
-    fn check_allowances(&self, plan: &PlanView) -> Result<(), McpError> {
-        let Some(limit) = plan.max_active_keys else {
+    fn check_allowances(&self, plan: &PlanView, active: Option<i64>) -> Result<(), McpError> {
+        let (Some(limit), Some(active)) = (plan.max_active_keys, active) else {
             return Ok(());
         };
-        let now = (self.clock)();
-        let active = self
-            .store
-            .read(|conn| Ok(count_active_keys(conn, now)?))
-            .map_err(|e| store_failure(e, false))?;
         if active <= limit {
             return Ok(());
         }
@@ -775,7 +967,27 @@ pub fn grants(held: &[String], required: &str) -> bool {
     held.iter().any(|s| s == SUPER_SCOPE || s == required)
 }
 
+/// What the plan check of a call reads: the company's plan (`None` before `tollgate
+/// init`) and, when that plan caps active keys, how many are active.
+#[derive(Debug, Clone, Default)]
+pub struct AccessFacts {
+    plan: Option<PlanView>,
+    active_keys: Option<i64>,
+}
+
+impl AccessFacts {
+    fn read(conn: &Connection, now: i64) -> Result<AccessFacts, StoreError> {
+        let plan = plan_on(conn)?;
+        let active_keys = match plan.as_ref().and_then(|p| p.max_active_keys) {
+            Some(_) => Some(count_active_keys(conn, now)?),
+            None => None,
+        };
+        Ok(AccessFacts { plan, active_keys })
+    }
+}
+
 /// The plan fields the guards need.
+#[derive(Debug, Clone)]
 struct PlanView {
     slug: String,
     rank: i64,
@@ -800,13 +1012,15 @@ impl PlanView {
 
 /// The company's plan, or `None` before `tollgate init`.
 fn current_plan(store: &Store) -> Result<Option<PlanView>, StoreError> {
-    store.read(|conn| {
-        let mut stmt = conn.prepare_cached(
-            "SELECT p.slug, p.rank, p.excluded_tools, p.max_active_keys \
-             FROM company c JOIN plans p ON p.slug = c.plan_slug WHERE c.id = 1",
-        )?;
-        Ok(stmt.query_row([], PlanView::from_row).optional()?)
-    })
+    store.read(plan_on)
+}
+
+fn plan_on(conn: &Connection) -> Result<Option<PlanView>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT p.slug, p.rank, p.excluded_tools, p.max_active_keys \
+         FROM company c JOIN plans p ON p.slug = c.plan_slug WHERE c.id = 1",
+    )?;
+    Ok(stmt.query_row([], PlanView::from_row).optional()?)
 }
 
 fn all_plans(store: &Store) -> Result<Vec<PlanView>, StoreError> {

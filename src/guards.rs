@@ -17,13 +17,13 @@ use std::time::Instant;
 use serde_json::{Map, Value};
 
 use crate::audit::{AuditEntry, Auditor};
-use crate::auth::{Authenticator, Principal};
+use crate::auth::{AccessFacts, Authenticator, CallAuth, Principal, Recheck};
 use crate::catalog::McpError;
 use crate::config::Locale;
 use crate::dispatch::{Env, render_tool_outcome};
 use crate::idempotency::{Claim, Ledger};
-use crate::ratelimit::{Budget, Limiter};
-use crate::registry::{CommitHook, RegisteredTool, Registry, Resolution, ToolOutput};
+use crate::ratelimit::{Budget, ChargeRequest, Limiter};
+use crate::registry::{Category, CommitHook, RegisteredTool, Registry, Resolution, ToolOutput};
 use crate::store::Store;
 
 /// `_meta` key of the remaining budget on successful results.
@@ -175,21 +175,70 @@ impl Guards {
         outcome
     }
 
-    /// Step 1 for a tool call (with the `auth` bench switch, the first call's principal).
-    fn principal(&self, env: &Env<'_>) -> Result<Principal, McpError> {
-        if !self.skip.auth {
-            return self.authenticate(env);
+    /// Step 1 for a tool call. A cached token is only re-checked later, inside the
+    /// charging transaction (with the `auth` bench switch, the first call's principal is
+    /// reused without any check).
+    fn identify(&self, env: &Env<'_>) -> Result<CallAuth, McpError> {
+        if self.skip.auth {
+            let mut first = self
+                .first_principal
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if first.is_none() {
+                *first = Some(self.authenticate(env)?);
+            }
+            return Ok(CallAuth::Verified(
+                first.clone().ok_or_else(McpError::internal)?,
+            ));
         }
-        let mut first = self
-            .first_principal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(principal) = first.as_ref() {
-            return Ok(principal.clone());
+        match (env.token, env.dev_credential) {
+            (None, Some(_)) => self.authenticate(env).map(CallAuth::Verified),
+            (token, _) => self.auth.authenticate_call(token, &env.source),
         }
-        let principal = self.authenticate(env)?;
-        *first = Some(principal.clone());
-        Ok(principal)
+    }
+
+    /// Steps 3 and the reads of step 4: charges the call, re-checking a cached credential
+    /// and reading the plan in the same transaction. Returns the budget, the principal
+    /// and the plan facts.
+    fn charge(
+        &self,
+        auth: CallAuth,
+        category: Category,
+        env: &Env<'_>,
+        principal_out: &mut Option<Principal>,
+    ) -> Result<(Budget, AccessFacts), McpError> {
+        if self.skip.ratelimit {
+            *principal_out = Some(self.confirm(auth, env)?);
+            let facts = self.auth.read_access_facts()?;
+            return Ok((Budget::default(), facts));
+        }
+        let request = ChargeRequest {
+            credential_id: auth.credential_id().to_owned(),
+            client_id: auth.client_id().map(str::to_owned),
+            category,
+        };
+        let checks = self.auth.call_checks(&auth);
+        let (outcome, mut checks) = self.limiter.charge_checked(request, checks);
+        match self.auth.finish_recheck(&auth, &mut checks, &env.source) {
+            Recheck::Admitted(principal) => *principal_out = Some(principal),
+            Recheck::Refused(err) => return Err(outcome.and_then(Result::err).unwrap_or(err)),
+            Recheck::Stale => {
+                // The secret changed since the token was cached: verify it afresh.
+                let principal = self.authenticate(env)?;
+                return self.charge(CallAuth::Verified(principal), category, env, principal_out);
+            }
+        }
+        let budget = outcome.ok_or_else(McpError::internal)??;
+        Ok((budget, checks.facts().cloned().unwrap_or_default()))
+    }
+
+    /// The principal of `auth`, re-checking a cached token on its own (for calls that end
+    /// before the charging transaction).
+    fn confirm(&self, auth: CallAuth, env: &Env<'_>) -> Result<Principal, McpError> {
+        match auth {
+            CallAuth::Verified(principal) => Ok(principal),
+            CallAuth::Cached { .. } => self.authenticate(env),
+        }
     }
 
     fn chain(
@@ -200,19 +249,25 @@ impl Guards {
         run: &RunTool<'_>,
         principal_out: &mut Option<Principal>,
     ) -> Result<Value, McpError> {
-        let principal = principal_out.insert(self.principal(env)?);
+        let auth = self.identify(env)?;
+        if let CallAuth::Verified(principal) = &auth {
+            *principal_out = Some(principal.clone());
+        }
         let tool = match registry.resolve(call.name) {
             Resolution::Tool(tool) => tool,
-            Resolution::Retired(r) => return Err(McpError::tool_retired(r.name, r.replacement)),
-            Resolution::Unknown => return Err(McpError::unknown_tool(call.name)),
+            unresolved => {
+                *principal_out = Some(self.confirm(auth, env)?);
+                return Err(match unresolved {
+                    Resolution::Retired(r) => McpError::tool_retired(r.name, r.replacement),
+                    _ => McpError::unknown_tool(call.name),
+                });
+            }
         };
-        let budget = if self.skip.ratelimit {
-            Budget::default()
-        } else {
-            self.limiter.charge(principal, tool.spec().category)?
-        };
+        let (budget, facts) = self.charge(auth, tool.spec().category, env, principal_out)?;
+        let principal = principal_out.as_ref().ok_or_else(McpError::internal)?;
         if !self.skip.access {
-            self.auth.check_access(principal, tool.spec())?;
+            self.auth
+                .check_access_with(principal, tool.spec(), &facts)?;
         }
         let guardrails = if self.skip.guardrails {
             Ok(())

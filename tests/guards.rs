@@ -198,8 +198,23 @@ fn a_key_revoked_by_another_process_is_refused_on_the_next_call() {
     assert_ok(&call_simple(&mut server));
     let printed = run_ok(&db, &["key", "revoke", &key.id]);
     assert!(printed.contains(&key.id), "{printed}");
+    let charged = total_charged(&db);
     assert_invalid_token(&call_simple(&mut server), "revoked");
     assert_invalid_token(&server.request("tools/list", json!({})), "revoked");
+    // The cached token is re-checked before its counters move: the refusal charged
+    // nothing, not even the company's plan bucket.
+    assert_eq!(total_charged(&db), charged);
+}
+
+/// The sum of every rate counter in the database.
+fn total_charged(db: &TestDb) -> i64 {
+    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
+    conn.query_row(
+        "SELECT COALESCE(SUM(count), 0) FROM rate_counters",
+        [],
+        |r| r.get(0),
+    )
+    .expect("sum the counters")
 }
 
 #[test]
