@@ -907,6 +907,7 @@ fn stdio_load(
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     let mut child = Running(cmd.spawn().expect("spawn tollgate stdio"));
+    let watchdog = Watchdog::arm(child.pid(), s.warmup + s.measure + STDIO_GRACE);
     let mut stdin = BufWriter::new(child.0.stdin.take().expect("stdin"));
     let mut stdout = BufReader::new(child.0.stdout.take().expect("stdout"));
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -1002,7 +1003,44 @@ fn stdio_load(
     }
     writer.join().expect("writer");
     let _ = child.0.wait();
+    watchdog.disarm();
     figures
+}
+
+/// How long a stdio server may take to drain after its load before it is killed.
+const STDIO_GRACE: Duration = Duration::from_secs(60);
+
+/// Kills a process that outlives its deadline, so a server that stops answering cannot
+/// hold the benchmark (the reader then sees EOF).
+struct Watchdog {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Watchdog {
+    fn arm(pid: u32, after: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let theirs = Arc::clone(&done);
+        let deadline = Instant::now() + after;
+        let thread = std::thread::spawn(move || {
+            while !theirs.load(Ordering::Relaxed) {
+                if Instant::now() > deadline {
+                    println!("  warning: the server did not finish in time; killing it");
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Watchdog { done, thread }
+    }
+
+    fn disarm(self) {
+        self.done.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
 }
 
 // ---------------------------------------------------------------------------------------
