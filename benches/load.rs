@@ -1,136 +1,218 @@
-//! Load benchmark: guarded `tools/call` throughput and latency over stdio, and the cost of
-//! charging the rate counters.
+//! Load benchmark: every figure of the performance acceptance table, measured on the real
+//! binary — guarded `tools/call` throughput, latency and memory over HTTP and stdio, a
+//! built-in read tool on a large invoice book, the same HTTP load on a database with a
+//! large audit log and many expired rate windows, cold start, the cost of each guard — and
+//! the rate limiter alone, in-process.
 //!
-//! `cargo bench --bench stdio_load [-- --secs 10 --warmup 2 --inflight 64 --only stdio|limiter --no-pin]`
+//! ```text
+//! cargo bench --bench load -- [options]
+//! cargo bench --features bench-switches --bench load -- [options]   # with the guard costs
+//! ```
 //!
-//! 1. `tollgate stdio --conformance-pack` (the bench-profile binary) on a scratch database,
-//!    driven with `--inflight` requests outstanding at all times; after the warm-up it
-//!    prints calls/s, p50, p99 and errors for
-//!    - `tools/call test_simple_text` with every guard on (authentication from the cached
-//!      token, the category and plan buckets charged in SQLite — their limits raised so
-//!      nothing is refused —, scopes and plan, audit),
-//!    - `ping`, which passes no guard: the transport and dispatcher floor.
-//! 2. [`Limiter::charge`] alone, in-process, with 1, 4, 16 and 64 concurrent callers on one
-//!    credential, once per transaction and once with group commit, printing charges/s,
-//!    p50, p99 and charges per transaction.
+//! | option | default | meaning |
+//! |---|---|---|
+//! | `--secs N` | 10 | seconds measured per load run |
+//! | `--warmup N` | 2 | seconds of load before each measurement starts |
+//! | `--runs N` | 3 | runs of every measurement (each on a new server process); every run is printed, then the median of calls/s, p50, p99 and CPU, and the highest peak RSS. `limiter` runs once. |
+//! | `--only A,B` | all | run only these scenarios (names below; comma-separated or repeated) |
+//! | `--connections N` | 16 | keep-alive connections of every HTTP load, each in a closed loop |
+//! | `--inflight N` | 64 | requests outstanding on every stdio load |
+//! | `--invoices N` | 100000 | invoices seeded for `invoice` |
+//! | `--audit-rows N` | 10000000 | audit rows seeded for `bigdb` |
+//! | `--counter-windows N` | 1000000 | expired rate-counter windows seeded for `bigdb` |
+//! | `--starts N` | 10 | server starts timed by `coldstart` |
+//! | `--no-pin` | | do not pin the server to CPU 0 (`taskset`, when it exists) |
 //!
-//! The server is pinned to CPU 0 with `taskset` when it exists (not with `--no-pin`); the
-//! load generator runs wherever the OS puts it. Figures are printed, never asserted.
+//! Scenarios, in the order they run:
+//!
+//! - `http` — `tollgate serve --conformance-pack` on a fresh database: `tools/call
+//!   test_simple_text` with every guard on (token authentication, the category and plan
+//!   buckets charged in SQLite with their limits raised so nothing is refused, scopes and
+//!   plan, guardrails, idempotency, audit), then `server/discover`, which passes no guard and
+//!   reads no database (the transport floor). Calls/s, p50, p99, errors, server CPU µs per
+//!   call and the server's peak RSS (`VmHWM`) after the guarded load.
+//! - `stdio` — `tollgate stdio --conformance-pack`, the same guarded call, then `ping` (the
+//!   floor).
+//! - `invoice` — `get_invoice` over HTTP on a book of `--invoices` invoices, seeded in one
+//!   transaction through the crate's own `invoicing::db` functions (2 000 clients with valid
+//!   NIFs; series F and S numbered in date order over three years; 1–4 lines with real VAT
+//!   and withholding; drafts, issued, partly paid and paid invoices with their payments).
+//!   Plain `tollgate serve` (the invoicing tools are always on) with an `invoices:read` key;
+//!   every connection asks for random invoices.
+//! - `bigdb` — the guarded HTTP load of `http` on a fresh database and, alternately, on one
+//!   whose audit log holds `--audit-rows` rows (six months of calls by 50 keys and 5 OAuth
+//!   clients, sixteen tools, realistic outcomes and durations) and whose rate-counter table
+//!   holds `--counter-windows` windows that expired long ago (which the server prunes in
+//!   the background once it starts charging; the pruned windows are put back before each
+//!   run). Both are seeded by direct SQL, in transactions of 500 000 rows. Prints both and
+//!   how much the large database falls behind.
+//! - `coldstart` — `--starts` times: spawn `tollgate serve` (not pinned, not wrapped) on an
+//!   initialised database and poll `GET /healthz` (a new connection every ~1 ms) until it
+//!   answers 200; median and max.
+//! - `guards` — the guarded HTTP and stdio loads once with all guards on and once with each
+//!   guard switched off in turn (`TG_BENCH_SKIP_GUARDS=<guard>`), so the CPU each guard costs
+//!   per call is the difference. Needs `--features bench-switches` (the binary only reads the
+//!   variable then); without it, prints how to enable it and skips.
+//! - `limiter` — `Limiter::charge` alone, in-process, with 1, 4, 16 and 64 concurrent
+//!   callers on one credential, once per transaction and once with group commit: charges/s,
+//!   p50, p99 and charges per transaction.
+//!
+//! At the end a markdown table of the headline figures with their targets is printed, to
+//! paste into a report.
+//!
+//! Environment: `TG_BENCH_WRAP="perf record -g -o perf.data --"` runs every measured server
+//! under that command (profiling; not the cold starts). `TG_BENCH_SKIP_GUARDS` is set by the
+//! `guards` scenario alone and removed from every other server.
+//!
+//! Everything talks to 127.0.0.1 only, every load stops after its time, every server is
+//! stopped (SIGTERM, then SIGKILL after 10 s) and the databases live in a temporary
+//! directory that is removed at the end. The load generator runs wherever the OS puts it.
+//! Figures are printed, never asserted.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rusqlite::params;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tollgate::auth::Principal;
-use tollgate::ratelimit::{ChargeMode, Limiter};
+use tollgate::invoicing::date::Date;
+use tollgate::invoicing::db as invoice_db;
+use tollgate::invoicing::model::{
+    Client, ClientId, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, Line, Payment, PaymentId,
+    PaymentMethod,
+};
+use tollgate::invoicing::money::{LinePricing, Totals};
+use tollgate::invoicing::taxid::TaxId;
+use tollgate::ratelimit::{ChargeMode, Limiter, RETENTION_SECS, unix_now};
 use tollgate::registry::Category;
-use tollgate::store::{Store, StoreOptions};
+use tollgate::store::{Store, StoreError, StoreOptions};
 
-/// Benchmark settings, from `--secs`, `--warmup` and `--inflight`.
+/// The binary under test, built by cargo with the bench's features.
+const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+/// The variable a `bench-switches` build reads to switch guards off.
+const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
+/// Every scenario, in the order they run.
+const SCENARIOS: [&str; 7] = [
+    "http",
+    "stdio",
+    "invoice",
+    "bigdb",
+    "coldstart",
+    "guards",
+    "limiter",
+];
+/// The guards a `bench-switches` build can switch off (`src/guards.rs`, `Skips`).
+const GUARDS: [&str; 6] = [
+    "auth",
+    "ratelimit",
+    "access",
+    "guardrails",
+    "idempotency",
+    "audit",
+];
+
+// Targets of the performance acceptance table, printed beside the figures.
+const TARGET_HTTP_CALLS: f64 = 29_000.0;
+const TARGET_HTTP_P99_MS: f64 = 2.0;
+const TARGET_HTTP_RSS_MIB: f64 = 64.0;
+const TARGET_STDIO_CALLS: f64 = 50_000.0;
+const TARGET_STDIO_P99_MS: f64 = 5.0;
+const TARGET_INVOICE_CALLS: f64 = 15_000.0;
+const TARGET_BIGDB_FALL_PERCENT: f64 = 10.0;
+const TARGET_COLD_START_MS: f64 = 50.0;
+
+// ---------------------------------------------------------------------------------------
+// Settings
+
+/// What to run and for how long, from the command line.
 struct Settings {
-    /// Run only this part: `stdio` or `limiter` (both when absent).
-    only: Option<String>,
-    /// Pin the server to CPU 0 with `taskset` (unless `--no-pin`).
+    /// Scenarios to run; empty: all.
+    only: Vec<String>,
+    /// Pin the server to CPU 0 with `taskset`.
     pin: bool,
     measure: Duration,
     warmup: Duration,
+    runs: usize,
     inflight: usize,
-    /// Keep-alive connections of the HTTP load.
     connections: usize,
+    invoices: usize,
+    audit_rows: u64,
+    counter_windows: u64,
+    starts: usize,
 }
 
-fn settings() -> Settings {
-    let args: Vec<String> = std::env::args().collect();
-    let value = |name: &str, default: u64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
-    Settings {
-        only,
-        pin: !args.iter().any(|a| a == "--no-pin") && Path::new("/usr/bin/taskset").exists(),
-        measure: Duration::from_secs(value("--secs", 10)),
-        warmup: Duration::from_secs(value("--warmup", 2)),
-        inflight: usize::try_from(value("--inflight", 64)).unwrap_or(64),
-        connections: usize::try_from(value("--connections", 16)).unwrap_or(16),
+impl Settings {
+    fn from_args() -> Settings {
+        let args: Vec<String> = std::env::args().collect();
+        let mut only = Vec::new();
+        for (i, arg) in args.iter().enumerate() {
+            if arg != "--only" {
+                continue;
+            }
+            let list = args.get(i + 1).expect("--only needs a scenario name");
+            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                assert!(
+                    SCENARIOS.contains(&name),
+                    "--only: unknown scenario {name:?}; one of {SCENARIOS:?}"
+                );
+                only.push(name.to_owned());
+            }
+        }
+        Settings {
+            only,
+            pin: !args.iter().any(|a| a == "--no-pin") && Path::new("/usr/bin/taskset").exists(),
+            measure: Duration::from_secs(number(&args, "--secs", 10)),
+            warmup: Duration::from_secs(number(&args, "--warmup", 2)),
+            runs: number(&args, "--runs", 3usize).max(1),
+            inflight: number(&args, "--inflight", 64usize).max(1),
+            connections: number(&args, "--connections", 16usize).max(1),
+            invoices: number(&args, "--invoices", 100_000usize).max(1),
+            audit_rows: number(&args, "--audit-rows", 10_000_000),
+            counter_windows: number(&args, "--counter-windows", 1_000_000),
+            starts: number(&args, "--starts", 10usize).max(1),
+        }
+    }
+
+    fn wants(&self, scenario: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == scenario)
+    }
+
+    /// How each load run is timed, for headings.
+    fn timing(&self) -> String {
+        format!(
+            "{} s warm-up + {} s measured per run, {} run{}, server pinned to CPU 0: {}",
+            self.warmup.as_secs(),
+            self.measure.as_secs(),
+            self.runs,
+            if self.runs == 1 { "" } else { "s" },
+            self.pin
+        )
     }
 }
 
-fn tollgate(db: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-    cmd.arg("--database").arg(db);
-    cmd.env_remove("TOLLGATE_TOKEN")
-        .env_remove("TOLLGATE_CONFIG");
-    cmd.env("RUST_LOG", "error");
-    cmd
+/// The value after `name`, or `default` when the option is absent.
+fn number<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    match args.iter().position(|a| a == name) {
+        None => default,
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} needs a whole number")),
+    }
 }
 
-fn run_ok(db: &Path, args: &[&str]) -> Vec<u8> {
-    let out = tollgate(db).args(args).output().expect("run tollgate");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+// ---------------------------------------------------------------------------------------
+// Figures
 
-/// Creates the database; returns the admin token, with every limit raised out of the way.
-fn prepare_database(db: &Path) -> String {
-    let printed: Value =
-        serde_json::from_slice(&run_ok(db, &["init", "--json", "--company", "Bench Co"]))
-            .expect("init prints JSON");
-    let token = printed["admin_key"]
-        .as_str()
-        .expect("`init --json` prints admin_key")
-        .to_owned();
-    let id = token.split('_').nth(2).expect("public id").to_owned();
-    let huge = "1000000000";
-    run_ok(
-        db,
-        &[
-            "limits",
-            "set",
-            "--credential",
-            &id,
-            "--category",
-            "read",
-            "--per-minute",
-            huge,
-        ],
-    );
-    run_ok(db, &["limits", "set", "--plan", "pro", "--per-hour", huge]);
-    token
-}
-
-#[derive(Deserialize)]
-struct Reply {
-    id: Option<u64>,
-    error: Option<serde::de::IgnoredAny>,
-    result: Option<ReplyResult>,
-}
-
-#[derive(Deserialize)]
-struct ReplyResult {
-    #[serde(rename = "isError", default)]
-    is_error: bool,
-}
-
-/// What one load run measured.
+/// What one load run measured, raw.
 struct LoadFigures {
     calls: usize,
     errors: usize,
@@ -138,6 +220,152 @@ struct LoadFigures {
     latencies: Vec<Duration>,
     /// Server CPU time (user + system, all threads) per answered call, in µs.
     cpu_per_call_us: Option<f64>,
+    /// The server's peak resident memory when the measurement ended.
+    peak_rss_kib: Option<u64>,
+}
+
+impl LoadFigures {
+    fn new(secs: f64) -> LoadFigures {
+        LoadFigures {
+            calls: 0,
+            errors: 0,
+            secs,
+            latencies: Vec::new(),
+            cpu_per_call_us: None,
+            peak_rss_kib: None,
+        }
+    }
+
+    fn summarise(mut self) -> RunFigures {
+        self.latencies.sort_unstable();
+        RunFigures {
+            calls_per_sec: self.calls as f64 / self.secs,
+            p50: percentile(&self.latencies, 0.50),
+            p99: percentile(&self.latencies, 0.99),
+            errors: self.errors,
+            cpu_us: self.cpu_per_call_us,
+            rss_kib: self.peak_rss_kib,
+        }
+    }
+}
+
+/// The figures of one run (or the median of several).
+#[derive(Debug, Clone, Copy)]
+struct RunFigures {
+    calls_per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+    errors: usize,
+    cpu_us: Option<f64>,
+    rss_kib: Option<u64>,
+}
+
+impl RunFigures {
+    /// Medians of calls/s, p50, p99 and CPU; errors added up; the highest peak RSS.
+    fn median(runs: &[RunFigures]) -> RunFigures {
+        let secs = |pick: fn(&RunFigures) -> Duration| {
+            Duration::from_secs_f64(median(runs.iter().map(|r| pick(r).as_secs_f64())))
+        };
+        let cpu: Vec<f64> = runs.iter().filter_map(|r| r.cpu_us).collect();
+        RunFigures {
+            calls_per_sec: median(runs.iter().map(|r| r.calls_per_sec)),
+            p50: secs(|r| r.p50),
+            p99: secs(|r| r.p99),
+            errors: runs.iter().map(|r| r.errors).sum(),
+            cpu_us: (!cpu.is_empty()).then(|| median(cpu.into_iter())),
+            rss_kib: runs.iter().filter_map(|r| r.rss_kib).max(),
+        }
+    }
+
+    fn line(&self) -> String {
+        let mut line = format!(
+            "{:>9.0} calls/s   p50 {:>7.3} ms   p99 {:>7.3} ms   errors {}",
+            self.calls_per_sec,
+            ms(self.p50),
+            ms(self.p99),
+            self.errors
+        );
+        if let Some(us) = self.cpu_us {
+            line.push_str(&format!("   server CPU {us:.1} µs/call"));
+        }
+        if let Some(kib) = self.rss_kib {
+            line.push_str(&format!("   peak RSS {:.1} MiB", mib(kib)));
+        }
+        line
+    }
+}
+
+/// One measurement repeated `--runs` times: prints every run as it comes, then the median.
+struct Series {
+    label: String,
+    runs: Vec<RunFigures>,
+}
+
+impl Series {
+    fn new(label: impl Into<String>) -> Series {
+        Series {
+            label: label.into(),
+            runs: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, figures: RunFigures) {
+        self.runs.push(figures);
+        let tag = format!("run {}", self.runs.len());
+        println!("  {:<46} {tag:<9} {}", self.label, figures.line());
+    }
+
+    fn median(&self) -> RunFigures {
+        RunFigures::median(&self.runs)
+    }
+
+    /// The median line (nothing new when there was one run).
+    fn print_median(&self) {
+        if self.runs.len() > 1 {
+            let tag = format!("median {}", self.runs.len());
+            println!("  {:<46} {tag:<9} {}", self.label, self.median().line());
+        }
+    }
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// `31234.6` → `31 235`.
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// User + system CPU time of process `pid` so far (all its threads), from `/proc`.
@@ -152,77 +380,535 @@ fn cpu_time(pid: u32) -> Option<Duration> {
 }
 
 fn clock_ticks_per_second() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or(100.0)
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
+/// The peak resident set (`VmHWM`) of process `pid`.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A small deterministic generator (SplitMix64) for seeding and picking invoice ids.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
 
-fn print_figures(label: &str, mut figures: LoadFigures) {
-    figures.latencies.sort_unstable();
-    println!(
-        "{label:<44} {:>10.0} calls/s   p50 {:>8.1} µs   p99 {:>8.1} µs   errors {}{}",
-        figures.calls as f64 / figures.secs,
-        percentile(&figures.latencies, 0.50).as_secs_f64() * 1e6,
-        percentile(&figures.latencies, 0.99).as_secs_f64() * 1e6,
-        figures.errors,
-        figures
-            .cpu_per_call_us
-            .map_or_else(String::new, |us| format!("   server CPU {us:.1} µs/call"))
-    );
-}
-
-/// The server under test, pinned to CPU 0 with `taskset` when `pinned`, so the load
-/// generator does not compete with it for the core.
-fn tollgate_on_cpu0(pinned: bool) -> Command {
-    // `TG_BENCH_WRAP="perf record -g -o perf.data --"` runs the server under a profiler.
-    if let Ok(wrapper) = std::env::var("TG_BENCH_WRAP") {
-        let mut words = wrapper.split_whitespace();
-        let mut cmd = Command::new(words.next().expect("a wrapper command"));
-        cmd.args(words).arg(env!("CARGO_BIN_EXE_tollgate"));
-        return cmd;
+    /// A number in `0..n` (`n > 0`).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
     }
-    if pinned {
-        let mut cmd = Command::new("/usr/bin/taskset");
-        cmd.args(["-c", "0", env!("CARGO_BIN_EXE_tollgate")]);
-        cmd
-    } else {
-        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+
+    /// An index into a slice of `len` items (`len > 0`).
+    fn index(&mut self, len: usize) -> usize {
+        (self.next() % len as u64) as usize
+    }
+
+    /// True `per_mille` times in a thousand.
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+
+    /// One of `table`'s words, by its weight (weights add up to 1000).
+    fn pick<'a>(&mut self, table: &[(&'a str, u64)]) -> &'a str {
+        let mut roll = self.below(1000);
+        for &(word, weight) in table {
+            if roll < weight {
+                return word;
+            }
+            roll -= weight;
+        }
+        table[table.len() - 1].0
+    }
+
+    /// Twenty lowercase hex digits, like a credential's public id.
+    fn hex20(&mut self) -> String {
+        format!("{:016x}{:04x}", self.next(), self.next() & 0xffff)
     }
 }
 
-fn server_command(db: &Path, token: &str, pinned: bool) -> Command {
-    let mut cmd = tollgate_on_cpu0(pinned);
-    cmd.arg("--database")
-        .arg(db)
-        .args(["stdio", "--conformance-pack"]);
-    cmd.env_remove("TOLLGATE_CONFIG")
-        .env("TOLLGATE_TOKEN", token)
+// ---------------------------------------------------------------------------------------
+// Databases and servers
+
+/// A `tollgate` admin command on `db`: never pinned, never wrapped.
+fn tollgate(db: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--database").arg(db);
+    cmd.env_remove("TOLLGATE_TOKEN")
+        .env_remove("TOLLGATE_CONFIG")
+        .env_remove(SKIP_VAR)
         .env("RUST_LOG", "error");
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
     cmd
 }
 
-/// Drives one `tollgate stdio` with `settings.inflight` requests of `method` outstanding.
-fn stdio_load(db: &Path, token: &str, method: &str, params: &Value, s: &Settings) -> LoadFigures {
-    let mut child = server_command(db, token, s.pin)
-        .spawn()
-        .expect("spawn tollgate stdio");
-    let mut stdin = BufWriter::new(child.stdin.take().expect("stdin"));
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+fn run_ok(db: &Path, args: &[&str]) -> Vec<u8> {
+    let out = tollgate(db).args(args).output().expect("run tollgate");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A key: its token and public id.
+struct Credential {
+    token: String,
+    public_id: String,
+}
+
+/// Where the limits are raised to: nothing the bench sends is ever refused.
+const HUGE_LIMIT: &str = "1000000000";
+
+/// Creates the database (company on the pro plan); returns its admin key (scopes `*`),
+/// with its read limit and the plan's hourly limit raised out of the way.
+fn prepare_database(db: &Path) -> Credential {
+    let printed: Value =
+        serde_json::from_slice(&run_ok(db, &["init", "--json", "--company", "Bench Co"]))
+            .expect("init prints JSON");
+    let token = printed["admin_key"]
+        .as_str()
+        .expect("`init --json` prints admin_key")
+        .to_owned();
+    let admin = credential(token);
+    raise_read_limit(db, &admin.public_id);
+    run_ok(
+        db,
+        &["limits", "set", "--plan", "pro", "--per-hour", HUGE_LIMIT],
+    );
+    admin
+}
+
+fn credential(token: String) -> Credential {
+    let public_id = token.split('_').nth(2).expect("a public id").to_owned();
+    Credential { token, public_id }
+}
+
+fn raise_read_limit(db: &Path, public_id: &str) {
+    run_ok(
+        db,
+        &[
+            "limits",
+            "set",
+            "--credential",
+            public_id,
+            "--category",
+            "read",
+            "--per-minute",
+            HUGE_LIMIT,
+        ],
+    );
+}
+
+/// A new API key with `scopes`, its read limit raised.
+fn create_key(db: &Path, name: &str, scopes: &str) -> Credential {
+    let printed: Value = serde_json::from_slice(&run_ok(
+        db,
+        &[
+            "key", "create", "--name", name, "--scopes", scopes, "--json",
+        ],
+    ))
+    .expect("`key create --json` prints JSON");
+    let key = credential(printed["token"].as_str().expect("a token").to_owned());
+    raise_read_limit(db, &key.public_id);
+    key
+}
+
+/// A store on `db` for seeding and counting (one connection).
+fn open_store(db: &Path) -> Store {
+    let options = StoreOptions {
+        pool_size: 1,
+        ..StoreOptions::default()
+    };
+    Store::open(db, &options).expect("open the database")
+}
+
+fn remove_database(db: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(name));
+    }
+}
+
+fn file_mib(path: &Path) -> f64 {
+    std::fs::metadata(path).map_or(0.0, |m| m.len() as f64 / (1024.0 * 1024.0))
+}
+
+/// The server under test on `db`: run by `TG_BENCH_WRAP` when set, else pinned to CPU 0
+/// when `pinned` (so the load generator does not compete with it for the core), with the
+/// `skip` guards switched off (honoured by a `bench-switches` build only).
+fn server_command(db: &Path, skip: Option<&str>, pinned: bool) -> Command {
+    let mut cmd = if let Ok(wrapper) = std::env::var("TG_BENCH_WRAP") {
+        let mut words = wrapper.split_whitespace();
+        let mut cmd = Command::new(words.next().expect("a wrapper command"));
+        cmd.args(words).arg(BIN);
+        cmd
+    } else if pinned {
+        let mut cmd = Command::new("/usr/bin/taskset");
+        cmd.args(["-c", "0", BIN]);
+        cmd
+    } else {
+        Command::new(BIN)
+    };
+    cmd.arg("--database").arg(db);
+    cmd.env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TOKEN")
+        .env_remove(SKIP_VAR)
+        .env("RUST_LOG", "error");
+    if let Some(skip) = skip {
+        cmd.env(SKIP_VAR, skip);
+    }
+    cmd
+}
+
+/// A child process that is stopped when dropped, even when the bench panics.
+struct Running(Child);
+
+impl Running {
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Running {
+    /// SIGTERM (the server finishes in-flight requests and flushes its audit rows), then
+    /// SIGKILL if it is still there after 10 s.
+    fn drop(&mut self) {
+        let child = &mut self.0;
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// `tollgate serve` listening on a free loopback port.
+struct HttpServer {
+    process: Running,
+    addr: SocketAddr,
+}
+
+impl HttpServer {
+    /// Starts `tollgate serve <extra>` on `db` and waits until it accepts connections.
+    fn start(db: &Path, extra: &[&str], skip: Option<&str>, s: &Settings) -> HttpServer {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let mut cmd = server_command(db, skip, s.pin);
+        cmd.arg("serve")
+            .args(extra)
+            .args(["--listen", &addr.to_string()])
+            .stdout(Stdio::null());
+        let server = HttpServer {
+            process: Running(cmd.spawn().expect("spawn tollgate serve")),
+            addr,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(addr).is_err() {
+            if Instant::now() > deadline {
+                panic!("the server did not listen on {addr} within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP load
+
+/// `_meta` of a stateless 2026-07-28 request.
+fn stateless_meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities": {}})
+}
+
+fn guarded_call() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+           "params": {"name": "test_simple_text", "arguments": {}, "_meta": stateless_meta()}})
+}
+
+fn discover() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+           "params": {"_meta": stateless_meta()}})
+}
+
+/// Request line and headers of a `POST /mcp`, up to (not including) `Content-Length`.
+fn request_head(token: &str, method: &str, tool: Option<&str>) -> String {
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nAuthorization: Bearer {token}\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n"
+    );
+    if let Some(tool) = tool {
+        head.push_str(&format!("Mcp-Name: {tool}\r\n"));
+    }
+    head
+}
+
+fn with_body(head: &str, body: &str) -> Vec<u8> {
+    format!("{head}Content-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+/// What the HTTP clients send.
+enum Requests {
+    /// The same request every time.
+    Fixed(Vec<u8>),
+    /// `get_invoice` of a random invoice each time: the body is `before + id + after`.
+    Invoices {
+        head: String,
+        before: String,
+        after: String,
+        ids: Vec<String>,
+    },
+}
+
+impl Requests {
+    fn fixed(token: &str, body: &Value) -> Arc<Requests> {
+        let method = body["method"].as_str().expect("a method");
+        let tool = body["params"]["name"].as_str();
+        let head = request_head(token, method, tool);
+        Arc::new(Requests::Fixed(with_body(&head, &body.to_string())))
+    }
+
+    fn invoices(token: &str, ids: Vec<String>) -> Arc<Requests> {
+        const MARK: &str = "@INVOICE@";
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "get_invoice", "arguments": {"invoice_id": MARK},
+                                     "_meta": stateless_meta()}})
+        .to_string();
+        let (before, after) = body.split_once(MARK).expect("the mark");
+        Arc::new(Requests::Invoices {
+            head: request_head(token, "tools/call", Some("get_invoice")),
+            before: before.to_owned(),
+            after: after.to_owned(),
+            ids,
+        })
+    }
+
+    fn next(&self, rng: &mut SplitMix64) -> Cow<'_, [u8]> {
+        match self {
+            Requests::Fixed(bytes) => Cow::Borrowed(bytes),
+            Requests::Invoices {
+                head,
+                before,
+                after,
+                ids,
+            } => {
+                let id = &ids[rng.index(ids.len())];
+                Cow::Owned(with_body(head, &format!("{before}{id}{after}")))
+            }
+        }
+    }
+}
+
+/// One answered call: when it was sent, how long it took, whether it succeeded.
+type Sample = (Instant, Duration, bool);
+
+/// One keep-alive connection sending requests in a closed loop until `stop`. Returns its
+/// samples and whether the server closed the connection first.
+fn http_client(
+    addr: SocketAddr,
+    requests: &Requests,
+    stop: &AtomicBool,
+    seed: u64,
+) -> (Vec<Sample>, bool) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("read timeout");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut rng = SplitMix64(seed);
+    let mut samples = Vec::new();
+    let mut line = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        let request = requests.next(&mut rng);
+        let sent = Instant::now();
+        if stream.write_all(&request).is_err() {
+            return (samples, true);
+        }
+        let Some((status_ok, body)) = read_response(&mut reader, &mut line) else {
+            return (samples, true);
+        };
+        let ok = status_ok
+            && !body.windows(8).any(|w| w == b"\"error\"")
+            && !body.windows(14).any(|w| w == b"\"isError\":true");
+        samples.push((sent, sent.elapsed(), ok));
+    }
+    (samples, false)
+}
+
+/// Reads one HTTP/1.1 response: whether its status is 200, and its body (`Content-Length`
+/// or chunked). `None` when the connection ends or fails.
+fn read_response(reader: &mut BufReader<TcpStream>, line: &mut String) -> Option<(bool, Vec<u8>)> {
+    let (mut status_ok, mut length, mut chunked) = (false, 0usize, false);
+    loop {
+        line.clear();
+        if reader.read_line(line).ok()? == 0 {
+            return None;
+        }
+        let header = line.trim_end().to_ascii_lowercase();
+        if header.is_empty() {
+            break;
+        }
+        if let Some(status) = header.strip_prefix("http/1.1 ") {
+            status_ok = status.starts_with("200");
+        } else if let Some(value) = header.strip_prefix("content-length:") {
+            length = value.trim().parse().ok()?;
+        } else if header.starts_with("transfer-encoding:") && header.contains("chunked") {
+            chunked = true;
+        }
+    }
+    let body = if chunked {
+        read_chunked(reader, line)?
+    } else {
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body).ok()?;
+        body
+    };
+    Some((status_ok, body))
+}
+
+fn read_chunked(reader: &mut BufReader<TcpStream>, line: &mut String) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(line).ok()?;
+        let size = line.trim().split(';').next()?;
+        let size = usize::from_str_radix(size.trim(), 16).ok()?;
+        if size == 0 {
+            // Trailers, up to the empty line that ends the message.
+            loop {
+                line.clear();
+                if reader.read_line(line).ok()? == 0 || line.trim_end().is_empty() {
+                    return Some(body);
+                }
+            }
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        reader.read_exact(&mut body[start..]).ok()?;
+        line.clear();
+        reader.read_line(line).ok()?;
+    }
+}
+
+/// `--connections` clients on `server` for the warm-up and the measurement.
+fn http_load(server: &HttpServer, requests: &Arc<Requests>, s: &Settings) -> LoadFigures {
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let clients: Vec<_> = (0..s.connections)
+        .map(|i| {
+            let (requests, stop, addr) = (Arc::clone(requests), Arc::clone(&stop), server.addr);
+            std::thread::spawn(move || http_client(addr, &requests, &stop, i as u64 + 1))
+        })
+        .collect();
+    let measure_from = started + s.warmup;
+    let measure_to = measure_from + s.measure;
+    std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
+    let cpu0 = cpu_time(server.pid());
+    std::thread::sleep(measure_to.saturating_duration_since(Instant::now()));
+    let cpu1 = cpu_time(server.pid());
+    let rss = peak_rss_kib(server.pid());
+    stop.store(true, Ordering::Relaxed);
+    let mut figures = LoadFigures::new(s.measure.as_secs_f64());
+    figures.peak_rss_kib = rss;
+    let mut broken = 0;
+    for client in clients {
+        let (samples, closed) = client.join().expect("client");
+        broken += usize::from(closed);
+        for (sent, latency, ok) in samples {
+            if sent >= measure_from && sent + latency <= measure_to {
+                figures.calls += 1;
+                figures.latencies.push(latency);
+                figures.errors += usize::from(!ok);
+            }
+        }
+    }
+    if broken > 0 {
+        println!("  warning: the server closed {broken} connections during the load");
+    }
+    if let (Some(t0), Some(t1)) = (cpu0, cpu1) {
+        figures.cpu_per_call_us = Some((t1 - t0).as_secs_f64() * 1e6 / figures.calls.max(1) as f64);
+    }
+    figures
+}
+
+// ---------------------------------------------------------------------------------------
+// stdio load
+
+#[derive(Deserialize)]
+struct Reply {
+    id: Option<u64>,
+    error: Option<serde::de::IgnoredAny>,
+    result: Option<ReplyResult>,
+}
+
+#[derive(Deserialize)]
+struct ReplyResult {
+    #[serde(rename = "isError", default)]
+    is_error: bool,
+}
+
+/// Drives one `tollgate stdio --conformance-pack` with `--inflight` requests of `method`
+/// outstanding.
+fn stdio_load(
+    db: &Path,
+    token: &str,
+    (method, params): (&str, &Value),
+    skip: Option<&str>,
+    s: &Settings,
+) -> LoadFigures {
+    let mut cmd = server_command(db, skip, s.pin);
+    cmd.args(["stdio", "--conformance-pack"])
+        .env("TOLLGATE_TOKEN", token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = Running(cmd.spawn().expect("spawn tollgate stdio"));
+    let watchdog = Watchdog::arm(child.pid(), s.warmup + s.measure + STDIO_GRACE);
+    let mut stdin = BufWriter::new(child.0.stdin.take().expect("stdin"));
+    let mut stdout = BufReader::new(child.0.stdout.take().expect("stdout"));
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "stdio_load", "version": "0"}}});
@@ -273,14 +959,8 @@ fn stdio_load(db: &Path, token: &str, method: &str, params: &Value, s: &Settings
     let started = Instant::now();
     let measure_from = started + s.warmup;
     let measure_to = measure_from + s.measure;
-    let mut figures = LoadFigures {
-        calls: 0,
-        errors: 0,
-        secs: s.measure.as_secs_f64(),
-        latencies: Vec::new(),
-        cpu_per_call_us: None,
-    };
-    let pid = child.id();
+    let mut figures = LoadFigures::new(s.measure.as_secs_f64());
+    let pid = child.pid();
     let mut cpu_from: Option<(Duration, usize)> = None;
     let mut answered = 0usize;
     let mut permits = Some(permit_tx);
@@ -298,12 +978,12 @@ fn stdio_load(db: &Path, token: &str, method: &str, params: &Value, s: &Settings
         if cpu_from.is_none() && now >= measure_from {
             cpu_from = cpu_time(pid).map(|t| (t, answered));
         }
-        if now > measure_to
-            && permits.is_some()
-            && let (Some((t0, n0)), Some(t1)) = (cpu_from, cpu_time(pid))
-        {
-            let calls = (answered - n0).max(1) as f64;
-            figures.cpu_per_call_us = Some((t1 - t0).as_secs_f64() * 1e6 / calls);
+        if now > measure_to && permits.is_some() {
+            if let (Some((t0, n0)), Some(t1)) = (cpu_from, cpu_time(pid)) {
+                let calls = (answered - n0).max(1) as f64;
+                figures.cpu_per_call_us = Some((t1 - t0).as_secs_f64() * 1e6 / calls);
+            }
+            figures.peak_rss_kib = peak_rss_kib(pid);
         }
         if sent >= measure_from && now <= measure_to {
             figures.calls += 1;
@@ -321,9 +1001,789 @@ fn stdio_load(db: &Path, token: &str, method: &str, params: &Value, s: &Settings
         }
     }
     writer.join().expect("writer");
-    let _ = child.wait();
+    let _ = child.0.wait();
+    watchdog.disarm();
     figures
 }
+
+/// How long a stdio server may take to drain after its load before it is killed.
+const STDIO_GRACE: Duration = Duration::from_secs(60);
+
+/// Kills a process that outlives its deadline, so a server that stops answering cannot
+/// hold the benchmark (the reader then sees EOF).
+struct Watchdog {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Watchdog {
+    fn arm(pid: u32, after: Duration) -> Watchdog {
+        let done = Arc::new(AtomicBool::new(false));
+        let theirs = Arc::clone(&done);
+        let deadline = Instant::now() + after;
+        let thread = std::thread::spawn(move || {
+            while !theirs.load(Ordering::Relaxed) {
+                if Instant::now() > deadline {
+                    println!("  warning: the server did not finish in time; killing it");
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Watchdog { done, thread }
+    }
+
+    fn disarm(self) {
+        self.done.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Scenarios
+
+/// The medians the summary table reports.
+#[derive(Default)]
+struct Headlines {
+    http: Option<RunFigures>,
+    stdio: Option<RunFigures>,
+    /// get_invoice, and how many invoices the book held.
+    invoice: Option<(RunFigures, usize)>,
+    /// Fresh and large database.
+    bigdb: Option<(RunFigures, RunFigures)>,
+    /// Median and max of the starts that answered, and how many starts were tried.
+    coldstart: Option<(Duration, Duration, usize)>,
+}
+
+fn http_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
+    println!(
+        "\n== http: tollgate serve --conformance-pack, {} keep-alive connections; {}",
+        s.connections,
+        s.timing()
+    );
+    let mut guarded = Series::new("tools/call test_simple_text, all guards");
+    let mut floor = Series::new("server/discover (no guards, no database)");
+    for run in 1..=s.runs {
+        let db = dir.join(format!("http-{run}.db"));
+        let admin = prepare_database(&db);
+        let server = HttpServer::start(&db, &["--conformance-pack"], None, s);
+        guarded.record(
+            http_load(&server, &Requests::fixed(&admin.token, &guarded_call()), s).summarise(),
+        );
+        let mut figures = http_load(&server, &Requests::fixed(&admin.token, &discover()), s);
+        // The peak so far belongs to the guarded load.
+        figures.peak_rss_kib = None;
+        floor.record(figures.summarise());
+        drop(server);
+        remove_database(&db);
+    }
+    guarded.print_median();
+    floor.print_median();
+    headlines.http = Some(guarded.median());
+}
+
+fn stdio_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
+    println!(
+        "\n== stdio: tollgate stdio --conformance-pack, {} in flight; {}",
+        s.inflight,
+        s.timing()
+    );
+    let call = json!({"name": "test_simple_text", "arguments": {}});
+    let mut guarded = Series::new("tools/call test_simple_text, all guards");
+    let mut floor = Series::new("ping (no guards, no charge)");
+    for run in 1..=s.runs {
+        let db = dir.join(format!("stdio-{run}.db"));
+        let admin = prepare_database(&db);
+        guarded.record(stdio_load(&db, &admin.token, ("tools/call", &call), None, s).summarise());
+        let mut figures = stdio_load(&db, &admin.token, ("ping", &json!({})), None, s);
+        figures.peak_rss_kib = None;
+        floor.record(figures.summarise());
+        remove_database(&db);
+    }
+    guarded.print_median();
+    floor.print_median();
+    headlines.stdio = Some(guarded.median());
+}
+
+fn invoice_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
+    println!(
+        "\n== invoice: get_invoice over HTTP on {} invoices, tollgate serve, {} keep-alive connections; {}",
+        thousands(s.invoices as f64),
+        s.connections,
+        s.timing()
+    );
+    let db = dir.join("invoices.db");
+    prepare_database(&db);
+    let reader = create_key(&db, "bench-reader", "invoices:read");
+    let started = Instant::now();
+    let book = seed_invoices(&db, s.invoices).expect("seed the invoices");
+    println!(
+        "  seeded {} invoices ({} clients, {} lines, {} payments) in {:.1} s; database {:.0} MiB",
+        book.ids.len(),
+        book.clients,
+        book.lines,
+        book.payments,
+        started.elapsed().as_secs_f64(),
+        file_mib(&db)
+    );
+    let requests = Requests::invoices(&reader.token, book.ids);
+    let mut series = Series::new("tools/call get_invoice, random invoices");
+    for _ in 0..s.runs {
+        let server = HttpServer::start(&db, &[], None, s);
+        series.record(http_load(&server, &requests, s).summarise());
+    }
+    series.print_median();
+    headlines.invoice = Some((series.median(), s.invoices));
+    remove_database(&db);
+}
+
+fn bigdb_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
+    println!(
+        "\n== bigdb: the guarded HTTP load of `http` on a fresh database and on one with {} audit rows and {} expired rate windows; {}",
+        thousands(s.audit_rows as f64),
+        thousands(s.counter_windows as f64),
+        s.timing()
+    );
+    let big = dir.join("big.db");
+    let admin = prepare_database(&big);
+    let people = Population::new(&admin.public_id);
+    let started = Instant::now();
+    seed_audit_log(&big, s.audit_rows, &people).expect("seed the audit log");
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "  seeded {} audit rows in {secs:.1} s ({} rows/s)",
+        thousands(s.audit_rows as f64),
+        thousands(s.audit_rows as f64 / secs.max(1e-9))
+    );
+    let windows = CounterWindows::new(s.counter_windows, &people);
+    let started = Instant::now();
+    let inserted = windows.insert(&big).expect("seed the rate counters");
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "  seeded {} expired rate windows in {secs:.1} s ({} rows/s)",
+        thousands(inserted as f64),
+        thousands(inserted as f64 / secs.max(1e-9))
+    );
+    checkpoint(&big);
+    println!("  database {:.0} MiB", file_mib(&big));
+    let mut fresh = Series::new("tools/call, all guards, fresh database");
+    let mut large = Series::new("tools/call, all guards, large database");
+    for run in 1..=s.runs {
+        let db = dir.join(format!("bigdb-fresh-{run}.db"));
+        let fresh_admin = prepare_database(&db);
+        let server = HttpServer::start(&db, &["--conformance-pack"], None, s);
+        fresh.record(
+            http_load(
+                &server,
+                &Requests::fixed(&fresh_admin.token, &guarded_call()),
+                s,
+            )
+            .summarise(),
+        );
+        drop(server);
+        remove_database(&db);
+        if run > 1 {
+            let restored = windows.insert(&big).expect("restore the pruned windows");
+            println!(
+                "  put back {} pruned rate windows",
+                thousands(restored as f64)
+            );
+        }
+        let server = HttpServer::start(&big, &["--conformance-pack"], None, s);
+        large.record(
+            http_load(&server, &Requests::fixed(&admin.token, &guarded_call()), s).summarise(),
+        );
+        drop(server);
+        println!(
+            "  expired rate windows left after the run: {}",
+            thousands(count_expired_windows(&big) as f64)
+        );
+    }
+    fresh.print_median();
+    large.print_median();
+    let (f, l) = (fresh.median(), large.median());
+    println!(
+        "  large database: {:.1} % of the fresh throughput ({:+.1} %)",
+        100.0 * l.calls_per_sec / f.calls_per_sec.max(1e-9),
+        100.0 * (l.calls_per_sec / f.calls_per_sec.max(1e-9) - 1.0)
+    );
+    headlines.bigdb = Some((f, l));
+    remove_database(&big);
+}
+
+fn coldstart_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
+    println!(
+        "\n== coldstart: {} starts of tollgate serve on an initialised database, until GET /healthz answers 200 (not pinned)",
+        s.starts
+    );
+    let db = dir.join("coldstart.db");
+    prepare_database(&db);
+    let mut times = Vec::new();
+    for start in 1..=s.starts {
+        match time_cold_start(&db) {
+            Some(t) => {
+                println!("  start {start:>2}: {:.1} ms", ms(t));
+                times.push(t);
+            }
+            None => println!("  start {start:>2}: no 200 from /healthz within 10 s"),
+        }
+    }
+    if let Some(max) = times.iter().max().copied() {
+        let median = Duration::from_secs_f64(median(times.iter().map(Duration::as_secs_f64)));
+        println!(
+            "  median {:.1} ms, max {:.1} ms ({} of {} starts answered)",
+            ms(median),
+            ms(max),
+            times.len(),
+            s.starts
+        );
+        headlines.coldstart = Some((median, max, s.starts));
+    }
+    remove_database(&db);
+}
+
+/// From spawning `tollgate serve` to its first 200 on `/healthz`; the server is stopped
+/// afterwards.
+fn time_cold_start(db: &Path) -> Option<Duration> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--database")
+        .arg(db)
+        .args(["serve", "--listen", &addr.to_string()])
+        .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TOKEN")
+        .env_remove(SKIP_VAR)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null());
+    let started = Instant::now();
+    let mut server = Running(cmd.spawn().expect("spawn tollgate serve"));
+    let deadline = started + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if healthz_ok(addr) {
+            return Some(started.elapsed());
+        }
+        if matches!(server.0.try_wait(), Ok(Some(_))) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+/// One `GET /healthz` on a new connection: did it answer 200?
+fn healthz_ok(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut status = String::new();
+    BufReader::new(stream).read_line(&mut status).is_ok() && status.starts_with("HTTP/1.1 200")
+}
+
+fn guards_scenario(dir: &Path, s: &Settings) {
+    if !cfg!(feature = "bench-switches") {
+        println!(
+            "\n== guards: skipped; the guard switches need a bench-switches build: \
+             cargo bench --features bench-switches --bench load -- --only guards"
+        );
+        return;
+    }
+    println!(
+        "\n== guards: the guarded loads of `http` and `stdio` with one guard switched off ({SKIP_VAR}); {}",
+        s.timing()
+    );
+    let configs: Vec<Option<&str>> = std::iter::once(None).chain(GUARDS.map(Some)).collect();
+    let label = |transport: &str, skip: Option<&str>| match skip {
+        None => format!("{transport} tools/call, all guards on"),
+        Some(guard) => format!("{transport} tools/call, {guard} off"),
+    };
+    let mut http: Vec<Series> = configs
+        .iter()
+        .map(|c| Series::new(label("HTTP", *c)))
+        .collect();
+    let mut stdio: Vec<Series> = configs
+        .iter()
+        .map(|c| Series::new(label("stdio", *c)))
+        .collect();
+    let call = json!({"name": "test_simple_text", "arguments": {}});
+    for run in 1..=s.runs {
+        for (i, skip) in configs.iter().enumerate() {
+            let db = dir.join(format!("guards-http-{run}-{i}.db"));
+            let admin = prepare_database(&db);
+            let server = HttpServer::start(&db, &["--conformance-pack"], *skip, s);
+            http[i].record(
+                http_load(&server, &Requests::fixed(&admin.token, &guarded_call()), s).summarise(),
+            );
+            drop(server);
+            remove_database(&db);
+        }
+        for (i, skip) in configs.iter().enumerate() {
+            let db = dir.join(format!("guards-stdio-{run}-{i}.db"));
+            let admin = prepare_database(&db);
+            stdio[i]
+                .record(stdio_load(&db, &admin.token, ("tools/call", &call), *skip, s).summarise());
+            remove_database(&db);
+        }
+    }
+    for series in http.iter().chain(&stdio) {
+        series.print_median();
+    }
+    print_guard_table(&configs, &http, &stdio, s.runs);
+}
+
+/// Each guard's cost: the CPU per call it saves when switched off.
+fn print_guard_table(configs: &[Option<&str>], http: &[Series], stdio: &[Series], runs: usize) {
+    println!(
+        "\nGuard costs (medians of {runs}; cost = server CPU per call with all guards on minus with the guard off):\n"
+    );
+    println!(
+        "| guard off | HTTP calls/s | HTTP p99 | HTTP CPU/call | HTTP cost | stdio calls/s | stdio p99 | stdio CPU/call | stdio cost |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let (http_all, stdio_all) = (http[0].median(), stdio[0].median());
+    for (i, skip) in configs.iter().enumerate() {
+        let (h, st) = (http[i].median(), stdio[i].median());
+        let cost = |all: &RunFigures, off: &RunFigures| match (skip, all.cpu_us, off.cpu_us) {
+            (Some(_), Some(a), Some(o)) => format!("{:.1} µs", a - o),
+            _ => "—".to_owned(),
+        };
+        let cpu = |f: &RunFigures| f.cpu_us.map_or("—".to_owned(), |us| format!("{us:.1} µs"));
+        println!(
+            "| {} | {} | {:.3} ms | {} | {} | {} | {:.3} ms | {} | {} |",
+            skip.unwrap_or("none (all on)"),
+            thousands(h.calls_per_sec),
+            ms(h.p99),
+            cpu(&h),
+            cost(&http_all, &h),
+            thousands(st.calls_per_sec),
+            ms(st.p99),
+            cpu(&st),
+            cost(&stdio_all, &st)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Seeding: the invoice book
+
+/// Clients of the seeded invoice book.
+const BOOK_CLIENTS: usize = 2_000;
+/// Control letters of a Spanish DNI, indexed by the number mod 23.
+const DNI_LETTERS: &[u8; 23] = b"TRWAGMYFPDXBNJZSQVHLCKE";
+const LINE_TEXTS: [&str; 8] = [
+    "Mantenimiento mensual de equipos",
+    "Horas de consultoría",
+    "Licencia de software (anual)",
+    "Material de oficina",
+    "Transporte y entrega",
+    "Diseño gráfico",
+    "Revisión de instalaciones",
+    "Formación del personal",
+];
+
+/// What [`seed_invoices`] wrote.
+struct InvoiceBook {
+    ids: Vec<String>,
+    clients: usize,
+    lines: usize,
+    payments: usize,
+}
+
+/// Fills the invoicing tables with `count` invoices, in one transaction, through the same
+/// pricing and SQL functions as the tools.
+fn seed_invoices(db: &Path, count: usize) -> Result<InvoiceBook, StoreError> {
+    open_store(db).write(|tx| {
+        let clients = seed_clients(tx, BOOK_CLIENTS.min(count))?;
+        let mut book = InvoiceBook {
+            ids: Vec::with_capacity(count),
+            clients: clients.len(),
+            lines: 0,
+            payments: 0,
+        };
+        let mut rng = SplitMix64(0x1_2024);
+        let today = Date::today();
+        // Three years of invoices in issue order, so each series' dates never go back.
+        let span = 3 * 365;
+        for i in 0..count {
+            let days_ago = span - (i * span as usize / count) as i64;
+            let client = &clients[rng.index(clients.len())];
+            seed_invoice(tx, client, today, days_ago, &mut rng, &mut book)?;
+        }
+        Ok(book)
+    })
+}
+
+fn seed_clients(tx: &rusqlite::Transaction<'_>, count: usize) -> Result<Vec<Client>, StoreError> {
+    let mut clients = Vec::with_capacity(count);
+    for i in 0..count {
+        let number = 10_000_000 + i * 3_677;
+        let nif = format!("{number:08}{}", char::from(DNI_LETTERS[number % 23]));
+        let tax_id = TaxId::parse(&nif).expect("a valid NIF");
+        let name = if i % 3 == 0 {
+            format!("Cliente {i:04} García López")
+        } else {
+            format!("Comercial {i:04} S.L.")
+        };
+        let client = Client {
+            id: ClientId::generate().expect("a client id"),
+            name,
+            tax_id: Some(tax_id.as_str().to_owned()),
+            email: Some(format!("facturas{i}@cliente.example")),
+            address: Some(format!("Calle Mayor {}, 28013 Madrid", i % 200 + 1)),
+        };
+        invoice_db::insert_client(tx, &client)?;
+        clients.push(client);
+    }
+    Ok(clients)
+}
+
+fn seed_line(rng: &mut SplitMix64, simplified: bool) -> Line {
+    let pricing = if simplified {
+        LinePricing {
+            quantity: 1 + rng.below(5) as i64,
+            unit_price_cents: 500 + rng.below(3_500) as i64,
+            discount_percent: 0,
+            vat_rate: [10, 21][rng.index(2)],
+            withholding_rate: 0,
+        }
+    } else {
+        LinePricing {
+            quantity: 1 + rng.below(20) as i64,
+            unit_price_cents: 500 + rng.below(150_000) as i64,
+            discount_percent: [0, 0, 0, 5, 10][rng.index(5)],
+            vat_rate: [21, 21, 21, 10, 4][rng.index(5)],
+            withholding_rate: [0, 0, 0, 15][rng.index(4)],
+        }
+    };
+    Line {
+        description: LINE_TEXTS[rng.index(LINE_TEXTS.len())].to_owned(),
+        pricing,
+        amounts: pricing.amounts().expect("line amounts fit"),
+    }
+}
+
+/// One invoice issued `days_ago` (2 % drafts, 10 % simplified), with its payments: most
+/// invoices older than 45 days are paid, a few others partly.
+fn seed_invoice(
+    tx: &rusqlite::Transaction<'_>,
+    client: &Client,
+    today: Date,
+    days_ago: i64,
+    rng: &mut SplitMix64,
+    book: &mut InvoiceBook,
+) -> Result<(), StoreError> {
+    let draft = rng.chance(20);
+    let simplified = !draft && rng.chance(100);
+    let lines: Vec<Line> = if simplified {
+        vec![seed_line(rng, true)]
+    } else {
+        (0..1 + rng.index(4))
+            .map(|_| seed_line(rng, false))
+            .collect()
+    };
+    let totals = Totals::sum(lines.iter().map(|l| &l.amounts)).expect("totals fit");
+    let (kind, series) = if simplified {
+        (InvoiceKind::Simplified, "S")
+    } else {
+        (InvoiceKind::Full, "F")
+    };
+    let issue = today.add_days(-days_ago);
+    let mut invoice = Invoice {
+        id: InvoiceId::generate().expect("an invoice id"),
+        client_id: client.id.clone(),
+        client_name: client.name.clone(),
+        kind,
+        status: InvoiceStatus::Draft,
+        series: series.to_owned(),
+        number: None,
+        issue_date: None,
+        due_date: None,
+        currency: "EUR".to_owned(),
+        notes: rng
+            .chance(100)
+            .then(|| "Pago por transferencia.".to_owned()),
+        totals,
+        paid_cents: 0,
+        recipient_name: None,
+        recipient_tax_id: None,
+        rectifies_id: None,
+        rectified_by_id: None,
+        void_reason: None,
+        lines,
+    };
+    if !draft {
+        let issue_date = issue.to_string();
+        invoice.number = Some(invoice_db::next_number(tx, series, &issue_date)?);
+        invoice.status = InvoiceStatus::Issued;
+        invoice.issue_date = Some(issue_date);
+        invoice.due_date = Some(issue.add_days(30).to_string());
+        invoice.recipient_name = Some(client.name.clone());
+        invoice.recipient_tax_id = client.tax_id.clone();
+    }
+    invoice_db::insert_invoice(tx, &invoice)?;
+    book.lines += invoice.lines.len();
+    book.ids.push(invoice.id.as_str().to_owned());
+    let total = invoice.totals.total_cents;
+    let payment = if draft || total <= 0 {
+        None
+    } else if days_ago > 45 && rng.chance(900) {
+        Some((total, issue.add_days(1 + rng.below(44) as i64)))
+    } else if rng.chance(100) {
+        Some((
+            total / 2,
+            issue.add_days(rng.below(days_ago as u64 + 1) as i64),
+        ))
+    } else {
+        None
+    };
+    if let Some((amount_cents, paid_on)) = payment.filter(|(amount, _)| *amount > 0) {
+        let methods = [
+            PaymentMethod::Transfer,
+            PaymentMethod::Transfer,
+            PaymentMethod::DirectDebit,
+            PaymentMethod::Card,
+        ];
+        invoice_db::insert_payment(
+            tx,
+            &Payment {
+                id: PaymentId::generate().expect("a payment id"),
+                invoice_id: invoice.id.clone(),
+                amount_cents,
+                currency: invoice.currency.clone(),
+                paid_on: paid_on.to_string(),
+                method: methods[rng.index(methods.len())],
+                reference: invoice.number.as_ref().map(|n| format!("TRF {n}")),
+            },
+        )?;
+        book.payments += 1;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Seeding: a large audit log and expired rate windows
+
+/// Rows per seeding transaction.
+const SEED_CHUNK: u64 = 500_000;
+/// The seeding connection's page cache: 256 MiB keeps the index pages being filled hot.
+const SEED_CACHE_KIB: i64 = 262_144;
+
+/// Who calls in the seeded history: 50 API keys (the first is the bench's own admin key),
+/// the first five of them OAuth access tokens of five clients.
+struct Population {
+    credentials: Vec<String>,
+    clients: Vec<String>,
+}
+
+impl Population {
+    fn new(admin_public_id: &str) -> Population {
+        let mut rng = SplitMix64(0x0AD1_7000);
+        let mut credentials = vec![admin_public_id.to_owned()];
+        credentials.extend((1..50).map(|_| rng.hex20()));
+        let clients = (0..5).map(|_| format!("client{}", rng.hex20())).collect();
+        Population {
+            credentials,
+            clients,
+        }
+    }
+}
+
+/// Tools called, per thousand calls.
+const AUDIT_TOOLS: [(&str, u64); 16] = [
+    ("get_invoice", 300),
+    ("search_invoices", 200),
+    ("search_clients", 100),
+    ("get_client", 100),
+    ("list_payments", 50),
+    ("create_invoice", 60),
+    ("issue_invoice", 40),
+    ("record_payment", 40),
+    ("update_invoice", 30),
+    ("create_client", 30),
+    ("send_invoice", 20),
+    ("update_client", 10),
+    ("export_invoices", 10),
+    ("void_invoice", 5),
+    ("delete_invoice", 3),
+    ("delete_client", 2),
+];
+
+/// Outcomes of authenticated calls, per thousand.
+const AUDIT_OUTCOMES: [(&str, u64); 6] = [
+    ("ok", 960),
+    ("rate_limited", 15),
+    ("invoice_not_found", 10),
+    ("insufficient_scope", 5),
+    ("invalid_params", 5),
+    ("mcp_guardrail_violation", 5),
+];
+
+/// Appends `rows` audit rows spread over the six months up to an hour ago.
+fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> Result<(), StoreError> {
+    const SPAN_MS: u64 = 182 * 24 * 3600 * 1000;
+    let store = open_store(db);
+    let now_ms = i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis(),
+    )
+    .expect("milliseconds fit");
+    let first_ms = now_ms - 3_600_000 - SPAN_MS as i64;
+    let mut rng = SplitMix64(0xA0D1_7106);
+    let mut done = 0;
+    while done < rows {
+        let end = (done + SEED_CHUNK).min(rows);
+        store.write(|tx| {
+            tx.pragma_update(None, "cache_size", -SEED_CACHE_KIB)?;
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome,
+                     duration_us, transport) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for i in done..end {
+                let at = first_ms + (u128::from(i) * u128::from(SPAN_MS) / u128::from(rows)) as i64;
+                let who = rng.index(people.credentials.len());
+                // One call in 200 presents a bad token: no credential, `invalid_token`.
+                let authenticated = !rng.chance(5);
+                let outcome = if authenticated {
+                    rng.pick(&AUDIT_OUTCOMES)
+                } else {
+                    "invalid_token"
+                };
+                let duration_us = match outcome {
+                    "ok" => {
+                        150 + rng.below(2_500)
+                            + if rng.chance(10) {
+                                rng.below(200_000)
+                            } else {
+                                0
+                            }
+                    }
+                    _ => 20 + rng.below(300),
+                };
+                let request_id = if rng.chance(100) {
+                    format!("\"{:08x}\"", rng.next() as u32)
+                } else {
+                    (i % 50_000 + 1).to_string()
+                };
+                insert.execute(params![
+                    at,
+                    request_id,
+                    authenticated.then(|| people.credentials[who].as_str()),
+                    people.clients.get(who).filter(|_| authenticated),
+                    rng.pick(&AUDIT_TOOLS),
+                    outcome,
+                    duration_us as i64,
+                    if rng.chance(700) { "http" } else { "stdio" },
+                ])?;
+            }
+            Ok(())
+        })?;
+        done = end;
+    }
+    Ok(())
+}
+
+/// The category buckets (per credential, one-minute windows).
+const CATEGORIES: [&str; 5] = ["read", "write", "destructive", "send", "generate"];
+
+/// A fixed set of rate-counter windows that all expired more than an hour before the
+/// pruning cut-off: per credential and category, per OAuth client (one-minute windows)
+/// and for the plan (one-hour windows), going back in time.
+struct CounterWindows {
+    count: u64,
+    /// (bucket, key, window length in seconds).
+    counters: Vec<(&'static str, String, i64)>,
+    /// The newest window start of each length.
+    newest_minute: i64,
+    newest_hour: i64,
+}
+
+impl CounterWindows {
+    fn new(count: u64, people: &Population) -> CounterWindows {
+        let mut counters = Vec::new();
+        for credential in &people.credentials {
+            for category in CATEGORIES {
+                counters.push((category, credential.clone(), 60));
+            }
+        }
+        for client in &people.clients {
+            counters.push(("client", client.clone(), 60));
+        }
+        counters.push(("plan", "pro".to_owned(), 3600));
+        let newest = unix_now() - RETENTION_SECS - 3600;
+        CounterWindows {
+            count,
+            counters,
+            newest_minute: newest - newest.rem_euclid(60),
+            newest_hour: newest - newest.rem_euclid(3600),
+        }
+    }
+
+    /// Inserts the windows that are missing (all of them the first time, the pruned ones
+    /// later); returns how many went in.
+    fn insert(&self, db: &Path) -> Result<usize, StoreError> {
+        let store = open_store(db);
+        let mut rng = SplitMix64(0xC0_FFEE);
+        let per_round = self.counters.len() as u64;
+        let (mut done, mut inserted) = (0, 0);
+        while done < self.count {
+            let end = (done + SEED_CHUNK).min(self.count);
+            inserted += store.write(|tx| {
+                tx.pragma_update(None, "cache_size", -SEED_CACHE_KIB)?;
+                let mut insert = tx.prepare_cached(
+                    "INSERT OR IGNORE INTO rate_counters (bucket, key, window_start, count)
+                     VALUES (?1, ?2, ?3, ?4)",
+                )?;
+                let mut inserted = 0;
+                for i in done..end {
+                    let (bucket, key, length) = &self.counters[(i % per_round) as usize];
+                    let age = (i / per_round) as i64 * length;
+                    let newest = if *length == 60 {
+                        self.newest_minute
+                    } else {
+                        self.newest_hour
+                    };
+                    let count = 1 + rng.below(120) as i64;
+                    inserted += insert.execute(params![bucket, key, newest - age, count])?;
+                }
+                Ok(inserted)
+            })?;
+            done = end;
+        }
+        Ok(inserted)
+    }
+}
+
+fn count_expired_windows(db: &Path) -> i64 {
+    let cutoff = unix_now() - RETENTION_SECS;
+    open_store(db)
+        .read(|c| {
+            Ok(c.query_row(
+                "SELECT count(*) FROM rate_counters WHERE window_start < ?1",
+                [cutoff],
+                |r| r.get(0),
+            )?)
+        })
+        .expect("count the expired windows")
+}
+
+/// Moves everything from the WAL into the database file, so the server starts clean.
+fn checkpoint(db: &Path) {
+    open_store(db)
+        .read(|c| Ok(c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?))
+        .expect("checkpoint");
+}
+
+// ---------------------------------------------------------------------------------------
+// The limiter alone
 
 /// Charges from `threads` callers at once for `s.measure` (after `s.warmup`).
 fn limiter_load(
@@ -374,13 +1834,7 @@ fn limiter_load(
     let stats = limiter.stats();
     let charges = stats.charges - stats_before.charges;
     let transactions = (stats.transactions - stats_before.transactions).max(1);
-    let mut figures = LoadFigures {
-        calls: 0,
-        errors: 0,
-        secs: s.measure.as_secs_f64(),
-        latencies: Vec::new(),
-        cpu_per_call_us: None,
-    };
+    let mut figures = LoadFigures::new(s.measure.as_secs_f64());
     for (latencies, errors) in per_thread {
         figures.calls += latencies.len();
         figures.errors += errors;
@@ -389,8 +1843,12 @@ fn limiter_load(
     (figures, charges as f64 / transactions as f64)
 }
 
-fn limiter_benchmarks(dir: &Path, s: &Settings) {
-    println!("\nLimiter::charge in-process (one credential; category + plan buckets):");
+fn limiter_scenario(dir: &Path, s: &Settings) {
+    println!(
+        "\n== limiter: Limiter::charge in-process (one credential; category + plan buckets); {} s warm-up + {} s measured, once",
+        s.warmup.as_secs(),
+        s.measure.as_secs()
+    );
     for mode in [ChargeMode::PerCall, ChargeMode::GroupCommit] {
         for threads in [1, 4, 16, 64] {
             let path = dir.join(format!("limiter-{mode:?}-{threads}.db"));
@@ -406,7 +1864,7 @@ fn limiter_benchmarks(dir: &Path, s: &Settings) {
             run_ok(&path, &["init", "--company", "Bench Co"]);
             run_ok(
                 &path,
-                &["limits", "set", "--plan", "pro", "--per-hour", "1000000000"],
+                &["limits", "set", "--plan", "pro", "--per-hour", HUGE_LIMIT],
             );
             run_ok(
                 &path,
@@ -418,230 +1876,171 @@ fn limiter_benchmarks(dir: &Path, s: &Settings) {
                     "--category",
                     "read",
                     "--per-minute",
-                    "1000000000",
+                    HUGE_LIMIT,
                 ],
             );
             let (figures, per_tx) = limiter_load(&store, mode, threads, s);
-            print_figures(
-                &format!("  {mode:?}, {threads} callers ({per_tx:.1} charges/tx)"),
-                figures,
-            );
+            let label = format!("{mode:?}, {threads} callers ({per_tx:.1} charges/tx)");
+            println!("  {label:<46} {:<9} {}", "", figures.summarise().line());
+            drop(store);
+            remove_database(&path);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Summary
+
+fn met(ok: bool) -> &'static str {
+    if ok { "yes" } else { "no" }
+}
+
+/// `(N errors)` after a figure whose runs had errors.
+fn errors_note(f: &RunFigures) -> String {
+    if f.errors == 0 {
+        String::new()
+    } else {
+        format!(" ({} errors)", f.errors)
+    }
+}
+
+/// The headline figures and their targets, as a markdown table.
+fn print_summary(h: &Headlines, s: &Settings) {
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    let mut row = |figure: String, measured: String, target: &str, ok: bool| {
+        rows.push([figure, measured, target.to_owned(), met(ok).to_owned()]);
+    };
+    if let Some(f) = &h.http {
+        let clean = f.errors == 0;
+        row(
+            "HTTP, guarded tools/call: throughput".into(),
+            format!("{} calls/s{}", thousands(f.calls_per_sec), errors_note(f)),
+            "≥ 29 000 calls/s",
+            clean && f.calls_per_sec >= TARGET_HTTP_CALLS,
+        );
+        row(
+            "HTTP, guarded tools/call: p99".into(),
+            format!("{:.3} ms", ms(f.p99)),
+            "≤ 2 ms",
+            ms(f.p99) <= TARGET_HTTP_P99_MS,
+        );
+        let rss = f.rss_kib.map_or(f64::NAN, mib);
+        row(
+            "HTTP, guarded tools/call: server peak RSS".into(),
+            format!("{rss:.1} MiB"),
+            "≤ 64 MiB",
+            rss <= TARGET_HTTP_RSS_MIB,
+        );
+    }
+    if let Some(f) = &h.stdio {
+        row(
+            "stdio, guarded tools/call: throughput".into(),
+            format!("{} calls/s{}", thousands(f.calls_per_sec), errors_note(f)),
+            "≥ 50 000 calls/s",
+            f.errors == 0 && f.calls_per_sec >= TARGET_STDIO_CALLS,
+        );
+        row(
+            "stdio, guarded tools/call: p99".into(),
+            format!("{:.3} ms", ms(f.p99)),
+            "≤ 5 ms",
+            ms(f.p99) <= TARGET_STDIO_P99_MS,
+        );
+    }
+    if let Some((f, invoices)) = &h.invoice {
+        row(
+            format!(
+                "HTTP, get_invoice on {} invoices",
+                thousands(*invoices as f64)
+            ),
+            format!(
+                "{} calls/s (p99 {:.3} ms){}",
+                thousands(f.calls_per_sec),
+                ms(f.p99),
+                errors_note(f)
+            ),
+            "≥ 15 000 calls/s",
+            f.errors == 0 && f.calls_per_sec >= TARGET_INVOICE_CALLS,
+        );
+    }
+    if let Some((fresh, large)) = &h.bigdb {
+        let fall = 100.0 * (1.0 - large.calls_per_sec / fresh.calls_per_sec.max(1e-9));
+        row(
+            format!(
+                "HTTP, guarded tools/call: {} audit rows + {} expired windows vs fresh",
+                thousands(s.audit_rows as f64),
+                thousands(s.counter_windows as f64)
+            ),
+            format!(
+                "{} vs {} calls/s: falls {fall:.1} %{}",
+                thousands(large.calls_per_sec),
+                thousands(fresh.calls_per_sec),
+                errors_note(large)
+            ),
+            "falls ≤ 10 %",
+            large.errors == 0 && fall <= TARGET_BIGDB_FALL_PERCENT,
+        );
+    }
+    if let Some((median, max, starts)) = &h.coldstart {
+        row(
+            "cold start to a served GET /healthz".into(),
+            format!(
+                "median {:.1} ms, max {:.1} ms ({starts} starts)",
+                ms(*median),
+                ms(*max)
+            ),
+            "≤ 50 ms",
+            ms(*median) <= TARGET_COLD_START_MS,
+        );
+    }
+    if rows.is_empty() {
+        return;
+    }
+    println!(
+        "\n## Summary\n\nMedians of {} run{} ({} s measured after {} s warm-up; HTTP {} keep-alive connections, stdio {} in flight; server pinned to CPU 0: {}).\n",
+        s.runs,
+        if s.runs == 1 { "" } else { "s" },
+        s.measure.as_secs(),
+        s.warmup.as_secs(),
+        s.connections,
+        s.inflight,
+        s.pin
+    );
+    println!("| figure | measured | target | met |");
+    println!("|---|---|---|---|");
+    for [figure, measured, target, ok] in rows {
+        println!("| {figure} | {measured} | {target} | {ok} |");
     }
 }
 
 fn main() {
-    let s = settings();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let wants = |part: &str| s.only.as_deref().is_none_or(|only| only == part);
-    if wants("http") {
-        http_benchmarks(dir.path(), &s);
-    }
-    if wants("stdio") {
-        stdio_benchmarks(dir.path(), &s);
-    }
-    if wants("limiter") {
-        limiter_benchmarks(dir.path(), &s);
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn http_benchmarks(dir: &Path, s: &Settings) {
-    let db = dir.join("http.db");
-    let token = prepare_database(&db);
-    let port = free_port();
-    let mut cmd = tollgate_on_cpu0(s.pin);
-    cmd.arg("--database")
-        .arg(&db)
-        .args([
-            "serve",
-            "--conformance-pack",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .env_remove("TOLLGATE_CONFIG")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn tollgate serve");
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(addr).is_err() {
-        assert!(Instant::now() < deadline, "the server did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    println!(
-        "HTTP, {} keep-alive connections, {} s warm-up, {} s measured (server pinned to CPU 0: {}):",
-        s.connections,
-        s.warmup.as_secs(),
-        s.measure.as_secs(),
-        s.pin
-    );
-    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                      "io.modelcontextprotocol/clientCapabilities": {}});
-    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "test_simple_text", "arguments": {}, "_meta": meta}});
-    let discover = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
-                          "params": {"_meta": meta}});
-    let pid = child.id();
-    for (label, body, name) in [
-        (
-            "  tools/call, all guards on",
-            &call,
-            Some("test_simple_text"),
-        ),
-        (
-            "  server/discover (no guards, no database)",
-            &discover,
-            None,
-        ),
-    ] {
-        let figures = http_load(addr, &token, body, name, pid, s);
-        print_figures(label, figures);
-    }
-    if let Some(kib) = peak_rss_kib(pid) {
-        println!("  server peak RSS {:.1} MiB", kib as f64 / 1024.0);
-    }
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status();
-    let _ = child.wait();
-}
-
-/// One keep-alive connection sending `body` in a closed loop until `stop`.
-fn http_client(
-    addr: std::net::SocketAddr,
-    request: Arc<Vec<u8>>,
-    stop: Arc<AtomicBool>,
-) -> Vec<(Instant, Duration, bool)> {
-    use std::io::Read;
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream.set_nodelay(true).expect("nodelay");
-    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    let mut samples = Vec::new();
-    let mut head = String::new();
-    while !stop.load(Ordering::Relaxed) {
-        let sent = Instant::now();
-        stream.write_all(&request).expect("send");
-        let mut length = 0usize;
-        let mut status_ok = false;
-        loop {
-            head.clear();
-            if reader.read_line(&mut head).expect("read head") == 0 {
-                return samples;
-            }
-            let line = head.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if line.starts_with("HTTP/1.1 ") {
-                status_ok = line.starts_with("HTTP/1.1 200");
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-        }
-        let mut body = vec![0u8; length];
-        reader.read_exact(&mut body).expect("read body");
-        let ok = status_ok
-            && !body.windows(8).any(|w| w == b"\"error\"")
-            && !body.windows(14).any(|w| w == b"\"isError\":true");
-        samples.push((sent, sent.elapsed(), ok));
-    }
-    samples
-}
-
-fn http_load(
-    addr: std::net::SocketAddr,
-    token: &str,
-    body: &Value,
-    name: Option<&str>,
-    pid: u32,
-    s: &Settings,
-) -> LoadFigures {
-    let method = body["method"].as_str().expect("method");
-    let payload = body.to_string();
-    let mut request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nAuthorization: Bearer {token}\r\n\
-         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n"
-    );
-    if let Some(name) = name {
-        request.push_str(&format!("Mcp-Name: {name}\r\n"));
-    }
-    request.push_str(&format!(
-        "Content-Length: {}\r\n\r\n{payload}",
-        payload.len()
-    ));
-    let request = Arc::new(request.into_bytes());
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (0..s.connections)
-        .map(|_| {
-            let (request, stop) = (Arc::clone(&request), Arc::clone(&stop));
-            std::thread::spawn(move || http_client(addr, request, stop))
-        })
-        .collect();
+    let s = Settings::from_args();
     let started = Instant::now();
-    let measure_from = started + s.warmup;
-    let measure_to = measure_from + s.measure;
-    std::thread::sleep(s.warmup);
-    let cpu0 = cpu_time(pid);
-    std::thread::sleep(s.measure);
-    let cpu1 = cpu_time(pid);
-    stop.store(true, Ordering::Relaxed);
-    let mut figures = LoadFigures {
-        calls: 0,
-        errors: 0,
-        secs: s.measure.as_secs_f64(),
-        latencies: Vec::new(),
-        cpu_per_call_us: None,
-    };
-    for client in clients {
-        for (sent, latency, ok) in client.join().expect("client") {
-            if sent >= measure_from && sent + latency <= measure_to {
-                figures.calls += 1;
-                figures.latencies.push(latency);
-                if !ok {
-                    figures.errors += 1;
-                }
-            }
-        }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut headlines = Headlines::default();
+    if s.wants("http") {
+        http_scenario(dir.path(), &s, &mut headlines);
     }
-    if let (Some(t0), Some(t1)) = (cpu0, cpu1) {
-        figures.cpu_per_call_us = Some((t1 - t0).as_secs_f64() * 1e6 / figures.calls.max(1) as f64);
+    if s.wants("stdio") {
+        stdio_scenario(dir.path(), &s, &mut headlines);
     }
-    figures
-}
-
-fn stdio_benchmarks(dir: &Path, s: &Settings) {
-    let db = dir.join("bench.db");
-    let token = prepare_database(&db);
+    if s.wants("invoice") {
+        invoice_scenario(dir.path(), &s, &mut headlines);
+    }
+    if s.wants("bigdb") {
+        bigdb_scenario(dir.path(), &s, &mut headlines);
+    }
+    if s.wants("coldstart") {
+        coldstart_scenario(dir.path(), &s, &mut headlines);
+    }
+    if s.wants("guards") {
+        guards_scenario(dir.path(), &s);
+    }
+    if s.wants("limiter") {
+        limiter_scenario(dir.path(), &s);
+    }
+    print_summary(&headlines, &s);
     println!(
-        "stdio, {} in flight, {} s warm-up, {} s measured (server pinned to CPU 0: {}):",
-        s.inflight,
-        s.warmup.as_secs(),
-        s.measure.as_secs(),
-        s.pin
-    );
-    let call = json!({"name": "test_simple_text", "arguments": {}});
-    print_figures(
-        "  tools/call, all guards on",
-        stdio_load(&db, &token, "tools/call", &call, s),
-    );
-    print_figures(
-        "  ping (no guards, no charge)",
-        stdio_load(&db, &token, "ping", &json!({}), s),
+        "\nThe whole benchmark took {:.0} s.",
+        started.elapsed().as_secs_f64()
     );
 }
