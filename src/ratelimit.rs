@@ -59,6 +59,8 @@ pub const RETENTION_SECS: i64 = 2 * HOUR_WINDOW;
 const PRUNE_INTERVAL_SECS: i64 = 60;
 /// Rows deleted per pruning transaction (keeps each one short).
 const PRUNE_CHUNK: i64 = 500;
+/// Pause between two pruning transactions.
+const PRUNE_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Name of the per-plan bucket.
 pub const PLAN_BUCKET: &str = "plan";
@@ -704,6 +706,9 @@ pub fn prune_expired(store: &Store, now: i64) -> Result<usize, StoreError> {
         if deleted < usize::try_from(PRUNE_CHUNK).unwrap_or(usize::MAX) {
             return Ok(total);
         }
+        // A long backlog (a server that was down for a while) is worked off between
+        // calls rather than taking the write lock back to back.
+        std::thread::sleep(PRUNE_PAUSE);
     }
 }
 

@@ -518,12 +518,20 @@ pub fn payments(
     starting_after: Option<&PaymentId>,
     limit: usize,
 ) -> DbResult<Vec<Payment>> {
-    let mut stmt = conn.prepare_cached(
+    // Two statements rather than `?1 IS NULL OR invoice_id = ?1`, which SQLite cannot
+    // answer from the `payments_by_invoice` index: one invoice's payments must not scan
+    // every payment of the book.
+    let mut stmt = conn.prepare_cached(if invoice_id.is_some() {
         "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
          FROM payments
-         WHERE (?1 IS NULL OR invoice_id = ?1) AND (?2 IS NULL OR id < ?2)
-         ORDER BY id DESC LIMIT ?3",
-    )?;
+         WHERE invoice_id = ?1 AND (?2 IS NULL OR id < ?2)
+         ORDER BY id DESC LIMIT ?3"
+    } else {
+        "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
+         FROM payments
+         WHERE ?1 IS NULL AND (?2 IS NULL OR id < ?2)
+         ORDER BY id DESC LIMIT ?3"
+    })?;
     let rows = stmt.query_map(
         params![
             invoice_id.map(InvoiceId::as_str),
