@@ -7,8 +7,8 @@
 //! error (SEP-1303: the model must be able to read it and correct itself).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value, json};
 
@@ -571,11 +571,19 @@ pub enum Resolution<'a> {
     Unknown,
 }
 
-/// A tool together with its compiled input validator.
+/// A tool together with its input validator, compiled on the tool's first call.
 pub struct RegisteredTool {
     /// The implementation.
     pub tool: Arc<dyn Tool>,
-    validator: jsonschema::Validator,
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+/// Compiles `tool`'s input schema.
+fn compile(tool: &dyn Tool) -> Result<jsonschema::Validator, String> {
+    jsonschema::options()
+        .should_validate_formats(true)
+        .build(&tool.spec().input_schema)
+        .map_err(|e| format!("tool {}: {e}", tool.spec().name))
 }
 
 impl RegisteredTool {
@@ -587,7 +595,14 @@ impl RegisteredTool {
     /// Checks `args` against the input schema; the first failure becomes an `isError`
     /// catalog error naming the argument at fault.
     pub fn validate(&self, args: &Value) -> Result<(), McpError> {
-        match self.validator.iter_errors(args).next() {
+        let validator = match self.validator.get_or_init(|| compile(self.tool.as_ref())) {
+            Ok(validator) => validator,
+            Err(cause) => {
+                tracing::error!(%cause, "a tool's input schema does not compile");
+                return Err(McpError::internal());
+            }
+        };
+        match validator.iter_errors(args).next() {
             None => Ok(()),
             Some(err) => Err(schema_error_to_catalog(&err)),
         }
@@ -661,28 +676,51 @@ impl Registry {
         resources: Vec<Arc<dyn ResourceProvider>>,
         mut prompts: Vec<Arc<dyn Prompt>>,
     ) -> Result<Registry, RegistryError> {
-        let mut compiled = Vec::with_capacity(tools.len());
-        for tool in tools {
-            let validator = jsonschema::options()
-                .should_validate_formats(true)
-                .build(&tool.spec().input_schema)
-                .map_err(|e| RegistryError(format!("tool {}: {e}", tool.spec().name)))?;
-            compiled.push(RegisteredTool { tool, validator });
+        let mut registered: Vec<RegisteredTool> = tools
+            .into_iter()
+            .map(|tool| RegisteredTool {
+                tool,
+                validator: OnceLock::new(),
+            })
+            .collect();
+        registered.sort_by_key(|t| t.spec().name);
+        if let Some(dup) = registered
+            .windows(2)
+            .find(|w| w[0].spec().name == w[1].spec().name)
+        {
+            return Err(RegistryError(format!(
+                "tool {} is registered twice",
+                dup[0].spec().name
+            )));
         }
-        compiled.sort_by_key(|t| t.spec().name);
-        let by_name = compiled
+        // Validators are compiled on a tool's first call, not here: compiling all of them
+        // takes longer than the rest of start-up together, and a validator costs memory
+        // (megabytes for the first schema of a JSON Schema dialect) that tools nobody
+        // calls should not.
+        let by_name = registered
             .iter()
             .enumerate()
             .map(|(i, t)| (t.spec().name, i))
             .collect();
         prompts.sort_by_key(|p| p.spec().name);
         Ok(Registry {
-            tools: compiled,
+            tools: registered,
             by_name,
             retired,
             resources,
             prompts,
         })
+    }
+
+    /// Compiles every tool's input validator now; the first schema that does not compile
+    /// is the error. (A server compiles each on the tool's first call.)
+    pub fn compile_all(&self) -> Result<(), RegistryError> {
+        for tool in &self.tools {
+            if let Err(cause) = tool.validator.get_or_init(|| compile(tool.tool.as_ref())) {
+                return Err(RegistryError(cause.clone()));
+            }
+        }
+        Ok(())
     }
 
     /// Every tool, sorted by name.

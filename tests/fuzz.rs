@@ -38,6 +38,19 @@ fn server(db: &TestDb) -> Server {
     tollgate::cli::build_server(&config, store).expect("server")
 }
 
+/// Validators compile in the background at start-up: every built-in and fixture tool's
+/// input schema must compile, or its calls would fail with an internal error.
+#[test]
+fn every_tool_input_schema_compiles() {
+    let db = TestDb::new();
+    let server = server(&db);
+    assert!(server.registry().tools().len() > 20);
+    server
+        .registry()
+        .compile_all()
+        .expect("every schema compiles");
+}
+
 /// Every JSON-RPC error code the catalog can produce.
 fn catalog_codes() -> Vec<i64> {
     ErrorKind::ALL.iter().map(|k| k.spec().rpc_code).collect()
