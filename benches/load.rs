@@ -626,6 +626,7 @@ impl HttpServer {
         cmd.arg("serve")
             .args(extra)
             .args(["--listen", &addr.to_string()])
+            .env("TOLLGATE_HTTP_METRICS", "true")
             .stdout(Stdio::null());
         let server = HttpServer {
             process: Running(cmd.spawn().expect("spawn tollgate serve")),
@@ -1058,6 +1059,46 @@ struct Headlines {
     coldstart: Option<(Duration, Duration, usize)>,
 }
 
+/// Prints how many calls the server's charging transactions held on average so far, from
+/// its `/metrics` page.
+fn print_group_commit(addr: SocketAddr) {
+    let Some(page) = http_get(addr, "/metrics") else {
+        println!("  (no /metrics page)");
+        return;
+    };
+    let value = |name: &str| {
+        page.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    if let (Some(charges), Some(transactions)) = (
+        value("tollgate_rate_charges_total"),
+        value("tollgate_rate_charge_transactions_total"),
+    ) {
+        println!(
+            "  group commit: {:.1} calls per charging transaction",
+            charges / transactions.max(1.0)
+        );
+    }
+}
+
+/// The body of `GET path`, on a connection of its own.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response.split_once("\r\n\r\n")?.1.to_owned())
+}
+
 fn http_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
     println!(
         "\n== http: tollgate serve --conformance-pack, {} keep-alive connections; {}",
@@ -1073,6 +1114,7 @@ fn http_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
         guarded.record(
             http_load(&server, &Requests::fixed(&admin.token, &guarded_call()), s).summarise(),
         );
+        print_group_commit(server.addr);
         let mut figures = http_load(&server, &Requests::fixed(&admin.token, &discover()), s);
         // The peak so far belongs to the guarded load.
         figures.peak_rss_kib = None;

@@ -10,6 +10,7 @@
 //! | `tollgate_rate_limited_total` | `bucket`: a category, `plan`, `client`, `auth`, or `other` |
 //! | `tollgate_tool_call_duration_seconds` | a histogram with fixed buckets ([`LATENCY_BUCKETS_MICROS`]) |
 //! | `tollgate_http_responses_total` | `status` |
+//! | `tollgate_rate_charges_total`, `tollgate_rate_charge_transactions_total` | none: calls charged to the rate counters, and the transactions that did it (their ratio is how well group commit batches) |
 //!
 //! plus `tollgate_build_info`, `tollgate_uptime_seconds`, `process_start_time_seconds` and,
 //! where `/proc` is readable, `process_resident_memory_bytes`, `process_threads` and
@@ -142,6 +143,8 @@ pub struct Metrics {
     rate_limited: CounterFamily<&'static str>,
     http_responses: CounterFamily<u16>,
     latency: Histogram,
+    charges: AtomicU64,
+    charge_transactions: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -164,6 +167,8 @@ impl Metrics {
             rate_limited: CounterFamily::new(),
             http_responses: CounterFamily::new(),
             latency: Histogram::new(),
+            charges: AtomicU64::new(0),
+            charge_transactions: AtomicU64::new(0),
         }
     }
 
@@ -198,6 +203,13 @@ impl Metrics {
             Ok(_) if code != "ok" => tracing::info!(tool, code, elapsed_us, "tool call failed"),
             Ok(_) => tracing::debug!(tool, elapsed_us, "tool call finished"),
         }
+    }
+
+    /// Counts one charging transaction of the rate limiter and the calls it charged.
+    pub fn observe_charge_batch(&self, calls: usize) {
+        self.charge_transactions.fetch_add(1, Ordering::Relaxed);
+        self.charges
+            .fetch_add(u64::try_from(calls).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Counts one HTTP response by status.
@@ -280,6 +292,23 @@ impl Metrics {
         for (bucket, value) in self.rate_limited.snapshot() {
             sample(page, name, &[("bucket", bucket)], value);
         }
+        let name = "tollgate_rate_charges_total";
+        header(
+            page,
+            name,
+            "counter",
+            "Calls charged to the rate counters (refused ones included).",
+        );
+        sample(page, name, &[], self.charges.load(Ordering::Relaxed));
+        let name = "tollgate_rate_charge_transactions_total";
+        header(
+            page,
+            name,
+            "counter",
+            "SQLite transactions that charged them (group commit puts several calls in one).",
+        );
+        let transactions = self.charge_transactions.load(Ordering::Relaxed);
+        sample(page, name, &[], transactions);
     }
 
     fn render_latency(&self, page: &mut String) {
@@ -524,8 +553,17 @@ mod tests {
         m.rate_limited.inc("write");
         m.http_responses.inc(200);
         m.http_responses.inc(404);
+        m.observe_charge_batch(5);
+        m.observe_charge_batch(1);
         let page = m.render();
         assert_well_formed(&page);
+        assert_eq!(
+            lines_starting(&page, "tollgate_rate_charge"),
+            vec![
+                "tollgate_rate_charges_total 6",
+                "tollgate_rate_charge_transactions_total 2",
+            ]
+        );
         assert_eq!(
             lines_starting(&page, "tollgate_tool_calls_total{"),
             vec![

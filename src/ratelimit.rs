@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{OptionalExtension, Transaction};
 use serde::Serialize;
@@ -53,6 +53,8 @@ pub const MINUTE_WINDOW: i64 = 60;
 pub const HOUR_WINDOW: i64 = 3600;
 /// Most charges one group-commit transaction applies.
 pub const BATCH_MAX: usize = 64;
+/// Longest a leader waits for the charges it expects to share its transaction.
+const GATHER_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
 /// Counter windows that started longer ago than this are deleted.
 pub const RETENTION_SECS: i64 = 2 * HOUR_WINDOW;
 /// How often (at most) one process prunes expired windows.
@@ -203,6 +205,8 @@ pub struct Limiter {
     store: Store,
     mode: ChargeMode,
     queue: Mutex<Queue>,
+    /// Wakes a gathering leader once the queue holds a full batch.
+    gathered: Condvar,
     last_prune: AtomicI64,
     clock: fn() -> i64,
     charges: AtomicU64,
@@ -223,6 +227,11 @@ pub struct LimiterStats {
 struct Queue {
     waiting: VecDeque<(Item, Arc<Slot>)>,
     leader_active: bool,
+    /// Size of the last batch: how many charges a leader waits for (at most
+    /// [`GATHER_WAIT`]) before it starts the next transaction.
+    last_batch: usize,
+    /// A leader is waiting for the queue to reach `last_batch`.
+    gathering: bool,
 }
 
 /// Where one queued caller waits: for its outcome, or to be handed the leadership.
@@ -278,6 +287,7 @@ impl Limiter {
             store,
             mode,
             queue: Mutex::new(Queue::default()),
+            gathered: Condvar::new(),
             last_prune: AtomicI64::new(0),
             clock: unix_now,
             charges: AtomicU64::new(0),
@@ -356,6 +366,9 @@ impl Limiter {
         let lead_now = {
             let mut queue = self.lock_queue();
             queue.waiting.push_back((item, Arc::clone(&slot)));
+            if queue.gathering && queue.waiting.len() >= queue.last_batch {
+                self.gathered.notify_one();
+            }
             !std::mem::replace(&mut queue.leader_active, true)
         };
         if !lead_now && let Some(item) = slot.wait() {
@@ -375,7 +388,30 @@ impl Limiter {
     fn lead_one_batch(&self) {
         let (mut batch, slots): (Vec<Item>, Vec<Arc<Slot>>) = {
             let mut queue = self.lock_queue();
+            // Under steady load as many charges as the last batch held are on their way:
+            // wait (briefly) for them, so they share this transaction. Without the wait, a
+            // server with fewer cores than calls in progress runs one transaction per call,
+            // because the other callers are runnable but not running while the leader is.
+            // After a batch of one (light load) nobody waits.
+            let want = queue.last_batch.min(BATCH_MAX);
+            if queue.waiting.len() < want {
+                let deadline = Instant::now() + GATHER_WAIT;
+                queue.gathering = true;
+                while queue.waiting.len() < want {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    queue = self
+                        .gathered
+                        .wait_timeout(queue, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+                queue.gathering = false;
+            }
             let take = queue.waiting.len().min(BATCH_MAX);
+            queue.last_batch = take;
             queue.waiting.drain(..take).unzip()
         };
         // A panic must not strand the callers of this batch or the leadership; it becomes
@@ -404,6 +440,7 @@ impl Limiter {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.charges
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        crate::metrics::global().observe_charge_batch(batch.len());
         let mut now = 0;
         let result = self.store.write(|tx| {
             // The clock is read once the write lock is held, so windows follow commit order.
