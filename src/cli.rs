@@ -344,6 +344,7 @@ fn company_locale(store: &Store) -> Locale {
 /// Opens the existing database and assembles the server for `stdio` and `serve`.
 fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
     let store = open_store(config, false)?;
+    store.checkpoint_in_background();
     build_server(config, store)
         .map(Arc::new)
         .map_err(|e| fail(&e))

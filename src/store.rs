@@ -206,6 +206,32 @@ impl Store {
         })
     }
 
+    /// Starts a thread that checkpoints the WAL every [`CHECKPOINT_EVERY`] for as long as
+    /// the process runs (servers call this). SQLite otherwise checkpoints inside whichever
+    /// commit takes the WAL past 1 000 pages, and that call waits for the copy and its
+    /// `fsync`; copied often, the WAL never gets there, and no call pays for it.
+    pub fn checkpoint_in_background(&self) {
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wal-checkpoint".to_owned())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(CHECKPOINT_EVERY);
+                    let outcome = store.read(|conn| {
+                        Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?)
+                    });
+                    if let Err(e) = outcome
+                        && !e.is_transient()
+                    {
+                        tracing::warn!(cause = %e, "background WAL checkpoint failed");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(cause = %e, "cannot start the WAL checkpointer; commits will checkpoint");
+        }
+    }
+
     /// The path this store was opened at (for operator messages, never for clients).
     pub fn path(&self) -> &Path {
         &self.path
@@ -479,6 +505,9 @@ fn refuse_too_new(found: u32) -> Result<(), StoreError> {
     }
     Ok(())
 }
+
+/// How often a server's background thread checkpoints the WAL.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
 
 /// The PRAGMAs every connection gets once, when the pool opens it. `busy_timeout` comes
 /// first so that switching a new file to WAL waits for a concurrent opener.
