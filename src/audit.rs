@@ -264,7 +264,7 @@ pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, S
             "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
              transport FROM audit_log WHERE (?1 IS NULL OR credential_id = ?1) \
              AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
-             ORDER BY id DESC LIMIT ?4",
+             ORDER BY id DESC LIMIT ?4 + 0",
         )?;
         let rows = stmt
             .query_map(

@@ -116,7 +116,7 @@ pub fn search_clients(
          WHERE (?1 IS NULL OR name LIKE ?1 ESCAPE '\\' OR tax_id LIKE ?1 ESCAPE '\\'
                 OR email LIKE ?1 ESCAPE '\\')
            AND (?2 IS NULL OR id < ?2)
-         ORDER BY id DESC LIMIT ?3"
+         ORDER BY id DESC LIMIT ?3 + 0"
     ))?;
     let rows = stmt.query_map(
         params![
@@ -147,6 +147,10 @@ const INVOICE_SELECT: &str = "SELECT i.id, i.client_id, c.name, i.kind, i.status
         i.paid_cents, i.recipient_name, i.recipient_tax_id, i.rectifies_id, i.rectified_by_id,
         i.void_reason
      FROM invoices i JOIN clients c ON c.id = i.client_id";
+
+// Paginated queries end in `LIMIT ?N + 0`, not `LIMIT ?N`: SQLite plans `ORDER BY … LIMIT`
+// with the bound limit's value and so prepares such a statement anew on every run, which
+// made reading one invoice cost more than the rest of the call.
 
 fn word<T>(row: &Row<'_>, idx: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
     let text: String = row.get(idx)?;
@@ -406,7 +410,7 @@ pub fn search_invoices(
            AND (?5 IS NULL OR (i.status = 'issued' AND i.total_cents > i.paid_cents
                                AND i.due_date < ?5))
            AND (?6 IS NULL OR i.id < ?6)
-         ORDER BY i.id DESC LIMIT ?7"
+         ORDER BY i.id DESC LIMIT ?7 + 0"
     ))?;
     let rows = stmt.query_map(
         params![
@@ -525,12 +529,12 @@ pub fn payments(
         "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
          FROM payments
          WHERE invoice_id = ?1 AND (?2 IS NULL OR id < ?2)
-         ORDER BY id DESC LIMIT ?3"
+         ORDER BY id DESC LIMIT ?3 + 0"
     } else {
         "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
          FROM payments
          WHERE ?1 IS NULL AND (?2 IS NULL OR id < ?2)
-         ORDER BY id DESC LIMIT ?3"
+         ORDER BY id DESC LIMIT ?3 + 0"
     })?;
     let rows = stmt.query_map(
         params![
