@@ -530,6 +530,7 @@ pub struct Authenticator {
     clock: Clock,
     cache: Mutex<HashMap<[u8; 32], CacheEntry>>,
     throttle: Mutex<Throttle>,
+    flights: Flights,
     argon2_runs: AtomicU64,
     argon2_gate: Gate,
 }
@@ -557,6 +558,45 @@ impl Gate {
         }
         *running += 1;
         GatePass(self)
+    }
+}
+
+/// The tokens being verified right now, by digest.
+#[derive(Default)]
+struct Flights {
+    verifying: Mutex<std::collections::HashSet<[u8; 32]>>,
+    done: std::sync::Condvar,
+}
+
+impl Flights {
+    /// Waits until no other request is verifying `digest`, then marks it as this one's.
+    fn join(&self, digest: [u8; 32]) -> Flight<'_> {
+        let mut verifying = self
+            .verifying
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while verifying.contains(&digest) {
+            verifying = self
+                .done
+                .wait(verifying)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        verifying.insert(digest);
+        Flight(self, digest)
+    }
+}
+
+/// One request's turn to verify a token, ended on drop.
+struct Flight<'a>(&'a Flights, [u8; 32]);
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .verifying
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.1);
+        self.0.done.notify_all();
     }
 }
 
@@ -589,6 +629,7 @@ impl Authenticator {
             throttle: Mutex::new(Throttle::default()),
             argon2_runs: AtomicU64::new(0),
             argon2_gate: Gate::default(),
+            flights: Flights::default(),
         }
     }
 
@@ -617,17 +658,27 @@ impl Authenticator {
                 None => self.forget(&digest),
             }
         }
+        // Requests that bring the same new token at once verify it one at a time: the
+        // first runs argon2, the others then find it cached. (Otherwise a client opening
+        // with many requests in flight would spend its failure allowance on attempts that
+        // were never failures.)
+        let flight = self.flights.join(digest);
+        if let Some(entry) = self.cached(&digest)
+            && let Some(outcome) = self.authenticate_cached(&entry, now)
+        {
+            drop(flight);
+            return outcome.map_err(|failure| {
+                if !matches!(failure, Failure::Store(_)) {
+                    self.throttle().record_failure(source, now);
+                }
+                failure.into_error()
+            });
+        }
         let ticket = self.throttle().admit(source, now)?;
         let pass = self.argon2_gate.enter();
-        // Another request may have verified this very token while this one queued.
-        let outcome = match self
-            .cached(&digest)
-            .and_then(|e| self.authenticate_cached(&e, now))
-        {
-            Some(outcome) => outcome,
-            None => self.authenticate_uncached(token, digest, now),
-        };
+        let outcome = self.authenticate_uncached(token, digest, now);
         drop(pass);
+        drop(flight);
         if matches!(outcome, Ok(_) | Err(Failure::Store(_))) {
             self.throttle().refund(ticket);
         }

@@ -55,7 +55,7 @@ pub const HOUR_WINDOW: i64 = 3600;
 /// Most charges one group-commit transaction applies.
 pub const BATCH_MAX: usize = 64;
 /// Longest a leader waits for the charges it expects to share its transaction.
-const GATHER_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
+const GATHER_WAIT: std::time::Duration = std::time::Duration::from_micros(1000);
 /// Counter windows that started longer ago than this are deleted.
 pub const RETENTION_SECS: i64 = 2 * HOUR_WINDOW;
 /// How often (at most) one process prunes expired windows.
