@@ -185,9 +185,9 @@ CREATE TABLE audit_log (
     transport     TEXT    NOT NULL CHECK (transport IN ('stdio', 'http'))
 ) STRICT;
 
-CREATE INDEX audit_log_by_at ON audit_log (at);
+CREATE INDEX audit_log_by_at ON audit_log (at);              -- dropped at version 2
 CREATE INDEX audit_log_by_credential ON audit_log (credential_id, at);
-CREATE INDEX audit_log_by_tool ON audit_log (tool, at);
+CREATE INDEX audit_log_by_tool ON audit_log (tool, at);     -- dropped at version 2
 
 -- ==== The built-in invoicing back office (src/invoicing) ====================================
 -- Money is INTEGER cents (i64) in the invoice's currency; percentages are whole numbers;

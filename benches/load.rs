@@ -20,6 +20,7 @@
 //! | `--invoices N` | 100000 | invoices seeded for `invoice` |
 //! | `--audit-rows N` | 10000000 | audit rows seeded for `bigdb` |
 //! | `--counter-windows N` | 1000000 | rate-counter windows seeded for `bigdb` |
+//! | `--window-minutes N` | 121 | minute windows per counter in `bigdb` (past 120, expired) |
 //! | `--starts N` | 10 | server starts timed by `coldstart` |
 //! | `--no-pin` | | do not pin the server to CPU 0 (`taskset`, when it exists) |
 //!
@@ -43,9 +44,11 @@
 //!   whose audit log holds `--audit-rows` rows (six months of calls by 50 keys and 5 OAuth
 //!   clients, sixteen tools, realistic outcomes and durations) and whose rate-counter table
 //!   holds `--counter-windows` windows — a large installation in steady state: many
-//!   credentials' one-minute windows from the current minute back 130 minutes, so the
-//!   oldest 8 % are past the two-hour retention and the server's pruner works them off in
-//!   the background during the run (the pruned windows are put back before each run). Both are seeded by direct SQL, in transactions of 500 000 rows. Prints both and
+//!   credentials' one-minute windows from the current minute back `--window-minutes`
+//!   minutes (121: one minute past the two-hour retention, the minute's worth of expired
+//!   windows the once-a-minute pruner deletes in steady state; 130 shows it catching up with
+//!   ten minutes of backlog), which the server prunes in the background during the run
+//!   (the pruned windows are put back before each run). Both are seeded by direct SQL, in transactions of 500 000 rows. Prints both and
 //!   how much the large database falls behind.
 //! - `coldstart` — `--starts` times: spawn `tollgate serve` (not pinned, not wrapped) on an
 //!   initialised database and poll `GET /healthz` (a new connection every ~1 ms) until it
@@ -147,6 +150,8 @@ struct Settings {
     invoices: usize,
     audit_rows: u64,
     counter_windows: u64,
+    /// Minute windows per counter in `bigdb` (`--window-minutes`).
+    window_minutes: u64,
     starts: usize,
 }
 
@@ -178,6 +183,7 @@ impl Settings {
             invoices: number(&args, "--invoices", 100_000usize).max(1),
             audit_rows: number(&args, "--audit-rows", 10_000_000),
             counter_windows: number(&args, "--counter-windows", 1_000_000),
+            window_minutes: number(&args, "--window-minutes", WINDOW_MINUTES).max(1),
             starts: number(&args, "--starts", 10usize).max(1),
         }
     }
@@ -1185,9 +1191,10 @@ fn invoice_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
 
 fn bigdb_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
     println!(
-        "\n== bigdb: the guarded HTTP load of `http` on a fresh database and on one with {} audit rows and {} rate windows (the oldest 8 % expired); {}",
+        "\n== bigdb: the guarded HTTP load of `http` on a fresh database and on one with {} audit rows and {} rate windows ({} minutes of them per counter); {}",
         thousands(s.audit_rows as f64),
         thousands(s.counter_windows as f64),
+        s.window_minutes,
         s.timing()
     );
     let big = dir.join("big.db");
@@ -1201,7 +1208,7 @@ fn bigdb_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
         thousands(s.audit_rows as f64),
         thousands(s.audit_rows as f64 / secs.max(1e-9))
     );
-    let windows = CounterWindows::new(s.counter_windows, &people);
+    let windows = CounterWindows::new(s.counter_windows, s.window_minutes, &people);
     let started = Instant::now();
     let inserted = windows.insert(&big).expect("seed the rate counters");
     let secs = started.elapsed().as_secs_f64();
@@ -1738,13 +1745,15 @@ fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> Result<(), Store
 /// The category buckets (per credential, one-minute windows).
 const CATEGORIES: [&str; 5] = ["read", "write", "destructive", "send", "generate"];
 
-/// Minute windows kept per counter by `bigdb`: 130 minutes back from now, so the ten
-/// oldest lie beyond the two-hour retention and the pruner has a backlog to work off.
-const WINDOWS_PER_COUNTER: u64 = 130;
+/// Minute windows per counter seeded by `bigdb` (`--window-minutes`): from the
+/// current minute back, so those past the two-hour retention are the pruner's work — one
+/// minute's worth in steady state (the pruner runs once a minute), more to see it catch up
+/// with a backlog.
+const WINDOW_MINUTES: u64 = 121;
 
 /// The rate-counter table of a large installation in steady state: `count` one-minute
-/// windows of many credentials' category buckets, from the current minute back 130
-/// minutes (so about 8 % have expired and wait for the pruner), plus the plan's hour
+/// windows of many credentials' category buckets, from the current minute back
+/// `minutes` minutes (those past the two-hour retention wait for the pruner), plus the plan's hour
 /// windows.
 struct CounterWindows {
     count: u64,
@@ -1756,7 +1765,7 @@ struct CounterWindows {
 }
 
 impl CounterWindows {
-    fn new(count: u64, people: &Population) -> CounterWindows {
+    fn new(count: u64, minutes: u64, people: &Population) -> CounterWindows {
         let mut counters = Vec::new();
         for credential in &people.credentials {
             for category in CATEGORIES {
@@ -1766,8 +1775,8 @@ impl CounterWindows {
         for client in &people.clients {
             counters.push(("client", client.clone(), 60));
         }
-        // Enough more credentials that every counter holds about 130 windows.
-        let wanted = usize::try_from(count.div_ceil(WINDOWS_PER_COUNTER)).unwrap_or(usize::MAX);
+        // Enough more credentials that every counter holds about `minutes` windows.
+        let wanted = usize::try_from(count.div_ceil(minutes)).unwrap_or(usize::MAX);
         let mut extra = 0usize;
         while counters.len() < wanted {
             let key = format!("bulk{extra:08}");

@@ -260,12 +260,19 @@ pub struct AuditRecord {
 /// The most recent rows matching `filter`, newest first.
 pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
     store.read(|conn| {
-        let mut stmt = conn.prepare_cached(
+        // With a credential, through `audit_log_by_credential` (newest first in that
+        // index); otherwise newest first by id, stopping at the limit.
+        let mut stmt = conn.prepare_cached(if filter.credential_id.is_some() {
             "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport FROM audit_log WHERE (?1 IS NULL OR credential_id = ?1) \
+             transport FROM audit_log WHERE credential_id = ?1 \
              AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
-             ORDER BY id DESC LIMIT ?4 + 0",
-        )?;
+             ORDER BY at DESC, id DESC LIMIT ?4 + 0"
+        } else {
+            "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
+             transport FROM audit_log WHERE ?1 IS NULL \
+             AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
+             ORDER BY id DESC LIMIT ?4 + 0"
+        })?;
         let rows = stmt
             .query_map(
                 params![

@@ -19,13 +19,20 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../schema.sql");
 
+/// Version 2: the audit log keeps only the index its queries use. Every audit row paid for
+/// three secondary indexes; two were never read (by time alone, by tool).
+const AUDIT_INDEXES_SQL: &str = "
+    DROP INDEX IF EXISTS audit_log_by_at;
+    DROP INDEX IF EXISTS audit_log_by_tool;
+";
+
 /// Ordered migration steps: (version reached, SQL). Never edit a released step; append one.
-const MIGRATIONS: &[(u32, &str)] = &[(1, SCHEMA_SQL)];
+const MIGRATIONS: &[(u32, &str)] = &[(1, SCHEMA_SQL), (2, AUDIT_INDEXES_SQL)];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION);
@@ -611,12 +618,39 @@ mod tests {
     fn creation_sets_version_and_pragmas() {
         let (_dir, path, store) = fresh();
         assert!(path.exists());
-        assert_eq!(store.schema_version().expect("version"), 1);
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         assert_eq!(pragma_text(&store, "journal_mode"), "wal");
         assert_eq!(pragma_text(&store, "foreign_keys"), "1");
         assert_eq!(pragma_text(&store, "synchronous"), "1");
         assert_eq!(pragma_text(&store, "temp_store"), "2");
         assert_eq!(pragma_text(&store, "busy_timeout"), "5000");
+    }
+
+    #[test]
+    fn a_version_1_database_is_brought_up_to_date() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch(SCHEMA_SQL)
+            .expect("the version 1 schema");
+        conn.pragma_update(None, "user_version", 1)
+            .expect("version 1");
+        drop(conn);
+        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        let audit_indexes: Vec<String> = store
+            .read(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT name FROM sqlite_master WHERE type = 'index' \
+                     AND tbl_name = 'audit_log' ORDER BY name",
+                )?;
+                let names = stmt
+                    .query_map([], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                Ok(names)
+            })
+            .expect("indexes");
+        assert_eq!(audit_indexes, ["audit_log_by_credential"]);
     }
 
     #[test]
@@ -632,7 +666,7 @@ mod tests {
         store.set_company(&company).expect("set");
         drop(store);
         let store = Store::open(&path, &StoreOptions::default()).expect("reopen");
-        assert_eq!(store.schema_version().expect("version"), 1);
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         assert_eq!(store.company().expect("company"), Some(company));
     }
 
@@ -649,14 +683,14 @@ mod tests {
                 err,
                 StoreError::TooNew {
                     found: 99,
-                    supported: 1
+                    supported: SCHEMA_VERSION
                 }
             ),
             "{err:?}"
         );
         assert_eq!(
             err.to_string(),
-            "database schema version 99 is newer than this tollgate supports (1); \
+            "database schema version 99 is newer than this tollgate supports (2); \
              upgrade tollgate or restore a backup"
         );
         assert!(!err.is_transient());

@@ -103,7 +103,10 @@ fn backup_while_serving_is_complete_and_restores() {
 
     assert_eq!(report["path"], json!(backup));
     assert_eq!(report["integrity_check"], json!("ok"));
-    assert_eq!(report["schema_version"], json!(1));
+    assert_eq!(
+        report["schema_version"],
+        json!(tollgate::store::SCHEMA_VERSION)
+    );
     let size = std::fs::metadata(&backup).expect("backup file").len();
     assert_eq!(report["bytes"], json!(size));
     assert_eq!(integrity(&backup), "ok");
@@ -157,8 +160,14 @@ fn backup_while_serving_is_complete_and_restores() {
     assert_eq!(restored["database"], json!(db.path));
     assert_eq!(restored["replaced"], json!(true));
     assert_eq!(restored["integrity_check"], json!("ok"));
-    assert_eq!(restored["schema_version"], json!(1));
-    assert_eq!(restored["backup_schema_version"], json!(1));
+    assert_eq!(
+        restored["schema_version"],
+        json!(tollgate::store::SCHEMA_VERSION)
+    );
+    assert_eq!(
+        restored["backup_schema_version"],
+        json!(tollgate::store::SCHEMA_VERSION)
+    );
     assert_eq!(integrity(&db.path), "ok");
     assert_eq!(audited_calls(&db.path), in_backup);
     assert!(leftovers(db.dir.path()).is_empty());
@@ -199,8 +208,9 @@ fn backup_prints_a_human_summary() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "backup written to {}: {size} bytes, schema version 1, integrity_check ok\n",
-            target.display()
+            "backup written to {}: {size} bytes, schema version {}, integrity_check ok\n",
+            target.display(),
+            tollgate::store::SCHEMA_VERSION
         )
     );
 }

@@ -219,7 +219,7 @@ for _ in $(seq 150); do
 done
 if [ "$up" != yes ]; then fail "serve answers /healthz" "$(cat "$WORK/serve.log")"; exit 1; fi
 pass "serve answers /healthz"
-expect "/healthz body" '{"status":"ok","schema_version":1}' "$(cat "$WORK/healthz.json")"
+expect "/healthz body" '{"status":"ok","schema_version":2}' "$(cat "$WORK/healthz.json")"
 expect "server runs as tollgate" "tollgate" "$(ps -o user= -p "$SERVER_PID" | tr -d ' ')"
 for _ in $(seq 50); do grep -qx 'READY=1' "$WORK/notify.log" 2>/dev/null && break; sleep 0.1; done
 check "sent READY=1 to NOTIFY_SOCKET" grep -qx 'READY=1' "$WORK/notify.log"
