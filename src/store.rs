@@ -213,24 +213,40 @@ impl Store {
         })
     }
 
-    /// Starts a thread that checkpoints the WAL every [`CHECKPOINT_EVERY`] for as long as
-    /// the process runs (servers call this). SQLite otherwise checkpoints inside whichever
-    /// commit takes the WAL past 1 000 pages, and that call waits for the copy and its
-    /// `fsync`; copied often, the WAL never gets there, and no call pays for it.
+    /// Starts a thread that checkpoints the WAL for as long as the process runs (servers
+    /// call this). SQLite otherwise checkpoints inside whichever commit takes the WAL past
+    /// 1 000 pages, and that call waits for the copy and its `fsync`; copied often, the WAL
+    /// never gets there, and no call pays for it. The thread looks every
+    /// [`CHECKPOINT_EVERY`] while the WAL grows and backs off to [`CHECKPOINT_IDLE`] while
+    /// nothing is written, so an idle server stays idle.
     pub fn checkpoint_in_background(&self) {
         let store = self.clone();
         let spawned = std::thread::Builder::new()
             .name("wal-checkpoint".to_owned())
             .spawn(move || {
+                let mut pause = CHECKPOINT_EVERY;
+                let mut last_size = None;
                 loop {
-                    std::thread::sleep(CHECKPOINT_EVERY);
+                    std::thread::sleep(pause);
+                    // Frames in the WAL: it only changes when something was written.
                     let outcome = store.read(|conn| {
-                        Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?)
+                        Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                            row.get::<_, i64>(1)
+                        })?)
                     });
-                    if let Err(e) = outcome
-                        && !e.is_transient()
-                    {
-                        tracing::warn!(cause = %e, "background WAL checkpoint failed");
+                    match outcome {
+                        Ok(size) => {
+                            pause = if last_size == Some(size) {
+                                (pause * 2).min(CHECKPOINT_IDLE)
+                            } else {
+                                CHECKPOINT_EVERY
+                            };
+                            last_size = Some(size);
+                        }
+                        Err(e) if !e.is_transient() => {
+                            tracing::warn!(cause = %e, "background WAL checkpoint failed");
+                        }
+                        Err(_) => {}
                     }
                 }
             });
@@ -513,8 +529,10 @@ fn refuse_too_new(found: u32) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// How often a server's background thread checkpoints the WAL.
+/// How often a server's background thread checkpoints a WAL that is being written.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
+/// How often it looks at a WAL nothing has been written to.
+pub const CHECKPOINT_IDLE: Duration = Duration::from_secs(2);
 
 /// The PRAGMAs every connection gets once, when the pool opens it. `busy_timeout` comes
 /// first so that switching a new file to WAL waits for a concurrent opener.
