@@ -646,33 +646,16 @@ impl Authenticator {
         };
         let now = (self.clock)();
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(entry) = self.cached(&digest) {
-            match self.authenticate_cached(&entry, now) {
-                Some(Ok(principal)) => return Ok(principal),
-                Some(Err(failure)) => {
-                    if !matches!(failure, Failure::Store(_)) {
-                        self.throttle().record_failure(source, now);
-                    }
-                    return Err(failure.into_error());
-                }
-                None => self.forget(&digest),
-            }
+        if let Some(outcome) = self.from_cache(&digest, source, now) {
+            return outcome;
         }
         // Requests that bring the same new token at once verify it one at a time: the
         // first runs argon2, the others then find it cached. (Otherwise a client opening
         // with many requests in flight would spend its failure allowance on attempts that
         // were never failures.)
         let flight = self.flights.join(digest);
-        if let Some(entry) = self.cached(&digest)
-            && let Some(outcome) = self.authenticate_cached(&entry, now)
-        {
-            drop(flight);
-            return outcome.map_err(|failure| {
-                if !matches!(failure, Failure::Store(_)) {
-                    self.throttle().record_failure(source, now);
-                }
-                failure.into_error()
-            });
+        if let Some(outcome) = self.from_cache(&digest, source, now) {
+            return outcome;
         }
         let ticket = self.throttle().admit(source, now)?;
         let pass = self.argon2_gate.enter();
@@ -754,6 +737,30 @@ impl Authenticator {
             None => {
                 tracing::debug!(credential = %entry.public_id, "credential not re-checked");
                 Recheck::Refused(McpError::internal())
+            }
+        }
+    }
+
+    /// The outcome for a cached token (a refusal counted against `source`), or `None` when
+    /// the token is not cached or its entry went stale (then it is forgotten).
+    fn from_cache(
+        &self,
+        digest: &[u8; 32],
+        source: &str,
+        now: i64,
+    ) -> Option<Result<Principal, McpError>> {
+        let entry = self.cached(digest)?;
+        match self.authenticate_cached(&entry, now) {
+            Some(Ok(principal)) => Some(Ok(principal)),
+            Some(Err(failure)) => {
+                if !matches!(failure, Failure::Store(_)) {
+                    self.throttle().record_failure(source, now);
+                }
+                Some(Err(failure.into_error()))
+            }
+            None => {
+                self.forget(digest);
+                None
             }
         }
     }
