@@ -646,7 +646,7 @@ impl Authenticator {
         };
         let now = (self.clock)();
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(outcome) = self.from_cache(&digest, source, now) {
+        if let Some(outcome) = self.served_from_cache(&digest, source, now) {
             return outcome;
         }
         // Requests that bring the same new token at once verify it one at a time: the
@@ -654,7 +654,7 @@ impl Authenticator {
         // with many requests in flight would spend its failure allowance on attempts that
         // were never failures.)
         let flight = self.flights.join(digest);
-        if let Some(outcome) = self.from_cache(&digest, source, now) {
+        if let Some(outcome) = self.served_from_cache(&digest, source, now) {
             return outcome;
         }
         let ticket = self.throttle().admit(source, now)?;
@@ -743,7 +743,7 @@ impl Authenticator {
 
     /// The outcome for a cached token (a refusal counted against `source`), or `None` when
     /// the token is not cached or its entry went stale (then it is forgotten).
-    fn from_cache(
+    fn served_from_cache(
         &self,
         digest: &[u8; 32],
         source: &str,
