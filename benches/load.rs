@@ -90,8 +90,7 @@ use tollgate::auth::Principal;
 use tollgate::invoicing::date::Date;
 use tollgate::invoicing::db as invoice_db;
 use tollgate::invoicing::model::{
-    Client, ClientId, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, Line, Payment, PaymentId,
-    PaymentMethod,
+    Client, ClientId, Invoice, InvoiceKind, InvoiceStatus, Line, Payment, PaymentId, PaymentMethod,
 };
 use tollgate::invoicing::money::{LinePricing, Totals};
 use tollgate::invoicing::taxid::TaxId;
@@ -1547,27 +1546,18 @@ fn seed_invoice(
     };
     let issue = today.add_days(-days_ago);
     let mut invoice = Invoice {
-        id: InvoiceId::generate().expect("an invoice id"),
-        client_id: client.id.clone(),
-        client_name: client.name.clone(),
-        kind,
-        status: InvoiceStatus::Draft,
-        series: series.to_owned(),
-        number: None,
-        issue_date: None,
-        due_date: None,
-        currency: "EUR".to_owned(),
         notes: rng
             .chance(100)
             .then(|| "Pago por transferencia.".to_owned()),
-        totals,
-        paid_cents: 0,
-        recipient_name: None,
-        recipient_tax_id: None,
-        rectifies_id: None,
-        rectified_by_id: None,
-        void_reason: None,
-        lines,
+        ..Invoice::new_draft(
+            client.id.clone(),
+            client.name.clone(),
+            kind,
+            series.to_owned(),
+            lines,
+            totals,
+        )
+        .expect("an invoice id")
     };
     if !draft {
         let issue_date = issue.to_string();

@@ -9,8 +9,7 @@
 use super::date::Date;
 use super::db;
 use super::model::{
-    Client, ClientId, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, Line, Payment, PaymentId,
-    PaymentMethod,
+    Client, ClientId, Invoice, InvoiceKind, InvoiceStatus, Line, Payment, PaymentId, PaymentMethod,
 };
 use super::money::{LinePricing, Totals};
 use super::tools::rectifying_for;
@@ -318,25 +317,16 @@ fn insert_sample(
     };
     let issue_date = sample.issued.map(|d| today.add_days(d));
     let mut invoice = Invoice {
-        id: InvoiceId::generate()?,
-        client_id: client.id.clone(),
-        client_name: client.name.clone(),
-        kind: sample.kind,
-        status: InvoiceStatus::Draft,
-        series: series.to_owned(),
-        number: None,
         issue_date: issue_date.map(|d| d.to_string()),
         due_date: issue_date.map(|d| d.add_days(sample.due_in).to_string()),
-        currency: "EUR".to_owned(),
-        notes: None,
-        totals,
-        paid_cents: 0,
-        recipient_name: None,
-        recipient_tax_id: None,
-        rectifies_id: None,
-        rectified_by_id: None,
-        void_reason: None,
-        lines: sample.lines.clone(),
+        ..Invoice::new_draft(
+            client.id.clone(),
+            client.name.clone(),
+            sample.kind,
+            series.to_owned(),
+            sample.lines.clone(),
+            totals,
+        )?
     };
     if let Some(date) = &invoice.issue_date {
         invoice.number = Some(db::next_number(tx, series, date)?);

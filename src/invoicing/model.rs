@@ -322,6 +322,39 @@ pub struct Invoice {
 }
 
 impl Invoice {
+    /// A new draft in EUR with a fresh id: no number, dates, notes, payments or recipient
+    /// snapshot yet. Callers set what differs with struct update syntax.
+    pub fn new_draft(
+        client_id: ClientId,
+        client_name: String,
+        kind: InvoiceKind,
+        series: String,
+        lines: Vec<Line>,
+        totals: Totals,
+    ) -> Result<Invoice, McpError> {
+        Ok(Invoice {
+            id: InvoiceId::generate()?,
+            client_id,
+            client_name,
+            kind,
+            status: InvoiceStatus::Draft,
+            series,
+            number: None,
+            issue_date: None,
+            due_date: None,
+            currency: "EUR".to_owned(),
+            notes: None,
+            totals,
+            paid_cents: 0,
+            recipient_name: None,
+            recipient_tax_id: None,
+            rectifies_id: None,
+            rectified_by_id: None,
+            void_reason: None,
+            lines,
+        })
+    }
+
     /// Amount still owed (`total − paid`).
     pub fn balance_cents(&self) -> i64 {
         self.totals.total_cents - self.paid_cents

@@ -366,25 +366,18 @@ fn create_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
         recheck_vat(tx, &lines)?;
         guardrails::check_simplified_ceiling(kind, &totals)?;
         let invoice = Invoice {
-            id: InvoiceId::generate()?,
-            client_id: client_id.clone(),
-            client_name,
-            kind,
-            status: InvoiceStatus::Draft,
-            series: series.clone(),
-            number: None,
             issue_date: issue_date.clone(),
             due_date: due_date.clone(),
             currency: args.str("currency").unwrap_or("EUR").to_owned(),
             notes: args.text("notes"),
-            totals,
-            paid_cents: 0,
-            recipient_name: None,
-            recipient_tax_id: None,
-            rectifies_id: None,
-            rectified_by_id: None,
-            void_reason: None,
-            lines: lines.clone(),
+            ..Invoice::new_draft(
+                client_id.clone(),
+                client_name,
+                kind,
+                series.clone(),
+                lines.clone(),
+                totals,
+            )?
         };
         db::insert_invoice(tx, &invoice).map_err(db_failure)?;
         Ok(invoice_output("Created ", &invoice))
@@ -509,25 +502,22 @@ pub(crate) fn rectifying_for(
     let totals = Totals::sum(&amounts).map_err(|_| McpError::internal())?;
     let number = original.number.as_deref().unwrap_or_default();
     Ok(Invoice {
-        id: InvoiceId::generate()?,
-        client_id: original.client_id.clone(),
-        client_name: original.client_name.clone(),
-        kind: InvoiceKind::Rectifying,
         status: InvoiceStatus::Issued,
-        series: RECTIFYING_SERIES.to_owned(),
-        number: None,
         due_date: Some(issue_date.clone()),
         issue_date: Some(issue_date),
         currency: original.currency.clone(),
         notes: Some(format!("Rectifies invoice {number}: {reason}")),
-        totals,
-        paid_cents: 0,
         recipient_name: original.recipient_name.clone(),
         recipient_tax_id: original.recipient_tax_id.clone(),
         rectifies_id: Some(original.id.clone()),
-        rectified_by_id: None,
-        void_reason: None,
-        lines,
+        ..Invoice::new_draft(
+            original.client_id.clone(),
+            original.client_name.clone(),
+            InvoiceKind::Rectifying,
+            RECTIFYING_SERIES.to_owned(),
+            lines,
+            totals,
+        )?
     })
 }
 
