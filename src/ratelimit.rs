@@ -1336,6 +1336,21 @@ mod tests {
         Fixture { _dir: dir, store }
     }
 
+    /// Keys `key00001` and `key00002` on the `starter` plan, limited to `per_hour` calls.
+    fn two_keys_on_starter(per_hour: u64) -> Fixture {
+        let f = fixture("starter");
+        add_credential(&f.store, "key00001", None);
+        add_credential(&f.store, "key00002", None);
+        set(
+            &f.store,
+            LimitChange::PlanHourly {
+                plan: "starter".into(),
+                per_hour: Some(per_hour),
+            },
+        );
+        f
+    }
+
     fn add_credential(store: &Store, id: &str, client: Option<&str>) {
         store
             .write(|tx| {
@@ -1408,16 +1423,7 @@ mod tests {
             .map(|(id, category)| request(id, *category))
             .collect();
         let run = |grouped: bool| {
-            let f = fixture("starter");
-            add_credential(&f.store, "key00001", None);
-            add_credential(&f.store, "key00002", None);
-            set(
-                &f.store,
-                LimitChange::PlanHourly {
-                    plan: "starter".into(),
-                    per_hour: Some(9),
-                },
-            );
+            let f = two_keys_on_starter(9);
             set(
                 &f.store,
                 LimitChange::Credential {
@@ -1574,16 +1580,7 @@ mod tests {
 
     #[test]
     fn the_plan_bucket_refuses_on_its_own_and_enterprise_skips_it() {
-        let f = fixture("starter");
-        add_credential(&f.store, "key00001", None);
-        add_credential(&f.store, "key00002", None);
-        set(
-            &f.store,
-            LimitChange::PlanHourly {
-                plan: "starter".into(),
-                per_hour: Some(3),
-            },
-        );
+        let f = two_keys_on_starter(3);
         let batch = [
             request("key00001", Category::Read),
             request("key00002", Category::Write),

@@ -766,3 +766,18 @@ impl Registry {
         self.prompts.iter().find(|p| p.spec().name == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_registered_twice_is_refused_by_name() {
+        let tool = Arc::clone(&crate::conformance::tools()[0]);
+        let name = tool.spec().name;
+        let err = Registry::new(vec![Arc::clone(&tool), tool], &[], Vec::new(), Vec::new())
+            .err()
+            .expect("a duplicate name is refused");
+        assert_eq!(err.to_string(), format!("tool {name} is registered twice"));
+    }
+}
