@@ -134,6 +134,15 @@ impl Histogram {
     }
 }
 
+/// How well group commit batches: calls charged, and the transactions that charged them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChargeCounts {
+    /// Calls charged (refused ones included).
+    pub charges: u64,
+    /// Charging transactions run (attempted) for them.
+    pub transactions: u64,
+}
+
 /// The counters of one process. [`global`] is the one the server uses.
 pub struct Metrics {
     started: Instant,
@@ -202,6 +211,14 @@ impl Metrics {
             Err(_) => tracing::info!(tool, code, elapsed_us, "tool call failed"),
             Ok(_) if code != "ok" => tracing::info!(tool, code, elapsed_us, "tool call failed"),
             Ok(_) => tracing::debug!(tool, elapsed_us, "tool call finished"),
+        }
+    }
+
+    /// Calls charged and charging transactions run so far.
+    pub fn charge_counts(&self) -> ChargeCounts {
+        ChargeCounts {
+            charges: self.charges.load(Ordering::Relaxed),
+            transactions: self.charge_transactions.load(Ordering::Relaxed),
         }
     }
 

@@ -35,7 +35,7 @@
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -45,6 +45,7 @@ use serde_json::{Value, json};
 
 use crate::auth::Principal;
 use crate::catalog::{McpError, store_failure};
+use crate::metrics::{ChargeCounts, Metrics};
 use crate::registry::Category;
 use crate::store::{Store, StoreError};
 
@@ -214,17 +215,8 @@ pub struct Limiter {
     gathered: Condvar,
     last_prune: AtomicI64,
     clock: fn() -> i64,
-    charges: AtomicU64,
-    transactions: AtomicU64,
-}
-
-/// Counts since a [`Limiter`] was made, to see how well group commit batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LimiterStats {
-    /// Calls charged.
-    pub charges: u64,
-    /// Charging transactions run (attempted) for them.
-    pub transactions: u64,
+    /// Where its transactions and charges are counted.
+    metrics: &'static Metrics,
 }
 
 /// Charges waiting for a transaction, and whether some caller is leading one.
@@ -286,8 +278,14 @@ impl Limiter {
         Limiter::with_mode(store, ChargeMode::GroupCommit)
     }
 
-    /// A limiter over `store` that commits as `mode` says.
+    /// A limiter over `store` that commits as `mode` says, counted in the process's
+    /// [`metrics::global`](crate::metrics::global).
     pub fn with_mode(store: Store, mode: ChargeMode) -> Limiter {
+        Limiter::counted_in(store, mode, crate::metrics::global())
+    }
+
+    /// A limiter counted in `metrics` (tests give each limiter counters of its own).
+    pub fn counted_in(store: Store, mode: ChargeMode, metrics: &'static Metrics) -> Limiter {
         Limiter {
             store,
             mode,
@@ -295,17 +293,14 @@ impl Limiter {
             gathered: Condvar::new(),
             last_prune: AtomicI64::new(0),
             clock: unix_now,
-            charges: AtomicU64::new(0),
-            transactions: AtomicU64::new(0),
+            metrics,
         }
     }
 
-    /// How many calls and transactions this limiter has charged so far.
-    pub fn stats(&self) -> LimiterStats {
-        LimiterStats {
-            charges: self.charges.load(Ordering::Relaxed),
-            transactions: self.transactions.load(Ordering::Relaxed),
-        }
+    /// How many calls and charging transactions have been counted so far (by every limiter
+    /// counted in the same metrics).
+    pub fn stats(&self) -> ChargeCounts {
+        self.metrics.charge_counts()
     }
 
     /// Charges one call of `category` to every bucket that applies.
@@ -442,10 +437,7 @@ impl Limiter {
 
     /// Applies `batch` in one transaction, in order, setting every item's outcome.
     fn run_batch(&self, batch: &mut [Item]) {
-        self.transactions.fetch_add(1, Ordering::Relaxed);
-        self.charges
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        crate::metrics::global().observe_charge_batch(batch.len());
+        self.metrics.observe_charge_batch(batch.len());
         let mut now = 0;
         let result = self.store.write(|tx| {
             // The clock is read once the write lock is held, so windows follow commit order.
@@ -1716,7 +1708,7 @@ mod tests {
                     per_minute: Some(100),
                 },
             );
-            let mut limiter = Limiter::with_mode(f.store.clone(), mode);
+            let mut limiter = Limiter::counted_in(f.store.clone(), mode, Box::leak(Box::default()));
             limiter.clock = fixed_clock;
             let admitted = std::sync::atomic::AtomicUsize::new(0);
             std::thread::scope(|s| {
