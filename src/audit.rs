@@ -261,7 +261,8 @@ pub struct AuditRecord {
 pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
     store.read(|conn| {
         // With a credential, through `audit_log_by_credential` (newest first in that
-        // index); otherwise newest first by id, stopping at the limit.
+        // index); otherwise newest first by id, stopping at the limit. (`?1 IS NULL` in the
+        // second keeps one parameter list.)
         let mut stmt = conn.prepare_cached(if filter.credential_id.is_some() {
             "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
              transport FROM audit_log WHERE credential_id = ?1 \

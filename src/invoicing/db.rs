@@ -524,7 +524,7 @@ pub fn payments(
 ) -> DbResult<Vec<Payment>> {
     // Two statements rather than `?1 IS NULL OR invoice_id = ?1`, which SQLite cannot
     // answer from the `payments_by_invoice` index: one invoice's payments must not scan
-    // every payment of the book.
+    // every payment of the book. (`?1 IS NULL` in the second keeps one parameter list.)
     let mut stmt = conn.prepare_cached(if invoice_id.is_some() {
         "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
          FROM payments
