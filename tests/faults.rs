@@ -519,14 +519,7 @@ fn full_tmpfs(disk: &TinyDisk) {
     std::fs::write(&ballast, vec![0u8; 256 * 1024]).expect("ballast");
     let mut server = StdioServer::start(&db, &[]);
     server.initialize("2025-11-25");
-    let client = server.call_tool(
-        "create_client",
-        json!({ "name": "Acme SL", "tax_id": TAX_ID }),
-    );
-    let client = client["result"]["structuredContent"]["id"]
-        .as_str()
-        .expect("client id")
-        .to_owned();
+    let client = create_acme(&mut server);
 
     let failure = write_until_full(&mut server, &client);
     assert_storage_unavailable(&failure);
@@ -598,14 +591,7 @@ fn full_by_file_size_limit(dir: &Path) {
     );
     let mut server = StdioServer::spawn(cmd);
     server.initialize("2025-11-25");
-    let client = server.call_tool(
-        "create_client",
-        json!({ "name": "Acme SL", "tax_id": TAX_ID }),
-    );
-    let client = client["result"]["structuredContent"]["id"]
-        .as_str()
-        .expect("client id")
-        .to_owned();
+    let client = create_acme(&mut server);
     let failure = write_until_full(&mut server, &client);
     let code = failure
         .pointer("/error/data/code")
@@ -630,6 +616,18 @@ fn full_by_file_size_limit(dir: &Path) {
     server.initialize("2025-11-25");
     let recovered = server.call_tool("create_client", json!({ "name": "After the restart" }));
     assert_eq!(recovered["result"]["isError"], json!(false), "{recovered}");
+}
+
+/// Creates the client the full-disk tests bill; returns its id.
+fn create_acme(server: &mut StdioServer) -> String {
+    let client = server.call_tool(
+        "create_client",
+        json!({ "name": "Acme SL", "tax_id": TAX_ID }),
+    );
+    client["result"]["structuredContent"]["id"]
+        .as_str()
+        .expect("client id")
+        .to_owned()
 }
 
 fn open_read_only(path: &Path) -> Connection {
