@@ -50,6 +50,21 @@ fn public_id(token: &str) -> String {
 }
 
 /// Runs `tollgate limits set <args>`, which must succeed.
+/// `tollgate limits set --credential <id> --category <category> --per-minute <n>`.
+fn limit_credential(db: &TestDb, id: &str, category: &str, per_minute: &str) {
+    set_limit(
+        db,
+        &[
+            "--credential",
+            id,
+            "--category",
+            category,
+            "--per-minute",
+            per_minute,
+        ],
+    );
+}
+
 fn set_limit(db: &TestDb, args: &[&str]) {
     let mut argv = vec!["limits", "set"];
     argv.extend_from_slice(args);
@@ -145,17 +160,7 @@ fn assert_rate_limited(response: &Value, bucket: &str, limit: u64, window: u64) 
 fn the_sixth_call_over_a_limit_of_five_is_refused() {
     let db = TestDb::new();
     let token = admin_key(&db);
-    set_limit(
-        &db,
-        &[
-            "--credential",
-            &public_id(&token),
-            "--category",
-            "read",
-            "--per-minute",
-            "5",
-        ],
-    );
+    limit_credential(&db, &public_id(&token), "read", "5");
     within_one_window(10);
     let mut server = server_for(&db, &token);
     for left in (0..5).rev() {
@@ -175,17 +180,7 @@ fn the_sixth_call_over_a_limit_of_five_is_refused() {
 fn the_sixth_write_call_over_a_write_limit_of_five_is_refused() {
     let db = TestDb::new();
     let token = admin_key(&db);
-    set_limit(
-        &db,
-        &[
-            "--credential",
-            &public_id(&token),
-            "--category",
-            "write",
-            "--per-minute",
-            "5",
-        ],
-    );
+    limit_credential(&db, &public_id(&token), "write", "5");
     within_one_window(10);
     let mut server = server_for(&db, &token);
     for n in 0..5 {
@@ -248,17 +243,7 @@ fn a_raised_limit_admits_the_next_call_at_once() {
     let db = TestDb::new();
     let token = admin_key(&db);
     let id = public_id(&token);
-    set_limit(
-        &db,
-        &[
-            "--credential",
-            &id,
-            "--category",
-            "read",
-            "--per-minute",
-            "2",
-        ],
-    );
+    limit_credential(&db, &id, "read", "2");
     within_one_window(15);
     let mut server = server_for(&db, &token);
     for _ in 0..2 {
@@ -267,17 +252,7 @@ fn a_raised_limit_admits_the_next_call_at_once() {
     assert_rate_limited(&call_read_tool(&mut server), "read", 2, 60);
     assert_rate_limited(&call_read_tool(&mut server), "read", 2, 60);
     // Raised from another process while the server runs; the counter is at 4 already.
-    set_limit(
-        &db,
-        &[
-            "--credential",
-            &id,
-            "--category",
-            "read",
-            "--per-minute",
-            "10",
-        ],
-    );
+    limit_credential(&db, &id, "read", "10");
     let admitted = call_read_tool(&mut server);
     assert_eq!(bucket(&admitted, "read")["limit"], 10, "{admitted}");
     assert_eq!(remaining(&admitted, "read"), 5);
@@ -344,17 +319,7 @@ fn burst(server: &mut StdioServer, n: usize) -> (usize, usize) {
 fn two_processes_on_one_database_admit_exactly_the_limit() {
     let db = TestDb::new();
     let token = admin_key(&db);
-    set_limit(
-        &db,
-        &[
-            "--credential",
-            &public_id(&token),
-            "--category",
-            "read",
-            "--per-minute",
-            "20",
-        ],
-    );
+    limit_credential(&db, &public_id(&token), "read", "20");
     within_one_window(20);
     let mut one = server_for(&db, &token);
     let mut two = server_for(&db, &token);
@@ -399,17 +364,7 @@ fn a_process_killed_mid_load_loses_no_committed_increment() {
     let db = TestDb::new();
     let token = admin_key(&db);
     let id = public_id(&token);
-    set_limit(
-        &db,
-        &[
-            "--credential",
-            &id,
-            "--category",
-            "read",
-            "--per-minute",
-            "1000000",
-        ],
-    );
+    limit_credential(&db, &id, "read", "1000000");
     set_limit(&db, &["--plan", "pro", "--per-hour", "1000000"]);
     let mut server = server_for(&db, &token);
     let total = 3000;
