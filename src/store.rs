@@ -224,29 +224,29 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name("wal-checkpoint".to_owned())
             .spawn(move || {
+                let mut wal = store.path.as_os_str().to_owned();
+                wal.push("-wal");
+                let wal = std::path::PathBuf::from(wal);
                 let mut pause = CHECKPOINT_EVERY;
-                let mut last_size = None;
+                let mut last_write = None;
                 loop {
                     std::thread::sleep(pause);
-                    // Frames in the WAL: it only changes when something was written.
+                    // Every commit writes the WAL file: its modification time says whether
+                    // anything was written since the last look.
+                    let written = std::fs::metadata(&wal).and_then(|m| m.modified()).ok();
+                    if written.is_some() && written == last_write {
+                        pause = (pause * 2).min(CHECKPOINT_IDLE);
+                        continue;
+                    }
+                    last_write = written;
+                    pause = CHECKPOINT_EVERY;
                     let outcome = store.read(|conn| {
-                        Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-                            row.get::<_, i64>(1)
-                        })?)
+                        Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?)
                     });
-                    match outcome {
-                        Ok(size) => {
-                            pause = if last_size == Some(size) {
-                                (pause * 2).min(CHECKPOINT_IDLE)
-                            } else {
-                                CHECKPOINT_EVERY
-                            };
-                            last_size = Some(size);
-                        }
-                        Err(e) if !e.is_transient() => {
-                            tracing::warn!(cause = %e, "background WAL checkpoint failed");
-                        }
-                        Err(_) => {}
+                    if let Err(e) = outcome
+                        && !e.is_transient()
+                    {
+                        tracing::warn!(cause = %e, "background WAL checkpoint failed");
                     }
                 }
             });
