@@ -66,7 +66,8 @@
 //!
 //! Environment: `TG_BENCH_WRAP="perf record -g -o perf.data --"` runs every measured server
 //! under that command (profiling; not the cold starts). `TG_BENCH_SKIP_GUARDS` is set by the
-//! `guards` scenario alone and removed from every other server.
+//! `guards` scenario alone and removed from every other server. `TG_BENCH_BIN` measures
+//! another build of the binary (an A/B comparison) instead of the one built with the bench.
 //!
 //! Everything talks to 127.0.0.1 only, every load stops after its time, every server is
 //! stopped (SIGTERM, then SIGKILL after 10 s) and the databases live in a temporary
@@ -100,6 +101,11 @@ use tollgate::store::{Store, StoreError, StoreOptions};
 
 /// The binary under test, built by cargo with the bench's features.
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
+
+/// The binary under test: `TG_BENCH_BIN`, else the one built with this bench.
+fn bin() -> String {
+    std::env::var("TG_BENCH_BIN").unwrap_or_else(|_| BIN.to_owned())
+}
 /// The variable a `bench-switches` build reads to switch guards off.
 const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
 /// Every scenario, in the order they run.
@@ -455,7 +461,7 @@ impl SplitMix64 {
 
 /// A `tollgate` admin command on `db`: never pinned, never wrapped.
 fn tollgate(db: &Path) -> Command {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     cmd.arg("--database").arg(db);
     cmd.env_remove("TOLLGATE_TOKEN")
         .env_remove("TOLLGATE_CONFIG")
@@ -565,14 +571,14 @@ fn server_command(db: &Path, skip: Option<&str>, pinned: bool) -> Command {
     let mut cmd = if let Ok(wrapper) = std::env::var("TG_BENCH_WRAP") {
         let mut words = wrapper.split_whitespace();
         let mut cmd = Command::new(words.next().expect("a wrapper command"));
-        cmd.args(words).arg(BIN);
+        cmd.args(words).arg(bin());
         cmd
     } else if pinned {
         let mut cmd = Command::new("/usr/bin/taskset");
-        cmd.args(["-c", "0", BIN]);
+        cmd.args(["-c", "0", &bin()]);
         cmd
     } else {
-        Command::new(BIN)
+        Command::new(bin())
     };
     cmd.arg("--database").arg(db);
     cmd.env_remove("TOLLGATE_CONFIG")
@@ -1299,7 +1305,7 @@ fn coldstart_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
 /// afterwards.
 fn time_cold_start(db: &Path) -> Option<Duration> {
     let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     cmd.arg("--database")
         .arg(db)
         .args(["serve", "--listen", &addr.to_string()])

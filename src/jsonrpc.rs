@@ -3,7 +3,7 @@
 //! Parsing never panics and never recurses without bound (serde_json stops at 128 levels),
 //! so a hostile body yields a catalog error, not a crash. This module knows nothing of MCP.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 
@@ -100,28 +100,40 @@ pub fn classify(value: Value) -> Incoming {
 
 /// A success response.
 pub fn success(id: RequestId, result: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+    envelope([("id", id), ("result", result)])
 }
 
 /// An error response; `error` is a rendered JSON-RPC error object.
 pub fn failure(id: Option<RequestId>, error: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id.unwrap_or(Value::Null), "error": error })
+    envelope([("id", id.unwrap_or(Value::Null)), ("error", error)])
 }
 
 /// A request sent by the server to the client.
 pub fn request(id: RequestId, method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+    envelope([("id", id), ("method", method.into()), ("params", params)])
 }
 
 /// A notification sent by the server.
 pub fn notification(method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+    envelope([("method", method.into()), ("params", params)])
+}
+
+/// `{"jsonrpc": "2.0", ...fields}`, moving the fields in. (`json!` would copy every value
+/// it is given, a whole tool result included, through `serde_json::to_value`.)
+fn envelope<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    let mut map = Map::with_capacity(N + 1);
+    map.insert("jsonrpc".to_owned(), Value::from("2.0"));
+    for (key, value) in fields {
+        map.insert(key.to_owned(), value);
+    }
+    Value::Object(map)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::catalog::ErrorKind;
+    use serde_json::json;
 
     fn invalid_kind(parsed: Parsed) -> ErrorKind {
         match parsed {

@@ -214,11 +214,13 @@ pub struct InputRequired {
 impl InputRequired {
     /// The result object.
     pub fn into_result(self) -> Value {
-        let mut result = json!({ "resultType": "input_required", "inputRequests": self.requests });
+        let mut result = Map::new();
+        result.insert("resultType".into(), "input_required".into());
+        result.insert("inputRequests".into(), Value::Object(self.requests));
         if let Some(state) = self.state {
-            result["requestState"] = json!(state);
+            result.insert("requestState".into(), state.into());
         }
-        result
+        Value::Object(result)
     }
 }
 
@@ -250,7 +252,8 @@ impl ToolContext<'_> {
     /// Sends a log message when the caller enabled logging at `level` or below.
     pub fn log(&self, level: LogLevel, data: Value) {
         if self.log_level.is_some_and(|min| level >= min) {
-            let params = json!({ "level": level.as_str(), "logger": "tollgate", "data": data });
+            let mut params = json!({ "level": level.as_str(), "logger": "tollgate" });
+            params["data"] = data;
             self.notifier.notify(crate::jsonrpc::notification(
                 "notifications/message",
                 params,
@@ -404,7 +407,7 @@ impl ToolOutput {
     /// A result with one text block.
     pub fn text(text: impl Into<String>) -> Self {
         ToolOutput {
-            content: vec![json!({ "type": "text", "text": text.into() })],
+            content: vec![text_block(text.into())],
             structured: None,
             input_required: None,
         }
@@ -413,7 +416,7 @@ impl ToolOutput {
     /// A structured result, with its JSON text as the content for older clients.
     pub fn structured(value: Value) -> Self {
         ToolOutput {
-            content: vec![json!({ "type": "text", "text": value.to_string() })],
+            content: vec![text_block(value.to_string())],
             structured: Some(value),
             input_required: None,
         }
@@ -432,12 +435,22 @@ impl ToolOutput {
         if let Some(request) = self.input_required {
             return request.into_result();
         }
-        let mut result = json!({ "content": self.content, "isError": false });
+        let mut result = Map::with_capacity(3);
+        result.insert("content".into(), Value::Array(self.content));
+        result.insert("isError".into(), Value::Bool(false));
         if let Some(structured) = self.structured {
-            result["structuredContent"] = structured;
+            result.insert("structuredContent".into(), structured);
         }
-        result
+        Value::Object(result)
     }
+}
+
+/// A `text` content block holding `text` (moved in, not copied as `json!` would).
+pub fn text_block(text: String) -> Value {
+    let mut block = Map::with_capacity(2);
+    block.insert("type".into(), "text".into());
+    block.insert("text".into(), Value::String(text));
+    Value::Object(block)
 }
 
 /// A tool implementation.

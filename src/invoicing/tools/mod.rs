@@ -256,8 +256,7 @@ fn priced_line(index: usize, item: &Value) -> Result<Line, McpError> {
 /// A result: `structuredContent`, a sentence for people, and the JSON as text.
 fn output(summary: String, value: Value) -> ToolOutput {
     let mut out = ToolOutput::structured(value);
-    out.content
-        .insert(0, json!({ "type": "text", "text": summary }));
+    out.content.insert(0, crate::registry::text_block(summary));
     out
 }
 
