@@ -41,7 +41,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{OptionalExtension, Transaction};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::auth::Principal;
 use crate::catalog::{McpError, store_failure};
@@ -158,7 +158,10 @@ impl Budget {
                 })
             })
             .collect();
-        json!({ "buckets": buckets, "tightest": self.tightest().map(|b| b.bucket) })
+        let mut meta = Map::with_capacity(2);
+        meta.insert("buckets".into(), Value::Array(buckets));
+        meta.insert("tightest".into(), self.tightest().map(|b| b.bucket).into());
+        Value::Object(meta)
     }
 }
 
