@@ -232,6 +232,9 @@ struct Queue {
     last_batch: usize,
     /// A leader is waiting for the queue to reach `last_batch`.
     gathering: bool,
+    /// Callers here charge many calls at once (a stdio server): their groups are the
+    /// batches, and a leader never waits for more.
+    arrive_in_groups: bool,
 }
 
 /// Where one queued caller waits: for its outcome, or to be handed the leadership.
@@ -334,55 +337,94 @@ impl Limiter {
         request: ChargeRequest,
         checks: C,
     ) -> (Option<ChargeOutcome>, C) {
-        let item = self.charge_item(Item {
-            request,
-            checks: Some(Box::new(checks)),
-            outcome: None,
-        });
-        let any: Box<dyn std::any::Any> = match item.checks {
-            Some(checks) => checks,
-            None => unreachable!("a charge always gives its checks back"),
-        };
-        match any.downcast::<C>() {
-            Ok(checks) => (item.outcome, *checks),
-            Err(_) => unreachable!("the checks come back as the type they went in as"),
+        match self.charge_checked_many(vec![(request, checks)]).pop() {
+            Some(charged) => charged,
+            None => unreachable!("one call in, one outcome out"),
         }
+    }
+
+    /// Charges several calls at once (the `tools/call`s of one stdio read): they are queued
+    /// together, so they share transactions and their caller waits once, not once a call.
+    /// Outcomes and checks come back in the order of `calls`.
+    pub fn charge_checked_many<C: TxChecks>(
+        &self,
+        calls: Vec<(ChargeRequest, C)>,
+    ) -> Vec<(Option<ChargeOutcome>, C)> {
+        let items = calls
+            .into_iter()
+            .map(|(request, checks)| Item {
+                request,
+                checks: Some(Box::new(checks)),
+                outcome: None,
+            })
+            .collect();
+        self.charge_items(items)
+            .into_iter()
+            .map(|item| {
+                let any: Box<dyn std::any::Any> = match item.checks {
+                    Some(checks) => checks,
+                    None => unreachable!("a charge always gives its checks back"),
+                };
+                match any.downcast::<C>() {
+                    Ok(checks) => (item.outcome, *checks),
+                    Err(_) => unreachable!("the checks come back as the type they went in as"),
+                }
+            })
+            .collect()
     }
 
     fn charge_item(&self, item: Item) -> Item {
-        match self.mode {
-            ChargeMode::PerCall => {
-                let mut batch = [item];
-                self.run_batch(&mut batch);
-                let [item] = batch;
-                item
-            }
-            ChargeMode::GroupCommit => self.charge_grouped(item),
+        match self.charge_items(vec![item]).pop() {
+            Some(item) => item,
+            None => unreachable!("one item in, one item out"),
         }
     }
 
-    /// Queues `item` and waits for its outcome. A caller that finds no batch running,
-    /// or is handed the leadership, leads: its own item is then at the head of the
-    /// queue, so the batch it drains always contains it.
-    fn charge_grouped(&self, item: Item) -> Item {
-        let slot = Arc::new(Slot::default());
-        let lead_now = {
+    fn charge_items(&self, mut items: Vec<Item>) -> Vec<Item> {
+        match self.mode {
+            ChargeMode::PerCall => {
+                for item in &mut items {
+                    self.run_batch(std::slice::from_mut(item));
+                }
+                items
+            }
+            ChargeMode::GroupCommit => self.charge_grouped(items),
+        }
+    }
+
+    /// Queues `items` (in order, one behind the other) and waits for their outcomes. A
+    /// caller that finds no batch running, or is handed the leadership, leads: its first
+    /// unfinished item is then at the head of the queue, so the batch it drains always
+    /// contains it. (Leadership only ever goes to the head of the queue, and a caller's
+    /// items are finished in queue order, so waiting for them in that order never misses
+    /// a hand-over.)
+    fn charge_grouped(&self, items: Vec<Item>) -> Vec<Item> {
+        let grouped = items.len() > 1;
+        let slots: Vec<Arc<Slot>> = items.iter().map(|_| Arc::default()).collect();
+        let mut lead = {
             let mut queue = self.lock_queue();
-            queue.waiting.push_back((item, Arc::clone(&slot)));
+            queue.arrive_in_groups |= grouped;
+            for (item, slot) in items.into_iter().zip(&slots) {
+                queue.waiting.push_back((item, Arc::clone(slot)));
+            }
             if queue.gathering && queue.waiting.len() >= queue.last_batch {
                 self.gathered.notify_one();
             }
             !std::mem::replace(&mut queue.leader_active, true)
         };
-        if !lead_now && let Some(item) = slot.wait() {
-            return item;
+        let mut done = Vec::with_capacity(slots.len());
+        for slot in &slots {
+            loop {
+                if std::mem::take(&mut lead) {
+                    self.lead_one_batch();
+                }
+                match slot.wait() {
+                    Some(item) => break done.push(item),
+                    None => lead = true,
+                }
+            }
         }
-        self.lead_one_batch();
-        match slot.wait() {
-            Some(item) => item,
-            // The leader always completes its own item first.
-            None => unreachable!("a leader's own item is in its batch"),
-        }
+        done
     }
 
     /// Drains up to [`BATCH_MAX`] queued charges, commits them in one transaction, hands
@@ -396,7 +438,11 @@ impl Limiter {
             // server with fewer cores than calls in progress runs one transaction per call,
             // because the other callers are runnable but not running while the leader is.
             // After a batch of one (light load) nobody waits.
-            let want = queue.last_batch.min(BATCH_MAX);
+            let want = if queue.arrive_in_groups {
+                0
+            } else {
+                queue.last_batch.min(BATCH_MAX)
+            };
             if queue.waiting.len() < want {
                 let deadline = Instant::now() + GATHER_WAIT;
                 queue.gathering = true;
@@ -1743,6 +1789,86 @@ mod tests {
                 .expect("count");
             assert_eq!(count, 400, "{mode:?}: refused calls are charged too");
         }
+    }
+
+    #[test]
+    fn groups_charged_at_once_keep_their_order_and_the_exact_limit() {
+        let f = fixture("enterprise");
+        add_credential(&f.store, "key00001", None);
+        set(
+            &f.store,
+            LimitChange::Credential {
+                credential_id: "key00001".into(),
+                category: Category::Read,
+                per_minute: Some(250),
+            },
+        );
+        let mut limiter = Limiter::counted_in(
+            f.store.clone(),
+            ChargeMode::GroupCommit,
+            Box::leak(Box::default()),
+        );
+        limiter.clock = fixed_clock;
+        let checks = || RefuseX {
+            id: "key00001".into(),
+            before: 0,
+            after: 0,
+        };
+        // Four callers with groups larger than one transaction takes (BATCH_MAX), plus
+        // callers charging one call at a time, all at once.
+        let group = || {
+            (0..BATCH_MAX + 36)
+                .map(|_| (request("key00001", Category::Read), checks()))
+                .collect::<Vec<_>>()
+        };
+        let (groups, singles) = std::thread::scope(|s| {
+            let groups: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| limiter.charge_checked_many(group())))
+                .collect();
+            let singles: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..25)
+                            .map(|_| {
+                                limiter
+                                    .charge_checked(request("key00001", Category::Read), checks())
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let join = |h: std::thread::ScopedJoinHandle<'_, Vec<_>>| h.join().expect("caller");
+            (
+                groups.into_iter().map(join).collect::<Vec<_>>(),
+                singles.into_iter().map(join).collect::<Vec<_>>(),
+            )
+        });
+        let admitted = |charged: &[(Option<ChargeOutcome>, RefuseX)]| -> Vec<bool> {
+            charged
+                .iter()
+                .map(|(outcome, seen)| {
+                    assert_eq!(seen.before, 1, "checked once before the charge");
+                    let ok = outcome.as_ref().expect("charged").is_ok();
+                    assert_eq!(
+                        seen.after,
+                        usize::from(ok),
+                        "checked after an admitted charge"
+                    );
+                    ok
+                })
+                .collect()
+        };
+        let mut total = 0;
+        for charged in groups.iter().chain(&singles) {
+            let flags = admitted(charged);
+            // Within one caller's calls, once one is refused every later one is too: the
+            // calls were charged in the caller's order.
+            let first_refused = flags.iter().position(|ok| !ok).unwrap_or(flags.len());
+            assert!(flags[first_refused..].iter().all(|ok| !ok), "{flags:?}");
+            total += first_refused;
+        }
+        assert_eq!(total, 250, "exactly the limit is admitted");
+        assert_eq!(limiter.stats().charges, 4 * (BATCH_MAX as u64 + 36) + 100);
     }
 
     #[test]
