@@ -193,12 +193,15 @@ struct ToolEntry {
     category: Category,
     input_schema: fn() -> Value,
     run: ToolFn,
+    /// Pauses between its steps (see [`Tool::waits`]).
+    waits: bool,
 }
 
 /// A fixture tool: a declaration and the function that answers it.
 struct FixtureTool {
     spec: ToolSpec,
     run: ToolFn,
+    waits: bool,
 }
 
 impl Tool for FixtureTool {
@@ -212,6 +215,10 @@ impl Tool for FixtureTool {
         args: &Map<String, Value>,
     ) -> Result<ToolOutput, McpError> {
         (self.run)(ctx, args)
+    }
+
+    fn waits(&self) -> bool {
+        self.waits
     }
 }
 
@@ -229,6 +236,7 @@ impl ToolEntry {
                 output_schema: None,
             },
             run: self.run,
+            waits: self.waits,
         })
     }
 }
@@ -243,6 +251,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Read,
         input_schema: no_arguments,
         run: simple_text,
+        waits: false,
     },
     ToolEntry {
         name: "test_image_content",
@@ -252,6 +261,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Read,
         input_schema: no_arguments,
         run: image_content,
+        waits: false,
     },
     ToolEntry {
         name: "test_audio_content",
@@ -261,6 +271,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Read,
         input_schema: no_arguments,
         run: audio_content,
+        waits: false,
     },
     ToolEntry {
         name: "test_embedded_resource",
@@ -271,6 +282,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Read,
         input_schema: no_arguments,
         run: embedded_resource,
+        waits: false,
     },
     ToolEntry {
         name: "test_multiple_content_types",
@@ -281,6 +293,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Read,
         input_schema: no_arguments,
         run: multiple_content_types,
+        waits: false,
     },
     ToolEntry {
         name: "test_tool_with_logging",
@@ -291,6 +304,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Generate,
         input_schema: no_arguments,
         run: tool_with_logging,
+        waits: true,
     },
     ToolEntry {
         name: "test_error_handling",
@@ -301,6 +315,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Read,
         input_schema: no_arguments,
         run: error_handling,
+        waits: false,
     },
     ToolEntry {
         name: "test_tool_with_progress",
@@ -311,6 +326,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Generate,
         input_schema: no_arguments,
         run: tool_with_progress,
+        waits: true,
     },
     ToolEntry {
         name: "json_schema_2020_12_tool",
@@ -322,6 +338,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         category: Category::Read,
         input_schema: json_schema_2020_12,
         run: echo_json_schema_arguments,
+        waits: false,
     },
 ];
 

@@ -33,6 +33,11 @@ impl Tool for InputTool {
     ) -> Result<ToolOutput, McpError> {
         (self.run)(ctx, args)
     }
+
+    /// Each asks the client and waits for the answer.
+    fn waits(&self) -> bool {
+        true
+    }
 }
 
 fn tool(

@@ -120,11 +120,70 @@ impl Server {
 
     /// Handles one body or line; `None` when nothing is to be sent back.
     pub fn handle_bytes(&self, bytes: &[u8], env: &Env<'_>) -> Option<Value> {
-        match jsonrpc::parse(bytes) {
+        self.handle_parsed(jsonrpc::parse(bytes), env)
+    }
+
+    fn handle_parsed(&self, parsed: Parsed, env: &Env<'_>) -> Option<Value> {
+        match parsed {
             Parsed::NotJson => Some(self.error_body(None, &McpError::parse_error())),
             Parsed::Single(incoming) => self.handle_incoming(incoming, env),
             Parsed::Batch(items) => self.handle_batch(items, env),
         }
+    }
+
+    /// Handles the messages of one read (several stdio lines that arrived together), each
+    /// as if on its own, handing every response to `respond` as soon as it is ready. The
+    /// `tools/call` requests among them go through the guard chain together
+    /// ([`Guards::call_tools`]), so that they share one rate-charging wait.
+    pub fn handle_many(
+        &self,
+        messages: &[Vec<u8>],
+        env: &Env<'_>,
+        respond: &(dyn Fn(Value) + Sync),
+    ) {
+        let mut calls = Vec::new();
+        for bytes in messages {
+            match jsonrpc::parse(bytes) {
+                Parsed::Single(Incoming::Request(req))
+                    if req.method == "tools/call" && req.id.is_some() =>
+                {
+                    calls.push(req);
+                }
+                parsed => self
+                    .handle_parsed(parsed, env)
+                    .into_iter()
+                    .for_each(respond),
+            }
+        }
+        if calls.len() < 2 {
+            for req in calls {
+                self.handle_request(req, env).into_iter().for_each(respond);
+            }
+            return;
+        }
+        let mut requests = Vec::with_capacity(calls.len());
+        for req in &calls {
+            let _span = request_span(req).entered();
+            match select_era(req, env.session).and_then(|era| ToolRequest::parse(req, era, env)) {
+                Ok(request) => requests.push(request),
+                Err(err) => respond(self.error_body(req.id.clone(), &err)),
+            }
+        }
+        let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
+        self.guards.call_tools(
+            &self.registry,
+            &tool_calls,
+            env,
+            &|i, tool, args, hook| {
+                let _span = request_span(requests[i].req).entered();
+                self.run_tool(&requests[i], env, tool, args, hook)
+            },
+            &|i, outcome| {
+                let request = &requests[i];
+                let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
+                respond(self.response(request.id.clone(), outcome));
+            },
+        );
     }
 
     /// Renders a JSON-RPC error response. Transports use it for failures they detect
@@ -170,11 +229,15 @@ impl Server {
             self.route(&req, era, env)
                 .map(|result| finish_result(result, era, &req.method))
         });
-        let id = req.id?;
-        Some(match outcome {
+        Some(self.response(req.id?, outcome))
+    }
+
+    /// The response to the request `id`.
+    fn response(&self, id: RequestId, outcome: Result<Value, McpError>) -> Value {
+        match outcome {
             Ok(result) => jsonrpc::success(id, result),
             Err(err) => self.error_body(Some(id), &err),
-        })
+        }
     }
 
     fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
@@ -290,54 +353,44 @@ impl Server {
     }
 
     fn call_tool(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
-        let name = req
-            .params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("name"))?;
-        let empty = Map::new();
-        let args = match req.params.get("arguments") {
-            None | Some(Value::Null) => &empty,
-            Some(Value::Object(map)) => map,
-            Some(_) => return Err(McpError::invalid_params("arguments")),
+        let request = ToolRequest::parse(req, era, env)?;
+        self.guards
+            .call_tool(&self.registry, &request.call(), env, &|tool, args, hook| {
+                self.run_tool(&request, env, tool, args, hook)
+            })
+    }
+
+    /// Runs an admitted tool in the context of its request.
+    fn run_tool(
+        &self,
+        request: &ToolRequest<'_>,
+        env: &Env<'_>,
+        tool: &RegisteredTool,
+        args: &Map<String, Value>,
+        hook: Option<&dyn CommitHook>,
+    ) -> Result<crate::registry::ToolOutput, McpError> {
+        let cancelled = env.session.begin(&request.id);
+        let (responses, request_state) = request.input;
+        let ctx = ToolContext {
+            store: &self.store,
+            locale: self.locale,
+            progress_token: request.progress_token.clone(),
+            log_level: request.log_level,
+            notifier: env.notifier,
+            cancelled: &cancelled,
+            commit_hook: hook,
+            session: env.session,
+            era: request.era,
+            input: InputContext {
+                responses,
+                request_state,
+                client_capabilities: &request.client_capabilities,
+                state_key: &self.state_key,
+            },
         };
-        let id = req.id.clone().unwrap_or(Value::Null);
-        let call = ToolCall {
-            name,
-            args,
-            meta: meta(req),
-            request_id: &id,
-        };
-        let progress_token = meta(req).and_then(|m| m.get("progressToken")).cloned();
-        let log_level = call_log_level(req, era, env.session);
-        let (responses, request_state) = input_params(req)?;
-        let client_capabilities = client_capabilities(req, era, env.session);
-        let input = InputContext {
-            responses,
-            request_state,
-            client_capabilities: &client_capabilities,
-            state_key: &self.state_key,
-        };
-        let run =
-            |tool: &RegisteredTool, args: &Map<String, Value>, hook: Option<&dyn CommitHook>| {
-                let cancelled = env.session.begin(&id);
-                let ctx = ToolContext {
-                    store: &self.store,
-                    locale: self.locale,
-                    progress_token: progress_token.clone(),
-                    log_level,
-                    notifier: env.notifier,
-                    cancelled: &cancelled,
-                    commit_hook: hook,
-                    session: env.session,
-                    era,
-                    input,
-                };
-                let outcome = tool.tool.call(&ctx, args);
-                env.session.finish(&id);
-                outcome
-            };
-        self.guards.call_tool(&self.registry, &call, env, &run)
+        let outcome = tool.tool.call(&ctx, args);
+        env.session.finish(&request.id);
+        outcome
     }
 
     fn list_resources(&self, req: &Request) -> Result<Value, McpError> {
@@ -496,6 +549,57 @@ fn request_span(req: &Request) -> tracing::Span {
         .as_ref()
         .map_or_else(|| "null".to_owned(), Value::to_string);
     tracing::error_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
+}
+
+/// A `tools/call` request taken apart: the guard chain's view of it and what its tool
+/// context needs.
+struct ToolRequest<'q> {
+    req: &'q Request,
+    name: &'q str,
+    args: &'q Map<String, Value>,
+    id: RequestId,
+    era: Era,
+    progress_token: Option<Value>,
+    log_level: Option<LogLevel>,
+    input: InputParams<'q>,
+    client_capabilities: Value,
+}
+
+impl<'q> ToolRequest<'q> {
+    fn parse(req: &'q Request, era: Era, env: &Env<'_>) -> Result<ToolRequest<'q>, McpError> {
+        static NO_ARGUMENTS: std::sync::LazyLock<Map<String, Value>> =
+            std::sync::LazyLock::new(Map::new);
+        let name = req
+            .params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("name"))?;
+        let args = match req.params.get("arguments") {
+            None | Some(Value::Null) => &*NO_ARGUMENTS,
+            Some(Value::Object(map)) => map,
+            Some(_) => return Err(McpError::invalid_params("arguments")),
+        };
+        Ok(ToolRequest {
+            req,
+            name,
+            args,
+            id: req.id.clone().unwrap_or(Value::Null),
+            era,
+            progress_token: meta(req).and_then(|m| m.get("progressToken")).cloned(),
+            log_level: call_log_level(req, era, env.session),
+            input: input_params(req)?,
+            client_capabilities: client_capabilities(req, era, env.session),
+        })
+    }
+
+    fn call(&self) -> ToolCall<'_> {
+        ToolCall {
+            name: self.name,
+            args: self.args,
+            meta: meta(self.req),
+            request_id: &self.id,
+        }
+    }
 }
 
 /// Picks the era of one request: stateless when its `_meta` names a protocol version,

@@ -12,6 +12,7 @@
 //! validated and the tool runs; its failures become `isError` results. Every call, admitted
 //! or not, leaves one audit row ([`crate::audit`]).
 
+use std::sync::PoisonError;
 use std::time::Instant;
 
 use serde_json::{Map, Value};
@@ -49,7 +50,28 @@ pub type RunTool<'r> = dyn Fn(
         &Map<String, Value>,
         Option<&dyn CommitHook>,
     ) -> Result<ToolOutput, McpError>
+    + Sync
     + 'r;
+
+/// Runs the admitted tool of the call at an index of [`Guards::call_tools`]' calls.
+pub type RunTools<'r> = dyn Fn(
+        usize,
+        &RegisteredTool,
+        &Map<String, Value>,
+        Option<&dyn CommitHook>,
+    ) -> Result<ToolOutput, McpError>
+    + Sync
+    + 'r;
+
+/// Takes the outcome of the call at an index of [`Guards::call_tools`]' calls.
+pub type CallDone<'r> = dyn Fn(usize, Result<Value, McpError>) + Sync + 'r;
+
+/// A call that passed the guards before the charge: who, and which tool.
+struct ToCharge<'r> {
+    index: usize,
+    auth: CallAuth,
+    tool: &'r RegisteredTool,
+}
 
 /// The guard chain.
 pub struct Guards {
@@ -152,26 +174,107 @@ impl Guards {
         env: &Env<'_>,
         run: &RunTool<'_>,
     ) -> Result<Value, McpError> {
+        let outcome = std::sync::Mutex::new(None);
+        self.call_tools(
+            registry,
+            std::slice::from_ref(call),
+            env,
+            &|_, tool, args, hook| run(tool, args, hook),
+            &|_, done| *outcome.lock().unwrap_or_else(PoisonError::into_inner) = Some(done),
+        );
+        let outcome = outcome.into_inner().unwrap_or_else(PoisonError::into_inner);
+        outcome.unwrap_or_else(|| Err(McpError::internal()))
+    }
+
+    /// Runs several `tools/call`s (those of one stdio read) through the chain: each passes
+    /// the same guards in the same order as a call on its own, and is audited on its own,
+    /// but their rate charges share one wait (one transaction while they fit in one). The
+    /// tools then run one after the other on this thread, except a tool that
+    /// [waits](crate::registry::Tool::waits), which gets a thread of its own so that it
+    /// holds up none of the others. Each outcome goes to `done` as soon as it is known.
+    pub fn call_tools(
+        &self,
+        registry: &Registry,
+        calls: &[ToolCall<'_>],
+        env: &Env<'_>,
+        run: &RunTools<'_>,
+        done: &CallDone<'_>,
+    ) {
         let started = Instant::now();
-        let mut principal = None;
-        let outcome = self.chain(registry, call, env, run, &mut principal);
+        let mut principals: Vec<Option<Principal>> = vec![None; calls.len()];
+        let mut to_charge = Vec::with_capacity(calls.len());
+        for (index, call) in calls.iter().enumerate() {
+            match self.before_charge(registry, call, env, &mut principals[index]) {
+                Ok((auth, tool)) => to_charge.push(ToCharge { index, auth, tool }),
+                Err(err) => {
+                    let principal = principals[index].take();
+                    done(
+                        index,
+                        self.finish(registry, call, env, started, principal.as_ref(), Err(err)),
+                    );
+                }
+            }
+        }
+        let charged = self.charge_many(&to_charge, env, &mut principals);
+        std::thread::scope(|scope| {
+            for (call, charge) in to_charge.into_iter().zip(charged) {
+                let principal = principals[call.index].take();
+                let work = move || {
+                    let c = &calls[call.index];
+                    let outcome = match (charge, principal.as_ref()) {
+                        (Ok(charged), Some(p)) => {
+                            let run_it =
+                                |tool: &RegisteredTool,
+                                 args: &Map<String, Value>,
+                                 hook: Option<&dyn CommitHook>| {
+                                    run(call.index, tool, args, hook)
+                                };
+                            self.after_charge(call.tool, c, env, &run_it, p, charged)
+                        }
+                        (Ok(_), None) => Err(McpError::internal()),
+                        (Err(err), _) => Err(err),
+                    };
+                    done(
+                        call.index,
+                        self.finish(registry, c, env, started, principal.as_ref(), outcome),
+                    );
+                };
+                if calls.len() > 1 && call.tool.tool.waits() {
+                    scope.spawn(work);
+                } else {
+                    work();
+                }
+            }
+        });
+    }
+
+    /// Counts a finished call in the metrics and writes its audit row; gives the outcome
+    /// back.
+    fn finish(
+        &self,
+        registry: &Registry,
+        call: &ToolCall<'_>,
+        env: &Env<'_>,
+        started: Instant,
+        principal: Option<&Principal>,
+        outcome: Result<Value, McpError>,
+    ) -> Result<Value, McpError> {
         crate::metrics::global().observe_tool_call(
             registry,
             call.name,
             &outcome,
             started.elapsed(),
         );
-        if self.skip.audit {
-            return outcome;
+        if !self.skip.audit {
+            self.auditor.record(&AuditEntry {
+                request_id: call.request_id,
+                principal,
+                tool: call.name,
+                outcome: &outcome,
+                duration: started.elapsed(),
+                transport: env.transport,
+            });
         }
-        self.auditor.record(&AuditEntry {
-            request_id: call.request_id,
-            principal: principal.as_ref(),
-            tool: call.name,
-            outcome: &outcome,
-            duration: started.elapsed(),
-            transport: env.transport,
-        });
         outcome
     }
 
@@ -197,74 +300,114 @@ impl Guards {
         }
     }
 
-    /// Steps 3 and the reads of step 4: charges the call, re-checking a cached credential
-    /// and reading the plan in the same transaction. Returns the budget, the principal
-    /// and the plan facts.
-    fn charge(
+    /// Steps 3 and the reads of step 4 for each call of `calls`: charges them, re-checking
+    /// a cached credential and reading the plan in the same transaction. Gives the budget
+    /// and the plan facts of each call, in order, and sets its principal.
+    fn charge_many(
         &self,
-        auth: CallAuth,
-        category: Category,
+        calls: &[ToCharge<'_>],
         env: &Env<'_>,
-        principal_out: &mut Option<Principal>,
-    ) -> Result<(Budget, AccessFacts), McpError> {
+        principals: &mut [Option<Principal>],
+    ) -> Vec<Result<(Budget, AccessFacts), McpError>> {
         if self.skip.ratelimit {
-            *principal_out = Some(self.confirm(auth, env)?);
-            let facts = self.auth.read_access_facts()?;
-            return Ok((Budget::default(), facts));
+            return calls
+                .iter()
+                .map(|call| {
+                    let principal = self.confirm(&call.auth, env)?;
+                    principals[call.index] = Some(principal);
+                    Ok((Budget::default(), self.auth.read_access_facts()?))
+                })
+                .collect();
         }
-        let request = ChargeRequest {
-            credential_id: auth.credential_id().to_owned(),
-            client_id: auth.client_id().map(str::to_owned),
-            category,
-        };
-        let checks = self.auth.call_checks(&auth);
-        let (outcome, mut checks) = self.limiter.charge_checked(request, checks);
-        match self.auth.finish_recheck(&auth, &mut checks, &env.source) {
-            Recheck::Admitted(principal) => *principal_out = Some(principal),
-            Recheck::Refused(err) => return Err(outcome.and_then(Result::err).unwrap_or(err)),
-            Recheck::Stale => {
-                // The secret changed since the token was cached: verify it afresh.
-                let principal = self.authenticate(env)?;
-                return self.charge(CallAuth::Verified(principal), category, env, principal_out);
-            }
-        }
-        let budget = outcome.ok_or_else(McpError::internal)??;
-        Ok((budget, checks.facts().cloned().unwrap_or_default()))
+        let requests = calls
+            .iter()
+            .map(|call| {
+                let request = charge_request(&call.auth, call.tool.spec().category);
+                (request, self.auth.call_checks(&call.auth))
+            })
+            .collect();
+        let charged = self.limiter.charge_checked_many(requests);
+        calls
+            .iter()
+            .zip(charged)
+            .map(|(call, (outcome, mut checks))| {
+                let principal_out = &mut principals[call.index];
+                match self
+                    .auth
+                    .finish_recheck(&call.auth, &mut checks, &env.source)
+                {
+                    Recheck::Admitted(principal) => *principal_out = Some(principal),
+                    Recheck::Refused(err) => {
+                        return Err(outcome.and_then(Result::err).unwrap_or(err));
+                    }
+                    Recheck::Stale => {
+                        // The secret changed since the token was cached: verify it afresh.
+                        let principal = self.authenticate(env)?;
+                        let again = ToCharge {
+                            index: 0,
+                            auth: CallAuth::Verified(principal),
+                            tool: call.tool,
+                        };
+                        let mut principal = [None];
+                        let charged =
+                            self.charge_many(std::slice::from_ref(&again), env, &mut principal);
+                        *principal_out = principal[0].take();
+                        return charged
+                            .into_iter()
+                            .next()
+                            .unwrap_or_else(|| Err(McpError::internal()));
+                    }
+                }
+                let budget = outcome.ok_or_else(McpError::internal)??;
+                Ok((budget, checks.facts().cloned().unwrap_or_default()))
+            })
+            .collect()
     }
 
     /// The principal of `auth`, re-checking a cached token on its own (for calls that end
     /// before the charging transaction).
-    fn confirm(&self, auth: CallAuth, env: &Env<'_>) -> Result<Principal, McpError> {
+    fn confirm(&self, auth: &CallAuth, env: &Env<'_>) -> Result<Principal, McpError> {
         match auth {
-            CallAuth::Verified(principal) => Ok(principal),
+            CallAuth::Verified(principal) => Ok(principal.clone()),
             CallAuth::Cached { .. } => self.authenticate(env),
         }
     }
 
-    fn chain(
+    /// Steps 1 and 2: who is calling, and which tool. Sets the principal as soon as it is
+    /// known (the audit row names it even when a later step refuses the call).
+    fn before_charge<'r>(
         &self,
-        registry: &Registry,
+        registry: &'r Registry,
         call: &ToolCall<'_>,
         env: &Env<'_>,
-        run: &RunTool<'_>,
         principal_out: &mut Option<Principal>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<(CallAuth, &'r RegisteredTool), McpError> {
         let auth = self.identify(env)?;
         if let CallAuth::Verified(principal) = &auth {
             *principal_out = Some(principal.clone());
         }
-        let tool = match registry.resolve(call.name) {
-            Resolution::Tool(tool) => tool,
+        match registry.resolve(call.name) {
+            Resolution::Tool(tool) => Ok((auth, tool)),
             unresolved => {
-                *principal_out = Some(self.confirm(auth, env)?);
-                return Err(match unresolved {
+                *principal_out = Some(self.confirm(&auth, env)?);
+                Err(match unresolved {
                     Resolution::Retired(r) => McpError::tool_retired(r.name, r.replacement),
                     _ => McpError::unknown_tool(call.name),
-                });
+                })
             }
-        };
-        let (budget, facts) = self.charge(auth, tool.spec().category, env, principal_out)?;
-        let principal = principal_out.as_ref().ok_or_else(McpError::internal)?;
+        }
+    }
+
+    /// Steps 4 to 6 for a charged call, then the tool itself.
+    fn after_charge(
+        &self,
+        tool: &RegisteredTool,
+        call: &ToolCall<'_>,
+        env: &Env<'_>,
+        run: &RunTool<'_>,
+        principal: &Principal,
+        (budget, facts): (Budget, AccessFacts),
+    ) -> Result<Value, McpError> {
         if !self.skip.access {
             self.auth
                 .check_access_with(principal, tool.spec(), &facts)?;
@@ -315,6 +458,15 @@ impl Guards {
         let mut result = rendered?;
         mark(&mut result, META_RATELIMIT, budget.to_meta());
         Ok(result)
+    }
+}
+
+/// The charge of a call by `auth` to a tool of `category`.
+fn charge_request(auth: &CallAuth, category: Category) -> ChargeRequest {
+    ChargeRequest {
+        credential_id: auth.credential_id().to_owned(),
+        client_id: auth.client_id().map(str::to_owned),
+        category,
     }
 }
 

@@ -399,6 +399,10 @@ impl Limiter {
     /// items are finished in queue order, so waiting for them in that order never misses
     /// a hand-over.)
     fn charge_grouped(&self, items: Vec<Item>) -> Vec<Item> {
+        if items.is_empty() {
+            // Taking the leadership with nothing to charge would never hand it back.
+            return items;
+        }
         let grouped = items.len() > 1;
         let slots: Vec<Arc<Slot>> = items.iter().map(|_| Arc::default()).collect();
         let mut lead = {
@@ -1789,6 +1793,17 @@ mod tests {
                 .expect("count");
             assert_eq!(count, 400, "{mode:?}: refused calls are charged too");
         }
+    }
+
+    #[test]
+    fn charging_nothing_leaves_the_limiter_free() {
+        let f = fixture("pro");
+        add_credential(&f.store, "key00001", None);
+        let limiter = Limiter::new(f.store.clone());
+        let none: Vec<(ChargeRequest, RefuseX)> = Vec::new();
+        assert!(limiter.charge_checked_many(none).is_empty());
+        let outcome = limiter.charge_request(request("key00001", Category::Read));
+        assert!(outcome.is_ok(), "{outcome:?}");
     }
 
     #[test]

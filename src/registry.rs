@@ -465,6 +465,13 @@ pub trait Tool: Send + Sync {
         Ok(())
     }
 
+    /// Whether a call may wait (pause between steps, or ask the client and wait for the
+    /// answer) rather than only compute and use the database. Calls read together are run
+    /// one after the other, except such a call, which gets a thread of its own.
+    fn waits(&self) -> bool {
+        false
+    }
+
     /// Runs it with arguments already validated against the input schema.
     fn call(
         &self,

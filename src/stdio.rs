@@ -2,13 +2,15 @@
 //!
 //! stdout carries only MCP messages (one writer thread owns it); logs go to stderr. A
 //! line longer than the cap is discarded as it streams in, answered with `-32600`, and
-//! the session goes on. Requests are served by a pool of workers so that a slow tool does
-//! not hold up `ping` or `notifications/cancelled`, and so that a client with many
-//! requests in flight has enough of them at the rate limiter at once to share its
-//! transactions. EOF on stdin lets the
+//! the session goes on. The lines of one read (up to [`CHUNK_MAX`]) go together to one of
+//! a pool of workers: a client with many requests in flight then has them charged by the
+//! rate limiter in one go, and the worker serves them without a thread switch per call.
+//! The pool lets a slow chunk not hold up `ping` or `notifications/cancelled` in the
+//! next one, and a tool that waits gets a thread of its own
+//! ([`Guards::call_tools`](crate::guards::Guards::call_tools)). EOF on stdin lets the
 //! in-flight requests finish, flushes stdout and ends the process with exit code 0.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -20,11 +22,14 @@ use crate::dispatch::{Env, Server, Transport};
 use crate::protocol::Session;
 use crate::registry::Notifier;
 
-/// Number of requests served at once (32 served a client with 64 in flight fastest: 4
-/// left the rate limiter batches of at most 4; 64 contended for the store).
-const WORKERS: usize = 32;
-/// Lines read ahead of the workers (back-pressure on a client that floods stdin).
-const QUEUE_DEPTH: usize = 256;
+/// Chunks of lines served at once.
+const WORKERS: usize = 16;
+/// Most lines handed to a worker together.
+const CHUNK_MAX: usize = 32;
+/// Chunks read ahead of the workers (back-pressure on a client that floods stdin).
+const QUEUE_DEPTH: usize = 16;
+/// Bytes read from stdin at a time: room for many requests of a busy client per read.
+const READ_BUFFER: usize = 64 * 1024;
 
 /// One line read from stdin.
 enum Line {
@@ -69,8 +74,8 @@ pub fn serve(
 ) -> std::io::Result<()> {
     let (out_tx, out_rx) = mpsc::channel::<Value>();
     let writer = thread::spawn(move || write_loop(out_rx));
-    let (line_tx, line_rx) = mpsc::sync_channel::<Line>(QUEUE_DEPTH);
-    let line_rx = Arc::new(Mutex::new(line_rx));
+    let (chunk_tx, chunk_rx) = mpsc::sync_channel::<Vec<Line>>(QUEUE_DEPTH);
+    let chunk_rx = Arc::new(Mutex::new(chunk_rx));
     let session = Arc::new(Session::new());
     let source = format!("stdio:{}", std::process::id());
     let new_worker = || Worker {
@@ -84,23 +89,30 @@ pub fn serve(
     let mut workers = Vec::with_capacity(WORKERS);
     for _ in 0..WORKERS {
         let worker = new_worker();
-        let rx = Arc::clone(&line_rx);
+        let rx = Arc::clone(&chunk_rx);
         workers.push(thread::spawn(move || worker.run(&rx)));
     }
     // `initialize` is served on the reader thread, so no later line can overtake it.
     let reader_worker = new_worker();
     drop(out_tx);
-    let read_result = read_loop(std::io::stdin().lock(), max_line_bytes, &mut |line| {
+    let mut chunk = Vec::new();
+    let input = BufReader::with_capacity(READ_BUFFER, std::io::stdin().lock());
+    let read_result = read_loop(input, max_line_bytes, &mut |line, more_buffered| {
         if is_handshake(&line, &session) {
-            if let Some(response) = reader_worker.handle(line) {
-                reader_worker.notifier.notify(response);
+            if !chunk.is_empty() && chunk_tx.send(std::mem::take(&mut chunk)).is_err() {
+                return false;
             }
+            reader_worker.handle(vec![line]);
             return true;
         }
-        line_tx.send(line).is_ok()
+        chunk.push(line);
+        if more_buffered && chunk.len() < CHUNK_MAX {
+            return true;
+        }
+        chunk_tx.send(std::mem::take(&mut chunk)).is_ok()
     });
     drop(reader_worker);
-    drop(line_tx);
+    drop(chunk_tx);
     for worker in workers {
         let _ = worker.join();
     }
@@ -118,30 +130,33 @@ struct Worker {
 }
 
 impl Worker {
-    fn run(&self, lines: &Mutex<Receiver<Line>>) {
+    fn run(&self, chunks: &Mutex<Receiver<Vec<Line>>>) {
         loop {
-            let next = lines
+            let next = chunks
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .recv();
-            let Ok(line) = next else { return };
-            if let Some(response) = self.handle(line) {
-                self.notifier.notify(response);
-            }
+            let Ok(chunk) = next else { return };
+            self.handle(chunk);
         }
     }
 
-    fn handle(&self, line: Line) -> Option<Value> {
-        let bytes = match line {
-            Line::Message(bytes) => bytes,
-            Line::TooLong => {
-                let err = McpError::invalid_request("message_too_large")
-                    .detail("max_bytes", self.max_line_bytes);
-                return Some(self.server.error_body(None, &err));
+    /// Serves the lines of one chunk, sending each response as soon as it is ready.
+    fn handle(&self, chunk: Vec<Line>) {
+        let mut messages = Vec::with_capacity(chunk.len());
+        for line in chunk {
+            match line {
+                Line::Message(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {}
+                Line::Message(bytes) => messages.push(bytes),
+                Line::TooLong => {
+                    let err = McpError::invalid_request("message_too_large")
+                        .detail("max_bytes", self.max_line_bytes);
+                    self.notifier.notify(self.server.error_body(None, &err));
+                }
             }
-        };
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return None;
+        }
+        if messages.is_empty() {
+            return;
         }
         let env = Env {
             session: &self.session,
@@ -152,7 +167,8 @@ impl Worker {
             source: self.source.clone(),
             idempotency_header: None,
         };
-        self.server.handle_bytes(&bytes, &env)
+        self.server
+            .handle_many(&messages, &env, &|response| self.notifier.notify(response));
     }
 }
 
@@ -189,11 +205,13 @@ fn write_loop(rx: Receiver<Value>) {
 }
 
 /// Reads newline-delimited messages, never holding more than `cap` bytes of one line, and
-/// hands each to `deliver` (which answers false once nobody takes lines any more).
-fn read_loop(
-    mut input: impl BufRead,
+/// hands each to `deliver` with whether another complete line is already buffered (so
+/// that reading it will not wait); `deliver` answers false once nobody takes lines any
+/// more.
+fn read_loop<R: Read>(
+    mut input: BufReader<R>,
     cap: usize,
-    deliver: &mut dyn FnMut(Line) -> bool,
+    deliver: &mut dyn FnMut(Line, bool) -> bool,
 ) -> std::io::Result<()> {
     let mut line = Vec::new();
     let mut discarding = false;
@@ -206,9 +224,9 @@ fn read_loop(
         if chunk.is_empty() {
             // EOF: a final line without a newline still counts.
             if discarding {
-                deliver(Line::TooLong);
+                deliver(Line::TooLong, false);
             } else if !line.is_empty() {
-                deliver(Line::Message(line));
+                deliver(Line::Message(line), false);
             }
             return Ok(());
         }
@@ -233,7 +251,7 @@ fn read_loop(
                 Line::Message(std::mem::take(&mut line))
             };
             discarding = false;
-            if !deliver(message) {
+            if !deliver(message, input.buffer().contains(&b'\n')) {
                 return Ok(());
             }
         }
@@ -246,7 +264,7 @@ mod tests {
 
     fn lines(input: &[u8], cap: usize) -> Vec<Option<Vec<u8>>> {
         let mut got = Vec::new();
-        let mut deliver = |l: Line| {
+        let mut deliver = |l: Line, _more: bool| {
             got.push(match l {
                 Line::Message(m) => Some(m),
                 Line::TooLong => None,

@@ -999,3 +999,69 @@ fn errors_json_lists_every_code_of_the_contract() {
         }
     }
 }
+
+// ---- Requests that arrive together ------------------------------------------------------
+
+#[test]
+fn requests_written_together_are_all_answered_while_one_of_them_waits_for_the_client() {
+    let db = TestDb::new();
+    let mut server = StdioServer::start(&db, &["--conformance-pack"]);
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "tests", "version": "0"}}}),
+    );
+    assert!(server.recv_response()["result"].is_object());
+    server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // One write: a call that asks the client and waits for the answer, then calls that
+    // need nothing from it. They reach the server in one read.
+    let call = |id: u64, name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": name, "arguments": arguments}})
+        .to_string()
+    };
+    let mut lines = vec![call(100, "test_elicitation", json!({"message": "Who?"}))];
+    lines.extend((1..=10).map(|id| call(id, "test_simple_text", json!({}))));
+    lines.push(json!({"jsonrpc": "2.0", "id": 50, "method": "ping"}).to_string());
+    lines.push(call(60, "no_such_tool", json!({})));
+    server.send_raw(format!("{}\n", lines.join("\n")).as_bytes());
+    // Everything else is answered while the elicitation waits (were it run first, in
+    // line, nothing would be: the client only answers below).
+    let mut answered = std::collections::BTreeMap::new();
+    let mut question = None;
+    while answered.len() < 12 || question.is_none() {
+        let message = server.recv();
+        match message["method"].as_str() {
+            Some("elicitation/create") => question = Some(message),
+            Some(_) => {}
+            None => {
+                let id = message["id"].as_u64().expect("numeric id");
+                assert!(
+                    answered.insert(id, message).is_none(),
+                    "answered twice: {id}"
+                );
+            }
+        }
+    }
+    assert!(!answered.contains_key(&100));
+    for id in 1..=10 {
+        assert_eq!(
+            answered[&id]["result"]["content"][0]["text"],
+            json!("This is a simple text response for testing."),
+            "{}",
+            answered[&id]
+        );
+    }
+    assert_eq!(answered[&50]["result"], json!({}));
+    assert_error(&answered[&60], -32602, "unknown_tool", 404, 1005, false);
+    let question = question.expect("asked");
+    server.send(&json!({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "action": "accept", "content": {"username": "ada"}}}));
+    let response = server.recv_response();
+    assert_eq!(response["id"], json!(100), "{response}");
+    assert_eq!(
+        response["result"]["content"][0]["text"],
+        json!(r#"User response: action=accept, content={"username":"ada"}"#),
+        "{response}"
+    );
+}
