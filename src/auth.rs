@@ -376,27 +376,34 @@ impl CallChecks {
 }
 
 impl crate::ratelimit::TxChecks for CallChecks {
-    fn before_charge(&mut self, conn: &Connection, _now: i64) -> Result<bool, StoreError> {
+    fn before_charge(
+        &mut self,
+        conn: &Connection,
+        _now: i64,
+        memo: &mut crate::ratelimit::TxMemo,
+    ) -> Result<bool, StoreError> {
         let Some(entry) = &self.pending else {
             return Ok(true);
         };
         let now = self.now;
-        let identity = match credential_row(conn, &entry.public_id)? {
+        let memo = CheckMemo::of(memo);
+        let identity = match memo.credential(conn, &entry.public_id)? {
             None => Identity::Refused(Failure::Invalid("unknown")),
-            Some(row) => match check_standing(&row, now) {
+            Some(row) => match check_standing(row, now) {
                 Err(failure) => Identity::Refused(failure),
-                Ok(()) if !matches_entry(&row, entry, now) => Identity::Stale,
+                Ok(()) if !matches_entry(row, entry, now) => Identity::Stale,
                 Ok(()) => {
-                    if needs_touch(&row, now) {
+                    if needs_touch(row, now) {
                         conn.prepare_cached(
                             "UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2",
                         )?
                         .execute(params![now, entry.public_id])?;
+                        row.last_used_at = Some(now);
                     }
                     Identity::Admitted(Principal {
                         credential_id: entry.public_id.clone(),
-                        client_id: row.client_id,
-                        scopes: row.scopes,
+                        client_id: row.client_id.clone(),
+                        scopes: row.scopes.clone(),
                     })
                 }
             },
@@ -406,9 +413,57 @@ impl crate::ratelimit::TxChecks for CallChecks {
         Ok(admitted)
     }
 
-    fn after_charge(&mut self, conn: &Connection, _now: i64) -> Result<(), StoreError> {
-        self.facts = Some(AccessFacts::read(conn, self.now)?);
+    fn after_charge(
+        &mut self,
+        conn: &Connection,
+        _now: i64,
+        memo: &mut crate::ratelimit::TxMemo,
+    ) -> Result<(), StoreError> {
+        let memo = CheckMemo::of(memo);
+        let facts = match &memo.facts {
+            Some(facts) => facts.clone(),
+            None => memo
+                .facts
+                .insert(AccessFacts::read(conn, self.now)?)
+                .clone(),
+        };
+        self.facts = Some(facts);
         Ok(())
+    }
+}
+
+/// What the checks of one charging transaction read once for all its calls: credential
+/// rows (kept in step with the `last_used_at` the transaction writes) and the plan facts
+/// (a charge changes neither the plan nor the keys).
+#[derive(Default)]
+struct CheckMemo {
+    rows: HashMap<String, Option<CredentialRow>>,
+    facts: Option<AccessFacts>,
+}
+
+impl CheckMemo {
+    /// The memo of this transaction's checks.
+    fn of(memo: &mut crate::ratelimit::TxMemo) -> &mut CheckMemo {
+        let any = memo.get_or_insert_with(|| Box::new(CheckMemo::default()));
+        if !any.is::<CheckMemo>() {
+            *any = Box::new(CheckMemo::default());
+        }
+        match any.downcast_mut::<CheckMemo>() {
+            Some(memo) => memo,
+            None => unreachable!("the memo was just made a CheckMemo"),
+        }
+    }
+
+    fn credential(
+        &mut self,
+        conn: &Connection,
+        public_id: &str,
+    ) -> Result<Option<&mut CredentialRow>, StoreError> {
+        if !self.rows.contains_key(public_id) {
+            let row = credential_row(conn, public_id)?;
+            self.rows.insert(public_id.to_owned(), row);
+        }
+        Ok(self.rows.get_mut(public_id).and_then(Option::as_mut))
     }
 }
 

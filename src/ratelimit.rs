@@ -195,11 +195,27 @@ pub type ChargeOutcome = Result<Budget, McpError>;
 pub trait TxChecks: std::any::Any + Send {
     /// Runs before this call's counters move. `Ok(false)` refuses the call *without*
     /// charging it (the implementation keeps why); an `Err` fails the whole batch.
-    fn before_charge(&mut self, conn: &rusqlite::Connection, now: i64) -> Result<bool, StoreError>;
+    fn before_charge(
+        &mut self,
+        conn: &rusqlite::Connection,
+        now: i64,
+        memo: &mut TxMemo,
+    ) -> Result<bool, StoreError>;
 
     /// Runs after this call's counters moved and admitted it.
-    fn after_charge(&mut self, conn: &rusqlite::Connection, now: i64) -> Result<(), StoreError>;
+    fn after_charge(
+        &mut self,
+        conn: &rusqlite::Connection,
+        now: i64,
+        memo: &mut TxMemo,
+    ) -> Result<(), StoreError>;
 }
+
+/// What the checks of one transaction may keep for the next call's checks in the same
+/// transaction (the calls of a batch are mostly one credential's: its row and the plan
+/// are read once, not once a call). It starts empty with every transaction; the checks
+/// decide what it holds, and must keep it true of the transaction's own writes.
+pub type TxMemo = Option<Box<dyn std::any::Any + Send>>;
 
 /// One queued charge: the request, the caller's checks, and where its outcome goes.
 struct Item {
@@ -666,11 +682,12 @@ struct Need {
 /// distinct (credential, client, category) — they cannot change within the transaction.
 fn charge_items(tx: &Transaction<'_>, items: &mut [Item], now: i64) -> Result<(), StoreError> {
     let mut seen: Vec<(ChargeRequest, AppliedLimits)> = Vec::new();
+    let mut memo: TxMemo = None;
     // Per item, the counters it moves (empty when its checks refused it).
     let mut needs: Vec<Vec<Need>> = Vec::with_capacity(items.len());
     for item in items.iter_mut() {
         if let Some(checks) = &mut item.checks
-            && !checks.before_charge(tx, now)?
+            && !checks.before_charge(tx, now, &mut memo)?
         {
             needs.push(Vec::new());
             continue;
@@ -753,7 +770,7 @@ fn charge_items(tx: &Transaction<'_>, items: &mut [Item], now: i64) -> Result<()
         if outcome.is_ok()
             && let Some(checks) = &mut item.checks
         {
-            checks.after_charge(tx, now)?;
+            checks.after_charge(tx, now, &mut memo)?;
         }
         item.outcome = Some(outcome);
     }
@@ -1517,6 +1534,7 @@ mod tests {
             &mut self,
             _conn: &rusqlite::Connection,
             _now: i64,
+            _memo: &mut TxMemo,
         ) -> Result<bool, StoreError> {
             self.before += 1;
             Ok(!self.id.ends_with('x'))
@@ -1526,6 +1544,7 @@ mod tests {
             &mut self,
             _conn: &rusqlite::Connection,
             _now: i64,
+            _memo: &mut TxMemo,
         ) -> Result<(), StoreError> {
             self.after += 1;
             Ok(())
