@@ -162,22 +162,33 @@ impl Server {
             return;
         }
         let mut requests = Vec::with_capacity(calls.len());
+        let mut spans = Vec::with_capacity(calls.len());
         for req in &calls {
-            let _span = request_span(req).entered();
-            match select_era(req, env.session).and_then(|era| ToolRequest::parse(req, era, env)) {
-                Ok(request) => requests.push(request),
+            let span = request_span(req);
+            let parsed = span.in_scope(|| {
+                select_era(req, env.session).and_then(|era| ToolRequest::parse(req, era, env))
+            });
+            match parsed {
+                Ok(request) => {
+                    requests.push(request);
+                    spans.push(span);
+                }
                 Err(err) => respond(self.error_body(req.id.clone(), &err)),
             }
         }
-        let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
+        let tool_calls: Vec<ToolCall<'_>> = requests
+            .iter()
+            .zip(&spans)
+            .map(|(request, span)| ToolCall {
+                span: Some(span),
+                ..request.call()
+            })
+            .collect();
         self.guards.call_tools(
             &self.registry,
             &tool_calls,
             env,
-            &|i, tool, args, hook| {
-                let _span = request_span(requests[i].req).entered();
-                self.run_tool(&requests[i], env, tool, args, hook)
-            },
+            &|i, tool, args, hook| self.run_tool(&requests[i], env, tool, args, hook),
             &|i, outcome| {
                 let request = &requests[i];
                 let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
@@ -598,6 +609,7 @@ impl<'q> ToolRequest<'q> {
             args: self.args,
             meta: meta(self.req),
             request_id: &self.id,
+            span: None,
         }
     }
 }

@@ -42,6 +42,9 @@ pub struct ToolCall<'a> {
     pub meta: Option<&'a Map<String, Value>>,
     /// The request id, for the audit log.
     pub request_id: &'a Value,
+    /// The span this call's log lines go under, when the caller has not entered it
+    /// already (calls handled together each have their own).
+    pub span: Option<&'a tracing::Span>,
 }
 
 /// Runs an admitted tool: the dispatcher builds the tool context around this.
@@ -204,6 +207,7 @@ impl Guards {
         let mut principals: Vec<Option<Principal>> = vec![None; calls.len()];
         let mut to_charge = Vec::with_capacity(calls.len());
         for (index, call) in calls.iter().enumerate() {
+            let _span = call.span.map(tracing::Span::enter);
             match self.before_charge(registry, call, env, &mut principals[index]) {
                 Ok((auth, tool)) => to_charge.push(ToCharge { index, auth, tool }),
                 Err(err) => {
@@ -221,6 +225,7 @@ impl Guards {
                 let principal = principals[call.index].take();
                 let work = move || {
                     let c = &calls[call.index];
+                    let _span = c.span.map(tracing::Span::enter);
                     let outcome = match (charge, principal.as_ref()) {
                         (Ok(charged), Some(p)) => {
                             let run_it =
