@@ -625,10 +625,15 @@ fn to_limit(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-const INCREMENT_SQL: &str = "\
+// Two statements rather than one upsert with `RETURNING`: SQLite buffers the rows a
+// `RETURNING` clause returns in a temporary table, which it creates (a page-sized
+// allocation) on every run. The counter is read and written inside the caller's write
+// transaction, so nothing moves in between.
+const COUNTER_SQL: &str =
+    "SELECT count FROM rate_counters WHERE bucket = ?1 AND key = ?2 AND window_start = ?3";
+const SET_COUNTER_SQL: &str = "\
     INSERT INTO rate_counters (bucket, key, window_start, count) VALUES (?1, ?2, ?3, ?4)
-    ON CONFLICT (bucket, key, window_start) DO UPDATE SET count = count + excluded.count
-    RETURNING count";
+    ON CONFLICT (bucket, key, window_start) DO UPDATE SET count = excluded.count";
 
 /// Adds `by` to one counter; returns its new count.
 fn increment(
@@ -638,11 +643,17 @@ fn increment(
     window_start: i64,
     by: usize,
 ) -> Result<u64, StoreError> {
-    let mut stmt = tx.prepare_cached(INCREMENT_SQL)?;
     let by = i64::try_from(by).unwrap_or(i64::MAX);
-    let count: i64 = stmt.query_row(rusqlite::params![bucket, key, window_start, by], |row| {
-        row.get(0)
-    })?;
+    let count: i64 = tx
+        .prepare_cached(COUNTER_SQL)?
+        .query_row(rusqlite::params![bucket, key, window_start], |row| {
+            row.get::<_, i64>(0)
+        })
+        .optional()?
+        .unwrap_or(0)
+        .saturating_add(by);
+    tx.prepare_cached(SET_COUNTER_SQL)?
+        .execute(rusqlite::params![bucket, key, window_start, count])?;
     Ok(to_limit(count))
 }
 
