@@ -141,7 +141,7 @@ impl Server {
         env: &Env<'_>,
         respond: &(dyn Fn(Value) + Sync),
     ) {
-        let mut calls = Vec::new();
+        let mut calls = Vec::with_capacity(messages.len());
         for bytes in messages {
             match jsonrpc::parse(bytes) {
                 Parsed::Single(Incoming::Request(req))
