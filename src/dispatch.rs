@@ -134,7 +134,10 @@ impl Server {
     /// Handles the messages of one read (several stdio lines that arrived together), each
     /// as if on its own, handing every response to `respond` as soon as it is ready. The
     /// `tools/call` requests among them go through the guard chain together
-    /// ([`Guards::call_tools`]), so that they share one rate-charging wait.
+    /// ([`Guards::call_tools`]), so that they share one rate-charging wait; the other
+    /// messages are handled first. (So a `notifications/cancelled` read together with the
+    /// call it names finds that call not started yet, and nothing to cancel: MCP lets a
+    /// server ignore a cancellation; the call runs and is answered.)
     pub fn handle_many(
         &self,
         messages: &[Vec<u8>],
