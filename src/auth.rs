@@ -1954,6 +1954,81 @@ mod tests {
     }
 
     #[test]
+    fn one_charging_transaction_rechecks_each_cached_credential_on_its_own() {
+        let (_dir, store) = fresh("pro");
+        let (a, b) = (
+            key(&store, &["invoices:read"]),
+            key(&store, &["clients:read"]),
+        );
+        let auth = Authenticator::new(store.clone());
+        for issued in [&a, &b] {
+            auth.authenticate(Some(issued.token.expose()), "t")
+                .expect("first call verifies");
+        }
+        assert!(revoke_key(&store, &b.public_id).expect("revoke"));
+        store
+            .write(|tx| Ok(tx.execute("UPDATE credentials SET last_used_at = NULL", [])?))
+            .expect("forget last use");
+        let calls: Vec<CallAuth> = [&a, &b, &a]
+            .iter()
+            .map(|k| {
+                auth.authenticate_call(Some(k.token.expose()), "t")
+                    .expect("cached")
+            })
+            .collect();
+        assert!(calls.iter().all(|c| matches!(c, CallAuth::Cached { .. })));
+        let limiter = crate::ratelimit::Limiter::new(store.clone());
+        let group = calls
+            .iter()
+            .map(|call| {
+                let request = crate::ratelimit::ChargeRequest {
+                    credential_id: call.credential_id().to_owned(),
+                    client_id: None,
+                    category: Category::Read,
+                };
+                (request, auth.call_checks(call))
+            })
+            .collect();
+        let charged = limiter.charge_checked_many(group);
+        let rechecked: Vec<Result<Vec<String>, serde_json::Value>> = calls
+            .iter()
+            .zip(charged)
+            .map(
+                |(call, (_, mut checks))| match auth.finish_recheck(call, &mut checks, "t") {
+                    Recheck::Admitted(p) => {
+                        assert_eq!(p.credential_id, call.credential_id());
+                        assert!(checks.facts().is_some(), "plan read for an admitted call");
+                        Ok(p.scopes)
+                    }
+                    Recheck::Refused(err) => Err(reason(&err)),
+                    Recheck::Stale => panic!("nothing rotated"),
+                },
+            )
+            .collect();
+        assert_eq!(
+            rechecked,
+            [
+                Ok(vec!["invoices:read".to_owned()]),
+                Err(serde_json::json!("revoked")),
+                Ok(vec!["invoices:read".to_owned()]),
+            ]
+        );
+        let touched: Option<i64> = store
+            .read(|c| {
+                Ok(c.query_row(
+                    "SELECT last_used_at FROM credentials WHERE public_id = ?1",
+                    [&a.public_id],
+                    |r| r.get(0),
+                )?)
+            })
+            .expect("row");
+        assert!(
+            touched.is_some(),
+            "last use recorded in the charging transaction"
+        );
+    }
+
+    #[test]
     fn argon2_runs_once_per_token_and_revocation_applies_next_call() {
         let (_dir, store) = fresh("pro");
         let issued = key(&store, &["invoices:read"]);
