@@ -39,12 +39,19 @@ enum Line {
     TooLong,
 }
 
-struct StdoutNotifier(Sender<Value>);
+/// Hands messages to the stdout writer as finished lines: each is serialized (and its
+/// tree freed) on the thread that made it, so the writer only moves bytes.
+struct StdoutNotifier(Sender<Vec<u8>>);
 
 impl Notifier for StdoutNotifier {
     fn notify(&self, message: Value) {
-        // The writer only goes away at shutdown, when nothing is left to tell.
-        let _ = self.0.send(message);
+        let mut line = Vec::with_capacity(256);
+        // Serializing a `Value` into memory cannot fail.
+        if serde_json::to_writer(&mut line, &message).is_ok() {
+            line.push(b'\n');
+            // The writer only goes away at shutdown, when nothing is left to tell.
+            let _ = self.0.send(line);
+        }
     }
 }
 
@@ -72,7 +79,7 @@ pub fn serve(
     token: Option<String>,
     max_line_bytes: usize,
 ) -> std::io::Result<()> {
-    let (out_tx, out_rx) = mpsc::channel::<Value>();
+    let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>();
     let writer = thread::spawn(move || write_loop(out_rx));
     let (chunk_tx, chunk_rx) = mpsc::sync_channel::<Vec<Line>>(QUEUE_DEPTH);
     let chunk_rx = Arc::new(Mutex::new(chunk_rx));
@@ -187,15 +194,14 @@ fn is_handshake(line: &Line, session: &Session) -> bool {
     )
 }
 
-fn write_loop(rx: Receiver<Value>) {
+fn write_loop(rx: Receiver<Vec<u8>>) {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    while let Ok(message) = rx.recv() {
-        let mut ok =
-            serde_json::to_writer(&mut out, &message).is_ok() && out.write_all(b"\n").is_ok();
+    while let Ok(line) = rx.recv() {
+        let mut ok = out.write_all(&line).is_ok();
         // Batch what is already queued into one flush.
         while ok && let Ok(more) = rx.try_recv() {
-            ok = serde_json::to_writer(&mut out, &more).is_ok() && out.write_all(b"\n").is_ok();
+            ok = out.write_all(&more).is_ok();
         }
         if !ok || out.flush().is_err() {
             tracing::warn!("stdout closed; stopping the writer");
