@@ -368,10 +368,12 @@ impl Server {
 
     fn call_tool(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
         let request = ToolRequest::parse(req, era, env)?;
-        self.guards
-            .call_tool(&self.registry, &request.call(), env, &|tool, args, hook| {
-                self.run_tool(&request, env, tool, args, hook)
-            })
+        self.guards.call_tool(
+            &self.registry,
+            &request.call(),
+            env,
+            &|_, tool, args, hook| self.run_tool(&request, env, tool, args, hook),
+        )
     }
 
     /// Runs an admitted tool in the context of its request.

@@ -47,16 +47,8 @@ pub struct ToolCall<'a> {
     pub span: Option<&'a tracing::Span>,
 }
 
-/// Runs an admitted tool: the dispatcher builds the tool context around this.
-pub type RunTool<'r> = dyn Fn(
-        &RegisteredTool,
-        &Map<String, Value>,
-        Option<&dyn CommitHook>,
-    ) -> Result<ToolOutput, McpError>
-    + Sync
-    + 'r;
-
-/// Runs the admitted tool of the call at an index of [`Guards::call_tools`]' calls.
+/// Runs the admitted tool of the call at an index of the calls handed to the guards (0 for
+/// [`Guards::call_tool`]): the dispatcher builds the tool context around this.
 pub type RunTools<'r> = dyn Fn(
         usize,
         &RegisteredTool,
@@ -65,6 +57,9 @@ pub type RunTools<'r> = dyn Fn(
     ) -> Result<ToolOutput, McpError>
     + Sync
     + 'r;
+
+/// Runs one admitted call's tool, with the idempotency hook its write must commit with.
+type RunAdmitted<'r> = dyn Fn(Option<&dyn CommitHook>) -> Result<ToolOutput, McpError> + 'r;
 
 /// Takes the outcome of the call at an index of [`Guards::call_tools`]' calls.
 pub type CallDone<'r> = dyn Fn(usize, Result<Value, McpError>) + Sync + 'r;
@@ -175,14 +170,14 @@ impl Guards {
         registry: &Registry,
         call: &ToolCall<'_>,
         env: &Env<'_>,
-        run: &RunTool<'_>,
+        run: &RunTools<'_>,
     ) -> Result<Value, McpError> {
         let outcome = std::sync::Mutex::new(None);
         self.call_tools(
             registry,
             std::slice::from_ref(call),
             env,
-            &|_, tool, args, hook| run(tool, args, hook),
+            run,
             &|_, done| *outcome.lock().unwrap_or_else(PoisonError::into_inner) = Some(done),
         );
         let outcome = outcome.into_inner().unwrap_or_else(PoisonError::into_inner);
@@ -228,12 +223,9 @@ impl Guards {
                     let _span = c.span.map(tracing::Span::enter);
                     let outcome = match (charge, principal.as_ref()) {
                         (Ok(charged), Some(p)) => {
-                            let run_it =
-                                |tool: &RegisteredTool,
-                                 args: &Map<String, Value>,
-                                 hook: Option<&dyn CommitHook>| {
-                                    run(call.index, tool, args, hook)
-                                };
+                            let run_it = |hook: Option<&dyn CommitHook>| {
+                                run(call.index, call.tool, c.args, hook)
+                            };
                             self.after_charge(call.tool, c, env, &run_it, p, charged)
                         }
                         (Ok(_), None) => Err(McpError::internal()),
@@ -409,7 +401,7 @@ impl Guards {
         tool: &RegisteredTool,
         call: &ToolCall<'_>,
         env: &Env<'_>,
-        run: &RunTool<'_>,
+        run: &RunAdmitted<'_>,
         principal: &Principal,
         (budget, facts): (Budget, AccessFacts),
     ) -> Result<Value, McpError> {
@@ -453,7 +445,7 @@ impl Guards {
         };
         let hook = reservation.as_ref().map(|r| r as &dyn CommitHook);
         let outcome = match tool.validate(&Value::Object(call.args.clone())) {
-            Ok(()) => run(tool, call.args, hook),
+            Ok(()) => run(hook),
             Err(err) => Err(err),
         };
         let rendered = render_tool_outcome(outcome, self.locale);

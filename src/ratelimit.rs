@@ -1462,6 +1462,17 @@ mod tests {
         change.apply(store).expect("set limit");
     }
 
+    fn limit_credential(store: &Store, id: &str, category: Category, per_minute: Option<u64>) {
+        set(
+            store,
+            LimitChange::Credential {
+                credential_id: id.into(),
+                category,
+                per_minute,
+            },
+        );
+    }
+
     fn refusal(outcome: &ChargeOutcome) -> (ErrorKind, Value) {
         let err = outcome.as_ref().expect_err("refused");
         (err.kind(), Value::Object(err.fields().clone()))
@@ -1497,14 +1508,7 @@ mod tests {
             .collect();
         let run = |grouped: bool| {
             let f = two_keys_on_starter(9);
-            set(
-                &f.store,
-                LimitChange::Credential {
-                    credential_id: "key00001".into(),
-                    category: Category::Read,
-                    per_minute: Some(4),
-                },
-            );
+            limit_credential(&f.store, "key00001", Category::Read, Some(4));
             let outcomes: Vec<ChargeOutcome> = if grouped {
                 charge_at(&f.store, &batch, T0)
             } else {
@@ -1589,14 +1593,7 @@ mod tests {
     fn the_call_past_the_limit_is_refused_with_the_bucket_and_its_reset() {
         let f = fixture("pro");
         add_credential(&f.store, "key00001", None);
-        set(
-            &f.store,
-            LimitChange::Credential {
-                credential_id: "key00001".into(),
-                category: Category::Write,
-                per_minute: Some(5),
-            },
-        );
+        limit_credential(&f.store, "key00001", Category::Write, Some(5));
         let batch = vec![request("key00001", Category::Write); 7];
         let outcomes = charge_at(&f.store, &batch, T0 + 15);
         let remaining: Vec<u64> = outcomes[..5]
@@ -1618,14 +1615,7 @@ mod tests {
     fn a_new_window_starts_from_zero() {
         let f = fixture("pro");
         add_credential(&f.store, "key00001", None);
-        set(
-            &f.store,
-            LimitChange::Credential {
-                credential_id: "key00001".into(),
-                category: Category::Read,
-                per_minute: Some(1),
-            },
-        );
+        limit_credential(&f.store, "key00001", Category::Read, Some(1));
         let one = [request("key00001", Category::Read)];
         assert!(charge_at(&f.store, &one, T0 + 59)[0].is_ok());
         assert!(charge_at(&f.store, &one, T0 + 59)[0].is_err());
@@ -1783,14 +1773,7 @@ mod tests {
             ("key00002", ChargeMode::PerCall),
         ] {
             add_credential(&f.store, id, None);
-            set(
-                &f.store,
-                LimitChange::Credential {
-                    credential_id: id.into(),
-                    category: Category::Read,
-                    per_minute: Some(100),
-                },
-            );
+            limit_credential(&f.store, id, Category::Read, Some(100));
             let mut limiter = Limiter::counted_in(f.store.clone(), mode, Box::leak(Box::default()));
             limiter.clock = fixed_clock;
             let admitted = std::sync::atomic::AtomicUsize::new(0);
@@ -1840,14 +1823,7 @@ mod tests {
     fn groups_charged_at_once_keep_their_order_and_the_exact_limit() {
         let f = fixture("enterprise");
         add_credential(&f.store, "key00001", None);
-        set(
-            &f.store,
-            LimitChange::Credential {
-                credential_id: "key00001".into(),
-                category: Category::Read,
-                per_minute: Some(250),
-            },
-        );
+        limit_credential(&f.store, "key00001", Category::Read, Some(250));
         let mut limiter = Limiter::counted_in(
             f.store.clone(),
             ChargeMode::GroupCommit,
@@ -1920,14 +1896,7 @@ mod tests {
     fn group_commit_refusals_follow_queue_order_exactly() {
         let f = fixture("enterprise");
         add_credential(&f.store, "key00001", None);
-        set(
-            &f.store,
-            LimitChange::Credential {
-                credential_id: "key00001".into(),
-                category: Category::Destructive,
-                per_minute: Some(0),
-            },
-        );
+        limit_credential(&f.store, "key00001", Category::Destructive, Some(0));
         let limiter = Limiter::new(f.store.clone());
         let refused = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|s| {
@@ -1975,14 +1944,7 @@ mod tests {
     fn usage_reports_live_windows_with_effective_limits() {
         let f = fixture("pro");
         add_credential(&f.store, "key00001", Some("client-a"));
-        set(
-            &f.store,
-            LimitChange::Credential {
-                credential_id: "key00001".into(),
-                category: Category::Write,
-                per_minute: Some(5),
-            },
-        );
+        limit_credential(&f.store, "key00001", Category::Write, Some(5));
         let batch = vec![request("key00001", Category::Write); 2];
         charge_at(&f.store, &batch, T0 - 120);
         charge_at(&f.store, &batch, T0 + 1);
