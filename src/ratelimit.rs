@@ -241,16 +241,22 @@ pub struct Limiter {
 /// Charges waiting for a transaction, and whether some caller is leading one.
 #[derive(Default)]
 struct Queue {
-    waiting: VecDeque<(Item, Arc<Slot>)>,
+    waiting: VecDeque<Queued>,
     leader_active: bool,
-    /// Size of the last batch: how many charges a leader waits for (at most
-    /// [`GATHER_WAIT`]) before it starts the next transaction.
-    last_batch: usize,
-    /// A leader is waiting for the queue to reach `last_batch`.
+    /// How many callers charging a single call the last batch held: how many charges a
+    /// leader waits for (at most [`GATHER_WAIT`]) before it starts the next transaction.
+    /// Calls charged in a group arrive together, so nobody waits for them.
+    last_lone: usize,
+    /// A leader is waiting for the queue to reach `last_lone`.
     gathering: bool,
-    /// Callers here charge many calls at once (a stdio server): their groups are the
-    /// batches, and a leader never waits for more.
-    arrive_in_groups: bool,
+}
+
+/// One charge in the queue, with where its caller waits.
+struct Queued {
+    item: Item,
+    slot: Arc<Slot>,
+    /// Its caller charges this call alone (not a group of calls).
+    lone: bool,
 }
 
 /// Where one queued caller waits: for its outcome, or to be handed the leadership.
@@ -419,15 +425,15 @@ impl Limiter {
             // Taking the leadership with nothing to charge would never hand it back.
             return items;
         }
-        let grouped = items.len() > 1;
+        let lone = items.len() == 1;
         let slots: Vec<Arc<Slot>> = items.iter().map(|_| Arc::default()).collect();
         let mut lead = {
             let mut queue = self.lock_queue();
-            queue.arrive_in_groups |= grouped;
             for (item, slot) in items.into_iter().zip(&slots) {
-                queue.waiting.push_back((item, Arc::clone(slot)));
+                let slot = Arc::clone(slot);
+                queue.waiting.push_back(Queued { item, slot, lone });
             }
-            if queue.gathering && queue.waiting.len() >= queue.last_batch {
+            if queue.gathering && queue.waiting.len() >= queue.last_lone {
                 self.gathered.notify_one();
             }
             !std::mem::replace(&mut queue.leader_active, true)
@@ -453,16 +459,12 @@ impl Limiter {
     fn lead_one_batch(&self) {
         let (mut batch, slots): (Vec<Item>, Vec<Arc<Slot>>) = {
             let mut queue = self.lock_queue();
-            // Under steady load as many charges as the last batch held are on their way:
-            // wait (briefly) for them, so they share this transaction. Without the wait, a
-            // server with fewer cores than calls in progress runs one transaction per call,
-            // because the other callers are runnable but not running while the leader is.
-            // After a batch of one (light load) nobody waits.
-            let want = if queue.arrive_in_groups {
-                0
-            } else {
-                queue.last_batch.min(BATCH_MAX)
-            };
+            // Under steady load as many lone charges as the last batch held are on their
+            // way: wait (briefly) for them, so they share this transaction. Without the
+            // wait, a server with fewer cores than calls in progress runs one transaction
+            // per call, because the other callers are runnable but not running while the
+            // leader is. After a batch of one (light load), or of groups, nobody waits.
+            let want = queue.last_lone.min(BATCH_MAX);
             if queue.waiting.len() < want {
                 let deadline = Instant::now() + GATHER_WAIT;
                 queue.gathering = true;
@@ -480,8 +482,14 @@ impl Limiter {
                 queue.gathering = false;
             }
             let take = queue.waiting.len().min(BATCH_MAX);
-            queue.last_batch = take;
-            queue.waiting.drain(..take).unzip()
+            let mut lone = 0;
+            let drained = queue.waiting.drain(..take).map(|q| {
+                lone += usize::from(q.lone);
+                (q.item, q.slot)
+            });
+            let drained = drained.unzip();
+            queue.last_lone = lone;
+            drained
         };
         // A panic must not strand the callers of this batch or the leadership; it becomes
         // an internal error for this batch instead.
@@ -495,7 +503,7 @@ impl Limiter {
         }
         let mut queue = self.lock_queue();
         match queue.waiting.front() {
-            Some((_, next)) => next.set(SlotState::Lead),
+            Some(next) => next.slot.set(SlotState::Lead),
             None => queue.leader_active = false,
         }
     }
