@@ -158,12 +158,6 @@ impl Server {
                     .for_each(respond),
             }
         }
-        if calls.len() < 2 {
-            for req in calls {
-                self.handle_request(req, env).into_iter().for_each(respond);
-            }
-            return;
-        }
         let mut requests = Vec::with_capacity(calls.len());
         let mut spans = Vec::with_capacity(calls.len());
         for req in &calls {
