@@ -286,6 +286,35 @@ mod tests {
         got
     }
 
+    /// Whether each delivered line was told that another complete line was buffered.
+    fn more_flags(input: &[u8], capacity: usize) -> Vec<bool> {
+        let mut flags = Vec::new();
+        let mut deliver = |_: Line, more: bool| {
+            flags.push(more);
+            true
+        };
+        read_loop(
+            std::io::BufReader::with_capacity(capacity, input),
+            100,
+            &mut deliver,
+        )
+        .expect("read");
+        flags
+    }
+
+    #[test]
+    fn lines_that_arrived_together_are_marked_so_and_the_last_one_of_a_read_is_not() {
+        // One read holds everything: all but the last complete line have another behind
+        // them; the unfinished tail is delivered at EOF.
+        assert_eq!(
+            more_flags(b"a\nb\nc\npartial", 64),
+            [true, true, false, false]
+        );
+        // A read that ends on a newline: the next line has to be read (may wait), so the
+        // chunk is handed over.
+        assert_eq!(more_flags(b"ab\ncd\n", 3), [false, false]);
+    }
+
     #[test]
     fn splits_lines_across_small_reads() {
         let got = lines(b"{\"a\":1}\n{\"b\":22}\nlast", 100);
