@@ -159,28 +159,20 @@ impl Server {
             }
         }
         let mut requests = Vec::with_capacity(calls.len());
-        let mut spans = Vec::with_capacity(calls.len());
         for req in &calls {
             let span = request_span(req);
             let parsed = span.in_scope(|| {
                 select_era(req, env.session).and_then(|era| ToolRequest::parse(req, era, env))
             });
             match parsed {
-                Ok(request) => {
-                    requests.push(request);
-                    spans.push(span);
-                }
+                Ok(request) => requests.push(ToolRequest {
+                    span: Some(span),
+                    ..request
+                }),
                 Err(err) => respond(self.error_body(req.id.clone(), &err)),
             }
         }
-        let tool_calls: Vec<ToolCall<'_>> = requests
-            .iter()
-            .zip(&spans)
-            .map(|(request, span)| ToolCall {
-                span: Some(span),
-                ..request.call()
-            })
-            .collect();
+        let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
         self.guards.call_tools(
             &self.registry,
             &tool_calls,
@@ -573,6 +565,9 @@ struct ToolRequest<'q> {
     log_level: Option<LogLevel>,
     input: InputParams<'q>,
     client_capabilities: Value,
+    /// Its own log span when it is handled beside others (a request handled alone runs
+    /// inside the span of [`Server::handle_request`]).
+    span: Option<tracing::Span>,
 }
 
 impl<'q> ToolRequest<'q> {
@@ -599,6 +594,7 @@ impl<'q> ToolRequest<'q> {
             log_level: call_log_level(req, era, env.session),
             input: input_params(req)?,
             client_capabilities: client_capabilities(req, era, env.session),
+            span: None,
         })
     }
 
@@ -608,7 +604,7 @@ impl<'q> ToolRequest<'q> {
             args: self.args,
             meta: meta(self.req),
             request_id: &self.id,
-            span: None,
+            span: self.span.as_ref(),
         }
     }
 }
