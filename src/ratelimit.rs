@@ -1828,6 +1828,35 @@ mod tests {
     }
 
     #[test]
+    fn a_group_that_fits_is_charged_in_one_transaction() {
+        let f = fixture("pro");
+        add_credential(&f.store, "key00001", None);
+        let limiter = Limiter::counted_in(
+            f.store.clone(),
+            ChargeMode::GroupCommit,
+            Box::leak(Box::default()),
+        );
+        let group: Vec<(ChargeRequest, RefuseX)> = (0..BATCH_MAX)
+            .map(|_| {
+                let checks = RefuseX {
+                    id: "key00001".into(),
+                    before: 0,
+                    after: 0,
+                };
+                (request("key00001", Category::Read), checks)
+            })
+            .collect();
+        let charged = limiter.charge_checked_many(group);
+        assert!(
+            charged
+                .iter()
+                .all(|(o, _)| o.as_ref().is_some_and(Result::is_ok))
+        );
+        let stats = limiter.stats();
+        assert_eq!((stats.charges, stats.transactions), (BATCH_MAX as u64, 1));
+    }
+
+    #[test]
     fn groups_charged_at_once_keep_their_order_and_the_exact_limit() {
         let f = fixture("enterprise");
         add_credential(&f.store, "key00001", None);
