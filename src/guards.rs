@@ -215,31 +215,37 @@ impl Guards {
             }
         }
         let charged = self.charge_many(&to_charge, env, &mut principals);
+        let finish_admitted = |call: ToCharge<'_>, charge, principal: Option<Principal>| {
+            let c = &calls[call.index];
+            let _span = c.span.map(tracing::Span::enter);
+            let outcome = match (charge, principal.as_ref()) {
+                (Ok(charged), Some(p)) => {
+                    let run_it =
+                        |hook: Option<&dyn CommitHook>| run(call.index, call.tool, c.args, hook);
+                    self.after_charge(call.tool, c, env, &run_it, p, charged)
+                }
+                (Ok(_), None) => Err(McpError::internal()),
+                (Err(err), _) => Err(err),
+            };
+            done(
+                call.index,
+                self.finish(registry, c, env, started, principal.as_ref(), outcome),
+            );
+        };
+        let admitted = to_charge.into_iter().zip(charged).map(|(call, charge)| {
+            let principal = principals[call.index].take();
+            (call, charge, principal)
+        });
+        if calls.len() == 1 {
+            admitted.for_each(|(call, charge, principal)| finish_admitted(call, charge, principal));
+            return;
+        }
         std::thread::scope(|scope| {
-            for (call, charge) in to_charge.into_iter().zip(charged) {
-                let principal = principals[call.index].take();
-                let work = move || {
-                    let c = &calls[call.index];
-                    let _span = c.span.map(tracing::Span::enter);
-                    let outcome = match (charge, principal.as_ref()) {
-                        (Ok(charged), Some(p)) => {
-                            let run_it = |hook: Option<&dyn CommitHook>| {
-                                run(call.index, call.tool, c.args, hook)
-                            };
-                            self.after_charge(call.tool, c, env, &run_it, p, charged)
-                        }
-                        (Ok(_), None) => Err(McpError::internal()),
-                        (Err(err), _) => Err(err),
-                    };
-                    done(
-                        call.index,
-                        self.finish(registry, c, env, started, principal.as_ref(), outcome),
-                    );
-                };
-                if calls.len() > 1 && call.tool.tool.waits() {
-                    scope.spawn(work);
+            for (call, charge, principal) in admitted {
+                if call.tool.tool.waits() {
+                    scope.spawn(move || finish_admitted(call, charge, principal));
                 } else {
-                    work();
+                    finish_admitted(call, charge, principal);
                 }
             }
         });
