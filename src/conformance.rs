@@ -614,6 +614,7 @@ fn required(name: &'static str, description: &'static str) -> PromptArgument {
         name,
         description,
         required: true,
+        completes_from: None,
     }
 }
 
@@ -623,6 +624,7 @@ fn simple_prompt() -> FixturePrompt {
             name: "test_simple_prompt",
             title: "Simple Test Prompt",
             description: "Conformance-suite fixture: a prompt without arguments.",
+            reads: None,
             arguments: Vec::new(),
         },
         render: |_| vec![user_text("This is a simple prompt for testing.")],
@@ -636,6 +638,7 @@ fn prompt_with_arguments() -> FixturePrompt {
             name: "test_prompt_with_arguments",
             title: "Prompt With Arguments",
             description: "Conformance-suite fixture: a prompt with two required arguments.",
+            reads: None,
             arguments: vec![
                 required("arg1", "First test argument"),
                 required("arg2", "Second test argument"),
@@ -683,6 +686,7 @@ fn prompt_with_embedded_resource() -> FixturePrompt {
             name: "test_prompt_with_embedded_resource",
             title: "Prompt With Embedded Resource",
             description: "Conformance-suite fixture: a prompt that embeds a resource.",
+            reads: None,
             arguments: vec![required("resourceUri", "URI of the resource to embed")],
         },
         render: render_embedded_resource,
@@ -708,6 +712,7 @@ fn prompt_with_image() -> FixturePrompt {
             name: "test_prompt_with_image",
             title: "Prompt With Image",
             description: "Conformance-suite fixture: a prompt that includes an image.",
+            reads: None,
             arguments: Vec::new(),
         },
         render: |_| {

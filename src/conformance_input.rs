@@ -590,6 +590,7 @@ pub fn prompts() -> Vec<Arc<dyn Prompt>> {
             name: "test_input_required_result_prompt",
             title: "Conformance: prompt needing input",
             description: "Conformance-suite fixture (2026-07-28). Asks for context with an input_required result before rendering.",
+            reads: None,
             arguments: Vec::<PromptArgument>::new(),
         },
     })]

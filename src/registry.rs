@@ -516,6 +516,22 @@ pub trait ResourceProvider: Send + Sync {
     fn read(&self, uri: &str) -> Option<(String, ResourceBody)>;
 }
 
+/// The business data a prompt's messages, or the completions of one of its arguments, read:
+/// the data the read tool `as_tool` serves, under its `scope`.
+///
+/// Such a `prompts/get` or `completion/complete` passes the guard chain as a call of
+/// `as_tool` would: it charges the `read` rate buckets, needs `scope` and a plan that
+/// includes `as_tool`, and leaves an audit row ([`crate::guards::Guards::read_data`]). The
+/// registry refuses a declaration whose `as_tool` is not a registered read tool of that
+/// scope, so the two cannot drift apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataAccess {
+    /// The scope the data needs (the scope of `as_tool`).
+    pub scope: &'static str,
+    /// The read tool serving the same data; the plan check looks for this name.
+    pub as_tool: &'static str,
+}
+
 /// A prompt argument declaration.
 #[derive(Debug, Clone)]
 pub struct PromptArgument {
@@ -525,6 +541,9 @@ pub struct PromptArgument {
     pub description: &'static str,
     /// Whether `prompts/get` refuses a call without it.
     pub required: bool,
+    /// The business data its completions read (`None`: they read none, e.g. a fixed list
+    /// of choices, and need only authentication).
+    pub completes_from: Option<DataAccess>,
 }
 
 /// Everything declared about one prompt.
@@ -536,6 +555,9 @@ pub struct PromptSpec {
     pub title: &'static str,
     /// What the workflow does.
     pub description: &'static str,
+    /// The business data its messages read (`None`: pure text, which needs only
+    /// authentication and is listed to every credential).
+    pub reads: Option<DataAccess>,
     /// Its arguments.
     pub arguments: Vec<PromptArgument>,
 }
@@ -723,13 +745,47 @@ impl Registry {
             .map(|(i, t)| (t.spec().name, i))
             .collect();
         prompts.sort_by_key(|p| p.spec().name);
-        Ok(Registry {
+        let registry = Registry {
             tools: registered,
             by_name,
             retired,
             resources,
             prompts,
-        })
+        };
+        registry.check_data_access()?;
+        Ok(registry)
+    }
+
+    /// Refuses a prompt whose declared data access does not name a registered read tool
+    /// of the declared scope.
+    fn check_data_access(&self) -> Result<(), RegistryError> {
+        for prompt in &self.prompts {
+            let spec = prompt.spec();
+            let declared = spec.reads.iter().map(|a| (spec.name, a)).chain(
+                spec.arguments
+                    .iter()
+                    .filter_map(|arg| arg.completes_from.as_ref().map(|a| (arg.name, a))),
+            );
+            for (what, access) in declared {
+                if self.reader(access).is_none() {
+                    return Err(RegistryError(format!(
+                        "prompt {}: {what} reads as {}, which is not a registered read tool \
+                         of scope {}",
+                        spec.name, access.as_tool, access.scope
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The read tool whose guards a read of `access` passes: `as_tool`, when it is a
+    /// registered tool of category `read` and of the declared scope.
+    pub fn reader(&self, access: &DataAccess) -> Option<&RegisteredTool> {
+        let &i = self.by_name.get(access.as_tool)?;
+        let tool = &self.tools[i];
+        (tool.spec().category == Category::Read && tool.spec().scope == access.scope)
+            .then_some(tool)
     }
 
     /// Compiles every tool's input validator now; the first schema that does not compile
@@ -799,5 +855,72 @@ mod tests {
             .err()
             .expect("a duplicate name is refused");
         assert_eq!(err.to_string(), format!("tool {name} is registered twice"));
+    }
+
+    /// A prompt declaring a read through `access`.
+    struct Reads(PromptSpec);
+
+    impl Prompt for Reads {
+        fn spec(&self) -> &PromptSpec {
+            &self.0
+        }
+        fn messages(&self, _: &Map<String, Value>) -> Vec<Value> {
+            Vec::new()
+        }
+    }
+
+    fn reading(access: DataAccess) -> Arc<dyn Prompt> {
+        Arc::new(Reads(PromptSpec {
+            name: "p",
+            title: "P",
+            description: "reads",
+            reads: Some(access),
+            arguments: Vec::new(),
+        }))
+    }
+
+    #[test]
+    fn a_prompt_must_read_through_a_registered_read_tool_of_its_scope() {
+        let tools = crate::conformance::tools();
+        let read = tools
+            .iter()
+            .find(|t| t.spec().category == Category::Read)
+            .expect("a read fixture")
+            .spec()
+            .clone();
+        let write = tools
+            .iter()
+            .find(|t| t.spec().category != Category::Read)
+            .expect("a fixture that is not a read")
+            .spec()
+            .clone();
+        let build = |access| Registry::new(tools.clone(), &[], Vec::new(), vec![reading(access)]);
+        let fits = DataAccess {
+            scope: read.scope,
+            as_tool: read.name,
+        };
+        assert!(build(fits).is_ok());
+        let refused = [
+            DataAccess {
+                scope: "other:scope",
+                ..fits
+            },
+            DataAccess {
+                as_tool: write.name,
+                scope: write.scope,
+            },
+            DataAccess {
+                as_tool: "no_such_tool",
+                ..fits
+            },
+        ];
+        for access in refused {
+            let err = build(access).err().expect("refused");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("prompt p: p reads as {}", access.as_tool)),
+                "{err}"
+            );
+        }
     }
 }

@@ -5,8 +5,18 @@
 //! - `register_client_by_tax_id` — validate the tax id, avoid duplicates, create;
 //! - `chase_overdue_invoices` — list overdue invoices and queue reminders.
 //!
-//! The prompts read the store for what makes the text concrete (the overdue count, the
-//! tax id check, client-name completions); they never write.
+//! The prompts read the store for what makes the text concrete (the overdue count,
+//! client-name completions); they never write. Each declares what it reads, so the guards
+//! charge and check it as the read tool serving the same data
+//! ([`DataAccess`](crate::registry::DataAccess)):
+//!
+//! | read | data | as |
+//! |---|---|---|
+//! | `prompts/get chase_overdue_invoices` | overdue count and total owed | `search_invoices` (`invoices:read`) |
+//! | `completion/complete issue_invoice_for_client.client` | client names, matched on name, tax id or e-mail | `search_clients` (`clients:read`) |
+//!
+//! Everything else is text built from the arguments (the tax id check is a checksum, not a
+//! lookup) and needs only authentication.
 
 use std::sync::Arc;
 
@@ -17,7 +27,8 @@ use super::db::{self, InvoiceFilter};
 use super::guardrails::LEGAL_VAT_RATES_RULE;
 use super::money;
 use super::taxid::TaxId;
-use crate::registry::{Prompt, PromptArgument, PromptSpec};
+use super::{SCOPE_CLIENTS_READ, SCOPE_INVOICES_READ};
+use crate::registry::{DataAccess, Prompt, PromptArgument, PromptSpec};
 use crate::store::Store;
 
 /// Most completion values offered for a client name.
@@ -73,11 +84,23 @@ pub fn all(store: Store) -> Vec<Arc<dyn Prompt>> {
     ]
 }
 
+/// What reading clients needs: the guards of `search_clients`.
+const READS_CLIENTS: DataAccess = DataAccess {
+    scope: SCOPE_CLIENTS_READ,
+    as_tool: "search_clients",
+};
+/// What reading invoices needs: the guards of `search_invoices`.
+const READS_INVOICES: DataAccess = DataAccess {
+    scope: SCOPE_INVOICES_READ,
+    as_tool: "search_invoices",
+};
+
 fn argument(name: &'static str, description: &'static str, required: bool) -> PromptArgument {
     PromptArgument {
         name,
         description,
         required,
+        completes_from: None,
     }
 }
 
@@ -98,8 +121,12 @@ fn issue_spec() -> PromptSpec {
         title: "Issue an invoice for a client",
         description: "Find (or register) the client, draft the invoice, review it, issue it and \
             optionally send it, with idempotency keys on every step that cannot be undone.",
+        reads: None,
         arguments: vec![
-            argument("client", "The client's name or tax id.", true),
+            PromptArgument {
+                completes_from: Some(READS_CLIENTS),
+                ..argument("client", "The client's name or tax id.", true)
+            },
             argument(
                 "items",
                 "What to bill (free text: items, quantities, prices).",
@@ -175,6 +202,7 @@ fn register_spec() -> PromptSpec {
         title: "Register a client by tax id",
         description: "Check a Spanish NIF/NIE/CIF, make sure the client is not registered \
             already, and create it.",
+        reads: None,
         arguments: vec![
             argument("tax_id", "The client's NIF, NIE or CIF.", true),
             argument("name", "The client's legal name, if known.", false),
@@ -224,6 +252,7 @@ fn chase_spec() -> PromptSpec {
         description: "List the issued invoices whose due date has passed and queue a payment \
             reminder for each (send_invoice with a message), one idempotency key per invoice \
             and day.",
+        reads: Some(READS_INVOICES),
         arguments: vec![argument(
             "tone",
             "friendly (default), firm, or final_notice.",
