@@ -2,21 +2,24 @@
 //! response out.
 //!
 //! It selects the protocol era of each request, routes the MCP methods, runs `tools/call`
-//! through the guard chain, and is the one place where errors become wire bodies: guard
-//! and protocol failures become JSON-RPC errors, failures inside a tool become
-//! `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are called only here).
+//! through the guard chain — and `prompts/get` and `completion/complete` too when what they
+//! answer reads business data (the prompt's [`DataAccess`] declarations; the other methods
+//! read only the registry and static documents) — and is the one place where errors
+//! become wire bodies: guard and protocol failures become JSON-RPC errors, failures inside
+//! a tool become `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are
+//! called only here).
 
 use serde_json::{Map, Value, json};
 
 use crate::auth::Principal;
 use crate::catalog::{Channel, ErrorKind, McpError};
 use crate::config::Locale;
-use crate::guards::{Guards, ToolCall};
+use crate::guards::{DataRead, Guards, RunRead, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::{self, Era, Session};
 use crate::registry::{
-    CommitHook, InputContext, LogLevel, Notifier, PromptReply, RegisteredTool, Registry,
-    ToolContext,
+    CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
+    RegisteredTool, Registry, ToolContext,
 };
 use crate::state::StateKey;
 use crate::store::Store;
@@ -278,17 +281,11 @@ impl Server {
                 self.subscription(req, env.session)
             }
             "prompts/list" => {
-                self.authenticate(env)?;
-                self.list_prompts(req)
+                let principal = self.authenticate(env)?;
+                self.list_prompts(req, &principal)
             }
-            "prompts/get" => {
-                self.authenticate(env)?;
-                self.get_prompt(req, era, env.session)
-            }
-            "completion/complete" => {
-                self.authenticate(env)?;
-                self.complete(req)
-            }
+            "prompts/get" => self.get_prompt(req, era, env),
+            "completion/complete" => self.complete(req, env),
             other => Err(McpError::method_not_found(other)),
         }
     }
@@ -447,11 +444,21 @@ impl Server {
         Ok(json!({}))
     }
 
-    fn list_prompts(&self, req: &Request) -> Result<Value, McpError> {
+    /// The prompts `principal` may get: those that read no business data, and those whose
+    /// data's read tool it would see in `tools/list`.
+    fn list_prompts(&self, req: &Request, principal: &Principal) -> Result<Value, McpError> {
+        let visibility = self.guards.visibility(principal);
         let all: Vec<Value> = self
             .registry
             .prompts()
             .iter()
+            .filter(|p| {
+                p.spec().reads.is_none_or(|access| {
+                    self.registry
+                        .reader(&access)
+                        .is_some_and(|tool| visibility.can_see(tool.spec()))
+                })
+            })
             .map(|p| {
                 let s = p.spec();
                 let args: Vec<Value> = s
@@ -466,44 +473,56 @@ impl Server {
         Ok(with_cursor(json!({ "prompts": page }), next))
     }
 
-    fn get_prompt(&self, req: &Request, era: Era, session: &Session) -> Result<Value, McpError> {
+    /// `prompts/get`. A prompt whose messages read business data passes the guard chain
+    /// ([`Guards::read_data`]); any other (or an unknown name) needs only authentication.
+    /// Required arguments are checked once the caller is admitted, as a tool's arguments
+    /// are validated after its guards.
+    fn get_prompt(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
         let name = req
             .params
             .get("name")
             .and_then(Value::as_str)
             .ok_or_else(|| McpError::invalid_params("name"))?;
-        let prompt = self
-            .registry
-            .prompt(name)
-            .ok_or_else(|| McpError::invalid_params("name").detail("reason", "unknown_prompt"))?;
         let args = match req.params.get("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(map)) => map.clone(),
             Some(_) => return Err(McpError::invalid_params("arguments")),
         };
-        for arg in prompt.spec().arguments.iter().filter(|a| a.required) {
-            if !args.get(arg.name).is_some_and(Value::is_string) {
-                return Err(McpError::invalid_params(arg.name).detail("reason", "missing_argument"));
-            }
-        }
         let (responses, request_state) = input_params(req)?;
-        let client_capabilities = client_capabilities(req, era, session);
-        let input = InputContext {
-            responses,
-            request_state,
-            client_capabilities: &client_capabilities,
-            state_key: &self.state_key,
+        let client_capabilities = client_capabilities(req, era, env.session);
+        let prompt = self.registry.prompt(name);
+        let render = |_: &Principal| {
+            let prompt = prompt.ok_or_else(|| {
+                McpError::invalid_params("name").detail("reason", "unknown_prompt")
+            })?;
+            check_required_arguments(prompt.spec(), &args)?;
+            let input = InputContext {
+                responses,
+                request_state,
+                client_capabilities: &client_capabilities,
+                state_key: &self.state_key,
+            };
+            Ok(match prompt.get(&args, &input)? {
+                PromptReply::Messages(messages) => json!({
+                    "description": prompt.spec().description,
+                    "messages": messages,
+                }),
+                PromptReply::InputRequired(request) => request.into_result(),
+            })
         };
-        match prompt.get(&args, &input)? {
-            PromptReply::Messages(messages) => Ok(json!({
-                "description": prompt.spec().description,
-                "messages": messages,
-            })),
-            PromptReply::InputRequired(request) => Ok(request.into_result()),
+        match prompt.and_then(|p| p.spec().reads) {
+            Some(access) => {
+                self.read_data(req, &format!("prompts/get {name}"), access, env, &render)
+            }
+            None => render(&self.authenticate(env)?),
         }
     }
 
-    fn complete(&self, req: &Request) -> Result<Value, McpError> {
+    /// `completion/complete`. Values are offered only for arguments the prompt declares;
+    /// an argument whose completions read business data passes the guard chain
+    /// ([`Guards::read_data`]); any other, and `ref/resource` (no resource here has
+    /// completable parameters), needs only authentication.
+    fn complete(&self, req: &Request, env: &Env<'_>) -> Result<Value, McpError> {
         let reference = req
             .params
             .get("ref")
@@ -516,22 +535,68 @@ impl Server {
             .ok_or_else(|| McpError::invalid_params("argument"))?;
         let arg_name = argument.get("name").and_then(Value::as_str).unwrap_or("");
         let arg_value = argument.get("value").and_then(Value::as_str).unwrap_or("");
-        let values = match reference.get("type").and_then(Value::as_str) {
-            Some("ref/prompt") => {
-                let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-                let prompt = self
-                    .registry
-                    .prompt(name)
-                    .ok_or_else(|| McpError::invalid_params("ref.name"))?;
-                prompt.complete(arg_name, arg_value)
+        match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {}
+            Some("ref/resource") => {
+                self.authenticate(env)?;
+                return Ok(completion_result(Vec::new()));
             }
-            Some("ref/resource") => Vec::new(),
             _ => return Err(McpError::invalid_params("ref.type")),
+        }
+        let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+        let prompt = self.registry.prompt(name);
+        let declared = prompt.and_then(|p| p.spec().arguments.iter().find(|a| a.name == arg_name));
+        let values = |_: &Principal| {
+            let prompt = prompt.ok_or_else(|| McpError::invalid_params("ref.name"))?;
+            let values = match declared {
+                Some(_) => prompt.complete(arg_name, arg_value),
+                None => Vec::new(),
+            };
+            Ok(completion_result(values))
         };
-        let total = values.len();
-        let values: Vec<String> = values.into_iter().take(100).collect();
-        Ok(json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } }))
+        match declared.and_then(|a| a.completes_from) {
+            Some(access) => {
+                let audit_name = format!("completion/complete {name}.{arg_name}");
+                self.read_data(req, &audit_name, access, env, &values)
+            }
+            None => values(&self.authenticate(env)?),
+        }
     }
+
+    /// Runs a request that reads business data through the guard chain.
+    fn read_data(
+        &self,
+        req: &Request,
+        audit_name: &str,
+        access: DataAccess,
+        env: &Env<'_>,
+        run: &RunRead<'_>,
+    ) -> Result<Value, McpError> {
+        let request_id = req.id.clone().unwrap_or(Value::Null);
+        let read = DataRead {
+            audit_name,
+            access,
+            request_id: &request_id,
+        };
+        self.guards.read_data(&self.registry, &read, env, run)
+    }
+}
+
+/// `invalid_params` naming the first required argument of `spec` that `args` lacks.
+fn check_required_arguments(spec: &PromptSpec, args: &Map<String, Value>) -> Result<(), McpError> {
+    for arg in spec.arguments.iter().filter(|a| a.required) {
+        if !args.get(arg.name).is_some_and(Value::is_string) {
+            return Err(McpError::invalid_params(arg.name).detail("reason", "missing_argument"));
+        }
+    }
+    Ok(())
+}
+
+/// A `completion/complete` result: the first 100 values, and how many there are.
+fn completion_result(values: Vec<String>) -> Value {
+    let total = values.len();
+    let values: Vec<String> = values.into_iter().take(100).collect();
+    json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } })
 }
 
 /// The `request` span of one JSON-RPC request: `id`, a per-process sequence number;

@@ -11,6 +11,13 @@
 //! The first guard that rejects ends the call with a JSON-RPC error. Then the arguments are
 //! validated and the tool runs; its failures become `isError` results. Every call, admitted
 //! or not, leaves one audit row ([`crate::audit`]).
+//!
+//! The other methods that read business data — a `prompts/get` whose messages read the
+//! store, a `completion/complete` whose values do — pass the same steps 1, 3 and 4
+//! ([`Guards::read_data`]) as the read tool serving the same data
+//! ([`DataAccess`]): charged to the `read` buckets first, then scope and plan, then one
+//! audit row named `<method> <what>` (e.g. `prompts/get chase_overdue_invoices`). They have
+//! no guardrails and change nothing, so steps 5 and 6 do not apply.
 
 use std::sync::PoisonError;
 use std::time::Instant;
@@ -24,7 +31,9 @@ use crate::config::Locale;
 use crate::dispatch::{Env, render_tool_outcome};
 use crate::idempotency::{Claim, Ledger};
 use crate::ratelimit::{Budget, ChargeRequest, Limiter};
-use crate::registry::{Category, CommitHook, RegisteredTool, Registry, Resolution, ToolOutput};
+use crate::registry::{
+    Category, CommitHook, DataAccess, RegisteredTool, Registry, Resolution, ToolOutput,
+};
 use crate::store::Store;
 
 /// `_meta` key of the remaining budget on successful results.
@@ -57,6 +66,21 @@ pub type RunTools<'r> = dyn Fn(
     ) -> Result<ToolOutput, McpError>
     + Sync
     + 'r;
+
+/// A request other than `tools/call` that reads business data, as the guards see it.
+pub struct DataRead<'a> {
+    /// What its audit row names: the method, a space, and what it reads through
+    /// (`prompts/get chase_overdue_invoices`,
+    /// `completion/complete issue_invoice_for_client.client`).
+    pub audit_name: &'a str,
+    /// The data it reads, and the read tool whose guards it passes.
+    pub access: DataAccess,
+    /// The request id, for the audit log.
+    pub request_id: &'a Value,
+}
+
+/// Produces the result of an admitted [`DataRead`], as the principal admitted.
+pub type RunRead<'r> = dyn Fn(&Principal) -> Result<Value, McpError> + 'r;
 
 /// Runs one admitted call's tool, with the idempotency hook its write must commit with.
 type RunAdmitted<'r> = dyn Fn(Option<&dyn CommitHook>) -> Result<ToolOutput, McpError> + 'r;
@@ -251,6 +275,66 @@ impl Guards {
         });
     }
 
+    /// Runs a request that reads business data through steps 1, 3 and 4 as a call of the
+    /// read tool serving that data would (authentication, the `read` charge, scope and
+    /// plan), then `run`, and audits it under its [`DataRead::audit_name`]. The result
+    /// carries the remaining budget in `_meta`, like a tool result.
+    pub fn read_data(
+        &self,
+        registry: &Registry,
+        read: &DataRead<'_>,
+        env: &Env<'_>,
+        run: &RunRead<'_>,
+    ) -> Result<Value, McpError> {
+        let started = Instant::now();
+        let mut principal = [None];
+        let outcome = self.guard_read(registry, read, env, &mut principal, run);
+        log_read(read.audit_name, &outcome, started);
+        let principal = principal[0].take();
+        self.audit(
+            read.request_id,
+            read.audit_name,
+            env,
+            started,
+            principal.as_ref(),
+            &outcome,
+        );
+        outcome
+    }
+
+    /// The steps of [`Guards::read_data`] before its audit row; sets the principal as soon
+    /// as it is known.
+    fn guard_read(
+        &self,
+        registry: &Registry,
+        read: &DataRead<'_>,
+        env: &Env<'_>,
+        principal: &mut [Option<Principal>; 1],
+        run: &RunRead<'_>,
+    ) -> Result<Value, McpError> {
+        let auth = self.identify_into(env, &mut principal[0])?;
+        // The registry only accepts a declaration that names a registered read tool.
+        let tool = registry
+            .reader(&read.access)
+            .ok_or_else(McpError::internal)?;
+        let to_charge = ToCharge {
+            index: 0,
+            auth,
+            tool,
+        };
+        let charged = self
+            .charge_many(std::slice::from_ref(&to_charge), env, principal)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(McpError::internal()));
+        let (budget, facts) = charged?;
+        let admitted = principal[0].as_ref().ok_or_else(McpError::internal)?;
+        self.check_access(admitted, tool, &facts)?;
+        let mut result = run(admitted)?;
+        mark(&mut result, META_RATELIMIT, budget.to_meta());
+        Ok(result)
+    }
+
     /// Counts a finished call in the metrics and writes its audit row; gives the outcome
     /// back.
     fn finish(
@@ -268,17 +352,38 @@ impl Guards {
             &outcome,
             started.elapsed(),
         );
+        self.audit(
+            call.request_id,
+            call.name,
+            env,
+            started,
+            principal,
+            &outcome,
+        );
+        outcome
+    }
+
+    /// Writes the audit row of a finished call named `name` (unless the `audit` bench
+    /// switch is on).
+    fn audit(
+        &self,
+        request_id: &Value,
+        name: &str,
+        env: &Env<'_>,
+        started: Instant,
+        principal: Option<&Principal>,
+        outcome: &Result<Value, McpError>,
+    ) {
         if !self.skip.audit {
             self.auditor.record(&AuditEntry {
-                request_id: call.request_id,
+                request_id,
                 principal,
-                tool: call.name,
-                outcome: &outcome,
+                tool: name,
+                outcome,
                 duration: started.elapsed(),
                 transport: env.transport,
             });
         }
-        outcome
     }
 
     /// Step 1 for a tool call. A cached token is only re-checked later, inside the
@@ -376,6 +481,19 @@ impl Guards {
         }
     }
 
+    /// Step 1, setting the principal as soon as it is known.
+    fn identify_into(
+        &self,
+        env: &Env<'_>,
+        principal_out: &mut Option<Principal>,
+    ) -> Result<CallAuth, McpError> {
+        let auth = self.identify(env)?;
+        if let CallAuth::Verified(principal) = &auth {
+            *principal_out = Some(principal.clone());
+        }
+        Ok(auth)
+    }
+
     /// Steps 1 and 2: who is calling, and which tool. Sets the principal as soon as it is
     /// known (the audit row names it even when a later step refuses the call).
     fn before_charge<'r>(
@@ -385,10 +503,7 @@ impl Guards {
         env: &Env<'_>,
         principal_out: &mut Option<Principal>,
     ) -> Result<(CallAuth, &'r RegisteredTool), McpError> {
-        let auth = self.identify(env)?;
-        if let CallAuth::Verified(principal) = &auth {
-            *principal_out = Some(principal.clone());
-        }
+        let auth = self.identify_into(env, principal_out)?;
         match registry.resolve(call.name) {
             Resolution::Tool(tool) => Ok((auth, tool)),
             unresolved => {
@@ -401,6 +516,19 @@ impl Guards {
         }
     }
 
+    /// Step 4: the scope and plan of `tool` (unless the `access` bench switch is on).
+    fn check_access(
+        &self,
+        principal: &Principal,
+        tool: &RegisteredTool,
+        facts: &AccessFacts,
+    ) -> Result<(), McpError> {
+        if self.skip.access {
+            return Ok(());
+        }
+        self.auth.check_access_with(principal, tool.spec(), facts)
+    }
+
     /// Steps 4 to 6 for a charged call, then the tool itself.
     fn after_charge(
         &self,
@@ -411,10 +539,7 @@ impl Guards {
         principal: &Principal,
         (budget, facts): (Budget, AccessFacts),
     ) -> Result<Value, McpError> {
-        if !self.skip.access {
-            self.auth
-                .check_access_with(principal, tool.spec(), &facts)?;
-        }
+        self.check_access(principal, tool, &facts)?;
         let guardrails = if self.skip.guardrails {
             Ok(())
         } else {
@@ -461,6 +586,20 @@ impl Guards {
         let mut result = rendered?;
         mark(&mut result, META_RATELIMIT, budget.to_meta());
         Ok(result)
+    }
+}
+
+/// Logs the outcome of a [`Guards::read_data`] as a tool call's is logged: `info` for a
+/// refusal, with its catalog code, `debug` for a success. (Tool-call metrics count tools
+/// only; these reads are in the audit log.)
+fn log_read(name: &str, outcome: &Result<Value, McpError>, started: Instant) {
+    let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    match outcome {
+        Err(err) => {
+            let code = err.kind().spec().code;
+            tracing::info!(read = name, code, elapsed_us, "data read rejected");
+        }
+        Ok(_) => tracing::debug!(read = name, elapsed_us, "data read finished"),
     }
 }
 
