@@ -12,4 +12,5 @@ mod guards;
 mod http;
 mod invoicing;
 mod ratelimit;
+mod side_doors;
 mod stdio_protocol;
