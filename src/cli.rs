@@ -260,7 +260,10 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
         Ok(key) => key,
         Err(e) => return fail(&format!("cannot create the admin key: {e}")),
     };
-    let demo = match args.demo.then(|| crate::invoicing::demo::seed(&store)) {
+    let demo = match args
+        .demo
+        .then(|| crate::invoicing::demo::seed(&store, crate::registry::Book::Live))
+    {
         None => None,
         Some(Ok(seeded)) => Some(seeded),
         Some(Err(crate::invoicing::demo::DemoError::NotEmpty)) => {

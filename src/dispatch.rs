@@ -15,7 +15,7 @@ use crate::guards::{Guards, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::{self, Era, Session};
 use crate::registry::{
-    CommitHook, InputContext, LogLevel, Notifier, PromptReply, RegisteredTool, Registry,
+    Book, CommitHook, InputContext, LogLevel, Notifier, PromptReply, RegisteredTool, Registry,
     ToolContext,
 };
 use crate::state::StateKey;
@@ -177,7 +177,7 @@ impl Server {
             &self.registry,
             &tool_calls,
             env,
-            &|i, tool, args, hook| self.run_tool(&requests[i], env, tool, args, hook),
+            &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
             &|i, outcome| {
                 let request = &requests[i];
                 let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
@@ -282,12 +282,12 @@ impl Server {
                 self.list_prompts(req)
             }
             "prompts/get" => {
-                self.authenticate(env)?;
-                self.get_prompt(req, era, env.session)
+                let book = Book::from(self.authenticate(env)?.mode);
+                self.get_prompt(req, era, env.session, book)
             }
             "completion/complete" => {
-                self.authenticate(env)?;
-                self.complete(req)
+                let book = Book::from(self.authenticate(env)?.mode);
+                self.complete(req, book)
             }
             other => Err(McpError::method_not_found(other)),
         }
@@ -358,7 +358,7 @@ impl Server {
             &self.registry,
             &request.call(),
             env,
-            &|_, tool, args, hook| self.run_tool(&request, env, tool, args, hook),
+            &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
         )
     }
 
@@ -369,12 +369,14 @@ impl Server {
         env: &Env<'_>,
         tool: &RegisteredTool,
         args: &Map<String, Value>,
+        book: Book,
         hook: Option<&dyn CommitHook>,
     ) -> Result<crate::registry::ToolOutput, McpError> {
         let cancelled = env.session.begin(&request.id);
         let (responses, request_state) = request.input;
         let ctx = ToolContext {
             store: &self.store,
+            book,
             locale: self.locale,
             progress_token: request.progress_token.clone(),
             log_level: request.log_level,
@@ -466,7 +468,13 @@ impl Server {
         Ok(with_cursor(json!({ "prompts": page }), next))
     }
 
-    fn get_prompt(&self, req: &Request, era: Era, session: &Session) -> Result<Value, McpError> {
+    fn get_prompt(
+        &self,
+        req: &Request,
+        era: Era,
+        session: &Session,
+        book: Book,
+    ) -> Result<Value, McpError> {
         let name = req
             .params
             .get("name")
@@ -494,7 +502,7 @@ impl Server {
             client_capabilities: &client_capabilities,
             state_key: &self.state_key,
         };
-        match prompt.get(&args, &input)? {
+        match prompt.get(book, &args, &input)? {
             PromptReply::Messages(messages) => Ok(json!({
                 "description": prompt.spec().description,
                 "messages": messages,
@@ -503,7 +511,7 @@ impl Server {
         }
     }
 
-    fn complete(&self, req: &Request) -> Result<Value, McpError> {
+    fn complete(&self, req: &Request, book: Book) -> Result<Value, McpError> {
         let reference = req
             .params
             .get("ref")
@@ -523,7 +531,7 @@ impl Server {
                     .registry
                     .prompt(name)
                     .ok_or_else(|| McpError::invalid_params("ref.name"))?;
-                prompt.complete(arg_name, arg_value)
+                prompt.complete(book, arg_name, arg_value)
             }
             Some("ref/resource") => Vec::new(),
             _ => return Err(McpError::invalid_params("ref.type")),

@@ -632,6 +632,7 @@ mod tests {
             credential_id: id.to_owned(),
             client_id: None,
             scopes: vec!["*".to_owned()],
+            mode: crate::auth::Mode::Live,
         }
     }
 
