@@ -14,7 +14,8 @@
 //! ([`taxid`]); dates are `YYYY-MM-DD` ([`date`]). [`demo`] fills a sandbox company.
 //!
 //! Books: every table holds two books of rows, `live` and `test` ([`crate::registry::Book`]);
-//! a call works on its credential's book only ([`db`] filters every statement by it).
+//! a call works on its credential's book only ([`db`] filters every statement by it), and
+//! [`sandbox`] fills and resets the test book.
 //!
 //! Scopes: `clients:read|write|delete`, `invoices:read|write|void|send`, `payments:write`,
 //! `reports:generate`. `delete_invoice` needs `invoices:write`, not `invoices:void`: it only
@@ -30,6 +31,7 @@ pub mod model;
 pub mod money;
 pub mod prompts;
 pub mod resources;
+pub mod sandbox;
 pub mod schemas;
 pub mod taxid;
 mod tools;
