@@ -12,4 +12,5 @@ mod guards;
 mod http;
 mod invoicing;
 mod ratelimit;
+mod sandbox;
 mod stdio_protocol;
