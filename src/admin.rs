@@ -826,15 +826,20 @@ fn company_set(store: &Store, args: &CompanySetArgs) -> Result<(), Failed> {
     company_show(store, args.json)
 }
 
-/// Changes the company's mode; entering test mode fills an empty sandbox in the same
-/// transaction, so test keys never find a test mode without one.
+/// Changes the company's mode; entering test mode (from live) fills an empty sandbox in
+/// the same transaction, so test keys never find a test mode without one. A sandbox the
+/// operator emptied on purpose while in test mode stays empty.
 fn set_mode(store: &Store, mode: Mode) -> Result<(), Failed> {
     let filled = sandbox::write(store, |tx| {
-        tx.execute("UPDATE company SET mode = ?1 WHERE id = 1", [mode.as_str()])
+        let changed = tx
+            .execute(
+                "UPDATE company SET mode = ?1 WHERE id = 1 AND mode <> ?1",
+                [mode.as_str()],
+            )
             .map_err(StoreError::from)?;
         match mode {
-            Mode::Test => sandbox::fill_if_empty(tx),
-            Mode::Live => Ok(None),
+            Mode::Test if changed > 0 => sandbox::fill_if_empty(tx),
+            _ => Ok(None),
         }
     })?;
     if let Some(filled) = filled {

@@ -401,6 +401,13 @@ fn entering_test_mode_fills_the_sandbox_with_a_copy_and_reset_restores_it() {
     assert_eq!(demo["test"]["clients"], 5);
     let empty = db.run_json(&["sandbox", "reset", "--empty", "--json"]);
     assert_eq!(empty["test"]["invoices"], 0);
+    // Setting the mode it already has does not refill a sandbox emptied on purpose.
+    let (_, note) = run_ok(&db, &["company", "set", "--mode", "test"]);
+    assert_eq!(note, "");
+    assert_eq!(
+        db.run_json(&["sandbox", "show", "--json"])["test"]["clients"],
+        0
+    );
     let after = db.run_json(&["sandbox", "show", "--json"]);
     assert_eq!(
         after["live"], before["live"],
