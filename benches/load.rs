@@ -96,7 +96,7 @@ use tollgate::invoicing::model::{
 use tollgate::invoicing::money::{LinePricing, Totals};
 use tollgate::invoicing::taxid::TaxId;
 use tollgate::ratelimit::{ChargeMode, Limiter, RETENTION_SECS, unix_now};
-use tollgate::registry::Category;
+use tollgate::registry::{Book, Category};
 use tollgate::store::{Store, StoreError, StoreOptions};
 
 /// The binary under test, built by cargo with the bench's features.
@@ -1494,7 +1494,7 @@ fn seed_clients(tx: &rusqlite::Transaction<'_>, count: usize) -> Result<Vec<Clie
             email: Some(format!("facturas{i}@cliente.example")),
             address: Some(format!("Calle Mayor {}, 28013 Madrid", i % 200 + 1)),
         };
-        invoice_db::insert_client(tx, &client)?;
+        invoice_db::insert_client(tx, Book::Live, &client)?;
         clients.push(client);
     }
     Ok(clients)
@@ -1567,14 +1567,19 @@ fn seed_invoice(
     };
     if !draft {
         let issue_date = issue.to_string();
-        invoice.number = Some(invoice_db::next_number(tx, series, &issue_date)?);
+        invoice.number = Some(invoice_db::next_number(
+            tx,
+            Book::Live,
+            series,
+            &issue_date,
+        )?);
         invoice.status = InvoiceStatus::Issued;
         invoice.issue_date = Some(issue_date);
         invoice.due_date = Some(issue.add_days(30).to_string());
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
     }
-    invoice_db::insert_invoice(tx, &invoice)?;
+    invoice_db::insert_invoice(tx, Book::Live, &invoice)?;
     book.lines += invoice.lines.len();
     book.ids.push(invoice.id.as_str().to_owned());
     let total = invoice.totals.total_cents;
@@ -1599,6 +1604,7 @@ fn seed_invoice(
         ];
         invoice_db::insert_payment(
             tx,
+            Book::Live,
             &Payment {
                 id: PaymentId::generate().expect("a payment id"),
                 invoice_id: invoice.id.clone(),
@@ -1859,6 +1865,7 @@ fn limiter_load(
         credential_id: "benchkey0001".to_owned(),
         client_id: None,
         scopes: vec!["*".to_owned()],
+        mode: tollgate::auth::Mode::Live,
     };
     let started = Instant::now();
     let measure_from = started + s.warmup;

@@ -1,5 +1,5 @@
-//! The operator's commands: `key`, `client`, `plan`, `company` and `audit`, with their
-//! arguments and handlers. `cli` routes to them; the credential model they drive lives in
+//! The operator's commands: `key`, `client`, `plan`, `company`, `sandbox` and `audit`, with
+//! their arguments and handlers. `cli` routes to them; the credential model they drive lives in
 //! [`crate::auth`], the audit log in [`crate::audit`].
 //!
 //! Output is human text by default and one JSON document with `--json`. A token or client
@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 use crate::audit::{self, AuditFilter};
 use crate::auth::{self, CredentialError, IssuedKey, KeyInfo, Mode, NewKey, OAuthClient};
 use crate::config::{Config, Locale};
+use crate::invoicing::demo::DemoError;
+use crate::invoicing::sandbox::{self, Filled, Seed};
 use crate::store::{Store, StoreError};
 
 /// `--json` alone.
@@ -176,9 +178,38 @@ pub struct CompanySetArgs {
     /// Language of error hints: en or es.
     #[arg(long)]
     locale: Option<String>,
-    /// live, or test for a development installation (accepts tg_test_ keys).
+    /// live, or test for a development installation (accepts tg_test_ keys, which work on
+    /// the sandbox: filled on entering test mode when it is empty).
     #[arg(long)]
     mode: Option<String>,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tollgate sandbox …`: the test book that `tg_test_` keys work on.
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Show how many rows each book holds (live and test).
+    Show(JsonArg),
+    /// Empty the sandbox and fill it again: with a copy of the live book (the default), the
+    /// demo data, or nothing. The live book is never touched.
+    Reset(SandboxResetArgs),
+}
+
+/// `tollgate sandbox reset`
+#[derive(Debug, Args)]
+pub struct SandboxResetArgs {
+    /// Fill it with a copy of the live book (clients with their personal data, series,
+    /// invoices, payments; not the outbox). The default.
+    #[arg(long, conflicts_with_all = ["demo", "empty"])]
+    from_live: bool,
+    /// Fill it with the demo data instead (no live client data in the sandbox).
+    #[arg(long, conflicts_with = "empty")]
+    demo: bool,
+    /// Leave it empty.
+    #[arg(long)]
+    empty: bool,
     /// Print machine-readable JSON.
     #[arg(long)]
     json: bool,
@@ -228,6 +259,15 @@ impl From<CredentialError> for Failed {
 impl From<StoreError> for Failed {
     fn from(e: StoreError) -> Self {
         Failed::from(e.to_string())
+    }
+}
+
+impl From<DemoError> for Failed {
+    fn from(e: DemoError) -> Self {
+        match e {
+            DemoError::Store(e) => Failed::from(format!("cannot fill the sandbox: {e}")),
+            other => Failed::from(other.to_string()),
+        }
     }
 }
 
@@ -781,11 +821,104 @@ fn company_set(store: &Store, args: &CompanySetArgs) -> Result<(), Failed> {
     };
     store.set_company(&company)?;
     if let Some(mode) = mode {
-        store.write(|tx| {
-            Ok(tx.execute("UPDATE company SET mode = ?1 WHERE id = 1", [mode.as_str()])?)
-        })?;
+        set_mode(store, mode)?;
     }
     company_show(store, args.json)
+}
+
+/// Changes the company's mode; entering test mode (from live) fills an empty sandbox in
+/// the same transaction, so test keys never find a test mode without one. A sandbox the
+/// operator emptied on purpose while in test mode stays empty.
+fn set_mode(store: &Store, mode: Mode) -> Result<(), Failed> {
+    let filled = sandbox::write(store, |tx| {
+        let changed = tx
+            .execute(
+                "UPDATE company SET mode = ?1 WHERE id = 1 AND mode <> ?1",
+                [mode.as_str()],
+            )
+            .map_err(StoreError::from)?;
+        match mode {
+            Mode::Test if changed > 0 => sandbox::fill_if_empty(tx),
+            _ => Ok(None),
+        }
+    })?;
+    if let Some(filled) = filled {
+        eprintln!(
+            "tollgate: note: test keys work on the sandbox, now filled with {} ({}); \
+             reset it with `tollgate sandbox reset [--from-live | --demo | --empty]`",
+            filled.seed.describe(),
+            filled.summary()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `tollgate sandbox …`.
+pub fn sandbox(config: &Config, command: &SandboxCommand) -> ExitCode {
+    finish(open(config).and_then(|store| match command {
+        SandboxCommand::Show(args) => sandbox_show(&store, args.json),
+        SandboxCommand::Reset(args) => sandbox_reset(&store, args),
+    }))
+}
+
+fn sandbox_show(store: &Store, as_json: bool) -> Result<(), Failed> {
+    let mode = company_mode(store)?;
+    let (live, test) = sandbox::counts(store)?;
+    if as_json {
+        let rows = |counts: &[(&str, i64)]| -> Value {
+            counts
+                .iter()
+                .map(|(t, n)| ((*t).to_owned(), json!(n)))
+                .collect()
+        };
+        println!(
+            "{}",
+            json!({ "mode": mode.as_str(), "live": rows(&live), "test": rows(&test) })
+        );
+        return Ok(());
+    }
+    println!("company mode: {}", mode.as_str());
+    println!("{:<16}  {:>10}  {:>10}", "TABLE", "LIVE", "TEST");
+    for ((table, live), (_, test)) in live.iter().zip(&test) {
+        println!("{table:<16}  {live:>10}  {test:>10}");
+    }
+    Ok(())
+}
+
+fn sandbox_reset(store: &Store, args: &SandboxResetArgs) -> Result<(), Failed> {
+    let seed = if args.demo {
+        Seed::Demo
+    } else if args.empty {
+        Seed::Empty
+    } else {
+        Seed::FromLive
+    };
+    let filled: Filled = sandbox::reset(store, seed)?;
+    if args.json {
+        let counts: serde_json::Map<String, Value> = filled
+            .counts
+            .iter()
+            .map(|(t, n)| ((*t).to_owned(), json!(n)))
+            .collect();
+        let seed = match filled.seed {
+            Seed::FromLive => "from_live",
+            Seed::Demo => "demo",
+            Seed::Empty => "empty",
+        };
+        println!("{}", json!({ "seed": seed, "test": counts }));
+        return Ok(());
+    }
+    println!(
+        "The sandbox now holds {}: {}.",
+        filled.seed.describe(),
+        filled.summary()
+    );
+    if company_mode(store)? == Mode::Live {
+        println!(
+            "The company is in live mode: test keys are refused until `tollgate company set --mode test`."
+        );
+    }
+    Ok(())
 }
 
 /// Runs `tollgate audit`.

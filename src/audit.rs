@@ -333,6 +333,7 @@ mod tests {
             credential_id: "abc123abc123".into(),
             client_id: None,
             scopes: vec![],
+            mode: crate::auth::Mode::Live,
         };
         for (id, outcome) in [
             (1, Ok(json!({}))),

@@ -158,6 +158,9 @@ pub struct Principal {
     pub client_id: Option<String>,
     /// Granted scopes (`resource:action`, or `*`).
     pub scopes: Vec<String>,
+    /// Whether it is a `tg_live_` or a `tg_test_` credential (OAuth access tokens are
+    /// live): decides which book of the business data its calls work on.
+    pub mode: Mode,
 }
 
 /// Returns unix seconds; injected so tests can pin the throttle's window.
@@ -404,6 +407,7 @@ impl crate::ratelimit::TxChecks for CallChecks {
                         credential_id: entry.public_id.clone(),
                         client_id: row.client_id.clone(),
                         scopes: row.scopes.clone(),
+                        mode: row.mode,
                     })
                 }
             },
@@ -891,6 +895,7 @@ impl Authenticator {
             credential_id: public_id.to_owned(),
             client_id: row.client_id,
             scopes: row.scopes,
+            mode: row.mode,
         }
     }
 
@@ -2139,6 +2144,7 @@ mod tests {
             credential_id: "x".into(),
             client_id: None,
             scopes: vec!["invoices:read".into()],
+            mode: Mode::Live,
         };
         let err = auth
             .check_access(&reader, &tool("create_invoice", "invoices:write"))

@@ -91,6 +91,9 @@ enum Command {
     /// Show or change the company.
     #[command(subcommand)]
     Company(crate::admin::CompanyCommand),
+    /// Show or reset the sandbox: the test book of the business data that test keys use.
+    #[command(subcommand)]
+    Sandbox(crate::admin::SandboxCommand),
     /// List recent tool calls from the audit log.
     Audit(crate::admin::AuditArgs),
 }
@@ -205,6 +208,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Client(command) => crate::admin::client(&config, &command),
         Command::Plan(command) => crate::admin::plan(&config, &command),
         Command::Company(command) => crate::admin::company(&config, &command),
+        Command::Sandbox(command) => crate::admin::sandbox(&config, &command),
         Command::Audit(args) => crate::admin::audit(&config, &args),
     }
 }
@@ -260,7 +264,10 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
         Ok(key) => key,
         Err(e) => return fail(&format!("cannot create the admin key: {e}")),
     };
-    let demo = match args.demo.then(|| crate::invoicing::demo::seed(&store)) {
+    let demo = match args
+        .demo
+        .then(|| crate::invoicing::demo::seed(&store, crate::registry::Book::Live))
+    {
         None => None,
         Some(Ok(seeded)) => Some(seeded),
         Some(Err(crate::invoicing::demo::DemoError::NotEmpty)) => {

@@ -583,11 +583,11 @@ impl Prompt for FixturePrompt {
         &self.spec
     }
 
-    fn messages(&self, args: &Map<String, Value>) -> Vec<Value> {
+    fn messages(&self, _book: crate::registry::Book, args: &Map<String, Value>) -> Vec<Value> {
         (self.render)(args)
     }
 
-    fn complete(&self, argument: &str, value: &str) -> Vec<String> {
+    fn complete(&self, _book: crate::registry::Book, argument: &str, value: &str) -> Vec<String> {
         (self.complete)(argument, value)
     }
 }
@@ -789,6 +789,7 @@ mod tests {
         let session = crate::protocol::Session::new();
         let ctx = ToolContext {
             store: &store,
+            book: crate::registry::Book::Live,
             locale: Locale::En,
             progress_token: how.progress_token,
             log_level: how.log_level,
@@ -1193,7 +1194,10 @@ mod tests {
     fn render(name: &str, args: Value) -> Vec<Value> {
         let registry = registry();
         let prompt = registry.prompt(name).expect("prompt exists");
-        prompt.messages(args.as_object().expect("object"))
+        prompt.messages(
+            crate::registry::Book::Live,
+            args.as_object().expect("object"),
+        )
     }
 
     #[test]
@@ -1264,14 +1268,37 @@ mod tests {
         let prompt = registry
             .prompt("test_prompt_with_arguments")
             .expect("prompt exists");
-        assert_eq!(prompt.complete("arg1", "par"), ["paris", "park"]);
-        assert_eq!(prompt.complete("arg1", "TE"), ["test", "testValue1"]);
-        assert_eq!(prompt.complete("arg1", "").len(), ARG1_SUGGESTIONS.len());
-        assert!(prompt.complete("arg1", "zzz").is_empty());
-        assert!(prompt.complete("arg2", "").is_empty());
+        assert_eq!(
+            prompt.complete(crate::registry::Book::Live, "arg1", "par"),
+            ["paris", "park"]
+        );
+        assert_eq!(
+            prompt.complete(crate::registry::Book::Live, "arg1", "TE"),
+            ["test", "testValue1"]
+        );
+        assert_eq!(
+            prompt
+                .complete(crate::registry::Book::Live, "arg1", "")
+                .len(),
+            ARG1_SUGGESTIONS.len()
+        );
+        assert!(
+            prompt
+                .complete(crate::registry::Book::Live, "arg1", "zzz")
+                .is_empty()
+        );
+        assert!(
+            prompt
+                .complete(crate::registry::Book::Live, "arg2", "")
+                .is_empty()
+        );
         let simple = registry
             .prompt("test_simple_prompt")
             .expect("prompt exists");
-        assert!(simple.complete("arg1", "").is_empty());
+        assert!(
+            simple
+                .complete(crate::registry::Book::Live, "arg1", "")
+                .is_empty()
+        );
     }
 }

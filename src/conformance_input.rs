@@ -549,7 +549,7 @@ impl Prompt for ContextPrompt {
         &self.spec
     }
 
-    fn messages(&self, _args: &Map<String, Value>) -> Vec<Value> {
+    fn messages(&self, _book: crate::registry::Book, _args: &Map<String, Value>) -> Vec<Value> {
         vec![
             json!({ "role": "user", "content": { "type": "text", "text": "Use the default context." } }),
         ]
@@ -557,6 +557,7 @@ impl Prompt for ContextPrompt {
 
     fn get(
         &self,
+        _book: crate::registry::Book,
         _args: &Map<String, Value>,
         input: &InputContext<'_>,
     ) -> Result<PromptReply, McpError> {

@@ -18,7 +18,7 @@ use crate::guards::{DataRead, Guards, RunRead, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::{self, Era, Session};
 use crate::registry::{
-    CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
+    Book, CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
     RegisteredTool, Registry, ToolContext,
 };
 use crate::state::StateKey;
@@ -180,7 +180,7 @@ impl Server {
             &self.registry,
             &tool_calls,
             env,
-            &|i, tool, args, hook| self.run_tool(&requests[i], env, tool, args, hook),
+            &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
             &|i, outcome| {
                 let request = &requests[i];
                 let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
@@ -355,7 +355,7 @@ impl Server {
             &self.registry,
             &request.call(),
             env,
-            &|_, tool, args, hook| self.run_tool(&request, env, tool, args, hook),
+            &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
         )
     }
 
@@ -366,12 +366,14 @@ impl Server {
         env: &Env<'_>,
         tool: &RegisteredTool,
         args: &Map<String, Value>,
+        book: Book,
         hook: Option<&dyn CommitHook>,
     ) -> Result<crate::registry::ToolOutput, McpError> {
         let cancelled = env.session.begin(&request.id);
         let (responses, request_state) = request.input;
         let ctx = ToolContext {
             store: &self.store,
+            book,
             locale: self.locale,
             progress_token: request.progress_token.clone(),
             log_level: request.log_level,
@@ -491,7 +493,7 @@ impl Server {
         let (responses, request_state) = input_params(req)?;
         let client_capabilities = client_capabilities(req, era, env.session);
         let prompt = self.registry.prompt(name);
-        let render = |_: &Principal| {
+        let render = |principal: &Principal| {
             let prompt = prompt.ok_or_else(|| {
                 McpError::invalid_params("name").detail("reason", "unknown_prompt")
             })?;
@@ -502,7 +504,8 @@ impl Server {
                 client_capabilities: &client_capabilities,
                 state_key: &self.state_key,
             };
-            Ok(match prompt.get(&args, &input)? {
+            let book = Book::from(principal.mode);
+            Ok(match prompt.get(book, &args, &input)? {
                 PromptReply::Messages(messages) => json!({
                     "description": prompt.spec().description,
                     "messages": messages,
@@ -546,10 +549,10 @@ impl Server {
         let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
         let prompt = self.registry.prompt(name);
         let declared = prompt.and_then(|p| p.spec().arguments.iter().find(|a| a.name == arg_name));
-        let values = |_: &Principal| {
+        let values = |principal: &Principal| {
             let prompt = prompt.ok_or_else(|| McpError::invalid_params("ref.name"))?;
             let values = match declared {
-                Some(_) => prompt.complete(arg_name, arg_value),
+                Some(_) => prompt.complete(Book::from(principal.mode), arg_name, arg_value),
                 None => Vec::new(),
             };
             Ok(completion_result(values))

@@ -32,7 +32,7 @@ use crate::dispatch::{Env, render_tool_outcome};
 use crate::idempotency::{Claim, Ledger};
 use crate::ratelimit::{Budget, ChargeRequest, Limiter};
 use crate::registry::{
-    Category, CommitHook, DataAccess, RegisteredTool, Registry, Resolution, ToolOutput,
+    Book, Category, CommitHook, DataAccess, RegisteredTool, Registry, Resolution, ToolOutput,
 };
 use crate::store::Store;
 
@@ -40,6 +40,9 @@ use crate::store::Store;
 pub const META_RATELIMIT: &str = "dev.tollgate/ratelimit";
 /// `_meta` key marking a result replayed from the idempotency ledger.
 pub const META_REPLAY: &str = "dev.tollgate/idempotentReplay";
+/// `_meta` key naming the book that served a `tools/call` result (`"live"` or `"test"`),
+/// on every result: success, `isError` and replay.
+pub const META_MODE: &str = "dev.tollgate/mode";
 
 /// A request to run one tool, as parsed by the dispatcher.
 pub struct ToolCall<'a> {
@@ -57,11 +60,13 @@ pub struct ToolCall<'a> {
 }
 
 /// Runs the admitted tool of the call at an index of the calls handed to the guards (0 for
-/// [`Guards::call_tool`]): the dispatcher builds the tool context around this.
+/// [`Guards::call_tool`]) on the caller's book: the dispatcher builds the tool context
+/// around this.
 pub type RunTools<'r> = dyn Fn(
         usize,
         &RegisteredTool,
         &Map<String, Value>,
+        Book,
         Option<&dyn CommitHook>,
     ) -> Result<ToolOutput, McpError>
     + Sync
@@ -244,8 +249,10 @@ impl Guards {
             let _span = c.span.map(tracing::Span::enter);
             let outcome = match (charge, principal.as_ref()) {
                 (Ok(charged), Some(p)) => {
-                    let run_it =
-                        |hook: Option<&dyn CommitHook>| run(call.index, call.tool, c.args, hook);
+                    let book = Book::from(p.mode);
+                    let run_it = |hook: Option<&dyn CommitHook>| {
+                        run(call.index, call.tool, c.args, book, hook)
+                    };
                     self.after_charge(call.tool, c, env, &run_it, p, charged)
                 }
                 (Ok(_), None) => Err(McpError::internal()),
@@ -529,8 +536,27 @@ impl Guards {
         self.auth.check_access_with(principal, tool.spec(), facts)
     }
 
-    /// Steps 4 to 6 for a charged call, then the tool itself.
+    /// Steps 4 to 6 for a charged call, then the tool itself. Every result says which
+    /// book served it.
     fn after_charge(
+        &self,
+        tool: &RegisteredTool,
+        call: &ToolCall<'_>,
+        env: &Env<'_>,
+        run: &RunAdmitted<'_>,
+        principal: &Principal,
+        charged: (Budget, AccessFacts),
+    ) -> Result<Value, McpError> {
+        let mut result = self.guard_and_run(tool, call, env, run, principal, charged)?;
+        mark(
+            &mut result,
+            META_MODE,
+            Value::from(Book::from(principal.mode).as_str()),
+        );
+        Ok(result)
+    }
+
+    fn guard_and_run(
         &self,
         tool: &RegisteredTool,
         call: &ToolCall<'_>,
@@ -543,7 +569,8 @@ impl Guards {
         let guardrails = if self.skip.guardrails {
             Ok(())
         } else {
-            tool.tool.guardrails(&self.store, call.args)
+            let book = Book::from(principal.mode);
+            tool.tool.guardrails(&self.store, book, call.args)
         };
         if let Err(violation) = guardrails {
             // A retry of a call that already completed (e.g. a second `void_invoice` with the

@@ -149,6 +149,18 @@ struct Record {
     expires_at: i64,
 }
 
+/// Deletes the completed records of every test (`tg_test_`) credential, inside the caller's
+/// transaction: when the sandbox is reset, their replays would name rows that are gone.
+/// In-flight records stay, so a call running meanwhile still holds its key.
+pub fn forget_completed_of_test_keys(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
+    tx.execute(
+        "DELETE FROM idempotency_keys WHERE state = 'completed'
+           AND credential_id IN (SELECT public_id FROM credentials WHERE mode = 'test')",
+        [],
+    )?;
+    Ok(())
+}
+
 impl Ledger {
     /// A ledger over `store`.
     pub fn new(store: Store) -> Ledger {
@@ -632,6 +644,7 @@ mod tests {
             credential_id: id.to_owned(),
             client_id: None,
             scopes: vec!["*".to_owned()],
+            mode: crate::auth::Mode::Live,
         }
     }
 

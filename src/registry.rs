@@ -53,6 +53,39 @@ impl Category {
     }
 }
 
+/// Which book of the business data a call reads and writes: the company's real books, or
+/// the sandbox that `tg_test_` credentials work on. Same tables, separate rows: every
+/// invoicing query is filtered by the caller's book, and numbering, uniqueness and the
+/// fiscal rules hold within each book on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Book {
+    /// The real books (`tg_live_` keys and OAuth access tokens).
+    Live,
+    /// The sandbox (`tg_test_` keys, accepted while the company is in test mode).
+    Test,
+}
+
+impl Book {
+    /// `"live"` or `"test"`: the value of the `book` column and of the result's
+    /// `_meta["dev.tollgate/mode"]`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Book::Live => "live",
+            Book::Test => "test",
+        }
+    }
+}
+
+impl From<crate::auth::Mode> for Book {
+    /// A credential's mode decides its book: test keys never see the live rows.
+    fn from(mode: crate::auth::Mode) -> Book {
+        match mode {
+            crate::auth::Mode::Live => Book::Live,
+            crate::auth::Mode::Test => Book::Test,
+        }
+    }
+}
+
 /// Whether a tool takes an idempotency key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Idempotency {
@@ -134,6 +167,9 @@ pub trait Notifier: Send + Sync {
 pub struct ToolContext<'a> {
     /// The database.
     pub store: &'a Store,
+    /// The book the caller's credential works on; every read and write of business data
+    /// is confined to it.
+    pub book: Book,
     /// The language of hints and texts.
     pub locale: Locale,
     /// The request's `progressToken`, when the caller asked for progress.
@@ -461,7 +497,12 @@ pub trait Tool: Send + Sync {
     /// tool runs; a violation is `-32008 mcp_guardrail_violation`. Arguments are not
     /// validated yet here: a rule that finds a field missing or mistyped lets it pass
     /// and leaves the report to schema validation.
-    fn guardrails(&self, _store: &Store, _args: &Map<String, Value>) -> Result<(), McpError> {
+    fn guardrails(
+        &self,
+        _store: &Store,
+        _book: Book,
+        _args: &Map<String, Value>,
+    ) -> Result<(), McpError> {
         Ok(())
     }
 
@@ -566,20 +607,22 @@ pub struct PromptSpec {
 pub trait Prompt: Send + Sync {
     /// Its declaration.
     fn spec(&self) -> &PromptSpec;
-    /// The messages for these arguments (required ones are checked before this runs).
-    fn messages(&self, args: &Map<String, Value>) -> Vec<Value>;
+    /// The messages for these arguments (required ones are checked before this runs),
+    /// with the business data of `book` where the text quotes it.
+    fn messages(&self, book: Book, args: &Map<String, Value>) -> Vec<Value>;
     /// The prompt for these arguments; a prompt that needs more input from the client
     /// (2026-07-28) answers `Err(InputRequired)` through [`PromptReply`].
     fn get(
         &self,
+        book: Book,
         args: &Map<String, Value>,
         _input: &InputContext<'_>,
     ) -> Result<PromptReply, McpError> {
-        Ok(PromptReply::Messages(self.messages(args)))
+        Ok(PromptReply::Messages(self.messages(book, args)))
     }
 
-    /// Completion values for one argument, given its partial value.
-    fn complete(&self, _argument: &str, _value: &str) -> Vec<String> {
+    /// Completion values for one argument, given its partial value, from `book`.
+    fn complete(&self, _book: Book, _argument: &str, _value: &str) -> Vec<String> {
         Vec::new()
     }
 }
@@ -864,7 +907,7 @@ mod tests {
         fn spec(&self) -> &PromptSpec {
             &self.0
         }
-        fn messages(&self, _: &Map<String, Value>) -> Vec<Value> {
+        fn messages(&self, _: Book, _: &Map<String, Value>) -> Vec<Value> {
             Vec::new()
         }
     }

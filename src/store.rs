@@ -19,7 +19,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../schema.sql");
@@ -31,8 +31,16 @@ const AUDIT_INDEXES_SQL: &str = "
     DROP INDEX IF EXISTS audit_log_by_tool;
 ";
 
+/// Version 3: the business tables hold two books, `live` and `test` (the sandbox of test
+/// keys), in a `book` column that leads every key: ids, tax ids, invoice numbers and series
+/// are unique per book, and a row can only point at rows of its own book (the foreign keys
+/// include the book). Test-book outbox rows are `sandboxed`, never `pending`, so a relay
+/// that delivers pending rows cannot send them. The tables are rebuilt (SQLite cannot change
+/// a key in place) and every existing row lands in the live book.
+const BOOKS_SQL: &str = include_str!("../migrations/books.sql");
+
 /// Ordered migration steps: (version reached, SQL). Never edit a released step; append one.
-const MIGRATIONS: &[(u32, &str)] = &[(1, SCHEMA_SQL), (2, AUDIT_INDEXES_SQL)];
+const MIGRATIONS: &[(u32, &str)] = &[(1, SCHEMA_SQL), (2, AUDIT_INDEXES_SQL), (3, BOOKS_SQL)];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION);
@@ -551,11 +559,34 @@ fn configure_connection(conn: &Connection, busy_timeout: Duration) -> rusqlite::
 }
 
 /// Applies every migration step above the file's version, each in its own transaction.
+/// Foreign keys are off while they run (a step that rebuilds a table drops the old one,
+/// which with foreign keys on would delete, or cascade to, the rows pointing at it) and
+/// each step checks them before it commits.
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    for &(version, sql) in MIGRATIONS {
-        apply_step(conn, version, sql)?;
-    }
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let applied = MIGRATIONS
+        .iter()
+        .try_for_each(|&(version, sql)| apply_step(conn, version, sql));
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    applied?;
     refuse_too_new(user_version(conn)?)
+}
+
+/// Fails when a row points at a row that does not exist (after a step, before its commit).
+fn check_foreign_keys(conn: &Connection) -> Result<(), StoreError> {
+    let broken: Option<String> = conn
+        .prepare("PRAGMA foreign_key_check")?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    match broken {
+        None => Ok(()),
+        Some(table) => Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY),
+            Some(format!(
+                "a migration left broken references in table {table}"
+            )),
+        ))),
+    }
 }
 
 /// One step under `BEGIN IMMEDIATE`. The version is re-read inside the transaction, so
@@ -569,6 +600,7 @@ fn apply_step(conn: &mut Connection, version: u32, sql: &str) -> Result<(), Stor
         return Ok(());
     }
     tx.execute_batch(sql)?;
+    check_foreign_keys(&tx)?;
     tx.pragma_update(None, "user_version", version)?;
     tx.commit()?;
     tracing::info!(version, "applied database migration");
@@ -671,6 +703,121 @@ mod tests {
         assert_eq!(audit_indexes, ["audit_log_by_credential"]);
     }
 
+    /// A database at version 2 with a little of everything in the business tables.
+    fn version_2_with_business_rows(path: &Path) {
+        let conn = Connection::open(path).expect("raw open");
+        conn.execute_batch(SCHEMA_SQL).expect("version 1");
+        conn.execute_batch(AUDIT_INDEXES_SQL).expect("version 2");
+        conn.execute_batch(
+            "BEGIN; PRAGMA defer_foreign_keys = ON;
+             INSERT INTO clients VALUES ('cli_1', 'Acme SL', 'B12345674', 'a@example.com',
+                 NULL, 1, 1);
+             INSERT INTO invoice_series VALUES ('F', 1, '2026-01-10'), ('R', 1, '2026-01-11');
+             INSERT INTO invoices (id, client_id, kind, status, series, number, issue_date,
+                 due_date, currency, gross_cents, discount_cents, subtotal_cents, vat_cents,
+                 withholding_cents, total_cents, paid_cents, rectified_by_id, void_reason,
+                 created_at, updated_at)
+               VALUES ('inv_1', 'cli_1', 'full', 'void', 'F', 'F-000001', '2026-01-10',
+                 '2026-02-10', 'EUR', 100, 0, 100, 21, 0, 121, 0, 'inv_2', 'typo', 1, 1);
+             INSERT INTO invoices (id, client_id, kind, status, series, number, issue_date,
+                 currency, gross_cents, discount_cents, subtotal_cents, vat_cents,
+                 withholding_cents, total_cents, rectifies_id, created_at, updated_at)
+               VALUES ('inv_2', 'cli_1', 'rectifying', 'issued', 'R', 'R-000001',
+                 '2026-01-11', 'EUR', -100, 0, -100, -21, 0, -121, 'inv_1', 1, 1);
+             INSERT INTO invoice_lines VALUES ('inv_1', 1, 'Work', 1, 100, 0, 21, 0, 100, 0,
+                 100, 21, 0, 121);
+             INSERT INTO payments VALUES ('pay_1', 'inv_2', 5, 'EUR', '2026-01-12',
+                 'transfer', NULL, 1);
+             INSERT INTO outbox VALUES ('out_1', 'inv_1', 'a@example.com', 'Invoice', 'Hi',
+                 'delivered', 1);
+             COMMIT;",
+        )
+        .expect("business rows");
+        conn.pragma_update(None, "user_version", 2)
+            .expect("version 2");
+    }
+
+    #[test]
+    fn a_version_2_database_keeps_its_business_rows_in_the_live_book() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v2.db");
+        version_2_with_business_rows(&path);
+        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        let books: Vec<(String, String, i64)> = store
+            .read(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT 'clients', book, count(*) FROM clients GROUP BY book
+                     UNION ALL SELECT 'invoice_series', book, count(*) FROM invoice_series
+                         GROUP BY book
+                     UNION ALL SELECT 'invoices', book, count(*) FROM invoices GROUP BY book
+                     UNION ALL SELECT 'invoice_lines', book, count(*) FROM invoice_lines
+                         GROUP BY book
+                     UNION ALL SELECT 'payments', book, count(*) FROM payments GROUP BY book
+                     UNION ALL SELECT 'outbox', book, count(*) FROM outbox GROUP BY book",
+                )?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+            .expect("books");
+        let expect = [
+            ("clients", 1),
+            ("invoice_series", 2),
+            ("invoices", 2),
+            ("invoice_lines", 1),
+            ("payments", 1),
+            ("outbox", 1),
+        ];
+        let expect: Vec<(String, String, i64)> = expect
+            .iter()
+            .map(|(t, n)| ((*t).to_owned(), "live".to_owned(), *n))
+            .collect();
+        assert_eq!(books, expect);
+        // The same tax id and invoice number may now exist once per book, not twice in one.
+        store
+            .write(|tx| {
+                tx.execute_batch(
+                    "INSERT INTO clients VALUES ('test', 'cli_1', 'Acme SL', 'B12345674',
+                         NULL, NULL, 1, 1);",
+                )?;
+                Ok(())
+            })
+            .expect("same id and tax id in the test book");
+        let twice = store.write(|tx| {
+            tx.execute_batch(
+                "INSERT INTO clients VALUES ('live', 'cli_9', 'Other', 'B12345674', NULL,
+                     NULL, 1, 1);",
+            )?;
+            Ok(())
+        });
+        assert!(matches!(twice, Err(StoreError::Sqlite(_))), "{twice:?}");
+        // A row cannot point at a row of the other book.
+        let across = store.write(|tx| {
+            tx.execute_batch(
+                "INSERT INTO payments VALUES ('test', 'pay_2', 'inv_2', 5, 'EUR',
+                     '2026-01-12', 'cash', NULL, 1);",
+            )?;
+            Ok(())
+        });
+        assert!(matches!(across, Err(StoreError::Sqlite(_))), "{across:?}");
+        let indexes: Vec<String> = store
+            .read(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL
+                     AND tbl_name IN ('invoices', 'payments', 'outbox') ORDER BY name",
+                )?;
+                let rows = stmt.query_map([], |r| r.get(0))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+            .expect("indexes");
+        assert_eq!(indexes.len(), 5, "{indexes:?}");
+        assert!(
+            indexes.iter().all(|sql| sql.contains("(book, ")),
+            "{indexes:?}"
+        );
+        assert_eq!(pragma_text(&store, "foreign_keys"), "1");
+    }
+
     #[test]
     fn reopening_keeps_the_data() {
         let (_dir, path, store) = fresh();
@@ -708,8 +855,10 @@ mod tests {
         );
         assert_eq!(
             err.to_string(),
-            "database schema version 99 is newer than this tollgate supports (2); \
-             upgrade tollgate or restore a backup"
+            format!(
+                "database schema version 99 is newer than this tollgate supports \
+                 ({SCHEMA_VERSION}); upgrade tollgate or restore a backup"
+            )
         );
         assert!(!err.is_transient());
     }

@@ -1226,6 +1226,7 @@ fn a_key_held_by_a_running_call_is_in_use_until_its_lease_ends() {
         credential_id: credential_id(db.admin_key.as_deref().expect("key")),
         client_id: None,
         scopes: vec!["*".to_owned()],
+        mode: tollgate::auth::Mode::Live,
     };
     let map = args.as_object().expect("object").clone();
     let claim = Ledger::new(store.clone()).claim(&holder, spec, &map, Some("held".to_owned()));

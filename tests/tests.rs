@@ -12,5 +12,6 @@ mod guards;
 mod http;
 mod invoicing;
 mod ratelimit;
+mod sandbox;
 mod side_doors;
 mod stdio_protocol;

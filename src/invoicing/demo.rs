@@ -14,6 +14,7 @@ use super::model::{
 use super::money::{LinePricing, Totals};
 use super::tools::rectifying_for;
 use crate::catalog::McpError;
+use crate::registry::Book;
 use crate::store::{Store, StoreError};
 
 /// What the demo created.
@@ -98,11 +99,12 @@ const CLIENTS: [(&str, Option<&str>, Option<&str>, &str); 5] = [
     ),
 ];
 
-/// Fills the database with the sample data.
-pub fn seed(store: &Store) -> Result<Seeded, DemoError> {
+/// Fills one book of the database with the sample data (`init --demo` fills the live book;
+/// the sandbox of test keys can be reset to it).
+pub fn seed(store: &Store, book: Book) -> Result<Seeded, DemoError> {
     let mut outcome: Result<Seeded, DemoError> = Err(DemoError::NotEmpty);
     let written = store.write(|tx| {
-        outcome = fill(tx);
+        outcome = fill(tx, book);
         match &outcome {
             Ok(_) => Ok(()),
             Err(_) => Err(StoreError::RolledBack),
@@ -244,8 +246,10 @@ fn samples() -> Result<Vec<Sample>, McpError> {
     ])
 }
 
-fn fill(tx: &rusqlite::Transaction<'_>) -> Result<Seeded, DemoError> {
-    let existing = db::search_clients(tx, None, None, 1)?;
+/// Writes the sample data into `book` inside the caller's transaction; refuses a book that
+/// already has clients.
+pub fn fill(tx: &rusqlite::Transaction<'_>, book: Book) -> Result<Seeded, DemoError> {
+    let existing = db::search_clients(tx, book, None, None, 1)?;
     if !existing.is_empty() {
         return Err(DemoError::NotEmpty);
     }
@@ -259,14 +263,14 @@ fn fill(tx: &rusqlite::Transaction<'_>) -> Result<Seeded, DemoError> {
             email: email.map(str::to_owned),
             address: Some(address.to_owned()),
         };
-        db::insert_client(tx, &client)?;
+        db::insert_client(tx, book, &client)?;
         clients.push(client);
         seeded.clients += 1;
     }
     let today = Date::today();
     for sample in samples()? {
         let client = &clients[sample.client];
-        let invoice = insert_sample(tx, client, &sample, today)?;
+        let invoice = insert_sample(tx, book, client, &sample, today)?;
         seeded.invoices += 1;
         for (days, amount, method) in &sample.paid {
             let amount = if *amount == 0 {
@@ -286,16 +290,16 @@ fn fill(tx: &rusqlite::Transaction<'_>) -> Result<Seeded, DemoError> {
                     invoice.number.as_deref().unwrap_or_default()
                 )),
             };
-            db::insert_payment(tx, &payment)?;
+            db::insert_payment(tx, book, &payment)?;
             seeded.payments += 1;
         }
         if let Some(days) = sample.void_after {
             let date = today.add_days(days).to_string();
             let reason = "Wrong unit price on the tyres; reissued with the agreed price.";
             let mut rectifying = rectifying_for(&invoice, reason, date.clone())?;
-            rectifying.number = Some(db::next_number(tx, "R", &date)?);
-            db::insert_invoice(tx, &rectifying)?;
-            db::mark_void(tx, &invoice.id, reason, &rectifying.id)?;
+            rectifying.number = Some(db::next_number(tx, book, "R", &date)?);
+            db::insert_invoice(tx, book, &rectifying)?;
+            db::mark_void(tx, book, &invoice.id, reason, &rectifying.id)?;
             seeded.invoices += 1;
         }
     }
@@ -304,6 +308,7 @@ fn fill(tx: &rusqlite::Transaction<'_>) -> Result<Seeded, DemoError> {
 
 fn insert_sample(
     tx: &rusqlite::Transaction<'_>,
+    book: Book,
     client: &Client,
     sample: &Sample,
     today: Date,
@@ -329,12 +334,12 @@ fn insert_sample(
         )?
     };
     if let Some(date) = &invoice.issue_date {
-        invoice.number = Some(db::next_number(tx, series, date)?);
+        invoice.number = Some(db::next_number(tx, book, series, date)?);
         invoice.status = InvoiceStatus::Issued;
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
     }
-    db::insert_invoice(tx, &invoice)?;
+    db::insert_invoice(tx, book, &invoice)?;
     Ok(invoice)
 }
 
@@ -351,7 +356,7 @@ mod tests {
             ..StoreOptions::default()
         };
         let store = Store::open(&dir.path().join("demo.db"), &opts).expect("open");
-        let seeded = seed(&store).expect("seed");
+        let seeded = seed(&store, Book::Live).expect("seed");
         assert_eq!(
             seeded,
             Seeded {
@@ -373,7 +378,7 @@ mod tests {
         let expect: Vec<(String, i64)> =
             expect.iter().map(|(s, n)| ((*s).to_owned(), *n)).collect();
         assert_eq!(statuses, expect);
-        assert!(matches!(seed(&store), Err(DemoError::NotEmpty)));
+        assert!(matches!(seed(&store, Book::Live), Err(DemoError::NotEmpty)));
         for (_, tax_id, _, _) in CLIENTS {
             let tax_id = tax_id.expect("demo clients have tax ids");
             assert!(

@@ -17,6 +17,7 @@ use super::model::{Client, Invoice, InvoiceId, InvoiceKind, InvoiceStatus};
 use super::money::{LinePricing, Totals};
 use super::tools::integer;
 use crate::catalog::{ErrorKind, McpError, store_failure};
+use crate::registry::Book;
 use crate::store::Store;
 
 /// The URI prefix of every guardrail guide.
@@ -303,7 +304,11 @@ fn read<T>(
 // ---- The guardrails of each tool (Tool::guardrails) -----------------------------------------
 
 /// `create_invoice`: legal VAT rates; a simplified draft within the ceiling.
-pub fn create_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), McpError> {
+pub fn create_invoice(
+    store: &Store,
+    _book: Book,
+    args: &Map<String, Value>,
+) -> Result<(), McpError> {
     let Some(lines) = lines_arg(args) else {
         return Ok(());
     };
@@ -316,7 +321,11 @@ pub fn create_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), Mc
 }
 
 /// `update_invoice`: legal VAT rates of new lines; the ceiling on the merged draft.
-pub fn update_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), McpError> {
+pub fn update_invoice(
+    store: &Store,
+    book: Book,
+    args: &Map<String, Value>,
+) -> Result<(), McpError> {
     if let Some(lines) = lines_arg(args) {
         let country = read(store, db::company_country)?;
         check_vat_rates_of(&country, lines)?;
@@ -324,7 +333,7 @@ pub fn update_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), Mc
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };
-    let Some(current) = read(store, |c| db::invoice(c, &id))? else {
+    let Some(current) = read(store, |c| db::invoice(c, book, &id))? else {
         return Ok(());
     };
     if current.status != InvoiceStatus::Draft {
@@ -345,7 +354,7 @@ pub fn update_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), Mc
 }
 
 /// `issue_invoice`: tax id of a full invoice's client, simplified ceiling, date order.
-pub fn issue_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), McpError> {
+pub fn issue_invoice(store: &Store, book: Book, args: &Map<String, Value>) -> Result<(), McpError> {
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };
@@ -354,17 +363,17 @@ pub fn issue_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), Mcp
         return Ok(());
     }
     read(store, |conn| {
-        let Some(invoice) = db::invoice(conn, &id)? else {
+        let Some(invoice) = db::invoice(conn, book, &id)? else {
             return Ok(Ok(()));
         };
         if invoice.status != InvoiceStatus::Draft {
             return Ok(Ok(()));
         }
-        let Some(client) = db::client(conn, &invoice.client_id)? else {
+        let Some(client) = db::client(conn, book, &invoice.client_id)? else {
             return Ok(Ok(()));
         };
         let date = issue_date_for(&invoice, requested);
-        let last = db::series_last_issue_date(conn, &invoice.series)?;
+        let last = db::series_last_issue_date(conn, book, &invoice.series)?;
         Ok(check_issue(&invoice, &client, &date, last.as_deref()))
     })?
 }
@@ -378,22 +387,26 @@ pub fn issue_date_for(invoice: &Invoice, requested: Option<&str>) -> String {
 }
 
 /// `delete_invoice`: only drafts.
-pub fn delete_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), McpError> {
+pub fn delete_invoice(
+    store: &Store,
+    book: Book,
+    args: &Map<String, Value>,
+) -> Result<(), McpError> {
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };
-    match read(store, |c| db::invoice(c, &id))? {
+    match read(store, |c| db::invoice(c, book, &id))? {
         Some(invoice) => check_deletable(&invoice),
         None => Ok(()),
     }
 }
 
 /// `void_invoice`: not a voided or a rectifying invoice.
-pub fn void_invoice(store: &Store, args: &Map<String, Value>) -> Result<(), McpError> {
+pub fn void_invoice(store: &Store, book: Book, args: &Map<String, Value>) -> Result<(), McpError> {
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };
-    match read(store, |c| db::invoice(c, &id))? {
+    match read(store, |c| db::invoice(c, book, &id))? {
         Some(invoice) => check_voidable(&invoice),
         None => Ok(()),
     }

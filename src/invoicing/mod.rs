@@ -13,6 +13,10 @@
 //! Money is integer cents with one rounding rule ([`money`]); tax ids are checksum-validated
 //! ([`taxid`]); dates are `YYYY-MM-DD` ([`date`]). [`demo`] fills a sandbox company.
 //!
+//! Books: every table holds two books of rows, `live` and `test` ([`crate::registry::Book`]);
+//! a call works on its credential's book only ([`db`] filters every statement by it), and
+//! [`sandbox`] fills and resets the test book.
+//!
 //! Scopes: `clients:read|write|delete`, `invoices:read|write|void|send`, `payments:write`,
 //! `reports:generate`. `delete_invoice` needs `invoices:write`, not `invoices:void`: it only
 //! deletes drafts, which carry no legal effect; cancelling an issued invoice is the
@@ -27,6 +31,7 @@ pub mod model;
 pub mod money;
 pub mod prompts;
 pub mod resources;
+pub mod sandbox;
 pub mod schemas;
 pub mod taxid;
 mod tools;

@@ -28,7 +28,7 @@ use super::guardrails::LEGAL_VAT_RATES_RULE;
 use super::money;
 use super::taxid::TaxId;
 use super::{SCOPE_CLIENTS_READ, SCOPE_INVOICES_READ};
-use crate::registry::{DataAccess, Prompt, PromptArgument, PromptSpec};
+use crate::registry::{Book, DataAccess, Prompt, PromptArgument, PromptSpec};
 use crate::store::Store;
 
 /// Most completion values offered for a client name.
@@ -36,8 +36,8 @@ const MAX_COMPLETIONS: usize = 20;
 /// Most overdue invoices counted into the chase prompt.
 const MAX_OVERDUE_COUNTED: usize = 1_000;
 
-type RenderFn = fn(&Store, &Map<String, Value>) -> Vec<Value>;
-type CompleteFn = fn(&Store, &str, &str) -> Vec<String>;
+type RenderFn = fn(&Store, Book, &Map<String, Value>) -> Vec<Value>;
+type CompleteFn = fn(&Store, Book, &str, &str) -> Vec<String>;
 
 struct Workflow {
     spec: PromptSpec,
@@ -51,12 +51,12 @@ impl Prompt for Workflow {
         &self.spec
     }
 
-    fn messages(&self, args: &Map<String, Value>) -> Vec<Value> {
-        (self.render)(&self.store, args)
+    fn messages(&self, book: Book, args: &Map<String, Value>) -> Vec<Value> {
+        (self.render)(&self.store, book, args)
     }
 
-    fn complete(&self, argument: &str, value: &str) -> Vec<String> {
-        (self.complete)(&self.store, argument, value)
+    fn complete(&self, book: Book, argument: &str, value: &str) -> Vec<String> {
+        (self.complete)(&self.store, book, argument, value)
     }
 }
 
@@ -73,7 +73,7 @@ pub fn all(store: Store) -> Vec<Arc<dyn Prompt>> {
             spec: register_spec(),
             store: store.clone(),
             render: render_register,
-            complete: |_, _, _| Vec::new(),
+            complete: |_, _, _, _| Vec::new(),
         }),
         Arc::new(Workflow {
             spec: chase_spec(),
@@ -141,7 +141,7 @@ fn issue_spec() -> PromptSpec {
     }
 }
 
-fn render_issue(_: &Store, args: &Map<String, Value>) -> Vec<Value> {
+fn render_issue(_: &Store, _: Book, args: &Map<String, Value>) -> Vec<Value> {
     let client = arg(args, "client").unwrap_or("the client");
     let items = arg(args, "items").unwrap_or("ask the user what to bill");
     let send = arg(args, "send").is_some_and(|s| s.eq_ignore_ascii_case("yes"));
@@ -181,12 +181,13 @@ fn render_issue(_: &Store, args: &Map<String, Value>) -> Vec<Value> {
     vec![user_text(steps), guide]
 }
 
-fn complete_client(store: &Store, argument: &str, value: &str) -> Vec<String> {
+fn complete_client(store: &Store, book: Book, argument: &str, value: &str) -> Vec<String> {
     if argument != "client" {
         return Vec::new();
     }
     let query = (!value.trim().is_empty()).then(|| value.trim().to_owned());
-    let found = store.read(|c| db::search_clients(c, query.as_deref(), None, MAX_COMPLETIONS));
+    let found =
+        store.read(|c| db::search_clients(c, book, query.as_deref(), None, MAX_COMPLETIONS));
     match found {
         Ok(clients) => clients.into_iter().map(|c| c.name).collect(),
         Err(e) => {
@@ -211,7 +212,7 @@ fn register_spec() -> PromptSpec {
     }
 }
 
-fn render_register(_: &Store, args: &Map<String, Value>) -> Vec<Value> {
+fn render_register(_: &Store, _: Book, args: &Map<String, Value>) -> Vec<Value> {
     let raw = arg(args, "tax_id").unwrap_or_default();
     let check = match TaxId::parse(raw) {
         Ok(id) => format!(
@@ -262,13 +263,13 @@ fn chase_spec() -> PromptSpec {
 }
 
 /// How many invoices are overdue today and how much they owe.
-fn overdue_summary(store: &Store) -> String {
+fn overdue_summary(store: &Store, book: Book) -> String {
     let today = Date::today().to_string();
     let filter = InvoiceFilter {
         overdue_on: Some(today.clone()),
         ..InvoiceFilter::default()
     };
-    match store.read(|c| db::search_invoices(c, &filter, None, MAX_OVERDUE_COUNTED)) {
+    match store.read(|c| db::search_invoices(c, book, &filter, None, MAX_OVERDUE_COUNTED)) {
         Ok(invoices) => {
             let owed: i64 = invoices.iter().map(|i| i.balance_cents()).sum();
             format!(
@@ -284,7 +285,7 @@ fn overdue_summary(store: &Store) -> String {
     }
 }
 
-fn render_chase(store: &Store, args: &Map<String, Value>) -> Vec<Value> {
+fn render_chase(store: &Store, book: Book, args: &Map<String, Value>) -> Vec<Value> {
     let tone = arg(args, "tone").unwrap_or("friendly");
     let today = Date::today();
     let text = format!(
@@ -297,12 +298,12 @@ fn render_chase(store: &Store, args: &Map<String, Value>) -> Vec<Value> {
          3. If send_invoice answers recipient_has_no_email, note the client and go on; list \
          those clients at the end so the user can add their e-mail (update_client).\n\
          4. Finish with a table: number, client, balance, days overdue, reminder queued or not.",
-        overdue_summary(store)
+        overdue_summary(store, book)
     );
     vec![user_text(text)]
 }
 
-fn complete_tone(_: &Store, argument: &str, value: &str) -> Vec<String> {
+fn complete_tone(_: &Store, _: Book, argument: &str, value: &str) -> Vec<String> {
     if argument != "tone" {
         return Vec::new();
     }

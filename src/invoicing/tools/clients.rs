@@ -11,7 +11,7 @@ use crate::invoicing::db;
 use crate::invoicing::model::{Client, ClientId};
 use crate::invoicing::schemas as s;
 use crate::invoicing::{SCOPE_CLIENTS_DELETE, SCOPE_CLIENTS_READ, SCOPE_CLIENTS_WRITE};
-use crate::registry::{Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::registry::{Book, Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec};
 
 pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
     vec![
@@ -137,7 +137,7 @@ fn search_clients(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
     let query = args.text("query");
     let rows = ctx
         .store
-        .read(|c| db::search_clients(c, query.as_deref(), after.as_ref(), limit + 1))
+        .read(|c| db::search_clients(c, ctx.book, query.as_deref(), after.as_ref(), limit + 1))
         .map_err(db_failure)?;
     let value = page(rows, limit, |c| c.id.as_str(), Client::to_json);
     let count = value["data"].as_array().map_or(0, Vec::len);
@@ -149,10 +149,10 @@ fn get_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpE
     let found = ctx
         .store
         .read(|c| {
-            let Some(client) = db::client(c, &id)? else {
+            let Some(client) = db::client(c, ctx.book, &id)? else {
                 return Ok(None);
             };
-            Ok(Some((client, db::client_activity(c, &id)?)))
+            Ok(Some((client, db::client_activity(c, ctx.book, &id)?)))
         })
         .map_err(db_failure)?;
     let (client, (count, outstanding)) =
@@ -166,13 +166,14 @@ fn get_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpE
 /// `tax_id_already_exists` unless the tax id is free or held by `except`.
 fn ensure_tax_id_free(
     conn: &rusqlite::Connection,
+    book: Book,
     tax_id: Option<&str>,
     except: Option<&ClientId>,
 ) -> Result<(), McpError> {
     let Some(tax_id) = tax_id else {
         return Ok(());
     };
-    match db::client_with_tax_id(conn, tax_id).map_err(db_failure)? {
+    match db::client_with_tax_id(conn, book, tax_id).map_err(db_failure)? {
         Some(existing) if Some(&existing) != except => {
             Err(McpError::new(ErrorKind::TaxIdAlreadyExists)
                 .param("tax_id")
@@ -194,8 +195,8 @@ fn create_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
         address: args.text("address"),
     };
     ctx.commit(|tx| {
-        ensure_tax_id_free(tx, client.tax_id.as_deref(), None)?;
-        db::insert_client(tx, &client).map_err(db_failure)?;
+        ensure_tax_id_free(tx, ctx.book, client.tax_id.as_deref(), None)?;
+        db::insert_client(tx, ctx.book, &client).map_err(db_failure)?;
         Ok(output(
             format!("Created {}", describe(&client)),
             client.to_json(),
@@ -216,15 +217,15 @@ fn update_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
     let email = args.email("email")?;
     let address = args.text("address");
     ctx.commit(|tx| {
-        let mut client = db::client(tx, &id)
+        let mut client = db::client(tx, ctx.book, &id)
             .map_err(db_failure)?
             .ok_or_else(|| not_found(ErrorKind::ClientNotFound, "client_id", id.as_str()))?;
-        ensure_tax_id_free(tx, tax_id.as_deref(), Some(&id))?;
+        ensure_tax_id_free(tx, ctx.book, tax_id.as_deref(), Some(&id))?;
         client.name = name.unwrap_or(client.name);
         client.tax_id = tax_id.or(client.tax_id);
         client.email = email.or(client.email);
         client.address = address.or(client.address);
-        db::update_client(tx, &client).map_err(db_failure)?;
+        db::update_client(tx, ctx.book, &client).map_err(db_failure)?;
         Ok(output(
             format!("Updated {}", describe(&client)),
             client.to_json(),
@@ -235,16 +236,16 @@ fn update_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
 fn delete_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
     let id = args.id("client_id", ClientId::parse)?;
     ctx.commit(|tx| {
-        let client = db::client(tx, &id)
+        let client = db::client(tx, ctx.book, &id)
             .map_err(db_failure)?
             .ok_or_else(|| not_found(ErrorKind::ClientNotFound, "client_id", id.as_str()))?;
-        let (invoices, _) = db::client_activity(tx, &id).map_err(db_failure)?;
+        let (invoices, _) = db::client_activity(tx, ctx.book, &id).map_err(db_failure)?;
         if invoices > 0 {
             return Err(McpError::new(ErrorKind::ClientHasInvoices)
                 .param("client_id")
                 .detail("invoice_count", invoices));
         }
-        db::delete_client(tx, &id).map_err(db_failure)?;
+        db::delete_client(tx, ctx.book, &id).map_err(db_failure)?;
         Ok(output(
             format!("Deleted client {} ({}).", client.name, client.id),
             json!({ "id": id.as_str(), "deleted": true }),

@@ -19,7 +19,7 @@ use crate::invoicing::model::{ClientId, Invoice, InvoiceId, InvoiceKind, Invoice
 use crate::invoicing::money::{self, LinePricing, Totals};
 use crate::invoicing::schemas as s;
 use crate::invoicing::{SCOPE_INVOICES_READ, SCOPE_INVOICES_VOID, SCOPE_INVOICES_WRITE};
-use crate::registry::{Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::registry::{Book, Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec};
 
 /// The series of rectifying invoices (Spanish law wants them in a separate series).
 pub const RECTIFYING_SERIES: &str = "R";
@@ -259,8 +259,8 @@ fn invoice_output(prefix: &str, invoice: &Invoice) -> ToolOutput {
 }
 
 /// Loads an invoice or fails with `invoice_not_found`.
-pub(super) fn load(conn: &Connection, id: &InvoiceId) -> Result<Invoice, McpError> {
-    db::invoice(conn, id)
+pub(super) fn load(conn: &Connection, book: Book, id: &InvoiceId) -> Result<Invoice, McpError> {
+    db::invoice(conn, book, id)
         .map_err(db_failure)?
         .ok_or_else(|| not_found(ErrorKind::InvoiceNotFound, "invoice_id", id.as_str()))
 }
@@ -279,7 +279,7 @@ fn search_invoices(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput,
     let limit = args.limit();
     let rows = ctx
         .store
-        .read(|c| db::search_invoices(c, &filter, after.as_ref(), limit + 1))
+        .read(|c| db::search_invoices(c, ctx.book, &filter, after.as_ref(), limit + 1))
         .map_err(db_failure)?;
     let value = page(rows, limit, |i| i.id.as_str(), |i| i.to_json(false, &today));
     let count = value["data"].as_array().map_or(0, Vec::len);
@@ -291,10 +291,10 @@ fn get_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mcp
     let (invoice, payments) = ctx
         .store
         .read(|c| {
-            let Some(invoice) = db::invoice(c, &id)? else {
+            let Some(invoice) = db::invoice(c, ctx.book, &id)? else {
                 return Ok(None);
             };
-            let payments = db::payments(c, Some(&id), None, MAX_PAYMENTS_SHOWN)?;
+            let payments = db::payments(c, ctx.book, Some(&id), None, MAX_PAYMENTS_SHOWN)?;
             Ok(Some((invoice, payments)))
         })
         .map_err(db_failure)?
@@ -341,8 +341,8 @@ fn recheck_vat(conn: &Connection, lines: &[Line]) -> Result<(), McpError> {
     Ok(())
 }
 
-fn ensure_client(conn: &Connection, id: &ClientId) -> Result<String, McpError> {
-    db::client(conn, id)
+fn ensure_client(conn: &Connection, book: Book, id: &ClientId) -> Result<String, McpError> {
+    db::client(conn, book, id)
         .map_err(db_failure)?
         .map(|c| c.name)
         .ok_or_else(|| not_found(ErrorKind::ClientNotFound, "client_id", id.as_str()))
@@ -362,7 +362,7 @@ fn create_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
         return Err(McpError::new(ErrorKind::MissingRequiredField).param("lines"));
     };
     ctx.commit(|tx| {
-        let client_name = ensure_client(tx, &client_id)?;
+        let client_name = ensure_client(tx, ctx.book, &client_id)?;
         recheck_vat(tx, &lines)?;
         guardrails::check_simplified_ceiling(kind, &totals)?;
         let invoice = Invoice {
@@ -379,7 +379,7 @@ fn create_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
                 totals,
             )?
         };
-        db::insert_invoice(tx, &invoice).map_err(db_failure)?;
+        db::insert_invoice(tx, ctx.book, &invoice).map_err(db_failure)?;
         Ok(invoice_output("Created ", &invoice))
     })
 }
@@ -403,10 +403,10 @@ fn update_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
     let due_date = args.date("due_date")?.map(|d| d.to_string());
     let new_lines = args.lines()?;
     ctx.commit(|tx| {
-        let mut invoice = load(tx, &id)?;
+        let mut invoice = load(tx, ctx.book, &id)?;
         ensure_draft(&invoice)?;
         if let Some(client_id) = &client_id {
-            invoice.client_name = ensure_client(tx, client_id)?;
+            invoice.client_name = ensure_client(tx, ctx.book, client_id)?;
             invoice.client_id = client_id.clone();
         }
         if let Some(kind) = args.str("kind").and_then(InvoiceKind::parse) {
@@ -425,7 +425,7 @@ fn update_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
         }
         check_due_after_issue(invoice.issue_date.as_deref(), invoice.due_date.as_deref())?;
         guardrails::check_simplified_ceiling(invoice.kind, &invoice.totals)?;
-        db::save_draft(tx, &invoice).map_err(db_failure)?;
+        db::save_draft(tx, ctx.book, &invoice).map_err(db_failure)?;
         Ok(invoice_output("Updated ", &invoice))
     })
 }
@@ -434,13 +434,13 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let requested = args.date("issue_date")?.map(|d| d.to_string());
     ctx.commit(|tx| {
-        let mut invoice = load(tx, &id)?;
+        let mut invoice = load(tx, ctx.book, &id)?;
         ensure_draft(&invoice)?;
-        let client = db::client(tx, &invoice.client_id)
+        let client = db::client(tx, ctx.book, &invoice.client_id)
             .map_err(db_failure)?
             .ok_or_else(McpError::internal)?;
         let issue_date = guardrails::issue_date_for(&invoice, requested.as_deref());
-        let last = db::series_last_issue_date(tx, &invoice.series).map_err(db_failure)?;
+        let last = db::series_last_issue_date(tx, ctx.book, &invoice.series).map_err(db_failure)?;
         // Guardrails again, inside the transaction that takes the number: two concurrent
         // issues of one series are serialised here, so neither can jump backwards.
         guardrails::check_issue(&invoice, &client, &issue_date, last.as_deref())?;
@@ -452,13 +452,13 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
         };
         check_due_after_issue(Some(&issue_date), Some(&due_date))?;
         invoice.number =
-            Some(db::next_number(tx, &invoice.series, &issue_date).map_err(db_failure)?);
+            Some(db::next_number(tx, ctx.book, &invoice.series, &issue_date).map_err(db_failure)?);
         invoice.status = InvoiceStatus::Issued;
         invoice.issue_date = Some(issue_date);
         invoice.due_date = Some(due_date);
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
-        db::mark_issued(tx, &invoice).map_err(db_failure)?;
+        db::mark_issued(tx, ctx.book, &invoice).map_err(db_failure)?;
         Ok(invoice_output("Issued ", &invoice))
     })
 }
@@ -466,9 +466,9 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
 fn delete_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
     ctx.commit(|tx| {
-        let invoice = load(tx, &id)?;
+        let invoice = load(tx, ctx.book, &id)?;
         guardrails::check_deletable(&invoice)?;
-        db::delete_draft(tx, &id).map_err(db_failure)?;
+        db::delete_draft(tx, ctx.book, &id).map_err(db_failure)?;
         Ok(output(
             format!("Deleted draft invoice {id} for {}.", invoice.client_name),
             json!({ "id": id.as_str(), "deleted": true }),
@@ -527,7 +527,7 @@ fn void_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
         .text("reason")
         .ok_or_else(|| McpError::validation("reason").detail("reason", "blank"))?;
     ctx.commit(|tx| {
-        let mut invoice = load(tx, &id)?;
+        let mut invoice = load(tx, ctx.book, &id)?;
         guardrails::check_voidable(&invoice)?;
         if invoice.status == InvoiceStatus::Draft {
             return Err(McpError::new(ErrorKind::InvoiceNotIssued)
@@ -538,7 +538,8 @@ fn void_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
                     "A draft has no legal effect: delete it with delete_invoice.",
                 ));
         }
-        let last = db::series_last_issue_date(tx, RECTIFYING_SERIES).map_err(db_failure)?;
+        let last =
+            db::series_last_issue_date(tx, ctx.book, RECTIFYING_SERIES).map_err(db_failure)?;
         let date = [Some(today()), last, invoice.issue_date.clone()]
             .into_iter()
             .flatten()
@@ -546,9 +547,9 @@ fn void_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
             .unwrap_or_else(today);
         let mut rectifying = rectifying_for(&invoice, &reason, date.clone())?;
         rectifying.number =
-            Some(db::next_number(tx, RECTIFYING_SERIES, &date).map_err(db_failure)?);
-        db::insert_invoice(tx, &rectifying).map_err(db_failure)?;
-        db::mark_void(tx, &id, &reason, &rectifying.id).map_err(db_failure)?;
+            Some(db::next_number(tx, ctx.book, RECTIFYING_SERIES, &date).map_err(db_failure)?);
+        db::insert_invoice(tx, ctx.book, &rectifying).map_err(db_failure)?;
+        db::mark_void(tx, ctx.book, &id, &reason, &rectifying.id).map_err(db_failure)?;
         invoice.status = InvoiceStatus::Void;
         invoice.void_reason = Some(reason.clone());
         invoice.rectified_by_id = Some(rectifying.id.clone());

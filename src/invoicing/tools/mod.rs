@@ -19,7 +19,7 @@ use super::model::Line;
 use super::money::{LinePricing, Totals};
 use super::taxid::TaxId;
 use crate::catalog::{ErrorKind, McpError, store_failure};
-use crate::registry::{Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::registry::{Book, Tool, ToolContext, ToolOutput, ToolSpec};
 use crate::store::{Store, StoreError};
 
 /// Default page size of the search and list tools.
@@ -30,7 +30,7 @@ pub const MAX_PAGE_SIZE: usize = 100;
 /// A tool's body.
 type RunFn = fn(&ToolContext<'_>, &Args<'_>) -> Result<ToolOutput, McpError>;
 /// A tool's guardrails (before it runs).
-type GuardFn = fn(&Store, &Map<String, Value>) -> Result<(), McpError>;
+type GuardFn = fn(&Store, Book, &Map<String, Value>) -> Result<(), McpError>;
 
 /// One invoicing tool.
 struct InvoicingTool {
@@ -44,8 +44,13 @@ impl Tool for InvoicingTool {
         &self.spec
     }
 
-    fn guardrails(&self, store: &Store, args: &Map<String, Value>) -> Result<(), McpError> {
-        self.guard.map_or(Ok(()), |guard| guard(store, args))
+    fn guardrails(
+        &self,
+        store: &Store,
+        book: Book,
+        args: &Map<String, Value>,
+    ) -> Result<(), McpError> {
+        self.guard.map_or(Ok(()), |guard| guard(store, book, args))
     }
 
     fn call(

@@ -18,7 +18,7 @@ use crate::invoicing::model::{Invoice, InvoiceId, InvoiceStatus, OutboxId};
 use crate::invoicing::money::{self, LineAmounts, Totals};
 use crate::invoicing::schemas as s;
 use crate::invoicing::{SCOPE_INVOICES_SEND, SCOPE_REPORTS_GENERATE};
-use crate::registry::{Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::registry::{Book, Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec};
 
 /// Rows between two progress notifications of an export.
 const PROGRESS_EVERY: usize = 50;
@@ -153,9 +153,9 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
     let to = args.email("to")?;
     let intro = args.text("message");
     ctx.commit(|tx| {
-        let invoice = load(tx, &id)?;
+        let invoice = load(tx, ctx.book, &id)?;
         ensure_sendable(&invoice)?;
-        let client_email = db::client(tx, &invoice.client_id)
+        let client_email = db::client(tx, ctx.book, &invoice.client_id)
             .map_err(db_failure)?
             .and_then(|c| c.email);
         let Some(recipient) = to.clone().or(client_email) else {
@@ -171,7 +171,8 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
         let outbox_id = OutboxId::generate()?;
         let subject = format!("Invoice {number}");
         let body = message_body(&invoice, intro.as_deref());
-        db::insert_outbox(tx, &outbox_id, &id, &recipient, &subject, &body).map_err(db_failure)?;
+        db::insert_outbox(tx, ctx.book, &outbox_id, &id, &recipient, &subject, &body)
+            .map_err(db_failure)?;
         let value = json!({
             "outbox_id": outbox_id.as_str(),
             "invoice_id": id.as_str(),
@@ -238,14 +239,15 @@ fn csv_row(invoice: &Invoice, numbers: &HashMap<InvoiceId, String>) -> String {
 /// The invoices of the period, and the numbers of the invoices their rectifying ones cancel.
 fn period(
     conn: &rusqlite::Connection,
+    book: Book,
     from: &str,
     to: &str,
     status: Option<InvoiceStatus>,
 ) -> db::DbResult<(Vec<Invoice>, HashMap<InvoiceId, String>)> {
-    let invoices = db::invoices_issued_between(conn, from, to, status)?;
+    let invoices = db::invoices_issued_between(conn, book, from, to, status)?;
     let mut numbers = HashMap::new();
     for id in invoices.iter().filter_map(|i| i.rectifies_id.as_ref()) {
-        if let Some(number) = db::invoice_number(conn, id)? {
+        if let Some(number) = db::invoice_number(conn, book, id)? {
             numbers.insert(id.clone(), number);
         }
     }
@@ -286,7 +288,7 @@ fn export_invoices(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput,
     let (from, to) = (from.to_string(), to.to_string());
     let (invoices, numbers) = ctx
         .store
-        .read(|c| period(c, &from, &to, status))
+        .read(|c| period(c, ctx.book, &from, &to, status))
         .map_err(db_failure)?;
     let total = invoices.len();
     let csv = render_csv(ctx, &invoices, &numbers);

@@ -116,7 +116,7 @@ fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
         .and_then(PaymentMethod::parse)
         .unwrap_or(PaymentMethod::Transfer);
     ctx.commit(|tx| {
-        let mut invoice = load(tx, &id)?;
+        let mut invoice = load(tx, ctx.book, &id)?;
         payable(&invoice, amount)?;
         let payment = Payment {
             id: PaymentId::generate()?,
@@ -127,7 +127,7 @@ fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
             method,
             reference: args.text("reference"),
         };
-        db::insert_payment(tx, &payment).map_err(db_failure)?;
+        db::insert_payment(tx, ctx.book, &payment).map_err(db_failure)?;
         invoice.paid_cents += amount;
         if invoice.balance_cents() <= 0 {
             invoice.status = InvoiceStatus::Paid;
@@ -153,12 +153,13 @@ fn list_payments(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
         .store
         .read(|c| {
             if let Some(id) = &invoice
-                && db::invoice(c, id)?.is_none()
+                && db::invoice(c, ctx.book, id)?.is_none()
             {
                 return Ok(None);
             }
             Ok(Some(db::payments(
                 c,
+                ctx.book,
                 invoice.as_ref(),
                 after.as_ref(),
                 limit + 1,
