@@ -97,9 +97,12 @@ struct Session {
     version: String,
 }
 
-/// `initialize` + `notifications/initialized`; asserts the session id and the 202.
-fn open_session(server: &HttpServer, version: &str) -> Session {
-    let init = server.post_mcp(&[], &initialize_body(version));
+/// `initialize` + `notifications/initialized` with `token` (the session is bound to it;
+/// `None` for development mode's credential); asserts the session id and the 202.
+fn open_session(server: &HttpServer, version: &str, token: Option<&str>) -> Session {
+    let auth = token.map(bearer);
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    let init = server.post_mcp(&headers, &initialize_body(version));
     assert_eq!(
         init.status,
         200,
@@ -120,7 +123,7 @@ fn open_session(server: &HttpServer, version: &str) -> Session {
     let initialized = legacy_post(
         server,
         &session,
-        None,
+        token,
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     );
     assert_eq!(initialized.status, 202);
@@ -339,12 +342,16 @@ fn a_foreign_origin_or_host_is_403_and_loopback_ones_pass() {
     assert_eq!(null_origin.status, 403);
 
     let port = server.addr.port();
+    let auth = bearer(admin_token(&db));
     for origin in [
         format!("http://127.0.0.1:{port}"),
         format!("http://localhost:{port}"),
         "http://[::1]".to_owned(),
     ] {
-        let ok = server.post_mcp(&[("Origin", origin.as_str())], &init);
+        let ok = server.post_mcp(
+            &[("Origin", origin.as_str()), ("Authorization", auth.as_str())],
+            &init,
+        );
         assert_eq!(
             ok.status,
             200,
@@ -354,11 +361,18 @@ fn a_foreign_origin_or_host_is_403_and_loopback_ones_pass() {
         assert_eq!(ok.json()["result"]["protocolVersion"], json!("2025-11-25"));
     }
     let localhost_host = format!("localhost:{port}");
-    let ok = server.post_mcp(&[("Host", localhost_host.as_str())], &init);
+    let ok = server.post_mcp(
+        &[
+            ("Host", localhost_host.as_str()),
+            ("Authorization", auth.as_str()),
+        ],
+        &init,
+    );
     assert_eq!(ok.status, 200);
 
     // No Origin at all (a non-browser client) is allowed.
-    assert_eq!(server.post_mcp(&[], &init).status, 200);
+    let ok = server.post_mcp(&[("Authorization", auth.as_str())], &init);
+    assert_eq!(ok.status, 200);
 }
 
 #[test]
@@ -379,18 +393,14 @@ fn configured_origins_and_hosts_are_allowed_and_sessions_expire() {
         ],
     );
     let init = initialize_body("2025-11-25");
-    assert_eq!(
+    let auth = bearer(admin_token(&db));
+    let with_auth = |header: (&'static str, &'static str)| {
         server
-            .post_mcp(&[("Origin", "https://app.example.com")], &init)
-            .status,
-        200
-    );
-    assert_eq!(
-        server
-            .post_mcp(&[("Host", "mcp.internal:443")], &init)
-            .status,
-        200
-    );
+            .post_mcp(&[header, ("Authorization", auth.as_str())], &init)
+            .status
+    };
+    assert_eq!(with_auth(("Origin", "https://app.example.com")), 200);
+    assert_eq!(with_auth(("Host", "mcp.internal:443")), 200);
     assert_eq!(
         server
             .post_mcp(&[("Origin", "https://other.example.com")], &init)
@@ -400,7 +410,7 @@ fn configured_origins_and_hosts_are_allowed_and_sessions_expire() {
 
     // Expiry: an idle session is gone after `session_ttl_secs`; the client must
     // re-initialize (404, as the transport spec says).
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let expired = legacy_call(&server, &session, admin_token(&db), 2, "test_simple_text");
     assert_eq!(expired.status, 404);
@@ -465,7 +475,11 @@ fn a_body_over_the_cap_is_413() {
     );
 
     // Under the cap the same server answers normally.
-    let small = server.post_mcp(&[], &initialize_body("2025-11-25"));
+    let auth = bearer(admin_token(&db));
+    let small = server.post_mcp(
+        &[("Authorization", auth.as_str())],
+        &initialize_body("2025-11-25"),
+    );
     assert_eq!(small.status, 200);
 }
 
@@ -510,6 +524,7 @@ fn wrong_accept_is_406_and_wrong_content_type_is_415() {
     }
 
     // A charset parameter is fine.
+    let auth = bearer(admin_token(&db));
     let ok = crate::util::http_request(
         server.addr,
         "POST",
@@ -517,6 +532,7 @@ fn wrong_accept_is_406_and_wrong_content_type_is_415() {
         &[
             ("Content-Type", "application/json; charset=utf-8"),
             ("Accept", "application/json"),
+            ("Authorization", auth.as_str()),
         ],
         &body,
     );
@@ -545,7 +561,7 @@ fn session_lifecycle_initialize_use_delete_then_404() {
     let db = TestDb::new();
     let server = serve(&db);
     let token = admin_token(&db);
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(token));
 
     let list = legacy_post(
         &server,
@@ -568,7 +584,11 @@ fn session_lifecycle_initialize_use_delete_then_404() {
         "test_simple_text",
     ));
 
-    let sid = [("Mcp-Session-Id", session.id.as_str())];
+    let auth = bearer(token);
+    let sid = [
+        ("Mcp-Session-Id", session.id.as_str()),
+        ("Authorization", auth.as_str()),
+    ];
     let deleted = crate::util::http_request(server.addr, "DELETE", "/mcp", &sid, b"");
     assert_eq!(deleted.status, 204);
     assert!(deleted.body.is_empty());
@@ -634,7 +654,7 @@ fn a_bad_protocol_version_header_on_a_session_is_400() {
     let db = TestDb::new();
     let server = serve(&db);
     let token = admin_token(&db);
-    let session = open_session(&server, "2025-06-18");
+    let session = open_session(&server, "2025-06-18", Some(token));
     let list = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
 
     for bad in ["1999-01-01", "2025-03-26", "banana"] {
@@ -670,7 +690,7 @@ fn a_bad_protocol_version_header_on_a_session_is_400() {
 fn notifications_are_202_with_an_empty_body() {
     let db = TestDb::new();
     let server = serve(&db);
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
     let cancelled =
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}});
     let legacy = legacy_post(&server, &session, Some(admin_token(&db)), &cancelled);
@@ -689,7 +709,7 @@ fn batches_are_answered_on_2025_03_26_and_refused_on_later_revisions() {
     let db = TestDb::new();
     let server = serve(&db);
     let token = admin_token(&db);
-    let session = open_session(&server, "2025-03-26");
+    let session = open_session(&server, "2025-03-26", Some(token));
     let batch = json!([
         {"jsonrpc": "2.0", "id": 10, "method": "ping"},
         {"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}}},
@@ -713,7 +733,7 @@ fn batches_are_answered_on_2025_03_26_and_refused_on_later_revisions() {
         json!(SIMPLE_TEXT)
     );
 
-    let later = open_session(&server, "2025-06-18");
+    let later = open_session(&server, "2025-06-18", Some(token));
     let refused = legacy_post(&server, &later, Some(token), &batch);
     assert_eq!(refused.status, 400);
     let body = refused.json();
@@ -866,7 +886,7 @@ fn assert_invalid_token_reply(response: &HttpResponse, server: &HttpServer) {
 fn a_missing_or_bad_token_is_401_with_resource_metadata_in_both_modes() {
     let db = TestDb::new();
     for server in [serve(&db), serve_semantic(&db)] {
-        let session = open_session(&server, "2025-11-25");
+        let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
         let bad = "tg_live_0000000000000000_notasecret";
         let legacy_bad = legacy_call(&server, &session, bad, 2, "test_simple_text");
         assert_invalid_token_reply(&legacy_bad, &server);
@@ -890,9 +910,8 @@ fn a_missing_or_bad_token_is_401_with_resource_metadata_in_both_modes() {
 fn compatible_mode_sends_guard_errors_with_200_and_rate_limit_headers() {
     let db = TestDb::new();
     let server = serve(&db);
-    let session = open_session(&server, "2025-11-25");
-
     let reader = create_key(&db, "invoices:read");
+    let session = open_session(&server, "2025-11-25", Some(&reader.token));
     let scope = legacy_call(&server, &session, &reader.token, 2, "test_simple_text");
     assert_eq!(scope.status, 200);
     assert_json_content_type(&scope);
@@ -970,9 +989,8 @@ fn assert_rate_limited_headers(response: &HttpResponse, data: &Value) {
 fn semantic_mode_uses_403_and_429_with_their_headers() {
     let db = TestDb::new();
     let server = serve_semantic(&db);
-    let session = open_session(&server, "2025-11-25");
-
     let reader = create_key(&db, "invoices:read");
+    let session = open_session(&server, "2025-11-25", Some(&reader.token));
     let scope = legacy_call(&server, &session, &reader.token, 2, "test_simple_text");
     assert_eq!(scope.status, 403);
     assert_eq!(
@@ -989,6 +1007,7 @@ fn semantic_mode_uses_403_and_429_with_their_headers() {
     );
 
     let limited = one_read_per_minute_key(&db);
+    let session = open_session(&server, "2025-11-25", Some(&limited.token));
     assert_simple_text(&legacy_call(
         &server,
         &session,
@@ -1003,6 +1022,7 @@ fn semantic_mode_uses_403_and_429_with_their_headers() {
     assert_rate_limited_headers(&refused, &body["error"]["data"]);
 
     // Protocol errors that are not guard errors keep 200 even here.
+    let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
     let unknown = legacy_call(&server, &session, admin_token(&db), 5, "no_such_tool");
     assert_eq!(unknown.status, 200);
     assert_error(&unknown.json(), -32602, "unknown_tool", 404, 1005, false);
@@ -1099,7 +1119,7 @@ fn progress_streams_as_sse_events_then_the_response() {
     let db = TestDb::new();
     let server = serve(&db);
     let token = admin_token(&db);
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(token));
 
     let streamed = legacy_post(&server, &session, Some(token), &progress_call(2));
     assert_eq!(streamed.status, 200);
@@ -1137,8 +1157,8 @@ fn progress_streams_as_sse_events_then_the_response() {
 fn a_guard_rejection_of_a_streaming_call_keeps_its_json_body() {
     let db = TestDb::new();
     let server = serve(&db);
-    let session = open_session(&server, "2025-11-25");
     let reader = create_key(&db, "invoices:read");
+    let session = open_session(&server, "2025-11-25", Some(&reader.token));
     let response = legacy_post(&server, &session, Some(&reader.token), &progress_call(2));
     assert_eq!(response.status, 200);
     assert_json_content_type(&response);
@@ -1308,7 +1328,7 @@ fn client_credentials_tokens_work_as_bearers_until_the_client_is_revoked() {
         .to_owned();
     assert_ne!(basic_token, form_token);
 
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(&basic_token));
     assert_simple_text(&legacy_call(
         &server,
         &session,
@@ -1451,7 +1471,7 @@ fn dev_mode_runs_tokenless_requests_as_the_configured_credential_and_audits_them
     );
 
     assert_simple_text(&modern_call(&server, None, 1, "test_simple_text"));
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", None);
     let legacy = legacy_post(
         &server,
         &session,
@@ -1544,7 +1564,7 @@ fn sigterm_during_a_slow_call_lets_it_finish_then_exits_0() {
     let db = TestDb::new();
     let mut server = serve(&db);
     let token = bearer(admin_token(&db));
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
     let body = serde_json::to_vec(&progress_call(9)).expect("serialize");
     let mut exchange = HttpExchange::send(
         server.addr,
