@@ -2307,13 +2307,17 @@ mod tests {
         // …and refusals by the ceiling are not charged to their source's allowance.
         let token = format!("tg_live_{:020x}_{}", 7, "D".repeat(43));
         for _ in 0..(2 * AUTH_FAILURE_LIMIT) {
-            let err = auth.authenticate(Some(&token), "http:10.9.9.9").expect_err("bad");
+            let err = auth
+                .authenticate(Some(&token), "http:10.9.9.9")
+                .expect_err("bad");
             assert_eq!(reason(&err), "server_verification_ceiling");
         }
         now.fetch_add(1, Ordering::Relaxed);
         auth.authenticate(Some(later.token.expose()), "http:10.0.0.2")
             .expect("next second");
-        let err = auth.authenticate(Some(&token), "http:10.9.9.9").expect_err("bad");
+        let err = auth
+            .authenticate(Some(&token), "http:10.9.9.9")
+            .expect_err("bad");
         assert_eq!(err.kind(), ErrorKind::InvalidToken);
         assert_eq!(auth.argon2_runs() - before, 7);
     }
@@ -2363,7 +2367,11 @@ mod tests {
             answers.push(envelope(&err));
         }
         assert!(answers.iter().all(|a| *a == answers[0]), "{answers:#?}");
-        assert!(answers[0].contains("\"reason\":\"unknown\""), "{}", answers[0]);
+        assert!(
+            answers[0].contains("\"reason\":\"unknown\""),
+            "{}",
+            answers[0]
+        );
         // Only the holder of the secret learns the standing, after the same work.
         for (token, expected) in [
             (&revoked.token, "revoked"),
@@ -2371,7 +2379,9 @@ mod tests {
             (&test_key.token, "test_key_on_live_installation"),
         ] {
             let before = auth.argon2_runs();
-            let err = auth.authenticate(Some(token.expose()), "holder").expect_err("standing");
+            let err = auth
+                .authenticate(Some(token.expose()), "holder")
+                .expect_err("standing");
             assert_eq!(auth.argon2_runs() - before, 1);
             assert_eq!(reason(&err), expected);
         }

@@ -212,7 +212,12 @@ impl FromStr for ProxyRange {
 
 impl fmt::Display for ProxyRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
+        let whole = if self.network.is_ipv4() { 32 } else { 128 };
+        if self.prefix == whole {
+            write!(f, "{}", self.network)
+        } else {
+            write!(f, "{}/{}", self.network, self.prefix)
+        }
     }
 }
 
@@ -1137,14 +1142,17 @@ mod tests {
         assert!(!trusted("127.0.0.2") && !trusted("11.0.0.1") && !trusted("fe80::1"));
         let shown = config.describe();
         assert!(shown.contains("\"10.0.0.0/8\""), "{shown}");
-        assert!(shown.contains("\"127.0.0.1/32\""), "{shown}");
+        assert!(shown.contains("\"127.0.0.1\""), "{shown}");
 
         let message = load_err(
             None,
             &[("TOLLGATE_HTTP_TRUSTED_PROXIES", "10.0.0.0/33")],
             &Overrides::default(),
         );
-        assert!(message.starts_with("http.trusted_proxies: invalid entry"), "{message}");
+        assert!(
+            message.starts_with("http.trusted_proxies: invalid entry"),
+            "{message}"
+        );
         let vars = env(&[("TOLLGATE_HTTP_TRUSTED_PROXIES", "192.168.1.0/24, ::1")]);
         let config = Config::load(None, &vars, &Overrides::default()).expect("env");
         assert_eq!(config.http.trusted_proxies.len(), 2);
@@ -1153,7 +1161,10 @@ mod tests {
             &[("TOLLGATE_AUTH_ARGON2_PER_SECOND", "0")],
             &Overrides::default(),
         );
-        assert!(message.contains("auth.argon2_per_second = 0 is out of range"), "{message}");
+        assert!(
+            message.contains("auth.argon2_per_second = 0 is out of range"),
+            "{message}"
+        );
     }
 
     #[test]

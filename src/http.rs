@@ -383,8 +383,7 @@ impl App {
         match stream.read_body(self.max_body) {
             Ok(body) => {
                 let source = self.client_source(head);
-                let (status, headers, body) =
-                    self.oauth.token(&self.server, head, &source, &body);
+                let (status, headers, body) = self.oauth.token(&self.server, head, &source, &body);
                 let mut reply = Reply::json(status, &body);
                 reply.headers.extend(headers);
                 reply.header("Cache-Control", "no-store")

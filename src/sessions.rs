@@ -211,7 +211,10 @@ mod tests {
             .create(Arc::new(Session::new()), of_client("token1"))
             .expect("id");
         assert!(sessions.get(&id, &of_client("token2")).is_ok());
-        assert_eq!(sessions.get(&id, &owner("token2")).err(), Some(Lookup::Gone));
+        assert_eq!(
+            sessions.get(&id, &owner("token2")).err(),
+            Some(Lookup::Gone)
+        );
     }
 
     #[test]

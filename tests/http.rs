@@ -349,7 +349,10 @@ fn a_foreign_origin_or_host_is_403_and_loopback_ones_pass() {
         "http://[::1]".to_owned(),
     ] {
         let ok = server.post_mcp(
-            &[("Origin", origin.as_str()), ("Authorization", auth.as_str())],
+            &[
+                ("Origin", origin.as_str()),
+                ("Authorization", auth.as_str()),
+            ],
             &init,
         );
         assert_eq!(
