@@ -456,8 +456,8 @@ impl App {
         }
     }
 
-    /// Ends a session; only its owner's credential may (another's gets the 404 of an
-    /// unknown id, none gets 401).
+    /// Ends a session; only its owner's credential may (anyone else gets the 404 of an
+    /// unknown id).
     fn mcp_delete(&self, head: &HttpHead) -> Reply {
         let Some(id) = head.header("mcp-session-id") else {
             return self
@@ -538,11 +538,11 @@ impl App {
         };
         let env = self.env(head, &session, stream);
         let is_initialize = !modern && req.method == "initialize";
-        // A session belongs to the credential of its `initialize`: without one there is
-        // no session to open (and nothing for a flood of them to evict).
+        // A session belongs to the credential of its `initialize`; one opened without a
+        // credential is anonymous and lives in a pool of its own (see `sessions.rs`).
         let owner = if is_initialize {
-            match self.server.guards().authenticate(&env) {
-                Ok(principal) => Some(SessionOwner::of(&(&principal).into())),
+            match self.caller(head) {
+                Ok(owner) => Some(owner),
                 Err(err) => return Outgoing::Reply(self.session_error_reply(id, &err)),
             }
         } else {
@@ -610,9 +610,11 @@ impl App {
         format!("http:{client}")
     }
 
-    /// The owner of the sessions the request's credential may use: the presented token
-    /// (from the verified-token cache, or verified now), or development mode's
-    /// credential for a request without one.
+    /// The owner of the sessions the request may use: the credential of the presented
+    /// token (from the verified-token cache, or verified now), or development mode's
+    /// credential for a request without one. A missing or refused credential makes the
+    /// request anonymous; a throttled one, or a store that cannot answer, is an error
+    /// (never mistaken for anonymity).
     fn caller(&self, head: &HttpHead) -> Result<SessionOwner, McpError> {
         let token = bearer_token(head);
         let auth = self.server.guards().authenticator();
@@ -621,8 +623,12 @@ impl App {
                 .principal_for_public_id(public_id)
                 .map(|p| CredentialRef::from(&p)),
             None => auth.identify(token, &self.client_source(head)),
-        }?;
-        Ok(SessionOwner::of(&credential))
+        };
+        match credential {
+            Ok(credential) => Ok(SessionOwner::of(&credential)),
+            Err(err) if is_credential_refusal(&err) => Ok(SessionOwner::anonymous()),
+            Err(err) => Err(err),
+        }
     }
 
     /// A refusal from resolving the session or its credential: `invalid_token` gets its
@@ -634,8 +640,8 @@ impl App {
 
     /// The session named by `Mcp-Session-Id`; a request without one gets a fresh,
     /// uninitialized session (the dispatcher then asks for `initialize` or `_meta`).
-    /// A named session must be the caller's: the credential is resolved first (missing or
-    /// bad: `invalid_token`, whatever the id), and another credential's session answers
+    /// A named session must be the caller's: another credential's session, and for a
+    /// request without a valid credential every session but an anonymous one, answers
     /// `session_not_found` exactly like an unknown id, so nothing tells them apart.
     fn legacy_session(&self, head: &HttpHead) -> Result<Arc<Session>, McpError> {
         let Some(id) = head.header("mcp-session-id") else {
@@ -962,6 +968,14 @@ fn read_body(request: &mut Request, cap: usize) -> Result<Vec<u8>, McpError> {
         return Err(too_large());
     }
     Ok(body)
+}
+
+/// Whether `err` refuses the credential itself (rather than throttling or failing).
+fn is_credential_refusal(err: &McpError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::InvalidToken | ErrorKind::InvalidTokenType | ErrorKind::ClientRevoked
+    )
 }
 
 /// The token of an `Authorization: Bearer <token>` header; the scheme is matched without

@@ -4,15 +4,18 @@
 //! Ids are 128 random bits from the OS, hex-encoded (visible ASCII, as the transport
 //! requires). An expired or deleted id answers 404 so the client re-initializes.
 //!
-//! Only an authenticated `initialize` opens a session, and the session belongs to its
-//! [`SessionOwner`]: a request naming the session must present the same credential (an
-//! OAuth access token: a token of the same client, so a refreshed token keeps the session).
-//! A session asked for by anyone else resolves exactly like an id that does not exist.
+//! A session belongs to the [`SessionOwner`] of its `initialize`: the credential it
+//! presented (an OAuth access token: its client, so a refreshed token keeps the session),
+//! or, when it presented none or a refused one, the anonymous owner — such a session can
+//! only answer what needs no credential (`ping`, notifications), and every guarded request
+//! on it is refused `invalid_token` as it would be anywhere. A request naming a session must
+//! come from its owner; anyone else finds it exactly as an id that does not exist.
 //!
-//! The table is bounded twice: one owner keeps at most [`MAX_SESSIONS_PER_OWNER`] (its
-//! least recently used session goes first), and when the whole table is full the least
-//! recently used session *of the owner with the most sessions* goes. A flood of sessions
-//! from one credential therefore never pushes out another credential's sessions.
+//! The table is bounded twice: one owner — the anonymous one included, so unauthenticated
+//! sessions form a pool of their own — keeps at most [`MAX_SESSIONS_PER_OWNER`] (its least
+//! recently used session goes first), and when the whole table is full the least recently
+//! used session *of the owner with the most sessions* goes. A flood of sessions, with a
+//! credential or without, therefore never pushes out another owner's sessions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,6 +35,11 @@ pub const MAX_SESSIONS_PER_OWNER: usize = 1_000;
 pub struct SessionOwner(String);
 
 impl SessionOwner {
+    /// The owner of sessions opened without a valid credential.
+    pub fn anonymous() -> SessionOwner {
+        SessionOwner("anonymous".to_owned())
+    }
+
     /// The owner of sessions opened with `credential`.
     pub fn of(credential: &CredentialRef) -> SessionOwner {
         match &credential.client_id {
@@ -220,7 +228,7 @@ mod tests {
     #[test]
     fn a_flood_from_one_owner_never_evicts_another_owners_sessions() {
         let sessions = Sessions::with_limits(Duration::from_secs(60), 20, 8);
-        let (alice, bob, mallory) = (owner("alice"), owner("bob"), owner("mallory"));
+        let (alice, bob, mallory) = (owner("alice"), owner("bob"), SessionOwner::anonymous());
         let new = || Arc::new(Session::new());
         let kept = sessions.create(new(), alice.clone()).expect("id");
         let bobs: Vec<String> = (0..7)

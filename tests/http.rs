@@ -98,7 +98,8 @@ struct Session {
 }
 
 /// `initialize` + `notifications/initialized` with `token` (the session is bound to it;
-/// `None` for development mode's credential); asserts the session id and the 202.
+/// `None`: development mode's credential, or an anonymous session); asserts the session
+/// id and the 202.
 fn open_session(server: &HttpServer, version: &str, token: Option<&str>) -> Session {
     let auth = token.map(bearer);
     let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
@@ -342,19 +343,12 @@ fn a_foreign_origin_or_host_is_403_and_loopback_ones_pass() {
     assert_eq!(null_origin.status, 403);
 
     let port = server.addr.port();
-    let auth = bearer(admin_token(&db));
     for origin in [
         format!("http://127.0.0.1:{port}"),
         format!("http://localhost:{port}"),
         "http://[::1]".to_owned(),
     ] {
-        let ok = server.post_mcp(
-            &[
-                ("Origin", origin.as_str()),
-                ("Authorization", auth.as_str()),
-            ],
-            &init,
-        );
+        let ok = server.post_mcp(&[("Origin", origin.as_str())], &init);
         assert_eq!(
             ok.status,
             200,
@@ -364,18 +358,11 @@ fn a_foreign_origin_or_host_is_403_and_loopback_ones_pass() {
         assert_eq!(ok.json()["result"]["protocolVersion"], json!("2025-11-25"));
     }
     let localhost_host = format!("localhost:{port}");
-    let ok = server.post_mcp(
-        &[
-            ("Host", localhost_host.as_str()),
-            ("Authorization", auth.as_str()),
-        ],
-        &init,
-    );
+    let ok = server.post_mcp(&[("Host", localhost_host.as_str())], &init);
     assert_eq!(ok.status, 200);
 
     // No Origin at all (a non-browser client) is allowed.
-    let ok = server.post_mcp(&[("Authorization", auth.as_str())], &init);
-    assert_eq!(ok.status, 200);
+    assert_eq!(server.post_mcp(&[], &init).status, 200);
 }
 
 #[test]
@@ -396,14 +383,18 @@ fn configured_origins_and_hosts_are_allowed_and_sessions_expire() {
         ],
     );
     let init = initialize_body("2025-11-25");
-    let auth = bearer(admin_token(&db));
-    let with_auth = |header: (&'static str, &'static str)| {
+    assert_eq!(
         server
-            .post_mcp(&[header, ("Authorization", auth.as_str())], &init)
-            .status
-    };
-    assert_eq!(with_auth(("Origin", "https://app.example.com")), 200);
-    assert_eq!(with_auth(("Host", "mcp.internal:443")), 200);
+            .post_mcp(&[("Origin", "https://app.example.com")], &init)
+            .status,
+        200
+    );
+    assert_eq!(
+        server
+            .post_mcp(&[("Host", "mcp.internal:443")], &init)
+            .status,
+        200
+    );
     assert_eq!(
         server
             .post_mcp(&[("Origin", "https://other.example.com")], &init)
@@ -478,11 +469,7 @@ fn a_body_over_the_cap_is_413() {
     );
 
     // Under the cap the same server answers normally.
-    let auth = bearer(admin_token(&db));
-    let small = server.post_mcp(
-        &[("Authorization", auth.as_str())],
-        &initialize_body("2025-11-25"),
-    );
+    let small = server.post_mcp(&[], &initialize_body("2025-11-25"));
     assert_eq!(small.status, 200);
 }
 
@@ -527,7 +514,6 @@ fn wrong_accept_is_406_and_wrong_content_type_is_415() {
     }
 
     // A charset parameter is fine.
-    let auth = bearer(admin_token(&db));
     let ok = crate::util::http_request(
         server.addr,
         "POST",
@@ -535,7 +521,6 @@ fn wrong_accept_is_406_and_wrong_content_type_is_415() {
         &[
             ("Content-Type", "application/json; charset=utf-8"),
             ("Accept", "application/json"),
-            ("Authorization", auth.as_str()),
         ],
         &body,
     );
@@ -889,7 +874,7 @@ fn assert_invalid_token_reply(response: &HttpResponse, server: &HttpServer) {
 fn a_missing_or_bad_token_is_401_with_resource_metadata_in_both_modes() {
     let db = TestDb::new();
     for server in [serve(&db), serve_semantic(&db)] {
-        let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
+        let session = open_session(&server, "2025-11-25", None);
         let bad = "tg_live_0000000000000000_notasecret";
         let legacy_bad = legacy_call(&server, &session, bad, 2, "test_simple_text");
         assert_invalid_token_reply(&legacy_bad, &server);
