@@ -16,10 +16,17 @@
 //!    to the very next call, and a rotated secret invalidates the cache entry;
 //! 3. on a miss, the source's failure throttle is charged *before* any argon2 work
 //!    (`rate_limited`, `bucket: "auth"`, after [`AUTH_FAILURE_LIMIT`] failures a minute);
-//! 4. parse, look up by public id (unknown ids still spend one argon2 verification against
-//!    a dummy hash), revoked / expired / OAuth client revoked / test key on a live
-//!    installation, then the argon2 verification (or the previous secret during a rotation
-//!    grace period).
+//! 4. parse; then the server-wide ceiling on argon2 work is charged (at most
+//!    `auth.argon2_per_second` verifications started per second across every source,
+//!    beyond it `rate_limited`, `bucket: "auth"`, `retry_after: 1`), so that a flood from
+//!    many addresses cannot buy more CPU than that while cached tokens keep working;
+//! 5. look up by public id and verify the secret — one argon2 verification whatever the
+//!    id is (unknown ids, and OAuth access tokens with a wrong secret, are verified
+//!    against a dummy hash; a key inside its rotation grace period may take a second one
+//!    for its previous secret) — and only then revoked / expired / OAuth client revoked /
+//!    test key on a live installation. A caller who does not hold the secret therefore
+//!    gets the same `invalid_token` (`reason: "unknown"`) after the same work for an
+//!    unknown, a revoked, an expired or a test key: a public id reveals nothing.
 //!
 //! Test mode: the company row has a `mode` (`live` by default, `tollgate company set --mode
 //! test` for a development installation). `tg_test_` keys are refused with
@@ -27,7 +34,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -54,6 +61,9 @@ pub const SUPER_SCOPE: &str = "*";
 pub const AUTH_FAILURE_LIMIT: u32 = 10;
 /// The throttle's fixed window, in seconds.
 pub const AUTH_FAILURE_WINDOW_SECS: i64 = 60;
+/// argon2 verifications started per second across all sources unless configured
+/// (`auth.argon2_per_second`): about half a core's worth at 27 ms each.
+pub const DEFAULT_ARGON2_PER_SECOND: u32 = 20;
 /// How long a rotated-out secret keeps working unless `--grace` says otherwise.
 pub const DEFAULT_ROTATION_GRACE: Duration = Duration::from_secs(3600);
 
@@ -177,11 +187,19 @@ enum Failure {
     WrongType(&'static str),
     /// The database could not answer; not the caller's fault.
     Store(StoreError),
+    /// The server-wide argon2 ceiling is reached; not counted against the caller.
+    Busy(McpError),
 }
 
 impl Failure {
+    /// Whether the attempt counts against the source's failure allowance.
+    fn is_callers_fault(&self) -> bool {
+        !matches!(self, Failure::Store(_) | Failure::Busy(_))
+    }
+
     fn into_error(self) -> McpError {
         match self {
+            Failure::Busy(err) => err,
             Failure::Invalid(reason) => invalid_token(reason),
             Failure::ClientRevoked => McpError::new(ErrorKind::ClientRevoked),
             Failure::WrongType(reason) => {
@@ -493,6 +511,8 @@ fn needs_touch(row: &CredentialRow, now: i64) -> bool {
 #[derive(Clone)]
 pub struct CacheEntry {
     public_id: String,
+    /// The OAuth client of the credential (fixed for its lifetime).
+    client_id: Option<String>,
     /// SHA-256 of the PHC string the secret was verified against: when the row's hash
     /// changes (rotation), the entry no longer matches and argon2 runs again.
     hash_fingerprint: [u8; 32],
@@ -583,6 +603,40 @@ impl Throttle {
     }
 }
 
+/// The server-wide ceiling on argon2 work: verifications started per second of the
+/// clock, whatever their source. The per-source throttle bounds what one address can
+/// spend; this bounds what many addresses together can.
+struct Ceiling {
+    per_second: AtomicU32,
+    /// The second being counted and the verifications started in it.
+    window: Mutex<(i64, u32)>,
+}
+
+impl Ceiling {
+    fn new(per_second: u32) -> Ceiling {
+        Ceiling {
+            per_second: AtomicU32::new(per_second.max(1)),
+            window: Mutex::new((i64::MIN, 0)),
+        }
+    }
+
+    /// Reserves one verification in the second `now`, or refuses until the next second.
+    fn admit(&self, now: i64) -> Result<(), McpError> {
+        let limit = self.per_second.load(Ordering::Relaxed);
+        let mut window = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+        if window.0 != now {
+            *window = (now, 0);
+        }
+        if window.1 >= limit {
+            let reset = u64::try_from(now.saturating_add(1)).unwrap_or(0);
+            return Err(McpError::rate_limited("auth", u64::from(limit), reset, 1)
+                .detail("reason", "server_verification_ceiling"));
+        }
+        window.1 += 1;
+        Ok(())
+    }
+}
+
 /// Verifies credentials and decides access.
 pub struct Authenticator {
     store: Store,
@@ -592,6 +646,26 @@ pub struct Authenticator {
     flights: Flights,
     argon2_runs: AtomicU64,
     argon2_gate: Gate,
+    ceiling: Ceiling,
+}
+
+/// The credential a request presents, as far as binding a session to it needs: its
+/// public id and its OAuth client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialRef {
+    /// Public id of the credential.
+    pub credential_id: String,
+    /// The OAuth client it belongs to, if any.
+    pub client_id: Option<String>,
+}
+
+impl From<&Principal> for CredentialRef {
+    fn from(principal: &Principal) -> CredentialRef {
+        CredentialRef {
+            credential_id: principal.credential_id.clone(),
+            client_id: principal.client_id.clone(),
+        }
+    }
 }
 
 /// argon2 verifications running at once at most: each holds 19 MiB and a core, so a burst
@@ -689,12 +763,40 @@ impl Authenticator {
             argon2_runs: AtomicU64::new(0),
             argon2_gate: Gate::default(),
             flights: Flights::default(),
+            ceiling: Ceiling::new(DEFAULT_ARGON2_PER_SECOND),
         }
+    }
+
+    /// Sets the server-wide ceiling: argon2 verifications started per second across all
+    /// sources (at least 1). Beyond it, tokens that are not cached are refused with
+    /// `rate_limited` (`bucket: "auth"`, `retry_after: 1`) until the next second.
+    pub fn limit_argon2_per_second(&self, per_second: u32) {
+        self.ceiling
+            .per_second
+            .store(per_second.max(1), Ordering::Relaxed);
     }
 
     /// How many argon2 verifications this authenticator has run (dummy ones included).
     pub fn argon2_runs(&self) -> u64 {
         self.argon2_runs.load(Ordering::Relaxed)
+    }
+
+    /// The credential `token` belongs to, for binding a session to it: from the cache
+    /// when the token was verified before (no read, no argon2; the request's own
+    /// authentication re-checks its standing), otherwise verified now exactly like
+    /// [`Authenticator::authenticate`].
+    pub fn identify(&self, token: Option<&str>, source: &str) -> Result<CredentialRef, McpError> {
+        if let Some(token) = token.filter(|t| !t.is_empty()) {
+            let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+            if let Some(entry) = self.cached(&digest) {
+                return Ok(CredentialRef {
+                    credential_id: entry.public_id,
+                    client_id: entry.client_id,
+                });
+            }
+        }
+        self.authenticate(token, source)
+            .map(|principal| CredentialRef::from(&principal))
     }
 
     /// Verifies the presented token; `source` (`stdio:<pid>`, an HTTP peer address)
@@ -717,11 +819,9 @@ impl Authenticator {
             return outcome;
         }
         let ticket = self.throttle().admit(source, now)?;
-        let pass = self.argon2_gate.enter();
         let outcome = self.authenticate_uncached(token, digest, now);
-        drop(pass);
         drop(flight);
-        if matches!(outcome, Ok(_) | Err(Failure::Store(_))) {
+        if outcome.as_ref().err().is_none_or(|f| !f.is_callers_fault()) {
             self.throttle().refund(ticket);
         }
         outcome.map_err(Failure::into_error)
@@ -812,7 +912,7 @@ impl Authenticator {
         match self.authenticate_cached(&entry, now) {
             Some(Ok(principal)) => Some(Ok(principal)),
             Some(Err(failure)) => {
-                if !matches!(failure, Failure::Store(_)) {
+                if failure.is_callers_fault() {
                     self.throttle().record_failure(source, now);
                 }
                 Some(Err(failure.into_error()))
@@ -851,20 +951,36 @@ impl Authenticator {
         now: i64,
     ) -> Result<Principal, Failure> {
         let presented = parse_token(token)?;
+        self.ceiling.admit(now).map_err(Failure::Busy)?;
+        let pass = self.argon2_gate.enter();
+        let verified = self.find_and_verify(&presented, now);
+        drop(pass);
+        let (row, matched) = verified?;
+        // The standing is told only to whoever holds the secret (see the module header).
+        check_standing(&row, now)?;
+        // Access tokens need no argon2, but caching them too keeps a valid token working
+        // from a source that the failure throttle currently refuses.
+        self.remember(digest, presented.public_id, matched, row.client_id.clone());
+        Ok(self.admit_principal(presented.public_id, row, now))
+    }
+
+    /// The row of the presented id and the fingerprint of the hash its secret matched;
+    /// `unknown` after one argon2 verification when either is wrong.
+    fn find_and_verify(
+        &self,
+        presented: &PresentedToken<'_>,
+        now: i64,
+    ) -> Result<(CredentialRow, [u8; 32]), Failure> {
         let row = find_by_public_id(&self.store, presented.public_id).map_err(Failure::Store)?;
         let Some(row) = row.filter(|r| r.mode == presented.mode) else {
             // Unknown ids cost the same argon2 run as known ones.
             self.argon2_verify(DUMMY_HASH, presented.secret);
             return Err(Failure::Invalid("unknown"));
         };
-        check_standing(&row, now)?;
-        let matched = self
-            .verify_secret(&row, presented.secret, now)
-            .ok_or(Failure::Invalid("unknown"))?;
-        // Access tokens need no argon2, but caching them too keeps a valid token working
-        // from a source that the failure throttle currently refuses.
-        self.remember(digest, presented.public_id, matched);
-        Ok(self.admit_principal(presented.public_id, row, now))
+        match self.verify_secret(&row, presented.secret, now) {
+            Some(matched) => Ok((row, matched)),
+            None => Err(Failure::Invalid("unknown")),
+        }
     }
 
     /// Checks the secret; returns the fingerprint of the hash it matched.
@@ -872,6 +988,10 @@ impl Authenticator {
         if row.kind == "oauth_access" {
             let expected = access_hash(secret);
             let ok: bool = expected.as_bytes().ct_eq(row.secret_hash.as_bytes()).into();
+            if !ok {
+                // A wrong secret costs what it costs on an API key or an unknown id.
+                self.argon2_verify(DUMMY_HASH, secret);
+            }
             return ok.then(|| fingerprint(&row.secret_hash));
         }
         if self.argon2_verify(&row.secret_hash, secret) {
@@ -907,7 +1027,13 @@ impl Authenticator {
             .cloned()
     }
 
-    fn remember(&self, digest: [u8; 32], public_id: &str, hash_fingerprint: [u8; 32]) {
+    fn remember(
+        &self,
+        digest: [u8; 32],
+        public_id: &str,
+        hash_fingerprint: [u8; 32],
+        client_id: Option<String>,
+    ) {
         let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
         if cache.len() >= CACHE_MAX_ENTRIES {
             cache.clear();
@@ -916,6 +1042,7 @@ impl Authenticator {
             digest,
             CacheEntry {
                 public_id: public_id.to_owned(),
+                client_id,
                 hash_fingerprint,
             },
         );
@@ -1025,26 +1152,34 @@ impl Authenticator {
     ) -> Result<OAuthClient, McpError> {
         let now = (self.clock)();
         let ticket = self.throttle().admit(source, now)?;
-        let pass = self.argon2_gate.enter();
-        let outcome = self.check_client_secret(client_id, secret.expose());
-        drop(pass);
-        if matches!(outcome, Ok(_) | Err(Failure::Store(_))) {
+        let outcome = self.check_client_secret(client_id, secret.expose(), now);
+        if outcome.as_ref().err().is_none_or(|f| !f.is_callers_fault()) {
             self.throttle().refund(ticket);
         }
         outcome.map_err(Failure::into_error)
     }
 
-    fn check_client_secret(&self, client_id: &str, secret: &str) -> Result<OAuthClient, Failure> {
-        let found = find_client(&self.store, client_id).map_err(Failure::Store)?;
-        let Some((client, hash)) = found else {
-            self.argon2_verify(DUMMY_HASH, secret);
-            return Err(Failure::Invalid("unknown"));
-        };
+    /// The secret first, then the client's standing (revealed only to its holder).
+    fn check_client_secret(
+        &self,
+        client_id: &str,
+        secret: &str,
+        now: i64,
+    ) -> Result<OAuthClient, Failure> {
+        self.ceiling.admit(now).map_err(Failure::Busy)?;
+        let pass = self.argon2_gate.enter();
+        let found = find_client(&self.store, client_id).map_err(Failure::Store);
+        let verified = found.map(|found| match found {
+            Some((client, hash)) => self.argon2_verify(&hash, secret).then_some(client),
+            None => {
+                self.argon2_verify(DUMMY_HASH, secret);
+                None
+            }
+        });
+        drop(pass);
+        let client = verified?.ok_or(Failure::Invalid("unknown"))?;
         if client.revoked {
             return Err(Failure::ClientRevoked);
-        }
-        if !self.argon2_verify(&hash, secret) {
-            return Err(Failure::Invalid("unknown"));
         }
         Ok(client)
     }
@@ -2121,6 +2256,168 @@ mod tests {
             .authenticate(Some(&token), "peer")
             .expect_err("new window");
         assert_eq!(err.kind(), ErrorKind::InvalidToken);
+    }
+
+    /// An authenticator on a settable clock.
+    fn clocked(store: Store, start: i64) -> (Authenticator, Arc<AtomicI64>) {
+        let now = Arc::new(AtomicI64::new(start));
+        let clock_now = Arc::clone(&now);
+        let auth =
+            Authenticator::with_clock(store, Arc::new(move || clock_now.load(Ordering::Relaxed)));
+        (auth, now)
+    }
+
+    fn envelope(err: &McpError) -> String {
+        serde_json::to_string(&err.envelope(crate::config::Locale::En)).expect("serialize")
+    }
+
+    #[test]
+    fn the_argon2_ceiling_holds_across_sources_and_spares_cached_tokens() {
+        let (_dir, store) = fresh("pro");
+        let (valid, later) = (key(&store, &["*"]), key(&store, &["*"]));
+        let (auth, now) = clocked(store, 2_000_000);
+        auth.limit_argon2_per_second(5);
+        auth.authenticate(Some(valid.token.expose()), "http:10.0.0.1")
+            .expect("verified and cached");
+        now.fetch_add(1, Ordering::Relaxed);
+        let before = auth.argon2_runs();
+        let (mut unknown, mut ceiling) = (0, 0);
+        for i in 0..200 {
+            let token = format!("tg_live_{:020x}_{}", i, "C".repeat(43));
+            let source = format!("http:10.1.{}.{}", i / 250, i % 250);
+            let err = auth.authenticate(Some(&token), &source).expect_err("bad");
+            match err.kind() {
+                ErrorKind::InvalidToken => unknown += 1,
+                ErrorKind::RateLimited => {
+                    ceiling += 1;
+                    assert_eq!(err.fields()["bucket"], "auth");
+                    assert_eq!(err.fields()["limit"], 5);
+                    assert_eq!(err.fields()["retry_after"], 1);
+                    assert_eq!(err.fields()["reset"], 2_000_002);
+                    assert_eq!(reason(&err), "server_verification_ceiling");
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+            // The cached key keeps working in the middle of the flood, without argon2.
+            auth.authenticate(Some(valid.token.expose()), "http:10.0.0.1")
+                .expect("cached key works");
+        }
+        assert_eq!((unknown, ceiling), (5, 195));
+        assert_eq!(auth.argon2_runs() - before, 5);
+        // A valid key not yet verified waits for the next second like everyone else…
+        let err = auth
+            .authenticate(Some(later.token.expose()), "http:10.0.0.2")
+            .expect_err("ceiling");
+        assert_eq!(err.kind(), ErrorKind::RateLimited);
+        // …and refusals by the ceiling are not charged to their source's allowance.
+        let token = format!("tg_live_{:020x}_{}", 7, "D".repeat(43));
+        for _ in 0..(2 * AUTH_FAILURE_LIMIT) {
+            let err = auth
+                .authenticate(Some(&token), "http:10.9.9.9")
+                .expect_err("bad");
+            assert_eq!(reason(&err), "server_verification_ceiling");
+        }
+        now.fetch_add(1, Ordering::Relaxed);
+        auth.authenticate(Some(later.token.expose()), "http:10.0.0.2")
+            .expect("next second");
+        let err = auth
+            .authenticate(Some(&token), "http:10.9.9.9")
+            .expect_err("bad");
+        assert_eq!(err.kind(), ErrorKind::InvalidToken);
+        assert_eq!(auth.argon2_runs() - before, 7);
+    }
+
+    #[test]
+    fn a_stranger_learns_nothing_about_a_public_id() {
+        let (_dir, store) = fresh("pro");
+        let new_key = |mode, expires_in| NewKey {
+            name: "e".into(),
+            scopes: vec!["*".into()],
+            expires_in,
+            client_id: None,
+            mode,
+        };
+        let revoked = key(&store, &["*"]);
+        assert!(revoke_key(&store, &revoked.public_id).expect("revoke"));
+        let minute = Some(Duration::from_secs(60));
+        let expired = create_key(&store, &new_key(Mode::Live, minute)).expect("key");
+        let test_key = create_key(&store, &new_key(Mode::Test, None)).expect("key");
+        let client = create_client(&store, "agent", &["*".to_owned()]).expect("client");
+        let principal = auth_client(&store, &client);
+        let access = issue_access_token(&store, &principal, &[], Duration::from_secs(7200))
+            .expect("access token");
+        // Two minutes on, the expiring key has expired.
+        let (auth, _now) = clocked(store, unix_now() + 120);
+        // The same prefix and public id, another secret.
+        let wrong = |token: &Secret| {
+            let parts: Vec<&str> = token.expose().splitn(4, '_').collect();
+            format!("{}_{}_{}_{}", parts[0], parts[1], parts[2], "W".repeat(43))
+        };
+        let mut answers = Vec::new();
+        let unknown = format!("tg_live_{}_{}", "0".repeat(20), "W".repeat(43));
+        for (i, token) in [
+            unknown,
+            wrong(&revoked.token),
+            wrong(&expired.token),
+            wrong(&test_key.token),
+            wrong(&access.token),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let before = auth.argon2_runs();
+            let source = format!("s{i}");
+            let err = auth.authenticate(Some(token), &source).expect_err("wrong");
+            assert_eq!(auth.argon2_runs() - before, 1, "{token}");
+            answers.push(envelope(&err));
+        }
+        assert!(answers.iter().all(|a| *a == answers[0]), "{answers:#?}");
+        assert!(
+            answers[0].contains("\"reason\":\"unknown\""),
+            "{}",
+            answers[0]
+        );
+        // Only the holder of the secret learns the standing, after the same work.
+        for (token, expected) in [
+            (&revoked.token, "revoked"),
+            (&expired.token, "expired"),
+            (&test_key.token, "test_key_on_live_installation"),
+        ] {
+            let before = auth.argon2_runs();
+            let err = auth
+                .authenticate(Some(token.expose()), "holder")
+                .expect_err("standing");
+            assert_eq!(auth.argon2_runs() - before, 1);
+            assert_eq!(reason(&err), expected);
+        }
+    }
+
+    fn auth_client(store: &Store, issued: &IssuedClient) -> OAuthClient {
+        Authenticator::new(store.clone())
+            .verify_client_secret(&issued.client_id, &issued.secret, "s")
+            .expect("client")
+    }
+
+    #[test]
+    fn a_revoked_client_is_told_only_to_the_holder_of_its_secret() {
+        let (_dir, store) = fresh("pro");
+        let issued = create_client(&store, "agent", &["*".to_owned()]).expect("client");
+        assert!(revoke_client(&store, &issued.client_id).expect("revoke"));
+        let auth = Authenticator::new(store);
+        let wrong = Secret::new(format!("tg_cs_{}", "W".repeat(43)));
+        let stranger = auth
+            .verify_client_secret(&issued.client_id, &wrong, "a")
+            .expect_err("wrong");
+        let unknown = auth
+            .verify_client_secret("no-such-client", &wrong, "b")
+            .expect_err("unknown");
+        assert_eq!(envelope(&stranger), envelope(&unknown));
+        assert_eq!(auth.argon2_runs(), 2);
+        let holder = auth
+            .verify_client_secret(&issued.client_id, &issued.secret, "c")
+            .expect_err("revoked");
+        assert_eq!(holder.kind(), ErrorKind::ClientRevoked);
+        assert_eq!(auth.argon2_runs(), 3);
     }
 
     #[test]

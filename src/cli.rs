@@ -330,13 +330,11 @@ pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
         .server_secret("request_state")
         .map(crate::state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
-    Ok(Server::new(
-        registry,
-        store.clone(),
-        Guards::new(store, locale),
-        locale,
-        state_key,
-    ))
+    let guards = Guards::new(store.clone(), locale);
+    guards
+        .authenticator()
+        .limit_argon2_per_second(config.auth.argon2_per_second);
+    Ok(Server::new(registry, store, guards, locale, state_key))
 }
 
 fn company_locale(store: &Store) -> Locale {

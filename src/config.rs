@@ -8,7 +8,7 @@
 //! prints the effective configuration as TOML for `tollgate check-config`.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -31,6 +31,7 @@ const DEFAULT_SESSION_TTL_SECS: u64 = 3600;
 const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5000;
 const DEFAULT_POOL_SIZE: u64 = 8;
 const MAX_POOL_SIZE: u64 = 256;
+const MAX_ARGON2_PER_SECOND: u64 = 10_000;
 
 /// A configuration that could not be read or is invalid; the message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +141,87 @@ word_enum!(
 );
 
 word_enum!(
+    /// The header a trusted reverse proxy names the client address in.
+    ClientAddressHeader, "client_address_header", {
+        /// `X-Forwarded-For: client, proxy1, …` (nginx, HAProxy, most load balancers).
+        XForwardedFor => "x-forwarded-for",
+        /// RFC 7239 `Forwarded: for=client, for=proxy1`.
+        Forwarded => "forwarded",
+    }
+);
+
+/// An address or a CIDR block of `http.trusted_proxies` (`10.0.0.0/8`, `::1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyRange {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl ProxyRange {
+    /// Whether `ip` lies in the range (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.network, ip.to_canonical()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                prefix_matches(&net.octets(), &ip.octets(), self.prefix)
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                prefix_matches(&net.octets(), &ip.octets(), self.prefix)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether the first `prefix` bits of `a` and `b` agree.
+fn prefix_matches(a: &[u8], b: &[u8], prefix: u8) -> bool {
+    let bits = usize::from(prefix);
+    let (whole, rest) = (bits / 8, bits % 8);
+    if a[..whole] != b[..whole] {
+        return false;
+    }
+    rest == 0 || {
+        let mask = 0xffu8 << (8 - rest);
+        a[whole] & mask == b[whole] & mask
+    }
+}
+
+impl FromStr for ProxyRange {
+    type Err = ConfigError;
+
+    fn from_str(text: &str) -> Result<ProxyRange, ConfigError> {
+        let bad = || {
+            ConfigError::new(format!(
+                "http.trusted_proxies: invalid entry {text:?}: expected an IP address or a \
+                 CIDR block, e.g. \"127.0.0.1\", \"10.0.0.0/8\" or \"fd00::/8\""
+            ))
+        };
+        let (addr, prefix) = match text.trim().split_once('/') {
+            Some((addr, prefix)) => (addr, Some(prefix)),
+            None => (text.trim(), None),
+        };
+        let network: IpAddr = addr.parse().map_err(|_| bad())?;
+        let network = network.to_canonical();
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(bad)?,
+            None => max,
+        };
+        Ok(ProxyRange { network, prefix })
+    }
+}
+
+impl fmt::Display for ProxyRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = if self.network.is_ipv4() { 32 } else { 128 };
+        if self.prefix == whole {
+            write!(f, "{}", self.network)
+        } else {
+            write!(f, "{}/{}", self.network, self.prefix)
+        }
+    }
+}
+
+word_enum!(
     /// Log line format.
     LogFormat, "log format", {
         /// Human-readable lines.
@@ -207,6 +289,16 @@ pub struct Config {
     pub dev: DevConfig,
     /// `[store]`
     pub store: StoreConfig,
+    /// `[auth]`
+    pub auth: AuthConfig,
+}
+
+/// `[auth]`: credential verification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthConfig {
+    /// argon2 verifications started per second across all sources (1..=10000); beyond
+    /// it, tokens that are not cached are refused `rate_limited` until the next second.
+    pub argon2_per_second: u32,
 }
 
 /// `[stdio]`: the stdio transport.
@@ -239,6 +331,10 @@ pub struct HttpConfig {
     pub error_status: ErrorStatusMode,
     /// Serve `GET /metrics` (Prometheus text format); off by default.
     pub metrics: bool,
+    /// Reverse proxies whose client-address header is believed (default: none).
+    pub trusted_proxies: Vec<ProxyRange>,
+    /// Which header those proxies name the client in.
+    pub client_address_header: ClientAddressHeader,
 }
 
 /// `[log]`
@@ -294,6 +390,8 @@ impl Default for Config {
                 public_base_url: None,
                 error_status: ErrorStatusMode::Compatible,
                 metrics: false,
+                trusted_proxies: Vec::new(),
+                client_address_header: ClientAddressHeader::XForwardedFor,
             },
             log: LogConfig {
                 level: LogLevel::Info,
@@ -306,6 +404,9 @@ impl Default for Config {
             store: StoreConfig {
                 busy_timeout: Duration::from_millis(DEFAULT_BUSY_TIMEOUT_MS),
                 pool_size: DEFAULT_POOL_SIZE as u32,
+            },
+            auth: AuthConfig {
+                argon2_per_second: crate::auth::DEFAULT_ARGON2_PER_SECOND,
             },
         }
     }
@@ -371,6 +472,8 @@ impl Config {
                 public_base_url: Some(http.public_base_url.clone().unwrap_or_default()),
                 error_status: Some(http.error_status),
                 metrics: Some(http.metrics),
+                trusted_proxies: Some(http.trusted_proxies.iter().map(|r| r.to_string()).collect()),
+                client_address_header: Some(http.client_address_header),
             },
             log: RawLog {
                 level: Some(self.log.level),
@@ -390,6 +493,9 @@ impl Config {
             store: RawStore {
                 busy_timeout_ms: Some(duration_millis(self.store.busy_timeout)),
                 pool_size: Some(u64::from(self.store.pool_size)),
+            },
+            auth: RawAuth {
+                argon2_per_second: Some(u64::from(self.auth.argon2_per_second)),
             },
         }
     }
@@ -431,6 +537,14 @@ struct RawConfig {
     dev: RawDev,
     #[serde(default)]
     store: RawStore,
+    #[serde(default)]
+    auth: RawAuth,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    argon2_per_second: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -453,6 +567,8 @@ struct RawHttp {
     public_base_url: Option<String>,
     error_status: Option<ErrorStatusMode>,
     metrics: Option<bool>,
+    trusted_proxies: Option<Vec<String>>,
+    client_address_header: Option<ClientAddressHeader>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -620,6 +736,24 @@ const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
         raw.dev.unauthenticated_credential = Some(v.to_owned());
         Ok(())
     }),
+    ("TOLLGATE_HTTP_TRUSTED_PROXIES", |raw, v| {
+        raw.http.trusted_proxies = Some(
+            v.split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        );
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_CLIENT_ADDRESS_HEADER", |raw, v| {
+        raw.http.client_address_header = Some(parse_word(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_AUTH_ARGON2_PER_SECOND", |raw, v| {
+        raw.auth.argon2_per_second = Some(parse_u64(v)?);
+        Ok(())
+    }),
     ("TOLLGATE_STORE_BUSY_TIMEOUT_MS", |raw, v| {
         raw.store.busy_timeout_ms = Some(parse_u64(v)?);
         Ok(())
@@ -717,6 +851,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         },
         dev: validate_dev(raw.dev)?,
         store: validate_store(raw.store)?,
+        auth: validate_auth(raw.auth)?,
     };
     check_dev_mode_is_local(&config)?;
     Ok(config)
@@ -803,6 +938,28 @@ fn validate_http(raw: RawHttp) -> Result<HttpConfig, ConfigError> {
         public_base_url: validate_base_url(raw.public_base_url.unwrap_or_default())?,
         error_status: raw.error_status.unwrap_or(ErrorStatusMode::Compatible),
         metrics: raw.metrics.unwrap_or(false),
+        trusted_proxies: raw
+            .trusted_proxies
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.parse())
+            .collect::<Result<_, _>>()?,
+        client_address_header: raw
+            .client_address_header
+            .unwrap_or(ClientAddressHeader::XForwardedFor),
+    })
+}
+
+fn validate_auth(raw: RawAuth) -> Result<AuthConfig, ConfigError> {
+    let per_second = in_range(
+        "auth.argon2_per_second",
+        Some("TOLLGATE_AUTH_ARGON2_PER_SECOND"),
+        raw.argon2_per_second,
+        u64::from(crate::auth::DEFAULT_ARGON2_PER_SECOND),
+        (1, MAX_ARGON2_PER_SECOND),
+    )?;
+    Ok(AuthConfig {
+        argon2_per_second: u32::try_from(per_second).unwrap_or(u32::MAX),
     })
 }
 
@@ -957,6 +1114,57 @@ mod tests {
         assert!(!config.tools.conformance_pack);
         assert_eq!(config.dev.unauthenticated_credential, None);
         assert_eq!(config.locale, None);
+        assert_eq!(config.auth.argon2_per_second, 20);
+        assert!(config.http.trusted_proxies.is_empty());
+        assert_eq!(
+            config.http.client_address_header,
+            ClientAddressHeader::XForwardedFor
+        );
+    }
+
+    #[test]
+    fn trusted_proxies_and_the_argon2_ceiling_are_validated() {
+        let (_dir, path) = write_config(
+            "[http]\ntrusted_proxies = [\"127.0.0.1\", \"10.0.0.0/8\", \"fd00::/8\"]\n\
+             client_address_header = \"forwarded\"\n[auth]\nargon2_per_second = 5\n",
+        );
+        let config = Config::load(Some(&path), &[], &Overrides::default()).expect("load");
+        assert_eq!(config.auth.argon2_per_second, 5);
+        assert_eq!(
+            config.http.client_address_header,
+            ClientAddressHeader::Forwarded
+        );
+        let proxies = &config.http.trusted_proxies;
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let trusted = |s: &str| proxies.iter().any(|r| r.contains(ip(s)));
+        assert!(trusted("127.0.0.1") && trusted("::ffff:127.0.0.1"));
+        assert!(trusted("10.200.3.4") && trusted("fd12::1"));
+        assert!(!trusted("127.0.0.2") && !trusted("11.0.0.1") && !trusted("fe80::1"));
+        let shown = config.describe();
+        assert!(shown.contains("\"10.0.0.0/8\""), "{shown}");
+        assert!(shown.contains("\"127.0.0.1\""), "{shown}");
+
+        let message = load_err(
+            None,
+            &[("TOLLGATE_HTTP_TRUSTED_PROXIES", "10.0.0.0/33")],
+            &Overrides::default(),
+        );
+        assert!(
+            message.starts_with("http.trusted_proxies: invalid entry"),
+            "{message}"
+        );
+        let vars = env(&[("TOLLGATE_HTTP_TRUSTED_PROXIES", "192.168.1.0/24, ::1")]);
+        let config = Config::load(None, &vars, &Overrides::default()).expect("env");
+        assert_eq!(config.http.trusted_proxies.len(), 2);
+        let message = load_err(
+            None,
+            &[("TOLLGATE_AUTH_ARGON2_PER_SECOND", "0")],
+            &Overrides::default(),
+        );
+        assert!(
+            message.contains("auth.argon2_per_second = 0 is out of range"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -12,22 +12,23 @@
 //! and 429 for the guards that have them. Transport failures keep transport statuses.
 
 use std::io::Read;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tiny_http::{Header, Method, Request, Response, StatusCode};
 
+use crate::auth::CredentialRef;
 use crate::catalog::{ErrorKind, McpError};
-use crate::config::{Config, ErrorStatusMode};
+use crate::config::{ClientAddressHeader, Config, ErrorStatusMode, ProxyRange};
 use crate::dispatch::{Env, Server, Transport};
 use crate::jsonrpc::{self, Incoming, Parsed};
 use crate::protocol::{self, Session};
 use crate::registry::Notifier;
-use crate::sessions::Sessions;
+use crate::sessions::{SessionOwner, Sessions};
 
 /// How often idle workers look at the shutdown flag.
 const POLL: Duration = Duration::from_millis(100);
@@ -87,6 +88,7 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     };
     let listener = tiny_http::Server::http_with_handler(config.http.listen, handler)
         .map_err(std::io::Error::other)?;
+    app.set_listening(listener.server_addr().to_ip().unwrap_or(config.http.listen));
     let bound = listener
         .server_addr()
         .to_ip()
@@ -231,6 +233,11 @@ struct App {
     max_body: usize,
     mode: ErrorStatusMode,
     public_base_url: Option<String>,
+    /// `http://<bound address>`, the base URL when no public one is configured.
+    listen_url: OnceLock<String>,
+    /// Peers whose client-address header names the real client (`http.trusted_proxies`).
+    trusted_proxies: Vec<ProxyRange>,
+    client_address_header: ClientAddressHeader,
     dev_credential: Option<String>,
     oauth: crate::oauth::Endpoints,
     /// `GET /metrics` is served (`http.metrics`).
@@ -298,6 +305,9 @@ impl App {
             max_body: config.http.max_body_bytes,
             mode: config.http.error_status,
             public_base_url: config.http.public_base_url.clone(),
+            listen_url: OnceLock::new(),
+            trusted_proxies: config.http.trusted_proxies.clone(),
+            client_address_header: config.http.client_address_header,
             dev_credential: config.dev.unauthenticated_credential.clone(),
             oauth: crate::oauth::Endpoints::new(),
             metrics: config.http.metrics.then(crate::metrics::global),
@@ -336,29 +346,50 @@ impl App {
     }
 
     fn route(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
-        let base = self.base_url(head);
         let reply = match (&head.method, head.path.as_str()) {
             (Method::Get, "/healthz") => self.healthz(),
             (Method::Get, "/metrics") if self.metrics.is_some() => self.metrics_page(head),
-            (Method::Get, p) if p.starts_with("/.well-known/oauth-protected-resource") => {
-                Reply::json(200, &crate::oauth::protected_resource_metadata(&base))
-            }
-            (Method::Get, "/.well-known/oauth-authorization-server") => {
-                Reply::json(200, &crate::oauth::authorization_server_metadata(&base))
-            }
-            (Method::Post, "/oauth/token") => match stream.read_body(self.max_body) {
-                Ok(body) => {
-                    let (status, headers, body) = self.oauth.token(&self.server, head, &body);
-                    let mut reply = Reply::json(status, &body);
-                    reply.headers.extend(headers);
-                    reply.header("Cache-Control", "no-store")
-                }
-                Err(err) => self.error_reply(None, &err, None),
-            },
+            (Method::Get, p) if p.starts_with("/.well-known/") => self.oauth_metadata(head),
+            (Method::Post, "/oauth/token") => self.oauth_token(head, stream),
             (_, "/mcp") => return self.mcp(head, stream),
             _ => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
         };
         Outgoing::Reply(reply)
+    }
+
+    /// RFC 9728 and RFC 8414 documents. `Host`/`Origin` are checked as on `/mcp`, so a
+    /// rebinding page cannot read them, and the URLs in them never come from the request.
+    fn oauth_metadata(&self, head: &HttpHead) -> Reply {
+        if let Err(err) = self.origins.check(head) {
+            return self.error_reply(None, &err, None);
+        }
+        let base = self.base_url();
+        match head.path.as_str() {
+            p if p.starts_with("/.well-known/oauth-protected-resource") => {
+                Reply::json(200, &crate::oauth::protected_resource_metadata(&base))
+            }
+            "/.well-known/oauth-authorization-server" => {
+                Reply::json(200, &crate::oauth::authorization_server_metadata(&base))
+            }
+            _ => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
+        }
+    }
+
+    /// `POST /oauth/token`, behind the same `Host`/`Origin` policy as `/mcp`.
+    fn oauth_token(&self, head: &HttpHead, stream: &Stream) -> Reply {
+        if let Err(err) = self.origins.check(head) {
+            return self.error_reply(None, &err, None);
+        }
+        match stream.read_body(self.max_body) {
+            Ok(body) => {
+                let source = self.client_source(head);
+                let (status, headers, body) = self.oauth.token(&self.server, head, &source, &body);
+                let mut reply = Reply::json(status, &body);
+                reply.headers.extend(headers);
+                reply.header("Cache-Control", "no-store")
+            }
+            Err(err) => self.error_reply(None, &err, None),
+        }
     }
 
     fn healthz(&self) -> Reply {
@@ -384,10 +415,30 @@ impl App {
         }
     }
 
-    fn base_url(&self, head: &HttpHead) -> String {
+    /// Records the address the listener is bound to (the base URL when no public one is
+    /// configured). A wildcard address names nothing a client can reach, so it is said.
+    fn set_listening(&self, addr: SocketAddr) {
+        if self.public_base_url.is_none() && addr.ip().is_unspecified() {
+            tracing::warn!(
+                listen = %addr,
+                "http.public_base_url is not set and the listener is bound to a wildcard \
+                 address; OAuth metadata will name it; set http.public_base_url"
+            );
+        }
+        let _ = self.listen_url.set(format!("http://{addr}"));
+    }
+
+    /// The base of every URL this server advertises (OAuth metadata, the
+    /// `WWW-Authenticate` challenge): `http.public_base_url`, otherwise the bound
+    /// listening address — never the request's `Host`.
+    fn base_url(&self) -> String {
         match &self.public_base_url {
             Some(url) => url.trim_end_matches('/').to_owned(),
-            None => format!("http://{}", head.header("host").unwrap_or("127.0.0.1")),
+            None => self
+                .listen_url
+                .get()
+                .cloned()
+                .unwrap_or_else(|| "http://127.0.0.1:8787".to_owned()),
         }
     }
 
@@ -405,13 +456,25 @@ impl App {
         }
     }
 
+    /// Ends a session; only its owner's credential may (anyone else gets the 404 of an
+    /// unknown id).
     fn mcp_delete(&self, head: &HttpHead) -> Reply {
-        match head.header("mcp-session-id") {
-            None => self
+        let Some(id) = head.header("mcp-session-id") else {
+            return self
                 .error_reply(None, &McpError::new(ErrorKind::HttpMethodNotAllowed), None)
-                .header("Allow", "POST"),
-            Some(id) if self.sessions.remove(id) => Reply::empty(204),
-            Some(_) => self.error_reply(None, &McpError::new(ErrorKind::SessionNotFound), None),
+                .header("Allow", "POST");
+        };
+        let owner = match self.caller(head) {
+            Ok(owner) => owner,
+            Err(err) => {
+                let body = self.server.error_body(None, &err);
+                return self.response_reply(&body, false);
+            }
+        };
+        if self.sessions.remove(id, &owner) {
+            Reply::empty(204)
+        } else {
+            self.error_reply(None, &McpError::new(ErrorKind::SessionNotFound), None)
         }
     }
 
@@ -427,12 +490,13 @@ impl App {
             Parsed::NotJson => self.error_reply(None, &McpError::parse_error(), None),
             Parsed::Batch(items) => self.batch(head, items),
             Parsed::Single(Incoming::Invalid(id, err)) => self.error_reply(id, &err, None),
-            Parsed::Single(Incoming::Response(id, message)) => {
-                if let Ok(session) = self.legacy_session(head) {
+            Parsed::Single(Incoming::Response(id, message)) => match self.legacy_session(head) {
+                Ok(session) => {
                     session.deliver(&id, message);
+                    Reply::empty(202)
                 }
-                Reply::empty(202)
-            }
+                Err(err) => self.session_error_reply(None, &err),
+            },
             Parsed::Single(Incoming::Request(req)) => return self.single(head, req, stream),
         };
         Outgoing::Reply(reply)
@@ -441,7 +505,7 @@ impl App {
     fn batch(&self, head: &HttpHead, items: Vec<Incoming>) -> Reply {
         let session = match self.legacy_session(head) {
             Ok(session) => session,
-            Err(err) => return self.error_reply(None, &err, None),
+            Err(err) => return self.session_error_reply(None, &err),
         };
         let notifier = Discard;
         let env = self.env(head, &session, &notifier);
@@ -469,20 +533,32 @@ impl App {
         } else {
             match self.legacy_session(head) {
                 Ok(session) => session,
-                Err(err) => return Outgoing::Reply(self.error_reply(id, &err, Some(false))),
+                Err(err) => return Outgoing::Reply(self.session_error_reply(id, &err)),
             }
         };
         let env = self.env(head, &session, stream);
         let is_initialize = !modern && req.method == "initialize";
+        // A session belongs to the credential of its `initialize`; one opened without a
+        // credential is anonymous and lives in a pool of its own (see `sessions.rs`).
+        let owner = if is_initialize {
+            match self.caller(head) {
+                Ok(owner) => Some(owner),
+                Err(err) => return Outgoing::Reply(self.session_error_reply(id, &err)),
+            }
+        } else {
+            None
+        };
         let Some(response) = self.server.handle_incoming(Incoming::Request(req), &env) else {
             return Outgoing::Reply(Reply::empty(202));
         };
         if stream.is_streaming() {
             return Outgoing::Final(response);
         }
-        let mut reply = self.response_reply(&response, head, modern);
-        if is_initialize && response.get("result").is_some() {
-            match self.sessions.create(session) {
+        let mut reply = self.response_reply(&response, modern);
+        if let Some(owner) = owner
+            && response.get("result").is_some()
+        {
+            match self.sessions.create(session, owner) {
                 Ok(sid) => reply = reply.header("Mcp-Session-Id", sid),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot create a session id");
@@ -499,39 +575,82 @@ impl App {
         session: &'a Session,
         notifier: &'a dyn Notifier,
     ) -> Env<'a> {
-        let token = head
-            .header("authorization")
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
+        let token = bearer_token(head);
         Env {
             session,
             notifier,
             transport: Transport::Http,
             token,
-            dev_credential: if token.is_none() {
-                self.dev_credential.as_deref()
-            } else {
-                None
-            },
-            source: head
-                .peer
-                .map_or("http:unknown".to_owned(), |p| format!("http:{}", p.ip())),
+            dev_credential: self.dev_credential_for(token),
+            source: self.client_source(head),
             idempotency_header: head.header("idempotency-key"),
         }
     }
 
+    /// Development mode's credential, for a request that presents no token.
+    fn dev_credential_for(&self, token: Option<&str>) -> Option<&str> {
+        match token {
+            None => self.dev_credential.as_deref(),
+            Some(_) => None,
+        }
+    }
+
+    /// Who is asking, for the failure throttles: `http:<address>` of the peer, or of the
+    /// client a trusted proxy names (never a header of an untrusted peer).
+    fn client_source(&self, head: &HttpHead) -> String {
+        let Some(peer) = head.peer.map(|p| p.ip().to_canonical()) else {
+            return "http:unknown".to_owned();
+        };
+        let client = if self.trusted_proxies.iter().any(|r| r.contains(peer)) {
+            forwarded_client(head, self.client_address_header, &self.trusted_proxies)
+                .unwrap_or(peer)
+        } else {
+            peer
+        };
+        format!("http:{client}")
+    }
+
+    /// The owner of the sessions the request may use: the credential of the presented
+    /// token (from the verified-token cache, or verified now), or development mode's
+    /// credential for a request without one. A missing or refused credential makes the
+    /// request anonymous; a throttled one, or a store that cannot answer, is an error
+    /// (never mistaken for anonymity).
+    fn caller(&self, head: &HttpHead) -> Result<SessionOwner, McpError> {
+        let token = bearer_token(head);
+        let auth = self.server.guards().authenticator();
+        let credential = match self.dev_credential_for(token) {
+            Some(public_id) => auth
+                .principal_for_public_id(public_id)
+                .map(|p| CredentialRef::from(&p)),
+            None => auth.identify(token, &self.client_source(head)),
+        };
+        match credential {
+            Ok(credential) => Ok(SessionOwner::of(&credential)),
+            Err(err) if is_credential_refusal(&err) => Ok(SessionOwner::anonymous()),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A refusal from resolving the session or its credential: `invalid_token` gets its
+    /// 401 challenge, the others their transport status.
+    fn session_error_reply(&self, id: Option<Value>, err: &McpError) -> Reply {
+        let body = self.server.error_body(id, err);
+        self.response_reply(&body, false)
+    }
+
     /// The session named by `Mcp-Session-Id`; a request without one gets a fresh,
     /// uninitialized session (the dispatcher then asks for `initialize` or `_meta`).
+    /// A named session must be the caller's: another credential's session, and for a
+    /// request without a valid credential every session but an anonymous one, answers
+    /// `session_not_found` exactly like an unknown id, so nothing tells them apart.
     fn legacy_session(&self, head: &HttpHead) -> Result<Arc<Session>, McpError> {
         let Some(id) = head.header("mcp-session-id") else {
             return Ok(Arc::new(Session::new()));
         };
+        let owner = self.caller(head)?;
         let session = self
             .sessions
-            .get(id)
+            .get(id, &owner)
             .map_err(|_| McpError::new(ErrorKind::SessionNotFound))?;
         if let Some(version) = head.header("mcp-protocol-version") {
             let known = protocol::LEGACY_VERSIONS.contains(&version);
@@ -549,7 +668,7 @@ impl App {
         Ok(session)
     }
 
-    fn response_reply(&self, response: &Value, head: &HttpHead, modern: bool) -> Reply {
+    fn response_reply(&self, response: &Value, modern: bool) -> Reply {
         let error = response.get("error");
         let status = error.map_or(200, |e| self.status_for(e, modern));
         let mut reply = Reply::json(status, response);
@@ -566,7 +685,7 @@ impl App {
                 .extend(crate::ratelimit::http_headers(&limits));
         }
         if status == 401 {
-            let base = self.base_url(head);
+            let base = self.base_url();
             reply = reply.header(
                 "WWW-Authenticate",
                 format!(
@@ -849,6 +968,76 @@ fn read_body(request: &mut Request, cap: usize) -> Result<Vec<u8>, McpError> {
         return Err(too_large());
     }
     Ok(body)
+}
+
+/// Whether `err` refuses the credential itself (rather than throttling or failing).
+fn is_credential_refusal(err: &McpError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::InvalidToken | ErrorKind::InvalidTokenType | ErrorKind::ClientRevoked
+    )
+}
+
+/// The token of an `Authorization: Bearer <token>` header; the scheme is matched without
+/// regard to case (RFC 9110 §11.1), so `bearer` and `BEARER` work too.
+fn bearer_token(head: &HttpHead) -> Option<&str> {
+    let value = head.header("authorization")?.trim_start();
+    let (scheme, token) = value.split_once([' ', '\t'])?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+}
+
+/// The client a trusted proxy names: walking the header's hops from the right (the one
+/// the nearest proxy appended) past the trusted proxies, the first other address. A hop
+/// that is not an address ends the walk without an answer (the peer is used).
+fn forwarded_client(
+    head: &HttpHead,
+    header: ClientAddressHeader,
+    trusted: &[ProxyRange],
+) -> Option<IpAddr> {
+    let hops: Vec<Option<IpAddr>> = match header {
+        ClientAddressHeader::XForwardedFor => head
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "x-forwarded-for")
+            .flat_map(|(_, v)| v.split(','))
+            .map(|hop| parse_hop(hop.trim()))
+            .collect(),
+        ClientAddressHeader::Forwarded => head
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "forwarded")
+            .flat_map(|(_, v)| v.split(','))
+            .map(|element| {
+                element
+                    .split(';')
+                    .filter_map(|pair| pair.trim().split_once('='))
+                    .find(|(name, _)| name.trim().eq_ignore_ascii_case("for"))
+                    .and_then(|(_, value)| parse_hop(value.trim().trim_matches('"')))
+            })
+            .collect(),
+    };
+    let mut last_trusted = None;
+    for hop in hops.into_iter().rev() {
+        let ip = hop?.to_canonical();
+        if !trusted.iter().any(|r| r.contains(ip)) {
+            return Some(ip);
+        }
+        last_trusted = Some(ip);
+    }
+    last_trusted
+}
+
+/// One hop of a forwarding header: `1.2.3.4`, `1.2.3.4:5678`, `[::1]`, `[::1]:5678`, `::1`.
+fn parse_hop(hop: &str) -> Option<IpAddr> {
+    if let Ok(ip) = hop.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Some(rest) = hop.strip_prefix('[') {
+        return rest.split(']').next()?.parse().ok();
+    }
+    hop.parse::<SocketAddr>().ok().map(|a| a.ip())
 }
 
 fn is_modern(req: &jsonrpc::Request) -> bool {

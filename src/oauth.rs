@@ -2,8 +2,11 @@
 //! Server Metadata (RFC 8414) and the token endpoint with the `client_credentials` grant.
 //!
 //! Errors here are RFC 6749 bodies (`{"error": "invalid_client", …}`), not JSON-RPC: the
-//! token endpoint is not an MCP endpoint. It has its own rate limit per client id and per
-//! peer, independent of the MCP buckets.
+//! token endpoint is not an MCP endpoint. It has its own rate limit, independent of the MCP
+//! buckets: every request counts against its source, and only requests whose client secret
+//! was right count against their client id. Wrong secrets count against the source's
+//! authentication-failure throttle (the one bearer tokens use), never against the client:
+//! a stranger cannot lock a client out by guessing at its id.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::auth::OAuthClient;
 use crate::catalog::{ErrorKind, McpError};
 use crate::config::Locale;
 use crate::dispatch::Server;
@@ -18,7 +22,7 @@ use crate::http::HttpHead;
 
 /// Lifetime of an issued access token.
 pub const ACCESS_TOKEN_TTL: Duration = Duration::from_secs(3600);
-/// Token requests allowed per client id (and per peer address) per minute.
+/// Token requests allowed per source per minute, and authenticated ones per client id.
 pub const TOKEN_REQUESTS_PER_MINUTE: u32 = 30;
 /// Sources tracked by the token-endpoint limiter at most.
 const MAX_TRACKED: usize = 10_000;
@@ -120,29 +124,43 @@ impl Endpoints {
         }
     }
 
-    /// Handles `POST /oauth/token`: returns status, extra headers and the JSON body.
+    /// Handles `POST /oauth/token` from `source` (`http:<client address>`, as the MCP
+    /// endpoint's throttle knows it): returns status, extra headers and the JSON body.
     pub fn token(
         &self,
         server: &Server,
         head: &HttpHead,
+        source: &str,
         body: &[u8],
     ) -> (u16, Vec<(String, String)>, Value) {
-        match self.grant(server, head, body) {
+        match self.grant(server, head, source, body) {
             Ok(token) => (200, Vec::new(), token),
             Err(err) => err.into_response(),
         }
     }
 
-    /// The token request, from rate limits to the issued token.
-    fn grant(&self, server: &Server, head: &HttpHead, body: &[u8]) -> Result<Value, OAuthError> {
-        let peer = head
-            .peer
-            .map_or_else(|| "unknown".to_owned(), |p| p.ip().to_string());
-        self.admit(&format!("peer:{peer}"), server.locale())?;
+    /// The token request: the source's limit, the request's shape, the client secret
+    /// (failures charged to the source), the client's limit, then the issued token.
+    fn grant(
+        &self,
+        server: &Server,
+        head: &HttpHead,
+        source: &str,
+        body: &[u8],
+    ) -> Result<Value, OAuthError> {
+        self.admit(&format!("source:{source}"), server.locale())?;
         let form: HashMap<String, String> = form_urlencoded::parse(body).into_owned().collect();
         let credentials = client_credentials(head, &form)?;
-        self.admit(&format!("client:{}", credentials.0), server.locale())?;
-        issue(server, &form, &credentials, &format!("http:{peer}"))
+        if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
+            return Err(OAuthError::new(
+                400,
+                "unsupported_grant_type",
+                "Only the client_credentials grant is supported.",
+            ));
+        }
+        let client = authenticate_client(server, &credentials, source)?;
+        self.admit(&format!("client:{}", client.client_id), server.locale())?;
+        issue(server, &form, client)
     }
 
     /// Charges one request to `source`'s window; over the limit, the catalog's
@@ -190,10 +208,11 @@ fn client_credentials(
     form: &HashMap<String, String>,
 ) -> Result<(String, String), OAuthError> {
     let invalid_client = OAuthError::new(401, "invalid_client", "Client authentication failed.");
-    let basic = head.header("authorization").and_then(|v| {
-        v.strip_prefix("Basic ")
-            .or_else(|| v.strip_prefix("basic "))
-    });
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    let basic = head
+        .header("authorization")
+        .and_then(|v| v.trim_start().split_once([' ', '\t']))
+        .and_then(|(scheme, rest)| scheme.eq_ignore_ascii_case("basic").then_some(rest));
     let from_form = (form.get("client_id"), form.get("client_secret"));
     match (basic, from_form) {
         (Some(_), (Some(_), _) | (_, Some(_))) => Err(OAuthError::new(
@@ -222,40 +241,59 @@ fn decode_basic(encoded: &str) -> Option<(String, String)> {
     Some((decode(id)?, decode(secret)?))
 }
 
+/// The RFC 6749 answer to a refused token request.
+fn token_refusal(failure: TokenFailure, locale: Locale) -> OAuthError {
+    match failure {
+        TokenFailure::InvalidClient => {
+            OAuthError::new(401, "invalid_client", "Client authentication failed.")
+        }
+        TokenFailure::InvalidScope => OAuthError::new(
+            400,
+            "invalid_scope",
+            "The requested scope is not a subset of the client's allowed scopes.",
+        ),
+        TokenFailure::Unavailable => OAuthError::new(
+            503,
+            "temporarily_unavailable",
+            "The server cannot issue tokens right now; retry with backoff.",
+        ),
+        TokenFailure::Throttled(err) => OAuthError::throttled(&err, locale),
+    }
+}
+
+/// Verifies the client secret (argon2, throttled per `source` like bearer tokens).
+fn authenticate_client(
+    server: &Server,
+    (client_id, secret): &(String, String),
+    source: &str,
+) -> Result<OAuthClient, OAuthError> {
+    let secret = crate::auth::Secret::new(secret.clone());
+    server
+        .guards()
+        .authenticator()
+        .verify_client_secret(client_id, &secret, source)
+        .map_err(|err| {
+            let failure = match err.kind() {
+                ErrorKind::BackendUnavailable | ErrorKind::InternalError => {
+                    TokenFailure::Unavailable
+                }
+                ErrorKind::RateLimited => TokenFailure::Throttled(err),
+                _ => TokenFailure::InvalidClient,
+            };
+            token_refusal(failure, server.locale())
+        })
+}
+
 fn issue(
     server: &Server,
     form: &HashMap<String, String>,
-    (id, secret): &(String, String),
-    source: &str,
+    client: OAuthClient,
 ) -> Result<Value, OAuthError> {
-    if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
-        return Err(OAuthError::new(
-            400,
-            "unsupported_grant_type",
-            "Only the client_credentials grant is supported.",
-        ));
-    }
     let requested: Option<Vec<String>> = form
         .get("scope")
         .map(|s| s.split_whitespace().map(str::to_owned).collect());
-    let issued = issue_client_token(server, (id, secret), requested.as_deref(), source).map_err(
-        |failure| match failure {
-            TokenFailure::InvalidClient => {
-                OAuthError::new(401, "invalid_client", "Client authentication failed.")
-            }
-            TokenFailure::InvalidScope => OAuthError::new(
-                400,
-                "invalid_scope",
-                "The requested scope is not a subset of the client's allowed scopes.",
-            ),
-            TokenFailure::Unavailable => OAuthError::new(
-                503,
-                "temporarily_unavailable",
-                "The server cannot issue tokens right now; retry with backoff.",
-            ),
-            TokenFailure::Throttled(err) => OAuthError::throttled(&err, server.locale()),
-        },
-    )?;
+    let issued = issue_client_token(server, client, requested.as_deref())
+        .map_err(|failure| token_refusal(failure, server.locale()))?;
     Ok(json!({
         "access_token": issued.token,
         "token_type": "Bearer",
@@ -285,24 +323,13 @@ pub struct IssuedToken {
     pub scopes: Vec<String>,
 }
 
-/// Authenticates the client (throttled like bearer tokens, argon2 on its secret) and
-/// issues a token whose scopes are the requested subset of the client's allowed scopes.
+/// Issues an authenticated client a token whose scopes are the requested subset of its
+/// allowed scopes.
 fn issue_client_token(
     server: &Server,
-    (client_id, secret): (&str, &str),
+    client: OAuthClient,
     requested: Option<&[String]>,
-    source: &str,
 ) -> Result<IssuedToken, TokenFailure> {
-    let secret = crate::auth::Secret::new(secret.to_owned());
-    let client = server
-        .guards()
-        .authenticator()
-        .verify_client_secret(client_id, &secret, source)
-        .map_err(|err| match err.kind() {
-            ErrorKind::BackendUnavailable | ErrorKind::InternalError => TokenFailure::Unavailable,
-            ErrorKind::RateLimited => TokenFailure::Throttled(err),
-            _ => TokenFailure::InvalidClient,
-        })?;
     let scopes = requested.map(<[String]>::to_vec).unwrap_or_default();
     if !scopes
         .iter()

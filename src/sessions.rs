@@ -1,41 +1,86 @@
-//! Handshake-era HTTP sessions: `Mcp-Session-Id` → [`Session`], with an idle expiry.
+//! Handshake-era HTTP sessions: `Mcp-Session-Id` → [`Session`], with an idle expiry, each
+//! bound to the credential that opened it.
 //!
 //! Ids are 128 random bits from the OS, hex-encoded (visible ASCII, as the transport
-//! requires). An expired or deleted id answers 404 so the client re-initializes. The table
-//! is bounded: when full, the least recently used session is dropped.
+//! requires). An expired or deleted id answers 404 so the client re-initializes.
+//!
+//! A session belongs to the [`SessionOwner`] of its `initialize`: the credential it
+//! presented (an OAuth access token: its client, so a refreshed token keeps the session),
+//! or, when it presented none or a refused one, the anonymous owner — such a session can
+//! only answer what needs no credential (`ping`, notifications), and every guarded request
+//! on it is refused `invalid_token` as it would be anywhere. A request naming a session must
+//! come from its owner; anyone else finds it exactly as an id that does not exist.
+//!
+//! The table is bounded twice: one owner — the anonymous one included, so unauthenticated
+//! sessions form a pool of their own — keeps at most [`MAX_SESSIONS_PER_OWNER`] (its least
+//! recently used session goes first), and when the whole table is full the least recently
+//! used session *of the owner with the most sessions* goes. A flood of sessions, with a
+//! credential or without, therefore never pushes out another owner's sessions.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::auth::CredentialRef;
 use crate::protocol::Session;
 
-/// Sessions kept at most; beyond it the least recently used one is dropped.
+/// Sessions kept at most.
 const MAX_SESSIONS: usize = 10_000;
+/// Sessions one owner keeps at most.
+pub const MAX_SESSIONS_PER_OWNER: usize = 1_000;
+
+/// Who a session belongs to: the OAuth client of the credential that opened it, or that
+/// credential itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionOwner(String);
+
+impl SessionOwner {
+    /// The owner of sessions opened without a valid credential.
+    pub fn anonymous() -> SessionOwner {
+        SessionOwner("anonymous".to_owned())
+    }
+
+    /// The owner of sessions opened with `credential`.
+    pub fn of(credential: &CredentialRef) -> SessionOwner {
+        match &credential.client_id {
+            Some(client) => SessionOwner(format!("client:{client}")),
+            None => SessionOwner(format!("key:{}", credential.credential_id)),
+        }
+    }
+}
 
 struct Entry {
     session: Arc<Session>,
+    owner: SessionOwner,
     last_seen: Instant,
 }
 
 /// The session table of one HTTP listener.
 pub struct Sessions {
     ttl: Duration,
+    per_owner: usize,
+    capacity: usize,
     table: Mutex<HashMap<String, Entry>>,
 }
 
 /// Why a session id did not resolve.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
-    /// No such id, or it expired.
+    /// No such id, it expired, or it belongs to another credential.
     Gone,
 }
 
 impl Sessions {
     /// An empty table whose sessions expire after `ttl` without traffic.
     pub fn new(ttl: Duration) -> Sessions {
+        Sessions::with_limits(ttl, MAX_SESSIONS, MAX_SESSIONS_PER_OWNER)
+    }
+
+    fn with_limits(ttl: Duration, capacity: usize, per_owner: usize) -> Sessions {
         Sessions {
             ttl,
+            per_owner: per_owner.max(1),
+            capacity: capacity.max(1),
             table: Mutex::new(HashMap::new()),
         }
     }
@@ -46,52 +91,79 @@ impl Sessions {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts a session and returns its id.
-    pub fn create(&self, session: Arc<Session>) -> std::io::Result<String> {
+    /// Starts a session owned by `owner` and returns its id.
+    pub fn create(&self, session: Arc<Session>, owner: SessionOwner) -> std::io::Result<String> {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
         let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let now = Instant::now();
         let mut table = self.lock();
         table.retain(|_, e| now.duration_since(e.last_seen) < self.ttl);
-        if table.len() >= MAX_SESSIONS
-            && let Some(oldest) = table
-                .iter()
-                .min_by_key(|(_, e)| e.last_seen)
-                .map(|(k, _)| k.clone())
-        {
-            table.remove(&oldest);
-        }
+        self.make_room(&mut table, &owner);
         table.insert(
             id.clone(),
             Entry {
                 session,
+                owner,
                 last_seen: now,
             },
         );
         Ok(id)
     }
 
-    /// Finds a live session and refreshes its expiry.
-    pub fn get(&self, id: &str) -> Result<Arc<Session>, Lookup> {
-        let now = Instant::now();
-        let mut table = self.lock();
-        match table.get_mut(id) {
-            Some(entry) if now.duration_since(entry.last_seen) < self.ttl => {
-                entry.last_seen = now;
-                Ok(Arc::clone(&entry.session))
+    /// Drops one session when `owner` is at its own cap or the table is full: the least
+    /// recently used one of `owner`, or of the owner holding the most sessions.
+    fn make_room(&self, table: &mut HashMap<String, Entry>, owner: &SessionOwner) {
+        let mut counts: HashMap<&SessionOwner, usize> = HashMap::new();
+        for entry in table.values() {
+            *counts.entry(&entry.owner).or_default() += 1;
+        }
+        let victim_owner = if counts.get(owner).copied().unwrap_or(0) >= self.per_owner {
+            owner.clone()
+        } else if table.len() >= self.capacity {
+            match counts.into_iter().max_by_key(|(_, n)| *n) {
+                Some((busiest, _)) => busiest.clone(),
+                None => return,
             }
-            Some(_) => {
-                table.remove(id);
-                Err(Lookup::Gone)
-            }
-            None => Err(Lookup::Gone),
+        } else {
+            return;
+        };
+        let oldest = table
+            .iter()
+            .filter(|(_, e)| e.owner == victim_owner)
+            .min_by_key(|(_, e)| e.last_seen)
+            .map(|(k, _)| k.clone());
+        if let Some(oldest) = oldest {
+            table.remove(&oldest);
         }
     }
 
-    /// Ends a session; false when it did not exist.
-    pub fn remove(&self, id: &str) -> bool {
-        self.lock().remove(id).is_some()
+    /// Finds a live session of `owner` and refreshes its expiry. Another owner's session
+    /// is [`Lookup::Gone`], as an unknown id is (and its expiry is not refreshed).
+    pub fn get(&self, id: &str, owner: &SessionOwner) -> Result<Arc<Session>, Lookup> {
+        let now = Instant::now();
+        let mut table = self.lock();
+        match table.get_mut(id) {
+            Some(entry) if now.duration_since(entry.last_seen) >= self.ttl => {
+                table.remove(id);
+                Err(Lookup::Gone)
+            }
+            Some(entry) if entry.owner == *owner => {
+                entry.last_seen = now;
+                Ok(Arc::clone(&entry.session))
+            }
+            _ => Err(Lookup::Gone),
+        }
+    }
+
+    /// Ends a session of `owner`; false when it did not exist or is another owner's.
+    pub fn remove(&self, id: &str, owner: &SessionOwner) -> bool {
+        let mut table = self.lock();
+        if table.get(id).is_some_and(|e| e.owner == *owner) {
+            table.remove(id);
+            return true;
+        }
+        false
     }
 }
 
@@ -99,18 +171,94 @@ impl Sessions {
 mod tests {
     use super::*;
 
+    fn owner(id: &str) -> SessionOwner {
+        SessionOwner::of(&CredentialRef {
+            credential_id: id.to_owned(),
+            client_id: None,
+        })
+    }
+
     #[test]
     fn sessions_resolve_until_removed_or_expired() {
         let sessions = Sessions::new(Duration::from_secs(60));
-        let id = sessions.create(Arc::new(Session::new())).expect("id");
+        let alice = owner("alice");
+        let id = sessions
+            .create(Arc::new(Session::new()), alice.clone())
+            .expect("id");
         assert_eq!(id.len(), 32);
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert!(sessions.get(&id).is_ok());
-        assert!(sessions.remove(&id));
-        assert_eq!(sessions.get(&id).err(), Some(Lookup::Gone));
+        assert!(sessions.get(&id, &alice).is_ok());
+        assert!(sessions.remove(&id, &alice));
+        assert_eq!(sessions.get(&id, &alice).err(), Some(Lookup::Gone));
 
         let short = Sessions::new(Duration::ZERO);
-        let id = short.create(Arc::new(Session::new())).expect("id");
-        assert_eq!(short.get(&id).err(), Some(Lookup::Gone));
+        let id = short
+            .create(Arc::new(Session::new()), alice.clone())
+            .expect("id");
+        assert_eq!(short.get(&id, &alice).err(), Some(Lookup::Gone));
+    }
+
+    #[test]
+    fn a_session_answers_only_its_owner() {
+        let sessions = Sessions::new(Duration::from_secs(60));
+        let (alice, mallory) = (owner("alice"), owner("mallory"));
+        let id = sessions
+            .create(Arc::new(Session::new()), alice.clone())
+            .expect("id");
+        assert_eq!(sessions.get(&id, &mallory).err(), Some(Lookup::Gone));
+        assert!(!sessions.remove(&id, &mallory));
+        assert!(sessions.get(&id, &alice).is_ok());
+        // Tokens of one OAuth client share its sessions (a refreshed token keeps them).
+        let of_client = |credential: &str| {
+            SessionOwner::of(&CredentialRef {
+                credential_id: credential.to_owned(),
+                client_id: Some("c1".to_owned()),
+            })
+        };
+        let id = sessions
+            .create(Arc::new(Session::new()), of_client("token1"))
+            .expect("id");
+        assert!(sessions.get(&id, &of_client("token2")).is_ok());
+        assert_eq!(
+            sessions.get(&id, &owner("token2")).err(),
+            Some(Lookup::Gone)
+        );
+    }
+
+    #[test]
+    fn a_flood_from_one_owner_never_evicts_another_owners_sessions() {
+        let sessions = Sessions::with_limits(Duration::from_secs(60), 20, 8);
+        let (alice, bob, mallory) = (owner("alice"), owner("bob"), SessionOwner::anonymous());
+        let new = || Arc::new(Session::new());
+        let kept = sessions.create(new(), alice.clone()).expect("id");
+        let bobs: Vec<String> = (0..7)
+            .map(|_| sessions.create(new(), bob.clone()).expect("id"))
+            .collect();
+        let mut mallorys = Vec::new();
+        for _ in 0..1_000 {
+            mallorys.push(sessions.create(new(), mallory.clone()).expect("id"));
+        }
+        assert!(sessions.get(&kept, &alice).is_ok());
+        assert!(bobs.iter().all(|id| sessions.get(id, &bob).is_ok()));
+        // Mallory keeps only its newest sessions, up to its own cap.
+        let live = mallorys
+            .iter()
+            .filter(|id| sessions.get(id, &mallory).is_ok())
+            .count();
+        assert_eq!(live, 8);
+        assert!(sessions.get(&mallorys[999], &mallory).is_ok());
+
+        // A full table gives way at the owner holding the most sessions.
+        let carol = owner("carol");
+        for _ in 0..5 {
+            sessions.create(new(), carol.clone()).expect("id");
+        }
+        let live = mallorys
+            .iter()
+            .filter(|id| sessions.get(id, &mallory).is_ok())
+            .count();
+        assert_eq!(live, 7);
+        assert!(sessions.get(&kept, &alice).is_ok());
+        assert!(bobs.iter().all(|id| sessions.get(id, &bob).is_ok()));
     }
 }

@@ -97,9 +97,13 @@ struct Session {
     version: String,
 }
 
-/// `initialize` + `notifications/initialized`; asserts the session id and the 202.
-fn open_session(server: &HttpServer, version: &str) -> Session {
-    let init = server.post_mcp(&[], &initialize_body(version));
+/// `initialize` + `notifications/initialized` with `token` (the session is bound to it;
+/// `None`: development mode's credential, or an anonymous session); asserts the session
+/// id and the 202.
+fn open_session(server: &HttpServer, version: &str, token: Option<&str>) -> Session {
+    let auth = token.map(bearer);
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    let init = server.post_mcp(&headers, &initialize_body(version));
     assert_eq!(
         init.status,
         200,
@@ -120,7 +124,7 @@ fn open_session(server: &HttpServer, version: &str) -> Session {
     let initialized = legacy_post(
         server,
         &session,
-        None,
+        token,
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     );
     assert_eq!(initialized.status, 202);
@@ -400,7 +404,7 @@ fn configured_origins_and_hosts_are_allowed_and_sessions_expire() {
 
     // Expiry: an idle session is gone after `session_ttl_secs`; the client must
     // re-initialize (404, as the transport spec says).
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let expired = legacy_call(&server, &session, admin_token(&db), 2, "test_simple_text");
     assert_eq!(expired.status, 404);
@@ -545,7 +549,7 @@ fn session_lifecycle_initialize_use_delete_then_404() {
     let db = TestDb::new();
     let server = serve(&db);
     let token = admin_token(&db);
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(token));
 
     let list = legacy_post(
         &server,
@@ -568,7 +572,11 @@ fn session_lifecycle_initialize_use_delete_then_404() {
         "test_simple_text",
     ));
 
-    let sid = [("Mcp-Session-Id", session.id.as_str())];
+    let auth = bearer(token);
+    let sid = [
+        ("Mcp-Session-Id", session.id.as_str()),
+        ("Authorization", auth.as_str()),
+    ];
     let deleted = crate::util::http_request(server.addr, "DELETE", "/mcp", &sid, b"");
     assert_eq!(deleted.status, 204);
     assert!(deleted.body.is_empty());
@@ -634,7 +642,7 @@ fn a_bad_protocol_version_header_on_a_session_is_400() {
     let db = TestDb::new();
     let server = serve(&db);
     let token = admin_token(&db);
-    let session = open_session(&server, "2025-06-18");
+    let session = open_session(&server, "2025-06-18", Some(token));
     let list = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"});
 
     for bad in ["1999-01-01", "2025-03-26", "banana"] {
@@ -670,7 +678,7 @@ fn a_bad_protocol_version_header_on_a_session_is_400() {
 fn notifications_are_202_with_an_empty_body() {
     let db = TestDb::new();
     let server = serve(&db);
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
     let cancelled =
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}});
     let legacy = legacy_post(&server, &session, Some(admin_token(&db)), &cancelled);
@@ -689,7 +697,7 @@ fn batches_are_answered_on_2025_03_26_and_refused_on_later_revisions() {
     let db = TestDb::new();
     let server = serve(&db);
     let token = admin_token(&db);
-    let session = open_session(&server, "2025-03-26");
+    let session = open_session(&server, "2025-03-26", Some(token));
     let batch = json!([
         {"jsonrpc": "2.0", "id": 10, "method": "ping"},
         {"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "test_simple_text", "arguments": {}}},
@@ -713,7 +721,7 @@ fn batches_are_answered_on_2025_03_26_and_refused_on_later_revisions() {
         json!(SIMPLE_TEXT)
     );
 
-    let later = open_session(&server, "2025-06-18");
+    let later = open_session(&server, "2025-06-18", Some(token));
     let refused = legacy_post(&server, &later, Some(token), &batch);
     assert_eq!(refused.status, 400);
     let body = refused.json();
@@ -866,7 +874,7 @@ fn assert_invalid_token_reply(response: &HttpResponse, server: &HttpServer) {
 fn a_missing_or_bad_token_is_401_with_resource_metadata_in_both_modes() {
     let db = TestDb::new();
     for server in [serve(&db), serve_semantic(&db)] {
-        let session = open_session(&server, "2025-11-25");
+        let session = open_session(&server, "2025-11-25", None);
         let bad = "tg_live_0000000000000000_notasecret";
         let legacy_bad = legacy_call(&server, &session, bad, 2, "test_simple_text");
         assert_invalid_token_reply(&legacy_bad, &server);
@@ -890,9 +898,8 @@ fn a_missing_or_bad_token_is_401_with_resource_metadata_in_both_modes() {
 fn compatible_mode_sends_guard_errors_with_200_and_rate_limit_headers() {
     let db = TestDb::new();
     let server = serve(&db);
-    let session = open_session(&server, "2025-11-25");
-
     let reader = create_key(&db, "invoices:read");
+    let session = open_session(&server, "2025-11-25", Some(&reader.token));
     let scope = legacy_call(&server, &session, &reader.token, 2, "test_simple_text");
     assert_eq!(scope.status, 200);
     assert_json_content_type(&scope);
@@ -970,9 +977,8 @@ fn assert_rate_limited_headers(response: &HttpResponse, data: &Value) {
 fn semantic_mode_uses_403_and_429_with_their_headers() {
     let db = TestDb::new();
     let server = serve_semantic(&db);
-    let session = open_session(&server, "2025-11-25");
-
     let reader = create_key(&db, "invoices:read");
+    let session = open_session(&server, "2025-11-25", Some(&reader.token));
     let scope = legacy_call(&server, &session, &reader.token, 2, "test_simple_text");
     assert_eq!(scope.status, 403);
     assert_eq!(
@@ -989,6 +995,7 @@ fn semantic_mode_uses_403_and_429_with_their_headers() {
     );
 
     let limited = one_read_per_minute_key(&db);
+    let session = open_session(&server, "2025-11-25", Some(&limited.token));
     assert_simple_text(&legacy_call(
         &server,
         &session,
@@ -1003,6 +1010,7 @@ fn semantic_mode_uses_403_and_429_with_their_headers() {
     assert_rate_limited_headers(&refused, &body["error"]["data"]);
 
     // Protocol errors that are not guard errors keep 200 even here.
+    let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
     let unknown = legacy_call(&server, &session, admin_token(&db), 5, "no_such_tool");
     assert_eq!(unknown.status, 200);
     assert_error(&unknown.json(), -32602, "unknown_tool", 404, 1005, false);
@@ -1099,7 +1107,7 @@ fn progress_streams_as_sse_events_then_the_response() {
     let db = TestDb::new();
     let server = serve(&db);
     let token = admin_token(&db);
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(token));
 
     let streamed = legacy_post(&server, &session, Some(token), &progress_call(2));
     assert_eq!(streamed.status, 200);
@@ -1137,8 +1145,8 @@ fn progress_streams_as_sse_events_then_the_response() {
 fn a_guard_rejection_of_a_streaming_call_keeps_its_json_body() {
     let db = TestDb::new();
     let server = serve(&db);
-    let session = open_session(&server, "2025-11-25");
     let reader = create_key(&db, "invoices:read");
+    let session = open_session(&server, "2025-11-25", Some(&reader.token));
     let response = legacy_post(&server, &session, Some(&reader.token), &progress_call(2));
     assert_eq!(response.status, 200);
     assert_json_content_type(&response);
@@ -1308,7 +1316,7 @@ fn client_credentials_tokens_work_as_bearers_until_the_client_is_revoked() {
         .to_owned();
     assert_ne!(basic_token, form_token);
 
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(&basic_token));
     assert_simple_text(&legacy_call(
         &server,
         &session,
@@ -1451,7 +1459,7 @@ fn dev_mode_runs_tokenless_requests_as_the_configured_credential_and_audits_them
     );
 
     assert_simple_text(&modern_call(&server, None, 1, "test_simple_text"));
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", None);
     let legacy = legacy_post(
         &server,
         &session,
@@ -1544,7 +1552,7 @@ fn sigterm_during_a_slow_call_lets_it_finish_then_exits_0() {
     let db = TestDb::new();
     let mut server = serve(&db);
     let token = bearer(admin_token(&db));
-    let session = open_session(&server, "2025-11-25");
+    let session = open_session(&server, "2025-11-25", Some(admin_token(&db)));
     let body = serde_json::to_vec(&progress_call(9)).expect("serialize");
     let mut exchange = HttpExchange::send(
         server.addr,

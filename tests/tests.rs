@@ -9,6 +9,7 @@ mod faults;
 mod floods;
 mod fuzz;
 mod guards;
+mod hardening_auth;
 mod http;
 mod invoicing;
 mod ratelimit;
