@@ -243,7 +243,7 @@ fn finish(outcome: Result<(), Failed>) -> ExitCode {
 
 fn open(config: &Config) -> Result<Store, Failed> {
     Store::open(&config.database, &config.store_options(false)).map_err(|e| match e {
-        StoreError::TooNew { .. } | StoreError::Missing(_) => Failed {
+        StoreError::TooNew { .. } | StoreError::Missing(_) | StoreError::Foreign(_) => Failed {
             message: e.to_string(),
             code: ExitCode::from(crate::cli::EXIT_REFUSED),
         },

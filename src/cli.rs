@@ -221,7 +221,9 @@ fn fail(message: &str) -> ExitCode {
 
 fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
     Store::open(&config.database, &config.store_options(create)).map_err(|e| match e {
-        StoreError::TooNew { .. } | StoreError::Missing(_) => refuse(&e.to_string()),
+        StoreError::TooNew { .. } | StoreError::Missing(_) | StoreError::Foreign(_) => {
+            refuse(&e.to_string())
+        }
         other => fail(&format!("cannot open the database: {other}")),
     })
 }
@@ -420,7 +422,7 @@ fn healthcheck(config: &Config) -> ExitCode {
         Ok(store) => store,
         Err(code) => return code,
     };
-    match store.schema_version() {
+    match store.health() {
         Ok(version) => {
             println!(
                 "ok: {} (schema version {version})",
@@ -428,6 +430,10 @@ fn healthcheck(config: &Config) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => fail(&format!("unhealthy: {e}")),
+        Err(reason) => fail(&format!(
+            "unhealthy: {}: {reason} ({})",
+            config.database.display(),
+            reason.code()
+        )),
     }
 }
