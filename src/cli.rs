@@ -347,6 +347,7 @@ fn company_locale(store: &Store) -> Locale {
 fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
     let store = open_store(config, false)?;
     store.checkpoint_in_background();
+    crate::audit::prune_in_background(&store, config.audit.retention_days);
     build_server(config, store)
         .map(Arc::new)
         .map_err(|e| fail(&e))

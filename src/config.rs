@@ -31,6 +31,9 @@ const DEFAULT_SESSION_TTL_SECS: u64 = 3600;
 const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5000;
 const DEFAULT_POOL_SIZE: u64 = 8;
 const MAX_POOL_SIZE: u64 = 256;
+const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 90;
+/// A hundred years: longer is a typo (0 keeps rows forever).
+const MAX_AUDIT_RETENTION_DAYS: u64 = 36_500;
 
 /// A configuration that could not be read or is invalid; the message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,6 +210,15 @@ pub struct Config {
     pub dev: DevConfig,
     /// `[store]`
     pub store: StoreConfig,
+    /// `[audit]`
+    pub audit: AuditConfig,
+}
+
+/// `[audit]`: the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// Rows older than this many days are deleted in the background; 0 keeps them forever.
+    pub retention_days: u32,
 }
 
 /// `[stdio]`: the stdio transport.
@@ -307,6 +319,9 @@ impl Default for Config {
                 busy_timeout: Duration::from_millis(DEFAULT_BUSY_TIMEOUT_MS),
                 pool_size: DEFAULT_POOL_SIZE as u32,
             },
+            audit: AuditConfig {
+                retention_days: DEFAULT_AUDIT_RETENTION_DAYS as u32,
+            },
         }
     }
 }
@@ -391,6 +406,9 @@ impl Config {
                 busy_timeout_ms: Some(duration_millis(self.store.busy_timeout)),
                 pool_size: Some(u64::from(self.store.pool_size)),
             },
+            audit: RawAudit {
+                retention_days: Some(u64::from(self.audit.retention_days)),
+            },
         }
     }
 }
@@ -431,6 +449,8 @@ struct RawConfig {
     dev: RawDev,
     #[serde(default)]
     store: RawStore,
+    #[serde(default)]
+    audit: RawAudit,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -472,6 +492,12 @@ struct RawTools {
 #[serde(deny_unknown_fields)]
 struct RawDev {
     unauthenticated_credential: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    retention_days: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -624,6 +650,10 @@ const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
         raw.store.busy_timeout_ms = Some(parse_u64(v)?);
         Ok(())
     }),
+    ("TOLLGATE_AUDIT_RETENTION_DAYS", |raw, v| {
+        raw.audit.retention_days = Some(parse_u64(v)?);
+        Ok(())
+    }),
 ];
 
 /// Every `TOLLGATE_*` variable tollgate knows: overrides first, then pass-through ones.
@@ -717,6 +747,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         },
         dev: validate_dev(raw.dev)?,
         store: validate_store(raw.store)?,
+        audit: validate_audit(raw.audit)?,
     };
     check_dev_mode_is_local(&config)?;
     Ok(config)
@@ -912,6 +943,19 @@ fn validate_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     Ok(StoreConfig {
         busy_timeout: Duration::from_millis(busy_ms),
         pool_size: u32::try_from(pool).unwrap_or(u32::MAX),
+    })
+}
+
+fn validate_audit(raw: RawAudit) -> Result<AuditConfig, ConfigError> {
+    let days = in_range(
+        "audit.retention_days",
+        Some("TOLLGATE_AUDIT_RETENTION_DAYS"),
+        raw.retention_days,
+        DEFAULT_AUDIT_RETENTION_DAYS,
+        (0, MAX_AUDIT_RETENTION_DAYS),
+    )?;
+    Ok(AuditConfig {
+        retention_days: u32::try_from(days).unwrap_or(u32::MAX),
     })
 }
 
@@ -1272,6 +1316,28 @@ mod tests {
                 ..reloaded
             },
             config
+        );
+    }
+
+    #[test]
+    fn audit_retention_defaults_to_90_days_and_0_keeps_forever() {
+        let config = Config::load(None, &[], &Overrides::default()).expect("defaults");
+        assert_eq!(config.audit.retention_days, 90);
+        let forever = env(&[("TOLLGATE_AUDIT_RETENTION_DAYS", "0")]);
+        let config = Config::load(None, &forever, &Overrides::default()).expect("0");
+        assert_eq!(config.audit.retention_days, 0);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[audit]\nretention_days = 400000\n").expect("write");
+        let err = Config::load(Some(&path), &[], &Overrides::default()).expect_err("too long");
+        assert!(
+            err.message()
+                .starts_with("audit.retention_days = 400000 is out of range"),
+            "{err}"
+        );
+        assert!(
+            err.message().contains("TOLLGATE_AUDIT_RETENTION_DAYS"),
+            "{err}"
         );
     }
 }
