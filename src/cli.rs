@@ -173,7 +173,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(config) => config,
         Err(e) => return refuse(&format!("configuration error: {e}")),
     };
-    crate::logging::init(&config.log);
+    // Held until the command returns: dropping it flushes the queued log lines.
+    let _log = crate::logging::init(&config.log);
     match cli.command {
         Command::Init(args) => init(&config, &args),
         Command::Stdio(_) => stdio(&config),
