@@ -123,6 +123,8 @@ struct Buffer {
     /// Sources summarised on their own row in this window (at most [`SUMMARY_SOURCES`]).
     sources: HashSet<String>,
     closing: bool,
+    /// The writer thread has written everything and returned.
+    stopped: bool,
 }
 
 impl Buffer {
@@ -176,6 +178,42 @@ impl Shared {
     }
 }
 
+/// Every auditor of this process, for [`flush_all`].
+static AUDITORS: Mutex<Vec<std::sync::Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// How long [`flush_all`] waits for a writer.
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// Writes out every row queued in this process and stops the writers, for a server that
+/// is about to exit while a connection thread may still hold its [`Auditor`] (which then
+/// is never dropped). Rows recorded afterwards are not written.
+pub fn flush_all() {
+    let auditors: Vec<Arc<Shared>> = AUDITORS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    for shared in auditors {
+        let deadline = std::time::Instant::now() + FLUSH_WAIT;
+        let mut buffer = shared.lock();
+        buffer.closing = true;
+        shared.changed.notify_all();
+        while !buffer.stopped {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!("the audit writer did not finish in time; rows may be lost");
+                break;
+            }
+            buffer = shared
+                .changed
+                .wait_timeout(buffer, left)
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+        }
+    }
+}
+
 /// Writes audit rows through one group-committing writer thread.
 pub struct Auditor {
     shared: Arc<Shared>,
@@ -186,11 +224,22 @@ impl Auditor {
     /// An auditor over `store`; starts its writer thread.
     pub fn new(store: Store) -> Auditor {
         let shared = Arc::new(Shared::default());
+        let mut auditors = AUDITORS.lock().unwrap_or_else(PoisonError::into_inner);
+        auditors.retain(|weak| weak.strong_count() > 0);
+        auditors.push(Arc::downgrade(&shared));
+        drop(auditors);
         let theirs = Arc::clone(&shared);
         let writer = std::thread::Builder::new()
             .name("audit-writer".to_owned())
-            .spawn(move || write_loop(&store, &theirs))
-            .map_err(|e| tracing::error!(error = %e, "cannot start the audit writer"))
+            .spawn(move || {
+                write_loop(&store, &theirs);
+                theirs.lock().stopped = true;
+                theirs.changed.notify_all();
+            })
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot start the audit writer");
+                shared.lock().stopped = true;
+            })
             .ok();
         Auditor { shared, writer }
     }

@@ -402,7 +402,10 @@ fn serve(config: &Config) -> ExitCode {
         Ok(server) => server,
         Err(code) => return code,
     };
-    match crate::http::serve(server, config) {
+    let served = crate::http::serve(server, config);
+    // Idle keep-alive connections may still hold the server (and its audit writer).
+    crate::audit::flush_all();
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&format!("cannot serve HTTP: {e}")),
     }

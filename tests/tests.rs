@@ -9,6 +9,7 @@ mod faults;
 mod floods;
 mod fuzz;
 mod guards;
+mod hardening_store;
 mod http;
 mod invoicing;
 mod ratelimit;
