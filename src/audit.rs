@@ -331,51 +331,22 @@ fn insert(
     summary_rows: &mut HashMap<SummaryKey, i64>,
 ) -> Result<(), StoreError> {
     let created = store.write(|tx| {
-        let mut stmt = tx.prepare_cached(
-            "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
-             duration_us, transport, calls, source) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )?;
-        let mut put = |row: &Row, calls: i64, source: Option<&str>| {
-            stmt.execute(params![
-                row.at,
-                row.request_id,
-                row.credential_id,
-                row.client_id,
-                row.tool,
-                row.outcome,
-                row.duration_us,
-                row.transport,
-                calls,
-                source
-            ])
-            .map(|_| tx.last_insert_rowid())
-        };
         for row in batch {
-            put(row, 1, None)?;
+            insert_row(tx, row, 1, None)?;
         }
-        let mut add = tx.prepare_cached(
-            "UPDATE audit_log SET calls = calls + ?2, \
-             tool = CASE WHEN ?3 OR tool <> ?4 THEN '*' ELSE tool END WHERE id = ?1",
-        )?;
         let mut created = Vec::new();
         for (key, pending) in summaries {
-            let existing = summary_rows.get(&key).copied();
-            let added = match existing {
-                Some(id) => add.execute(params![
-                    id,
-                    pending.calls,
-                    pending.several_tools,
-                    pending.first.tool
-                ])?,
-                None => 0,
+            let added = match summary_rows.get(&key) {
+                Some(&id) => add_to_summary(tx, id, &pending)?,
+                None => false,
             };
-            if added == 0 {
+            // A row not written yet (or pruned since) gets written now.
+            if !added {
                 let mut first = pending.first;
                 if pending.several_tools {
                     SEVERAL.clone_into(&mut first.tool);
                 }
-                let id = put(&first, pending.calls, Some(&key.source))?;
+                let id = insert_row(tx, &first, pending.calls, Some(&key.source))?;
                 created.push((key, id));
             }
         }
@@ -387,6 +358,53 @@ fn insert(
         summary_rows.retain(|key, _| key.window >= newest - SUMMARY_WINDOW_MS);
     }
     Ok(())
+}
+
+/// Inserts one row standing for `calls` calls; returns its id.
+fn insert_row(
+    tx: &rusqlite::Transaction<'_>,
+    row: &Row,
+    calls: i64,
+    source: Option<&str>,
+) -> Result<i64, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
+         duration_us, transport, calls, source) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    stmt.execute(params![
+        row.at,
+        row.request_id,
+        row.credential_id,
+        row.client_id,
+        row.tool,
+        row.outcome,
+        row.duration_us,
+        row.transport,
+        calls,
+        source
+    ])?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// Adds `pending`'s calls to the summary row `id` (its tool becomes `*` when they named
+/// another); false when the row is gone.
+fn add_to_summary(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    pending: &Pending,
+) -> Result<bool, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "UPDATE audit_log SET calls = calls + ?2, \
+         tool = CASE WHEN ?3 OR tool <> ?4 THEN '*' ELSE tool END WHERE id = ?1",
+    )?;
+    let changed = stmt.execute(params![
+        id,
+        pending.calls,
+        pending.several_tools,
+        pending.first.tool
+    ])?;
+    Ok(changed > 0)
 }
 
 /// The outcome code under which `entry` is summarised rather than written on its own
