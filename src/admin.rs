@@ -283,7 +283,7 @@ fn finish(outcome: Result<(), Failed>) -> ExitCode {
 
 fn open(config: &Config) -> Result<Store, Failed> {
     Store::open(&config.database, &config.store_options(false)).map_err(|e| match e {
-        StoreError::TooNew { .. } | StoreError::Missing(_) => Failed {
+        StoreError::TooNew { .. } | StoreError::Missing(_) | StoreError::Foreign(_) => Failed {
             message: e.to_string(),
             code: ExitCode::from(crate::cli::EXIT_REFUSED),
         },
@@ -946,7 +946,8 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
                 json!({ "id": r.id, "at": format_time_ms(r.at_ms), "at_ms": r.at_ms,
                         "request_id": r.request_id, "credential_id": r.credential_id,
                         "client_id": r.client_id, "tool": r.tool, "outcome": r.outcome,
-                        "duration_us": r.duration_us, "transport": r.transport })
+                        "duration_us": r.duration_us, "transport": r.transport,
+                        "calls": r.calls, "source": r.source })
             })
             .collect();
         println!("{}", Value::Array(list));
@@ -957,23 +958,54 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
         return Ok(());
     }
     println!(
-        "{:<24}  {:<20}  {:<28}  {:<24}  {:>10}  TRANSPORT",
-        "TIME", "CREDENTIAL", "TOOL", "OUTCOME", "DURATION"
+        "{:<24}  {:<20}  {:<28}  {:<24}  {:>6}  {:>10}  {:<9}  SOURCE",
+        "TIME", "CREDENTIAL", "TOOL", "OUTCOME", "CALLS", "DURATION", "TRANSPORT"
     );
     for r in &rows {
-        let credential = r.credential_id.as_deref().unwrap_or("-");
+        // Clients choose tool names and request ids: escaped, a name cannot forge a row
+        // or send escape codes to the operator's terminal.
+        let credential = escape_for_terminal(r.credential_id.as_deref().unwrap_or("-"));
         let duration = format!("{:.1}ms", r.duration_us as f64 / 1000.0);
         println!(
-            "{:<24}  {:<20}  {:<28}  {:<24}  {:>10}  {}",
+            "{:<24}  {:<20}  {:<28}  {:<24}  {:>6}  {:>10}  {:<9}  {}",
             format_time_ms(r.at_ms),
             credential,
-            r.tool,
-            r.outcome,
+            escape_for_terminal(&r.tool),
+            escape_for_terminal(&r.outcome),
+            r.calls,
             duration,
-            r.transport
+            escape_for_terminal(&r.transport),
+            escape_for_terminal(r.source.as_deref().unwrap_or("-"))
         );
     }
     Ok(())
+}
+
+/// `text` with every character that is not printable — controls (newline, escape, …),
+/// and the invisible format characters that reorder or hide text (bidi overrides,
+/// zero-width marks) — written as a Rust-style escape (`\n`, `\u{1b}`), and `\` as `\\`.
+pub fn escape_for_terminal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() || is_invisible_format(c) => {
+                out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Unicode format characters (category Cf) that change how a line reads without showing.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
 }
 
 /// Parses `90s`, `15m`, `12h`, `30d`, `2w` (or `0`).
@@ -1048,6 +1080,21 @@ mod tests {
         for bad in ["", "h", "10", "5y", "-1d", "1.5h"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn terminal_output_escapes_what_is_not_printable() {
+        assert_eq!(
+            escape_for_terminal("x\nFAKE ROW\u{1b}[5m"),
+            "x\\nFAKE ROW\\u{1b}[5m"
+        );
+        assert_eq!(escape_for_terminal("a\\b\tc\r"), "a\\\\b\\tc\\r");
+        assert_eq!(
+            escape_for_terminal("abc\u{202e}gpj.exe"),
+            "abc\\u{202e}gpj.exe"
+        );
+        assert_eq!(escape_for_terminal("crear_factura_ñ"), "crear_factura_ñ");
+        assert_eq!(escape_for_terminal("\u{7f}\u{9b}"), "\\u{7f}\\u{9b}");
     }
 
     #[test]

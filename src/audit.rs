@@ -1,6 +1,18 @@
 //! The audit log: one row per `tools/call` — who, which tool, outcome code, duration —
 //! never a secret and never argument values.
 //!
+//! Refusals of callers who did not authenticate (`invalid_token`, `invalid_token_type`
+//! without a principal, and `rate_limited` on the failure throttle's `auth` bucket) cost an
+//! attacker nothing, so they are summarised: one row per source, outcome and
+//! [`SUMMARY_WINDOW_MS`] window, whose `calls` says how many refusals it stands for and
+//! `source` where they came from (`http:<address>`, `stdio:<pid>`; past [`SUMMARY_SOURCES`]
+//! sources in a window, the rest share one row whose source is `*`). Its `tool` and
+//! `request_id` are those of the first call (`*` when the calls named several tools).
+//! A flood therefore adds a bounded number of rows; the metrics still count every call.
+//!
+//! Rows older than the retention (`[audit] retention_days`) are deleted by a background
+//! thread ([`prune_in_background`]), a few hundred per short transaction.
+//!
 //! The outcome is `ok`, or the catalog `code` of the JSON-RPC error, or of the `isError`
 //! result (`_meta["dev.tollgate/error"].code`). Rows go into a buffer that one writer thread
 //! empties every few milliseconds, in a single transaction (group commit), outside the call
@@ -9,6 +21,7 @@
 //! nothing; a process killed outright can lose the rows of calls that finished in its last
 //! moments — never business data or rate counters, which commit with the call.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,7 +30,7 @@ use rusqlite::params;
 use serde_json::Value;
 
 use crate::auth::Principal;
-use crate::catalog::McpError;
+use crate::catalog::{ErrorKind, McpError};
 use crate::dispatch::Transport;
 use crate::store::{Store, StoreError};
 
@@ -40,7 +53,26 @@ pub struct AuditEntry<'a> {
     pub duration: Duration,
     /// The transport.
     pub transport: Transport,
+    /// Who is asking, as the failure throttle sees it (`http:<address>`, `stdio:<pid>`);
+    /// recorded only on summary rows.
+    pub source: &'a str,
 }
+
+/// Length of a summary window, in milliseconds.
+pub const SUMMARY_WINDOW_MS: i64 = 60_000;
+/// Sources summarised each on their own row per window; any more share one row.
+pub const SUMMARY_SOURCES: usize = 1024;
+/// The `source` (and `tool`) of a summary row that stands for several.
+pub const SEVERAL: &str = "*";
+
+/// Rows deleted per pruning transaction (keeps each one short).
+const PRUNE_CHUNK: i64 = 500;
+/// Pause between two pruning transactions.
+const PRUNE_PAUSE: Duration = Duration::from_millis(50);
+/// How often the background pruner looks for expired rows.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Milliseconds in a day.
+const DAY_MS: i64 = 86_400_000;
 
 /// Rows buffered at most; past it callers wait for the writer (back-pressure), rows are
 /// never dropped.
@@ -63,11 +95,73 @@ struct Row {
     transport: &'static str,
 }
 
+/// Which summary row a refusal counts on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SummaryKey {
+    /// Start of the window, unix milliseconds.
+    window: i64,
+    source: String,
+    outcome: &'static str,
+}
+
+/// Refusals counted for one summary row since the writer last looked.
+struct Pending {
+    /// The first of them (its time, request id and tool go on a new row).
+    first: Row,
+    calls: i64,
+    /// They named more than one tool.
+    several_tools: bool,
+}
+
 /// Rows waiting for the writer, and whether the auditor is shutting down.
 #[derive(Default)]
 struct Buffer {
     rows: Vec<Row>,
+    summaries: HashMap<SummaryKey, Pending>,
+    /// The window `sources` belong to.
+    window: i64,
+    /// Sources summarised on their own row in this window (at most [`SUMMARY_SOURCES`]).
+    sources: HashSet<String>,
     closing: bool,
+    /// The writer thread has written everything and returned.
+    stopped: bool,
+}
+
+impl Buffer {
+    /// Counts a refusal on its source's summary row of the current window.
+    fn summarise(&mut self, row: Row, outcome: &'static str, source: &str) {
+        let window = row.at - row.at.rem_euclid(SUMMARY_WINDOW_MS);
+        if window != self.window {
+            self.window = window;
+            self.sources.clear();
+        }
+        let source = truncate(source);
+        let source = if self.sources.contains(&source) || self.sources.len() < SUMMARY_SOURCES {
+            self.sources.insert(source.clone());
+            source
+        } else {
+            SEVERAL.to_owned()
+        };
+        let key = SummaryKey {
+            window,
+            source,
+            outcome,
+        };
+        match self.summaries.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut pending) => {
+                let pending = pending.get_mut();
+                pending.calls += 1;
+                pending.several_tools |= pending.first.tool != row.tool;
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(Pending {
+                    first: row,
+                    calls: 1,
+                    several_tools: false,
+                });
+            }
+        }
+    }
 }
 
 /// The buffer shared by callers and the writer thread.
@@ -84,6 +178,42 @@ impl Shared {
     }
 }
 
+/// Every auditor of this process, for [`flush_all`].
+static AUDITORS: Mutex<Vec<std::sync::Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// How long [`flush_all`] waits for a writer.
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// Writes out every row queued in this process and stops the writers, for a server that
+/// is about to exit while a connection thread may still hold its [`Auditor`] (which then
+/// is never dropped). Rows recorded afterwards are not written.
+pub fn flush_all() {
+    let auditors: Vec<Arc<Shared>> = AUDITORS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    for shared in auditors {
+        let deadline = std::time::Instant::now() + FLUSH_WAIT;
+        let mut buffer = shared.lock();
+        buffer.closing = true;
+        shared.changed.notify_all();
+        while !buffer.stopped {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!("the audit writer did not finish in time; rows may be lost");
+                break;
+            }
+            buffer = shared
+                .changed
+                .wait_timeout(buffer, left)
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+        }
+    }
+}
+
 /// Writes audit rows through one group-committing writer thread.
 pub struct Auditor {
     shared: Arc<Shared>,
@@ -94,11 +224,22 @@ impl Auditor {
     /// An auditor over `store`; starts its writer thread.
     pub fn new(store: Store) -> Auditor {
         let shared = Arc::new(Shared::default());
+        let mut auditors = AUDITORS.lock().unwrap_or_else(PoisonError::into_inner);
+        auditors.retain(|weak| weak.strong_count() > 0);
+        auditors.push(Arc::downgrade(&shared));
+        drop(auditors);
         let theirs = Arc::clone(&shared);
         let writer = std::thread::Builder::new()
             .name("audit-writer".to_owned())
-            .spawn(move || write_loop(&store, &theirs))
-            .map_err(|e| tracing::error!(error = %e, "cannot start the audit writer"))
+            .spawn(move || {
+                write_loop(&store, &theirs);
+                theirs.lock().stopped = true;
+                theirs.changed.notify_all();
+            })
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot start the audit writer");
+                shared.lock().stopped = true;
+            })
             .ok();
         Auditor { shared, writer }
     }
@@ -120,6 +261,10 @@ impl Auditor {
             transport: entry.transport.as_str(),
         };
         let mut buffer = self.shared.lock();
+        if let Some(outcome) = summarised(entry) {
+            buffer.summarise(row, outcome, entry.source);
+            return;
+        }
         while buffer.rows.len() >= QUEUE {
             buffer = self
                 .shared
@@ -147,8 +292,10 @@ impl Drop for Auditor {
 /// Every [`FLUSH_EVERY`] (or at once for a full batch) inserts what has been buffered, in
 /// transactions of up to [`BATCH`] rows; on shutdown, flushes everything and returns.
 fn write_loop(store: &Store, shared: &Shared) {
+    // The summary rows written in the current and the previous window, by key.
+    let mut summary_rows: HashMap<SummaryKey, i64> = HashMap::new();
     loop {
-        let (batch, closing) = {
+        let (batch, summaries, closing) = {
             let mut buffer = shared.lock();
             if buffer.rows.len() < BATCH && !buffer.closing {
                 buffer = shared
@@ -159,12 +306,14 @@ fn write_loop(store: &Store, shared: &Shared) {
             }
             let take = buffer.rows.len().min(BATCH);
             let batch: Vec<Row> = buffer.rows.drain(..take).collect();
-            (batch, buffer.closing && buffer.rows.is_empty())
+            let summaries = std::mem::take(&mut buffer.summaries);
+            (batch, summaries, buffer.closing && buffer.rows.is_empty())
         };
-        if !batch.is_empty() {
+        if !batch.is_empty() || !summaries.is_empty() {
             shared.changed.notify_all();
-            if let Err(e) = insert(store, &batch) {
-                tracing::warn!(cause = %e, rows = batch.len(), "cannot write audit rows");
+            let rows = batch.len() + summaries.len();
+            if let Err(e) = insert(store, &batch, summaries, &mut summary_rows) {
+                tracing::warn!(cause = %e, rows, "cannot write audit rows");
             }
         }
         if closing {
@@ -173,26 +322,164 @@ fn write_loop(store: &Store, shared: &Shared) {
     }
 }
 
-fn insert(store: &Store, batch: &[Row]) -> Result<(), StoreError> {
-    store.write(|tx| {
-        let mut stmt = tx.prepare_cached(
-            "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
-             duration_us, transport) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
+/// Inserts `batch` and adds `summaries` to their rows (inserting those not yet written)
+/// in one transaction; `summary_rows` learns the new rows once it commits.
+fn insert(
+    store: &Store,
+    batch: &[Row],
+    summaries: HashMap<SummaryKey, Pending>,
+    summary_rows: &mut HashMap<SummaryKey, i64>,
+) -> Result<(), StoreError> {
+    let created = store.write(|tx| {
         for row in batch {
-            stmt.execute(params![
-                row.at,
-                row.request_id,
-                row.credential_id,
-                row.client_id,
-                row.tool,
-                row.outcome,
-                row.duration_us,
-                row.transport
-            ])?;
+            insert_row(tx, row, 1, None)?;
         }
-        Ok(())
-    })
+        let mut created = Vec::new();
+        for (key, pending) in summaries {
+            let added = match summary_rows.get(&key) {
+                Some(&id) => add_to_summary(tx, id, &pending)?,
+                None => false,
+            };
+            // A row not written yet (or pruned since) gets written now.
+            if !added {
+                let mut first = pending.first;
+                if pending.several_tools {
+                    SEVERAL.clone_into(&mut first.tool);
+                }
+                let id = insert_row(tx, &first, pending.calls, Some(&key.source))?;
+                created.push((key, id));
+            }
+        }
+        Ok(created)
+    })?;
+    let newest = created.iter().map(|(key, _)| key.window).max();
+    summary_rows.extend(created);
+    if let Some(newest) = newest {
+        summary_rows.retain(|key, _| key.window >= newest - SUMMARY_WINDOW_MS);
+    }
+    Ok(())
+}
+
+/// Inserts one row standing for `calls` calls; returns its id.
+fn insert_row(
+    tx: &rusqlite::Transaction<'_>,
+    row: &Row,
+    calls: i64,
+    source: Option<&str>,
+) -> Result<i64, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
+         duration_us, transport, calls, source) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    stmt.execute(params![
+        row.at,
+        row.request_id,
+        row.credential_id,
+        row.client_id,
+        row.tool,
+        row.outcome,
+        row.duration_us,
+        row.transport,
+        calls,
+        source
+    ])?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// Adds `pending`'s calls to the summary row `id` (its tool becomes `*` when they named
+/// another); false when the row is gone.
+fn add_to_summary(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    pending: &Pending,
+) -> Result<bool, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "UPDATE audit_log SET calls = calls + ?2, \
+         tool = CASE WHEN ?3 OR tool <> ?4 THEN '*' ELSE tool END WHERE id = ?1",
+    )?;
+    let changed = stmt.execute(params![
+        id,
+        pending.calls,
+        pending.several_tools,
+        pending.first.tool
+    ])?;
+    Ok(changed > 0)
+}
+
+/// The outcome code under which `entry` is summarised rather than written on its own
+/// row: a refusal of a caller who did not authenticate.
+fn summarised(entry: &AuditEntry<'_>) -> Option<&'static str> {
+    let Err(err) = entry.outcome else {
+        return None;
+    };
+    if entry.principal.is_some() {
+        return None;
+    }
+    let throttled = || err.fields().get("bucket").and_then(Value::as_str) == Some("auth");
+    match err.kind() {
+        ErrorKind::InvalidToken | ErrorKind::InvalidTokenType => Some(err.kind().spec().code),
+        ErrorKind::RateLimited if throttled() => Some(err.kind().spec().code),
+        _ => None,
+    }
+}
+
+/// Starts a thread that deletes audit rows older than `retention_days` (0: keep them
+/// forever, and start nothing) now and then every hour.
+pub fn prune_in_background(store: &Store, retention_days: u32) {
+    if retention_days == 0 {
+        return;
+    }
+    let store = store.clone();
+    let spawned = std::thread::Builder::new()
+        .name("audit-prune".to_owned())
+        .spawn(move || {
+            loop {
+                match prune_expired(&store, retention_days, unix_millis()) {
+                    Ok(0) => {}
+                    Ok(rows) => tracing::info!(rows, retention_days, "pruned old audit rows"),
+                    Err(e) => tracing::warn!(cause = %e, "pruning old audit rows failed"),
+                }
+                std::thread::sleep(PRUNE_EVERY);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(cause = %e, "cannot start the audit pruner; old rows are kept");
+    }
+}
+
+/// Deletes the rows older than `retention_days` before `now_ms` (unix milliseconds: the
+/// caller's clock), [`PRUNE_CHUNK`] rows per transaction, oldest first. Rows are appended
+/// in time order, so it walks up the ids and stops at the first chunk with nothing to
+/// delete. Returns how many rows went.
+pub fn prune_expired(store: &Store, retention_days: u32, now_ms: i64) -> Result<usize, StoreError> {
+    let cutoff = now_ms.saturating_sub(i64::from(retention_days).saturating_mul(DAY_MS));
+    let mut after = 0;
+    let mut total = 0;
+    loop {
+        let (deleted, last, seen) = store.write(|tx| {
+            let mut next = tx.prepare_cached(
+                "SELECT id, at FROM audit_log WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
+            )?;
+            let chunk = next
+                .query_map(params![after, PRUNE_CHUNK], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut delete = tx.prepare_cached("DELETE FROM audit_log WHERE id = ?1")?;
+            let mut deleted = 0;
+            for (id, _) in chunk.iter().filter(|(_, at)| *at < cutoff) {
+                deleted += delete.execute([id])?;
+            }
+            Ok((deleted, chunk.last().map(|(id, _)| *id), chunk.len()))
+        })?;
+        total += deleted;
+        match last {
+            Some(last) if deleted > 0 && seen == PRUNE_CHUNK as usize => after = last,
+            _ => return Ok(total),
+        }
+        std::thread::sleep(PRUNE_PAUSE);
+    }
 }
 
 /// `ok`, or the catalog code of a JSON-RPC error or of an `isError` result.
@@ -255,6 +542,10 @@ pub struct AuditRecord {
     pub duration_us: i64,
     /// `stdio` or `http`.
     pub transport: String,
+    /// How many calls the row stands for (more than 1 on a summary row).
+    pub calls: i64,
+    /// Where a summary row's refusals came from (`None` on the row of a single call).
+    pub source: Option<String>,
 }
 
 /// The most recent rows matching `filter`, newest first.
@@ -265,12 +556,12 @@ pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, S
         // second keeps one parameter list.)
         let mut stmt = conn.prepare_cached(if filter.credential_id.is_some() {
             "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport FROM audit_log WHERE credential_id = ?1 \
+             transport, calls, source FROM audit_log WHERE credential_id = ?1 \
              AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
              ORDER BY at DESC, id DESC LIMIT ?4 + 0"
         } else {
             "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport FROM audit_log WHERE ?1 IS NULL \
+             transport, calls, source FROM audit_log WHERE ?1 IS NULL \
              AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
              ORDER BY id DESC LIMIT ?4 + 0"
         })?;
@@ -293,6 +584,8 @@ pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, S
                         outcome: row.get(6)?,
                         duration_us: row.get(7)?,
                         transport: row.get(8)?,
+                        calls: row.get(9)?,
+                        source: row.get(10)?,
                     })
                 },
             )?
@@ -346,6 +639,7 @@ mod tests {
                 outcome: &outcome,
                 duration: Duration::from_micros(1500),
                 transport: Transport::Stdio,
+                source: "stdio:1",
             });
         }
         // Dropping the auditor flushes its queue.
@@ -370,5 +664,159 @@ mod tests {
         let ok = recent(&store, &filter).expect("rows");
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].credential_id.as_deref(), Some("abc123abc123"));
+    }
+
+    fn store_in(dir: &tempfile::TempDir) -> Store {
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
+        Store::open(&dir.path().join("a.db"), &opts).expect("open")
+    }
+
+    fn refusal<'a>(
+        request_id: &'a Value,
+        tool: &'a str,
+        outcome: &'a Result<Value, McpError>,
+        source: &'a str,
+    ) -> AuditEntry<'a> {
+        AuditEntry {
+            request_id,
+            principal: None,
+            tool,
+            outcome,
+            duration: Duration::from_micros(10),
+            transport: Transport::Http,
+            source,
+        }
+    }
+
+    fn all(store: &Store) -> Vec<AuditRecord> {
+        let filter = AuditFilter {
+            limit: 10_000,
+            ..AuditFilter::default()
+        };
+        recent(store, &filter).expect("rows")
+    }
+
+    #[test]
+    fn unauthenticated_refusals_are_summarised_per_source_and_outcome() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store_in(&dir);
+        let auditor = Auditor::new(store.clone());
+        let missing = Err(McpError::new(ErrorKind::InvalidToken));
+        let throttled = Err(McpError::rate_limited("auth", 10, 0, 60));
+        let id = json!(1);
+        for i in 0..500 {
+            auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.1"));
+            let tool = if i == 7 {
+                "other_tool"
+            } else {
+                "search_clients"
+            };
+            auditor.record(&refusal(&id, tool, &throttled, "http:10.0.0.1"));
+            auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.2"));
+        }
+        // A refusal of an authenticated caller keeps its own row.
+        let principal = Principal {
+            credential_id: "abc123abc123".into(),
+            client_id: None,
+            scopes: vec![],
+            mode: crate::auth::Mode::Live,
+        };
+        let scope = Err(McpError::new(ErrorKind::InsufficientScope));
+        let mut entry = refusal(&id, "search_clients", &scope, "http:10.0.0.1");
+        entry.principal = Some(&principal);
+        auditor.record(&entry);
+        auditor.record(&entry);
+        drop(auditor);
+        let rows = all(&store);
+        let total: i64 = rows.iter().map(|r| r.calls).sum();
+        assert_eq!(total, 1_502, "{rows:?}");
+        // At most one row per source and outcome in each window the test ran through.
+        let summaries: Vec<&AuditRecord> = rows.iter().filter(|r| r.source.is_some()).collect();
+        assert!((3..=6).contains(&summaries.len()), "{summaries:?}");
+        assert_eq!(rows.len() - summaries.len(), 2);
+        for (source, outcome, tool) in [
+            ("http:10.0.0.1", "invalid_token", "search_clients"),
+            ("http:10.0.0.1", "rate_limited", "*"),
+            ("http:10.0.0.2", "invalid_token", "search_clients"),
+        ] {
+            let mine: Vec<_> = summaries
+                .iter()
+                .filter(|r| r.source.as_deref() == Some(source) && r.outcome == outcome)
+                .collect();
+            assert_eq!(mine.iter().map(|r| r.calls).sum::<i64>(), 500, "{mine:?}");
+            if mine.len() == 1 {
+                assert_eq!(mine[0].tool, tool);
+            }
+            assert!(mine.iter().all(|r| r.credential_id.is_none()));
+        }
+    }
+
+    #[test]
+    fn sources_past_the_cap_share_one_row() {
+        let mut buffer = Buffer::default();
+        let row = |at| Row {
+            at,
+            request_id: "1".into(),
+            credential_id: None,
+            client_id: None,
+            tool: "t".into(),
+            outcome: "invalid_token".into(),
+            duration_us: 0,
+            transport: "http",
+        };
+        for i in 0..SUMMARY_SOURCES + 50 {
+            buffer.summarise(row(60_000), "invalid_token", &format!("http:10.0.{i}"));
+        }
+        assert_eq!(buffer.summaries.len(), SUMMARY_SOURCES + 1);
+        let several = buffer
+            .summaries
+            .iter()
+            .find(|(key, _)| key.source == SEVERAL)
+            .map(|(_, p)| p.calls);
+        assert_eq!(several, Some(50));
+        // A new window starts a new list of sources.
+        buffer.summarise(row(120_000), "invalid_token", "http:10.0.9999");
+        assert!(
+            buffer
+                .summaries
+                .keys()
+                .any(|k| k.window == 120_000 && k.source != SEVERAL)
+        );
+    }
+
+    #[test]
+    fn retention_prunes_older_rows_and_keeps_newer_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store_in(&dir);
+        let now: i64 = 1_800_000_000_000;
+        store
+            .write(|tx| {
+                let mut stmt = tx.prepare(
+                    "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
+                     VALUES (?1, '1', 'search_clients', 'ok', 1, 'stdio')",
+                )?;
+                // 1 200 rows past 90 days (more than two pruning chunks), then 30 within.
+                for i in 0..1_200 {
+                    stmt.execute([now - 100 * DAY_MS + i])?;
+                }
+                for i in 0..30 {
+                    stmt.execute([now - 89 * DAY_MS + i])?;
+                }
+                Ok(())
+            })
+            .expect("seed");
+        assert_eq!(prune_expired(&store, 90, now).expect("prune"), 1_200);
+        let left = all(&store);
+        assert_eq!(left.len(), 30);
+        assert!(left.iter().all(|r| r.at_ms >= now - 89 * DAY_MS));
+        assert_eq!(prune_expired(&store, 90, now).expect("again"), 0);
+        // A day later, by the same clock, the rest is past 90 days too.
+        assert_eq!(
+            prune_expired(&store, 90, now + 2 * DAY_MS).expect("later"),
+            30
+        );
     }
 }

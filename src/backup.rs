@@ -7,7 +7,8 @@
 //! with a hard link, so the target is never half-written and never overwrites a file.
 //!
 //! `tollgate restore <backup>` checks a backup the same way on a scratch copy (which also
-//! brings an older schema up to date and refuses one newer than this binary), refuses to
+//! refuses a file whose tables and columns are not those of a tollgate database of its
+//! version, brings an older schema up to date and refuses one newer than this binary), refuses to
 //! replace an existing database without `--force` or while a process has it open, then
 //! removes the target's stale `-wal`, `-shm` and `-journal` files and renames the checked
 //! copy over the target: the database is either the old one or the restored one.
@@ -335,6 +336,7 @@ fn verify(copy: &Path) -> Result<(u32, String), BackupError> {
     };
     let store = Store::open(copy, &opts).map_err(|e| match e {
         StoreError::Missing(_) => invalid("it is empty or was never initialised".to_owned()),
+        StoreError::Foreign(reason) => invalid(reason),
         other => invalid(other.to_string()),
     })?;
     let version = store.schema_version().map_err(|e| invalid(e.to_string()))?;

@@ -176,7 +176,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(config) => config,
         Err(e) => return refuse(&format!("configuration error: {e}")),
     };
-    crate::logging::init(&config.log);
+    // Held until the command returns: dropping it flushes the queued log lines.
+    let _log = crate::logging::init(&config.log);
     match cli.command {
         Command::Init(args) => init(&config, &args),
         Command::Stdio(_) => stdio(&config),
@@ -225,7 +226,9 @@ fn fail(message: &str) -> ExitCode {
 
 fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
     Store::open(&config.database, &config.store_options(create)).map_err(|e| match e {
-        StoreError::TooNew { .. } | StoreError::Missing(_) => refuse(&e.to_string()),
+        StoreError::TooNew { .. } | StoreError::Missing(_) | StoreError::Foreign(_) => {
+            refuse(&e.to_string())
+        }
         other => fail(&format!("cannot open the database: {other}")),
     })
 }
@@ -350,6 +353,7 @@ fn company_locale(store: &Store) -> Locale {
 fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
     let store = open_store(config, false)?;
     store.checkpoint_in_background();
+    crate::audit::prune_in_background(&store, config.audit.retention_days);
     build_server(config, store)
         .map(Arc::new)
         .map_err(|e| fail(&e))
@@ -403,7 +407,10 @@ fn serve(config: &Config) -> ExitCode {
         Ok(server) => server,
         Err(code) => return code,
     };
-    match crate::http::serve(server, config) {
+    let served = crate::http::serve(server, config);
+    // Idle keep-alive connections may still hold the server (and its audit writer).
+    crate::audit::flush_all();
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&format!("cannot serve HTTP: {e}")),
     }
@@ -425,7 +432,7 @@ fn healthcheck(config: &Config) -> ExitCode {
         Ok(store) => store,
         Err(code) => return code,
     };
-    match store.schema_version() {
+    match store.health() {
         Ok(version) => {
             println!(
                 "ok: {} (schema version {version})",
@@ -433,6 +440,10 @@ fn healthcheck(config: &Config) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e) => fail(&format!("unhealthy: {e}")),
+        Err(reason) => fail(&format!(
+            "unhealthy: {}: {reason} ({})",
+            config.database.display(),
+            reason.code()
+        )),
     }
 }

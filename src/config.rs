@@ -32,6 +32,9 @@ const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5000;
 const DEFAULT_POOL_SIZE: u64 = 8;
 const MAX_POOL_SIZE: u64 = 256;
 const MAX_ARGON2_PER_SECOND: u64 = 10_000;
+const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 90;
+/// A hundred years: longer is a typo (0 keeps rows forever).
+const MAX_AUDIT_RETENTION_DAYS: u64 = 36_500;
 
 /// A configuration that could not be read or is invalid; the message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,6 +294,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[auth]`
     pub auth: AuthConfig,
+    /// `[audit]`
+    pub audit: AuditConfig,
 }
 
 /// `[auth]`: credential verification.
@@ -299,6 +304,13 @@ pub struct AuthConfig {
     /// argon2 verifications started per second across all sources (1..=10000); beyond
     /// it, tokens that are not cached are refused `rate_limited` until the next second.
     pub argon2_per_second: u32,
+}
+
+/// `[audit]`: the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// Rows older than this many days are deleted in the background; 0 keeps them forever.
+    pub retention_days: u32,
 }
 
 /// `[stdio]`: the stdio transport.
@@ -408,6 +420,9 @@ impl Default for Config {
             auth: AuthConfig {
                 argon2_per_second: crate::auth::DEFAULT_ARGON2_PER_SECOND,
             },
+            audit: AuditConfig {
+                retention_days: DEFAULT_AUDIT_RETENTION_DAYS as u32,
+            },
         }
     }
 }
@@ -497,6 +512,9 @@ impl Config {
             auth: RawAuth {
                 argon2_per_second: Some(u64::from(self.auth.argon2_per_second)),
             },
+            audit: RawAudit {
+                retention_days: Some(u64::from(self.audit.retention_days)),
+            },
         }
     }
 }
@@ -539,6 +557,8 @@ struct RawConfig {
     store: RawStore,
     #[serde(default)]
     auth: RawAuth,
+    #[serde(default)]
+    audit: RawAudit,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -588,6 +608,12 @@ struct RawTools {
 #[serde(deny_unknown_fields)]
 struct RawDev {
     unauthenticated_credential: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    retention_days: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -758,6 +784,10 @@ const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
         raw.store.busy_timeout_ms = Some(parse_u64(v)?);
         Ok(())
     }),
+    ("TOLLGATE_AUDIT_RETENTION_DAYS", |raw, v| {
+        raw.audit.retention_days = Some(parse_u64(v)?);
+        Ok(())
+    }),
 ];
 
 /// Every `TOLLGATE_*` variable tollgate knows: overrides first, then pass-through ones.
@@ -852,6 +882,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         dev: validate_dev(raw.dev)?,
         store: validate_store(raw.store)?,
         auth: validate_auth(raw.auth)?,
+        audit: validate_audit(raw.audit)?,
     };
     check_dev_mode_is_local(&config)?;
     Ok(config)
@@ -1069,6 +1100,19 @@ fn validate_store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     Ok(StoreConfig {
         busy_timeout: Duration::from_millis(busy_ms),
         pool_size: u32::try_from(pool).unwrap_or(u32::MAX),
+    })
+}
+
+fn validate_audit(raw: RawAudit) -> Result<AuditConfig, ConfigError> {
+    let days = in_range(
+        "audit.retention_days",
+        Some("TOLLGATE_AUDIT_RETENTION_DAYS"),
+        raw.retention_days,
+        DEFAULT_AUDIT_RETENTION_DAYS,
+        (0, MAX_AUDIT_RETENTION_DAYS),
+    )?;
+    Ok(AuditConfig {
+        retention_days: u32::try_from(days).unwrap_or(u32::MAX),
     })
 }
 
@@ -1480,6 +1524,28 @@ mod tests {
                 ..reloaded
             },
             config
+        );
+    }
+
+    #[test]
+    fn audit_retention_defaults_to_90_days_and_0_keeps_forever() {
+        let config = Config::load(None, &[], &Overrides::default()).expect("defaults");
+        assert_eq!(config.audit.retention_days, 90);
+        let forever = env(&[("TOLLGATE_AUDIT_RETENTION_DAYS", "0")]);
+        let config = Config::load(None, &forever, &Overrides::default()).expect("0");
+        assert_eq!(config.audit.retention_days, 0);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[audit]\nretention_days = 400000\n").expect("write");
+        let err = Config::load(Some(&path), &[], &Overrides::default()).expect_err("too long");
+        assert!(
+            err.message()
+                .starts_with("audit.retention_days = 400000 is out of range"),
+            "{err}"
+        );
+        assert!(
+            err.message().contains("TOLLGATE_AUDIT_RETENTION_DAYS"),
+            "{err}"
         );
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! The first guard that rejects ends the call with a JSON-RPC error. Then the arguments are
 //! validated and the tool runs; its failures become `isError` results. Every call, admitted
-//! or not, leaves one audit row ([`crate::audit`]).
+//! or not, is audited ([`crate::audit`]): on a row of its own, or — a refusal of a caller
+//! who did not authenticate — counted on its source's summary row.
 //!
 //! The other methods that read business data — a `prompts/get` whose messages read the
 //! store, a `completion/complete` whose values do — pass the same steps 1, 3 and 4
@@ -389,6 +390,7 @@ impl Guards {
                 outcome,
                 duration: started.elapsed(),
                 transport: env.transport,
+                source: &env.source,
             });
         }
     }

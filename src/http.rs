@@ -392,12 +392,18 @@ impl App {
         }
     }
 
+    /// `GET /healthz`: 200 while the store can read and write; otherwise 503 with the
+    /// catalog code `backend_unavailable` and the reason (`disk_full`, …).
     fn healthz(&self) -> Reply {
-        match self.server.store().schema_version() {
+        match self.server.store().health() {
             Ok(version) => Reply::json(200, &json!({"status": "ok", "schema_version": version})),
-            Err(err) => {
-                tracing::warn!(cause = %err, "health check failed");
-                Reply::json(503, &json!({"status": "unavailable"}))
+            Err(reason) => {
+                tracing::warn!(reason = reason.code(), "health check failed: {reason}");
+                let code = ErrorKind::BackendUnavailable.spec().code;
+                Reply::json(
+                    503,
+                    &json!({"status": "unavailable", "code": code, "reason": reason.code()}),
+                )
             }
         }
     }

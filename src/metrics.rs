@@ -11,6 +11,7 @@
 //! | `tollgate_tool_call_duration_seconds` | a histogram with fixed buckets ([`LATENCY_BUCKETS_MICROS`]) |
 //! | `tollgate_http_responses_total` | `status` |
 //! | `tollgate_rate_charges_total`, `tollgate_rate_charge_transactions_total` | none: calls charged to the rate counters, and the transactions that did it (their ratio is how well group commit batches) |
+//! | `tollgate_log_lines_dropped_total` | none: log lines dropped because stderr did not take them in time ([`crate::logging`]) |
 //!
 //! plus `tollgate_build_info`, `tollgate_uptime_seconds`, `process_start_time_seconds` and,
 //! where `/proc` is readable, `process_resident_memory_bytes`, `process_threads` and
@@ -276,6 +277,14 @@ impl Metrics {
             "When this process started serving, unix seconds.",
         );
         let _ = writeln!(page, "process_start_time_seconds {}", self.started_unix);
+        let name = "tollgate_log_lines_dropped_total";
+        header(
+            page,
+            name,
+            "counter",
+            "Log lines dropped because stderr did not take them in time (logging never blocks a call).",
+        );
+        sample(page, name, &[], crate::logging::dropped_lines());
     }
 
     fn render_calls(&self, page: &mut String) {

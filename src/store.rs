@@ -7,19 +7,35 @@
 //! two ways in: [`Store::read`] on a plain connection and [`Store::write`] inside an
 //! immediate transaction that commits on `Ok` and rolls back on `Err`.
 //!
+//! Before migrating, an existing file must have exactly the tables and columns that its
+//! version has (computed by applying the migration steps to an empty in-memory database),
+//! so a foreign SQLite file is refused as [`StoreError::Foreign`] instead of failing later
+//! on a missing table.
+//!
+//! The file is created `0600` whatever the umask (it holds argon2 hashes and the key that
+//! seals request state); SQLite gives its `-wal` and `-shm` files the same mode. A file, WAL
+//! or SHM found readable by group or others is tightened to `0600` with a warning.
+//!
+//! [`Store::health`] says whether the store can serve: readable, writable, with room on its
+//! file system, and no storage failure left over from the last write (which every
+//! [`Store::write`] records; a write probe runs only to confirm that one has cleared).
+//!
 //! Errors are [`StoreError`]: a `Display` for the operator (it may name the file) and a
 //! [`StoreError::public_message`] safe to send to a client (no paths, no SQL).
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../schema.sql");
@@ -39,8 +55,21 @@ const AUDIT_INDEXES_SQL: &str = "
 /// a key in place) and every existing row lands in the live book.
 const BOOKS_SQL: &str = include_str!("../migrations/books.sql");
 
+/// Version 4: an audit row can stand for several calls. Refusals of unauthenticated callers
+/// are summarised, one row per source and window, with the number of calls it counts and
+/// the source they came from (NULL on the rows of single calls).
+const AUDIT_SUMMARY_SQL: &str = "
+    ALTER TABLE audit_log ADD COLUMN calls INTEGER NOT NULL DEFAULT 1 CHECK (calls >= 1);
+    ALTER TABLE audit_log ADD COLUMN source TEXT;
+";
+
 /// Ordered migration steps: (version reached, SQL). Never edit a released step; append one.
-const MIGRATIONS: &[(u32, &str)] = &[(1, SCHEMA_SQL), (2, AUDIT_INDEXES_SQL), (3, BOOKS_SQL)];
+const MIGRATIONS: &[(u32, &str)] = &[
+    (1, SCHEMA_SQL),
+    (2, AUDIT_INDEXES_SQL),
+    (3, BOOKS_SQL),
+    (4, AUDIT_SUMMARY_SQL),
+];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.
 const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION);
@@ -72,12 +101,31 @@ pub enum StoreError {
     Io(std::io::Error),
     /// The caller's closure chose to roll the transaction back; its own outcome says why.
     RolledBack,
+    /// The file is an SQLite database, but not tollgate's (or not of the version it claims).
+    Foreign(String),
 }
 
 impl StoreError {
     /// True when retrying later may succeed (locked or full database, exhausted pool).
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Busy | Self::Full | Self::Pool(_))
+    }
+
+    /// What this failure says about the storage under the database, when it says
+    /// anything (a lock held by another writer or a rolled-back closure does not).
+    pub fn storage_failure(&self) -> Option<Unhealthy> {
+        use rusqlite::ErrorCode;
+        match self {
+            Self::Full => Some(Unhealthy::DiskFull),
+            Self::Sqlite(e) => match e.sqlite_error_code() {
+                Some(ErrorCode::ReadOnly) => Some(Unhealthy::ReadOnly),
+                Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
+                    Some(Unhealthy::WriteFailed)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// A message safe to show to a client: no paths, no SQL, no internal detail.
@@ -91,6 +139,7 @@ impl StoreError {
             Self::Pool(_) => "no database connection is available; retry shortly",
             Self::Io(_) => "database storage error",
             Self::RolledBack => "the change was rolled back",
+            Self::Foreign(_) => "the database is not a tollgate database",
         }
     }
 }
@@ -116,6 +165,7 @@ impl fmt::Display for StoreError {
             Self::Pool(e) => write!(f, "no database connection available: {e}"),
             Self::Io(e) => write!(f, "database file error: {e}"),
             Self::RolledBack => f.write_str("the transaction was rolled back by its caller"),
+            Self::Foreign(reason) => write!(f, "not a tollgate database: {reason}"),
         }
     }
 }
@@ -190,6 +240,8 @@ impl Default for StoreOptions {
 pub struct Store {
     pool: r2d2::Pool<SqliteConnectionManager>,
     path: Arc<Path>,
+    /// The storage failure of the last write, if it failed (shared by clones).
+    last_write: Arc<LastWrite>,
 }
 
 impl Store {
@@ -198,9 +250,11 @@ impl Store {
     pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
         if opts.create {
             create_parent_dir(path)?;
+            create_private_file(path)?;
         } else if !path.exists() {
             return Err(StoreError::Missing(path.to_path_buf()));
         }
+        tighten_permissions(path);
         // Two processes creating the same file at once can meet SQLite's lock-upgrade
         // deadlock (an immediate SQLITE_BUSY that no busy timeout waits out) while one
         // switches the file to WAL: starting is rare, so retry it a few times.
@@ -218,6 +272,7 @@ impl Store {
         Ok(Store {
             pool,
             path: Arc::from(path),
+            last_write: Arc::new(LastWrite::default()),
         })
     }
 
@@ -284,11 +339,41 @@ impl Store {
         &self,
         f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.pool.get()?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let value = f(&tx)?;
-        tx.commit()?;
-        Ok(value)
+        let outcome = (|| {
+            let mut conn = self.pool.get()?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        self.last_write.observe(&outcome);
+        outcome
+    }
+
+    /// Whether this store can serve, and its schema version when it can: the file reads,
+    /// its file system is writable and has at least [`MIN_FREE_BYTES`] free, and the last
+    /// write did not fail for a storage reason — or, when it did, a small write probe in a
+    /// transaction of its own now succeeds (so a store recovers as soon as space returns).
+    /// Costs no write while writes succeed.
+    pub fn health(&self) -> Result<u32, Unhealthy> {
+        let version = self.schema_version().map_err(|e| {
+            tracing::warn!(cause = %e, "health check: the database cannot be read");
+            Unhealthy::Unreadable
+        })?;
+        check_room(&self.path)?;
+        if let Some(failure) = self.last_write.failure() {
+            self.write(|tx| {
+                tx.execute(
+                    "INSERT INTO server_secrets (name, value, created_at) \
+                     VALUES ('health-probe', zeroblob(32), 0) ON CONFLICT (name) DO NOTHING",
+                    [],
+                )?;
+                tx.execute("DELETE FROM server_secrets WHERE name = 'health-probe'", [])?;
+                Ok(())
+            })
+            .map_err(|e| e.storage_failure().unwrap_or(failure))?;
+        }
+        Ok(version)
     }
 
     /// The schema version stored in the file (`PRAGMA user_version`).
@@ -402,6 +487,116 @@ impl Store {
     }
 }
 
+/// Free space below which the store reports itself unhealthy: a large tool call writes
+/// a few hundred KiB, and SQLite needs room for WAL frames and checkpoints.
+pub const MIN_FREE_BYTES: u64 = 1024 * 1024;
+
+/// Why a store cannot serve (the `reason` of an unhealthy `/healthz`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unhealthy {
+    /// The database cannot be read.
+    Unreadable,
+    /// The database file or its file system is read-only.
+    ReadOnly,
+    /// The disk is full: less than [`MIN_FREE_BYTES`] free, or a write failed for lack of
+    /// space.
+    DiskFull,
+    /// Writes fail with an I/O error.
+    WriteFailed,
+}
+
+impl Unhealthy {
+    /// Every reason, in order of their codes (1..).
+    const ALL: [Unhealthy; 4] = [
+        Self::Unreadable,
+        Self::ReadOnly,
+        Self::DiskFull,
+        Self::WriteFailed,
+    ];
+
+    /// The stable machine word of this reason.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Unreadable => "database_unreadable",
+            Self::ReadOnly => "database_read_only",
+            Self::DiskFull => "disk_full",
+            Self::WriteFailed => "write_failed",
+        }
+    }
+
+    fn as_u8(self) -> u8 {
+        match self {
+            Self::Unreadable => 1,
+            Self::ReadOnly => 2,
+            Self::DiskFull => 3,
+            Self::WriteFailed => 4,
+        }
+    }
+}
+
+impl fmt::Display for Unhealthy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unreadable => "the database cannot be read",
+            Self::ReadOnly => "the database file or its file system is read-only",
+            Self::DiskFull => {
+                "the disk holding the database is full (less than 1 MiB free, or a write \
+                 failed for lack of space)"
+            }
+            Self::WriteFailed => "writes to the database fail with an I/O error",
+        })
+    }
+}
+
+/// The storage failure of the last write (0 = none), kept with one atomic per write.
+#[derive(Debug, Default)]
+struct LastWrite(AtomicU8);
+
+impl LastWrite {
+    fn observe<T>(&self, outcome: &Result<T, StoreError>) {
+        let code = match outcome {
+            Ok(_) => 0,
+            Err(e) => match e.storage_failure() {
+                Some(failure) => failure.as_u8(),
+                // A busy lock or a caller's rollback says nothing about the storage.
+                None => return,
+            },
+        };
+        // Most writes succeed after a success: read first, so they leave the line shared.
+        if self.0.load(Ordering::Relaxed) != code {
+            self.0.store(code, Ordering::Relaxed);
+        }
+    }
+
+    fn failure(&self) -> Option<Unhealthy> {
+        let code = self.0.load(Ordering::Relaxed);
+        Unhealthy::ALL.into_iter().find(|u| u.as_u8() == code)
+    }
+}
+
+/// The file system of `db` is writable and has [`MIN_FREE_BYTES`] free; the file itself is
+/// writable by this process.
+fn check_room(db: &Path) -> Result<(), Unhealthy> {
+    use rustix::fs::{Access, StatVfsMountFlags};
+    let dir = match db.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let stats = rustix::fs::statvfs(dir).map_err(|e| {
+        tracing::warn!(error = %e, "health check: cannot read the file system's free space");
+        Unhealthy::Unreadable
+    })?;
+    if stats.f_flag.contains(StatVfsMountFlags::RDONLY)
+        || rustix::fs::access(db, Access::WRITE_OK).is_err()
+    {
+        return Err(Unhealthy::ReadOnly);
+    }
+    if stats.f_bavail.saturating_mul(stats.f_frsize) < MIN_FREE_BYTES {
+        return Err(Unhealthy::DiskFull);
+    }
+    Ok(())
+}
+
 /// The company this installation serves (the single row of `company`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Company {
@@ -495,8 +690,65 @@ fn create_parent_dir(path: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Read-write, one connection per thread at a time (r2d2 guarantees it); create on demand.
-/// No URI flag: a path is always a path.
+/// Creates the database file `0600` (whatever the umask) before SQLite opens it; SQLite
+/// then gives the `-wal` and `-shm` files the same mode. An existing file is left alone.
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    let io = |e: std::io::Error| {
+        StoreError::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot create {}: {e}", path.display()),
+        ))
+    };
+    match created {
+        // The umask may have taken bits away: set the mode itself.
+        Ok(file) => file
+            .set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(io),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// The database file and its `-wal` and `-shm`, as paths.
+fn database_files(path: &Path) -> [PathBuf; 3] {
+    let with = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    [path.to_path_buf(), with("-wal"), with("-shm")]
+}
+
+/// Makes the database files `0600` when group or others may read them (an older tollgate
+/// created them `0644`): they hold credential hashes and the request-state key. A file
+/// this process may not change is only warned about.
+fn tighten_permissions(path: &Path) {
+    for file in database_files(path) {
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 == 0 {
+            continue;
+        }
+        match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+            Ok(()) => tracing::warn!(
+                file = %file.display(), was = format!("{mode:o}"),
+                "the database file was readable by other users; its mode is now 600"
+            ),
+            Err(e) => tracing::warn!(
+                file = %file.display(), mode = format!("{mode:o}"), error = %e,
+                "the database file is readable by other users; run `chmod 600` on it"
+            ),
+        }
+    }
+}
+
 /// How often opening retries after a lock-upgrade deadlock, and how long it pauses.
 const OPEN_RETRIES: u32 = 50;
 const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -505,13 +757,102 @@ const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(20);
 fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), StoreError> {
     let mut conn = Connection::open_with_flags(path, open_flags(opts.create))?;
     conn.busy_timeout(opts.busy_timeout)?;
+    // The version and the tables are read in one snapshot: a process creating the file
+    // at the same moment commits both at once.
+    conn.execute_batch("BEGIN")?;
     let found = user_version(&conn)?;
-    refuse_too_new(found)?;
+    let shape = refuse_too_new(found).and_then(|()| schema_shape(&conn));
+    conn.execute_batch("COMMIT")?;
+    let shape = shape?;
+    if found == 0 && !shape.is_empty() {
+        return Err(StoreError::Foreign(
+            "it holds tables but no tollgate schema version".to_owned(),
+        ));
+    }
     if found == 0 && !opts.create {
         return Err(StoreError::Missing(path.to_path_buf()));
     }
+    if found > 0 {
+        check_shape(&shape, found)?;
+    }
     configure_connection(&conn, opts.busy_timeout)?;
     migrate(&mut conn)
+}
+
+/// A table's columns as `PRAGMA table_info` describes them: name, declared type,
+/// NOT NULL, default, primary-key position.
+type Columns = Vec<(String, String, bool, Option<String>, i64)>;
+
+/// Every table of a database (SQLite's own excepted) with its columns.
+fn schema_shape(conn: &Connection) -> Result<BTreeMap<String, Columns>, StoreError> {
+    let mut tables = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+    )?;
+    let names = tables
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut columns = conn.prepare(
+        "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1) ORDER BY cid",
+    )?;
+    let mut shape = BTreeMap::new();
+    for name in names {
+        let list = columns
+            .query_map([&name], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            })?
+            .collect::<Result<Columns, _>>()?;
+        shape.insert(name, list);
+    }
+    Ok(shape)
+}
+
+/// The tables and columns a tollgate database of `version` has: the migration steps up to
+/// it, applied to an empty in-memory database.
+fn expected_shape(version: u32) -> Result<BTreeMap<String, Columns>, StoreError> {
+    let conn = Connection::open_in_memory()?;
+    // As in `migrate`: a step that rebuilds a table needs foreign keys off.
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    for &(step, sql) in MIGRATIONS.iter().filter(|(step, _)| *step <= version) {
+        conn.execute_batch(sql)?;
+        conn.pragma_update(None, "user_version", step)?;
+    }
+    schema_shape(&conn)
+}
+
+/// Refuses a file whose tables or columns are not exactly those of `version`.
+fn check_shape(found: &BTreeMap<String, Columns>, version: u32) -> Result<(), StoreError> {
+    let expected = expected_shape(version)?;
+    let foreign = |reason: String| Err(StoreError::Foreign(reason));
+    if let Some(extra) = found.keys().find(|name| !expected.contains_key(*name)) {
+        return foreign(format!(
+            "table {extra:?} is not part of a tollgate database (schema version {version})"
+        ));
+    }
+    for (table, columns) in &expected {
+        match found.get(table) {
+            None => {
+                return foreign(format!(
+                    "table {table:?} of schema version {version} is missing"
+                ));
+            }
+            Some(have) if have != columns => {
+                let names = |c: &Columns| c.iter().map(|c| c.0.clone()).collect::<Vec<_>>();
+                return foreign(format!(
+                    "table {table:?} has columns {:?}; schema version {version} has {:?}",
+                    names(have),
+                    names(columns)
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 fn open_flags(create: bool) -> OpenFlags {
@@ -1021,5 +1362,114 @@ mod tests {
         let other = StoreError::from(rusqlite::Error::QueryReturnedNoRows);
         assert!(matches!(other, StoreError::Sqlite(_)));
         assert!(!other.is_transient());
+    }
+
+    #[test]
+    fn a_foreign_database_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("foreign.db");
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("CREATE TABLE foo(x); PRAGMA user_version = 2;")
+            .expect("a foreign file");
+        drop(conn);
+        for create in [false, true] {
+            let opts = StoreOptions {
+                create,
+                ..StoreOptions::default()
+            };
+            let err = Store::open(&path, &opts).expect_err("foreign");
+            assert!(
+                matches!(&err, StoreError::Foreign(r) if r.contains("\"foo\" is not part")),
+                "{err:?}"
+            );
+            assert!(!err.is_transient());
+        }
+        let conn = Connection::open(&path).expect("raw open");
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(tables, 1, "nothing was migrated into the foreign file");
+        assert_eq!(user_version(&conn).expect("version"), 2);
+    }
+
+    #[test]
+    fn a_missing_table_or_column_is_foreign_and_version_0_with_tables_too() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("ALTER TABLE audit_log DROP COLUMN source;")
+            .expect("drop a column");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("changed");
+        assert!(
+            err.to_string().contains("table \"audit_log\" has columns"),
+            "{err}"
+        );
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("DROP TABLE audit_log;")
+            .expect("drop a table");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("missing");
+        assert!(
+            err.to_string().contains(&format!(
+                "\"audit_log\" of schema version {SCHEMA_VERSION} is missing"
+            )),
+            "{err}"
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let other = dir.path().join("other.db");
+        Connection::open(&other)
+            .and_then(|c| c.execute_batch("CREATE TABLE foo(x);"))
+            .expect("a foreign file without a version");
+        let err = Store::open(&other, &creating()).expect_err("foreign");
+        assert!(matches!(err, StoreError::Foreign(_)), "{err:?}");
+    }
+
+    #[test]
+    fn the_file_and_its_wal_and_shm_are_private_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, path, store) = fresh();
+        store
+            .set_company(&Company {
+                name: "Acme".into(),
+                tax_id: None,
+                plan_slug: "pro".into(),
+                locale: "en".into(),
+                country: "ES".into(),
+            })
+            .expect("a write, so the WAL exists");
+        for file in database_files(&path) {
+            let mode = std::fs::metadata(&file)
+                .expect("exists")
+                .permissions()
+                .mode()
+                & 0o777;
+            assert_eq!(mode, 0o600, "{}", file.display());
+        }
+        drop(store);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("loosen");
+        let _store = Store::open(&path, &StoreOptions::default()).expect("reopen");
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a looser file is tightened");
+    }
+
+    #[test]
+    fn health_is_ok_and_a_recorded_storage_failure_is_probed_away() {
+        let (_dir, _path, store) = fresh();
+        assert_eq!(store.health(), Ok(SCHEMA_VERSION));
+        let failed: Result<(), StoreError> = Err(StoreError::Full);
+        store.last_write.observe(&failed);
+        assert_eq!(store.last_write.failure(), Some(Unhealthy::DiskFull));
+        // A lock or a rollback says nothing about the storage.
+        store.last_write.observe::<()>(&Err(StoreError::Busy));
+        assert_eq!(store.last_write.failure(), Some(Unhealthy::DiskFull));
+        // The disk has room again: the probe write succeeds and clears the failure.
+        assert_eq!(store.health(), Ok(SCHEMA_VERSION));
+        assert_eq!(store.last_write.failure(), None);
+        let secrets: i64 = store
+            .read(|c| Ok(c.query_row("SELECT count(*) FROM server_secrets", [], |r| r.get(0))?))
+            .expect("count");
+        assert_eq!(secrets, 0, "the probe leaves nothing behind");
     }
 }

@@ -10,6 +10,7 @@ mod floods;
 mod fuzz;
 mod guards;
 mod hardening_auth;
+mod hardening_store;
 mod http;
 mod invoicing;
 mod ratelimit;
