@@ -5,15 +5,19 @@ pub use self::messages_queue::MessagesQueue;
 pub use self::refined_tcp_stream::RefinedTcpStream;
 pub use self::sequential::{SequentialReader, SequentialReaderBuilder};
 pub use self::sequential::{SequentialWriter, SequentialWriterBuilder};
-pub use self::task_pool::TaskPool;
+pub use self::task_pool::{Queued, TaskPool};
+pub(crate) use self::conn_state::{ConnState, Phase};
+pub(crate) use self::registry::{Registry, Ticket};
 
 use std::str::FromStr;
 
+mod conn_state;
 mod custom_stream;
 mod equal_reader;
 mod fused_reader;
 mod messages_queue;
 pub(crate) mod refined_tcp_stream;
+mod registry;
 mod sequential;
 mod task_pool;
 

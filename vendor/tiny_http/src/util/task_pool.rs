@@ -1,6 +1,7 @@
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Instant;
 use std::thread;
 use std::time::Duration;
 
@@ -8,13 +9,19 @@ use std::time::Duration;
 ///
 /// A new thread is created every time all the existing threads are full.
 /// Any idle thread will automatically die after a few seconds.
+///
+/// Patched for tollgate: a thread that cannot be created is reported to the caller
+/// (`std::thread::Builder::spawn`) instead of panicking while the queue's lock is held,
+/// and no lock is unwrapped, so a poisoned lock cannot kill the other threads of the pool.
 pub struct TaskPool {
     sharing: Arc<Sharing>,
 }
 
+type Task = Box<dyn FnOnce() + Send>;
+
 struct Sharing {
-    // list of the tasks to be done by worker threads
-    todo: Mutex<VecDeque<Box<dyn FnMut() + Send>>>,
+    // list of the tasks to be done by worker threads, each with its number
+    todo: Mutex<VecDeque<(u64, Task)>>,
 
     // condvar that will be notified whenever a task is added to `todo`
     condvar: Condvar,
@@ -24,10 +31,23 @@ struct Sharing {
 
     // number of idle worker threads
     waiting_tasks: AtomicUsize,
+
+    // the number of the next task
+    next_task: AtomicUsize,
+}
+
+impl Sharing {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<(u64, Task)>> {
+        self.todo.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Minimum number of active threads.
 static MIN_THREADS: usize = 4;
+
+/// A task that waits in the queue because no thread could be created for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queued(u64);
 
 struct Registration<'a> {
     nb: &'a AtomicUsize,
@@ -47,83 +67,134 @@ impl<'a> Drop for Registration<'a> {
 }
 
 impl TaskPool {
-    pub fn new() -> TaskPool {
+    /// A pool with its minimum of threads, or the error of the first thread that could
+    /// not be created.
+    pub fn new() -> std::io::Result<TaskPool> {
         let pool = TaskPool {
             sharing: Arc::new(Sharing {
                 todo: Mutex::new(VecDeque::new()),
                 condvar: Condvar::new(),
                 active_tasks: AtomicUsize::new(0),
                 waiting_tasks: AtomicUsize::new(0),
+                next_task: AtomicUsize::new(0),
             }),
         };
 
         for _ in 0..MIN_THREADS {
-            pool.add_thread(None)
+            pool.add_thread()?;
         }
 
-        pool
+        Ok(pool)
     }
 
-    /// Executes a function in a thread.
-    /// If no thread is available, spawns a new one.
-    pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
-        let mut queue = self.sharing.todo.lock().unwrap();
-
-        if self.sharing.waiting_tasks.load(Ordering::Acquire) == 0 {
-            self.add_thread(Some(code));
-        } else {
-            queue.push_back(code);
+    /// Executes a function in a thread. When every thread is busy and no new one can be
+    /// created, the task stays queued (it runs when a thread becomes free) and `Err`
+    /// names it, so that the caller can free a thread or [`TaskPool::withdraw`] it.
+    pub fn spawn(&self, code: Task) -> Result<(), Queued> {
+        let id = self.sharing.next_task.fetch_add(1, Ordering::Relaxed) as u64;
+        let mut queue = self.sharing.lock();
+        queue.push_back((id, code));
+        if self.sharing.waiting_tasks.load(Ordering::Acquire) > 0 {
             self.sharing.condvar.notify_one();
+            return Ok(());
+        }
+        drop(queue);
+        match self.add_thread() {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                log_spawn_failure(&e);
+                Err(Queued(id))
+            }
         }
     }
 
-    fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) {
+    /// Takes a queued task back out (dropping it); `false` when a thread has taken it.
+    pub fn withdraw(&self, queued: Queued) -> bool {
+        let mut queue = self.sharing.lock();
+        match queue.iter().position(|(id, _)| *id == queued.0) {
+            Some(index) => {
+                let task = queue.remove(index);
+                drop(queue);
+                drop(task);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn add_thread(&self) -> std::io::Result<()> {
         let sharing = self.sharing.clone();
 
-        thread::spawn(move || {
-            let sharing = sharing;
-            let _active_guard = Registration::new(&sharing.active_tasks);
+        thread::Builder::new()
+            .name("tiny-http-connection".into())
+            .spawn(move || {
+                let sharing = sharing;
+                let _active_guard = Registration::new(&sharing.active_tasks);
 
-            if let Some(mut f) = initial_fn {
-                f();
-            }
+                while let Some(task) = next_task(&sharing) {
+                    // A panicking task ends its connection, not the thread.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+                }
+            })
+            .map(|_| ())
+    }
+}
 
-            loop {
-                let mut task: Box<dyn FnMut() + Send> = {
-                    let mut todo = sharing.todo.lock().unwrap();
+/// Logs a failed thread creation, at most once per [`SPAWN_LOG_WINDOW`] (with the number
+/// left out), so that a flood of connections cannot flood the log.
+fn log_spawn_failure(error: &std::io::Error) {
+    static FIRST: OnceLock<Instant> = OnceLock::new();
+    static NEXT_LOG_SECS: AtomicU64 = AtomicU64::new(0);
+    static LEFT_OUT: AtomicU64 = AtomicU64::new(0);
+    let now = FIRST.get_or_init(Instant::now).elapsed().as_secs();
+    let next = NEXT_LOG_SECS.load(Ordering::Relaxed);
+    let window = SPAWN_LOG_WINDOW.as_secs();
+    if now >= next
+        && NEXT_LOG_SECS
+            .compare_exchange(next, now + window, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let left_out = LEFT_OUT.swap(0, Ordering::Relaxed);
+        log::error!(
+            "cannot create a connection thread: {} ({} more in the last {} s not logged)",
+            error,
+            left_out,
+            window
+        );
+    } else {
+        LEFT_OUT.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
-                    let task;
-                    loop {
-                        if let Some(poped_task) = todo.pop_front() {
-                            task = poped_task;
-                            break;
-                        }
-                        let _waiting_guard = Registration::new(&sharing.waiting_tasks);
+const SPAWN_LOG_WINDOW: Duration = Duration::from_secs(10);
 
-                        let received =
-                            if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
-                                todo = sharing.condvar.wait(todo).unwrap();
-                                true
-                            } else {
-                                let (new_lock, waitres) = sharing
-                                    .condvar
-                                    .wait_timeout(todo, Duration::from_millis(5000))
-                                    .unwrap();
-                                todo = new_lock;
-                                !waitres.timed_out()
-                            };
+/// Waits for the next task; `None` when this thread has been idle long enough to end.
+fn next_task(sharing: &Sharing) -> Option<Task> {
+    let mut todo = sharing.lock();
+    loop {
+        if let Some((_, task)) = todo.pop_front() {
+            return Some(task);
+        }
+        let _waiting_guard = Registration::new(&sharing.waiting_tasks);
 
-                        if !received && todo.is_empty() {
-                            return;
-                        }
-                    }
+        let received = if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
+            todo = sharing
+                .condvar
+                .wait(todo)
+                .unwrap_or_else(PoisonError::into_inner);
+            true
+        } else {
+            let (new_lock, waitres) = sharing
+                .condvar
+                .wait_timeout(todo, Duration::from_millis(5000))
+                .unwrap_or_else(PoisonError::into_inner);
+            todo = new_lock;
+            !waitres.timed_out()
+        };
 
-                    task
-                };
-
-                task();
-            }
-        });
+        if !received && todo.is_empty() {
+            return None;
+        }
     }
 }
 
