@@ -172,15 +172,15 @@ impl ClientConnection {
             let headers = {
                 let mut headers = Vec::new();
                 loop {
-                    // Patched for tollgate: bounded number of header lines.
-                    if headers.len() >= self.options.limits.max_header_lines {
-                        return Err(ReadError::HeadTooLarge);
-                    }
                     let line = self.read_next_line()?;
 
                     if line.is_empty() {
                         break;
                     };
+                    // Patched for tollgate: bounded number of header lines.
+                    if headers.len() >= self.options.limits.max_header_lines {
+                        return Err(ReadError::HeadTooLarge);
+                    }
                     headers.push(match FromStr::from_str(line.as_str().trim_end()) {
                         // TODO: remove this conversion
                         Ok(h) => h,
@@ -298,10 +298,14 @@ impl Iterator for ClientConnection {
                 return None;
             }
 
-            Err(ReadError::ExpectationFailed(ver)) => {
+            Err(ReadError::ExpectationFailed(_)) => {
+                // Patched for tollgate: the status line is always HTTP/1.1 (upstream
+                // echoed the request's version, e.g. "HTTP/2.0 417").
                 let writer = self.sink.next().unwrap();
-                let response = Response::new_empty(StatusCode(417));
-                response.raw_print(writer, ver, &[], true, None).ok();
+                let response = with_close(Response::new_empty(StatusCode(417)));
+                response
+                    .raw_print(writer, HTTPVersion(1, 1), &[], true, None)
+                    .ok();
                 return None; // TODO: should be recoverable, but needs handling in case of body
             }
 
@@ -311,14 +315,22 @@ impl Iterator for ClientConnection {
         };
 
         // checking HTTP version
-        if *rq.http_version() > (1, 1) {
-            let writer = self.sink.next().unwrap();
-            let response = Response::from_string(
-                "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
-            )
-            .with_status_code(StatusCode(505));
+        // Patched for tollgate: HTTP/0.9 has no status line to answer with.
+        if *rq.http_version() > (1, 1) || *rq.http_version() < (1, 0) {
+            // Patched for tollgate: the answer goes through the request's own writer.
+            // Upstream took the connection's next writer, which waits for this request's
+            // writer to finish while the request holds it: the thread hung for good.
+            self.state.close_after();
+            let mut writer = rq.into_writer();
+            let response = with_close(
+                Response::from_string(
+                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
+                )
+                .with_status_code(StatusCode(505)),
+            );
             response
-                .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                .raw_print(&mut writer, HTTPVersion(1, 1), &[], false, None)
+                .and_then(|()| std::io::Write::flush(&mut writer))
                 .ok();
             // Patched for tollgate: the request's body is not read, so its end is unknown.
             return None;

@@ -20,8 +20,8 @@ pub struct TaskPool {
 type Task = Box<dyn FnOnce() + Send>;
 
 struct Sharing {
-    // list of the tasks to be done by worker threads, each with its number
-    todo: Mutex<VecDeque<(u64, Task)>>,
+    // the tasks to be done by worker threads, and the idle threads
+    todo: Mutex<Todo>,
 
     // condvar that will be notified whenever a task is added to `todo`
     condvar: Condvar,
@@ -29,15 +29,23 @@ struct Sharing {
     // number of total worker threads running
     active_tasks: AtomicUsize,
 
-    // number of idle worker threads
-    waiting_tasks: AtomicUsize,
-
     // the number of the next task
     next_task: AtomicUsize,
 }
 
+/// Patched for tollgate: the idle threads are counted under the queue's lock. Upstream
+/// counted them apart, so a thread woken for one task still counted as idle for the next
+/// one, which then waited in the queue until some busy thread finished (forever, when the
+/// busy threads serve slow clients).
+struct Todo {
+    // the tasks, each with its number
+    tasks: VecDeque<(u64, Task)>,
+    // threads waiting for a task; each one takes one task when it wakes
+    idle: usize,
+}
+
 impl Sharing {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<(u64, Task)>> {
+    fn lock(&self) -> MutexGuard<'_, Todo> {
         self.todo.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -72,10 +80,12 @@ impl TaskPool {
     pub fn new() -> std::io::Result<TaskPool> {
         let pool = TaskPool {
             sharing: Arc::new(Sharing {
-                todo: Mutex::new(VecDeque::new()),
+                todo: Mutex::new(Todo {
+                    tasks: VecDeque::new(),
+                    idle: 0,
+                }),
                 condvar: Condvar::new(),
                 active_tasks: AtomicUsize::new(0),
-                waiting_tasks: AtomicUsize::new(0),
                 next_task: AtomicUsize::new(0),
             }),
         };
@@ -93,8 +103,8 @@ impl TaskPool {
     pub fn spawn(&self, code: Task) -> Result<(), Queued> {
         let id = self.sharing.next_task.fetch_add(1, Ordering::Relaxed) as u64;
         let mut queue = self.sharing.lock();
-        queue.push_back((id, code));
-        if self.sharing.waiting_tasks.load(Ordering::Acquire) > 0 {
+        queue.tasks.push_back((id, code));
+        if queue.tasks.len() <= queue.idle {
             self.sharing.condvar.notify_one();
             return Ok(());
         }
@@ -111,9 +121,9 @@ impl TaskPool {
     /// Takes a queued task back out (dropping it); `false` when a thread has taken it.
     pub fn withdraw(&self, queued: Queued) -> bool {
         let mut queue = self.sharing.lock();
-        match queue.iter().position(|(id, _)| *id == queued.0) {
+        match queue.tasks.iter().position(|(id, _)| *id == queued.0) {
             Some(index) => {
-                let task = queue.remove(index);
+                let task = queue.tasks.remove(index);
                 drop(queue);
                 drop(task);
                 true
@@ -172,10 +182,10 @@ const SPAWN_LOG_WINDOW: Duration = Duration::from_secs(10);
 fn next_task(sharing: &Sharing) -> Option<Task> {
     let mut todo = sharing.lock();
     loop {
-        if let Some((_, task)) = todo.pop_front() {
+        if let Some((_, task)) = todo.tasks.pop_front() {
             return Some(task);
         }
-        let _waiting_guard = Registration::new(&sharing.waiting_tasks);
+        todo.idle += 1;
 
         let received = if sharing.active_tasks.load(Ordering::Acquire) <= MIN_THREADS {
             todo = sharing
@@ -191,8 +201,9 @@ fn next_task(sharing: &Sharing) -> Option<Task> {
             todo = new_lock;
             !waitres.timed_out()
         };
+        todo.idle -= 1;
 
-        if !received && todo.is_empty() {
+        if !received && todo.tasks.is_empty() {
             return None;
         }
     }
