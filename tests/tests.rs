@@ -11,5 +11,6 @@ mod fuzz;
 mod guards;
 mod http;
 mod invoicing;
+mod listener;
 mod ratelimit;
 mod stdio_protocol;
