@@ -863,7 +863,11 @@ fn validate_http(raw: RawHttp) -> Result<HttpConfig, ConfigError> {
 }
 
 /// `http.<which>_timeout_ms`, within [`LISTENER_TIMEOUT_RANGE_MS`].
-fn listener_timeout(which: &str, value: Option<u64>, default: u64) -> Result<Duration, ConfigError> {
+fn listener_timeout(
+    which: &str,
+    value: Option<u64>,
+    default: u64,
+) -> Result<Duration, ConfigError> {
     let key = format!("http.{which}_timeout_ms");
     let env = format!("TOLLGATE_HTTP_{}_TIMEOUT_MS", which.to_ascii_uppercase());
     let ms = in_range(&key, Some(&env), value, default, LISTENER_TIMEOUT_RANGE_MS)?;
@@ -1119,9 +1123,21 @@ mod tests {
         assert_eq!(config.http.body_timeout, Duration::from_secs(2));
         assert_eq!(config.http.idle_timeout, Duration::from_secs(3));
         for (var, value, key) in [
-            ("TOLLGATE_HTTP_MAX_CONNECTIONS", "0", "http.max_connections = 0"),
-            ("TOLLGATE_HTTP_HEAD_TIMEOUT_MS", "5", "http.head_timeout_ms = 5"),
-            ("TOLLGATE_HTTP_BODY_TIMEOUT_MS", "99", "http.body_timeout_ms = 99"),
+            (
+                "TOLLGATE_HTTP_MAX_CONNECTIONS",
+                "0",
+                "http.max_connections = 0",
+            ),
+            (
+                "TOLLGATE_HTTP_HEAD_TIMEOUT_MS",
+                "5",
+                "http.head_timeout_ms = 5",
+            ),
+            (
+                "TOLLGATE_HTTP_BODY_TIMEOUT_MS",
+                "99",
+                "http.body_timeout_ms = 99",
+            ),
         ] {
             let message = Config::load(None, &env(&[(var, value)]), &Overrides::default())
                 .expect_err("out of range")

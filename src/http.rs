@@ -68,9 +68,12 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
             app.handle(request, body);
         })
     };
-    let listener =
-        tiny_http::Server::http_with_options(config.http.listen, handler, listener_options(&app, config))
-            .map_err(std::io::Error::other)?;
+    let listener = tiny_http::Server::http_with_options(
+        config.http.listen,
+        handler,
+        listener_options(&app, config),
+    )
+    .map_err(std::io::Error::other)?;
     let bound = listener
         .server_addr()
         .to_ip()
@@ -94,7 +97,9 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     while !shutdown.load(Ordering::Relaxed) {
         if !listener.is_accepting() {
             tracing::error!("the HTTP listener stopped accepting connections; exiting");
-            return Err(std::io::Error::other("the HTTP listener stopped accepting connections"));
+            return Err(std::io::Error::other(
+                "the HTTP listener stopped accepting connections",
+            ));
         }
         std::thread::sleep(POLL);
     }
@@ -1141,7 +1146,11 @@ mod tests {
         for _ in 0..1000 {
             assert_eq!(log.allow(Refusal::TooManyConnections, start), None);
         }
-        assert_eq!(log.allow(Refusal::HeadersTooLarge, start), Some(0), "per kind");
+        assert_eq!(
+            log.allow(Refusal::HeadersTooLarge, start),
+            Some(0),
+            "per kind"
+        );
         let later = start + REFUSAL_LOG_WINDOW;
         assert_eq!(log.allow(Refusal::TooManyConnections, later), Some(1000));
         assert_eq!(log.allow(Refusal::TooManyConnections, later), None);

@@ -132,7 +132,8 @@ fn parse_one(bytes: &[u8], head_request: bool) -> Result<(Wire, &[u8]), String> 
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .ok_or_else(|| format!("no end of head: {}", shown()))?;
-    let head = std::str::from_utf8(&bytes[..end]).map_err(|_| format!("head not UTF-8: {}", shown()))?;
+    let head =
+        std::str::from_utf8(&bytes[..end]).map_err(|_| format!("head not UTF-8: {}", shown()))?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or("");
     let mut parts = status_line.splitn(3, ' ');
@@ -160,7 +161,9 @@ fn parse_one(bytes: &[u8], head_request: bool) -> Result<(Wire, &[u8]), String> 
     let (body, rest) = if head_request || matches!(status, 100..=199 | 204 | 304) {
         (Vec::new(), rest)
     } else if let Some(length) = get("content-length") {
-        let length: usize = length.parse().map_err(|_| format!("bad length {length:?}"))?;
+        let length: usize = length
+            .parse()
+            .map_err(|_| format!("bad length {length:?}"))?;
         if rest.len() < length {
             return Err(format!("body shorter than {length}: {}", shown()));
         }
@@ -221,7 +224,11 @@ fn assert_refusal(wire: &Wire, status: u16, code: &str, rpc_code: i64) {
     assert_eq!(body["error"]["code"], json!(rpc_code), "{body}");
     assert_eq!(body["error"]["message"], code, "{body}");
     assert_eq!(body["error"]["data"]["code"], code, "{body}");
-    assert_eq!(body["error"]["data"]["http_status"], json!(status), "{body}");
+    assert_eq!(
+        body["error"]["data"]["http_status"],
+        json!(status),
+        "{body}"
+    );
     assert_eq!(wire.header("connection"), Some("close"), "{wire:?}");
     assert_eq!(wire.header("content-type"), Some("application/json"));
 }
@@ -270,15 +277,17 @@ fn slow_connections_past_the_cap_cannot_stop_a_valid_call_and_the_listener_recov
 #[test]
 fn a_drip_fed_request_head_is_cut_off_by_its_deadline() {
     let db = TestDb::new();
-    let server =
-        HttpServer::start_with_env(&db, &[], &[("TOLLGATE_HTTP_HEAD_TIMEOUT_MS", "1000")]);
+    let server = HttpServer::start_with_env(&db, &[], &[("TOLLGATE_HTTP_HEAD_TIMEOUT_MS", "1000")]);
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nX-Drip: {}\r\n\r\n",
         server.addr,
         "d".repeat(400)
     );
     let (answer, sent) = drip(server.addr, head.as_bytes());
-    assert!(sent < head.len(), "the server answered while the client still sent");
+    assert!(
+        sent < head.len(),
+        "the server answered while the client still sent"
+    );
     assert_refusal(&only_response(&answer), 408, "request_timeout", -32600);
     assert_eq!(server.get("/healthz").status, 200);
 }
@@ -288,8 +297,7 @@ fn a_drip_fed_request_head_is_cut_off_by_its_deadline() {
 fn a_drip_fed_request_body_is_cut_off_by_its_deadline() {
     let db = TestDb::new();
     let token = token(&db);
-    let server =
-        HttpServer::start_with_env(&db, &[], &[("TOLLGATE_HTTP_BODY_TIMEOUT_MS", "1000")]);
+    let server = HttpServer::start_with_env(&db, &[], &[("TOLLGATE_HTTP_BODY_TIMEOUT_MS", "1000")]);
     let body = vec![b' '; 2000];
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n",
@@ -299,7 +307,10 @@ fn a_drip_fed_request_body_is_cut_off_by_its_deadline() {
     let mut stream = TcpStream::connect(server.addr).expect("connect");
     stream.write_all(head.as_bytes()).expect("write the head");
     let (answer, sent) = drip_on(stream, &body);
-    assert!(sent < body.len(), "the server answered while the client still sent");
+    assert!(
+        sent < body.len(),
+        "the server answered while the client still sent"
+    );
     assert_refusal(&only_response(&answer), 408, "request_timeout", -32600);
     assert_ok(&valid_call(server.addr, &token));
 }
@@ -388,7 +399,12 @@ fn elicitation_session(addr: SocketAddr, token: &str) -> String {
         ],
         &serde_json::to_vec(&body).expect("serialize"),
     );
-    assert_eq!(response.status, 200, "{:?}", String::from_utf8_lossy(&response.body));
+    assert_eq!(
+        response.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&response.body)
+    );
     let session = response
         .header("mcp-session-id")
         .expect("a session id")
@@ -501,7 +517,12 @@ fn run_out_of_threads() {
     let log = db.dir.path().join("serve-nproc.log");
     let mut child = Command::new("prlimit")
         .arg(format!("--nproc={nproc}:{nproc}"))
-        .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
         .arg(crate::util::bin())
         .arg("--database")
         .arg(&db.path)
@@ -518,22 +539,34 @@ fn run_out_of_threads() {
     let deadline = Instant::now() + ANSWER_TIMEOUT;
     while TcpStream::connect(addr).is_err() {
         if let Some(status) = child.try_wait().expect("try_wait") {
-            panic!("serve under nproc={nproc} exited at start with {status}: {}", log_text());
+            panic!(
+                "serve under nproc={nproc} exited at start with {status}: {}",
+                log_text()
+            );
         }
-        assert!(Instant::now() < deadline, "serve did not listen: {}", log_text());
+        assert!(
+            Instant::now() < deadline,
+            "serve did not listen: {}",
+            log_text()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let slow: Vec<TcpStream> = (0..SLOW).map(|i| partial_head(addr, i)).collect();
     let mut answered = 0;
     for _ in 0..3 {
-        match Conn::connect(addr).map(|mut conn| call(&mut conn, &token, 1, "search_clients", &json!({}))) {
+        match Conn::connect(addr)
+            .map(|mut conn| call(&mut conn, &token, 1, "search_clients", &json!({})))
+        {
             Ok(Ok(reply)) => {
                 assert_ok(&reply);
                 answered += 1;
             }
             _ => {
                 let status = wait_exit(&mut child).unwrap_or_else(|| {
-                    panic!("a valid call failed and the server is still up: {}", log_text())
+                    panic!(
+                        "a valid call failed and the server is still up: {}",
+                        log_text()
+                    )
                 });
                 assert!(!status.success(), "{status}: {}", log_text());
                 println!("[listener] out of threads: the server exited with {status}");
@@ -676,7 +709,10 @@ fn oversized_request_heads_get_431_headers_too_large() {
         "GET /healthz HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n{at_caps}\r\n",
         server.addr
     );
-    assert_eq!(only_response(&exchange(server.addr, request.as_bytes())).status, 200);
+    assert_eq!(
+        only_response(&exchange(server.addr, request.as_bytes())).status,
+        200
+    );
 }
 
 // ---- Fuzz: the request path over real sockets -------------------------------------------
@@ -770,20 +806,22 @@ fn request_bytes() -> impl Strategy<Value = Vec<u8>> {
         any::<bool>(),
         any::<bool>(),
     )
-        .prop_map(|(method, target, version, headers, body, bare_lf, pipelined)| {
-            let eol = if bare_lf { "\n" } else { "\r\n" };
-            let mut bytes = format!("{method} {target} {version}{eol}").into_bytes();
-            for header in headers {
-                bytes.extend_from_slice(header.as_bytes());
+        .prop_map(
+            |(method, target, version, headers, body, bare_lf, pipelined)| {
+                let eol = if bare_lf { "\n" } else { "\r\n" };
+                let mut bytes = format!("{method} {target} {version}{eol}").into_bytes();
+                for header in headers {
+                    bytes.extend_from_slice(header.as_bytes());
+                    bytes.extend_from_slice(eol.as_bytes());
+                }
                 bytes.extend_from_slice(eol.as_bytes());
-            }
-            bytes.extend_from_slice(eol.as_bytes());
-            bytes.extend_from_slice(&body);
-            if pipelined {
-                bytes.extend_from_slice(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-            }
-            bytes
-        })
+                bytes.extend_from_slice(&body);
+                if pipelined {
+                    bytes.extend_from_slice(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+                }
+                bytes
+            },
+        )
 }
 
 /// Sends a fuzzed request, closes the sending half and reads what the server answers
@@ -864,6 +902,10 @@ fn fuzzed_requests_over_sockets_never_take_the_listener_down() {
         "the server died: {}",
         server.log_text()
     );
-    assert!(!server.log_text().contains("panicked"), "{}", server.log_text());
+    assert!(
+        !server.log_text().contains("panicked"),
+        "{}",
+        server.log_text()
+    );
     assert_ok(&valid_call(server.addr, &token));
 }

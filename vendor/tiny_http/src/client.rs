@@ -135,7 +135,9 @@ impl ClientConnection {
             // starts its head deadline.
             if self.head_bytes == 0
                 && self.state.phase() == Phase::Idle
-                && !self.state.advance(Phase::Idle, Phase::Head, Some(limits.head_timeout))
+                && !self
+                    .state
+                    .advance(Phase::Idle, Phase::Head, Some(limits.head_timeout))
             {
                 return Err(ReadError::ReadIoError(IoError::new(
                     ErrorKind::ConnectionAborted,

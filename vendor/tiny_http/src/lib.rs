@@ -116,8 +116,8 @@ use util::MessagesQueue;
 use util::{ConnState, Registry, Ticket};
 
 pub use common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
-pub use limits::{Limits, Refusal, RefusalBody, ServerOptions};
 pub use connection::{ConfigListenAddr, ListenAddr, Listener};
+pub use limits::{Limits, Refusal, RefusalBody, ServerOptions};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
@@ -571,9 +571,7 @@ impl Refuser {
     }
 
     fn refuse(&self, socket: Arc<Connection>, refusal: Refusal) {
-        if let Err(mpsc::TrySendError::Full((socket, _))) =
-            self.queue.try_send((socket, refusal))
-        {
+        if let Err(mpsc::TrySendError::Full((socket, _))) = self.queue.try_send((socket, refusal)) {
             let _ = socket.shutdown(Shutdown::Both);
         }
     }

@@ -8,10 +8,10 @@ use std::str::FromStr;
 use std::sync::mpsc::Sender;
 
 use crate::util::{ConnState, EqualReader, FusedReader, Phase};
-use std::sync::Arc;
-use std::time::Duration;
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Represents an HTTP request made by a client.
 ///
@@ -368,7 +368,6 @@ impl Request {
 /// Bodies up to this size are read before the request is handed over.
 const EAGER_BODY: usize = 1024;
 
-
 impl Request {
     /// Returns true if the request was made through HTTPS.
     #[inline]
@@ -578,7 +577,11 @@ impl Request {
 
         // Patched for tollgate: tell the client when this connection will be closed.
         let closing = self.conn_state.as_ref().is_some_and(|s| s.must_close());
-        let response = if closing { response.closing() } else { response };
+        let response = if closing {
+            response.closing()
+        } else {
+            response
+        };
 
         Self::ignore_client_closing_errors(response.raw_print(
             writer.by_ref(),

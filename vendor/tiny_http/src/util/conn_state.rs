@@ -39,7 +39,10 @@ impl Phase {
 
     /// Whether the connection is waiting on its client, so that closing it loses no work.
     pub(crate) fn evictable(self) -> bool {
-        matches!(self, Phase::Idle | Phase::Head | Phase::Body | Phase::Closing)
+        matches!(
+            self,
+            Phase::Idle | Phase::Head | Phase::Body | Phase::Closing
+        )
     }
 }
 

@@ -1,13 +1,13 @@
+pub(crate) use self::conn_state::{ConnState, Phase};
 pub use self::custom_stream::CustomStream;
 pub use self::equal_reader::EqualReader;
 pub use self::fused_reader::FusedReader;
 pub use self::messages_queue::MessagesQueue;
 pub use self::refined_tcp_stream::RefinedTcpStream;
+pub(crate) use self::registry::{Registry, Ticket};
 pub use self::sequential::{SequentialReader, SequentialReaderBuilder};
 pub use self::sequential::{SequentialWriter, SequentialWriterBuilder};
 pub use self::task_pool::{Queued, TaskPool};
-pub(crate) use self::conn_state::{ConnState, Phase};
-pub(crate) use self::registry::{Registry, Ticket};
 
 use std::str::FromStr;
 

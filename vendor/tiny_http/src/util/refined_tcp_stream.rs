@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection::Connection;
-use crate::util::conn_state::ConnState;
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
 use crate::ssl::SslStream;
+use crate::util::conn_state::ConnState;
 
 pub(crate) enum Stream {
     // Patched for tollgate: shared, not duplicated (see `Connection::read_shared`).

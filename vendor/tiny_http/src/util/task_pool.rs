@@ -1,9 +1,9 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::Instant;
 use std::thread;
 use std::time::Duration;
+use std::time::Instant;
 
 /// Manages a collection of threads.
 ///
