@@ -94,6 +94,24 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
         );
     }
     crate::notify::ready();
+    watch_until_shutdown(&listener, &shutdown)?;
+    crate::notify::stopping();
+    // No new connections; the requests being served finish (bounded by the socket
+    // timeouts), then the process ends and the idle keep-alive connections with it.
+    slots.close();
+    drop(listener);
+    slots.wait_idle(DRAIN_LIMIT);
+    tracing::info!("HTTP listener stopped; in-flight requests finished");
+    Ok(())
+}
+
+/// Waits for SIGTERM or SIGINT. A listener whose accept thread has ended (it panicked)
+/// serves nothing any more: then this returns an error, `tollgate serve` exits non-zero
+/// and the service manager (`Restart=on-failure`) starts a new process.
+fn watch_until_shutdown(
+    listener: &tiny_http::Server,
+    shutdown: &AtomicBool,
+) -> std::io::Result<()> {
     while !shutdown.load(Ordering::Relaxed) {
         if !listener.is_accepting() {
             tracing::error!("the HTTP listener stopped accepting connections; exiting");
@@ -103,13 +121,6 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
         }
         std::thread::sleep(POLL);
     }
-    crate::notify::stopping();
-    // No new connections; the requests being served finish (bounded by the socket
-    // timeouts), then the process ends and the idle keep-alive connections with it.
-    slots.close();
-    drop(listener);
-    slots.wait_idle(DRAIN_LIMIT);
-    tracing::info!("HTTP listener stopped; in-flight requests finished");
     Ok(())
 }
 

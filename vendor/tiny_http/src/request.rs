@@ -643,6 +643,41 @@ mod tests {
     use super::Request;
 
     #[test]
+    fn framing_that_rfc_9112_refuses_is_refused() {
+        use super::{body_framing, Framing};
+        use crate::Header;
+        let framing = |lines: &[&str]| {
+            let headers: Vec<Header> = lines.iter().map(|l| l.parse().unwrap()).collect();
+            body_framing(&headers).ok()
+        };
+        assert_eq!(framing(&[]), Some(Framing::Empty));
+        assert_eq!(framing(&["Content-Length: 5"]), Some(Framing::Length(5)));
+        assert_eq!(
+            framing(&["Content-Length: 5", "content-length: 5"]),
+            Some(Framing::Length(5))
+        );
+        assert_eq!(
+            framing(&["Transfer-Encoding: Chunked"]),
+            Some(Framing::Chunked)
+        );
+        for refused in [
+            &["Content-Length: 5", "Transfer-Encoding: chunked"][..],
+            &["Content-Length: 5", "Content-Length: 6"],
+            &["Content-Length: 5, 6"],
+            &["Content-Length: +5"],
+            &["Content-Length: -1"],
+            &["Content-Length: 5 5"],
+            &["Content-Length:"],
+            &["Content-Length: 99999999999999999999999999"],
+            &["Transfer-Encoding: gzip"],
+            &["Transfer-Encoding: gzip, chunked"],
+            &["Transfer-Encoding: chunked", "Transfer-Encoding: chunked"],
+        ] {
+            assert_eq!(framing(refused), None, "{refused:?}");
+        }
+    }
+
+    #[test]
     fn must_be_send() {
         #![allow(dead_code)]
         fn f<T: Send>(_: &T) {}

@@ -109,3 +109,58 @@ impl Drop for Ticket {
         }
     }
 }
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use crate::util::Phase;
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    /// A server-side connection and the client's end of it.
+    fn pair(listener: &TcpListener) -> (Arc<Connection>, TcpStream) {
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        (Arc::new(Connection::from(server)), client)
+    }
+
+    fn state() -> Arc<ConnState> {
+        Arc::new(ConnState::new(Duration::from_secs(60)))
+    }
+
+    #[test]
+    fn at_the_cap_the_oldest_waiting_connection_makes_room_and_work_is_never_evicted() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let registry = Registry::new(2);
+        let (working, working_state) = (pair(&listener), state());
+        let _a = registry.admit(&working_state, &working.0).unwrap();
+        assert!(working_state.advance(Phase::Head, Phase::Body, None));
+        assert!(working_state.advance(Phase::Body, Phase::Working, None));
+        let (slow, slow_state) = (pair(&listener), state());
+        let _b = registry.admit(&slow_state, &slow.0).unwrap();
+
+        let (new, new_state) = (pair(&listener), state());
+        let _c = registry.admit(&new_state, &new.0).expect("room is made");
+        assert_eq!(slow_state.phase(), Phase::Evicted);
+        let mut slow_client = slow.1;
+        assert_eq!(slow_client.read(&mut [0u8; 8]).unwrap(), 0, "shut down");
+        assert_eq!(working_state.phase(), Phase::Working);
+        assert_eq!(registry.len(), 2);
+
+        assert!(new_state.advance(Phase::Head, Phase::Working, None));
+        let (last, last_state) = (pair(&listener), state());
+        assert!(
+            registry.admit(&last_state, &last.0).is_none(),
+            "all working"
+        );
+        drop(_c);
+        assert!(
+            registry.admit(&last_state, &last.0).is_some(),
+            "a ticket gives back its place"
+        );
+    }
+}

@@ -217,3 +217,38 @@ impl Drop for TaskPool {
         self.sharing.condvar.notify_all();
     }
 }
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use std::sync::{mpsc, Barrier};
+
+    // Upstream counted a thread woken for one task as idle for the next one too: of a
+    // burst of tasks, some waited until a busy thread finished. Here every task of a burst
+    // larger than the idle threads must run at once (they all wait for each other).
+    #[test]
+    fn every_task_of_a_burst_gets_a_thread() {
+        const BURST: usize = MIN_THREADS * 3;
+        let pool = TaskPool::new().unwrap();
+        let barrier = Arc::new(Barrier::new(BURST + 1));
+        let (done, finished) = mpsc::channel();
+        for _ in 0..BURST {
+            let (barrier, done) = (Arc::clone(&barrier), done.clone());
+            let task: Task = Box::new(move || {
+                barrier.wait();
+                done.send(()).unwrap();
+            });
+            assert!(pool.spawn(task).is_ok());
+        }
+        let (meet, met) = mpsc::channel();
+        std::thread::spawn(move || {
+            barrier.wait();
+            meet.send(()).unwrap();
+        });
+        met.recv_timeout(Duration::from_secs(20))
+            .expect("every task of the burst is running");
+        for _ in 0..BURST {
+            finished.recv_timeout(Duration::from_secs(20)).unwrap();
+        }
+    }
+}
