@@ -498,12 +498,6 @@ fn run_out_of_threads() {
     const SLOW: usize = 60;
     let db = TestDb::new();
     let token = token(&db);
-    for entry in std::fs::read_dir(db.dir.path()).expect("list the scratch dir") {
-        let path = entry.expect("entry").path();
-        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).expect("chown");
-    }
-    std::os::unix::fs::chown(db.dir.path(), Some(NOBODY), Some(NOBODY)).expect("chown dir");
-
     // How many threads an idle server has; it may create only a few more.
     let baseline = {
         let server = HttpServer::start(&db, &[]);
@@ -511,6 +505,12 @@ fn run_out_of_threads() {
         assert!(threads > 0, "Threads is readable");
         threads
     };
+    // The files (and any the first server left) then belong to the unprivileged user.
+    for entry in std::fs::read_dir(db.dir.path()).expect("list the scratch dir") {
+        let path = entry.expect("entry").path();
+        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).expect("chown");
+    }
+    std::os::unix::fs::chown(db.dir.path(), Some(NOBODY), Some(NOBODY)).expect("chown dir");
     let nproc = baseline + 10;
     let port = free_port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
@@ -576,6 +576,11 @@ fn run_out_of_threads() {
     }
     println!(
         "[listener] nproc={nproc} (idle server: {baseline} threads), {SLOW} slow clients: {answered} of 3 valid calls answered"
+    );
+    assert!(
+        log_text().contains("cannot create a connection thread"),
+        "the thread limit was reached: {}",
+        log_text()
     );
     drop(slow);
     assert_ok(&valid_call(addr, &token));
