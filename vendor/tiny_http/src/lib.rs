@@ -498,7 +498,8 @@ impl Acceptor {
         // not wait for delayed ACKs.
         sock.set_timeouts(SOCKET_TIMEOUT);
         let socket = Arc::new(sock);
-        let state = Arc::new(ConnState::new(self.options.limits.head_timeout));
+        let limits = &self.options.limits;
+        let state = Arc::new(ConnState::new(limits.head_timeout, limits.idle_timeout));
         let Some(ticket) = self.registry.admit(&state, &socket) else {
             self.refuser.refuse(socket, Refusal::TooManyConnections);
             return;

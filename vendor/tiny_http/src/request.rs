@@ -591,7 +591,12 @@ impl Request {
             None,
         ))?;
 
-        Self::ignore_client_closing_errors(writer.flush())
+        let flushed = Self::ignore_client_closing_errors(writer.flush());
+        // Patched for tollgate: once its response is out, the connection's work is done.
+        if let Some(state) = &self.conn_state {
+            state.responded();
+        }
+        flushed
     }
 
     fn ignore_client_closing_errors(result: io::Result<()>) -> io::Result<()> {

@@ -69,18 +69,28 @@ pub(crate) struct ConnState {
     deadline: AtomicU64,
     /// The connection must not carry another request (its framing is lost).
     close_after: AtomicBool,
+    /// How long the connection may then wait for its next request.
+    idle_timeout: Duration,
 }
 
 impl ConnState {
-    /// A new connection, receiving its first request head under `head_timeout`.
-    pub(crate) fn new(head_timeout: Duration) -> ConnState {
+    /// A new connection, receiving its first request head under `head_timeout`, waiting
+    /// at most `idle_timeout` between requests.
+    pub(crate) fn new(head_timeout: Duration, idle_timeout: Duration) -> ConnState {
         let now = now_nanos();
         ConnState {
             phase: AtomicU8::new(Phase::Head as u8),
             since: AtomicU64::new(now),
             deadline: AtomicU64::new(now.saturating_add(nanos(head_timeout))),
             close_after: AtomicBool::new(false),
+            idle_timeout,
         }
+    }
+
+    /// The response of the request being worked on has been sent: the connection waits for
+    /// its next request (and may be evicted, since no work of it is lost).
+    pub(crate) fn responded(&self) -> bool {
+        self.advance(Phase::Working, Phase::Idle, Some(self.idle_timeout))
     }
 
     pub(crate) fn phase(&self) -> Phase {
@@ -157,7 +167,7 @@ mod test {
 
     #[test]
     fn phases_move_and_evicted_connections_stay_evicted() {
-        let state = ConnState::new(Duration::from_secs(10));
+        let state = ConnState::new(Duration::from_secs(10), Duration::from_secs(60));
         assert_eq!(state.phase(), Phase::Head);
         assert!(state.advance(Phase::Head, Phase::Body, Some(Duration::from_secs(1))));
         assert!(matches!(state.remaining(), Ok(Some(_))));

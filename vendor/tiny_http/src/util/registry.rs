@@ -129,7 +129,10 @@ mod test {
     }
 
     fn state() -> Arc<ConnState> {
-        Arc::new(ConnState::new(Duration::from_secs(60)))
+        Arc::new(ConnState::new(
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        ))
     }
 
     #[test]
