@@ -179,17 +179,17 @@ catalog! {
     HeadersTooLarge => (-32600, "headers_too_large", 431, 1018, false, JsonRpc,
         "The request headers are larger than this server accepts.",
         "Las cabeceras de la petición son mayores de lo que acepta este servidor.",
-        "HTTP: request headers over 64 KiB"),
-    /// HTTP: the client did not send its body in time.
+        "HTTP: a request or header line over 16 KiB, more than 128 header lines, or a head over 64 KiB"),
+    /// HTTP: the client did not send its request head or body in time.
     RequestTimeout => (-32600, "request_timeout", 408, 1019, true, JsonRpc,
-        "The request body did not arrive in time; send it again.",
-        "El cuerpo de la petición no llegó a tiempo; vuelva a enviarlo.",
-        "HTTP: the body was not received within the read timeout"),
-    /// HTTP: too many requests are waiting for slow bodies.
+        "The request did not arrive in time; send it again.",
+        "La petición no llegó a tiempo; vuelva a enviarla.",
+        "HTTP: the request head or body was not received within its deadline (`http.head_timeout_ms`, `http.body_timeout_ms`)"),
+    /// HTTP: no connection can be taken on.
     ServerBusy => (-32603, "server_busy", 503, 4003, true, JsonRpc,
         "The server is busy with other requests; retry with backoff.",
         "El servidor está ocupado con otras peticiones; reintente con espera.",
-        "HTTP: too many connections are still sending their bodies"),
+        "HTTP: `http.max_connections` are open and every one is being worked on, or no thread can be created"),
     /// HTTP: nothing is served at this path.
     PathNotFound => (-32601, "path_not_found", 404, 1017, false, JsonRpc,
         "Nothing is served at this path; the MCP endpoint is /mcp.",

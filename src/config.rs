@@ -28,6 +28,14 @@ const MIN_MAX_BYTES: u64 = 1024;
 const DEFAULT_WORKERS: u64 = 16;
 const MAX_WORKERS: u64 = 256;
 const DEFAULT_SESSION_TTL_SECS: u64 = 3600;
+/// `[http]` connection cap and request deadlines (see `HttpConfig`).
+const DEFAULT_MAX_CONNECTIONS: u64 = 512;
+const MAX_MAX_CONNECTIONS: u64 = 65_536;
+const DEFAULT_HEAD_TIMEOUT_MS: u64 = 10_000;
+const DEFAULT_BODY_TIMEOUT_MS: u64 = 30_000;
+const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// The bounds of every listener deadline: 100 ms to one hour.
+const LISTENER_TIMEOUT_RANGE_MS: (u64, u64) = (100, 3_600_000);
 const DEFAULT_BUSY_TIMEOUT_MS: u64 = 5000;
 const DEFAULT_POOL_SIZE: u64 = 8;
 const MAX_POOL_SIZE: u64 = 256;
@@ -347,6 +355,15 @@ pub struct HttpConfig {
     pub trusted_proxies: Vec<ProxyRange>,
     /// Which header those proxies name the client in.
     pub client_address_header: ClientAddressHeader,
+    /// Open connections at most; at the cap the longest-waiting idle or still-receiving
+    /// connection is closed for a new one, or the new one gets 503 `server_busy`.
+    pub max_connections: usize,
+    /// Deadline for a request's whole head (408 `request_timeout` past it).
+    pub head_timeout: Duration,
+    /// Deadline for a request's whole body, from the end of its head.
+    pub body_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
 }
 
 /// `[log]`
@@ -404,6 +421,10 @@ impl Default for Config {
                 metrics: false,
                 trusted_proxies: Vec::new(),
                 client_address_header: ClientAddressHeader::XForwardedFor,
+                max_connections: DEFAULT_MAX_CONNECTIONS as usize,
+                head_timeout: Duration::from_millis(DEFAULT_HEAD_TIMEOUT_MS),
+                body_timeout: Duration::from_millis(DEFAULT_BODY_TIMEOUT_MS),
+                idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             },
             log: LogConfig {
                 level: LogLevel::Info,
@@ -489,6 +510,10 @@ impl Config {
                 metrics: Some(http.metrics),
                 trusted_proxies: Some(http.trusted_proxies.iter().map(|r| r.to_string()).collect()),
                 client_address_header: Some(http.client_address_header),
+                max_connections: Some(http.max_connections as u64),
+                head_timeout_ms: Some(duration_millis(http.head_timeout)),
+                body_timeout_ms: Some(duration_millis(http.body_timeout)),
+                idle_timeout_ms: Some(duration_millis(http.idle_timeout)),
             },
             log: RawLog {
                 level: Some(self.log.level),
@@ -589,6 +614,10 @@ struct RawHttp {
     metrics: Option<bool>,
     trusted_proxies: Option<Vec<String>>,
     client_address_header: Option<ClientAddressHeader>,
+    max_connections: Option<u64>,
+    head_timeout_ms: Option<u64>,
+    body_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -744,6 +773,22 @@ const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
     }),
     ("TOLLGATE_HTTP_METRICS", |raw, v| {
         raw.http.metrics = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_MAX_CONNECTIONS", |raw, v| {
+        raw.http.max_connections = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_HEAD_TIMEOUT_MS", |raw, v| {
+        raw.http.head_timeout_ms = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_BODY_TIMEOUT_MS", |raw, v| {
+        raw.http.body_timeout_ms = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_HTTP_IDLE_TIMEOUT_MS", |raw, v| {
+        raw.http.idle_timeout_ms = Some(parse_u64(v)?);
         Ok(())
     }),
     ("TOLLGATE_LOG_LEVEL", |raw, v| {
@@ -951,6 +996,13 @@ fn validate_http(raw: RawHttp) -> Result<HttpConfig, ConfigError> {
         DEFAULT_WORKERS,
         (1, MAX_WORKERS),
     )?;
+    let connections = in_range(
+        "http.max_connections",
+        Some("TOLLGATE_HTTP_MAX_CONNECTIONS"),
+        raw.max_connections,
+        DEFAULT_MAX_CONNECTIONS,
+        (1, MAX_MAX_CONNECTIONS),
+    )?;
     let ttl = in_range(
         "http.session_ttl_secs",
         None,
@@ -978,6 +1030,10 @@ fn validate_http(raw: RawHttp) -> Result<HttpConfig, ConfigError> {
         client_address_header: raw
             .client_address_header
             .unwrap_or(ClientAddressHeader::XForwardedFor),
+        max_connections: to_usize(connections, "http.max_connections")?,
+        head_timeout: listener_timeout("head", raw.head_timeout_ms, DEFAULT_HEAD_TIMEOUT_MS)?,
+        body_timeout: listener_timeout("body", raw.body_timeout_ms, DEFAULT_BODY_TIMEOUT_MS)?,
+        idle_timeout: listener_timeout("idle", raw.idle_timeout_ms, DEFAULT_IDLE_TIMEOUT_MS)?,
     })
 }
 
@@ -992,6 +1048,18 @@ fn validate_auth(raw: RawAuth) -> Result<AuthConfig, ConfigError> {
     Ok(AuthConfig {
         argon2_per_second: u32::try_from(per_second).unwrap_or(u32::MAX),
     })
+}
+
+/// `http.<which>_timeout_ms`, within [`LISTENER_TIMEOUT_RANGE_MS`].
+fn listener_timeout(
+    which: &str,
+    value: Option<u64>,
+    default: u64,
+) -> Result<Duration, ConfigError> {
+    let key = format!("http.{which}_timeout_ms");
+    let env = format!("TOLLGATE_HTTP_{}_TIMEOUT_MS", which.to_ascii_uppercase());
+    let ms = in_range(&key, Some(&env), value, default, LISTENER_TIMEOUT_RANGE_MS)?;
+    Ok(Duration::from_millis(ms))
 }
 
 // Loopback by default: exposing the MCP endpoint to a network must be a deliberate choice.
@@ -1288,6 +1356,47 @@ mod tests {
             config.http.workers, 8,
             "env still applies where no flag is given"
         );
+    }
+
+    #[test]
+    fn listener_limits_have_defaults_and_are_validated() {
+        let config = Config::load(None, &[], &Overrides::default()).expect("defaults");
+        assert_eq!(config.http.max_connections, 512);
+        assert_eq!(config.http.head_timeout, Duration::from_secs(10));
+        assert_eq!(config.http.body_timeout, Duration::from_secs(30));
+        assert_eq!(config.http.idle_timeout, Duration::from_secs(60));
+        let (_dir, path) = write_config(
+            "[http]\nmax_connections = 8\nhead_timeout_ms = 1000\nbody_timeout_ms = 2000\n",
+        );
+        let vars = env(&[("TOLLGATE_HTTP_IDLE_TIMEOUT_MS", "3000")]);
+        let config = Config::load(Some(&path), &vars, &Overrides::default()).expect("load");
+        assert_eq!(config.http.max_connections, 8);
+        assert_eq!(config.http.head_timeout, Duration::from_secs(1));
+        assert_eq!(config.http.body_timeout, Duration::from_secs(2));
+        assert_eq!(config.http.idle_timeout, Duration::from_secs(3));
+        for (var, value, key) in [
+            (
+                "TOLLGATE_HTTP_MAX_CONNECTIONS",
+                "0",
+                "http.max_connections = 0",
+            ),
+            (
+                "TOLLGATE_HTTP_HEAD_TIMEOUT_MS",
+                "5",
+                "http.head_timeout_ms = 5",
+            ),
+            (
+                "TOLLGATE_HTTP_BODY_TIMEOUT_MS",
+                "99",
+                "http.body_timeout_ms = 99",
+            ),
+        ] {
+            let message = Config::load(None, &env(&[(var, value)]), &Overrides::default())
+                .expect_err("out of range")
+                .to_string();
+            assert!(message.contains(key), "{message}");
+            assert!(message.contains(var), "{message}");
+        }
     }
 
     #[test]

@@ -2,9 +2,14 @@
 //! `DELETE /mcp` to end a handshake session, `GET /healthz` for probes, and the OAuth
 //! metadata and token endpoints (see [`crate::oauth`]).
 //!
-//! A fixed pool of worker threads takes requests from the listener; a panic while serving
-//! one becomes a `-32603` for that request and never kills a worker. SIGTERM or SIGINT
-//! stops taking new requests, lets the in-flight ones finish, and returns.
+//! Each connection is served on a thread of its own, at most `http.max_connections` of
+//! them; a request is worked on once its body is in, at most `http.workers` at once. The
+//! listener (the vendored tiny_http) enforces the connection cap, the head, body and idle
+//! deadlines and the header caps, and asks [`App::refusal`] for the catalog body of each
+//! refusal it writes. A panic while serving a request becomes a `-32603` for that request
+//! and never kills a thread. SIGTERM or SIGINT stops taking new requests, lets the
+//! in-flight ones finish, and returns; a listener that stops accepting ends `serve` with an
+//! error, so that the service manager restarts the process.
 //!
 //! The body is always JSON-RPC. The HTTP status follows `ERRORS.md`: in `compatible` mode
 //! guard and tool-call errors travel with 200 (the official TypeScript clients drop the
@@ -30,44 +35,25 @@ use crate::protocol::{self, Session};
 use crate::registry::Notifier;
 use crate::sessions::{SessionOwner, Sessions};
 
-/// How often idle workers look at the shutdown flag.
+/// How often the main loop looks at the shutdown flag and the listener.
 const POLL: Duration = Duration::from_millis(100);
-/// Bodies up to this size were already read by tiny_http before the request was queued.
-const EAGER_BODY: usize = 1024;
-/// Request headers larger than this (names and values together) are refused with 431.
+/// Request heads are capped at this many bytes a line, lines, and bytes in all (431).
+const MAX_HEADER_LINE: usize = 16 * 1024;
+const MAX_HEADER_LINES: usize = 128;
 const MAX_HEADER_BYTES: usize = 64 * 1024;
-/// Requests with slow bodies served on their own threads at once; beyond it a request is
-/// refused (503).
-const MAX_SLOW_READS: usize = 256;
-
-/// Counts the helper threads reading slow bodies, so stalled clients cannot pile up threads.
-struct SlowReads;
-
-static SLOW_READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-impl SlowReads {
-    fn acquire() -> Option<SlowReads> {
-        let previous = SLOW_READS.fetch_add(1, Ordering::SeqCst);
-        if previous >= MAX_SLOW_READS {
-            SLOW_READS.fetch_sub(1, Ordering::SeqCst);
-            return None;
-        }
-        Some(SlowReads)
-    }
-}
-
-impl Drop for SlowReads {
-    fn drop(&mut self) {
-        SLOW_READS.fetch_sub(1, Ordering::SeqCst);
-    }
-}
+/// At most one log line per refusal kind in this window; the others are counted in it.
+const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
 
 /// Serves HTTP until SIGTERM or SIGINT.
 ///
 /// Each connection has a thread of its own (tiny_http's), and its requests are served on
-/// that thread: no hand-off between threads on the way. At most `http.workers` requests
-/// are worked on at once; requests whose bodies are still arriving wait for their bodies
-/// outside that limit (at most [`MAX_SLOW_READS`] at once).
+/// that thread: no hand-off between threads on the way. A request's body is read first,
+/// under the body deadline; then the request waits for one of the `http.workers` slots.
+/// Slow senders therefore never hold a slot, and past `http.max_connections` the listener
+/// closes the connection that has waited longest on its client to make room.
+///
+/// Returns an error when the listener stops accepting connections while no shutdown was
+/// asked for: the process can no longer serve and must be restarted.
 pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -77,17 +63,18 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     let slots = Arc::new(Slots::new(config.http.workers));
     let handler: tiny_http::Handler = {
         let (app, slots) = (Arc::clone(&app), Arc::clone(&slots));
-        Arc::new(move |request| {
-            if body_is_pending(&request) {
-                read_slowly(&app, request);
-            } else {
-                let _slot = slots.enter();
-                app.handle(request);
-            }
+        Arc::new(move |mut request| {
+            let body = read_body(&mut request, app.max_body);
+            let _slot = slots.enter();
+            app.handle(request, body);
         })
     };
-    let listener = tiny_http::Server::http_with_handler(config.http.listen, handler)
-        .map_err(std::io::Error::other)?;
+    let listener = tiny_http::Server::http_with_options(
+        config.http.listen,
+        handler,
+        listener_options(&app, config),
+    )
+    .map_err(std::io::Error::other)?;
     app.set_listening(listener.server_addr().to_ip().unwrap_or(config.http.listen));
     let bound = listener
         .server_addr()
@@ -96,7 +83,12 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     if !config.http.listen.ip().is_loopback() {
         tracing::warn!(listen = %bound, "listening on a non-loopback address");
     }
-    tracing::info!(listen = %bound, workers = config.http.workers, "serving MCP over HTTP at /mcp");
+    tracing::info!(
+        listen = %bound,
+        workers = config.http.workers,
+        max_connections = config.http.max_connections,
+        "serving MCP over HTTP at /mcp"
+    );
     if let Some(id) = &config.dev.unauthenticated_credential {
         tracing::warn!(
             credential = %id,
@@ -104,9 +96,7 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
         );
     }
     crate::notify::ready();
-    while !shutdown.load(Ordering::Relaxed) {
-        std::thread::sleep(POLL);
-    }
+    watch_until_shutdown(&listener, &shutdown)?;
     crate::notify::stopping();
     // No new connections; the requests being served finish (bounded by the socket
     // timeouts), then the process ends and the idle keep-alive connections with it.
@@ -117,27 +107,43 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Waits for SIGTERM or SIGINT. A listener whose accept thread has ended (it panicked)
+/// serves nothing any more: then this returns an error, `tollgate serve` exits non-zero
+/// and the service manager (`Restart=on-failure`) starts a new process.
+fn watch_until_shutdown(
+    listener: &tiny_http::Server,
+    shutdown: &AtomicBool,
+) -> std::io::Result<()> {
+    while !shutdown.load(Ordering::Relaxed) {
+        if !listener.is_accepting() {
+            tracing::error!("the HTTP listener stopped accepting connections; exiting");
+            return Err(std::io::Error::other(
+                "the HTTP listener stopped accepting connections",
+            ));
+        }
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}
+
 /// How long a stopping server waits for the requests it is serving.
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
-/// Whether the body still has to come from the socket: tiny_http reads bodies of up to
-/// [`EAGER_BODY`] bytes before it hands over the request; larger and chunked ones are read
-/// as the handler consumes them, at the client's pace.
-fn body_is_pending(request: &Request) -> bool {
-    request.body_length().is_none_or(|len| len > EAGER_BODY)
-}
-
-/// Serves a request whose body is still arriving without taking a worker slot, so slow
-/// senders never hold the slots of fast ones. At most
-/// [`MAX_SLOW_READS`] such requests wait at once; past that a request is refused with
-/// `server_busy`. The connection's socket timeout bounds how long any of them can wait.
-fn read_slowly(app: &App, request: Request) {
-    let Some(_permit) = SlowReads::acquire() else {
-        let reply = app.error_reply(None, &McpError::new(ErrorKind::ServerBusy), None);
-        respond(request, reply);
-        return;
-    };
-    app.handle(request);
+/// The listener's limits from `[http]`, and the catalog bodies of its refusals.
+fn listener_options(app: &Arc<App>, config: &Config) -> tiny_http::ServerOptions {
+    let app = Arc::clone(app);
+    tiny_http::ServerOptions {
+        limits: tiny_http::Limits {
+            max_connections: config.http.max_connections,
+            head_timeout: config.http.head_timeout,
+            body_timeout: config.http.body_timeout,
+            idle_timeout: config.http.idle_timeout,
+            max_header_line: MAX_HEADER_LINE,
+            max_header_lines: MAX_HEADER_LINES,
+            max_header_bytes: MAX_HEADER_BYTES,
+        },
+        refusal_body: Some(Arc::new(move |refusal| to_response(app.refusal(refusal)))),
+    }
 }
 
 /// The worker slots: how many requests are worked on at once.
@@ -222,6 +228,72 @@ impl Drop for Slot<'_> {
         } else {
             self.0.changed.notify_one();
         }
+    }
+}
+
+impl App {
+    /// The reply of a refusal the listener writes itself, from the catalog; logged (at
+    /// most once per kind in [`REFUSAL_LOG_WINDOW`]) and counted in `/metrics`.
+    fn refusal(&self, refusal: tiny_http::Refusal) -> Reply {
+        use tiny_http::Refusal;
+        let error = match refusal {
+            Refusal::TooManyConnections | Refusal::NoThread => McpError::new(ErrorKind::ServerBusy),
+            Refusal::RequestTimeout => McpError::new(ErrorKind::RequestTimeout),
+            Refusal::HeadersTooLarge => McpError::new(ErrorKind::HeadersTooLarge),
+            Refusal::MalformedHead => McpError::invalid_request("malformed_request_head"),
+            Refusal::BadFraming => McpError::invalid_request("ambiguous_request_framing"),
+        };
+        if let Some(suppressed) = REFUSAL_LOG.allow(refusal, std::time::Instant::now()) {
+            log_refusal(refusal, suppressed);
+        }
+        let reply = self.error_reply(None, &error, None);
+        crate::metrics::global().record_http_status(reply.status);
+        reply
+    }
+}
+
+fn log_refusal(refusal: tiny_http::Refusal, suppressed: u64) {
+    use tiny_http::Refusal;
+    match refusal {
+        Refusal::TooManyConnections => tracing::warn!(
+            suppressed,
+            "connection refused: the connection cap is reached and every connection is working"
+        ),
+        Refusal::NoThread => tracing::warn!(
+            suppressed,
+            "connection refused: no thread could be created and none could be freed"
+        ),
+        refusal => tracing::info!(?refusal, suppressed, "request refused by the listener"),
+    }
+}
+
+/// The refusal log's throttle: one line per kind and window, with the count of the lines
+/// left out since the last one.
+struct RefusalLog {
+    kinds: Mutex<Vec<(tiny_http::Refusal, std::time::Instant, u64)>>,
+}
+
+static REFUSAL_LOG: RefusalLog = RefusalLog {
+    kinds: Mutex::new(Vec::new()),
+};
+
+impl RefusalLog {
+    /// `Some(left out since the last line)` when a line may be written at `now`.
+    fn allow(&self, refusal: tiny_http::Refusal, now: std::time::Instant) -> Option<u64> {
+        let mut kinds = self
+            .kinds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(entry) = kinds.iter_mut().find(|(kind, _, _)| *kind == refusal) else {
+            kinds.push((refusal, now, 0));
+            return Some(0);
+        };
+        if now.saturating_duration_since(entry.1) < REFUSAL_LOG_WINDOW {
+            entry.2 += 1;
+            return None;
+        }
+        entry.1 = now;
+        Some(std::mem::take(&mut entry.2))
     }
 }
 
@@ -314,7 +386,7 @@ impl App {
         }
     }
 
-    fn handle(&self, request: Request) {
+    fn handle(&self, request: Request, body: Result<Vec<u8>, McpError>) {
         let head = HttpHead {
             method: request.method().clone(),
             path: request.url().split('?').next().unwrap_or("/").to_owned(),
@@ -330,13 +402,7 @@ impl App {
                 .collect(),
             peer: request.remote_addr().copied(),
         };
-        let header_bytes: usize = head.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
-        if header_bytes > MAX_HEADER_BYTES {
-            let reply = self.error_reply(None, &McpError::new(ErrorKind::HeadersTooLarge), None);
-            respond(request, reply);
-            return;
-        }
-        let stream = Stream::new(request, accepts_sse(&head));
+        let stream = Stream::new(request, accepts_sse(&head), body);
         let reply =
             catch_unwind(AssertUnwindSafe(|| self.route(&head, &stream))).unwrap_or_else(|_| {
                 tracing::error!(path = %head.path, "a request handler panicked");
@@ -785,6 +851,8 @@ impl Notifier for Discard {
 struct Stream {
     state: Mutex<StreamState>,
     sse_allowed: bool,
+    /// The body, read before the request took its worker slot.
+    body: Mutex<Option<Result<Vec<u8>, McpError>>>,
 }
 
 enum StreamState {
@@ -796,10 +864,11 @@ enum StreamState {
 }
 
 impl Stream {
-    fn new(request: Request, sse_allowed: bool) -> Stream {
+    fn new(request: Request, sse_allowed: bool, body: Result<Vec<u8>, McpError>) -> Stream {
         Stream {
             state: Mutex::new(StreamState::Pending(Some(request))),
             sse_allowed,
+            body: Mutex::new(Some(body)),
         }
     }
 
@@ -813,13 +882,18 @@ impl Stream {
         matches!(*self.lock(), StreamState::Streaming { .. })
     }
 
-    /// Reads the body, refusing more than `cap` bytes without buffering them.
+    /// The body (read once, at most `cap` bytes).
     fn read_body(&self, cap: usize) -> Result<Vec<u8>, McpError> {
-        let mut state = self.lock();
-        let StreamState::Pending(Some(request)) = &mut *state else {
-            return Err(McpError::internal());
-        };
-        read_body(request, cap)
+        let body = self
+            .body
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .unwrap_or_else(|| Err(McpError::internal()))?;
+        if body.len() > cap {
+            return Err(McpError::new(ErrorKind::PayloadTooLarge).detail("max_bytes", cap));
+        }
+        Ok(body)
     }
 
     /// Sends the reply, or ends the stream with the final message.
@@ -870,12 +944,31 @@ impl Notifier for Stream {
                 None,
                 None,
             );
-            crate::metrics::global().record_http_status(200);
-            let writer = std::thread::spawn(move || {
-                if let Err(e) = request.respond(response) {
-                    tracing::debug!(error = %e, "client closed the event stream");
+            let (hand_over, taken) = std::sync::mpsc::sync_channel::<Request>(1);
+            let spawned = std::thread::Builder::new()
+                .name("http-sse".into())
+                .spawn(move || {
+                    if let Ok(request) = taken.recv()
+                        && let Err(e) = request.respond(response)
+                    {
+                        tracing::debug!(error = %e, "client closed the event stream");
+                    }
+                });
+            // Without a thread for the stream the call goes on, its notifications are
+            // dropped, and its final response is sent as a plain reply.
+            let writer = match spawned {
+                Ok(writer) => writer,
+                Err(e) => {
+                    tracing::warn!(error = %e, "no thread for an event stream; notifications dropped");
+                    *state = StreamState::Pending(Some(request));
+                    return;
                 }
-            });
+            };
+            if let Err(std::sync::mpsc::SendError(request)) = hand_over.send(request) {
+                *state = StreamState::Pending(Some(request));
+                return;
+            }
+            crate::metrics::global().record_http_status(200);
             *state = StreamState::Streaming { events, writer };
         }
         if let StreamState::Streaming { events, .. } = &*state {
@@ -941,18 +1034,23 @@ impl Read for EventReader {
 
 fn respond(request: Request, reply: Reply) {
     crate::metrics::global().record_http_status(reply.status);
+    if let Err(e) = request.respond(to_response(reply)) {
+        tracing::debug!(error = %e, "client went away before the response was written");
+    }
+}
+
+fn to_response(reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
     let mut response = Response::from_data(reply.body).with_status_code(StatusCode(reply.status));
     for (name, value) in reply.headers {
         if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
             response.add_header(header);
         }
     }
-    if let Err(e) = request.respond(response) {
-        tracing::debug!(error = %e, "client went away before the response was written");
-    }
+    response
 }
 
-/// Reads the body, refusing more than `cap` bytes without buffering them.
+/// Reads the body, refusing more than `cap` bytes without buffering them. The listener
+/// ends the read at the body deadline (`http.body_timeout_ms`): `request_timeout`.
 fn read_body(request: &mut Request, cap: usize) -> Result<Vec<u8>, McpError> {
     let too_large = || McpError::new(ErrorKind::PayloadTooLarge).detail("max_bytes", cap);
     if request.body_length().is_some_and(|len| len > cap) {
@@ -1241,6 +1339,27 @@ mod tests {
                 .is_err()
         );
         assert!(policy.check(&head(&[("origin", "null")])).is_err());
+    }
+
+    #[test]
+    fn refusal_log_lines_are_one_per_kind_and_window() {
+        use tiny_http::Refusal;
+        let log = RefusalLog {
+            kinds: Mutex::new(Vec::new()),
+        };
+        let start = std::time::Instant::now();
+        assert_eq!(log.allow(Refusal::TooManyConnections, start), Some(0));
+        for _ in 0..1000 {
+            assert_eq!(log.allow(Refusal::TooManyConnections, start), None);
+        }
+        assert_eq!(
+            log.allow(Refusal::HeadersTooLarge, start),
+            Some(0),
+            "per kind"
+        );
+        let later = start + REFUSAL_LOG_WINDOW;
+        assert_eq!(log.allow(Refusal::TooManyConnections, later), Some(1000));
+        assert_eq!(log.allow(Refusal::TooManyConnections, later), None);
     }
 
     #[test]

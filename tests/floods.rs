@@ -473,9 +473,9 @@ fn header_floods(server: &HttpServer, token: &str) {
             })
         })
         .collect();
-    // 4 000 header lines exceed the HTTP parser's 128-line cap (400, no body); a 1 MiB line
-    // exceeds its 16 KiB line cap (the connection is closed unanswered). Requests under those
-    // caps but over 64 KiB in all get the catalog's 431 `headers_too_large`.
+    // 4 000 header lines exceed the listener's 128-line cap and a 1 MiB line its 16 KiB line
+    // cap: both get the catalog's 431 `headers_too_large` (tests/listener.rs checks the
+    // body); a client still writing when the connection closes may see it closed instead.
     let mut refused = 0;
     for sender in senders {
         for (status, text) in sender.join().expect("sender") {
@@ -634,16 +634,16 @@ fn stalled_body(addr: SocketAddr) -> Conn {
     conn
 }
 
-/// Whether the server has sent something on `conn` (without consuming it).
-fn has_answer(conn: &Conn) -> bool {
-    conn.writer
-        .set_read_timeout(Some(Duration::from_millis(1)))
-        .expect("timeout");
-    let ready = matches!(conn.writer.peek(&mut [0u8; 1]), Ok(n) if n > 0);
-    conn.writer
-        .set_read_timeout(Some(CALL_TIMEOUT))
-        .expect("timeout");
-    ready
+/// Whether the server has closed `conn` (a read sees end of file), without waiting.
+fn closed_by_server(conn: &Conn) -> bool {
+    conn.writer.set_nonblocking(true).expect("nonblocking");
+    let closed = match conn.writer.peek(&mut [0u8; 1]) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    conn.writer.set_nonblocking(false).expect("blocking");
+    closed
 }
 
 /// A valid call whose body is over 1 KiB, so the listener reads it on a helper thread.
@@ -667,38 +667,22 @@ fn large_call(addr: SocketAddr, token: &str) -> Reply {
     .expect("large call")
 }
 
-/// Reads the answers that arrived on stalled connections; each must be `server_busy`.
-fn collect_refusals(stalled: &mut [Conn]) -> usize {
-    let mut refused = 0;
-    for conn in stalled.iter_mut().filter(|c| has_answer(c)) {
-        let reply = conn.read_reply().expect("read the refusal");
-        assert_eq!((reply.status, reply.code().as_str()), (503, "server_busy"));
-        assert_eq!(reply.json()["error"]["data"]["retryable"], json!(true));
-        refused += 1;
-    }
-    refused
-}
-
-/// The listener reads at most 256 slow bodies at once: beyond that a request with a large
-/// body is refused with `server_busy` (503, retryable) instead of piling up threads, and
-/// the slots come back when the stalled clients go away.
-///
-/// tiny_http may leave a few connections of a burst unread until another connection ends
-/// (its task pool hands queued connections only to idle threads), so the test opens well
-/// over the cap and expects refusals, not an exact count of them.
+/// More stalled bodies than `http.max_connections`: each newcomer past the cap closes the
+/// stalled connection that has waited longest, so a valid call with a large body is still
+/// served, and the cap leaves room again when the stalled clients go away.
 #[test]
-fn stalled_bodies_beyond_the_cap_get_server_busy_and_free_their_slots_on_disconnect() {
+fn stalled_bodies_beyond_the_cap_are_closed_oldest_first_and_valid_calls_go_on() {
+    const CAP: usize = 256;
     const STALLED: usize = 350;
     let db = TestDb::new();
     raise_limits(&db, &db.admin_key_id());
     let token = db.admin_key.clone().expect("admin key");
-    // As many workers as slots, so the cap is reached in one round of body timeouts.
     let server = HttpServer::start_with_env(
         &db,
         &[],
         &[
-            ("TOLLGATE_HTTP_WORKERS", "256"),
-            ("TOLLGATE_HTTP_METRICS", "true"),
+            ("TOLLGATE_HTTP_MAX_CONNECTIONS", "256"),
+            ("TOLLGATE_HTTP_BODY_TIMEOUT_MS", "600000"),
         ],
     );
     assert_eq!(
@@ -706,57 +690,30 @@ fn stalled_bodies_beyond_the_cap_get_server_busy_and_free_their_slots_on_disconn
         "ok",
         "a large body is served normally"
     );
-    // The stalled clients connect first: a connection made during such a burst may wait
-    // in tiny_http's task queue until another connection ends (see the report of issue 7).
-    let mut stalled: Vec<Conn> = (0..STALLED)
-        .map(|_| {
-            std::thread::sleep(Duration::from_millis(1));
-            stalled_body(server.addr)
-        })
-        .collect();
+    let stalled: Vec<Conn> = (0..STALLED).map(|_| stalled_body(server.addr)).collect();
     let probe = Probe::start(server.addr, &token);
-    let mut refused = 0;
-    let deadline = Instant::now() + CALL_TIMEOUT;
-    while refused == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "no stalled body refused among {STALLED}"
-        );
-        refused += collect_refusals(&mut stalled);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Let the rest of the queue drain, then count once more.
     probe.wait_for_answers(20);
-    refused += collect_refusals(&mut stalled);
-    println!("[floods] {STALLED} stalled bodies: {refused} refused with 503 server_busy");
+    assert_eq!(large_call(server.addr, &token).code(), "ok");
     probe.finish("stalled bodies", server.child.id());
+    let closed = stalled.iter().filter(|c| closed_by_server(c)).count();
+    println!("[floods] {STALLED} stalled bodies, cap {CAP}: {closed} closed by the server");
+    // Connections that were ending when the stalled ones came (the harness's start-up
+    // check, the first large call) may have made room first: a margin of three.
+    assert!(closed + 3 > STALLED - CAP, "{closed} of {STALLED} closed");
+    assert!(
+        closed_by_server(&stalled[0]) && !closed_by_server(&stalled[STALLED - 1]),
+        "the oldest are closed first"
+    );
 
     drop(stalled);
-    let deadline = Instant::now() + CALL_TIMEOUT;
-    loop {
-        let reply = large_call(server.addr, &token);
-        if reply.code() == "ok" {
-            break;
-        }
-        assert_eq!(reply.code(), "server_busy");
-        assert!(
-            Instant::now() < deadline,
-            "the slots of disconnected clients never came back"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert_eq!(large_call(server.addr, &token).code(), "ok");
     let peak = proc_status(server.child.id(), "VmHWM");
     println!("[floods] stalled bodies: server peak RSS {peak} KiB");
     assert!(peak < RSS_BOUND_KIB, "peak RSS {peak} KiB");
-    let page = String::from_utf8_lossy(&server.get("/metrics").body).into_owned();
-    assert!(
-        sample(&page, "tollgate_http_responses_total{status=\"503\"}") >= refused as u64,
-        "{page}"
-    );
 }
 
-// Requests whose bodies are still arriving are served on threads of their own, so stalled
-// clients never hold the fixed workers: a valid call behind 64 of them is answered at once.
+// A request takes its worker slot only once its body is in, so stalled clients never hold
+// the fixed workers: a valid call behind 64 of them is answered at once.
 #[test]
 fn stalled_bodies_do_not_hold_up_valid_calls() {
     let db = TestDb::new();

@@ -13,6 +13,7 @@ mod hardening_auth;
 mod hardening_store;
 mod http;
 mod invoicing;
+mod listener;
 mod ratelimit;
 mod sandbox;
 mod side_doors;

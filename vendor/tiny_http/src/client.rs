@@ -4,18 +4,24 @@ use std::io::Error as IoError;
 use std::io::Result as IoResult;
 use std::io::{BufReader, BufWriter, ErrorKind, Read};
 
-use std::net::SocketAddr;
+use std::net::{Shutdown, SocketAddr};
 use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::common::{HTTPVersion, Method};
+use crate::connection::Connection;
+use crate::limits::{Refusal, ServerOptions};
 use crate::util::RefinedTcpStream;
+use crate::util::{ConnState, Phase};
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
 use crate::Request;
 
-/// Longest request or header line accepted (patched for tollgate).
-const MAX_HEADER_LINE: usize = 16 * 1024;
-/// Most header lines accepted in one request (patched for tollgate).
-const MAX_HEADERS: usize = 128;
+/// Patched for tollgate: how long a refused connection is drained before it is closed, so
+/// that the refusal is not lost to a reset (closing with unread input sends RST).
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+/// The most bytes drained from a refused connection.
+const REFUSAL_DRAIN: usize = 256 * 1024;
 
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
@@ -39,6 +45,15 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // Patched for tollgate: the socket (to close its writing half after a refusal), the
+    // connection's shared state, the listener's limits and refusal bodies
+    socket: Arc<Connection>,
+    state: Arc<ConnState>,
+    options: Arc<ServerOptions>,
+
+    // bytes of the current request head received so far
+    head_bytes: usize,
 }
 
 /// Error that can happen when reading a request.
@@ -46,6 +61,10 @@ pub struct ClientConnection {
 enum ReadError {
     WrongRequestLine,
     WrongHeader(HTTPVersion),
+    // Patched for tollgate: a line, the header count or the whole head is over its cap.
+    HeadTooLarge,
+    // Patched for tollgate: ambiguous or unsupported body framing.
+    BadFraming,
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
@@ -53,10 +72,14 @@ enum ReadError {
 
 impl ClientConnection {
     /// Creates a new `ClientConnection` that takes ownership of the `TcpStream`.
-    pub fn new(
-        write_socket: RefinedTcpStream,
-        mut read_socket: RefinedTcpStream,
+    /// Patched for tollgate: a connection whose reads follow `state`'s deadlines.
+    pub(crate) fn new(
+        socket: Arc<Connection>,
+        state: Arc<ConnState>,
+        options: Arc<ServerOptions>,
     ) -> ClientConnection {
+        let (mut read_socket, write_socket) =
+            RefinedTcpStream::watched(Arc::clone(&socket), Arc::clone(&state));
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
 
@@ -70,6 +93,10 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            socket,
+            state,
+            options,
+            head_bytes: 0,
         }
     }
 
@@ -82,27 +109,46 @@ impl ClientConnection {
     ///
     /// Reads until `CRLF` is reached. The next read will start
     ///  at the first byte of the new line.
-    fn read_next_line(&mut self) -> IoResult<AsciiString> {
+    fn read_next_line(&mut self) -> Result<AsciiString, ReadError> {
         let mut buf = Vec::new();
         let mut prev_byte_was_cr = false;
+        let limits = &self.options.limits;
 
         loop {
-            // Patched for tollgate: a header line may not grow without bound.
-            if buf.len() > MAX_HEADER_LINE {
-                return Err(IoError::new(ErrorKind::InvalidData, "header line too long"));
+            // Patched for tollgate: a line, and the whole head, may not grow without bound.
+            if buf.len() > limits.max_header_line || self.head_bytes > limits.max_header_bytes {
+                return Err(ReadError::HeadTooLarge);
             }
 
             let byte = self.next_header_source.by_ref().bytes().next();
 
             let byte = match byte {
-                Some(b) => b?,
-                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+                Some(b) => b.map_err(ReadError::ReadIoError)?,
+                None => {
+                    return Err(ReadError::ReadIoError(IoError::new(
+                        ErrorKind::ConnectionAborted,
+                        "Unexpected EOF",
+                    )))
+                }
             };
+            // Patched for tollgate: the first byte of a request on a kept-alive connection
+            // starts its head deadline.
+            if self.head_bytes == 0
+                && self.state.phase() == Phase::Idle
+                && !self
+                    .state
+                    .advance(Phase::Idle, Phase::Head, Some(limits.head_timeout))
+            {
+                return Err(ReadError::ReadIoError(IoError::new(
+                    ErrorKind::ConnectionAborted,
+                    "connection evicted",
+                )));
+            }
+            self.head_bytes += 1;
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                return AsciiString::from_ascii(buf).map_err(|_| ReadError::WrongRequestLine);
             }
 
             prev_byte_was_cr = byte == b'\r';
@@ -117,7 +163,7 @@ impl ClientConnection {
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                let line = self.read_next_line()?;
 
                 parse_request_line(
                     line.as_str().trim(), // TODO: remove this conversion
@@ -128,16 +174,16 @@ impl ClientConnection {
             let headers = {
                 let mut headers = Vec::new();
                 loop {
-                    // Patched for tollgate: bounded number of header lines.
-                    if headers.len() >= MAX_HEADERS {
-                        return Err(ReadError::WrongHeader(version));
-                    }
-                    let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                    let line = self.read_next_line()?;
 
                     if line.is_empty() {
                         break;
                     };
-                    headers.push(match FromStr::from_str(line.as_str().trim()) {
+                    // Patched for tollgate: bounded number of header lines.
+                    if headers.len() >= self.options.limits.max_header_lines {
+                        return Err(ReadError::HeadTooLarge);
+                    }
+                    headers.push(match FromStr::from_str(line.as_str().trim_end()) {
                         // TODO: remove this conversion
                         Ok(h) => h,
                         _ => return Err(ReadError::WrongHeader(version)),
@@ -149,6 +195,18 @@ impl ClientConnection {
 
             (method, path, version, headers)
         };
+
+        // Patched for tollgate: the body (if any) is received under its own deadline.
+        if !self.state.advance(
+            Phase::Head,
+            Phase::Body,
+            Some(self.options.limits.body_timeout),
+        ) {
+            return Err(ReadError::ReadIoError(IoError::new(
+                ErrorKind::ConnectionAborted,
+                "connection evicted",
+            )));
+        }
 
         // building the writer for the request
         let writer = self.sink.next().unwrap();
@@ -164,7 +222,8 @@ impl ClientConnection {
             path,
             version.clone(),
             headers,
-            *self.remote_addr.as_ref().unwrap(),
+            // Patched for tollgate: a peer that already reset has no address; no panic.
+            self.remote_addr.as_ref().ok().copied().flatten(),
             data_source,
             writer,
         )
@@ -175,11 +234,12 @@ impl ClientConnection {
                 request::RequestCreationError::ExpectationFailed => {
                     ReadError::ExpectationFailed(version)
                 }
+                request::RequestCreationError::BadFraming => ReadError::BadFraming,
             }
         })?;
 
         // return the request
-        Ok(request)
+        Ok(request.track(Arc::clone(&self.state)))
     }
 }
 
@@ -193,93 +253,193 @@ impl Iterator for ClientConnection {
 
         // the client sent a "connection: close" header in this previous request
         //  or is using HTTP 1.0, meaning that no new request will come
-        if self.no_more_requests {
+        // Patched for tollgate: nor when the previous request left the framing unknown, or
+        // the connection was evicted.
+        if self.no_more_requests || self.state.must_close() {
             return None;
         }
 
-        loop {
-            let rq = match self.read() {
-                Err(ReadError::WrongRequestLine) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
+        // Patched for tollgate: a kept-alive connection waits at most `idle_timeout` for
+        // its next request (the first request's deadline runs from the accept).
+        if self.state.phase() == Phase::Working && !self.state.responded() {
+            return None;
+        }
+        self.head_bytes = 0;
 
-                Err(ReadError::WrongHeader(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(400));
-                    response.raw_print(writer, ver, &[], false, None).ok();
-                    return None; // we don't know where the next request would start,
-                                 // se we have to close
-                }
-
-                Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
-                    // request timeout
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(408));
-                    response
-                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                        .ok();
-                    return None; // closing the connection
-                }
-
-                Err(ReadError::ExpectationFailed(ver)) => {
-                    let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(417));
-                    response.raw_print(writer, ver, &[], true, None).ok();
-                    return None; // TODO: should be recoverable, but needs handling in case of body
-                }
-
-                Err(ReadError::ReadIoError(_)) => return None,
-
-                Ok(rq) => rq,
-            };
-
-            // checking HTTP version
-            if *rq.http_version() > (1, 1) {
-                let writer = self.sink.next().unwrap();
-                let response = Response::from_string(
-                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
-                )
-                .with_status_code(StatusCode(505));
-                response
-                    .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
-                    .ok();
-                continue;
+        let rq = match self.read() {
+            // Patched for tollgate: refusals carry the application's body (see
+            // `ServerOptions::refusal_body`) and close the connection, since where the next
+            // request would start is unknown.
+            Err(ReadError::WrongRequestLine) | Err(ReadError::WrongHeader(_)) => {
+                self.refuse(Refusal::MalformedHead);
+                return None;
             }
 
-            // updating the status of the connection
-            let connection_header = rq
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Connection"))
-                .map(|h| h.value.as_str());
+            Err(ReadError::HeadTooLarge) => {
+                self.refuse(Refusal::HeadersTooLarge);
+                return None;
+            }
 
-            let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
+            Err(ReadError::BadFraming) => {
+                self.refuse(Refusal::BadFraming);
+                return None;
+            }
 
-            match lowercase {
-                Some(ref val) if val.contains("close") => self.no_more_requests = true,
-                Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
-                Some(ref val)
-                    if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
-                {
-                    self.no_more_requests = true
+            Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
+                // A request that was started gets 408; a connection that sent nothing is
+                // closed without an answer nobody asked for (it could cross a new request).
+                if self.head_bytes > 0 || self.state.phase() == Phase::Body {
+                    self.refuse(Refusal::RequestTimeout);
                 }
-                None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
-                _ => (),
-            };
+                return None;
+            }
 
-            // returning the request
-            return Some(rq);
+            Err(ReadError::ExpectationFailed(_)) => {
+                // Patched for tollgate: the status line is always HTTP/1.1 (upstream
+                // echoed the request's version, e.g. "HTTP/2.0 417").
+                let writer = self.sink.next().unwrap();
+                let response = with_close(Response::new_empty(StatusCode(417)));
+                response
+                    .raw_print(writer, HTTPVersion(1, 1), &[], true, None)
+                    .ok();
+                return None; // TODO: should be recoverable, but needs handling in case of body
+            }
+
+            Err(ReadError::ReadIoError(_)) => return None,
+
+            Ok(rq) => rq,
+        };
+
+        // checking HTTP version
+        // Patched for tollgate: HTTP/0.9 has no status line to answer with.
+        if *rq.http_version() > (1, 1) || *rq.http_version() < (1, 0) {
+            // Patched for tollgate: the answer goes through the request's own writer.
+            // Upstream took the connection's next writer, which waits for this request's
+            // writer to finish while the request holds it: the thread hung for good.
+            self.state.close_after();
+            let mut writer = rq.into_writer();
+            let response = with_close(
+                Response::from_string(
+                    "This server only supports HTTP versions 1.0 and 1.1".to_owned(),
+                )
+                .with_status_code(StatusCode(505)),
+            );
+            response
+                .raw_print(&mut writer, HTTPVersion(1, 1), &[], false, None)
+                .and_then(|()| std::io::Write::flush(&mut writer))
+                .ok();
+            // Patched for tollgate: the request's body is not read, so its end is unknown.
+            return None;
+        }
+
+        // updating the status of the connection
+        let connection_header = rq
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv("Connection"))
+            .map(|h| h.value.as_str());
+
+        let lowercase = connection_header.map(|h| h.to_ascii_lowercase());
+
+        match lowercase {
+            Some(ref val) if val.contains("close") => self.no_more_requests = true,
+            Some(ref val) if val.contains("upgrade") => self.no_more_requests = true,
+            Some(ref val)
+                if !val.contains("keep-alive") && *rq.http_version() == HTTPVersion(1, 0) =>
+            {
+                self.no_more_requests = true
+            }
+            None if *rq.http_version() == HTTPVersion(1, 0) => self.no_more_requests = true,
+            _ => (),
+        };
+
+        // returning the request
+        Some(rq)
+    }
+}
+
+impl ClientConnection {
+    /// Patched for tollgate: writes the response of `refusal` with `Connection: close`,
+    /// then closes the writing half and drains what the client still sends for a moment,
+    /// so that the client reads the refusal instead of a connection reset.
+    fn refuse(&mut self, refusal: Refusal) {
+        use std::io::Write;
+        let response = with_close(self.options.refusal_response(refusal));
+        let mut writer = self.sink.next().unwrap();
+        let written = response
+            .raw_print(writer.by_ref(), HTTPVersion(1, 1), &[], false, None)
+            .and_then(|()| writer.flush());
+        drop(writer);
+        if written.is_err() {
+            return;
+        }
+        let _ = self.socket.shutdown(Shutdown::Write);
+        if !self.state.enter(Phase::Closing, Some(REFUSAL_LINGER)) {
+            return;
+        }
+        let mut buf = [0u8; 4096];
+        let mut drained = 0;
+        while drained < REFUSAL_DRAIN {
+            match self.next_header_source.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
         }
     }
 }
 
-/// Parses a "HTTP/1.1" string.
+/// Patched for tollgate: a refusal response that says the connection closes.
+pub(crate) fn with_close<R: Read>(response: crate::Response<R>) -> crate::Response<R> {
+    response.closing()
+}
+
+/// Patched for tollgate: refuses a connection that gets no thread of its own (the cap is
+/// reached, or no thread can be created): the refusal is written at once, the writing half
+/// closed, and the input drained for at most `linger` so that the client reads the refusal.
+pub(crate) fn refuse_connection(
+    socket: &Connection,
+    options: &ServerOptions,
+    refusal: Refusal,
+    linger: Duration,
+) {
+    let response = with_close(options.refusal_response(refusal));
+    let mut writer = SocketWriter(socket);
+    if response
+        .raw_print(&mut writer, HTTPVersion(1, 1), &[], false, None)
+        .is_err()
+    {
+        return;
+    }
+    let _ = socket.shutdown(Shutdown::Write);
+    let deadline = std::time::Instant::now() + linger;
+    let mut buf = [0u8; 4096];
+    let mut drained = 0;
+    while drained < REFUSAL_DRAIN {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        socket.set_read_timeout(left);
+        match socket.read_shared(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
+/// Writes straight to a shared socket.
+struct SocketWriter<'a>(&'a Connection);
+
+impl std::io::Write for SocketWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
+        self.0.write_shared(buf)
+    }
+
+    fn flush(&mut self) -> IoResult<()> {
+        self.0.flush_shared()
+    }
+}
+
 fn parse_http_version(version: &str) -> Result<HTTPVersion, ReadError> {
     let (major, minor) = match version {
         "HTTP/0.9" => (0, 9),

@@ -77,7 +77,62 @@ impl std::io::Write for Connection {
         }
     }
 }
+// Patched for tollgate: a connection is shared (`Arc`) by its reader, its writer and the
+// connection registry, which shuts it down to evict it; reads and writes go through `&self`
+// (as `&TcpStream` allows), so no descriptor is duplicated and no `try_clone` can fail.
 impl Connection {
+    pub(crate) fn read_shared(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::Read;
+        match self {
+            Self::Tcp(s) => (&*s).read(buf),
+            #[cfg(unix)]
+            Self::Unix(s) => (&*s).read(buf),
+        }
+    }
+
+    pub(crate) fn write_shared(&self, buf: &[u8]) -> std::io::Result<usize> {
+        use std::io::Write;
+        match self {
+            Self::Tcp(s) => (&*s).write(buf),
+            #[cfg(unix)]
+            Self::Unix(s) => (&*s).write(buf),
+        }
+    }
+
+    pub(crate) fn flush_shared(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        match self {
+            Self::Tcp(s) => (&*s).flush(),
+            #[cfg(unix)]
+            Self::Unix(s) => (&*s).flush(),
+        }
+    }
+
+    pub(crate) fn set_read_timeout(&self, timeout: std::time::Duration) {
+        let timeout = Some(timeout.max(std::time::Duration::from_millis(1)));
+        match self {
+            Self::Tcp(s) => {
+                let _ = s.set_read_timeout(timeout);
+            }
+            #[cfg(unix)]
+            Self::Unix(s) => {
+                let _ = s.set_read_timeout(timeout);
+            }
+        }
+    }
+
+    pub(crate) fn set_write_timeout(&self, timeout: std::time::Duration) {
+        match self {
+            Self::Tcp(s) => {
+                let _ = s.set_write_timeout(Some(timeout));
+            }
+            #[cfg(unix)]
+            Self::Unix(s) => {
+                let _ = s.set_write_timeout(Some(timeout));
+            }
+        }
+    }
+
     /// Patched for tollgate: bounds every read and write on an accepted connection and
     /// turns off Nagle's algorithm for TCP. Errors are ignored (the connection still works,
     /// only without the bound).
@@ -97,7 +152,7 @@ impl Connection {
     }
 
     /// Gets the peer's address. Some for TCP, None for Unix sockets.
-    pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
+    pub(crate) fn peer_addr(&self) -> std::io::Result<Option<SocketAddr>> {
         match self {
             Self::Tcp(s) => s.peer_addr().map(Some),
             #[cfg(unix)]

@@ -91,8 +91,9 @@
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
 
+// Patched for tollgate: the connection handling was rewritten for plain HTTP only.
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-use zeroize::Zeroizing;
+compile_error!("this copy of tiny_http serves plain HTTP only; terminate TLS in a reverse proxy");
 
 use std::error::Error;
 use std::io::Error as IoError;
@@ -112,9 +113,11 @@ const SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
 use client::ClientConnection;
 use connection::Connection;
 use util::MessagesQueue;
+use util::{ConnState, Registry, Ticket};
 
 pub use common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 pub use connection::{ConfigListenAddr, ListenAddr, Listener};
+pub use limits::{Limits, Refusal, RefusalBody, ServerOptions};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
@@ -122,6 +125,7 @@ pub use test::TestRequest;
 mod client;
 mod common;
 mod connection;
+mod limits;
 mod request;
 mod response;
 mod ssl;
@@ -143,6 +147,12 @@ pub struct Server {
 
     // result of TcpListener::local_addr()
     listening_addr: ListenAddr,
+
+    // Patched for tollgate: true while the accept thread runs
+    accepting: Arc<AtomicBool>,
+
+    // Patched for tollgate: the open connections
+    registry: Arc<Registry>,
 }
 
 enum Message {
@@ -273,124 +283,78 @@ impl Server {
         ssl_config: Option<SslConfig>,
         handler: Option<Handler>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        // building the "close" variable
+        if ssl_config.is_some() {
+            return Err(
+                "this copy of tiny_http serves plain HTTP only (terminate TLS in a proxy)".into(),
+            );
+        }
+        let options = ServerOptions {
+            // The upstream behaviour: no cap worth speaking of, and the 30 s per-read
+            // timeout as every deadline.
+            limits: Limits {
+                max_connections: usize::MAX,
+                head_timeout: SOCKET_TIMEOUT,
+                body_timeout: SOCKET_TIMEOUT,
+                idle_timeout: SOCKET_TIMEOUT,
+                ..Limits::default()
+            },
+            refusal_body: None,
+        };
+        Self::serve_listener(listener, handler, options)
+    }
+
+    /// Patched for tollgate: like [`Server::http_with_handler`], with the limits and
+    /// refusal bodies of `options` (see [`crate::limits`]).
+    pub fn http_with_options<A>(
+        addr: A,
+        handler: Handler,
+        options: ServerOptions,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>>
+    where
+        A: ToSocketAddrs,
+    {
+        let listener = ConfigListenAddr::from_socket_addrs(addr)?.bind()?;
+        Self::serve_listener(listener, Some(handler), options)
+    }
+
+    /// Patched for tollgate: starts the accept thread (which admits connections into the
+    /// registry and hands each to a pool thread) and the refusal thread.
+    fn serve_listener(
+        listener: Listener,
+        handler: Option<Handler>,
+        options: ServerOptions,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let close_trigger = Arc::new(AtomicBool::new(false));
-
-        // building the TcpListener
-        let (server, local_addr) = {
-            let local_addr = listener.local_addr()?;
-            log::debug!("Server listening on {}", local_addr);
-            (listener, local_addr)
-        };
-
-        // building the SSL capabilities
-        #[cfg(all(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        compile_error!(
-            "Features 'ssl-openssl' and 'ssl-rustls' must not be enabled at the same time"
-        );
-        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-        type SslContext = ();
-        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        type SslContext = crate::ssl::SslContextImpl;
-        let ssl: Option<SslContext> = {
-            match ssl_config {
-                #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                Some(config) => Some(SslContext::from_pem(
-                    config.certificate,
-                    Zeroizing::new(config.private_key),
-                )?),
-                #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                Some(_) => return Err(
-                    "Building a server with SSL requires enabling the `ssl` feature in tiny-http"
-                        .into(),
-                ),
-                None => None,
-            }
-        };
+        let local_addr = listener.local_addr()?;
+        log::debug!("Server listening on {}", local_addr);
 
         // creating a task where server.accept() is continuously called
         // and ClientConnection objects are pushed in the messages queue
         let messages = MessagesQueue::with_capacity(8);
+        let options = Arc::new(options);
+        let registry = Registry::new(options.limits.max_connections);
+        let accepting = Arc::new(AtomicBool::new(true));
+        let acceptor = Acceptor {
+            listener,
+            handler,
+            options: Arc::clone(&options),
+            registry: Arc::clone(&registry),
+            refuser: Refuser::start(Arc::clone(&options))?,
+            pool: util::TaskPool::new()?,
+            messages: messages.clone(),
+            close: close_trigger.clone(),
+            accepting: Running(Arc::clone(&accepting)),
+        };
+        thread::Builder::new()
+            .name("tiny-http-accept".into())
+            .spawn(move || acceptor.run())?;
 
-        let inside_close_trigger = close_trigger.clone();
-        let inside_messages = messages.clone();
-        thread::spawn(move || {
-            // a tasks pool is used to dispatch the connections into threads
-            let tasks_pool = util::TaskPool::new();
-
-            log::debug!("Running accept thread");
-            while !inside_close_trigger.load(Relaxed) {
-                let new_client = match server.accept() {
-                    Ok((sock, _)) => {
-                        // Patched for tollgate: no read or write may block a connection
-                        // thread forever, and small replies must not wait for delayed ACKs.
-                        sock.set_timeouts(SOCKET_TIMEOUT);
-                        use util::RefinedTcpStream;
-                        let (read_closable, write_closable) = match ssl {
-                            None => RefinedTcpStream::new(sock),
-                            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                            Some(ref ssl) => {
-                                // trying to apply SSL over the connection
-                                // if an error occurs, we just close the socket and resume listening
-                                let sock = match ssl.accept(sock) {
-                                    Ok(s) => s,
-                                    Err(_) => continue,
-                                };
-
-                                RefinedTcpStream::new(sock)
-                            }
-                            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                            Some(ref _ssl) => unreachable!(),
-                        };
-
-                        Ok(ClientConnection::new(write_closable, read_closable))
-                    }
-                    Err(e) => Err(e),
-                };
-
-                match new_client {
-                    Ok(client) => {
-                        let messages = inside_messages.clone();
-                        let handler = handler.clone();
-                        let mut client = Some(client);
-                        tasks_pool.spawn(Box::new(move || {
-                            if let (Some(client), Some(handler)) = (client.take(), &handler) {
-                                for rq in client {
-                                    handler(rq);
-                                }
-                            } else if let Some(client) = client.take() {
-                                // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
-                                    let (sender, receiver) = mpsc::channel();
-                                    for rq in client {
-                                        messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
-                                    }
-                                } else {
-                                    for rq in client {
-                                        messages.push(rq.into());
-                                    }
-                                }
-                            }
-                        }));
-                    }
-
-                    Err(e) => {
-                        // Patched for tollgate: a failed accept (out of file descriptors,
-                        // a connection reset before accept) must not stop the listener.
-                        log::error!("Error accepting new client: {}", e);
-                        thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            }
-            log::debug!("Terminating accept thread");
-        });
-
-        // result
         Ok(Server {
             messages,
             close: close_trigger,
             listening_addr: local_addr,
+            accepting,
+            registry,
         })
     }
 
@@ -410,8 +374,14 @@ impl Server {
 
     /// Returns the number of clients currently connected to the server.
     pub fn num_connections(&self) -> usize {
-        unimplemented!()
-        //self.requests_receiver.lock().len()
+        // Patched for tollgate: the connections in the registry.
+        self.registry.len()
+    }
+
+    /// Patched for tollgate: whether the accept thread still runs. Once it has stopped
+    /// (it panicked, or the server is closing) no new connection is served.
+    pub fn is_accepting(&self) -> bool {
+        self.accepting.load(Relaxed)
     }
 
     /// Blocks until an HTTP request has been submitted and returns it.
@@ -478,6 +448,132 @@ impl Drop for Server {
             if let Some(path) = addr.as_pathname() {
                 let _ = std::fs::remove_file(path);
             }
+        }
+    }
+}
+
+/// Patched for tollgate: the accept loop and what it needs.
+struct Acceptor {
+    listener: Listener,
+    handler: Option<Handler>,
+    options: Arc<ServerOptions>,
+    registry: Arc<Registry>,
+    refuser: Refuser,
+    pool: util::TaskPool,
+    messages: Arc<MessagesQueue<Message>>,
+    close: Arc<AtomicBool>,
+    accepting: Running,
+}
+
+/// Clears its flag when dropped: the accept thread ended (normally or by a panic).
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Relaxed);
+    }
+}
+
+impl Acceptor {
+    fn run(self) {
+        log::debug!("Running accept thread");
+        while !self.close.load(Relaxed) {
+            match self.listener.accept() {
+                Ok((sock, _)) => self.admit(sock),
+                Err(e) => {
+                    // Patched for tollgate: a failed accept (out of file descriptors,
+                    // a connection reset before accept) must not stop the listener.
+                    log::error!("Error accepting new client: {}", e);
+                    thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        log::debug!("Terminating accept thread");
+    }
+
+    /// Registers a connection (evicting one at the cap) and hands it to a pool thread;
+    /// refuses it when neither is possible.
+    fn admit(&self, sock: Connection) {
+        // No read or write may block a connection thread forever, and small replies must
+        // not wait for delayed ACKs.
+        sock.set_timeouts(SOCKET_TIMEOUT);
+        let socket = Arc::new(sock);
+        let limits = &self.options.limits;
+        let state = Arc::new(ConnState::new(limits.head_timeout, limits.idle_timeout));
+        let Some(ticket) = self.registry.admit(&state, &socket) else {
+            self.refuser.refuse(socket, Refusal::TooManyConnections);
+            return;
+        };
+        let task = self.connection_task(Arc::clone(&socket), state, ticket);
+        if let Err(queued) = self.pool.spawn(task) {
+            // No thread could be created: free one that waits on a slow client (its task
+            // then runs on it), or refuse.
+            if !self.registry.evict_one() && self.pool.withdraw(queued) {
+                self.refuser.refuse(socket, Refusal::NoThread);
+            }
+        }
+    }
+
+    fn connection_task(
+        &self,
+        socket: Arc<Connection>,
+        state: Arc<ConnState>,
+        ticket: Ticket,
+    ) -> Box<dyn FnOnce() + Send> {
+        let (options, handler, messages) = (
+            Arc::clone(&self.options),
+            self.handler.clone(),
+            self.messages.clone(),
+        );
+        // The connection is built on its thread: a task dropped unrun (withdrawn) leaves
+        // the socket open for its refusal.
+        Box::new(move || {
+            let _ticket = ticket;
+            let client = ClientConnection::new(socket, state, options);
+            match handler {
+                Some(handler) => {
+                    for rq in client {
+                        handler(rq);
+                    }
+                }
+                None => {
+                    for rq in client {
+                        messages.push(rq.into());
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Patched for tollgate: writes the refusals of connections that get no thread, on a
+/// thread of its own made at start (so that it exists when no thread can be created).
+/// At most `REFUSALS_QUEUED` wait; beyond that a connection is closed unanswered.
+struct Refuser {
+    queue: mpsc::SyncSender<(Arc<Connection>, Refusal)>,
+}
+
+const REFUSALS_QUEUED: usize = 64;
+/// How long a refused connection is drained so that its client reads the refusal.
+const REFUSER_LINGER: Duration = Duration::from_millis(200);
+
+impl Refuser {
+    fn start(options: Arc<ServerOptions>) -> IoResult<Refuser> {
+        let (queue, refusals) = mpsc::sync_channel::<(Arc<Connection>, Refusal)>(REFUSALS_QUEUED);
+        thread::Builder::new()
+            .name("tiny-http-refuse".into())
+            .spawn(move || {
+                for (socket, refusal) in refusals {
+                    socket.set_write_timeout(REFUSER_LINGER);
+                    client::refuse_connection(&socket, &options, refusal, REFUSER_LINGER);
+                }
+            })?;
+        Ok(Refuser { queue })
+    }
+
+    fn refuse(&self, socket: Arc<Connection>, refusal: Refusal) {
+        if let Err(mpsc::TrySendError::Full((socket, _))) = self.queue.try_send((socket, refusal)) {
+            let _ = socket.shutdown(Shutdown::Both);
         }
     }
 }

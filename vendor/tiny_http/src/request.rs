@@ -7,9 +7,11 @@ use std::str::FromStr;
 
 use std::sync::mpsc::Sender;
 
-use crate::util::{EqualReader, FusedReader};
+use crate::util::{ConnState, EqualReader, FusedReader, Phase};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
 use chunked_transfer::Decoder;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Represents an HTTP request made by a client.
 ///
@@ -74,6 +76,9 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // Patched for tollgate: the connection's state, when the listener tracks it
+    conn_state: Option<Arc<ConnState>>,
 }
 
 struct NotifyOnDrop<R> {
@@ -105,6 +110,9 @@ impl<R> Drop for NotifyOnDrop<R> {
 pub enum RequestCreationError {
     /// The client sent an `Expect` header that was not recognized by tiny-http.
     ExpectationFailed,
+
+    /// Patched for tollgate: ambiguous or unsupported message framing (RFC 9112 §6).
+    BadFraming,
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
@@ -140,22 +148,11 @@ where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    // finding the transfer-encoding header
-    let transfer_encoding = headers
-        .iter()
-        .find(|h: &&Header| h.field.equiv("Transfer-Encoding"))
-        .map(|h| h.value.clone());
-
-    // finding the content-length header
-    let content_length = if transfer_encoding.is_some() {
-        // if transfer-encoding is specified, the Content-Length
-        // header must be ignored (RFC2616 #4.4)
-        None
-    } else {
-        headers
-            .iter()
-            .find(|h: &&Header| h.field.equiv("Content-Length"))
-            .and_then(|h| FromStr::from_str(h.value.as_str()).ok())
+    // Patched for tollgate: the framing is checked as RFC 9112 §6 requires of a server.
+    let framing = body_framing(&headers)?;
+    let content_length = match framing {
+        Framing::Length(length) => Some(length),
+        Framing::Chunked | Framing::Empty => None,
     };
 
     // true if the client sent a `Expect: 100-continue` header
@@ -191,7 +188,7 @@ where
     } else if let Some(content_length) = content_length {
         if content_length == 0 {
             Box::new(io::empty()) as Box<dyn Read + Send + 'static>
-        } else if content_length <= 1024 && !expects_continue {
+        } else if content_length <= EAGER_BODY && !expects_continue {
             // if the content-length is small enough, we just read everything into a buffer
 
             let mut buffer = vec![0; content_length];
@@ -215,7 +212,7 @@ where
             let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
             Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
         }
-    } else if transfer_encoding.is_some() {
+    } else if framing == Framing::Chunked {
         // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
         // over the message (RFC2616 #3.6)
         Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
@@ -238,8 +235,138 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        conn_state: None,
     })
 }
+
+/// How a request's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Empty,
+    Length(usize),
+    Chunked,
+}
+
+/// Patched for tollgate: the body framing of a request, refusing what RFC 9112 §6.1–6.3
+/// tells a server to refuse (and what lets a second request hide in a body): both
+/// `Content-Length` and `Transfer-Encoding`, `Content-Length` values that differ or are
+/// not all digits (`+5`, `-1`, `5 5`), and a `Transfer-Encoding` other than a single
+/// `chunked`. Whitespace around a field value is not part of it (RFC 9110 §5.5).
+fn body_framing(headers: &[Header]) -> Result<Framing, RequestCreationError> {
+    let values = |name: &'static str| {
+        headers
+            .iter()
+            .filter(move |h| h.field.equiv(name))
+            .flat_map(|h| h.value.as_str().split(','))
+            .map(str::trim)
+    };
+    let encodings: Vec<&str> = values("Transfer-Encoding").collect();
+    let lengths: Vec<&str> = values("Content-Length").collect();
+    if !encodings.is_empty() {
+        let chunked_only = encodings.len() == 1 && encodings[0].eq_ignore_ascii_case("chunked");
+        if !chunked_only || !lengths.is_empty() {
+            return Err(RequestCreationError::BadFraming);
+        }
+        return Ok(Framing::Chunked);
+    }
+    let mut length = None;
+    for value in lengths {
+        if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(RequestCreationError::BadFraming);
+        }
+        let parsed: usize = value
+            .parse()
+            .map_err(|_| RequestCreationError::BadFraming)?;
+        if length.is_some_and(|l| l != parsed) {
+            return Err(RequestCreationError::BadFraming);
+        }
+        length = Some(parsed);
+    }
+    Ok(length.map_or(Framing::Empty, Framing::Length))
+}
+
+/// Patched for tollgate: the body of a request on a tracked connection. The end of the
+/// body moves the connection from receiving (evictable) to being worked on; an error, or a
+/// body dropped unread, means the connection cannot carry another request, and what is
+/// left of the body is drained for at most [`DRAIN_LIMIT`] before it closes.
+struct TrackedBody {
+    inner: Box<dyn Read + Send + 'static>,
+    state: Arc<ConnState>,
+    done: bool,
+}
+
+/// How long an unread body is drained before its connection closes.
+const DRAIN_LIMIT: Duration = Duration::from_secs(1);
+
+impl Read for TrackedBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.done {
+            return Ok(0);
+        }
+        match self.inner.read(buf) {
+            Ok(0) if !buf.is_empty() => {
+                self.done = true;
+                if self.state.advance(Phase::Body, Phase::Working, None) {
+                    Ok(0)
+                } else {
+                    Err(IoError::new(
+                        ErrorKind::ConnectionAborted,
+                        "connection evicted",
+                    ))
+                }
+            }
+            Ok(n) => Ok(n),
+            Err(e) => {
+                self.state.close_after();
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for TrackedBody {
+    fn drop(&mut self) {
+        if !self.done {
+            self.state.close_after();
+            self.state.enter(Phase::Closing, Some(DRAIN_LIMIT));
+        }
+    }
+}
+
+impl Request {
+    /// Patched for tollgate: ties the request to its connection's state (see
+    /// [`TrackedBody`]); a body already read (or none) starts the work at once.
+    pub(crate) fn track(mut self, state: Arc<ConnState>) -> Self {
+        // An upgrade request's reader is the rest of the connection: under the body deadline.
+        let upgrade = self.headers.iter().any(|h| {
+            h.field.equiv("Connection") && h.value.as_str().to_ascii_lowercase().contains("upgrade")
+        });
+        let streamed = self.must_send_continue
+            || upgrade
+            || self.body_length.map_or(
+                self.headers
+                    .iter()
+                    .any(|h| h.field.equiv("Transfer-Encoding")),
+                |l| l > EAGER_BODY,
+            );
+        if streamed {
+            if let Some(inner) = self.data_reader.take() {
+                self.data_reader = Some(Box::new(TrackedBody {
+                    inner,
+                    state: Arc::clone(&state),
+                    done: false,
+                }));
+            }
+        } else {
+            state.advance(Phase::Body, Phase::Working, None);
+        }
+        self.conn_state = Some(state);
+        self
+    }
+}
+
+/// Bodies up to this size are read before the request is handed over.
+const EAGER_BODY: usize = 1024;
 
 impl Request {
     /// Returns true if the request was made through HTTPS.
@@ -448,6 +575,14 @@ impl Request {
 
         let do_not_send_body = self.method == Method::Head;
 
+        // Patched for tollgate: tell the client when this connection will be closed.
+        let closing = self.conn_state.as_ref().is_some_and(|s| s.must_close());
+        let response = if closing {
+            response.closing()
+        } else {
+            response
+        };
+
         Self::ignore_client_closing_errors(response.raw_print(
             writer.by_ref(),
             self.http_version.clone(),
@@ -456,7 +591,12 @@ impl Request {
             None,
         ))?;
 
-        Self::ignore_client_closing_errors(writer.flush())
+        let flushed = Self::ignore_client_closing_errors(writer.flush());
+        // Patched for tollgate: once its response is out, the connection's work is done.
+        if let Some(state) = &self.conn_state {
+            state.responded();
+        }
+        flushed
     }
 
     fn ignore_client_closing_errors(result: io::Result<()>) -> io::Result<()> {
@@ -506,6 +646,41 @@ impl<T> ReadWrite for T where T: Read + Write {}
 #[cfg(test)]
 mod tests {
     use super::Request;
+
+    #[test]
+    fn framing_that_rfc_9112_refuses_is_refused() {
+        use super::{body_framing, Framing};
+        use crate::Header;
+        let framing = |lines: &[&str]| {
+            let headers: Vec<Header> = lines.iter().map(|l| l.parse().unwrap()).collect();
+            body_framing(&headers).ok()
+        };
+        assert_eq!(framing(&[]), Some(Framing::Empty));
+        assert_eq!(framing(&["Content-Length: 5"]), Some(Framing::Length(5)));
+        assert_eq!(
+            framing(&["Content-Length: 5", "content-length: 5"]),
+            Some(Framing::Length(5))
+        );
+        assert_eq!(
+            framing(&["Transfer-Encoding: Chunked"]),
+            Some(Framing::Chunked)
+        );
+        for refused in [
+            &["Content-Length: 5", "Transfer-Encoding: chunked"][..],
+            &["Content-Length: 5", "Content-Length: 6"],
+            &["Content-Length: 5, 6"],
+            &["Content-Length: +5"],
+            &["Content-Length: -1"],
+            &["Content-Length: 5 5"],
+            &["Content-Length:"],
+            &["Content-Length: 99999999999999999999999999"],
+            &["Transfer-Encoding: gzip"],
+            &["Transfer-Encoding: gzip, chunked"],
+            &["Transfer-Encoding: chunked", "Transfer-Encoding: chunked"],
+        ] {
+            assert_eq!(framing(refused), None, "{refused:?}");
+        }
+    }
 
     #[test]
     fn must_be_send() {

@@ -246,6 +246,17 @@ where
         self.chunked_threshold.unwrap_or(32768)
     }
 
+    /// Patched for tollgate: says that the connection closes after this response
+    /// (`Connection` is refused by [`Response::add_header`]).
+    pub(crate) fn closing(mut self) -> Response<R> {
+        if !self.headers.iter().any(|h| h.field.equiv("Connection")) {
+            if let Ok(header) = Header::from_bytes(&b"Connection"[..], &b"close"[..]) {
+                self.headers.push(header);
+            }
+        }
+        self
+    }
+
     /// Adds a header to the list.
     /// Does all the checks.
     pub fn add_header<H>(&mut self, header: H)

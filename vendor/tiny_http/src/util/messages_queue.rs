@@ -1,5 +1,6 @@
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+// Patched for tollgate: a poisoned lock is taken over, never unwrapped.
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 enum Control<T> {
@@ -28,14 +29,14 @@ where
 
     /// Pushes an element to the queue.
     pub fn push(&self, value: T) {
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         queue.push_back(Control::Elem(value));
         self.condvar.notify_one();
     }
 
     /// Unblock one thread stuck in pop loop.
     pub fn unblock(&self) {
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         queue.push_back(Control::Unblock);
         self.condvar.notify_one();
     }
@@ -43,7 +44,7 @@ where
     /// Pops an element. Blocks until one is available.
     /// Returns None in case unblock() was issued.
     pub fn pop(&self) -> Option<T> {
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
 
         loop {
             match queue.pop_front() {
@@ -52,13 +53,16 @@ where
                 None => (),
             }
 
-            queue = self.condvar.wait(queue).unwrap();
+            queue = self
+                .condvar
+                .wait(queue)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 
     /// Tries to pop an element without blocking.
     pub fn try_pop(&self) -> Option<T> {
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         match queue.pop_front() {
             Some(Control::Elem(value)) => Some(value),
             Some(Control::Unblock) | None => None,
@@ -69,7 +73,7 @@ where
     /// more than the specified timeout duration
     /// or unblock() was issued
     pub fn pop_timeout(&self, timeout: Duration) -> Option<T> {
-        let mut queue = self.queue.lock().unwrap();
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let mut duration = timeout;
         loop {
             match queue.pop_front() {
@@ -78,7 +82,10 @@ where
                 None => (),
             }
             let now = Instant::now();
-            let (_queue, result) = self.condvar.wait_timeout(queue, timeout).unwrap();
+            let (_queue, result) = self
+                .condvar
+                .wait_timeout(queue, timeout)
+                .unwrap_or_else(PoisonError::into_inner);
             queue = _queue;
             let sleep_time = now.elapsed();
             duration = if duration > sleep_time {

@@ -1,19 +1,23 @@
+pub(crate) use self::conn_state::{ConnState, Phase};
 pub use self::custom_stream::CustomStream;
 pub use self::equal_reader::EqualReader;
 pub use self::fused_reader::FusedReader;
 pub use self::messages_queue::MessagesQueue;
 pub use self::refined_tcp_stream::RefinedTcpStream;
+pub(crate) use self::registry::{Registry, Ticket};
 pub use self::sequential::{SequentialReader, SequentialReaderBuilder};
 pub use self::sequential::{SequentialWriter, SequentialWriterBuilder};
-pub use self::task_pool::TaskPool;
+pub use self::task_pool::{Queued, TaskPool};
 
 use std::str::FromStr;
 
+mod conn_state;
 mod custom_stream;
 mod equal_reader;
 mod fused_reader;
 mod messages_queue;
 pub(crate) mod refined_tcp_stream;
+mod registry;
 mod sequential;
 mod task_pool;
 

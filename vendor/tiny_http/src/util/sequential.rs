@@ -124,6 +124,8 @@ impl<R: Read + Send> Read for SequentialReader<R> {
     }
 }
 
+// Patched for tollgate: a panic while writing must not make the connection's later writes
+// panic on the poisoned lock.
 impl<W: Write + Send> Write for SequentialWriter<W> {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
         if let Some(v) = self.trigger.as_mut() {
@@ -131,7 +133,10 @@ impl<W: Write + Send> Write for SequentialWriter<W> {
         }
         self.trigger = None;
 
-        self.writer.lock().unwrap().write(buf)
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .write(buf)
     }
 
     fn flush(&mut self) -> IoResult<()> {
@@ -140,7 +145,10 @@ impl<W: Write + Send> Write for SequentialWriter<W> {
         }
         self.trigger = None;
 
-        self.writer.lock().unwrap().flush()
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .flush()
     }
 }
 
