@@ -297,7 +297,7 @@ impl Guards {
         let started = Instant::now();
         let mut principal = [None];
         let outcome = self.guard_read(registry, read, env, &mut principal, run);
-        log_read(read.audit_name, &outcome, started);
+        crate::metrics::global().observe_data_read(read.audit_name, &outcome, started.elapsed());
         let principal = principal[0].take();
         self.audit(
             read.request_id,
@@ -615,20 +615,6 @@ impl Guards {
         let mut result = rendered?;
         mark(&mut result, META_RATELIMIT, budget.to_meta());
         Ok(result)
-    }
-}
-
-/// Logs the outcome of a [`Guards::read_data`] as a tool call's is logged: `info` for a
-/// refusal, with its catalog code, `debug` for a success. (Tool-call metrics count tools
-/// only; these reads are in the audit log.)
-fn log_read(name: &str, outcome: &Result<Value, McpError>, started: Instant) {
-    let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-    match outcome {
-        Err(err) => {
-            let code = err.kind().spec().code;
-            tracing::info!(read = name, code, elapsed_us, "data read rejected");
-        }
-        Ok(_) => tracing::debug!(read = name, elapsed_us, "data read finished"),
     }
 }
 

@@ -6,7 +6,8 @@
 //! | metric | labels |
 //! |---|---|
 //! | `tollgate_tool_calls_total` | `tool` (a registry name, or `unknown`), `code` (`ok` or a catalog code) |
-//! | `tollgate_guard_rejections_total` | `code`: every JSON-RPC error of the chain except the `-32603` server faults |
+//! | `tollgate_data_reads_total` | `method` (`prompts/get`, `completion/complete`), `code`: the prompts and completions that read business data and so pass the guard chain |
+//! | `tollgate_guard_rejections_total` | `code`: every JSON-RPC error of the chain except the `-32603` server faults (tool calls and data reads) |
 //! | `tollgate_rate_limited_total` | `bucket`: a category, `plan`, `client`, `auth`, or `other` |
 //! | `tollgate_tool_call_duration_seconds` | a histogram with fixed buckets ([`LATENCY_BUCKETS_MICROS`]) |
 //! | `tollgate_http_responses_total` | `status` |
@@ -149,6 +150,7 @@ pub struct Metrics {
     started: Instant,
     started_unix: f64,
     tool_calls: CounterFamily<(&'static str, &'static str)>,
+    data_reads: CounterFamily<(&'static str, &'static str)>,
     guard_rejections: CounterFamily<&'static str>,
     rate_limited: CounterFamily<&'static str>,
     http_responses: CounterFamily<u16>,
@@ -173,6 +175,7 @@ impl Metrics {
             started: Instant::now(),
             started_unix,
             tool_calls: CounterFamily::new(),
+            data_reads: CounterFamily::new(),
             guard_rejections: CounterFamily::new(),
             rate_limited: CounterFamily::new(),
             http_responses: CounterFamily::new(),
@@ -203,15 +206,48 @@ impl Metrics {
         let elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         match outcome {
             Err(err) if err.kind().spec().rpc_code != SERVER_FAULT_RPC_CODE => {
-                self.guard_rejections.inc(code);
-                if err.kind() == ErrorKind::RateLimited {
-                    self.rate_limited.inc(bucket_label(err));
-                }
+                self.count_rejection(err, code);
                 tracing::info!(tool, code, elapsed_us, "tool call rejected");
             }
             Err(_) => tracing::info!(tool, code, elapsed_us, "tool call failed"),
             Ok(_) if code != "ok" => tracing::info!(tool, code, elapsed_us, "tool call failed"),
             Ok(_) => tracing::debug!(tool, elapsed_us, "tool call finished"),
+        }
+    }
+
+    /// Records one finished prompt or completion that read business data through the
+    /// guard chain ([`crate::guards::Guards::read_data`]) and logs one line, like
+    /// [`Metrics::observe_tool_call`]. `name` is its audit name (`prompts/get <prompt>`,
+    /// built from registry names only); its method becomes the label.
+    pub fn observe_data_read(
+        &self,
+        name: &str,
+        outcome: &Result<Value, McpError>,
+        elapsed: Duration,
+    ) {
+        let method = match name.split(' ').next() {
+            Some("prompts/get") => "prompts/get",
+            Some("completion/complete") => "completion/complete",
+            _ => UNKNOWN_TOOL,
+        };
+        let code = outcome_code(outcome);
+        self.data_reads.inc((method, code));
+        let elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        match outcome {
+            Err(err) if err.kind().spec().rpc_code != SERVER_FAULT_RPC_CODE => {
+                self.count_rejection(err, code);
+                tracing::info!(read = name, code, elapsed_us, "data read rejected");
+            }
+            Err(_) => tracing::info!(read = name, code, elapsed_us, "data read failed"),
+            Ok(_) => tracing::debug!(read = name, elapsed_us, "data read finished"),
+        }
+    }
+
+    /// Counts a guard rejection, and its bucket when it is a rate limit.
+    fn count_rejection(&self, err: &McpError, code: &'static str) {
+        self.guard_rejections.inc(code);
+        if err.kind() == ErrorKind::RateLimited {
+            self.rate_limited.inc(bucket_label(err));
         }
     }
 
@@ -298,12 +334,22 @@ impl Metrics {
         for ((tool, code), value) in self.tool_calls.snapshot() {
             sample(page, name, &[("tool", tool), ("code", code)], value);
         }
+        let name = "tollgate_data_reads_total";
+        header(
+            page,
+            name,
+            "counter",
+            "Prompts and completions that read business data, by method and outcome code.",
+        );
+        for ((method, code), value) in self.data_reads.snapshot() {
+            sample(page, name, &[("method", method), ("code", code)], value);
+        }
         let name = "tollgate_guard_rejections_total";
         header(
             page,
             name,
             "counter",
-            "tools/call requests the guard chain refused, by catalog code.",
+            "Requests the guard chain refused (tool calls and data reads), by catalog code.",
         );
         for (code, value) in self.guard_rejections.snapshot() {
             sample(page, name, &[("code", code)], value);
@@ -313,7 +359,7 @@ impl Metrics {
             page,
             name,
             "counter",
-            "tools/call requests refused by a rate bucket, by bucket.",
+            "Requests refused by a rate bucket (tool calls and data reads), by bucket.",
         );
         for (bucket, value) in self.rate_limited.snapshot() {
             sample(page, name, &[("bucket", bucket)], value);
@@ -567,6 +613,48 @@ mod tests {
         let odd =
             Ok(json!({"isError": true, "_meta": {"dev.tollgate/error": {"code": "made_up"}}}));
         assert_eq!(outcome_code(&odd), "tool_error");
+    }
+
+    #[test]
+    fn data_reads_count_by_method_and_their_rejections_with_the_guards() {
+        let m = Metrics::new();
+        let elapsed = Duration::from_micros(40);
+        m.observe_data_read(
+            "prompts/get chase_overdue_invoices",
+            &Ok(json!({})),
+            elapsed,
+        );
+        let scope = Err(McpError::new(ErrorKind::InsufficientScope));
+        m.observe_data_read(
+            "completion/complete issue_invoice_for_client.client",
+            &scope,
+            elapsed,
+        );
+        let limited = Err(McpError::new(ErrorKind::RateLimited).with("bucket", "read"));
+        m.observe_data_read("prompts/get chase_overdue_invoices", &limited, elapsed);
+        m.observe_data_read("made-up", &Ok(json!({})), elapsed);
+        let page = m.render();
+        assert_well_formed(&page);
+        assert_eq!(
+            lines_starting(&page, "tollgate_data_reads_total{"),
+            vec![
+                "tollgate_data_reads_total{method=\"completion/complete\",code=\"insufficient_scope\"} 1",
+                "tollgate_data_reads_total{method=\"prompts/get\",code=\"ok\"} 1",
+                "tollgate_data_reads_total{method=\"prompts/get\",code=\"rate_limited\"} 1",
+                "tollgate_data_reads_total{method=\"unknown\",code=\"ok\"} 1",
+            ]
+        );
+        assert_eq!(
+            lines_starting(&page, "tollgate_guard_rejections_total{"),
+            vec![
+                "tollgate_guard_rejections_total{code=\"insufficient_scope\"} 1",
+                "tollgate_guard_rejections_total{code=\"rate_limited\"} 1",
+            ]
+        );
+        assert_eq!(
+            lines_starting(&page, "tollgate_rate_limited_total{"),
+            vec!["tollgate_rate_limited_total{bucket=\"read\"} 1"]
+        );
     }
 
     #[test]
