@@ -528,26 +528,20 @@ impl App {
         }
     }
 
-    /// Ends a session; only its owner's credential may (anyone else gets the 404 of an
-    /// unknown id).
+    /// Ends a session; only its owner's credential may (another credential gets the 404 of
+    /// an unknown id, a request without a valid one its `invalid_token`).
     fn mcp_delete(&self, head: &HttpHead) -> Reply {
         let Some(id) = head.header("mcp-session-id") else {
             return self
                 .error_reply(None, &McpError::new(ErrorKind::HttpMethodNotAllowed), None)
                 .header("Allow", "POST");
         };
-        let owner = match self.caller(head) {
-            Ok(owner) => owner,
-            Err(err) => {
-                let body = self.server.error_body(None, &err);
-                return self.response_reply(&body, false);
-            }
+        let err = match self.caller_with_refusal(head) {
+            Ok((owner, _)) if self.sessions.remove(id, &owner) => return Reply::empty(204),
+            Ok((_, refusal)) => Self::not_the_callers(refusal),
+            Err(err) => err,
         };
-        if self.sessions.remove(id, &owner) {
-            Reply::empty(204)
-        } else {
-            self.error_reply(None, &McpError::new(ErrorKind::SessionNotFound), None)
-        }
+        self.session_error_reply(None, &err)
     }
 
     fn mcp_post(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
@@ -688,6 +682,14 @@ impl App {
     /// request anonymous; a throttled one, or a store that cannot answer, is an error
     /// (never mistaken for anonymity).
     fn caller(&self, head: &HttpHead) -> Result<SessionOwner, McpError> {
+        self.caller_with_refusal(head).map(|(owner, _)| owner)
+    }
+
+    /// [`App::caller`], with the refusal that made the request anonymous, if one did.
+    fn caller_with_refusal(
+        &self,
+        head: &HttpHead,
+    ) -> Result<(SessionOwner, Option<McpError>), McpError> {
         let token = bearer_token(head);
         let auth = self.server.guards().authenticator();
         let credential = match self.dev_credential_for(token) {
@@ -697,10 +699,19 @@ impl App {
             None => auth.identify(token, &self.client_source(head)),
         };
         match credential {
-            Ok(credential) => Ok(SessionOwner::of(&credential)),
-            Err(err) if is_credential_refusal(&err) => Ok(SessionOwner::anonymous()),
+            Ok(credential) => Ok((SessionOwner::of(&credential), None)),
+            Err(err) if is_credential_refusal(&err) => Ok((SessionOwner::anonymous(), Some(err))),
             Err(err) => Err(err),
         }
+    }
+
+    /// The answer to a request naming a session that is not the caller's: an anonymous
+    /// caller (no token, or one refused) gets the refusal of its credential, `-32001` with
+    /// its 401 challenge, whether the session exists or not; a valid credential gets
+    /// `session_not_found`, exactly what an unknown id gets. Neither tells a session apart
+    /// from an unknown id.
+    fn not_the_callers(refusal: Option<McpError>) -> McpError {
+        refusal.unwrap_or_else(|| McpError::new(ErrorKind::SessionNotFound))
     }
 
     /// A refusal from resolving the session or its credential: `invalid_token` gets its
@@ -712,18 +723,19 @@ impl App {
 
     /// The session named by `Mcp-Session-Id`; a request without one gets a fresh,
     /// uninitialized session (the dispatcher then asks for `initialize` or `_meta`).
-    /// A named session must be the caller's: another credential's session, and for a
-    /// request without a valid credential every session but an anonymous one, answers
-    /// `session_not_found` exactly like an unknown id, so nothing tells them apart.
+    /// A named session must be the caller's: another credential's session answers
+    /// `session_not_found` exactly like an unknown id; for a request without a valid
+    /// credential, every session but an anonymous one answers that credential's
+    /// `invalid_token` (see [`App::not_the_callers`]).
     fn legacy_session(&self, head: &HttpHead) -> Result<Arc<Session>, McpError> {
         let Some(id) = head.header("mcp-session-id") else {
             return Ok(Arc::new(Session::new()));
         };
-        let owner = self.caller(head)?;
+        let (owner, refusal) = self.caller_with_refusal(head)?;
         let session = self
             .sessions
             .get(id, &owner)
-            .map_err(|_| McpError::new(ErrorKind::SessionNotFound))?;
+            .map_err(|_| Self::not_the_callers(refusal))?;
         if let Some(version) = head.header("mcp-protocol-version") {
             let known = protocol::LEGACY_VERSIONS.contains(&version);
             if !known || session.negotiated().is_some_and(|v| v != version) {

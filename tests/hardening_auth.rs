@@ -304,26 +304,31 @@ fn a_session_answers_only_the_credential_that_opened_it() {
     let unknown = session_list(&server, &"0".repeat(32), Some(&other)).json();
     assert_eq!(foreign, unknown);
 
-    // No token, or a bad one: the same.
+    // No token, or a bad one: the credential's own refusal (401 with its challenge),
+    // the same for this session as for an unknown id.
     for token in [None, Some("tg_live_0000000000000000_notasecretnotasecret")] {
         let refused = session_list(&server, &session, token);
-        assert_eq!(refused.status, 404);
-        assert_eq!(refused.json(), unknown, "{token:?}");
+        assert_eq!(refused.status, 401, "{token:?}");
+        let refused = refused.json();
+        assert_error(&refused, -32001, "invalid_token", 401, 1101, false);
+        let unknown = session_list(&server, &"0".repeat(32), token).json();
+        assert_eq!(refused, unknown, "{token:?}");
     }
 
     // DELETE needs the session's own credential too.
-    for token in [None, Some(other.as_str())] {
-        let refused = delete_session(&server, &session, token);
-        assert_eq!(refused.status, 404, "{token:?}");
-        assert_error(
-            &refused.json(),
-            -32600,
-            "session_not_found",
-            404,
-            1015,
-            false,
-        );
-    }
+    let refused = delete_session(&server, &session, Some(other.as_str()));
+    assert_eq!(refused.status, 404);
+    assert_error(
+        &refused.json(),
+        -32600,
+        "session_not_found",
+        404,
+        1015,
+        false,
+    );
+    let refused = delete_session(&server, &session, None);
+    assert_eq!(refused.status, 401);
+    assert_error(&refused.json(), -32001, "invalid_token", 401, 1101, false);
     assert_lists_tools(&session_list(&server, &session, Some(&token)));
 
     let owner = delete_session(&server, &session, Some(&token));

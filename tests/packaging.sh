@@ -219,7 +219,8 @@ for _ in $(seq 150); do
 done
 if [ "$up" != yes ]; then fail "serve answers /healthz" "$(cat "$WORK/serve.log")"; exit 1; fi
 pass "serve answers /healthz"
-expect "/healthz body" '{"status":"ok","schema_version":2}' "$(cat "$WORK/healthz.json")"
+SCHEMA_VERSION=$(sed -n 's/^pub const SCHEMA_VERSION: u32 = \([0-9]*\);/\1/p' "$ROOT/src/store.rs")
+expect "/healthz body" "{\"status\":\"ok\",\"schema_version\":$SCHEMA_VERSION}" "$(cat "$WORK/healthz.json")"
 expect "server runs as tollgate" "tollgate" "$(ps -o user= -p "$SERVER_PID" | tr -d ' ')"
 for _ in $(seq 50); do grep -qx 'READY=1' "$WORK/notify.log" 2>/dev/null && break; sleep 0.1; done
 check "sent READY=1 to NOTIFY_SOCKET" grep -qx 'READY=1' "$WORK/notify.log"
@@ -245,14 +246,17 @@ mcp() {
 # jq-less JSON lookup: json FILE 'python expression over d'
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1" 2>&1; }
 
-mcp initialize '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"packaging-test","version":"0"}}}'
+# A session belongs to the credential of its initialize: the client sends its key from the start.
+mcp initialize '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"packaging-test","version":"0"}}}' \
+    -H "Authorization: Bearer $ADMIN_KEY"
 expect "initialize: HTTP 200" 200 "$(cat "$WORK/initialize.status")"
 expect "initialize: negotiated 2025-11-25" 2025-11-25 "$(json "$WORK/initialize.json" 'd["result"]["protocolVersion"]')"
 SESSION=$(sed -n 's/^[Mm][Cc][Pp]-[Ss]ession-[Ii][Dd]: *\([^[:space:]]*\).*/\1/p' "$WORK/initialize.headers")
 check "initialize: Mcp-Session-Id header" test -n "$SESSION"
 SESSION_HEADERS=(-H "Mcp-Session-Id: $SESSION" -H 'MCP-Protocol-Version: 2025-11-25')
 
-mcp initialized '{"jsonrpc":"2.0","method":"notifications/initialized"}' "${SESSION_HEADERS[@]}"
+mcp initialized '{"jsonrpc":"2.0","method":"notifications/initialized"}' "${SESSION_HEADERS[@]}" \
+    -H "Authorization: Bearer $ADMIN_KEY"
 expect "notifications/initialized: HTTP 202" 202 "$(cat "$WORK/initialized.status")"
 
 mcp list '{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}' \
