@@ -435,3 +435,97 @@ fn invoices_are_dated_by_the_server_clock_in_utc() {
         "{paid}"
     );
 }
+
+// ---- The token endpoint's limits --------------------------------------------------------------
+
+/// `POST /oauth/token` with HTTP Basic `id:secret` from `source`: (status, body).
+fn token_request(
+    client: &InProcess,
+    endpoints: &tollgate::oauth::Endpoints,
+    source: &str,
+    (id, secret): (&str, &str),
+) -> (u16, Value) {
+    use base64::Engine as _;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"));
+    let head = tollgate::http::HttpHead {
+        method: tiny_http::Method::Post,
+        path: "/oauth/token".to_owned(),
+        headers: vec![
+            ("authorization".to_owned(), format!("Basic {basic}")),
+            (
+                "content-type".to_owned(),
+                "application/x-www-form-urlencoded".to_owned(),
+            ),
+        ],
+        peer: None,
+    };
+    let (status, _, body) = endpoints.token(
+        client.server(),
+        &head,
+        source,
+        b"grant_type=client_credentials",
+    );
+    (status, body)
+}
+
+/// `(status, bucket, reset, retry_after)` of a token-endpoint answer.
+fn token_refusal(answer: &(u16, Value)) -> (u16, Value, Value, Value) {
+    let (status, body) = answer;
+    (
+        *status,
+        body["bucket"].clone(),
+        body["reset"].clone(),
+        body["retry_after"].clone(),
+    )
+}
+
+#[test]
+fn the_token_endpoint_throttles_the_stranger_never_the_client() {
+    let db = TestDb::new();
+    let printed = db.run_json(&[
+        "client", "create", "--name", "machine", "--scopes", "*", "--json",
+    ]);
+    let id = printed["client_id"].as_str().expect("client_id");
+    let secret = printed["client_secret"].as_str().expect("client_secret");
+    let wrong = "tg_cs_wrongwrongwrongwrongwrong";
+    let client = InProcess::start(&db, None, T0 + 10);
+    let endpoints = tollgate::oauth::Endpoints::new(client.server().clock().clone());
+    let stranger = "http:198.51.100.66";
+    let answers: Vec<(u16, Value)> = (0..40)
+        .map(|_| token_request(&client, &endpoints, stranger, (id, wrong)))
+        .collect();
+    // Ten wrong secrets a minute window of the failure throttle, then its refusal until
+    // the window's end; past 30 requests a minute, the source's own limit.
+    for answer in &answers[..10] {
+        assert_eq!(answer.0, 401, "{answer:?}");
+        assert_eq!(answer.1["error"], "invalid_client", "{answer:?}");
+    }
+    for answer in &answers[10..30] {
+        assert_eq!(
+            token_refusal(answer),
+            (429, json!("auth"), json!(T0 + 60), json!(50)),
+            "{answer:?}"
+        );
+    }
+    for answer in &answers[30..] {
+        assert_eq!(
+            token_refusal(answer),
+            (429, json!("oauth_token"), json!(T0 + 70), json!(60)),
+            "{answer:?}"
+        );
+    }
+    // The client itself, from its own address, is not locked out.
+    let granted = token_request(&client, &endpoints, "http:198.51.100.77", (id, secret));
+    assert_eq!(granted.0, 200, "{granted:?}");
+    // The stranger's source waits out its own limit, a minute from its first request.
+    client.at(T0 + 60);
+    let waiting = token_request(&client, &endpoints, stranger, (id, secret));
+    assert_eq!(
+        token_refusal(&waiting),
+        (429, json!("oauth_token"), json!(T0 + 70), json!(10)),
+        "{waiting:?}"
+    );
+    client.at(T0 + 70);
+    let later = token_request(&client, &endpoints, stranger, (id, secret));
+    assert_eq!(later.0, 200, "{later:?}");
+}
