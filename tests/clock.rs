@@ -529,3 +529,53 @@ fn the_token_endpoint_throttles_the_stranger_never_the_client() {
     let later = token_request(&client, &endpoints, stranger, (id, secret));
     assert_eq!(later.0, 200, "{later:?}");
 }
+
+// ---- Audit retention ----------------------------------------------------------------------------
+
+#[test]
+fn the_audit_retention_counts_back_from_the_server_clock() {
+    const DAY_MS: i64 = 86_400_000;
+    let db = TestDb::new();
+    let client = InProcess::start(&db, None, T0);
+    let now_ms = T0 * 1000;
+    {
+        let conn = rusqlite::Connection::open(&db.path).expect("open");
+        let mut insert = conn
+            .prepare(
+                "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
+                 VALUES (?1, '1', ?2, 'ok', 1, 'stdio')",
+            )
+            .expect("prepare");
+        // Just past 30 days before the clock, exactly 30 days, and within.
+        for (at, tool) in [
+            (now_ms - 30 * DAY_MS - 1, "past"),
+            (now_ms - 30 * DAY_MS, "edge"),
+            (now_ms - DAY_MS, "recent"),
+        ] {
+            insert.execute(rusqlite::params![at, tool]).expect("insert");
+        }
+    }
+    let store = client.server().store().clone();
+    tollgate::audit::prune_in_background(&store, 30, client.server().clock().clone());
+    let tools = || -> Vec<String> {
+        rusqlite::Connection::open(&db.path)
+            .expect("open")
+            .prepare("SELECT tool FROM audit_log ORDER BY id")
+            .expect("prepare")
+            .query_map([], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    // The pruner's first pass starts at once, on a thread of its own: poll for its result.
+    let deadline = std::time::Instant::now() + crate::util::READ_TIMEOUT;
+    while tools().len() > 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not pruned: {:?}",
+            tools()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(tools(), ["edge", "recent"]);
+}
