@@ -46,7 +46,7 @@ fn main() {
     let key = auth::create_key(&store, &new).expect("key");
     let token = key.token.expose();
 
-    let authenticator = Authenticator::new(store.clone());
+    let authenticator = Authenticator::new(store.clone(), tollgate::clock::Clock::System);
     authenticator
         .authenticate(Some(token), "bench")
         .expect("first call");
@@ -65,7 +65,7 @@ fn main() {
 
     let started = Instant::now();
     for _ in 0..uncached_iterations {
-        let cold = Authenticator::new(store.clone());
+        let cold = Authenticator::new(store.clone(), tollgate::clock::Clock::System);
         cold.authenticate(Some(token), "bench")
             .expect("uncached call");
     }

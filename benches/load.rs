@@ -88,6 +88,7 @@ use rusqlite::params;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tollgate::auth::Principal;
+use tollgate::clock::Clock;
 use tollgate::invoicing::date::Date;
 use tollgate::invoicing::db as invoice_db;
 use tollgate::invoicing::model::{
@@ -95,7 +96,7 @@ use tollgate::invoicing::model::{
 };
 use tollgate::invoicing::money::{LinePricing, Totals};
 use tollgate::invoicing::taxid::TaxId;
-use tollgate::ratelimit::{ChargeMode, Limiter, RETENTION_SECS, unix_now};
+use tollgate::ratelimit::{ChargeMode, Limiter, RETENTION_SECS};
 use tollgate::registry::{Book, Category};
 use tollgate::store::{Store, StoreError, StoreOptions};
 
@@ -1464,7 +1465,7 @@ fn seed_invoices(db: &Path, count: usize) -> Result<InvoiceBook, StoreError> {
             payments: 0,
         };
         let mut rng = SplitMix64(0x1_2024);
-        let today = Date::today();
+        let today = Date::today(&Clock::System);
         // Three years of invoices in issue order, so each series' dates never go back.
         let span = 3 * 365;
         for i in 0..count {
@@ -1494,7 +1495,7 @@ fn seed_clients(tx: &rusqlite::Transaction<'_>, count: usize) -> Result<Vec<Clie
             email: Some(format!("facturas{i}@cliente.example")),
             address: Some(format!("Calle Mayor {}, 28013 Madrid", i % 200 + 1)),
         };
-        invoice_db::insert_client(tx, Book::Live, &client)?;
+        invoice_db::insert_client(tx, Book::Live, &client, Clock::System.unix_secs())?;
         clients.push(client);
     }
     Ok(clients)
@@ -1579,7 +1580,7 @@ fn seed_invoice(
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
     }
-    invoice_db::insert_invoice(tx, Book::Live, &invoice)?;
+    invoice_db::insert_invoice(tx, Book::Live, &invoice, Clock::System.unix_secs())?;
     book.lines += invoice.lines.len();
     book.ids.push(invoice.id.as_str().to_owned());
     let total = invoice.totals.total_cents;
@@ -1614,6 +1615,7 @@ fn seed_invoice(
                 method: methods[rng.index(methods.len())],
                 reference: invoice.number.as_ref().map(|n| format!("TRF {n}")),
             },
+            Clock::System.unix_secs(),
         )?;
         book.payments += 1;
     }
@@ -1786,7 +1788,7 @@ impl CounterWindows {
             extra += 1;
         }
         counters.push(("plan", "pro".to_owned(), 3600));
-        let newest = unix_now();
+        let newest = Clock::System.unix_secs();
         CounterWindows {
             count,
             counters,
@@ -1831,7 +1833,7 @@ impl CounterWindows {
 }
 
 fn count_expired_windows(db: &Path) -> i64 {
-    let cutoff = unix_now() - RETENTION_SECS;
+    let cutoff = Clock::System.unix_secs() - RETENTION_SECS;
     open_store(db)
         .read(|c| {
             Ok(c.query_row(
@@ -1860,7 +1862,7 @@ fn limiter_load(
     threads: usize,
     s: &Settings,
 ) -> (LoadFigures, f64) {
-    let limiter = Limiter::with_mode(store.clone(), mode);
+    let limiter = Limiter::with_mode(store.clone(), mode, Clock::System);
     let principal = Principal {
         credential_id: "benchkey0001".to_owned(),
         client_id: None,

@@ -304,7 +304,7 @@ pub fn key(config: &Config, command: &KeyCommand) -> ExitCode {
 /// Creates the first admin key (scopes `*`) when the installation has no active API key;
 /// `None` when it already has one (`tollgate init` run again).
 pub fn first_admin_key(store: &Store) -> Result<Option<IssuedKey>, CredentialError> {
-    let now = auth::unix_now();
+    let now = crate::clock::Clock::System.unix_secs();
     if auth::list_keys(store)?
         .iter()
         .any(|k| k.status(now) == "active")
@@ -376,7 +376,7 @@ fn key_json(key: &KeyInfo, now: i64) -> Value {
 
 fn key_list(store: &Store, as_json: bool) -> Result<(), Failed> {
     let keys = auth::list_keys(store)?;
-    let now = auth::unix_now();
+    let now = crate::clock::Clock::System.unix_secs();
     if as_json {
         let list: Vec<Value> = keys.iter().map(|k| key_json(k, now)).collect();
         println!("{}", Value::Array(list));
@@ -433,7 +433,9 @@ fn key_rotate(store: &Store, args: &KeyRotateArgs) -> Result<(), Failed> {
     let grace = parse_duration(&args.grace).map_err(|e| format!("--grace: {e}"))?;
     let issued = auth::rotate_key(store, &args.id, grace)?;
     let until = (!grace.is_zero()).then(|| {
-        auth::unix_now().saturating_add(i64::try_from(grace.as_secs()).unwrap_or(i64::MAX))
+        crate::clock::Clock::System
+            .unix_secs()
+            .saturating_add(i64::try_from(grace.as_secs()).unwrap_or(i64::MAX))
     });
     if args.json {
         println!(
@@ -677,7 +679,7 @@ fn plan_set(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
     if changed == 0 {
         return Err(CredentialError::NotInitialised.into());
     }
-    let now = auth::unix_now();
+    let now = crate::clock::Clock::System.unix_secs();
     let active = auth::list_keys(store)?
         .iter()
         .filter(|k| k.status(now) == "active")

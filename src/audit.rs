@@ -24,13 +24,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rusqlite::params;
 use serde_json::Value;
 
 use crate::auth::Principal;
 use crate::catalog::{ErrorKind, McpError};
+use crate::clock::Clock;
 use crate::dispatch::Transport;
 use crate::store::{Store, StoreError};
 
@@ -218,11 +219,12 @@ pub fn flush_all() {
 pub struct Auditor {
     shared: Arc<Shared>,
     writer: Option<JoinHandle<()>>,
+    clock: Clock,
 }
 
 impl Auditor {
-    /// An auditor over `store`; starts its writer thread.
-    pub fn new(store: Store) -> Auditor {
+    /// An auditor over `store` that stamps its rows by `clock`; starts its writer thread.
+    pub fn new(store: Store, clock: Clock) -> Auditor {
         let shared = Arc::new(Shared::default());
         let mut auditors = AUDITORS.lock().unwrap_or_else(PoisonError::into_inner);
         auditors.retain(|weak| weak.strong_count() > 0);
@@ -241,7 +243,11 @@ impl Auditor {
                 shared.lock().stopped = true;
             })
             .ok();
-        Auditor { shared, writer }
+        Auditor {
+            shared,
+            writer,
+            clock,
+        }
     }
 
     /// Records one call. Failures are logged (without the row's content) and swallowed.
@@ -251,7 +257,7 @@ impl Auditor {
             return;
         }
         let row = Row {
-            at: unix_millis(),
+            at: self.clock.unix_millis(),
             request_id: truncate(&entry.request_id.to_string()),
             credential_id: entry.principal.map(|p| p.credential_id.clone()),
             client_id: entry.principal.and_then(|p| p.client_id.clone()),
@@ -424,9 +430,9 @@ fn summarised(entry: &AuditEntry<'_>) -> Option<&'static str> {
     }
 }
 
-/// Starts a thread that deletes audit rows older than `retention_days` (0: keep them
-/// forever, and start nothing) now and then every hour.
-pub fn prune_in_background(store: &Store, retention_days: u32) {
+/// Starts a thread that deletes audit rows older than `retention_days` before the time of
+/// `clock` (0: keep them forever, and start nothing) now and then every hour.
+pub fn prune_in_background(store: &Store, retention_days: u32, clock: Clock) {
     if retention_days == 0 {
         return;
     }
@@ -435,7 +441,7 @@ pub fn prune_in_background(store: &Store, retention_days: u32) {
         .name("audit-prune".to_owned())
         .spawn(move || {
             loop {
-                match prune_expired(&store, retention_days, unix_millis()) {
+                match prune_expired(&store, retention_days, clock.unix_millis()) {
                     Ok(0) => {}
                     Ok(rows) => tracing::info!(rows, retention_days, "pruned old audit rows"),
                     Err(e) => tracing::warn!(cause = %e, "pruning old audit rows failed"),
@@ -500,12 +506,6 @@ fn truncate(text: &str) -> String {
         Some((cut, _)) => text[..cut].to_owned(),
         None => text.to_owned(),
     }
-}
-
-fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Which rows `tollgate audit` lists.
@@ -621,7 +621,7 @@ mod tests {
             ..StoreOptions::default()
         };
         let store = Store::open(&dir.path().join("a.db"), &opts).expect("open");
-        let auditor = Auditor::new(store.clone());
+        let auditor = Auditor::new(store.clone(), Clock::System);
         let principal = Principal {
             credential_id: "abc123abc123".into(),
             client_id: None,
@@ -703,7 +703,9 @@ mod tests {
     fn unauthenticated_refusals_are_summarised_per_source_and_outcome() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = store_in(&dir);
-        let auditor = Auditor::new(store.clone());
+        // Mid-window, so every refusal of the loop falls in one summary window.
+        let clock = crate::clock::ManualClock::at_unix_secs(1_800_000_030);
+        let auditor = Auditor::new(store.clone(), clock.clock());
         let missing = Err(McpError::new(ErrorKind::InvalidToken));
         let throttled = Err(McpError::rate_limited("auth", 10, 0, 60));
         let id = json!(1);
@@ -729,14 +731,25 @@ mod tests {
         entry.principal = Some(&principal);
         auditor.record(&entry);
         auditor.record(&entry);
+        // The last millisecond of the window still counts on its rows; the next window
+        // starts rows of its own.
+        clock.set_unix_millis(1_800_000_059_999);
+        auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.2"));
+        clock.set_unix_millis(1_800_000_060_000);
+        auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.2"));
         drop(auditor);
         let rows = all(&store);
         let total: i64 = rows.iter().map(|r| r.calls).sum();
-        assert_eq!(total, 1_502, "{rows:?}");
-        // At most one row per source and outcome in each window the test ran through.
-        let summaries: Vec<&AuditRecord> = rows.iter().filter(|r| r.source.is_some()).collect();
-        assert!((3..=6).contains(&summaries.len()), "{summaries:?}");
-        assert_eq!(rows.len() - summaries.len(), 2);
+        assert_eq!(total, 1_504, "{rows:?}");
+        // One row per source and outcome in each window.
+        let (summaries, next): (Vec<&AuditRecord>, Vec<&AuditRecord>) = rows
+            .iter()
+            .filter(|r| r.source.is_some())
+            .partition(|r| r.at_ms < 1_800_000_060_000);
+        assert_eq!(summaries.len(), 3, "{summaries:?}");
+        assert_eq!(next.len(), 1, "{next:?}");
+        assert_eq!(next[0].calls, 1);
+        assert_eq!(rows.len() - summaries.len() - next.len(), 2);
         for (source, outcome, tool) in [
             ("http:10.0.0.1", "invalid_token", "search_clients"),
             ("http:10.0.0.1", "rate_limited", "*"),
@@ -746,11 +759,11 @@ mod tests {
                 .iter()
                 .filter(|r| r.source.as_deref() == Some(source) && r.outcome == outcome)
                 .collect();
-            assert_eq!(mine.iter().map(|r| r.calls).sum::<i64>(), 500, "{mine:?}");
-            if mine.len() == 1 {
-                assert_eq!(mine[0].tool, tool);
-            }
-            assert!(mine.iter().all(|r| r.credential_id.is_none()));
+            let calls = if source == "http:10.0.0.2" { 501 } else { 500 };
+            assert_eq!(mine.len(), 1, "{mine:?}");
+            assert_eq!(mine[0].calls, calls, "{mine:?}");
+            assert_eq!(mine[0].tool, tool);
+            assert_eq!(mine[0].credential_id, None);
         }
     }
 

@@ -35,8 +35,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
@@ -46,6 +46,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::catalog::{ErrorKind, McpError, store_failure};
+use crate::clock::Clock;
 use crate::registry::ToolSpec;
 use crate::store::{Store, StoreError};
 
@@ -172,9 +173,6 @@ pub struct Principal {
     /// live): decides which book of the business data its calls work on.
     pub mode: Mode,
 }
-
-/// Returns unix seconds; injected so tests can pin the throttle's window.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 /// Why a presented credential was refused (kept apart from [`McpError`] until the end so
 /// the throttle can tell failures from storage trouble).
@@ -748,13 +746,8 @@ impl Drop for GatePass<'_> {
 }
 
 impl Authenticator {
-    /// An authenticator over `store`, on the system clock.
-    pub fn new(store: Store) -> Authenticator {
-        Self::with_clock(store, Arc::new(unix_now))
-    }
-
-    /// An authenticator whose notion of "now" (unix seconds) comes from `clock`.
-    pub fn with_clock(store: Store, clock: Clock) -> Authenticator {
+    /// An authenticator over `store`, whose throttle windows and expiries follow `clock`.
+    pub fn new(store: Store, clock: Clock) -> Authenticator {
         Authenticator {
             store,
             clock,
@@ -805,7 +798,7 @@ impl Authenticator {
         let Some(token) = token.filter(|t| !t.is_empty()) else {
             return Err(invalid_token("missing"));
         };
-        let now = (self.clock)();
+        let now = self.clock.unix_secs();
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(outcome) = self.served_from_cache(&digest, source, now) {
             return outcome;
@@ -830,7 +823,7 @@ impl Authenticator {
     /// The principal of a credential chosen by configuration rather than presented (the
     /// loopback-only development mode of the HTTP transport). Standing checks still apply.
     pub fn principal_for_public_id(&self, public_id: &str) -> Result<Principal, McpError> {
-        let now = (self.clock)();
+        let now = self.clock.unix_secs();
         let row = find_by_public_id(&self.store, public_id)
             .map_err(|e| store_failure(e, false))?
             .ok_or_else(|| invalid_token("unknown"))?;
@@ -858,7 +851,7 @@ impl Authenticator {
     /// The checks a call runs inside its charging transaction.
     pub fn call_checks(&self, auth: &CallAuth) -> CallChecks {
         CallChecks {
-            now: (self.clock)(),
+            now: self.clock.unix_secs(),
             pending: match auth {
                 CallAuth::Cached { entry, .. } => Some(entry.clone()),
                 CallAuth::Verified(_) => None,
@@ -1088,7 +1081,7 @@ impl Authenticator {
 
     /// The plan and, when the plan caps them, the active keys, read now.
     pub fn read_access_facts(&self) -> Result<AccessFacts, McpError> {
-        let now = (self.clock)();
+        let now = self.clock.unix_secs();
         self.store
             .read(|conn| AccessFacts::read(conn, now))
             .map_err(|e| store_failure(e, false))
@@ -1150,7 +1143,7 @@ impl Authenticator {
         secret: &Secret,
         source: &str,
     ) -> Result<OAuthClient, McpError> {
-        let now = (self.clock)();
+        let now = self.clock.unix_secs();
         let ticket = self.throttle().admit(source, now)?;
         let outcome = self.check_client_secret(client_id, secret.expose(), now);
         if outcome.as_ref().err().is_none_or(|f| !f.is_callers_fault()) {
@@ -1327,13 +1320,6 @@ fn touch_last_used(store: &Store, public_id: &str, now: i64) {
     {
         tracing::warn!(cause = %e, "cannot record when a credential was last used");
     }
-}
-
-/// Unix seconds from the system clock.
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 fn fingerprint(text: &str) -> [u8; 32] {
@@ -1623,7 +1609,7 @@ pub fn create_key(store: &Store, new: &NewKey) -> Result<IssuedKey, CredentialEr
     let public_id = new_public_id()?;
     let secret = Secret::new(new_secret()?);
     let hash = hash_secret(&secret)?;
-    let now = unix_now();
+    let now = Clock::System.unix_secs();
     let expires_at = new.expires_in.map(|d| now.saturating_add(seconds(d)));
     write_tx(store, |tx| {
         check_key_allowance(tx, now)?;
@@ -1789,7 +1775,7 @@ fn revoke_row(
         .prepare_cached(&format!(
             "UPDATE {table} SET revoked_at = ?1 WHERE {column} = ?2 AND revoked_at IS NULL"
         ))?
-        .execute(params![unix_now(), id])?;
+        .execute(params![Clock::System.unix_secs(), id])?;
     if changed > 0 {
         return Ok(Some(true));
     }
@@ -1809,7 +1795,7 @@ pub fn rotate_key(
 ) -> Result<IssuedKey, CredentialError> {
     let secret = Secret::new(new_secret()?);
     let hash = hash_secret(&secret)?;
-    let now = unix_now();
+    let now = Clock::System.unix_secs();
     let until = (!grace.is_zero()).then(|| now.saturating_add(seconds(grace)));
     let (mode, expires_at) =
         write_tx(store, |tx| {
@@ -1915,7 +1901,7 @@ pub fn create_client(
     let client_id = format!("client{}", new_public_id()?);
     let secret = Secret::new(format!("{CLIENT_SECRET_PREFIX}{}", new_secret()?));
     let hash = hash_secret(&secret)?;
-    let now = unix_now();
+    let now = Clock::System.unix_secs();
     write_tx(store, |tx| {
         tx.prepare_cached(
             "INSERT INTO oauth_clients (client_id, name, secret_hash, allowed_scopes, created_at) \
@@ -1950,13 +1936,15 @@ pub fn revoke_client(store: &Store, client_id: &str) -> Result<bool, CredentialE
 
 /// Issues a short-lived OAuth access token (a credential of kind `oauth_access` bound to
 /// `client`) carrying `scopes` — all of the client's allowed scopes when empty. Its secret
-/// is stored as a SHA-256 digest (256 random bits need no slow hash). Access tokens that
-/// expired more than a day ago are deleted on the way.
+/// is stored as a SHA-256 digest (256 random bits need no slow hash); it expires `ttl`
+/// after the time of `clock`. Access tokens that expired more than a day ago are deleted
+/// on the way.
 pub fn issue_access_token(
     store: &Store,
     client: &OAuthClient,
     scopes: &[String],
     ttl: Duration,
+    clock: &Clock,
 ) -> Result<IssuedKey, CredentialError> {
     if ttl.is_zero() {
         return Err(CredentialError::Invalid(
@@ -1970,7 +1958,7 @@ pub fn issue_access_token(
     };
     let public_id = new_public_id()?;
     let secret = new_secret()?;
-    let now = unix_now();
+    let now = clock.unix_secs();
     let expires_at = now.saturating_add(seconds(ttl));
     write_tx(store, |tx| {
         check_client_grants(tx, &client.client_id, &scopes)?;
@@ -2003,9 +1991,9 @@ pub fn issue_access_token(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
     use crate::registry::{Category, Idempotency};
     use crate::store::{Company, StoreOptions};
-    use std::sync::atomic::AtomicI64;
 
     fn fresh(plan: &str) -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -2100,7 +2088,7 @@ mod tests {
             key(&store, &["invoices:read"]),
             key(&store, &["clients:read"]),
         );
-        let auth = Authenticator::new(store.clone());
+        let auth = Authenticator::new(store.clone(), Clock::System);
         for issued in [&a, &b] {
             auth.authenticate(Some(issued.token.expose()), "t")
                 .expect("first call verifies");
@@ -2117,7 +2105,7 @@ mod tests {
             })
             .collect();
         assert!(calls.iter().all(|c| matches!(c, CallAuth::Cached { .. })));
-        let limiter = crate::ratelimit::Limiter::new(store.clone());
+        let limiter = crate::ratelimit::Limiter::new(store.clone(), Clock::System);
         let group = calls
             .iter()
             .map(|call| {
@@ -2172,7 +2160,7 @@ mod tests {
     fn argon2_runs_once_per_token_and_revocation_applies_next_call() {
         let (_dir, store) = fresh("pro");
         let issued = key(&store, &["invoices:read"]);
-        let auth = Authenticator::new(store.clone());
+        let auth = Authenticator::new(store.clone(), Clock::System);
         for _ in 0..5 {
             let p = auth
                 .authenticate(Some(issued.token.expose()), "s")
@@ -2194,7 +2182,7 @@ mod tests {
     fn rotation_keeps_the_old_secret_for_the_grace_only() {
         let (_dir, store) = fresh("pro");
         let old = key(&store, &["*"]);
-        let auth = Authenticator::new(store.clone());
+        let auth = Authenticator::new(store.clone(), Clock::System);
         auth.authenticate(Some(old.token.expose()), "s")
             .expect("old valid");
         let new = rotate_key(&store, &old.public_id, Duration::from_secs(3600)).expect("rotate");
@@ -2219,7 +2207,7 @@ mod tests {
     #[test]
     fn unknown_ids_spend_one_dummy_verification() {
         let (_dir, store) = fresh("pro");
-        let auth = Authenticator::new(store);
+        let auth = Authenticator::new(store, Clock::System);
         let token = format!("tg_live_0123456789abcdef0123_{}", "A".repeat(43));
         let err = auth.authenticate(Some(&token), "s").expect_err("unknown");
         assert_eq!(reason(&err), "unknown");
@@ -2232,10 +2220,7 @@ mod tests {
     #[test]
     fn throttle_refuses_before_argon2_and_resets_with_the_window() {
         let (_dir, store) = fresh("pro");
-        let now = Arc::new(AtomicI64::new(1_000_045));
-        let clock_now = Arc::clone(&now);
-        let auth =
-            Authenticator::with_clock(store, Arc::new(move || clock_now.load(Ordering::Relaxed)));
+        let (auth, now) = clocked(store, 1_000_045);
         let token = format!("tg_live_0123456789abcdef0123_{}", "B".repeat(43));
         for _ in 0..AUTH_FAILURE_LIMIT {
             auth.authenticate(Some(&token), "peer")
@@ -2251,7 +2236,7 @@ mod tests {
         assert_eq!(err.fields()["reset"], 1_000_080);
         assert_eq!(err.fields()["retry_after"], 35);
         assert_eq!(auth.argon2_runs(), u64::from(AUTH_FAILURE_LIMIT));
-        now.fetch_add(60, Ordering::Relaxed);
+        now.advance(Duration::from_secs(60));
         let err = auth
             .authenticate(Some(&token), "peer")
             .expect_err("new window");
@@ -2259,12 +2244,9 @@ mod tests {
     }
 
     /// An authenticator on a settable clock.
-    fn clocked(store: Store, start: i64) -> (Authenticator, Arc<AtomicI64>) {
-        let now = Arc::new(AtomicI64::new(start));
-        let clock_now = Arc::clone(&now);
-        let auth =
-            Authenticator::with_clock(store, Arc::new(move || clock_now.load(Ordering::Relaxed)));
-        (auth, now)
+    fn clocked(store: Store, start: i64) -> (Authenticator, ManualClock) {
+        let now = ManualClock::at_unix_secs(start);
+        (Authenticator::new(store, now.clock()), now)
     }
 
     fn envelope(err: &McpError) -> String {
@@ -2279,7 +2261,7 @@ mod tests {
         auth.limit_argon2_per_second(5);
         auth.authenticate(Some(valid.token.expose()), "http:10.0.0.1")
             .expect("verified and cached");
-        now.fetch_add(1, Ordering::Relaxed);
+        now.advance(Duration::from_secs(1));
         let before = auth.argon2_runs();
         let (mut unknown, mut ceiling) = (0, 0);
         for i in 0..200 {
@@ -2317,7 +2299,7 @@ mod tests {
                 .expect_err("bad");
             assert_eq!(reason(&err), "server_verification_ceiling");
         }
-        now.fetch_add(1, Ordering::Relaxed);
+        now.advance(Duration::from_secs(1));
         auth.authenticate(Some(later.token.expose()), "http:10.0.0.2")
             .expect("next second");
         let err = auth
@@ -2344,10 +2326,16 @@ mod tests {
         let test_key = create_key(&store, &new_key(Mode::Test, None)).expect("key");
         let client = create_client(&store, "agent", &["*".to_owned()]).expect("client");
         let principal = auth_client(&store, &client);
-        let access = issue_access_token(&store, &principal, &[], Duration::from_secs(7200))
-            .expect("access token");
+        let access = issue_access_token(
+            &store,
+            &principal,
+            &[],
+            Duration::from_secs(7200),
+            &Clock::System,
+        )
+        .expect("access token");
         // Two minutes on, the expiring key has expired.
-        let (auth, _now) = clocked(store, unix_now() + 120);
+        let (auth, _now) = clocked(store, Clock::System.unix_secs() + 120);
         // The same prefix and public id, another secret.
         let wrong = |token: &Secret| {
             let parts: Vec<&str> = token.expose().splitn(4, '_').collect();
@@ -2393,7 +2381,7 @@ mod tests {
     }
 
     fn auth_client(store: &Store, issued: &IssuedClient) -> OAuthClient {
-        Authenticator::new(store.clone())
+        Authenticator::new(store.clone(), Clock::System)
             .verify_client_secret(&issued.client_id, &issued.secret, "s")
             .expect("client")
     }
@@ -2403,7 +2391,7 @@ mod tests {
         let (_dir, store) = fresh("pro");
         let issued = create_client(&store, "agent", &["*".to_owned()]).expect("client");
         assert!(revoke_client(&store, &issued.client_id).expect("revoke"));
-        let auth = Authenticator::new(store);
+        let auth = Authenticator::new(store, Clock::System);
         let wrong = Secret::new(format!("tg_cs_{}", "W".repeat(43)));
         let stranger = auth
             .verify_client_secret(&issued.client_id, &wrong, "a")
@@ -2436,7 +2424,7 @@ mod tests {
     #[test]
     fn scopes_then_plan_then_allowance() {
         let (_dir, store) = fresh("free");
-        let auth = Authenticator::new(store.clone());
+        let auth = Authenticator::new(store.clone(), Clock::System);
         let reader = Principal {
             credential_id: "x".into(),
             client_id: None,
@@ -2539,7 +2527,7 @@ mod tests {
         let (_dir, store) = fresh("pro");
         let issued = create_client(&store, "agent", &["invoices:read".to_owned()]).expect("client");
         assert!(issued.secret.expose().starts_with("tg_cs_"));
-        let auth = Authenticator::new(store.clone());
+        let auth = Authenticator::new(store.clone(), Clock::System);
         let err = auth
             .authenticate(Some(issued.secret.expose()), "s")
             .expect_err("not a bearer");
@@ -2559,13 +2547,20 @@ mod tests {
             &client,
             &["invoices:write".to_owned()],
             Duration::from_secs(600),
+            &Clock::System,
         );
         assert!(matches!(
             denied,
             Err(CredentialError::ScopeNotAllowed { .. })
         ));
-        let token =
-            issue_access_token(&store, &client, &[], Duration::from_secs(600)).expect("token");
+        let token = issue_access_token(
+            &store,
+            &client,
+            &[],
+            Duration::from_secs(600),
+            &Clock::System,
+        )
+        .expect("token");
         let runs = auth.argon2_runs();
         let p = auth
             .authenticate(Some(token.token.expose()), "s")
@@ -2592,7 +2587,7 @@ mod tests {
         };
         let issued = create_key(&store, &new).expect("test key");
         assert!(issued.token.expose().starts_with("tg_test_"));
-        let auth = Authenticator::new(store.clone());
+        let auth = Authenticator::new(store.clone(), Clock::System);
         let err = auth
             .authenticate(Some(issued.token.expose()), "s")
             .expect_err("live installation");

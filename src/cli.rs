@@ -11,6 +11,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::catalog;
+use crate::clock::Clock;
 use crate::config::{Config, Locale, Overrides};
 use crate::dispatch::Server;
 use crate::guards::Guards;
@@ -312,12 +313,22 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Builds the server for the configured database and tool packs.
+/// Builds the server for the configured database and tool packs, on the system clock.
 pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
+    build_server_with_clock(config, store, Clock::System)
+}
+
+/// Builds the server with every component reading the time from `clock` (tests drive
+/// window edges and expiries with a [`crate::clock::ManualClock`]).
+pub fn build_server_with_clock(
+    config: &Config,
+    store: Store,
+    clock: Clock,
+) -> Result<Server, String> {
     // The invoicing back office is the embedded default: always registered.
     let mut tools = crate::invoicing::tools();
     let mut resources = crate::invoicing::resources();
-    let mut prompts = crate::invoicing::prompts(store.clone());
+    let mut prompts = crate::invoicing::prompts(store.clone(), clock.clone());
     if config.tools.conformance_pack {
         tools.extend(crate::conformance::tools());
         resources.extend(crate::conformance::resources());
@@ -333,11 +344,13 @@ pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
         .server_secret("request_state")
         .map(crate::state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
-    let guards = Guards::new(store.clone(), locale);
+    let guards = Guards::new(store.clone(), locale, clock.clone());
     guards
         .authenticator()
         .limit_argon2_per_second(config.auth.argon2_per_second);
-    Ok(Server::new(registry, store, guards, locale, state_key))
+    Ok(Server::new(
+        registry, store, guards, locale, state_key, clock,
+    ))
 }
 
 fn company_locale(store: &Store) -> Locale {
@@ -353,10 +366,9 @@ fn company_locale(store: &Store) -> Locale {
 fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
     let store = open_store(config, false)?;
     store.checkpoint_in_background();
-    crate::audit::prune_in_background(&store, config.audit.retention_days);
-    build_server(config, store)
-        .map(Arc::new)
-        .map_err(|e| fail(&e))
+    let server = build_server(config, store.clone()).map_err(|e| fail(&e))?;
+    crate::audit::prune_in_background(&store, config.audit.retention_days, server.clock().clone());
+    Ok(Arc::new(server))
 }
 
 fn stdio(config: &Config) -> ExitCode {

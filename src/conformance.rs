@@ -791,6 +791,7 @@ mod tests {
             store: &store,
             book: crate::registry::Book::Live,
             locale: Locale::En,
+            clock: &crate::clock::Clock::System,
             progress_token: how.progress_token,
             log_level: how.log_level,
             notifier: &recorder,

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::auth::Principal;
 use crate::catalog::{Channel, ErrorKind, McpError};
+use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::{DataRead, Guards, RunRead, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
@@ -75,16 +76,19 @@ pub struct Server {
     locale: Locale,
     instructions: String,
     state_key: StateKey,
+    clock: Clock,
 }
 
 impl Server {
-    /// Assembles a server; `state_key` seals multi-round request states.
+    /// Assembles a server; `state_key` seals multi-round request states; `clock` is the
+    /// one the guards were built with, handed to tools and transports.
     pub fn new(
         registry: Registry,
         store: Store,
         guards: Guards,
         locale: Locale,
         state_key: StateKey,
+        clock: Clock,
     ) -> Server {
         let instructions = "tollgate serves business tools behind guards. Errors carry a stable \
             `code` and a `hint`; guard rejections are JSON-RPC errors with the envelope in \
@@ -98,7 +102,13 @@ impl Server {
             locale,
             instructions,
             state_key,
+            clock,
         }
+    }
+
+    /// The server's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// The registry.
@@ -375,6 +385,7 @@ impl Server {
             store: &self.store,
             book,
             locale: self.locale,
+            clock: &self.clock,
             progress_token: request.progress_token.clone(),
             log_level: request.log_level,
             notifier: env.notifier,

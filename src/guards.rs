@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 use crate::audit::{AuditEntry, Auditor};
 use crate::auth::{AccessFacts, Authenticator, CallAuth, Principal, Recheck};
 use crate::catalog::McpError;
+use crate::clock::Clock;
 use crate::config::Locale;
 use crate::dispatch::{Env, render_tool_outcome};
 use crate::idempotency::{Claim, Ledger};
@@ -105,6 +106,7 @@ struct ToCharge<'r> {
 pub struct Guards {
     store: Store,
     locale: Locale,
+    clock: Clock,
     auth: Authenticator,
     limiter: Limiter,
     ledger: Ledger,
@@ -160,15 +162,17 @@ impl Skips {
 }
 
 impl Guards {
-    /// Guards over `store`; hints are rendered in `locale`.
-    pub fn new(store: Store, locale: Locale) -> Guards {
+    /// Guards over `store`; hints are rendered in `locale`; every step reads the time
+    /// from `clock`.
+    pub fn new(store: Store, locale: Locale, clock: Clock) -> Guards {
         Guards {
             store: store.clone(),
             locale,
-            auth: Authenticator::new(store.clone()),
-            limiter: Limiter::new(store.clone()),
-            ledger: Ledger::new(store.clone()),
-            auditor: Auditor::new(store),
+            auth: Authenticator::new(store.clone(), clock.clone()),
+            limiter: Limiter::new(store.clone(), clock.clone()),
+            ledger: Ledger::new(store.clone(), clock.clone()),
+            auditor: Auditor::new(store, clock.clone()),
+            clock,
             skip: Skips::from_env(),
             first_principal: std::sync::Mutex::new(None),
         }
@@ -572,7 +576,8 @@ impl Guards {
             Ok(())
         } else {
             let book = Book::from(principal.mode);
-            tool.tool.guardrails(&self.store, book, call.args)
+            tool.tool
+                .guardrails(&self.store, book, call.args, &self.clock)
         };
         if let Err(violation) = guardrails {
             // A retry of a call that already completed (e.g. a second `void_invoice` with the

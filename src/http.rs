@@ -370,9 +370,10 @@ impl HttpHead {
 
 impl App {
     fn new(server: Arc<Server>, config: &Config) -> App {
+        let clock = server.clock().clone();
         App {
             server,
-            sessions: Sessions::new(config.http.session_ttl),
+            sessions: Sessions::new(config.http.session_ttl, clock.clone()),
             origins: OriginPolicy::new(&config.http.allowed_hosts, &config.http.allowed_origins),
             max_body: config.http.max_body_bytes,
             mode: config.http.error_status,
@@ -381,7 +382,7 @@ impl App {
             trusted_proxies: config.http.trusted_proxies.clone(),
             client_address_header: config.http.client_address_header,
             dev_credential: config.dev.unauthenticated_credential.clone(),
-            oauth: crate::oauth::Endpoints::new(),
+            oauth: crate::oauth::Endpoints::new(clock),
             metrics: config.http.metrics.then(crate::metrics::global),
         }
     }
@@ -766,7 +767,7 @@ impl App {
         if let Some(limits) = limits {
             reply
                 .headers
-                .extend(crate::ratelimit::http_headers(&limits));
+                .extend(crate::ratelimit::http_headers(&limits, self.server.clock()));
         }
         if status == 401 {
             let base = self.base_url();

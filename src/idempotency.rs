@@ -39,6 +39,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::Principal;
 use crate::catalog::{ErrorKind, McpError, store_failure};
+use crate::clock::Clock;
 use crate::registry::{CommitHook, Idempotency, ToolSpec};
 use crate::store::{Store, StoreError};
 
@@ -78,6 +79,8 @@ pub struct Reservation {
     owner: String,
     /// Set once the tool's transaction recorded the result (spares `settle` a write).
     recorded: AtomicBool,
+    /// The ledger's clock (the retention of the completed record counts from it).
+    clock: Clock,
 }
 
 impl CommitHook for Reservation {
@@ -116,12 +119,6 @@ fn new_owner() -> String {
     format!("{}:{n}", *PROCESS_TAG)
 }
 
-fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
 fn hex(bytes: &[u8]) -> String {
     bytes
         .iter()
@@ -138,6 +135,7 @@ fn in_use() -> McpError {
 /// The idempotency records.
 pub struct Ledger {
     store: Store,
+    clock: Clock,
 }
 
 /// A stored record, as far as a claim needs it.
@@ -162,9 +160,9 @@ pub fn forget_completed_of_test_keys(tx: &rusqlite::Transaction<'_>) -> Result<(
 }
 
 impl Ledger {
-    /// A ledger over `store`.
-    pub fn new(store: Store) -> Ledger {
-        Ledger { store }
+    /// A ledger over `store`, whose leases and retention follow `clock`.
+    pub fn new(store: Store, clock: Clock) -> Ledger {
+        Ledger { store, clock }
     }
 
     /// Reserves `key` for this call, or answers from the record it already has.
@@ -187,7 +185,7 @@ impl Ledger {
         let fingerprint = fingerprint(tool.name, args);
         let credential_id = principal.credential_id.clone();
         let decided = self.store.write(|tx| {
-            let now = now();
+            let now = self.clock.unix_secs();
             prune(tx, now)?;
             let record = find(tx, &credential_id, &key)?;
             match record {
@@ -208,6 +206,7 @@ impl Ledger {
                         key: key.clone(),
                         owner,
                         recorded: AtomicBool::new(false),
+                        clock: self.clock.clone(),
                     })))
                 }
             }
@@ -235,7 +234,7 @@ impl Ledger {
             .ok()
             .flatten()?;
         let matches = record.completed
-            && record.expires_at > now()
+            && record.expires_at > self.clock.unix_secs()
             && record.tool == tool.name
             && record.fingerprint == fingerprint;
         matches
@@ -374,7 +373,7 @@ fn complete(
             r.key,
             r.owner,
             result.to_string(),
-            now() + RETENTION_SECS
+            r.clock.unix_secs() + RETENTION_SECS
         ])?;
     Ok(changed == 1)
 }
@@ -527,6 +526,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::clock::ManualClock;
     use crate::registry::Category;
     use crate::store::StoreOptions;
 
@@ -629,14 +629,25 @@ mod tests {
         assert_eq!(fingerprint("t", &a).len(), 64);
     }
 
+    /// When the ledgers of these tests start.
+    const T0: i64 = 1_800_000_000;
+
     fn ledger() -> (tempfile::TempDir, Store, Ledger) {
+        let (dir, store, ledger, _) = ledger_at(T0);
+        (dir, store, ledger)
+    }
+
+    /// A ledger on a manual clock standing at `start`.
+    fn ledger_at(start: i64) -> (tempfile::TempDir, Store, Ledger, ManualClock) {
         let dir = tempfile::tempdir().expect("tempdir");
         let opts = StoreOptions {
             create: true,
             ..StoreOptions::default()
         };
         let store = Store::open(&dir.path().join("ledger.db"), &opts).expect("open");
-        (dir, store.clone(), Ledger::new(store))
+        let clock = ManualClock::at_unix_secs(start);
+        let ledger = Ledger::new(store.clone(), clock.clock());
+        (dir, store, ledger, clock)
     }
 
     fn principal(id: &str) -> Principal {
@@ -766,22 +777,43 @@ mod tests {
 
     #[test]
     fn an_expired_lease_is_taken_over_and_the_old_holder_cannot_commit() {
-        let (_dir, store, ledger) = ledger();
+        let (_dir, store, ledger, clock) = ledger_at(T0);
         let (p, tool) = (principal("cred1"), spec(Idempotency::Required));
         let a = args(json!({ "amount_cents": 100 }));
         let crashed = fresh(ledger.claim(&p, &tool, &a, Some("k".into())));
-        store
-            .write(|tx| {
-                Ok(tx.execute(
-                    "UPDATE idempotency_keys SET expires_at = expires_at - ?1",
-                    [LEASE_SECS + 1],
-                )?)
-            })
-            .expect("age the lease");
+        // The lease holds to its last second and ends exactly LEASE_SECS after the claim.
+        clock.set_unix_secs(T0 + LEASE_SECS - 1);
+        assert_eq!(
+            error_kind(ledger.claim(&p, &tool, &a, Some("k".into()))),
+            ErrorKind::IdempotencyKeyInUse
+        );
+        clock.set_unix_secs(T0 + LEASE_SECS);
         let taker = fresh(ledger.claim(&p, &tool, &a, Some("k".into())));
         let result = json!({ "content": [], "isError": false });
         let err = commit_result(&store, &crashed, &result).expect_err("lease lost");
         assert_eq!(err.kind(), ErrorKind::IdempotencyKeyInUse);
         commit_result(&store, &taker, &result).expect("the new holder commits");
+    }
+
+    #[test]
+    fn a_completed_key_replays_for_its_retention_then_runs_afresh() {
+        let (_dir, store, ledger, clock) = ledger_at(T0);
+        let (p, tool) = (principal("cred1"), spec(Idempotency::Required));
+        let a = args(json!({ "amount_cents": 100 }));
+        let first = fresh(ledger.claim(&p, &tool, &a, Some("k".into())));
+        let result = json!({ "content": [], "isError": false });
+        clock.advance(std::time::Duration::from_secs(5));
+        commit_result(&store, &first, &result).expect("commit");
+        ledger.settle(first, &Ok(result.clone()));
+        // Kept RETENTION_SECS from its completion (T0 + 5), not from its claim.
+        clock.set_unix_secs(T0 + 5 + RETENTION_SECS - 1);
+        assert!(matches!(
+            ledger.claim(&p, &tool, &a, Some("k".into())),
+            Ok(Claim::Replay(stored)) if stored == result
+        ));
+        assert_eq!(ledger.completed_result(&p, &tool, &a, "k"), Some(result));
+        clock.set_unix_secs(T0 + 5 + RETENTION_SECS);
+        assert_eq!(ledger.completed_result(&p, &tool, &a, "k"), None);
+        let _ = fresh(ledger.claim(&p, &tool, &a, Some("k".into())));
     }
 }

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod backup;
 pub mod catalog;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod conformance;
 pub mod conformance_input;

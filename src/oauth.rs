@@ -10,12 +10,13 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::auth::OAuthClient;
 use crate::catalog::{ErrorKind, McpError};
+use crate::clock::Clock;
 use crate::config::Locale;
 use crate::dispatch::Server;
 use crate::http::HttpHead;
@@ -107,20 +108,17 @@ impl OAuthError {
 
 /// The token endpoint and its rate limiter.
 pub struct Endpoints {
-    windows: Mutex<HashMap<String, (Instant, u32)>>,
-}
-
-impl Default for Endpoints {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// Per source: the start of its window ([`Clock::monotonic`]) and its requests in it.
+    windows: Mutex<HashMap<String, (Duration, u32)>>,
+    clock: Clock,
 }
 
 impl Endpoints {
-    /// A token endpoint with empty counters.
-    pub fn new() -> Endpoints {
+    /// A token endpoint with empty counters, whose windows follow `clock`.
+    pub fn new(clock: Clock) -> Endpoints {
         Endpoints {
             windows: Mutex::new(HashMap::new()),
+            clock,
         }
     }
 
@@ -169,7 +167,10 @@ impl Endpoints {
         let Some(wait) = self.charge(source) else {
             return Ok(());
         };
-        let reset = crate::auth::unix_now().saturating_add(i64::try_from(wait).unwrap_or(60));
+        let reset = self
+            .clock
+            .unix_secs()
+            .saturating_add(i64::try_from(wait).unwrap_or(60));
         let err = McpError::rate_limited(
             "oauth_token",
             u64::from(TOKEN_REQUESTS_PER_MINUTE),
@@ -181,22 +182,22 @@ impl Endpoints {
 
     /// Counts one request from `source`; `Some(seconds)` when over the limit.
     fn charge(&self, source: &str) -> Option<u64> {
-        let now = Instant::now();
+        let now = self.clock.monotonic();
         let mut windows = self
             .windows
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if windows.len() >= MAX_TRACKED {
-            windows.retain(|_, (start, _)| now.duration_since(*start) < Duration::from_secs(60));
+            windows.retain(|_, (start, _)| now.saturating_sub(*start) < Duration::from_secs(60));
         }
         let entry = windows.entry(source.to_owned()).or_insert((now, 0));
-        if now.duration_since(entry.0) >= Duration::from_secs(60) {
+        if now.saturating_sub(entry.0) >= Duration::from_secs(60) {
             *entry = (now, 0);
         }
         entry.1 += 1;
         (entry.1 > TOKEN_REQUESTS_PER_MINUTE).then(|| {
             60u64
-                .saturating_sub(now.duration_since(entry.0).as_secs())
+                .saturating_sub(now.saturating_sub(entry.0).as_secs())
                 .max(1)
         })
     }
@@ -337,12 +338,17 @@ fn issue_client_token(
     {
         return Err(TokenFailure::InvalidScope);
     }
-    let issued =
-        crate::auth::issue_access_token(server.store(), &client, &scopes, ACCESS_TOKEN_TTL)
-            .map_err(|e| {
-                tracing::warn!(error = %e, "cannot issue an access token");
-                TokenFailure::Unavailable
-            })?;
+    let issued = crate::auth::issue_access_token(
+        server.store(),
+        &client,
+        &scopes,
+        ACCESS_TOKEN_TTL,
+        server.clock(),
+    )
+    .map_err(|e| {
+        tracing::warn!(error = %e, "cannot issue an access token");
+        TokenFailure::Unavailable
+    })?;
     let scopes = if scopes.is_empty() {
         client.allowed_scopes
     } else {
@@ -370,22 +376,27 @@ mod tests {
     }
 
     #[test]
-    fn the_token_limiter_refuses_past_the_limit() {
-        let endpoints = Endpoints::new();
+    fn the_token_limiter_refuses_past_the_limit_until_a_minute_after_the_first_request() {
+        let manual = crate::clock::ManualClock::at_unix_secs(1_800_000_000);
+        let endpoints = Endpoints::new(manual.clock());
         for _ in 0..TOKEN_REQUESTS_PER_MINUTE {
             assert_eq!(endpoints.charge("client:a"), None);
+            manual.advance(Duration::from_secs(1));
         }
-        assert!(
-            endpoints
-                .charge("client:a")
-                .is_some_and(|s| (1..=60).contains(&s))
-        );
+        // 30 s after the first request: 30 s to wait.
+        assert_eq!(endpoints.charge("client:a"), Some(30));
         assert_eq!(endpoints.charge("client:b"), None);
+        manual.advance(Duration::from_millis(29_999));
+        assert_eq!(endpoints.charge("client:a"), Some(1));
+        manual.advance(Duration::from_millis(1));
+        assert_eq!(endpoints.charge("client:a"), None);
     }
 
     #[test]
     fn throttled_token_requests_answer_the_catalog_entry() {
-        let endpoints = Endpoints::new();
+        let manual = crate::clock::ManualClock::at_unix_secs(1_800_000_000);
+        let endpoints = Endpoints::new(manual.clock());
+        manual.advance(Duration::from_secs(20));
         for _ in 0..TOKEN_REQUESTS_PER_MINUTE {
             assert!(endpoints.admit("peer:a", Locale::En).is_ok());
         }
@@ -406,9 +417,10 @@ mod tests {
                 .as_str()
                 .is_some_and(|h| h.starts_with("Demasiadas"))
         );
-        let retry = body["retry_after"].as_u64().expect("retry_after");
-        assert!((1..=60).contains(&retry));
-        assert!(headers.contains(&("Retry-After".to_owned(), retry.to_string())));
+        // Every request came at one instant: a whole minute to wait, from the clock's now.
+        assert_eq!(body["retry_after"], 60);
+        assert_eq!(body["reset"], 1_800_000_080);
+        assert!(headers.contains(&("Retry-After".to_owned(), "60".to_owned())));
     }
 
     #[test]

@@ -328,7 +328,7 @@ fn describe(change: &LimitChange) -> (String, Option<u64>) {
 
 /// Runs `tollgate usage` on `store`.
 pub fn usage(store: &Store, args: &UsageArgs) -> ExitCode {
-    let now = ratelimit::unix_now();
+    let now = crate::clock::Clock::System.unix_secs();
     let rows = match ratelimit::usage(store, now) {
         Ok(rows) => rows,
         Err(e) => return fail(&format!("cannot read the counters: {e}")),

@@ -37,7 +37,7 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use rusqlite::{OptionalExtension, Transaction};
 use serde::Serialize;
@@ -45,6 +45,7 @@ use serde_json::{Map, Value, json};
 
 use crate::auth::Principal;
 use crate::catalog::{McpError, store_failure};
+use crate::clock::Clock;
 use crate::metrics::{ChargeCounts, Metrics};
 use crate::registry::Category;
 use crate::store::{Store, StoreError};
@@ -233,7 +234,7 @@ pub struct Limiter {
     /// Wakes a gathering leader once the queue holds a full batch.
     gathered: Condvar,
     last_prune: AtomicI64,
-    clock: fn() -> i64,
+    clock: Clock,
     /// Where its transactions and charges are counted.
     metrics: &'static Metrics,
 }
@@ -301,26 +302,31 @@ impl Slot {
 }
 
 impl Limiter {
-    /// A group-committing limiter over `store`.
-    pub fn new(store: Store) -> Limiter {
-        Limiter::with_mode(store, ChargeMode::GroupCommit)
+    /// A group-committing limiter over `store`, whose windows follow `clock`.
+    pub fn new(store: Store, clock: Clock) -> Limiter {
+        Limiter::with_mode(store, ChargeMode::GroupCommit, clock)
     }
 
     /// A limiter over `store` that commits as `mode` says, counted in the process's
     /// [`metrics::global`](crate::metrics::global).
-    pub fn with_mode(store: Store, mode: ChargeMode) -> Limiter {
-        Limiter::counted_in(store, mode, crate::metrics::global())
+    pub fn with_mode(store: Store, mode: ChargeMode, clock: Clock) -> Limiter {
+        Limiter::counted_in(store, mode, crate::metrics::global(), clock)
     }
 
     /// A limiter counted in `metrics` (tests give each limiter counters of its own).
-    pub fn counted_in(store: Store, mode: ChargeMode, metrics: &'static Metrics) -> Limiter {
+    pub fn counted_in(
+        store: Store,
+        mode: ChargeMode,
+        metrics: &'static Metrics,
+        clock: Clock,
+    ) -> Limiter {
         Limiter {
             store,
             mode,
             queue: Mutex::new(Queue::default()),
             gathered: Condvar::new(),
             last_prune: AtomicI64::new(0),
-            clock: unix_now,
+            clock,
             metrics,
         }
     }
@@ -518,7 +524,7 @@ impl Limiter {
         let mut now = 0;
         let result = self.store.write(|tx| {
             // The clock is read once the write lock is held, so windows follow commit order.
-            now = (self.clock)();
+            now = self.clock.unix_secs();
             charge_items(tx, batch, now)
         });
         self.maybe_prune(now);
@@ -559,13 +565,6 @@ impl Limiter {
             tracing::warn!(cause = %e, "cannot start the rate-window pruner");
         }
     }
-}
-
-/// Current unix time in seconds.
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// The limits that apply to one request, read inside the charging transaction.
@@ -862,8 +861,9 @@ pub fn prune_expired(store: &Store, now: i64) -> Result<usize, StoreError> {
 /// until the window resets. On a refusal the exceeded bucket is reported with `r=0`, plus
 /// `Retry-After: <retry_after>` (delay-seconds). A bucket whose window is unknown (e.g.
 /// `auth`) gets no `w`. Anything unrecognised yields no headers.
-pub fn http_headers(meta: &Value) -> Vec<(String, String)> {
-    http_headers_at(meta, unix_now())
+/// `t` counts from the time of `clock`.
+pub fn http_headers(meta: &Value, clock: &Clock) -> Vec<(String, String)> {
+    http_headers_at(meta, clock.unix_secs())
 }
 
 fn http_headers_at(meta: &Value, now: i64) -> Vec<(String, String)> {
@@ -1579,7 +1579,7 @@ mod tests {
         let f = fixture("pro");
         add_credential(&f.store, "key0000x", None);
         add_credential(&f.store, "key00001", None);
-        let limiter = Limiter::new(f.store.clone());
+        let limiter = Limiter::new(f.store.clone(), Clock::System);
         let checks = |id: &str| RefuseX {
             id: id.into(),
             before: 0,
@@ -1769,8 +1769,8 @@ mod tests {
         assert_eq!(budget.buckets()[0].limit, 10);
     }
 
-    fn fixed_clock() -> i64 {
-        T0 + 30
+    fn fixed_clock() -> Clock {
+        crate::clock::ManualClock::at_unix_secs(T0 + 30).clock()
     }
 
     #[test]
@@ -1782,8 +1782,12 @@ mod tests {
         ] {
             add_credential(&f.store, id, None);
             limit_credential(&f.store, id, Category::Read, Some(100));
-            let mut limiter = Limiter::counted_in(f.store.clone(), mode, Box::leak(Box::default()));
-            limiter.clock = fixed_clock;
+            let limiter = Limiter::counted_in(
+                f.store.clone(),
+                mode,
+                Box::leak(Box::default()),
+                fixed_clock(),
+            );
             let admitted = std::sync::atomic::AtomicUsize::new(0);
             std::thread::scope(|s| {
                 for _ in 0..8 {
@@ -1820,7 +1824,7 @@ mod tests {
     fn charging_nothing_leaves_the_limiter_free() {
         let f = fixture("pro");
         add_credential(&f.store, "key00001", None);
-        let limiter = Limiter::new(f.store.clone());
+        let limiter = Limiter::new(f.store.clone(), Clock::System);
         let none: Vec<(ChargeRequest, RefuseX)> = Vec::new();
         assert!(limiter.charge_checked_many(none).is_empty());
         let outcome = limiter.charge_request(request("key00001", Category::Read));
@@ -1835,6 +1839,7 @@ mod tests {
             f.store.clone(),
             ChargeMode::GroupCommit,
             Box::leak(Box::default()),
+            Clock::System,
         );
         let group: Vec<(ChargeRequest, RefuseX)> = (0..BATCH_MAX)
             .map(|_| {
@@ -1861,12 +1866,12 @@ mod tests {
         let f = fixture("enterprise");
         add_credential(&f.store, "key00001", None);
         limit_credential(&f.store, "key00001", Category::Read, Some(250));
-        let mut limiter = Limiter::counted_in(
+        let limiter = Limiter::counted_in(
             f.store.clone(),
             ChargeMode::GroupCommit,
             Box::leak(Box::default()),
+            fixed_clock(),
         );
-        limiter.clock = fixed_clock;
         let checks = || RefuseX {
             id: "key00001".into(),
             before: 0,
@@ -1934,7 +1939,7 @@ mod tests {
         let f = fixture("enterprise");
         add_credential(&f.store, "key00001", None);
         limit_credential(&f.store, "key00001", Category::Destructive, Some(0));
-        let limiter = Limiter::new(f.store.clone());
+        let limiter = Limiter::new(f.store.clone(), Clock::System);
         let refused = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|s| {
             for _ in 0..8 {

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{Map, Value, json};
 
 use crate::catalog::{ErrorKind, McpError};
+use crate::clock::Clock;
 use crate::config::Locale;
 use crate::store::Store;
 
@@ -172,6 +173,8 @@ pub struct ToolContext<'a> {
     pub book: Book,
     /// The language of hints and texts.
     pub locale: Locale,
+    /// The server's clock: "now" and "today" of the call.
+    pub clock: &'a Clock,
     /// The request's `progressToken`, when the caller asked for progress.
     pub progress_token: Option<Value>,
     /// The minimum log level the caller asked for, when logging is enabled for the call.
@@ -496,12 +499,13 @@ pub trait Tool: Send + Sync {
     /// Checks the fiscal guardrails on the arguments and the current state, before the
     /// tool runs; a violation is `-32008 mcp_guardrail_violation`. Arguments are not
     /// validated yet here: a rule that finds a field missing or mistyped lets it pass
-    /// and leaves the report to schema validation.
+    /// and leaves the report to schema validation. "Today" is the date of `clock`.
     fn guardrails(
         &self,
         _store: &Store,
         _book: Book,
         _args: &Map<String, Value>,
+        _clock: &Clock,
     ) -> Result<(), McpError> {
         Ok(())
     }

@@ -19,9 +19,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::auth::CredentialRef;
+use crate::clock::Clock;
 use crate::protocol::Session;
 
 /// Sessions kept at most.
@@ -52,12 +53,14 @@ impl SessionOwner {
 struct Entry {
     session: Arc<Session>,
     owner: SessionOwner,
-    last_seen: Instant,
+    /// [`Clock::monotonic`] at its last use.
+    last_seen: Duration,
 }
 
 /// The session table of one HTTP listener.
 pub struct Sessions {
     ttl: Duration,
+    clock: Clock,
     per_owner: usize,
     capacity: usize,
     table: Mutex<HashMap<String, Entry>>,
@@ -71,14 +74,15 @@ pub enum Lookup {
 }
 
 impl Sessions {
-    /// An empty table whose sessions expire after `ttl` without traffic.
-    pub fn new(ttl: Duration) -> Sessions {
-        Sessions::with_limits(ttl, MAX_SESSIONS, MAX_SESSIONS_PER_OWNER)
+    /// An empty table whose sessions expire after `ttl` without traffic, by `clock`.
+    pub fn new(ttl: Duration, clock: Clock) -> Sessions {
+        Sessions::with_limits(ttl, clock, MAX_SESSIONS, MAX_SESSIONS_PER_OWNER)
     }
 
-    fn with_limits(ttl: Duration, capacity: usize, per_owner: usize) -> Sessions {
+    fn with_limits(ttl: Duration, clock: Clock, capacity: usize, per_owner: usize) -> Sessions {
         Sessions {
             ttl,
+            clock,
             per_owner: per_owner.max(1),
             capacity: capacity.max(1),
             table: Mutex::new(HashMap::new()),
@@ -96,9 +100,9 @@ impl Sessions {
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
         let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let now = Instant::now();
+        let now = self.clock.monotonic();
         let mut table = self.lock();
-        table.retain(|_, e| now.duration_since(e.last_seen) < self.ttl);
+        table.retain(|_, e| now.saturating_sub(e.last_seen) < self.ttl);
         self.make_room(&mut table, &owner);
         table.insert(
             id.clone(),
@@ -141,10 +145,10 @@ impl Sessions {
     /// Finds a live session of `owner` and refreshes its expiry. Another owner's session
     /// is [`Lookup::Gone`], as an unknown id is (and its expiry is not refreshed).
     pub fn get(&self, id: &str, owner: &SessionOwner) -> Result<Arc<Session>, Lookup> {
-        let now = Instant::now();
+        let now = self.clock.monotonic();
         let mut table = self.lock();
         match table.get_mut(id) {
-            Some(entry) if now.duration_since(entry.last_seen) >= self.ttl => {
+            Some(entry) if now.saturating_sub(entry.last_seen) >= self.ttl => {
                 table.remove(id);
                 Err(Lookup::Gone)
             }
@@ -180,7 +184,7 @@ mod tests {
 
     #[test]
     fn sessions_resolve_until_removed_or_expired() {
-        let sessions = Sessions::new(Duration::from_secs(60));
+        let sessions = Sessions::new(Duration::from_secs(60), Clock::System);
         let alice = owner("alice");
         let id = sessions
             .create(Arc::new(Session::new()), alice.clone())
@@ -191,7 +195,7 @@ mod tests {
         assert!(sessions.remove(&id, &alice));
         assert_eq!(sessions.get(&id, &alice).err(), Some(Lookup::Gone));
 
-        let short = Sessions::new(Duration::ZERO);
+        let short = Sessions::new(Duration::ZERO, Clock::System);
         let id = short
             .create(Arc::new(Session::new()), alice.clone())
             .expect("id");
@@ -199,8 +203,33 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_session_expires_exactly_after_its_ttl_and_use_keeps_it_alive() {
+        let manual = crate::clock::ManualClock::at_unix_secs(1_800_000_000);
+        let sessions = Sessions::new(Duration::from_secs(60), manual.clock());
+        let alice = owner("alice");
+        let id = sessions
+            .create(Arc::new(Session::new()), alice.clone())
+            .expect("id");
+        let idle = sessions
+            .create(Arc::new(Session::new()), alice.clone())
+            .expect("id");
+        // Used 59.999 s after it was last seen: alive, and its expiry starts again.
+        manual.advance(Duration::from_millis(59_999));
+        assert!(sessions.get(&id, &alice).is_ok());
+        assert!(sessions.get(&idle, &alice).is_ok());
+        manual.advance(Duration::from_secs(30));
+        assert!(sessions.get(&id, &alice).is_ok());
+        // Exactly 60 s idle: gone, and it stays gone.
+        manual.advance(Duration::from_secs(60));
+        assert_eq!(sessions.get(&idle, &alice).err(), Some(Lookup::Gone));
+        assert_eq!(sessions.get(&id, &alice).err(), Some(Lookup::Gone));
+        manual.set_unix_secs(1_800_000_000);
+        assert_eq!(sessions.get(&id, &alice).err(), Some(Lookup::Gone));
+    }
+
+    #[test]
     fn a_session_answers_only_its_owner() {
-        let sessions = Sessions::new(Duration::from_secs(60));
+        let sessions = Sessions::new(Duration::from_secs(60), Clock::System);
         let (alice, mallory) = (owner("alice"), owner("mallory"));
         let id = sessions
             .create(Arc::new(Session::new()), alice.clone())
@@ -227,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_flood_from_one_owner_never_evicts_another_owners_sessions() {
-        let sessions = Sessions::with_limits(Duration::from_secs(60), 20, 8);
+        let sessions = Sessions::with_limits(Duration::from_secs(60), Clock::System, 20, 8);
         let (alice, bob, mallory) = (owner("alice"), owner("bob"), SessionOwner::anonymous());
         let new = || Arc::new(Session::new());
         let kept = sessions.create(new(), alice.clone()).expect("id");

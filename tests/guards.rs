@@ -7,12 +7,12 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tollgate::auth::{self, Authenticator, Mode, NewKey};
 use tollgate::catalog::ErrorKind;
+use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::{Store, StoreOptions};
 
 use crate::util::{StdioServer, TestDb, assert_error, modern_meta};
@@ -649,13 +649,19 @@ fn no_secret_reaches_the_database_file_or_the_logs() {
     ]);
     secrets.push(client["client_secret"].as_str().expect("secret").to_owned());
     let store = open_store(&db);
-    let authenticator = Authenticator::new(store.clone());
+    let authenticator = Authenticator::new(store.clone(), Clock::System);
     let secret = auth::Secret::new(secrets[3].clone());
     let oauth = authenticator
         .verify_client_secret(client["client_id"].as_str().expect("id"), &secret, "test")
         .expect("client secret verifies");
-    let access = auth::issue_access_token(&store, &oauth, &[], Duration::from_secs(600))
-        .expect("access token");
+    let access = auth::issue_access_token(
+        &store,
+        &oauth,
+        &[],
+        Duration::from_secs(600),
+        &Clock::System,
+    )
+    .expect("access token");
     secrets.push(access.token.expose().to_owned());
     drop(store);
 
@@ -753,7 +759,7 @@ fn ten_thousand_bad_tokens_cost_only_the_throttled_argon2_runs() {
     };
     let valid = auth::create_key(&store, &new).expect("key");
     // One fixed instant: the whole flood lands in one throttle window, however slow argon2 is.
-    let authenticator = Authenticator::with_clock(store, Arc::new(|| 1_800_000_030));
+    let authenticator = Authenticator::new(store, ManualClock::at_unix_secs(1_800_000_030).clock());
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
     let (mut invalid, mut throttled, mut expected_runs) = (0u32, 0u32, 0u64);
     for _ in 0..10_000 {

@@ -426,8 +426,12 @@ fn bad_token(n: usize) -> String {
 }
 
 /// Presents bad tokens, the `n`th with the header `header(n)`, until the source is
-/// throttled (`bucket: "auth"`); how many were refused `invalid_token` before. The
-/// throttle's fixed window may turn over during the run: at most twice its allowance.
+/// throttled (`bucket: "auth"`); how many were refused `invalid_token` before. Requests
+/// that count against one source are throttled after at least its allowance of 10 and
+/// within twice it, wherever the throttle's window edge falls (a run takes far less than
+/// a window); requests counted against different sources would never be. How many
+/// failures a window allows exactly, up to its edge, is shown in-process on a manual
+/// clock (`clock::the_failure_throttle_allows_ten_failures_a_minute_per_source_and_resets_at_the_edge`).
 fn failures_until_throttled(
     server: &HttpServer,
     header: impl Fn(usize) -> (String, String),
@@ -451,15 +455,19 @@ fn failures_until_throttled(
 fn clients_behind_a_trusted_proxy_are_throttled_apart() {
     let db = TestDb::new();
     let server = serve_behind_proxy(&db, &[]);
-    let xff = |value: &str| ("X-Forwarded-For".to_owned(), value.to_owned());
-    failures_until_throttled(&server, |_| xff("198.51.100.1"));
-
-    // The same client through a second trusted hop, or with a forged hop on the left
-    // (the client's own claim, which the proxy passed on): still the same client.
-    for chain in ["198.51.100.1, 127.0.0.1", "203.0.113.9, 198.51.100.1"] {
-        let body = modern_list(&server, Some(&bad_token(11)), &[("X-Forwarded-For", chain)]);
-        assert_eq!(body["error"]["data"]["bucket"], "auth", "{chain}: {body}");
-    }
+    // The client itself, through a second trusted hop, or with a forged hop on the left
+    // (the client's own claim, which the proxy passed on): one source, one allowance.
+    let chains = [
+        "198.51.100.1",
+        "198.51.100.1, 127.0.0.1",
+        "203.0.113.9, 198.51.100.1",
+    ];
+    failures_until_throttled(&server, |n| {
+        (
+            "X-Forwarded-For".to_owned(),
+            chains[n % chains.len()].to_owned(),
+        )
+    });
     // Another forwarded client has its own allowance.
     let second = [("X-Forwarded-For", "198.51.100.2")];
     let body = modern_list(&server, Some(&bad_token(12)), &second);
@@ -474,20 +482,15 @@ fn clients_behind_a_trusted_proxy_are_throttled_apart() {
 fn an_untrusted_peer_cannot_choose_its_source_with_forwarding_headers() {
     let db = TestDb::new();
     let server = HttpServer::start(&db, &[]);
-    // A new forged client address on every attempt: still one source, the peer.
+    // A new forged client address on every attempt, in either header: still one source,
+    // the peer.
     failures_until_throttled(&server, |n| {
-        ("X-Forwarded-For".to_owned(), format!("198.51.100.{n}"))
-    });
-    for header in ["X-Forwarded-For", "Forwarded"] {
-        let value = if header == "Forwarded" {
-            "for=203.0.113.50"
+        if n % 2 == 0 {
+            ("X-Forwarded-For".to_owned(), format!("198.51.100.{n}"))
         } else {
-            "203.0.113.50"
-        };
-        let body = modern_list(&server, Some(&bad_token(99)), &[(header, value)]);
-        assert_error(&body, -32006, "rate_limited", 429, 3001, true);
-        assert_eq!(body["error"]["data"]["bucket"], "auth");
-    }
+            ("Forwarded".to_owned(), format!("for=203.0.113.{n}"))
+        }
+    });
 }
 
 #[test]
@@ -586,14 +589,20 @@ fn a_stranger_guessing_a_client_secret_does_not_lock_the_client_out() {
             assert!(bucket == "auth" || bucket == "oauth_token", "{body}");
         }
     }
-    // Wrong secrets until the source is throttled (never the client id); the failure
-    // window may turn over once during the run, the source's request limit (30 a
-    // minute from its first) holds to the end.
+    // Wrong secrets until the source is throttled (never the client id), then the
+    // source's request limit (30 a minute from its first request) to the end. These hold
+    // wherever the failure throttle's window edge falls; its exact count at the edge is
+    // shown in-process on a manual clock
+    // (`clock::the_token_endpoint_throttles_the_stranger_never_the_client`).
     let invalid = statuses
         .iter()
         .filter(|(s, e)| *s == 401 && e.as_deref() == Some("invalid_client"))
         .count();
-    assert!((10..=20).contains(&invalid), "{statuses:?}");
+    assert!(invalid >= 10, "{statuses:?}");
+    assert!(
+        statuses[..10].iter().all(|(s, _)| *s == 401),
+        "{statuses:?}"
+    );
     assert!(
         statuses.iter().all(|(s, _)| *s == 401 || *s == 429),
         "{statuses:?}"

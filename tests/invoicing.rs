@@ -1229,7 +1229,12 @@ fn a_key_held_by_a_running_call_is_in_use_until_its_lease_ends() {
         mode: tollgate::auth::Mode::Live,
     };
     let map = args.as_object().expect("object").clone();
-    let claim = Ledger::new(store.clone()).claim(&holder, spec, &map, Some("held".to_owned()));
+    let claim = Ledger::new(store.clone(), tollgate::clock::Clock::System).claim(
+        &holder,
+        spec,
+        &map,
+        Some("held".to_owned()),
+    );
     assert!(
         matches!(claim, Ok(Claim::Fresh(_))),
         "the test holds the key"

@@ -1,37 +1,24 @@
-//! Rate limits over stdio (PRODUCT.md §5): the three buckets refuse on their own with
-//! `-32006` and its fields, refused calls are charged, discovery is not, a raised limit
-//! applies at once, two processes on one database admit exactly the limit, and a process
-//! killed mid-load loses no committed increment.
+//! Rate limits (PRODUCT.md §5): the three buckets refuse on their own with `-32006` and
+//! its fields, refused calls are charged, discovery is not, a raised limit applies at once,
+//! two processes on one database admit exactly the limit, and a process killed mid-load
+//! loses no committed increment.
 //!
-//! The per-minute windows are fixed and aligned to the wall clock; a test that needs
-//! several calls inside one window first waits out the end of the current minute when
-//! it is too close ([`within_one_window`]). No test asserts on elapsed time.
+//! The windows are fixed and aligned to the clock. The tests whose calls must share one
+//! window run the server in-process on a manual clock that stands still mid-window
+//! ([`crate::clock::InProcess`], the stdio path of the dispatcher); the tests of two
+//! processes and of a killed one spawn the binary and account per window, whichever
+//! windows their calls fell in. No test waits for a window and none asserts on elapsed
+//! time.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use crate::clock::{InProcess, T0};
 use crate::util::{StdioServer, TestDb, assert_error};
 
 /// The `_meta` key of the remaining budget.
 const META: &str = "dev.tollgate/ratelimit";
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs()
-}
-
-/// Waits for the next minute when fewer than `needed` seconds are left in this one, so the
-/// calls that follow land in one per-minute window.
-fn within_one_window(needed: u64) {
-    let into = unix_now() % 60;
-    if into + needed >= 60 {
-        std::thread::sleep(Duration::from_secs(60 - into) + Duration::from_millis(200));
-    }
-}
 
 /// The admin key printed by `tollgate init`.
 fn admin_key(db: &TestDb) -> String {
@@ -111,15 +98,23 @@ fn create_client(db: &TestDb, name: &str, scopes: &str) -> String {
         .to_owned()
 }
 
-/// A stdio server with the conformance pack for `token`, initialized.
-fn server_for(db: &TestDb, token: &str) -> StdioServer {
+/// A server with the conformance pack for `token`, in-process, its clock standing 20 s
+/// into a minute (and an hour) window; initialized.
+fn server_for(db: &TestDb, token: &str) -> InProcess {
+    let mut server = InProcess::start(db, Some(token), T0 + 20);
+    server.initialize("2025-11-25");
+    server
+}
+
+/// A `tollgate stdio` process with the conformance pack for `token`, initialized.
+fn process_for(db: &TestDb, token: &str) -> StdioServer {
     let mut server = StdioServer::start_with_token(db, Some(token), &["--conformance-pack"]);
     server.initialize("2025-11-25");
     server
 }
 
 /// Calls the read-category fixture tool.
-fn call_read_tool(server: &mut StdioServer) -> Value {
+fn call_read_tool(server: &mut InProcess) -> Value {
     server.call_tool("test_simple_text", json!({}))
 }
 
@@ -147,13 +142,27 @@ fn assert_rate_limited(response: &Value, bucket: &str, limit: u64, window: u64) 
     let data = &response["error"]["data"];
     assert_eq!(data["bucket"], json!(bucket), "{response}");
     assert_eq!(data["limit"], json!(limit), "{response}");
+    let reset = data["reset"].as_u64().expect("reset");
+    assert_eq!(reset % window, 0, "reset is a window boundary: {response}");
     let retry_after = data["retry_after"].as_u64().expect("retry_after");
     assert!(
         (1..=window).contains(&retry_after),
         "retry_after {retry_after} in {response}"
     );
-    let reset = data["reset"].as_u64().expect("reset");
-    assert_eq!(reset % window, 0, "reset is a window boundary: {response}");
+}
+
+/// Asserts a `-32006` refusal of `bucket` with `limit` on the in-process clock (20 s into
+/// the window): `reset` is the window's end and `retry_after` the seconds until it.
+fn assert_refused_at_t0(response: &Value, bucket: &str, limit: u64, window: i64) {
+    assert_rate_limited(
+        response,
+        bucket,
+        limit,
+        u64::try_from(window).expect("positive"),
+    );
+    let data = &response["error"]["data"];
+    assert_eq!(data["reset"], json!(T0 + window), "{response}");
+    assert_eq!(data["retry_after"], json!(window - 20), "{response}");
 }
 
 #[test]
@@ -161,7 +170,6 @@ fn the_sixth_call_over_a_limit_of_five_is_refused() {
     let db = TestDb::new();
     let token = admin_key(&db);
     limit_credential(&db, &public_id(&token), "read", "5");
-    within_one_window(10);
     let mut server = server_for(&db, &token);
     for left in (0..5).rev() {
         let response = call_read_tool(&mut server);
@@ -173,7 +181,7 @@ fn the_sixth_call_over_a_limit_of_five_is_refused() {
         );
     }
     let refused = call_read_tool(&mut server);
-    assert_rate_limited(&refused, "read", 5, 60);
+    assert_refused_at_t0(&refused, "read", 5, 60);
 }
 
 #[test]
@@ -181,7 +189,6 @@ fn the_sixth_write_call_over_a_write_limit_of_five_is_refused() {
     let db = TestDb::new();
     let token = admin_key(&db);
     limit_credential(&db, &public_id(&token), "write", "5");
-    within_one_window(10);
     let mut server = server_for(&db, &token);
     for n in 0..5 {
         let response = server.call_tool("create_client", json!({"name": format!("Client {n}")}));
@@ -189,7 +196,7 @@ fn the_sixth_write_call_over_a_write_limit_of_five_is_refused() {
         assert_eq!(remaining(&response, "write"), 4 - n, "{response}");
     }
     let refused = server.call_tool("create_client", json!({"name": "Client 6"}));
-    assert_rate_limited(&refused, "write", 5, 60);
+    assert_refused_at_t0(&refused, "write", 5, 60);
     // The read bucket is separate and untouched.
     assert_eq!(remaining(&call_read_tool(&mut server), "read"), 119);
 }
@@ -199,7 +206,6 @@ fn a_call_refused_for_a_missing_scope_is_still_charged() {
     let db = TestDb::new();
     let admin = admin_key(&db);
     let outsider = create_key(&db, "no-conformance", "invoices:read", None);
-    within_one_window(10);
     let mut admin_server = server_for(&db, &admin);
     let before = remaining(&call_read_tool(&mut admin_server), "plan");
 
@@ -211,21 +217,14 @@ fn a_call_refused_for_a_missing_scope_is_still_charged() {
     let after = remaining(&call_read_tool(&mut admin_server), "plan");
     assert_eq!(after, before - 2);
     // And the refused credential's own read bucket counted it.
-    let usage = db.run_json(&["usage", "--json"]);
-    let own = usage["counters"]
-        .as_array()
-        .expect("counters")
-        .iter()
-        .find(|c| c["bucket"] == "read" && c["key"] == json!(public_id(&outsider)))
-        .unwrap_or_else(|| panic!("no read counter for the refused key in {usage}"));
-    assert_eq!(own["count"], 1, "{usage}");
+    let own = ("read".to_owned(), public_id(&outsider), T0);
+    assert_eq!(counters(&db).get(&own), Some(&1), "{own:?}");
 }
 
 #[test]
 fn discovery_is_not_charged() {
     let db = TestDb::new();
     let token = admin_key(&db);
-    within_one_window(10);
     let mut server = server_for(&db, &token);
     let first = remaining(&call_read_tool(&mut server), "read");
     for _ in 0..3 {
@@ -244,13 +243,12 @@ fn a_raised_limit_admits_the_next_call_at_once() {
     let token = admin_key(&db);
     let id = public_id(&token);
     limit_credential(&db, &id, "read", "2");
-    within_one_window(15);
     let mut server = server_for(&db, &token);
     for _ in 0..2 {
         assert!(call_read_tool(&mut server)["result"].is_object());
     }
-    assert_rate_limited(&call_read_tool(&mut server), "read", 2, 60);
-    assert_rate_limited(&call_read_tool(&mut server), "read", 2, 60);
+    assert_refused_at_t0(&call_read_tool(&mut server), "read", 2, 60);
+    assert_refused_at_t0(&call_read_tool(&mut server), "read", 2, 60);
     // Raised from another process while the server runs; the counter is at 4 already.
     limit_credential(&db, &id, "read", "10");
     let admitted = call_read_tool(&mut server);
@@ -263,14 +261,13 @@ fn the_plan_bucket_refuses_on_its_own() {
     let db = TestDb::new();
     let token = admin_key(&db);
     set_limit(&db, &["--plan", "pro", "--per-hour", "3"]);
-    within_one_window(10);
     let mut server = server_for(&db, &token);
     for left in (0..3).rev() {
         let response = call_read_tool(&mut server);
         assert_eq!(remaining(&response, "plan"), left, "{response}");
         assert_eq!(bucket(&response, "plan")["window_secs"], 3600, "{response}");
     }
-    assert_rate_limited(&call_read_tool(&mut server), "plan", 3, 3600);
+    assert_refused_at_t0(&call_read_tool(&mut server), "plan", 3, 3600);
 }
 
 #[test]
@@ -280,7 +277,6 @@ fn the_client_bucket_refuses_on_its_own() {
     let first = create_key(&db, "robot-1", "conformance:use", Some(&client));
     let second = create_key(&db, "robot-2", "conformance:use", Some(&client));
     set_limit(&db, &["--client", &client, "--per-minute", "3"]);
-    within_one_window(15);
     let mut one = server_for(&db, &first);
     let mut two = server_for(&db, &second);
     let a = call_read_tool(&mut one);
@@ -290,29 +286,31 @@ fn the_client_bucket_refuses_on_its_own() {
     // Each credential's own read bucket is far from its limit.
     assert_eq!(remaining(&b, "read"), 119, "{b}");
     assert!(call_read_tool(&mut one)["result"].is_object());
-    assert_rate_limited(&call_read_tool(&mut two), "client", 3, 60);
+    assert_refused_at_t0(&call_read_tool(&mut two), "client", 3, 60);
 }
 
 /// Sends `n` `tools/call` requests without waiting, then reads the `n` responses and
-/// returns how many were admitted and how many were rate-limited.
-fn burst(server: &mut StdioServer, n: usize) -> (usize, usize) {
+/// returns, per window (its end, `reset`), how many were admitted and how many refused.
+fn burst(server: &mut StdioServer, n: usize) -> HashMap<i64, (i64, i64)> {
     for id in 0..n {
         server.send(
             &json!({"jsonrpc": "2.0", "id": 1000 + id, "method": "tools/call",
                             "params": {"name": "test_simple_text", "arguments": {}}}),
         );
     }
-    let (mut ok, mut limited) = (0, 0);
+    let mut windows: HashMap<i64, (i64, i64)> = HashMap::new();
     for _ in 0..n {
         let response = server.recv_response();
         if response["result"].is_object() {
-            ok += 1;
+            let reset = bucket(&response, "read")["reset"].as_i64().expect("reset");
+            windows.entry(reset).or_default().0 += 1;
         } else {
             assert_rate_limited(&response, "read", 20, 60);
-            limited += 1;
+            let reset = response["error"]["data"]["reset"].as_i64().expect("reset");
+            windows.entry(reset).or_default().1 += 1;
         }
     }
-    (ok, limited)
+    windows
 }
 
 #[test]
@@ -320,9 +318,8 @@ fn two_processes_on_one_database_admit_exactly_the_limit() {
     let db = TestDb::new();
     let token = admin_key(&db);
     limit_credential(&db, &public_id(&token), "read", "20");
-    within_one_window(20);
-    let mut one = server_for(&db, &token);
-    let mut two = server_for(&db, &token);
+    let mut one = process_for(&db, &token);
+    let mut two = process_for(&db, &token);
     let (a, b) = std::thread::scope(|s| {
         let a = s.spawn(|| burst(&mut one, 40));
         let b = s.spawn(|| burst(&mut two, 40));
@@ -331,10 +328,30 @@ fn two_processes_on_one_database_admit_exactly_the_limit() {
             b.join().expect("second burst"),
         )
     });
-    assert_eq!(a.0 + b.0, 20, "admitted: {a:?} {b:?}");
-    assert_eq!(a.1 + b.1, 60, "refused: {a:?} {b:?}");
     assert!(one.close().success());
     assert!(two.close().success());
+    // Per window the calls fell in (one, or two when a minute turned during the bursts):
+    // exactly the limit admitted of the calls that window counted, the rest refused.
+    let id = public_id(&token);
+    let charged: HashMap<i64, i64> = counters(&db)
+        .into_iter()
+        .filter(|((b, k, _), _)| b == "read" && *k == id)
+        .map(|((_, _, start), count)| (start + 60, count))
+        .collect();
+    assert_eq!(charged.values().sum::<i64>(), 80, "{charged:?}");
+    let (mut admitted, mut refused) = (0, 0);
+    for (reset, count) in &charged {
+        let (a_ok, a_no) = a.get(reset).copied().unwrap_or_default();
+        let (b_ok, b_no) = b.get(reset).copied().unwrap_or_default();
+        assert_eq!(a_ok + b_ok, (*count).min(20), "window {reset}: {a:?} {b:?}");
+        assert_eq!(
+            a_no + b_no,
+            (*count - 20).max(0),
+            "window {reset}: {a:?} {b:?}"
+        );
+        admitted += a_ok + b_ok;
+        refused += a_no + b_no;
+    }
 
     let conn = rusqlite::Connection::open(&db.path).expect("open the database");
     let outcomes: HashMap<String, i64> = conn
@@ -344,8 +361,8 @@ fn two_processes_on_one_database_admit_exactly_the_limit() {
         .expect("query")
         .collect::<Result<_, _>>()
         .expect("rows");
-    assert_eq!(outcomes.get("rate_limited"), Some(&60), "{outcomes:?}");
-    assert_eq!(outcomes.get("ok"), Some(&20), "{outcomes:?}");
+    assert_eq!(outcomes.get("rate_limited"), Some(&refused), "{outcomes:?}");
+    assert_eq!(outcomes.get("ok"), Some(&admitted), "{outcomes:?}");
 }
 
 /// Every counter row: (bucket, key, window_start) → count.
@@ -366,7 +383,7 @@ fn a_process_killed_mid_load_loses_no_committed_increment() {
     let id = public_id(&token);
     limit_credential(&db, &id, "read", "1000000");
     set_limit(&db, &["--plan", "pro", "--per-hour", "1000000"]);
-    let mut server = server_for(&db, &token);
+    let mut server = process_for(&db, &token);
     let total = 3000;
     for n in 0..total {
         server.send(&json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
@@ -406,8 +423,8 @@ fn a_process_killed_mid_load_loses_no_committed_increment() {
     drop(conn);
 
     // A new process goes on counting from there.
-    let mut again = server_for(&db, &token);
-    assert!(call_read_tool(&mut again)["result"].is_object());
+    let mut again = process_for(&db, &token);
+    assert!(again.call_tool("test_simple_text", json!({}))["result"].is_object());
     let later: i64 = counters(&db)
         .iter()
         .filter(|((b, k, _), _)| b == "read" && *k == id)

@@ -7,10 +7,10 @@
 //! eras. Prompts and completions that read nothing stay open to any authenticated key.
 
 use std::collections::BTreeSet;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use crate::clock::{InProcess, T0};
 use crate::util::{HttpResponse, HttpServer, StdioServer, TestDb, assert_error, modern_meta};
 
 /// The scope of the key the side doors used to serve everything to.
@@ -66,15 +66,6 @@ fn limit_reads(db: &TestDb, key: &Key, per_minute: u32) {
     );
 }
 
-/// The minute the rate windows are in now (they are aligned to the wall clock).
-fn minute_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_secs()
-        / 60
-}
-
 /// `(tool, outcome)` of the audit rows of `key`, newest first.
 fn audit_rows(db: &TestDb, key: &Key) -> Vec<(String, String)> {
     let rows = db.run_json(&["audit", "--credential", &key.id, "--json"]);
@@ -128,6 +119,9 @@ enum Door<'s> {
         server: &'s HttpServer,
         token: String,
     },
+    /// The stdio path in-process, on a manual clock that stands still mid-window.
+    InProcessLegacy(Box<InProcess>),
+    InProcessModern(Box<InProcess>),
 }
 
 impl<'s> Door<'s> {
@@ -139,6 +133,16 @@ impl<'s> Door<'s> {
 
     fn stdio_modern(db: &TestDb, key: &Key) -> Door<'s> {
         Door::StdioModern(StdioServer::start_with_token(db, Some(&key.token), &[]))
+    }
+
+    fn in_process_legacy(db: &TestDb, key: &Key) -> Door<'s> {
+        let mut server = InProcess::start(db, Some(&key.token), T0 + 20);
+        server.initialize("2025-11-25");
+        Door::InProcessLegacy(Box::new(server))
+    }
+
+    fn in_process_modern(db: &TestDb, key: &Key) -> Door<'s> {
+        Door::InProcessModern(Box::new(InProcess::start(db, Some(&key.token), T0 + 20)))
     }
 
     fn http_legacy(server: &'s HttpServer, key: &Key) -> Door<'s> {
@@ -203,6 +207,8 @@ impl<'s> Door<'s> {
         match self {
             Door::StdioLegacy(server) => server.request(method, params),
             Door::StdioModern(server) => server.request(method, with_modern_meta(params)),
+            Door::InProcessLegacy(server) => server.request(method, params),
+            Door::InProcessModern(server) => server.modern_request(method, params),
             Door::HttpLegacy { .. } => {
                 let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
                 http_json(&self.http_legacy_post(&body))
@@ -438,28 +444,35 @@ fn assert_read_limited(response: &Value, limit: u32) {
 }
 
 /// Knocks with a reports-only key whose `read` bucket holds exactly the refused calls: the
-/// next data read is refused `rate_limited`. `None` when the calls straddled two rate
-/// windows (the test then tries again with a fresh key instead of waiting).
+/// next data read is refused `rate_limited`, until the end of the window it was charged in.
 fn refused_calls_use_up_the_read_bucket(
     db: &TestDb,
     books: &Books,
     open: fn(&TestDb, &Key) -> Door<'static>,
-) -> Option<()> {
+) {
     let key = create_key(db, REPORTS_ONLY);
     let limit = 4;
     limit_reads(db, &key, limit);
     let mut door = open(db, &key);
-    let minute = minute_now();
     assert_eq!(
         knock(&mut door, books),
         usize::try_from(limit).expect("small")
     );
     let over = door.request("prompts/get", chase());
     let over_completion = door.request("completion/complete", client_completion(""));
-    if minute_now() != minute {
-        return None;
-    }
     assert_read_limited(&over, limit);
+    for refused in [&over, &over_completion] {
+        assert_eq!(
+            refused["error"]["data"]["reset"],
+            json!(T0 + 60),
+            "{refused}"
+        );
+        assert_eq!(
+            refused["error"]["data"]["retry_after"],
+            json!(40),
+            "{refused}"
+        );
+    }
     assert_read_limited(&over_completion, limit);
     books.assert_absent_from(&over);
     books.assert_absent_from(&over_completion);
@@ -467,21 +480,29 @@ fn refused_calls_use_up_the_read_bucket(
     let mut expected = rows(&[(CLIENT_COMPLETION, "rate_limited"), (CHASE, "rate_limited")]);
     expected.extend(refused_rows());
     assert_eq!(audit_rows(db, &key), expected);
-    Some(())
 }
 
 #[test]
 fn refused_side_door_calls_are_charged_to_the_read_bucket_on_both_eras() {
     let db = TestDb::with_init_args(&["--demo"]);
     let books = Books::read(&db);
-    let opens: [fn(&TestDb, &Key) -> Door<'static>; 2] = [Door::stdio_legacy, Door::stdio_modern];
+    let opens: [fn(&TestDb, &Key) -> Door<'static>; 2] =
+        [Door::in_process_legacy, Door::in_process_modern];
     for open in opens {
-        let charged = (0..3).find_map(|_| refused_calls_use_up_the_read_bucket(&db, &books, open));
-        assert!(charged.is_some(), "three attempts each straddled a minute");
+        refused_calls_use_up_the_read_bucket(&db, &books, open);
     }
 }
 
 // ---- What a key with the scopes gets --------------------------------------------------------
+
+/// The `read` bucket's `limit` in a result's `_meta`.
+fn read_limit(response: &Value) -> u64 {
+    response["result"]["_meta"][BUDGET]["buckets"]
+        .as_array()
+        .and_then(|buckets| buckets.iter().find(|b| b["bucket"] == "read"))
+        .and_then(|read| read["limit"].as_u64())
+        .unwrap_or_else(|| panic!("no read limit in {response}"))
+}
 
 /// The `read` bucket's `(remaining, reset)` in a result's `_meta`.
 fn read_budget(response: &Value) -> (u64, u64) {
@@ -498,13 +519,17 @@ fn read_budget(response: &Value) -> (u64, u64) {
     )
 }
 
-/// Asserts that `next` was charged one read after `previous` (when both are in one window).
+/// Asserts that `next` was charged one read after `previous`: one fewer left in the same
+/// window, or the first read of the next window when a minute turned between them.
 fn assert_one_more_read(previous: &Value, next: &Value) {
     let (before, window) = read_budget(previous);
     let (after, next_window) = read_budget(next);
-    if window == next_window {
-        assert_eq!(after + 1, before, "{previous} then {next}");
-    }
+    let expected = if window == next_window {
+        before - 1
+    } else {
+        read_limit(next) - 1
+    };
+    assert_eq!(after, expected, "{previous} then {next}");
 }
 
 /// Uses the side doors with a key holding the scopes: they answer with the data, each

@@ -4,6 +4,7 @@
 mod util;
 
 mod backup;
+mod clock;
 mod docs;
 mod faults;
 mod floods;

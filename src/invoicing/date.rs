@@ -1,10 +1,11 @@
 //! Calendar dates as the tools speak them: `YYYY-MM-DD`, proleptic Gregorian, no time
-//! zone. "Today" is the UTC date.
+//! zone. "Today" is the UTC date of the server's [`Clock`].
 //!
 //! Conversions use the days-from-civil algorithm (H. Hinnant), in integers.
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::clock::Clock;
 
 /// A valid calendar date between years 1000 and 9999.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -38,12 +39,9 @@ impl Date {
         valid.then_some(Date { year, month, day })
     }
 
-    /// Today's date in UTC.
-    pub fn today() -> Date {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        Date::from_days(i64::try_from(secs / 86_400).unwrap_or(0))
+    /// Today's date in UTC, by `clock`.
+    pub fn today(clock: &Clock) -> Date {
+        Date::from_days(clock.unix_secs().max(0) / 86_400)
     }
 
     /// Days since 1970-01-01.
@@ -133,5 +131,13 @@ mod tests {
         let d = Date::parse("2024-12-31").expect("date");
         assert_eq!(d.add_days(1).to_string(), "2025-01-01");
         assert_eq!(d.add_days(-366).to_string(), "2023-12-31");
+    }
+
+    #[test]
+    fn today_turns_over_at_midnight_utc() {
+        let clock = crate::clock::ManualClock::at_unix_secs(1_735_689_599); // 2024-12-31T23:59:59Z
+        assert_eq!(Date::today(&clock.clock()).to_string(), "2024-12-31");
+        clock.advance(std::time::Duration::from_secs(1));
+        assert_eq!(Date::today(&clock.clock()).to_string(), "2025-01-01");
     }
 }

@@ -3,12 +3,13 @@
 //! [`crate::store::Store`] (a plain one for reads, the tool's `BEGIN IMMEDIATE`
 //! transaction for writes) and the [`Book`] of the caller; every statement is confined to
 //! that book, so a test key never reads or writes a live row. None opens the database.
+//! Writes stamp their rows with the `now` (unix seconds) the caller read from its clock.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::model::{
     Client, ClientId, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, Line, OutboxId, Payment,
-    PaymentId, PaymentMethod, now_unix,
+    PaymentId, PaymentMethod,
 };
 use super::money::{LineAmounts, LinePricing, Totals};
 use crate::registry::Book;
@@ -63,8 +64,7 @@ pub fn client_with_tax_id(
 }
 
 /// Inserts a new client.
-pub fn insert_client(conn: &Connection, book: Book, c: &Client) -> DbResult<()> {
-    let now = now_unix();
+pub fn insert_client(conn: &Connection, book: Book, c: &Client, now: i64) -> DbResult<()> {
     conn.prepare_cached(
         "INSERT INTO clients (book, id, name, tax_id, email, address, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
@@ -82,7 +82,7 @@ pub fn insert_client(conn: &Connection, book: Book, c: &Client) -> DbResult<()> 
 }
 
 /// Saves every field of an existing client.
-pub fn update_client(conn: &Connection, book: Book, c: &Client) -> DbResult<()> {
+pub fn update_client(conn: &Connection, book: Book, c: &Client, now: i64) -> DbResult<()> {
     conn.prepare_cached(
         "UPDATE clients SET name = ?3, tax_id = ?4, email = ?5, address = ?6, updated_at = ?7
          WHERE book = ?1 AND id = ?2",
@@ -94,7 +94,7 @@ pub fn update_client(conn: &Connection, book: Book, c: &Client) -> DbResult<()> 
         c.tax_id,
         c.email,
         c.address,
-        now_unix()
+        now
     ])?;
     Ok(())
 }
@@ -297,9 +297,8 @@ fn insert_lines(conn: &Connection, book: Book, id: &InvoiceId, lines: &[Line]) -
 }
 
 /// Inserts a new invoice and its lines (any status; issue fields as given).
-pub fn insert_invoice(conn: &Connection, book: Book, inv: &Invoice) -> DbResult<()> {
+pub fn insert_invoice(conn: &Connection, book: Book, inv: &Invoice, now: i64) -> DbResult<()> {
     let t = &inv.totals;
-    let now = now_unix();
     let issued_at = (inv.status != InvoiceStatus::Draft).then_some(now);
     conn.prepare_cached(
         "INSERT INTO invoices (book, id, client_id, kind, status, series, number, issue_date,
@@ -338,7 +337,7 @@ pub fn insert_invoice(conn: &Connection, book: Book, inv: &Invoice) -> DbResult<
 }
 
 /// Rewrites a draft: its editable fields, totals and lines.
-pub fn save_draft(conn: &Connection, book: Book, inv: &Invoice) -> DbResult<()> {
+pub fn save_draft(conn: &Connection, book: Book, inv: &Invoice, now: i64) -> DbResult<()> {
     let t = &inv.totals;
     conn.prepare_cached(
         "UPDATE invoices SET client_id = ?3, kind = ?4, series = ?5, issue_date = ?6,
@@ -362,7 +361,7 @@ pub fn save_draft(conn: &Connection, book: Book, inv: &Invoice) -> DbResult<()> 
         t.vat_cents,
         t.withholding_cents,
         t.total_cents,
-        now_unix()
+        now
     ])?;
     conn.prepare_cached("DELETE FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2")?
         .execute([book.as_str(), inv.id.as_str()])?;
@@ -370,7 +369,7 @@ pub fn save_draft(conn: &Connection, book: Book, inv: &Invoice) -> DbResult<()> 
 }
 
 /// Turns a draft into an issued invoice with its number, dates and recipient snapshot.
-pub fn mark_issued(conn: &Connection, book: Book, inv: &Invoice) -> DbResult<()> {
+pub fn mark_issued(conn: &Connection, book: Book, inv: &Invoice, now: i64) -> DbResult<()> {
     conn.prepare_cached(
         "UPDATE invoices SET status = 'issued', number = ?3, issue_date = ?4, due_date = ?5,
             recipient_name = ?6, recipient_tax_id = ?7, issued_at = ?8, updated_at = ?8
@@ -384,7 +383,7 @@ pub fn mark_issued(conn: &Connection, book: Book, inv: &Invoice) -> DbResult<()>
         inv.due_date,
         inv.recipient_name,
         inv.recipient_tax_id,
-        now_unix()
+        now
     ])?;
     Ok(())
 }
@@ -396,6 +395,7 @@ pub fn mark_void(
     id: &InvoiceId,
     reason: &str,
     by: &InvoiceId,
+    now: i64,
 ) -> DbResult<()> {
     conn.prepare_cached(
         "UPDATE invoices SET status = 'void', void_reason = ?3, rectified_by_id = ?4,
@@ -407,7 +407,7 @@ pub fn mark_void(
         id.as_str(),
         reason,
         by.as_str(),
-        now_unix()
+        now
     ])?;
     Ok(())
 }
@@ -531,8 +531,7 @@ pub fn next_number(
 // ---- Payments and outbox -------------------------------------------------------------------
 
 /// Records a payment and adds it to the invoice; the invoice becomes `paid` when settled.
-pub fn insert_payment(conn: &Connection, book: Book, p: &Payment) -> DbResult<()> {
-    let now = now_unix();
+pub fn insert_payment(conn: &Connection, book: Book, p: &Payment, now: i64) -> DbResult<()> {
     conn.prepare_cached(
         "INSERT INTO payments (book, id, invoice_id, amount_cents, currency, paid_on, method,
             reference, created_at)
@@ -610,6 +609,16 @@ pub fn payments(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// An e-mail to queue in the outbox.
+pub struct OutboxMessage<'a> {
+    /// The address it goes to.
+    pub recipient: &'a str,
+    /// Its subject line.
+    pub subject: &'a str,
+    /// Its text.
+    pub body: &'a str,
+}
+
 /// Queues a message for an invoice: `pending` for a relay in the live book, `sandboxed`
 /// (never delivered) in the test book.
 pub fn insert_outbox(
@@ -617,11 +626,9 @@ pub fn insert_outbox(
     book: Book,
     id: &OutboxId,
     invoice_id: &InvoiceId,
-    recipient: &str,
-    subject: &str,
-    body: &str,
+    message: &OutboxMessage<'_>,
+    now: i64,
 ) -> DbResult<i64> {
-    let now = now_unix();
     conn.prepare_cached(
         "INSERT INTO outbox (book, id, invoice_id, recipient, subject, body, state, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6,
@@ -631,9 +638,9 @@ pub fn insert_outbox(
         book.as_str(),
         id.as_str(),
         invoice_id.as_str(),
-        recipient,
-        subject,
-        body,
+        message.recipient,
+        message.subject,
+        message.body,
         now
     ])?;
     Ok(now)

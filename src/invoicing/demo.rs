@@ -14,6 +14,7 @@ use super::model::{
 use super::money::{LinePricing, Totals};
 use super::tools::rectifying_for;
 use crate::catalog::McpError;
+use crate::clock::Clock;
 use crate::registry::Book;
 use crate::store::{Store, StoreError};
 
@@ -253,6 +254,9 @@ pub fn fill(tx: &rusqlite::Transaction<'_>, book: Book) -> Result<Seeded, DemoEr
     if !existing.is_empty() {
         return Err(DemoError::NotEmpty);
     }
+    // Seeding is an operator's command: dated by the time it runs.
+    let clock = Clock::System;
+    let (now, today) = (clock.unix_secs(), Date::today(&clock));
     let mut seeded = Seeded::default();
     let mut clients = Vec::new();
     for (name, tax_id, email, address) in CLIENTS {
@@ -263,14 +267,13 @@ pub fn fill(tx: &rusqlite::Transaction<'_>, book: Book) -> Result<Seeded, DemoEr
             email: email.map(str::to_owned),
             address: Some(address.to_owned()),
         };
-        db::insert_client(tx, book, &client)?;
+        db::insert_client(tx, book, &client, now)?;
         clients.push(client);
         seeded.clients += 1;
     }
-    let today = Date::today();
     for sample in samples()? {
         let client = &clients[sample.client];
-        let invoice = insert_sample(tx, book, client, &sample, today)?;
+        let invoice = insert_sample(tx, book, client, &sample, (today, now))?;
         seeded.invoices += 1;
         for (days, amount, method) in &sample.paid {
             let amount = if *amount == 0 {
@@ -290,7 +293,7 @@ pub fn fill(tx: &rusqlite::Transaction<'_>, book: Book) -> Result<Seeded, DemoEr
                     invoice.number.as_deref().unwrap_or_default()
                 )),
             };
-            db::insert_payment(tx, book, &payment)?;
+            db::insert_payment(tx, book, &payment, now)?;
             seeded.payments += 1;
         }
         if let Some(days) = sample.void_after {
@@ -298,8 +301,8 @@ pub fn fill(tx: &rusqlite::Transaction<'_>, book: Book) -> Result<Seeded, DemoEr
             let reason = "Wrong unit price on the tyres; reissued with the agreed price.";
             let mut rectifying = rectifying_for(&invoice, reason, date.clone())?;
             rectifying.number = Some(db::next_number(tx, book, "R", &date)?);
-            db::insert_invoice(tx, book, &rectifying)?;
-            db::mark_void(tx, book, &invoice.id, reason, &rectifying.id)?;
+            db::insert_invoice(tx, book, &rectifying, now)?;
+            db::mark_void(tx, book, &invoice.id, reason, &rectifying.id, now)?;
             seeded.invoices += 1;
         }
     }
@@ -311,7 +314,7 @@ fn insert_sample(
     book: Book,
     client: &Client,
     sample: &Sample,
-    today: Date,
+    (today, now): (Date, i64),
 ) -> Result<Invoice, DemoError> {
     let amounts: Vec<_> = sample.lines.iter().map(|l| l.amounts).collect();
     let totals = Totals::sum(&amounts).map_err(|_| McpError::internal())?;
@@ -339,7 +342,7 @@ fn insert_sample(
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
     }
-    db::insert_invoice(tx, book, &invoice)?;
+    db::insert_invoice(tx, book, &invoice, now)?;
     Ok(invoice)
 }
 

@@ -17,6 +17,7 @@ use super::model::{Client, Invoice, InvoiceId, InvoiceKind, InvoiceStatus};
 use super::money::{LinePricing, Totals};
 use super::tools::integer;
 use crate::catalog::{ErrorKind, McpError, store_failure};
+use crate::clock::Clock;
 use crate::registry::Book;
 use crate::store::Store;
 
@@ -308,6 +309,7 @@ pub fn create_invoice(
     store: &Store,
     _book: Book,
     args: &Map<String, Value>,
+    _clock: &Clock,
 ) -> Result<(), McpError> {
     let Some(lines) = lines_arg(args) else {
         return Ok(());
@@ -325,6 +327,7 @@ pub fn update_invoice(
     store: &Store,
     book: Book,
     args: &Map<String, Value>,
+    _clock: &Clock,
 ) -> Result<(), McpError> {
     if let Some(lines) = lines_arg(args) {
         let country = read(store, db::company_country)?;
@@ -354,7 +357,12 @@ pub fn update_invoice(
 }
 
 /// `issue_invoice`: tax id of a full invoice's client, simplified ceiling, date order.
-pub fn issue_invoice(store: &Store, book: Book, args: &Map<String, Value>) -> Result<(), McpError> {
+pub fn issue_invoice(
+    store: &Store,
+    book: Book,
+    args: &Map<String, Value>,
+    clock: &Clock,
+) -> Result<(), McpError> {
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };
@@ -372,18 +380,19 @@ pub fn issue_invoice(store: &Store, book: Book, args: &Map<String, Value>) -> Re
         let Some(client) = db::client(conn, book, &invoice.client_id)? else {
             return Ok(Ok(()));
         };
-        let date = issue_date_for(&invoice, requested);
+        let date = issue_date_for(&invoice, requested, clock);
         let last = db::series_last_issue_date(conn, book, &invoice.series)?;
         Ok(check_issue(&invoice, &client, &date, last.as_deref()))
     })?
 }
 
-/// The date an invoice is issued with: the argument, else the draft's planned date, else today.
-pub fn issue_date_for(invoice: &Invoice, requested: Option<&str>) -> String {
+/// The date an invoice is issued with: the argument, else the draft's planned date, else
+/// today by `clock`.
+pub fn issue_date_for(invoice: &Invoice, requested: Option<&str>, clock: &Clock) -> String {
     requested
         .map(str::to_owned)
         .or_else(|| invoice.issue_date.clone())
-        .unwrap_or_else(|| Date::today().to_string())
+        .unwrap_or_else(|| Date::today(clock).to_string())
 }
 
 /// `delete_invoice`: only drafts.
@@ -391,6 +400,7 @@ pub fn delete_invoice(
     store: &Store,
     book: Book,
     args: &Map<String, Value>,
+    _clock: &Clock,
 ) -> Result<(), McpError> {
     let Some(id) = invoice_arg(args) else {
         return Ok(());
@@ -402,7 +412,12 @@ pub fn delete_invoice(
 }
 
 /// `void_invoice`: not a voided or a rectifying invoice.
-pub fn void_invoice(store: &Store, book: Book, args: &Map<String, Value>) -> Result<(), McpError> {
+pub fn void_invoice(
+    store: &Store,
+    book: Book,
+    args: &Map<String, Value>,
+    _clock: &Clock,
+) -> Result<(), McpError> {
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };

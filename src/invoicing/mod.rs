@@ -70,7 +70,7 @@ pub fn resources() -> Vec<Arc<dyn ResourceProvider>> {
     vec![Arc::new(resources::GuardrailGuides)]
 }
 
-/// The guided workflows (they read `store` for completions and figures).
-pub fn prompts(store: Store) -> Vec<Arc<dyn Prompt>> {
-    prompts::all(store)
+/// The guided workflows (they read `store` for completions and figures, `clock` for the date).
+pub fn prompts(store: Store, clock: crate::clock::Clock) -> Vec<Arc<dyn Prompt>> {
+    prompts::all(store, clock)
 }

@@ -12,13 +12,6 @@ use serde_json::{Value, json};
 use super::money::{LineAmounts, LinePricing, Totals};
 use crate::catalog::McpError;
 
-/// Unix seconds now.
-pub fn now_unix() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
 /// The last (millisecond, counter) handed out, so ids made by one process in the same
 /// millisecond still sort in creation order (RFC 9562 §6.2, method 1).
 static LAST_UUID_TICK: Mutex<(u64, u16)> = Mutex::new((0, 0));

@@ -28,6 +28,7 @@ use super::guardrails::LEGAL_VAT_RATES_RULE;
 use super::money;
 use super::taxid::TaxId;
 use super::{SCOPE_CLIENTS_READ, SCOPE_INVOICES_READ};
+use crate::clock::Clock;
 use crate::registry::{Book, DataAccess, Prompt, PromptArgument, PromptSpec};
 use crate::store::Store;
 
@@ -36,12 +37,13 @@ const MAX_COMPLETIONS: usize = 20;
 /// Most overdue invoices counted into the chase prompt.
 const MAX_OVERDUE_COUNTED: usize = 1_000;
 
-type RenderFn = fn(&Store, Book, &Map<String, Value>) -> Vec<Value>;
+type RenderFn = fn(&Store, &Clock, Book, &Map<String, Value>) -> Vec<Value>;
 type CompleteFn = fn(&Store, Book, &str, &str) -> Vec<String>;
 
 struct Workflow {
     spec: PromptSpec,
     store: Store,
+    clock: Clock,
     render: RenderFn,
     complete: CompleteFn,
 }
@@ -52,7 +54,7 @@ impl Prompt for Workflow {
     }
 
     fn messages(&self, book: Book, args: &Map<String, Value>) -> Vec<Value> {
-        (self.render)(&self.store, book, args)
+        (self.render)(&self.store, &self.clock, book, args)
     }
 
     fn complete(&self, book: Book, argument: &str, value: &str) -> Vec<String> {
@@ -60,24 +62,27 @@ impl Prompt for Workflow {
     }
 }
 
-/// The invoicing workflows, reading `store`.
-pub fn all(store: Store) -> Vec<Arc<dyn Prompt>> {
+/// The invoicing workflows, reading `store`; "today" is the date of `clock`.
+pub fn all(store: Store, clock: Clock) -> Vec<Arc<dyn Prompt>> {
     vec![
         Arc::new(Workflow {
             spec: issue_spec(),
             store: store.clone(),
+            clock: clock.clone(),
             render: render_issue,
             complete: complete_client,
         }),
         Arc::new(Workflow {
             spec: register_spec(),
             store: store.clone(),
+            clock: clock.clone(),
             render: render_register,
             complete: |_, _, _, _| Vec::new(),
         }),
         Arc::new(Workflow {
             spec: chase_spec(),
             store,
+            clock,
             render: render_chase,
             complete: complete_tone,
         }),
@@ -141,7 +146,7 @@ fn issue_spec() -> PromptSpec {
     }
 }
 
-fn render_issue(_: &Store, _: Book, args: &Map<String, Value>) -> Vec<Value> {
+fn render_issue(_: &Store, _: &Clock, _: Book, args: &Map<String, Value>) -> Vec<Value> {
     let client = arg(args, "client").unwrap_or("the client");
     let items = arg(args, "items").unwrap_or("ask the user what to bill");
     let send = arg(args, "send").is_some_and(|s| s.eq_ignore_ascii_case("yes"));
@@ -212,7 +217,7 @@ fn register_spec() -> PromptSpec {
     }
 }
 
-fn render_register(_: &Store, _: Book, args: &Map<String, Value>) -> Vec<Value> {
+fn render_register(_: &Store, _: &Clock, _: Book, args: &Map<String, Value>) -> Vec<Value> {
     let raw = arg(args, "tax_id").unwrap_or_default();
     let check = match TaxId::parse(raw) {
         Ok(id) => format!(
@@ -263,8 +268,8 @@ fn chase_spec() -> PromptSpec {
 }
 
 /// How many invoices are overdue today and how much they owe.
-fn overdue_summary(store: &Store, book: Book) -> String {
-    let today = Date::today().to_string();
+fn overdue_summary(store: &Store, clock: &Clock, book: Book) -> String {
+    let today = Date::today(clock).to_string();
     let filter = InvoiceFilter {
         overdue_on: Some(today.clone()),
         ..InvoiceFilter::default()
@@ -285,9 +290,9 @@ fn overdue_summary(store: &Store, book: Book) -> String {
     }
 }
 
-fn render_chase(store: &Store, book: Book, args: &Map<String, Value>) -> Vec<Value> {
+fn render_chase(store: &Store, clock: &Clock, book: Book, args: &Map<String, Value>) -> Vec<Value> {
     let tone = arg(args, "tone").unwrap_or("friendly");
-    let today = Date::today();
+    let today = Date::today(clock);
     let text = format!(
         "Chase the overdue invoices. {}\n\n\
          1. Call search_invoices with overdue: true (limit 100); follow next_cursor while \
@@ -298,7 +303,7 @@ fn render_chase(store: &Store, book: Book, args: &Map<String, Value>) -> Vec<Val
          3. If send_invoice answers recipient_has_no_email, note the client and go on; list \
          those clients at the end so the user can add their e-mail (update_client).\n\
          4. Finish with a table: number, client, balance, days overdue, reminder queued or not.",
-        overdue_summary(store, book)
+        overdue_summary(store, clock, book)
     );
     vec![user_text(text)]
 }

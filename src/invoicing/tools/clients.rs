@@ -196,7 +196,7 @@ fn create_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
     };
     ctx.commit(|tx| {
         ensure_tax_id_free(tx, ctx.book, client.tax_id.as_deref(), None)?;
-        db::insert_client(tx, ctx.book, &client).map_err(db_failure)?;
+        db::insert_client(tx, ctx.book, &client, ctx.clock.unix_secs()).map_err(db_failure)?;
         Ok(output(
             format!("Created {}", describe(&client)),
             client.to_json(),
@@ -225,7 +225,7 @@ fn update_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
         client.tax_id = tax_id.or(client.tax_id);
         client.email = email.or(client.email);
         client.address = address.or(client.address);
-        db::update_client(tx, ctx.book, &client).map_err(db_failure)?;
+        db::update_client(tx, ctx.book, &client, ctx.clock.unix_secs()).map_err(db_failure)?;
         Ok(output(
             format!("Updated {}", describe(&client)),
             client.to_json(),

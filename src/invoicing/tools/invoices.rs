@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Args, db_failure, invalid_format, not_found, output, page, today, tool};
 use crate::catalog::{ErrorKind, McpError};
+use crate::clock::Clock;
 use crate::invoicing::date::Date;
 use crate::invoicing::db::{self, InvoiceFilter};
 use crate::invoicing::guardrails;
@@ -251,10 +252,10 @@ fn describe(invoice: &Invoice) -> String {
     )
 }
 
-fn invoice_output(prefix: &str, invoice: &Invoice) -> ToolOutput {
+fn invoice_output(prefix: &str, invoice: &Invoice, clock: &Clock) -> ToolOutput {
     output(
         format!("{prefix}{}", describe(invoice)),
-        invoice.to_json(true, &today()),
+        invoice.to_json(true, &today(clock)),
     )
 }
 
@@ -268,7 +269,7 @@ pub(super) fn load(conn: &Connection, book: Book, id: &InvoiceId) -> Result<Invo
 fn search_invoices(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
     let client_id = args.opt_id("client_id", ClientId::parse)?;
     let after = args.opt_id("starting_after", InvoiceId::parse)?;
-    let today = today();
+    let today = today(ctx.clock);
     let filter = InvoiceFilter {
         status: args.str("status").and_then(InvoiceStatus::parse),
         client_id: client_id.as_ref(),
@@ -299,7 +300,7 @@ fn get_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mcp
         })
         .map_err(db_failure)?
         .ok_or_else(|| not_found(ErrorKind::InvoiceNotFound, "invoice_id", id.as_str()))?;
-    let mut value = invoice.to_json(true, &today());
+    let mut value = invoice.to_json(true, &today(ctx.clock));
     value["payments"] = payments.iter().map(|p| p.to_json()).collect();
     Ok(output(describe(&invoice), value))
 }
@@ -379,8 +380,8 @@ fn create_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
                 totals,
             )?
         };
-        db::insert_invoice(tx, ctx.book, &invoice).map_err(db_failure)?;
-        Ok(invoice_output("Created ", &invoice))
+        db::insert_invoice(tx, ctx.book, &invoice, ctx.clock.unix_secs()).map_err(db_failure)?;
+        Ok(invoice_output("Created ", &invoice, ctx.clock))
     })
 }
 
@@ -425,8 +426,8 @@ fn update_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
         }
         check_due_after_issue(invoice.issue_date.as_deref(), invoice.due_date.as_deref())?;
         guardrails::check_simplified_ceiling(invoice.kind, &invoice.totals)?;
-        db::save_draft(tx, ctx.book, &invoice).map_err(db_failure)?;
-        Ok(invoice_output("Updated ", &invoice))
+        db::save_draft(tx, ctx.book, &invoice, ctx.clock.unix_secs()).map_err(db_failure)?;
+        Ok(invoice_output("Updated ", &invoice, ctx.clock))
     })
 }
 
@@ -439,7 +440,7 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
         let client = db::client(tx, ctx.book, &invoice.client_id)
             .map_err(db_failure)?
             .ok_or_else(McpError::internal)?;
-        let issue_date = guardrails::issue_date_for(&invoice, requested.as_deref());
+        let issue_date = guardrails::issue_date_for(&invoice, requested.as_deref(), ctx.clock);
         let last = db::series_last_issue_date(tx, ctx.book, &invoice.series).map_err(db_failure)?;
         // Guardrails again, inside the transaction that takes the number: two concurrent
         // issues of one series are serialised here, so neither can jump backwards.
@@ -458,8 +459,8 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
         invoice.due_date = Some(due_date);
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
-        db::mark_issued(tx, ctx.book, &invoice).map_err(db_failure)?;
-        Ok(invoice_output("Issued ", &invoice))
+        db::mark_issued(tx, ctx.book, &invoice, ctx.clock.unix_secs()).map_err(db_failure)?;
+        Ok(invoice_output("Issued ", &invoice, ctx.clock))
     })
 }
 
@@ -540,20 +541,21 @@ fn void_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
         }
         let last =
             db::series_last_issue_date(tx, ctx.book, RECTIFYING_SERIES).map_err(db_failure)?;
-        let date = [Some(today()), last, invoice.issue_date.clone()]
+        let date = [Some(today(ctx.clock)), last, invoice.issue_date.clone()]
             .into_iter()
             .flatten()
             .max()
-            .unwrap_or_else(today);
+            .unwrap_or_else(|| today(ctx.clock));
         let mut rectifying = rectifying_for(&invoice, &reason, date.clone())?;
         rectifying.number =
             Some(db::next_number(tx, ctx.book, RECTIFYING_SERIES, &date).map_err(db_failure)?);
-        db::insert_invoice(tx, ctx.book, &rectifying).map_err(db_failure)?;
-        db::mark_void(tx, ctx.book, &id, &reason, &rectifying.id).map_err(db_failure)?;
+        let now = ctx.clock.unix_secs();
+        db::insert_invoice(tx, ctx.book, &rectifying, now).map_err(db_failure)?;
+        db::mark_void(tx, ctx.book, &id, &reason, &rectifying.id, now).map_err(db_failure)?;
         invoice.status = InvoiceStatus::Void;
         invoice.void_reason = Some(reason.clone());
         invoice.rectified_by_id = Some(rectifying.id.clone());
-        let today = today();
+        let today = today(ctx.clock);
         let value = json!({
             "invoice": invoice.to_json(true, &today),
             "rectifying_invoice": rectifying.to_json(true, &today),

@@ -19,6 +19,7 @@ use super::model::Line;
 use super::money::{LinePricing, Totals};
 use super::taxid::TaxId;
 use crate::catalog::{ErrorKind, McpError, store_failure};
+use crate::clock::Clock;
 use crate::registry::{Book, Tool, ToolContext, ToolOutput, ToolSpec};
 use crate::store::{Store, StoreError};
 
@@ -30,7 +31,7 @@ pub const MAX_PAGE_SIZE: usize = 100;
 /// A tool's body.
 type RunFn = fn(&ToolContext<'_>, &Args<'_>) -> Result<ToolOutput, McpError>;
 /// A tool's guardrails (before it runs).
-type GuardFn = fn(&Store, Book, &Map<String, Value>) -> Result<(), McpError>;
+type GuardFn = fn(&Store, Book, &Map<String, Value>, &Clock) -> Result<(), McpError>;
 
 /// One invoicing tool.
 struct InvoicingTool {
@@ -49,8 +50,10 @@ impl Tool for InvoicingTool {
         store: &Store,
         book: Book,
         args: &Map<String, Value>,
+        clock: &Clock,
     ) -> Result<(), McpError> {
-        self.guard.map_or(Ok(()), |guard| guard(store, book, args))
+        self.guard
+            .map_or(Ok(()), |guard| guard(store, book, args, clock))
     }
 
     fn call(
@@ -286,7 +289,7 @@ fn page<T>(
     })
 }
 
-/// Today's UTC date as text.
-fn today() -> String {
-    Date::today().to_string()
+/// Today's UTC date by `clock`, as text.
+fn today(clock: &Clock) -> String {
+    Date::today(clock).to_string()
 }

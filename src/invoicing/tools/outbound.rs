@@ -171,8 +171,20 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mc
         let outbox_id = OutboxId::generate()?;
         let subject = format!("Invoice {number}");
         let body = message_body(&invoice, intro.as_deref());
-        db::insert_outbox(tx, ctx.book, &outbox_id, &id, &recipient, &subject, &body)
-            .map_err(db_failure)?;
+        let message = db::OutboxMessage {
+            recipient: &recipient,
+            subject: &subject,
+            body: &body,
+        };
+        db::insert_outbox(
+            tx,
+            ctx.book,
+            &outbox_id,
+            &id,
+            &message,
+            ctx.clock.unix_secs(),
+        )
+        .map_err(db_failure)?;
         let value = json!({
             "outbox_id": outbox_id.as_str(),
             "invoice_id": id.as_str(),

@@ -110,7 +110,9 @@ fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
     let amount = args
         .int("amount_cents")
         .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param("amount_cents"))?;
-    let paid_on = args.date("paid_on")?.map_or_else(today, |d| d.to_string());
+    let paid_on = args
+        .date("paid_on")?
+        .map_or_else(|| today(ctx.clock), |d| d.to_string());
     let method = args
         .str("method")
         .and_then(PaymentMethod::parse)
@@ -127,7 +129,7 @@ fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
             method,
             reference: args.text("reference"),
         };
-        db::insert_payment(tx, ctx.book, &payment).map_err(db_failure)?;
+        db::insert_payment(tx, ctx.book, &payment, ctx.clock.unix_secs()).map_err(db_failure)?;
         invoice.paid_cents += amount;
         if invoice.balance_cents() <= 0 {
             invoice.status = InvoiceStatus::Paid;
@@ -140,7 +142,7 @@ fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
             invoice.status.as_str()
         );
         let value =
-            json!({ "payment": payment.to_json(), "invoice": invoice.to_json(false, &today()) });
+            json!({ "payment": payment.to_json(), "invoice": invoice.to_json(false, &today(ctx.clock)) });
         Ok(output(summary, value))
     })
 }

@@ -1,0 +1,132 @@
+//! The server's one clock. Everything that decides by the time — rate windows, the
+//! authentication throttle, session idle expiry, idempotency leases, credential and
+//! access-token expiry, the token endpoint's limiter, audit summaries and retention, and
+//! the invoicing dates — reads it from the [`Clock`] the server was built with, never
+//! from the operating system on its own.
+//!
+//! A running server uses [`Clock::System`]. Tests build it on a [`ManualClock`] they set
+//! and advance, so a window edge or an expiry is reached exactly, without waiting.
+//! Nothing shifts the clock of a running server: there is no global clock and no setting
+//! for it. Measured durations (latency metrics, deadlines of waits, back-off) are not
+//! readings of the time of day and stay on [`std::time::Instant`].
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Where "now" comes from. Cheap to clone (a manual clock is shared, not copied).
+#[derive(Debug, Clone)]
+pub enum Clock {
+    /// The operating system's clocks.
+    System,
+    /// A clock that moves only when it is set or advanced.
+    Manual(ManualClock),
+}
+
+/// The start of [`Clock::monotonic`] on the system clock.
+static MONOTONIC_ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+impl Clock {
+    /// Unix seconds now (whole seconds, rounded down).
+    pub fn unix_secs(&self) -> i64 {
+        match self {
+            Clock::System => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
+            Clock::Manual(manual) => manual.unix_millis().div_euclid(1000),
+        }
+    }
+
+    /// Unix milliseconds now.
+    pub fn unix_millis(&self) -> i64 {
+        match self {
+            Clock::System => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            Clock::Manual(manual) => manual.unix_millis(),
+        }
+    }
+
+    /// Time elapsed since an arbitrary origin that never moves back on the system clock
+    /// (setting the computer's clock does not change it): for idle expiries kept in
+    /// memory. On a manual clock it is the time set, so both readings move together.
+    pub fn monotonic(&self) -> Duration {
+        match self {
+            Clock::System => MONOTONIC_ORIGIN.elapsed(),
+            Clock::Manual(manual) => {
+                Duration::from_millis(u64::try_from(manual.unix_millis()).unwrap_or(0))
+            }
+        }
+    }
+}
+
+/// A settable clock, shared by every copy of the [`Clock`] made from it.
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    /// A clock standing at `secs` unix seconds.
+    pub fn at_unix_secs(secs: i64) -> ManualClock {
+        ManualClock(Arc::new(AtomicI64::new(secs.saturating_mul(1000))))
+    }
+
+    /// The [`Clock`] that reads this one.
+    pub fn clock(&self) -> Clock {
+        Clock::Manual(self.clone())
+    }
+
+    /// Unix milliseconds it stands at.
+    pub fn unix_millis(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Moves it to `secs` unix seconds (backwards too).
+    pub fn set_unix_secs(&self, secs: i64) {
+        self.0.store(secs.saturating_mul(1000), Ordering::SeqCst);
+    }
+
+    /// Moves it to `millis` unix milliseconds (backwards too).
+    pub fn set_unix_millis(&self, millis: i64) {
+        self.0.store(millis, Ordering::SeqCst);
+    }
+
+    /// Moves it forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let millis = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.0.fetch_add(millis, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manual_clock_moves_only_when_told_and_every_copy_sees_it() {
+        let manual = ManualClock::at_unix_secs(1_800_000_000);
+        let clock = manual.clock();
+        let copy = clock.clone();
+        assert_eq!(clock.unix_secs(), 1_800_000_000);
+        assert_eq!(clock.unix_millis(), 1_800_000_000_000);
+        manual.advance(Duration::from_millis(1_999));
+        assert_eq!(copy.unix_secs(), 1_800_000_001);
+        assert_eq!(copy.unix_millis(), 1_800_000_001_999);
+        assert_eq!(copy.monotonic(), Duration::from_millis(1_800_000_001_999));
+        manual.set_unix_secs(60);
+        assert_eq!(clock.unix_secs(), 60);
+        manual.set_unix_millis(-1);
+        assert_eq!(clock.unix_secs(), -1);
+        assert_eq!(clock.monotonic(), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_system_clock_reads_the_time_of_day() {
+        let clock = Clock::System;
+        let secs = clock.unix_secs();
+        // After 2020 and agreeing with the millisecond reading.
+        assert!(secs > 1_577_836_800);
+        assert!((clock.unix_millis() / 1000 - secs).abs() <= 1);
+        let first = clock.monotonic();
+        assert!(clock.monotonic() >= first);
+    }
+}
