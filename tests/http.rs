@@ -1446,11 +1446,8 @@ fn dev_mode_runs_tokenless_requests_as_the_configured_credential_and_audits_them
     let db = TestDb::new();
     let key = create_key(&db, "conformance:use");
     let server = HttpServer::start(&db, &["--conformance-pack", "--dev-credential", &key.id]);
-    assert!(
-        server.log_text().contains("DEVELOPMENT MODE"),
-        "{}",
-        server.log_text()
-    );
+    let log = server.log_once_it_contains("DEVELOPMENT MODE");
+    assert!(log.contains("DEVELOPMENT MODE"), "{log}");
 
     assert_simple_text(&modern_call(&server, None, 1, "test_simple_text"));
     let session = open_session(&server, "2025-11-25", None);

@@ -379,11 +379,8 @@ fn a_connection_past_the_cap_gets_server_busy_when_every_request_is_being_worked
     let refused = only_response(&refused);
     assert_refusal(&refused, 503, "server_busy", -32603);
     assert_eq!(refused.json()["error"]["data"]["retryable"], json!(true));
-    assert!(
-        server.log_text().contains("connection cap"),
-        "{}",
-        server.log_text()
-    );
+    let log = server.log_once_it_contains("connection cap");
+    assert!(log.contains("connection cap"), "{log}");
     // The two tools wait for answers that never come; end the process rather than wait.
     drop(waiting);
     server.child.kill().expect("kill");
@@ -453,7 +450,7 @@ fn start_elicitation(addr: SocketAddr, token: &str, session: &str, i: u64) -> Ht
         &serde_json::to_vec(&body).expect("serialize"),
     );
     let (status, headers) = exchange.read_head();
-    assert_eq!(status, 200);
+    assert_eq!(status, 200, "{headers:?}");
     assert!(
         headers
             .iter()
@@ -585,10 +582,10 @@ fn run_out_of_threads() {
     println!(
         "[listener] nproc={nproc} (idle server: {baseline} threads), {SLOW} slow clients: {answered} of 3 valid calls answered"
     );
+    let log = crate::util::wait_for_text(log_text, "cannot create a connection thread");
     assert!(
-        log_text().contains("cannot create a connection thread"),
-        "the thread limit was reached: {}",
-        log_text()
+        log.contains("cannot create a connection thread"),
+        "the thread limit was reached: {log}"
     );
     drop(slow);
     assert_ok(&valid_call(addr, &token));

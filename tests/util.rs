@@ -596,6 +596,13 @@ impl HttpServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The server's log once it contains `needle` (logging is asynchronous: a line reaches
+    /// the file shortly after the event it tells), polled for at most [`READ_TIMEOUT`];
+    /// the log as it stands when the wait ends without it.
+    pub fn log_once_it_contains(&self, needle: &str) -> String {
+        wait_for_text(|| self.log_text(), needle)
+    }
+
     /// `GET path`.
     pub fn get(&self, path: &str) -> HttpResponse {
         http_request(self.addr, "GET", path, &[], b"")
@@ -664,5 +671,18 @@ impl TestDb {
             .nth(2)
             .expect("token has a public id")
             .to_owned()
+    }
+}
+
+/// Reads `read` until its text contains `needle`, for at most [`READ_TIMEOUT`]; gives the
+/// last text read.
+pub fn wait_for_text(read: impl Fn() -> String, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + READ_TIMEOUT;
+    loop {
+        let text = read();
+        if text.contains(needle) || std::time::Instant::now() >= deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
