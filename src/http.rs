@@ -723,7 +723,7 @@ impl App {
         let session = self
             .sessions
             .get(id, &owner)
-            .map_err(|_| McpError::new(ErrorKind::SessionNotFound))?;
+            .ok_or_else(|| McpError::new(ErrorKind::SessionNotFound))?;
         if let Some(version) = head.header("mcp-protocol-version") {
             let known = protocol::LEGACY_VERSIONS.contains(&version);
             if !known || session.negotiated().is_some_and(|v| v != version) {

@@ -54,13 +54,6 @@ impl Era {
     pub fn is_modern(self) -> bool {
         matches!(self, Era::Modern(_))
     }
-
-    /// The revision string.
-    pub fn version(self) -> &'static str {
-        match self {
-            Era::Legacy(v) | Era::Modern(v) => v,
-        }
-    }
 }
 
 /// The handshake revision to answer for a requested one: the same when supported,
