@@ -892,7 +892,7 @@ mod tests {
 
     #[test]
     fn a_tool_registered_twice_is_refused_by_name() {
-        let tool = Arc::clone(&crate::conformance::tools()[0]);
+        let tool = Arc::clone(&crate::invoicing::tools()[0]);
         let name = tool.spec().name;
         let err = Registry::new(vec![Arc::clone(&tool), tool], &[], Vec::new(), Vec::new())
             .err()
@@ -924,7 +924,7 @@ mod tests {
 
     #[test]
     fn a_prompt_must_read_through_a_registered_read_tool_of_its_scope() {
-        let tools = crate::conformance::tools();
+        let tools = crate::invoicing::tools();
         let read = tools
             .iter()
             .find(|t| t.spec().category == Category::Read)

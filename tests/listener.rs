@@ -8,6 +8,10 @@
 //! and observes that the server answers or closes while it still sends. Nothing asserts on
 //! durations.
 
+// Without the fixtures, the tests that need them are compiled out (`cargo test
+// --features conformance-pack` runs them), and so may some of their helpers.
+#![cfg_attr(not(feature = "conformance-pack"), allow(unused_imports, dead_code))]
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
@@ -356,6 +360,7 @@ fn server_spoke(stream: &TcpStream) -> bool {
     spoke
 }
 
+#[cfg(feature = "conformance-pack")]
 /// With every connection's request being worked on (two tools waiting for the client's
 /// answer, a cap of two), a third connection cannot evict anyone: it gets 503
 /// `server_busy` from the catalog at once, and the refusal is logged.

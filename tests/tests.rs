@@ -1,5 +1,9 @@
 //! Black-box tests: each module drives the real `tollgate` binary over stdio or HTTP and
 //! asserts the exact JSON-RPC codes and `data` fields of `shared/spec/ERRORS.md`.
+//!
+//! Tests that need the conformance fixtures (`--conformance-pack`) are compiled only with
+//! the `conformance-pack` feature (`cargo test --features conformance-pack`), as are the
+//! two modules made of nothing else (`fuzz`, `ratelimit`).
 
 mod util;
 
@@ -7,6 +11,7 @@ mod backup;
 mod docs;
 mod faults;
 mod floods;
+#[cfg(feature = "conformance-pack")]
 mod fuzz;
 mod guards;
 mod hardening_auth;
@@ -14,6 +19,7 @@ mod hardening_store;
 mod http;
 mod invoicing;
 mod listener;
+#[cfg(feature = "conformance-pack")]
 mod ratelimit;
 mod sandbox;
 mod side_doors;
