@@ -16,7 +16,7 @@ use crate::catalog::{Channel, ErrorKind, McpError};
 use crate::config::Locale;
 use crate::guards::{DataRead, Guards, RunRead, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
-use crate::protocol::{self, Era, Session};
+use crate::protocol::{self, Era, Session, Subscribers};
 use crate::registry::{
     Book, CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
     RegisteredTool, Registry, ToolContext,
@@ -75,6 +75,8 @@ pub struct Server {
     locale: Locale,
     instructions: String,
     state_key: StateKey,
+    /// The sessions subscribed to resources that can change.
+    subscribers: Subscribers,
 }
 
 impl Server {
@@ -98,6 +100,7 @@ impl Server {
             locale,
             instructions,
             state_key,
+            subscribers: Subscribers::default(),
         }
     }
 
@@ -111,7 +114,7 @@ impl Server {
         &self.guards
     }
 
-    /// The store.
+    /// The database.
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -184,6 +187,7 @@ impl Server {
             &|i, outcome| {
                 let request = &requests[i];
                 let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
+                send_updates(&outcome, env);
                 respond(self.response(request.id.clone(), outcome));
             },
         );
@@ -232,7 +236,9 @@ impl Server {
             self.route(&req, era, env)
                 .map(|result| finish_result(result, era, &req.method))
         });
-        Some(self.response(req.id?, outcome))
+        let id = req.id?;
+        send_updates(&outcome, env);
+        Some(self.response(id, outcome))
     }
 
     /// The response to the request `id`.
@@ -244,16 +250,19 @@ impl Server {
     }
 
     fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
-        let legacy = !era.is_modern();
-        match req.method.as_str() {
-            "initialize" if legacy => self.initialize(req, env.session),
-            "ping" if legacy => Ok(json!({})),
+        let method = req.method.as_str();
+        if era.is_modern() && protocol::REMOVED_IN_MODERN.contains(&method) {
+            return Err(McpError::method_not_found(method));
+        }
+        match method {
+            "initialize" => self.initialize(req, env.session),
+            "ping" => Ok(json!({})),
             "notifications/initialized" | "notifications/cancelled" => {
                 self.notification(req, env.session);
                 Ok(Value::Null)
             }
-            "server/discover" if !legacy => Ok(self.discover()),
-            "logging/setLevel" if legacy => {
+            "server/discover" if era.is_modern() => Ok(self.discover()),
+            "logging/setLevel" => {
                 self.authenticate(env)?;
                 set_log_level(req, env.session)
             }
@@ -276,7 +285,10 @@ impl Server {
                 self.authenticate(env)?;
                 self.read_resource(req)
             }
-            "resources/subscribe" | "resources/unsubscribe" if legacy => {
+            // Announced, and answered, only when some resource can change.
+            "resources/subscribe" | "resources/unsubscribe"
+                if self.registry.has_changing_resources() =>
+            {
                 self.authenticate(env)?;
                 self.subscription(req, env.session)
             }
@@ -311,7 +323,7 @@ impl Server {
         }
         Ok(json!({
             "protocolVersion": version,
-            "capabilities": capabilities(Era::Legacy(version)),
+            "capabilities": capabilities(Era::Legacy(version), &self.registry),
             "serverInfo": server_info(),
             "instructions": self.instructions,
         }))
@@ -330,7 +342,7 @@ impl Server {
         supported.extend(protocol::LEGACY_VERSIONS.iter().rev());
         json!({
             "supportedVersions": supported,
-            "capabilities": capabilities(Era::Modern(protocol::MODERN_VERSIONS[0])),
+            "capabilities": capabilities(Era::Modern(protocol::MODERN_VERSIONS[0]), &self.registry),
             "serverInfo": server_info(),
             "instructions": self.instructions,
         })
@@ -381,6 +393,7 @@ impl Server {
             cancelled: &cancelled,
             commit_hook: hook,
             session: env.session,
+            subscribers: &self.subscribers,
             era: request.era,
             input: InputContext {
                 responses,
@@ -439,7 +452,10 @@ impl Server {
             if self.registry.read_resource(uri).is_none() {
                 return Err(McpError::resource_not_found(uri).with("uri", uri));
             }
-            session.subscribe(uri);
+            // A resource that never changes will never be updated: nothing to record.
+            if self.registry.resource_changes(uri) {
+                session.subscribe(uri, &self.subscribers);
+            }
         } else {
             session.unsubscribe(uri);
         }
@@ -771,11 +787,14 @@ fn server_info() -> Value {
     json!({ "name": "tollgate", "title": "tollgate", "version": env!("CARGO_PKG_VERSION") })
 }
 
-fn capabilities(era: Era) -> Value {
-    let resources = if era.is_modern() {
-        json!({ "listChanged": false })
-    } else {
+/// What the server announces. No list changes while a process runs (the registry is built
+/// once), so no `listChanged`; `resources.subscribe` (handshake era only: 2026-07-28 removed
+/// the method) only when some resource can change, for nothing else is ever updated.
+fn capabilities(era: Era, registry: &Registry) -> Value {
+    let resources = if !era.is_modern() && registry.has_changing_resources() {
         json!({ "subscribe": true, "listChanged": false })
+    } else {
+        json!({ "listChanged": false })
     };
     json!({
         "tools": { "listChanged": false },
@@ -784,6 +803,17 @@ fn capabilities(era: Era) -> Value {
         "completions": {},
         "logging": {},
     })
+}
+
+/// Sends the session's queued `notifications/resources/updated` ahead of a successful
+/// response, on a stream that can carry them; otherwise they wait for a later one (an error
+/// keeps its plain reply and HTTP status).
+fn send_updates(outcome: &Result<Value, McpError>, env: &Env<'_>) {
+    if outcome.is_ok() && env.notifier.delivers() {
+        for update in env.session.take_updates() {
+            env.notifier.notify(update);
+        }
+    }
 }
 
 /// Adds what the 2026-07-28 revision requires on every result.

@@ -842,6 +842,10 @@ struct Discard;
 
 impl Notifier for Discard {
     fn notify(&self, _message: Value) {}
+
+    fn delivers(&self) -> bool {
+        false
+    }
 }
 
 /// The response side of one HTTP request. It starts as a plain reply; the first
@@ -923,6 +927,10 @@ impl Stream {
 }
 
 impl Notifier for Stream {
+    fn delivers(&self) -> bool {
+        self.sse_allowed
+    }
+
     fn notify(&self, message: Value) {
         if !self.sse_allowed {
             return;

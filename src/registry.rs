@@ -161,6 +161,12 @@ pub const CLIENT_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from
 pub trait Notifier: Send + Sync {
     /// Sends one JSON-RPC notification related to the current request.
     fn notify(&self, message: Value);
+
+    /// Whether what [`Notifier::notify`] is given reaches the client: false for a request
+    /// that cannot stream, which drops it.
+    fn delivers(&self) -> bool {
+        true
+    }
 }
 
 /// What a tool can see and use while it runs.
@@ -185,6 +191,8 @@ pub struct ToolContext<'a> {
     pub commit_hook: Option<&'a dyn CommitHook>,
     /// The connection state (handshake era), for requests to the client.
     pub session: &'a crate::protocol::Session,
+    /// The sessions subscribed to resources, told when a tool changes one.
+    pub subscribers: &'a crate::protocol::Subscribers,
     /// The protocol era of the call.
     pub era: crate::protocol::Era,
     /// What the client sent back for an earlier `input_required` result (2026-07-28).
@@ -285,6 +293,12 @@ impl ToolContext<'_> {
         ));
     }
 
+    /// Tells every session subscribed to the resource `uri` that it changed (a tool calls
+    /// this after changing a resource its provider declares as changing).
+    pub fn resource_changed(&self, uri: &str) {
+        self.subscribers.changed(uri);
+    }
+
     /// Sends a log message when the caller enabled logging at `level` or below.
     pub fn log(&self, level: LogLevel, data: Value) {
         if self.log_level.is_some_and(|min| level >= min) {
@@ -380,22 +394,15 @@ impl ToolContext<'_> {
 
 /// RFC 5424 severities used by MCP logging, in increasing order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[allow(missing_docs)] // the RFC 5424 names say it all
 pub enum LogLevel {
-    /// Debug.
     Debug,
-    /// Info.
     Info,
-    /// Notice.
     Notice,
-    /// Warning.
     Warning,
-    /// Error.
     Error,
-    /// Critical.
     Critical,
-    /// Alert.
     Alert,
-    /// Emergency.
     Emergency,
 }
 
@@ -555,6 +562,11 @@ pub trait ResourceProvider: Send + Sync {
     }
     /// Reads `uri`; `None` when this provider does not serve it.
     fn read(&self, uri: &str) -> Option<(String, ResourceBody)>;
+    /// The URIs of its resources that can change while the server runs (a tool changes
+    /// them and calls [`ToolContext::resource_changed`]); the others never change.
+    fn changing(&self) -> &[&'static str] {
+        &[]
+    }
 }
 
 /// The business data a prompt's messages, or the completions of one of its arguments, read:
@@ -611,7 +623,7 @@ pub trait Prompt: Send + Sync {
     /// with the business data of `book` where the text quotes it.
     fn messages(&self, book: Book, args: &Map<String, Value>) -> Vec<Value>;
     /// The prompt for these arguments; a prompt that needs more input from the client
-    /// (2026-07-28) answers `Err(InputRequired)` through [`PromptReply`].
+    /// (2026-07-28) answers `Ok(PromptReply::InputRequired(..))`.
     fn get(
         &self,
         book: Book,
@@ -873,6 +885,17 @@ impl Registry {
     /// Reads a resource by URI.
     pub fn read_resource(&self, uri: &str) -> Option<(String, ResourceBody)> {
         self.resources.iter().find_map(|p| p.read(uri))
+    }
+
+    /// Whether the resource `uri` can change while the server runs.
+    pub fn resource_changes(&self, uri: &str) -> bool {
+        self.resources.iter().any(|p| p.changing().contains(&uri))
+    }
+
+    /// Whether any resource can change while the server runs: only then is there anything
+    /// to subscribe to (`resources/subscribe` and the `resources.subscribe` capability).
+    pub fn has_changing_resources(&self) -> bool {
+        self.resources.iter().any(|p| !p.changing().is_empty())
     }
 
     /// Every prompt, sorted by name.

@@ -109,11 +109,8 @@ fn initialize_declares_capabilities_and_server_info() {
     let result = server.initialize("2025-11-25");
     let caps = &result["capabilities"];
     assert_eq!(caps["tools"], json!({"listChanged": false}), "{result}");
-    assert_eq!(
-        caps["resources"],
-        json!({"subscribe": true, "listChanged": false}),
-        "{result}"
-    );
+    // No resource of the built-in server changes, so there is nothing to subscribe to.
+    assert_eq!(caps["resources"], json!({"listChanged": false}), "{result}");
     assert_eq!(caps["prompts"], json!({"listChanged": false}), "{result}");
     assert_eq!(caps["completions"], json!({}), "{result}");
     assert_eq!(caps["logging"], json!({}), "{result}");

@@ -8,6 +8,7 @@
 mod util;
 
 mod backup;
+mod capabilities;
 mod docs;
 mod faults;
 mod floods;
