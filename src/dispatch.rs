@@ -4,10 +4,11 @@
 //! It selects the protocol era of each request, routes the MCP methods, runs `tools/call`
 //! through the guard chain — and `prompts/get` and `completion/complete` too when what they
 //! answer reads business data (the prompt's [`DataAccess`] declarations; the other methods
-//! read only the registry and static documents) — and is the one place where errors
-//! become wire bodies: guard and protocol failures become JSON-RPC errors, failures inside
-//! a tool become `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are
-//! called only here).
+//! read only the registry and static documents). Errors become wire bodies in this
+//! module: guard and protocol failures become JSON-RPC errors, failures inside a tool
+//! become `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are called
+//! only here). The guard chain calls [`render_tool_outcome`] itself, so that the result
+//! it records for an idempotent replay is the one sent.
 
 use serde_json::{Map, Value, json};
 
