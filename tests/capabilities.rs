@@ -53,7 +53,9 @@ fn a_build_without_the_fixtures_refuses_every_way_to_ask_for_them() {
     let config = db.dir.path().join("pack.toml");
     std::fs::write(&config, "[tools]\nconformance_pack = true\n").expect("write config");
     let config = config.to_str().expect("utf-8 path").to_owned();
-    let asks: [(Vec<&str>, Option<(&str, &str)>); 5] = [
+    // The arguments, and an environment variable to set.
+    type Ask<'a> = (Vec<&'a str>, Option<(&'a str, &'a str)>);
+    let asks: [Ask<'_>; 5] = [
         (vec!["stdio", "--conformance-pack"], None),
         (
             vec!["serve", "--conformance-pack", "--listen", "127.0.0.1:9"],
