@@ -212,6 +212,8 @@ struct ToolEntry {
     run: ToolFn,
     /// Pauses between its steps (see [`Tool::waits`]).
     waits: bool,
+    /// Sends log messages (see [`Tool::logs`]).
+    logs: bool,
 }
 
 /// A fixture tool: a declaration and the function that answers it.
@@ -219,6 +221,7 @@ struct FixtureTool {
     spec: ToolSpec,
     run: ToolFn,
     waits: bool,
+    logs: bool,
 }
 
 impl Tool for FixtureTool {
@@ -237,6 +240,10 @@ impl Tool for FixtureTool {
     fn waits(&self) -> bool {
         self.waits
     }
+
+    fn logs(&self) -> bool {
+        self.logs
+    }
 }
 
 impl ToolEntry {
@@ -254,6 +261,7 @@ impl ToolEntry {
             },
             run: self.run,
             waits: self.waits,
+            logs: self.logs,
         })
     }
 }
@@ -269,6 +277,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: simple_text,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_image_content",
@@ -279,6 +288,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: image_content,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_audio_content",
@@ -289,6 +299,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: audio_content,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_embedded_resource",
@@ -300,6 +311,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: embedded_resource,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_multiple_content_types",
@@ -311,6 +323,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: multiple_content_types,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_tool_with_logging",
@@ -322,6 +335,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: tool_with_logging,
         waits: true,
+        logs: true,
     },
     ToolEntry {
         name: "test_error_handling",
@@ -333,6 +347,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: error_handling,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_tool_with_progress",
@@ -344,6 +359,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: tool_with_progress,
         waits: true,
+        logs: false,
     },
     ToolEntry {
         name: "json_schema_2020_12_tool",
@@ -356,6 +372,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: json_schema_2020_12,
         run: echo_json_schema_arguments,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_update_watched_resource",
@@ -367,6 +384,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
         input_schema: no_arguments,
         run: update_watched_resource,
         waits: false,
+        logs: false,
     },
 ];
 

@@ -263,7 +263,7 @@ impl Server {
                 Ok(Value::Null)
             }
             "server/discover" if era.is_modern() => Ok(self.discover()),
-            "logging/setLevel" => {
+            "logging/setLevel" if self.registry.has_logging_tools() => {
                 self.authenticate(env)?;
                 set_log_level(req, env.session)
             }
@@ -790,20 +790,25 @@ fn server_info() -> Value {
 
 /// What the server announces. No list changes while a process runs (the registry is built
 /// once), so no `listChanged`; `resources.subscribe` (handshake era only: 2026-07-28 removed
-/// the method) only when some resource can change, for nothing else is ever updated.
+/// the method) only when some resource can change, for nothing else is ever updated; and
+/// `logging` only when some tool sends log messages, for otherwise a level would govern
+/// nothing.
 fn capabilities(era: Era, registry: &Registry) -> Value {
     let resources = if !era.is_modern() && registry.has_changing_resources() {
         json!({ "subscribe": true, "listChanged": false })
     } else {
         json!({ "listChanged": false })
     };
-    json!({
+    let mut capabilities = json!({
         "tools": { "listChanged": false },
         "resources": resources,
         "prompts": { "listChanged": false },
         "completions": {},
-        "logging": {},
-    })
+    });
+    if registry.has_logging_tools() {
+        capabilities["logging"] = json!({});
+    }
+    capabilities
 }
 
 /// Sends the session's queued `notifications/resources/updated` ahead of a successful

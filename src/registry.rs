@@ -520,6 +520,12 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Whether it may send log messages ([`ToolContext::log`]): the server announces the
+    /// `logging` capability, and answers `logging/setLevel`, only when some tool does.
+    fn logs(&self) -> bool {
+        false
+    }
+
     /// Runs it with arguments already validated against the input schema.
     fn call(
         &self,
@@ -857,6 +863,11 @@ impl Registry {
     /// Every tool, sorted by name.
     pub fn tools(&self) -> &[RegisteredTool] {
         &self.tools
+    }
+
+    /// Whether some tool may send log messages (see [`Tool::logs`]).
+    pub fn has_logging_tools(&self) -> bool {
+        self.tools.iter().any(|t| t.tool.logs())
     }
 
     /// Resolves a `tools/call` name.

@@ -1,5 +1,6 @@
 //! What the server announces is what it does: without a resource that can change there is
-//! no `resources.subscribe` and `resources/subscribe` is an unknown method; with the
+//! no `resources.subscribe` and `resources/subscribe` is an unknown method, and without a
+//! tool that logs no `logging` and no `logging/setLevel`; with the
 //! conformance fixtures (whose `test://watched-resource` a tool changes) a subscribed
 //! session is sent `notifications/resources/updated`, over stdio and over HTTP. A build
 //! without the `conformance-pack` feature refuses `--conformance-pack` in every form.
@@ -14,6 +15,27 @@ fn subscription_requests(uri: &str) -> [(&'static str, Value); 2] {
         ("resources/subscribe", json!({ "uri": uri })),
         ("resources/unsubscribe", json!({ "uri": uri })),
     ]
+}
+
+#[test]
+fn without_a_tool_that_logs_logging_is_neither_announced_nor_answered() {
+    let db = TestDb::new();
+    let mut server = StdioServer::start(&db, &[]);
+    let result = server.initialize("2025-11-25");
+    assert_eq!(result["capabilities"].get("logging"), None, "{result}");
+    let response = server.request("logging/setLevel", json!({"level": "debug"}));
+    assert_error(&response, -32601, "method_not_found", 404, 1003, false);
+    assert_eq!(
+        response["error"]["data"]["details"]["method"],
+        json!("logging/setLevel"),
+        "{response}"
+    );
+    let discover = server.request("server/discover", json!({ "_meta": modern_meta() }));
+    assert_eq!(
+        discover["result"]["capabilities"].get("logging"),
+        None,
+        "{discover}"
+    );
 }
 
 #[test]
@@ -105,6 +127,22 @@ mod with_the_pack {
             .as_str()
             .unwrap_or_else(|| panic!("{read}"))
             .to_owned()
+    }
+
+    #[test]
+    fn the_fixtures_that_log_bring_the_logging_capability_on_both_eras() {
+        let db = TestDb::new();
+        let mut server = StdioServer::start(&db, &["--conformance-pack"]);
+        let result = server.initialize("2025-11-25");
+        assert_eq!(result["capabilities"]["logging"], json!({}), "{result}");
+        let set = server.request("logging/setLevel", json!({"level": "warning"}));
+        assert_eq!(set["result"], json!({}), "{set}");
+        let discover = server.request("server/discover", json!({ "_meta": modern_meta() }));
+        assert_eq!(
+            discover["result"]["capabilities"]["logging"],
+            json!({}),
+            "{discover}"
+        );
     }
 
     #[test]
