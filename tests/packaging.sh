@@ -274,6 +274,8 @@ expect "tools/list: no conformance fixture is served" False \
     "$(json "$WORK/list.json" 'any(t["name"].startswith("test_") for t in d["result"]["tools"])')"
 expect "initialize: nothing to subscribe to in the packaged server" False \
     "$(json "$WORK/initialize.json" '"subscribe" in d["result"]["capabilities"]["resources"]')"
+expect "initialize: no logging announced (no packaged tool logs)" False \
+    "$(json "$WORK/initialize.json" '"logging" in d["result"]["capabilities"]')"
 
 mcp call '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}' \
     "${SESSION_HEADERS[@]}" -H 'Authorization: Bearer tg_not_a_real_key'
