@@ -5,8 +5,8 @@
 //! the rate limiter alone, in-process.
 //!
 //! ```text
-//! cargo bench --bench load -- [options]
-//! cargo bench --features bench-switches --bench load -- [options]   # with the guard costs
+//! cargo bench --features conformance-pack --bench load -- [options]
+//! cargo bench --features bench-switches,conformance-pack --bench load -- [options]   # with the guard costs
 //! ```
 //!
 //! | option | default | meaning |
@@ -1348,7 +1348,7 @@ fn guards_scenario(dir: &Path, s: &Settings) {
     if !cfg!(feature = "bench-switches") {
         println!(
             "\n== guards: skipped; the guard switches need a bench-switches build: \
-             cargo bench --features bench-switches --bench load -- --only guards"
+             cargo bench --features bench-switches,conformance-pack --bench load -- --only guards"
         );
         return;
     }
@@ -2085,6 +2085,20 @@ fn print_summary(h: &Headlines, s: &Settings) {
 
 fn main() {
     let s = Settings::from_args();
+    // These scenarios call the conformance fixtures (`test_simple_text` and friends), which
+    // a binary carries only when built with the `conformance-pack` feature.
+    let needs_fixtures = ["http", "stdio", "bigdb", "guards"];
+    if !tollgate::HAS_CONFORMANCE_PACK
+        && std::env::var_os("TG_BENCH_BIN").is_none()
+        && needs_fixtures.iter().any(|name| s.wants(name))
+    {
+        eprintln!(
+            "load: the http, stdio, bigdb and guards scenarios need the conformance fixtures: \
+             run `cargo bench --features conformance-pack --bench load` (with \
+             `--only invoice,coldstart,limiter` they are not needed)"
+        );
+        std::process::exit(2);
+    }
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut headlines = Headlines::default();

@@ -65,8 +65,6 @@ pub const AUTH_FAILURE_WINDOW_SECS: i64 = 60;
 /// argon2 verifications started per second across all sources unless configured
 /// (`auth.argon2_per_second`): about half a core's worth at 27 ms each.
 pub const DEFAULT_ARGON2_PER_SECOND: u32 = 20;
-/// How long a rotated-out secret keeps working unless `--grace` says otherwise.
-pub const DEFAULT_ROTATION_GRACE: Duration = Duration::from_secs(3600);
 
 /// Random bytes of a public id (80 bits, 20 hex characters).
 const PUBLIC_ID_BYTES: usize = 10;

@@ -23,7 +23,8 @@ pub enum Channel {
 /// The fixed identities of one catalog entry.
 #[derive(Debug, Clone, Copy)]
 pub struct EntrySpec {
-    /// JSON-RPC `error.code`; tool execution errors use `-32603`'s neighbour only in docs.
+    /// JSON-RPC `error.code`, sent when the error travels as a JSON-RPC error. An entry of
+    /// the tool-result channel travels as an `isError` result, whose envelope has none.
     pub rpc_code: i64,
     /// Stable machine id (`error.message` and `data.code`).
     pub code: &'static str,

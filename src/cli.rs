@@ -21,6 +21,13 @@ use crate::store::{Company, Store, StoreError};
 /// Exit code for a refused start: bad configuration or a database newer than the binary.
 pub const EXIT_REFUSED: u8 = 2;
 
+/// Why `--conformance-pack` (`tools.conformance_pack`, `TOLLGATE_CONFORMANCE_PACK`) is
+/// refused by a build without the fixtures.
+const NO_CONFORMANCE_PACK: &str = "the conformance pack was asked for (--conformance-pack, \
+    tools.conformance_pack or TOLLGATE_CONFORMANCE_PACK), but this build of tollgate does not \
+    carry it: it is compiled in only with `cargo build --features conformance-pack`, for \
+    testing; release builds and the .deb never have it";
+
 /// tollgate: an MCP server for business tools, with guards on every call.
 #[derive(Debug, Parser)]
 #[command(name = "tollgate", version, about, propagate_version = true)]
@@ -177,6 +184,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(config) => config,
         Err(e) => return refuse(&format!("configuration error: {e}")),
     };
+    if config.tools.conformance_pack && !crate::HAS_CONFORMANCE_PACK {
+        return refuse(NO_CONFORMANCE_PACK);
+    }
     // Held until the command returns: dropping it flushes the queued log lines.
     let _log = crate::logging::init(&config.log);
     match cli.command {
@@ -330,9 +340,7 @@ pub fn build_server_with_clock(
     let mut resources = crate::invoicing::resources();
     let mut prompts = crate::invoicing::prompts(store.clone(), clock.clone());
     if config.tools.conformance_pack {
-        tools.extend(crate::conformance::tools());
-        resources.extend(crate::conformance::resources());
-        prompts.extend(crate::conformance::prompts());
+        add_conformance_pack(&mut tools, &mut resources, &mut prompts)?;
     }
     let registry = Registry::new(tools, crate::retired::RETIRED_TOOLS, resources, prompts)
         .map_err(|e| e.to_string())?;
@@ -351,6 +359,29 @@ pub fn build_server_with_clock(
     Ok(Server::new(
         registry, store, guards, locale, state_key, clock,
     ))
+}
+
+/// The tools, resources and prompts of the official conformance suite's fixtures.
+#[cfg(feature = "conformance-pack")]
+fn add_conformance_pack(
+    tools: &mut Vec<Arc<dyn crate::registry::Tool>>,
+    resources: &mut Vec<Arc<dyn crate::registry::ResourceProvider>>,
+    prompts: &mut Vec<Arc<dyn crate::registry::Prompt>>,
+) -> Result<(), String> {
+    tools.extend(crate::conformance::tools());
+    resources.extend(crate::conformance::resources());
+    prompts.extend(crate::conformance::prompts());
+    Ok(())
+}
+
+/// A build without the `conformance-pack` feature has no fixtures to add.
+#[cfg(not(feature = "conformance-pack"))]
+fn add_conformance_pack(
+    _tools: &mut Vec<Arc<dyn crate::registry::Tool>>,
+    _resources: &mut Vec<Arc<dyn crate::registry::ResourceProvider>>,
+    _prompts: &mut Vec<Arc<dyn crate::registry::Prompt>>,
+) -> Result<(), String> {
+    Err(NO_CONFORMANCE_PACK.to_owned())
 }
 
 fn company_locale(store: &Store) -> Locale {

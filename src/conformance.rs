@@ -2,9 +2,11 @@
 //! official MCP conformance suite (`@modelcontextprotocol/conformance`) expects, so the
 //! suite — and the benchmarks, which drive the same fixtures — can run against tollgate.
 //!
-//! The pack is only registered when an operator enables it; it is never on by default.
-//! Every tool needs the `conformance:use` scope, reads and changes nothing, and takes no
-//! idempotency key. Names, texts, MIME types and argument names follow the suite's own
+//! The pack is compiled in only with the `conformance-pack` cargo feature, and registered
+//! only when an operator enables it; it is never on by default. Every tool needs the
+//! `conformance:use` scope and takes no idempotency key; none reads or changes business
+//! data. One resource can change: `test_update_watched_resource` gives
+//! `test://watched-resource` a new revision and tells every session subscribed to it. Names, texts, MIME types and argument names follow the suite's own
 //! scenarios (`src/scenarios/server/*.ts`) and its reference server
 //! (`examples/servers/typescript/everything-server.ts`); the image and audio payloads are
 //! real, minimal files (a 1×1 PNG and a short silent WAV).
@@ -12,6 +14,7 @@
 //! The fixtures that ask the client for input (sampling, elicitation, the 2026-07-28
 //! multi-round `input_required` results) live in `conformance_input`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::thread;
 use std::time::Duration;
@@ -23,7 +26,7 @@ use serde_json::{Map, Value, json};
 use crate::catalog::{ErrorKind, McpError};
 use crate::registry::{
     Category, Idempotency, LogLevel, Prompt, PromptArgument, PromptSpec, ResourceBody,
-    ResourceProvider, ResourceSpec, Tool, ToolContext, ToolOutput, ToolSpec,
+    ResourceProvider, ResourceSpec, Tool, ToolContext, ToolOutput, ToolSpec, text_block,
 };
 
 /// The scope a credential needs to see and call the conformance tools.
@@ -118,12 +121,26 @@ const STATIC_BINARY: Document = Document {
     body: Body::Blob(PNG_1X1),
 };
 
+/// How many times `test_update_watched_resource` changed `test://watched-resource` in this
+/// process (its text names the revision from the first change on).
+static WATCHED_REVISION: AtomicU64 = AtomicU64::new(0);
+
+/// The text of `test://watched-resource` at its current revision.
+fn watched_text() -> String {
+    match WATCHED_REVISION.load(Ordering::Relaxed) {
+        0 => "Watched resource content".to_owned(),
+        n => format!("Watched resource content (revision {n})"),
+    }
+}
+
 const WATCHED: Document = Document {
     uri: "test://watched-resource",
     name: "watched-resource",
     title: "Watched Resource",
-    description: "A text resource clients may subscribe to, for conformance testing.",
+    description: "A text resource clients may subscribe to, for conformance testing; \
+                  test_update_watched_resource changes it.",
     mime_type: "text/plain",
+    // Read through `watched_text`, which follows the revision.
     body: Body::Text("Watched resource content"),
 };
 
@@ -195,6 +212,8 @@ struct ToolEntry {
     run: ToolFn,
     /// Pauses between its steps (see [`Tool::waits`]).
     waits: bool,
+    /// Sends log messages (see [`Tool::logs`]).
+    logs: bool,
 }
 
 /// A fixture tool: a declaration and the function that answers it.
@@ -202,6 +221,7 @@ struct FixtureTool {
     spec: ToolSpec,
     run: ToolFn,
     waits: bool,
+    logs: bool,
 }
 
 impl Tool for FixtureTool {
@@ -220,6 +240,10 @@ impl Tool for FixtureTool {
     fn waits(&self) -> bool {
         self.waits
     }
+
+    fn logs(&self) -> bool {
+        self.logs
+    }
 }
 
 impl ToolEntry {
@@ -237,11 +261,12 @@ impl ToolEntry {
             },
             run: self.run,
             waits: self.waits,
+            logs: self.logs,
         })
     }
 }
 
-const TOOL_TABLE: [ToolEntry; 9] = [
+const TOOL_TABLE: [ToolEntry; 10] = [
     ToolEntry {
         name: "test_simple_text",
         title: "Conformance: simple text",
@@ -252,6 +277,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: no_arguments,
         run: simple_text,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_image_content",
@@ -262,6 +288,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: no_arguments,
         run: image_content,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_audio_content",
@@ -272,6 +299,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: no_arguments,
         run: audio_content,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_embedded_resource",
@@ -283,6 +311,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: no_arguments,
         run: embedded_resource,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_multiple_content_types",
@@ -294,6 +323,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: no_arguments,
         run: multiple_content_types,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_tool_with_logging",
@@ -305,6 +335,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: no_arguments,
         run: tool_with_logging,
         waits: true,
+        logs: true,
     },
     ToolEntry {
         name: "test_error_handling",
@@ -316,6 +347,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: no_arguments,
         run: error_handling,
         waits: false,
+        logs: false,
     },
     ToolEntry {
         name: "test_tool_with_progress",
@@ -327,6 +359,7 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: no_arguments,
         run: tool_with_progress,
         waits: true,
+        logs: false,
     },
     ToolEntry {
         name: "json_schema_2020_12_tool",
@@ -339,6 +372,19 @@ const TOOL_TABLE: [ToolEntry; 9] = [
         input_schema: json_schema_2020_12,
         run: echo_json_schema_arguments,
         waits: false,
+        logs: false,
+    },
+    ToolEntry {
+        name: "test_update_watched_resource",
+        title: "Conformance: change the watched resource",
+        description: "Conformance fixture. Gives test://watched-resource a new revision \
+                      (its text names it) and sends notifications/resources/updated to every \
+                      session subscribed to it. Takes no arguments; changes no business data.",
+        category: Category::Write,
+        input_schema: no_arguments,
+        run: update_watched_resource,
+        waits: false,
+        logs: false,
     },
 ];
 
@@ -501,6 +547,18 @@ fn echo_json_schema_arguments(
     )))
 }
 
+fn update_watched_resource(
+    ctx: &ToolContext<'_>,
+    _: &Map<String, Value>,
+) -> Result<ToolOutput, McpError> {
+    let revision = WATCHED_REVISION.fetch_add(1, Ordering::Relaxed) + 1;
+    ctx.resource_changed(WATCHED.uri);
+    Ok(content(vec![text_block(format!(
+        "{} is now at revision {revision}.",
+        WATCHED.uri
+    ))]))
+}
+
 // ---- Resources --------------------------------------------------------------------------
 
 /// The fixed documents: `test://static-text`, `test://static-binary`,
@@ -514,7 +572,15 @@ impl ResourceProvider for FixtureDocuments {
 
     fn read(&self, uri: &str) -> Option<(String, ResourceBody)> {
         let doc = DOCUMENTS.iter().find(|doc| doc.uri == uri)?;
-        Some((doc.mime_type.to_owned(), doc.resource_body()))
+        let body = match doc.uri {
+            uri if uri == WATCHED.uri => ResourceBody::Text(watched_text()),
+            _ => doc.resource_body(),
+        };
+        Some((doc.mime_type.to_owned(), body))
+    }
+
+    fn changing(&self) -> &[&'static str] {
+        &[WATCHED.uri]
     }
 }
 
@@ -744,6 +810,7 @@ mod tests {
 
     use super::*;
     use crate::config::Locale;
+    use crate::protocol::{Session, Subscribers};
     use crate::registry::{Notifier, Registry, Resolution};
     use crate::store::{Store, StoreOptions};
 
@@ -778,6 +845,18 @@ mod tests {
 
     /// Calls tool `name` with `args`; returns its outcome and the notifications it sent.
     fn call_with(name: &str, args: Value, how: Call) -> (Result<ToolOutput, McpError>, Vec<Value>) {
+        let session = Session::new();
+        call_on(&session, &Subscribers::default(), name, args, how)
+    }
+
+    /// [`call_with`] on `session`, among `subscribers`.
+    fn call_on(
+        session: &Session,
+        subscribers: &Subscribers,
+        name: &str,
+        args: Value,
+        how: Call,
+    ) -> (Result<ToolOutput, McpError>, Vec<Value>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let opts = StoreOptions {
             create: true,
@@ -786,7 +865,6 @@ mod tests {
         let store = Store::open(&dir.path().join("t.db"), &opts).expect("store");
         let recorder = Recorder::default();
         let cancelled = AtomicBool::new(how.cancelled);
-        let session = crate::protocol::Session::new();
         let ctx = ToolContext {
             store: &store,
             book: crate::registry::Book::Live,
@@ -797,7 +875,8 @@ mod tests {
             notifier: &recorder,
             cancelled: &cancelled,
             commit_hook: None,
-            session: &session,
+            session,
+            subscribers,
             era: crate::protocol::Era::Legacy(crate::protocol::LATEST_LEGACY),
             input: crate::registry::InputContext {
                 responses: None,
@@ -1148,11 +1227,61 @@ mod tests {
     }
 
     #[test]
+    fn updating_the_watched_resource_changes_it_and_queues_one_update_per_subscriber() {
+        let subscribers = Subscribers::default();
+        let (caller, watcher, bystander) = (Session::new(), Session::new(), Session::new());
+        watcher.subscribe(WATCHED.uri, &subscribers);
+        let before = read_text(WATCHED.uri).1;
+        let (out, sent) = call_on(
+            &caller,
+            &subscribers,
+            "test_update_watched_resource",
+            json!({}),
+            PLAIN,
+        );
+        let text = out.expect("updated").content[0]["text"].clone();
+        let revision = text
+            .as_str()
+            .and_then(|t| t.strip_prefix("test://watched-resource is now at revision "))
+            .and_then(|t| t.strip_suffix('.'))
+            .and_then(|n| n.parse::<u64>().ok())
+            .expect("the result names the revision");
+        assert!(
+            sent.is_empty(),
+            "the dispatcher sends updates, not the tool"
+        );
+        let after = read_text(WATCHED.uri).1;
+        assert_ne!(before, after);
+        assert_eq!(
+            after,
+            format!("Watched resource content (revision {revision})")
+        );
+        assert_eq!(
+            watcher.take_updates(),
+            vec![
+                json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                        "params": {"uri": "test://watched-resource"}})
+            ]
+        );
+        assert!(caller.take_updates().is_empty() && bystander.take_updates().is_empty());
+        let changing = registry();
+        assert!(changing.has_changing_resources());
+        assert!(changing.resource_changes(WATCHED.uri));
+        assert!(!changing.resource_changes("test://static-text"));
+    }
+
+    #[test]
     fn static_resources_read_with_the_suite_contents() {
         let text = read_text("test://static-text");
         assert_eq!(text.0, "text/plain");
         assert_eq!(text.1, "This is the content of the static text resource.");
-        assert_eq!(read_text("test://watched-resource").0, "text/plain");
+        let watched = read_text("test://watched-resource");
+        assert_eq!(watched.0, "text/plain");
+        assert!(
+            watched.1.starts_with("Watched resource content"),
+            "{}",
+            watched.1
+        );
         match registry().read_resource("test://static-binary") {
             Some((mime, ResourceBody::Blob(bytes))) => {
                 assert_eq!(mime, "image/png");

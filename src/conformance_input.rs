@@ -19,6 +19,7 @@ type Run = fn(&ToolContext<'_>, &Map<String, Value>) -> Result<ToolOutput, McpEr
 struct InputTool {
     spec: ToolSpec,
     run: Run,
+    logs: bool,
 }
 
 impl Tool for InputTool {
@@ -38,6 +39,10 @@ impl Tool for InputTool {
     fn waits(&self) -> bool {
         true
     }
+
+    fn logs(&self) -> bool {
+        self.logs
+    }
 }
 
 fn tool(
@@ -47,7 +52,17 @@ fn tool(
     schema: Value,
     run: Run,
 ) -> Arc<dyn Tool> {
-    Arc::new(InputTool {
+    Arc::new(input_tool(name, title, description, schema, run))
+}
+
+fn input_tool(
+    name: &'static str,
+    title: &'static str,
+    description: &'static str,
+    schema: Value,
+    run: Run,
+) -> InputTool {
+    InputTool {
         spec: ToolSpec {
             name,
             title,
@@ -59,7 +74,8 @@ fn tool(
             output_schema: None,
         },
         run,
-    })
+        logs: false,
+    }
 }
 
 fn no_arguments() -> Value {
@@ -176,13 +192,16 @@ pub fn tools() -> Vec<Arc<dyn Tool>> {
             no_arguments(),
             mrtr_elicitation,
         ),
-        tool(
-            "test_logging_tool",
-            "Conformance: logging only when asked",
-            "Conformance-suite diagnostic (2026-07-28). Logs one message, which is sent only when the request asked for a log level.",
-            no_arguments(),
-            logging_tool,
-        ),
+        Arc::new(InputTool {
+            logs: true,
+            ..input_tool(
+                "test_logging_tool",
+                "Conformance: logging only when asked",
+                "Conformance-suite diagnostic (2026-07-28). Logs one message, which is sent only when the request asked for a log level.",
+                no_arguments(),
+                logging_tool,
+            )
+        }),
     ]
 }
 

@@ -4,10 +4,11 @@
 //! It selects the protocol era of each request, routes the MCP methods, runs `tools/call`
 //! through the guard chain — and `prompts/get` and `completion/complete` too when what they
 //! answer reads business data (the prompt's [`DataAccess`] declarations; the other methods
-//! read only the registry and static documents) — and is the one place where errors
-//! become wire bodies: guard and protocol failures become JSON-RPC errors, failures inside
-//! a tool become `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are
-//! called only here).
+//! read only the registry and static documents). Errors become wire bodies in this
+//! module: guard and protocol failures become JSON-RPC errors, failures inside a tool
+//! become `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are called
+//! only here). The guard chain calls [`render_tool_outcome`] itself, so that the result
+//! it records for an idempotent replay is the one sent.
 
 use serde_json::{Map, Value, json};
 
@@ -17,7 +18,7 @@ use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::{DataRead, Guards, RunRead, ToolCall};
 use crate::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
-use crate::protocol::{self, Era, Session};
+use crate::protocol::{self, Era, Session, Subscribers};
 use crate::registry::{
     Book, CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
     RegisteredTool, Registry, ToolContext,
@@ -77,6 +78,8 @@ pub struct Server {
     instructions: String,
     state_key: StateKey,
     clock: Clock,
+    /// The sessions subscribed to resources that can change.
+    subscribers: Subscribers,
 }
 
 impl Server {
@@ -103,6 +106,7 @@ impl Server {
             instructions,
             state_key,
             clock,
+            subscribers: Subscribers::default(),
         }
     }
 
@@ -121,7 +125,7 @@ impl Server {
         &self.guards
     }
 
-    /// The store.
+    /// The database.
     pub fn store(&self) -> &Store {
         &self.store
     }
@@ -194,6 +198,7 @@ impl Server {
             &|i, outcome| {
                 let request = &requests[i];
                 let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
+                send_updates(&outcome, env);
                 respond(self.response(request.id.clone(), outcome));
             },
         );
@@ -242,7 +247,9 @@ impl Server {
             self.route(&req, era, env)
                 .map(|result| finish_result(result, era, &req.method))
         });
-        Some(self.response(req.id?, outcome))
+        let id = req.id?;
+        send_updates(&outcome, env);
+        Some(self.response(id, outcome))
     }
 
     /// The response to the request `id`.
@@ -254,16 +261,19 @@ impl Server {
     }
 
     fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
-        let legacy = !era.is_modern();
-        match req.method.as_str() {
-            "initialize" if legacy => self.initialize(req, env.session),
-            "ping" if legacy => Ok(json!({})),
+        let method = req.method.as_str();
+        if era.is_modern() && protocol::REMOVED_IN_MODERN.contains(&method) {
+            return Err(McpError::method_not_found(method));
+        }
+        match method {
+            "initialize" => self.initialize(req, env.session),
+            "ping" => Ok(json!({})),
             "notifications/initialized" | "notifications/cancelled" => {
                 self.notification(req, env.session);
                 Ok(Value::Null)
             }
-            "server/discover" if !legacy => Ok(self.discover()),
-            "logging/setLevel" if legacy => {
+            "server/discover" if era.is_modern() => Ok(self.discover()),
+            "logging/setLevel" if self.registry.has_logging_tools() => {
                 self.authenticate(env)?;
                 set_log_level(req, env.session)
             }
@@ -286,7 +296,10 @@ impl Server {
                 self.authenticate(env)?;
                 self.read_resource(req)
             }
-            "resources/subscribe" | "resources/unsubscribe" if legacy => {
+            // Announced, and answered, only when some resource can change.
+            "resources/subscribe" | "resources/unsubscribe"
+                if self.registry.has_changing_resources() =>
+            {
                 self.authenticate(env)?;
                 self.subscription(req, env.session)
             }
@@ -321,7 +334,7 @@ impl Server {
         }
         Ok(json!({
             "protocolVersion": version,
-            "capabilities": capabilities(Era::Legacy(version)),
+            "capabilities": capabilities(Era::Legacy(version), &self.registry),
             "serverInfo": server_info(),
             "instructions": self.instructions,
         }))
@@ -340,7 +353,7 @@ impl Server {
         supported.extend(protocol::LEGACY_VERSIONS.iter().rev());
         json!({
             "supportedVersions": supported,
-            "capabilities": capabilities(Era::Modern(protocol::MODERN_VERSIONS[0])),
+            "capabilities": capabilities(Era::Modern(protocol::MODERN_VERSIONS[0]), &self.registry),
             "serverInfo": server_info(),
             "instructions": self.instructions,
         })
@@ -392,6 +405,7 @@ impl Server {
             cancelled: &cancelled,
             commit_hook: hook,
             session: env.session,
+            subscribers: &self.subscribers,
             era: request.era,
             input: InputContext {
                 responses,
@@ -450,7 +464,10 @@ impl Server {
             if self.registry.read_resource(uri).is_none() {
                 return Err(McpError::resource_not_found(uri).with("uri", uri));
             }
-            session.subscribe(uri);
+            // A resource that never changes will never be updated: nothing to record.
+            if self.registry.resource_changes(uri) {
+                session.subscribe(uri, &self.subscribers);
+            }
         } else {
             session.unsubscribe(uri);
         }
@@ -782,19 +799,38 @@ fn server_info() -> Value {
     json!({ "name": "tollgate", "title": "tollgate", "version": env!("CARGO_PKG_VERSION") })
 }
 
-fn capabilities(era: Era) -> Value {
-    let resources = if era.is_modern() {
-        json!({ "listChanged": false })
-    } else {
+/// What the server announces. No list changes while a process runs (the registry is built
+/// once), so no `listChanged`; `resources.subscribe` (handshake era only: 2026-07-28 removed
+/// the method) only when some resource can change, for nothing else is ever updated; and
+/// `logging` only when some tool sends log messages, for otherwise a level would govern
+/// nothing.
+fn capabilities(era: Era, registry: &Registry) -> Value {
+    let resources = if !era.is_modern() && registry.has_changing_resources() {
         json!({ "subscribe": true, "listChanged": false })
+    } else {
+        json!({ "listChanged": false })
     };
-    json!({
+    let mut capabilities = json!({
         "tools": { "listChanged": false },
         "resources": resources,
         "prompts": { "listChanged": false },
         "completions": {},
-        "logging": {},
-    })
+    });
+    if registry.has_logging_tools() {
+        capabilities["logging"] = json!({});
+    }
+    capabilities
+}
+
+/// Sends the session's queued `notifications/resources/updated` ahead of a successful
+/// response, on a stream that can carry them; otherwise they wait for a later one (an error
+/// keeps its plain reply and HTTP status).
+fn send_updates(outcome: &Result<Value, McpError>, env: &Env<'_>) {
+    if outcome.is_ok() && env.notifier.delivers() {
+        for update in env.session.take_updates() {
+            env.notifier.notify(update);
+        }
+    }
 }
 
 /// Adds what the 2026-07-28 revision requires on every result.

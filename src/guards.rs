@@ -61,9 +61,9 @@ pub struct ToolCall<'a> {
     pub span: Option<&'a tracing::Span>,
 }
 
-/// Runs the admitted tool of the call at an index of the calls handed to the guards (0 for
-/// [`Guards::call_tool`]) on the caller's book: the dispatcher builds the tool context
-/// around this.
+/// Runs an admitted call's tool on the caller's book, given the call's index among those
+/// handed to the guards (0 for [`Guards::call_tool`]); the dispatcher builds the tool
+/// context around it.
 pub type RunTools<'r> = dyn Fn(
         usize,
         &RegisteredTool,

@@ -736,7 +736,7 @@ impl App {
         let session = self
             .sessions
             .get(id, &owner)
-            .map_err(|_| Self::not_the_callers(refusal))?;
+            .ok_or_else(|| Self::not_the_callers(refusal))?;
         if let Some(version) = head.header("mcp-protocol-version") {
             let known = protocol::LEGACY_VERSIONS.contains(&version);
             if !known || session.negotiated().is_some_and(|v| v != version) {
@@ -855,6 +855,10 @@ struct Discard;
 
 impl Notifier for Discard {
     fn notify(&self, _message: Value) {}
+
+    fn delivers(&self) -> bool {
+        false
+    }
 }
 
 /// The response side of one HTTP request. It starts as a plain reply; the first
@@ -936,6 +940,10 @@ impl Stream {
 }
 
 impl Notifier for Stream {
+    fn delivers(&self) -> bool {
+        self.sse_allowed
+    }
+
     fn notify(&self, message: Value) {
         if !self.sse_allowed {
             return;

@@ -766,12 +766,12 @@ mod tests {
 
     #[test]
     fn observed_calls_label_registry_tools_and_fold_made_up_names() {
-        let registry = Registry::new(crate::conformance::tools(), &[], Vec::new(), Vec::new())
+        let registry = Registry::new(crate::invoicing::tools(), &[], Vec::new(), Vec::new())
             .expect("schemas compile");
         let m = Metrics::new();
         let ok = Ok(json!({"content": []}));
         let tick = Duration::from_millis(2);
-        m.observe_tool_call(&registry, "test_simple_text", &ok, tick);
+        m.observe_tool_call(&registry, "get_client", &ok, tick);
         m.observe_tool_call(
             &registry,
             "no\"such\ntool",
@@ -780,24 +780,19 @@ mod tests {
         );
         m.observe_tool_call(
             &registry,
-            "test_simple_text",
+            "get_client",
             &Err(McpError::rate_limited("read", 1, 0, 1)),
             tick,
         );
-        m.observe_tool_call(
-            &registry,
-            "test_simple_text",
-            &Err(McpError::internal()),
-            tick,
-        );
+        m.observe_tool_call(&registry, "get_client", &Err(McpError::internal()), tick);
         let page = m.render();
         assert_well_formed(&page);
         assert_eq!(
             lines_starting(&page, "tollgate_tool_calls_total{"),
             vec![
-                "tollgate_tool_calls_total{tool=\"test_simple_text\",code=\"internal_error\"} 1",
-                "tollgate_tool_calls_total{tool=\"test_simple_text\",code=\"ok\"} 1",
-                "tollgate_tool_calls_total{tool=\"test_simple_text\",code=\"rate_limited\"} 1",
+                "tollgate_tool_calls_total{tool=\"get_client\",code=\"internal_error\"} 1",
+                "tollgate_tool_calls_total{tool=\"get_client\",code=\"ok\"} 1",
+                "tollgate_tool_calls_total{tool=\"get_client\",code=\"rate_limited\"} 1",
                 "tollgate_tool_calls_total{tool=\"unknown\",code=\"unknown_tool\"} 1",
             ]
         );

@@ -7,9 +7,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::registry::LogLevel;
 
@@ -54,13 +54,6 @@ impl Era {
     pub fn is_modern(self) -> bool {
         matches!(self, Era::Modern(_))
     }
-
-    /// The revision string.
-    pub fn version(self) -> &'static str {
-        match self {
-            Era::Legacy(v) | Era::Modern(v) => v,
-        }
-    }
 }
 
 /// The handshake revision to answer for a requested one: the same when supported,
@@ -83,13 +76,58 @@ struct SessionState {
     negotiated: Option<&'static str>,
     client_capabilities: Value,
     log_level: Option<LogLevel>,
-    subscriptions: HashSet<String>,
+}
+
+/// The resource subscriptions of one session, and the updates not sent to it yet.
+#[derive(Debug, Default)]
+struct Watch {
+    /// Subscribed URIs (only resources that can change are recorded).
+    uris: HashSet<String>,
+    /// URIs that changed since the session was last told, each once.
+    pending: Vec<String>,
+    /// Whether [`Subscribers`] knows this session.
+    registered: bool,
+}
+
+/// Every handshake-era session that subscribed to a resource, so that a change of that
+/// resource reaches each of them as `notifications/resources/updated`.
+///
+/// A change is queued on each subscribed session and sent on the next stream of that
+/// session that can carry it: the one of the request that made the change, when that
+/// request is the session's own (always so on stdio, whose one session is the process), or
+/// otherwise the response stream of the session's next successful request. Sessions are
+/// held weakly: one that ends drops out.
+#[derive(Debug, Default)]
+pub struct Subscribers {
+    sessions: Mutex<Vec<Weak<Mutex<Watch>>>>,
+}
+
+impl Subscribers {
+    fn add(&self, watch: &Arc<Mutex<Watch>>) {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|w| w.strong_count() > 0);
+        sessions.push(Arc::downgrade(watch));
+    }
+
+    /// Records that the resource `uri` changed: every live session subscribed to it gets
+    /// one update queued (changes made before it is sent add no second one).
+    pub fn changed(&self, uri: &str) {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|w| w.strong_count() > 0);
+        for watch in sessions.iter().filter_map(Weak::upgrade) {
+            let mut watch = lock(&watch);
+            if watch.uris.contains(uri) && !watch.pending.iter().any(|p| p == uri) {
+                watch.pending.push(uri.to_owned());
+            }
+        }
+    }
 }
 
 /// State of one handshake-era connection: the stdio process, or one HTTP session.
 #[derive(Debug, Default)]
 pub struct Session {
     state: Mutex<SessionState>,
+    watch: Arc<Mutex<Watch>>,
     in_flight: Mutex<HashMap<String, Arc<AtomicBool>>>,
     outgoing: Mutex<HashMap<String, SyncSender<Value>>>,
     next_outgoing: AtomicU64,
@@ -170,14 +208,37 @@ impl Session {
         lock(&self.state).log_level = Some(level);
     }
 
-    /// Records a resource subscription.
-    pub fn subscribe(&self, uri: &str) {
-        lock(&self.state).subscriptions.insert(uri.to_owned());
+    /// Subscribes to the updates of `uri`, a resource that can change; the first
+    /// subscription makes the session known to `subscribers`.
+    pub fn subscribe(&self, uri: &str, subscribers: &Subscribers) {
+        let mut watch = lock(&self.watch);
+        watch.uris.insert(uri.to_owned());
+        let first = !std::mem::replace(&mut watch.registered, true);
+        drop(watch);
+        if first {
+            subscribers.add(&self.watch);
+        }
     }
 
-    /// Drops a resource subscription.
+    /// Drops a subscription, and an update of `uri` not sent yet.
     pub fn unsubscribe(&self, uri: &str) {
-        lock(&self.state).subscriptions.remove(uri);
+        let mut watch = lock(&self.watch);
+        watch.uris.remove(uri);
+        watch.pending.retain(|p| p != uri);
+    }
+
+    /// Takes the queued `notifications/resources/updated` messages of this session.
+    pub fn take_updates(&self) -> Vec<Value> {
+        let pending = std::mem::take(&mut lock(&self.watch).pending);
+        pending
+            .into_iter()
+            .map(|uri| {
+                crate::jsonrpc::notification(
+                    "notifications/resources/updated",
+                    json!({ "uri": uri }),
+                )
+            })
+            .collect()
     }
 
     /// Registers an in-flight request and returns its cancellation flag.
@@ -233,6 +294,45 @@ mod tests {
         s.deliver(&Value::from("tollgate-999"), Value::from(1));
         s.deliver(&id, Value::from(2));
         assert_eq!(rx.try_recv().ok(), Some(Value::from(2)));
+    }
+
+    #[test]
+    fn a_change_reaches_each_subscribed_session_once_until_it_is_taken() {
+        let subscribers = Subscribers::default();
+        let (a, b, other) = (Session::new(), Session::new(), Session::new());
+        a.subscribe("test://w", &subscribers);
+        a.subscribe("test://x", &subscribers);
+        b.subscribe("test://w", &subscribers);
+        other.subscribe("test://x", &subscribers);
+        subscribers.changed("test://w");
+        subscribers.changed("test://w");
+        let updated = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                             "params": {"uri": "test://w"}});
+        assert_eq!(a.take_updates(), vec![updated.clone()]);
+        assert_eq!(a.take_updates(), Vec::<Value>::new());
+        assert!(other.take_updates().is_empty());
+        b.unsubscribe("test://w");
+        assert!(
+            b.take_updates().is_empty(),
+            "unsubscribing drops what was queued"
+        );
+        subscribers.changed("test://w");
+        assert!(b.take_updates().is_empty());
+        assert_eq!(a.take_updates(), vec![updated]);
+    }
+
+    #[test]
+    fn an_ended_session_drops_out_of_the_subscribers() {
+        let subscribers = Subscribers::default();
+        {
+            let gone = Session::new();
+            gone.subscribe("test://w", &subscribers);
+        }
+        let kept = Session::new();
+        kept.subscribe("test://w", &subscribers);
+        subscribers.changed("test://w");
+        assert_eq!(lock(&subscribers.sessions).len(), 1);
+        assert_eq!(kept.take_updates().len(), 1);
     }
 
     #[test]

@@ -162,6 +162,12 @@ pub const CLIENT_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from
 pub trait Notifier: Send + Sync {
     /// Sends one JSON-RPC notification related to the current request.
     fn notify(&self, message: Value);
+
+    /// Whether what [`Notifier::notify`] is given reaches the client: false for a request
+    /// that cannot stream, which drops it.
+    fn delivers(&self) -> bool {
+        true
+    }
 }
 
 /// What a tool can see and use while it runs.
@@ -188,6 +194,8 @@ pub struct ToolContext<'a> {
     pub commit_hook: Option<&'a dyn CommitHook>,
     /// The connection state (handshake era), for requests to the client.
     pub session: &'a crate::protocol::Session,
+    /// The sessions subscribed to resources, told when a tool changes one.
+    pub subscribers: &'a crate::protocol::Subscribers,
     /// The protocol era of the call.
     pub era: crate::protocol::Era,
     /// What the client sent back for an earlier `input_required` result (2026-07-28).
@@ -288,6 +296,12 @@ impl ToolContext<'_> {
         ));
     }
 
+    /// Tells every session subscribed to the resource `uri` that it changed (a tool calls
+    /// this after changing a resource its provider declares as changing).
+    pub fn resource_changed(&self, uri: &str) {
+        self.subscribers.changed(uri);
+    }
+
     /// Sends a log message when the caller enabled logging at `level` or below.
     pub fn log(&self, level: LogLevel, data: Value) {
         if self.log_level.is_some_and(|min| level >= min) {
@@ -383,22 +397,15 @@ impl ToolContext<'_> {
 
 /// RFC 5424 severities used by MCP logging, in increasing order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[allow(missing_docs)] // the RFC 5424 names say it all
 pub enum LogLevel {
-    /// Debug.
     Debug,
-    /// Info.
     Info,
-    /// Notice.
     Notice,
-    /// Warning.
     Warning,
-    /// Error.
     Error,
-    /// Critical.
     Critical,
-    /// Alert.
     Alert,
-    /// Emergency.
     Emergency,
 }
 
@@ -517,6 +524,12 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// Whether it may send log messages ([`ToolContext::log`]): the server announces the
+    /// `logging` capability, and answers `logging/setLevel`, only when some tool does.
+    fn logs(&self) -> bool {
+        false
+    }
+
     /// Runs it with arguments already validated against the input schema.
     fn call(
         &self,
@@ -559,6 +572,11 @@ pub trait ResourceProvider: Send + Sync {
     }
     /// Reads `uri`; `None` when this provider does not serve it.
     fn read(&self, uri: &str) -> Option<(String, ResourceBody)>;
+    /// The URIs of its resources that can change while the server runs (a tool changes
+    /// them and calls [`ToolContext::resource_changed`]); the others never change.
+    fn changing(&self) -> &[&'static str] {
+        &[]
+    }
 }
 
 /// The business data a prompt's messages, or the completions of one of its arguments, read:
@@ -615,7 +633,7 @@ pub trait Prompt: Send + Sync {
     /// with the business data of `book` where the text quotes it.
     fn messages(&self, book: Book, args: &Map<String, Value>) -> Vec<Value>;
     /// The prompt for these arguments; a prompt that needs more input from the client
-    /// (2026-07-28) answers `Err(InputRequired)` through [`PromptReply`].
+    /// (2026-07-28) answers `Ok(PromptReply::InputRequired(..))`.
     fn get(
         &self,
         book: Book,
@@ -851,6 +869,11 @@ impl Registry {
         &self.tools
     }
 
+    /// Whether some tool may send log messages (see [`Tool::logs`]).
+    pub fn has_logging_tools(&self) -> bool {
+        self.tools.iter().any(|t| t.tool.logs())
+    }
+
     /// Resolves a `tools/call` name.
     pub fn resolve(&self, name: &str) -> Resolution<'_> {
         if let Some(&i) = self.by_name.get(name) {
@@ -879,6 +902,17 @@ impl Registry {
         self.resources.iter().find_map(|p| p.read(uri))
     }
 
+    /// Whether the resource `uri` can change while the server runs.
+    pub fn resource_changes(&self, uri: &str) -> bool {
+        self.resources.iter().any(|p| p.changing().contains(&uri))
+    }
+
+    /// Whether any resource can change while the server runs: only then is there anything
+    /// to subscribe to (`resources/subscribe` and the `resources.subscribe` capability).
+    pub fn has_changing_resources(&self) -> bool {
+        self.resources.iter().any(|p| !p.changing().is_empty())
+    }
+
     /// Every prompt, sorted by name.
     pub fn prompts(&self) -> &[Arc<dyn Prompt>] {
         &self.prompts
@@ -896,7 +930,7 @@ mod tests {
 
     #[test]
     fn a_tool_registered_twice_is_refused_by_name() {
-        let tool = Arc::clone(&crate::conformance::tools()[0]);
+        let tool = Arc::clone(&crate::invoicing::tools()[0]);
         let name = tool.spec().name;
         let err = Registry::new(vec![Arc::clone(&tool), tool], &[], Vec::new(), Vec::new())
             .err()
@@ -928,7 +962,7 @@ mod tests {
 
     #[test]
     fn a_prompt_must_read_through_a_registered_read_tool_of_its_scope() {
-        let tools = crate::conformance::tools();
+        let tools = crate::invoicing::tools();
         let read = tools
             .iter()
             .find(|t| t.spec().category == Category::Read)

@@ -66,13 +66,6 @@ pub struct Sessions {
     table: Mutex<HashMap<String, Entry>>,
 }
 
-/// Why a session id did not resolve.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Lookup {
-    /// No such id, it expired, or it belongs to another credential.
-    Gone,
-}
-
 impl Sessions {
     /// An empty table whose sessions expire after `ttl` without traffic, by `clock`.
     pub fn new(ttl: Duration, clock: Clock) -> Sessions {
@@ -143,20 +136,20 @@ impl Sessions {
     }
 
     /// Finds a live session of `owner` and refreshes its expiry. Another owner's session
-    /// is [`Lookup::Gone`], as an unknown id is (and its expiry is not refreshed).
-    pub fn get(&self, id: &str, owner: &SessionOwner) -> Result<Arc<Session>, Lookup> {
+    /// is `None`, as an unknown or expired id is (and its expiry is not refreshed).
+    pub fn get(&self, id: &str, owner: &SessionOwner) -> Option<Arc<Session>> {
         let now = self.clock.monotonic();
         let mut table = self.lock();
         match table.get_mut(id) {
             Some(entry) if now.saturating_sub(entry.last_seen) >= self.ttl => {
                 table.remove(id);
-                Err(Lookup::Gone)
+                None
             }
             Some(entry) if entry.owner == *owner => {
                 entry.last_seen = now;
-                Ok(Arc::clone(&entry.session))
+                Some(Arc::clone(&entry.session))
             }
-            _ => Err(Lookup::Gone),
+            _ => None,
         }
     }
 
@@ -191,15 +184,15 @@ mod tests {
             .expect("id");
         assert_eq!(id.len(), 32);
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert!(sessions.get(&id, &alice).is_ok());
+        assert!(sessions.get(&id, &alice).is_some());
         assert!(sessions.remove(&id, &alice));
-        assert_eq!(sessions.get(&id, &alice).err(), Some(Lookup::Gone));
+        assert!(sessions.get(&id, &alice).is_none());
 
         let short = Sessions::new(Duration::ZERO, Clock::System);
         let id = short
             .create(Arc::new(Session::new()), alice.clone())
             .expect("id");
-        assert_eq!(short.get(&id, &alice).err(), Some(Lookup::Gone));
+        assert!(short.get(&id, &alice).is_none());
     }
 
     #[test]
@@ -215,16 +208,16 @@ mod tests {
             .expect("id");
         // Used 59.999 s after it was last seen: alive, and its expiry starts again.
         manual.advance(Duration::from_millis(59_999));
-        assert!(sessions.get(&id, &alice).is_ok());
-        assert!(sessions.get(&idle, &alice).is_ok());
+        assert!(sessions.get(&id, &alice).is_some());
+        assert!(sessions.get(&idle, &alice).is_some());
         manual.advance(Duration::from_secs(30));
-        assert!(sessions.get(&id, &alice).is_ok());
+        assert!(sessions.get(&id, &alice).is_some());
         // Exactly 60 s idle: gone, and it stays gone.
         manual.advance(Duration::from_secs(60));
-        assert_eq!(sessions.get(&idle, &alice).err(), Some(Lookup::Gone));
-        assert_eq!(sessions.get(&id, &alice).err(), Some(Lookup::Gone));
+        assert!(sessions.get(&idle, &alice).is_none());
+        assert!(sessions.get(&id, &alice).is_none());
         manual.set_unix_secs(1_800_000_000);
-        assert_eq!(sessions.get(&id, &alice).err(), Some(Lookup::Gone));
+        assert!(sessions.get(&id, &alice).is_none());
     }
 
     #[test]
@@ -234,9 +227,9 @@ mod tests {
         let id = sessions
             .create(Arc::new(Session::new()), alice.clone())
             .expect("id");
-        assert_eq!(sessions.get(&id, &mallory).err(), Some(Lookup::Gone));
+        assert!(sessions.get(&id, &mallory).is_none());
         assert!(!sessions.remove(&id, &mallory));
-        assert!(sessions.get(&id, &alice).is_ok());
+        assert!(sessions.get(&id, &alice).is_some());
         // Tokens of one OAuth client share its sessions (a refreshed token keeps them).
         let of_client = |credential: &str| {
             SessionOwner::of(&CredentialRef {
@@ -247,11 +240,8 @@ mod tests {
         let id = sessions
             .create(Arc::new(Session::new()), of_client("token1"))
             .expect("id");
-        assert!(sessions.get(&id, &of_client("token2")).is_ok());
-        assert_eq!(
-            sessions.get(&id, &owner("token2")).err(),
-            Some(Lookup::Gone)
-        );
+        assert!(sessions.get(&id, &of_client("token2")).is_some());
+        assert!(sessions.get(&id, &owner("token2")).is_none());
     }
 
     #[test]
@@ -267,15 +257,15 @@ mod tests {
         for _ in 0..1_000 {
             mallorys.push(sessions.create(new(), mallory.clone()).expect("id"));
         }
-        assert!(sessions.get(&kept, &alice).is_ok());
-        assert!(bobs.iter().all(|id| sessions.get(id, &bob).is_ok()));
+        assert!(sessions.get(&kept, &alice).is_some());
+        assert!(bobs.iter().all(|id| sessions.get(id, &bob).is_some()));
         // Mallory keeps only its newest sessions, up to its own cap.
         let live = mallorys
             .iter()
-            .filter(|id| sessions.get(id, &mallory).is_ok())
+            .filter(|id| sessions.get(id, &mallory).is_some())
             .count();
         assert_eq!(live, 8);
-        assert!(sessions.get(&mallorys[999], &mallory).is_ok());
+        assert!(sessions.get(&mallorys[999], &mallory).is_some());
 
         // A full table gives way at the owner holding the most sessions.
         let carol = owner("carol");
@@ -284,10 +274,10 @@ mod tests {
         }
         let live = mallorys
             .iter()
-            .filter(|id| sessions.get(id, &mallory).is_ok())
+            .filter(|id| sessions.get(id, &mallory).is_some())
             .count();
         assert_eq!(live, 7);
-        assert!(sessions.get(&kept, &alice).is_ok());
-        assert!(bobs.iter().all(|id| sessions.get(id, &bob).is_ok()));
+        assert!(sessions.get(&kept, &alice).is_some());
+        assert!(bobs.iter().all(|id| sessions.get(id, &bob).is_some()));
     }
 }

@@ -2,6 +2,10 @@
 //! keeps writing (every guarded call adds an audit row and bumps rate counters). The
 //! files are then read with plain SQLite, not through tollgate.
 
+// Without the fixtures, the tests that need them are compiled out (`cargo test
+// --features conformance-pack` runs them), and so may some of their helpers.
+#![cfg_attr(not(feature = "conformance-pack"), allow(unused_imports, dead_code))]
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +19,7 @@ const CALLS_BEFORE: usize = 20;
 /// Upper bound on the calls made while the backup runs (they stop when it ends).
 const MAX_CALLS_DURING: usize = 5000;
 
+#[cfg(feature = "conformance-pack")]
 fn started(db: &TestDb) -> StdioServer {
     let mut server = StdioServer::start(db, &["--conformance-pack"]);
     server.initialize("2025-11-25");
@@ -67,6 +72,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn backup_while_serving_is_complete_and_restores() {
     let db = TestDb::new();

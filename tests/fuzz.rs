@@ -38,8 +38,8 @@ fn server(db: &TestDb) -> Server {
     tollgate::cli::build_server(&config, store).expect("server")
 }
 
-/// Validators compile in the background at start-up: every built-in and fixture tool's
-/// input schema must compile, or its calls would fail with an internal error.
+/// Validators compile on a tool's first call: every built-in and fixture tool's input
+/// schema must compile, or its calls would fail with an internal error.
 #[test]
 fn every_tool_input_schema_compiles() {
     let db = TestDb::new();

@@ -4,6 +4,10 @@
 //! another process applying to the very next call; the failure throttle keeping argon2
 //! work bounded under a flood of bad tokens; no secret in the database file or the logs.
 
+// Without the fixtures, the tests that need them are compiled out (`cargo test
+// --features conformance-pack` runs them), and so may some of their helpers.
+#![cfg_attr(not(feature = "conformance-pack"), allow(unused_imports, dead_code))]
+
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::Stdio;
@@ -17,6 +21,7 @@ use tollgate::store::{Store, StoreOptions};
 
 use crate::util::{StdioServer, TestDb, assert_error, modern_meta};
 
+#[cfg(feature = "conformance-pack")]
 /// The conformance pack's tools (`--conformance-pack`), all of scope `conformance:use`.
 fn conformance_tools() -> BTreeSet<String> {
     tollgate::conformance::tools()
@@ -66,6 +71,7 @@ fn run_err(db: &TestDb, argv: &[&str]) -> String {
     String::from_utf8(out.stderr).expect("utf-8 stderr")
 }
 
+#[cfg(feature = "conformance-pack")]
 /// A handshake-era stdio server with the conformance pack, for `token` (or none).
 fn server(db: &TestDb, token: Option<&str>) -> StdioServer {
     let mut server = StdioServer::start_with_token(db, token, &["--conformance-pack"]);
@@ -73,6 +79,7 @@ fn server(db: &TestDb, token: Option<&str>) -> StdioServer {
     server
 }
 
+#[cfg(feature = "conformance-pack")]
 fn call_simple(server: &mut StdioServer) -> Value {
     server.call_tool("test_simple_text", json!({}))
 }
@@ -98,6 +105,7 @@ fn assert_invalid_token(response: &Value, reason: &str) {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 fn tool_names(server: &mut StdioServer) -> BTreeSet<String> {
     let response = server.request("tools/list", json!({}));
     response["result"]["tools"]
@@ -133,6 +141,7 @@ fn open_store(db: &TestDb) -> Store {
     Store::open(&db.path, &StoreOptions::default()).expect("open the test database")
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn without_a_token_only_the_handshake_works_and_the_hint_says_how_to_set_one() {
     let db = TestDb::new();
@@ -150,6 +159,7 @@ fn without_a_token_only_the_handshake_works_and_the_hint_says_how_to_set_one() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn malformed_unknown_expired_and_revoked_tokens_are_invalid_token() {
     let db = TestDb::new();
@@ -190,6 +200,7 @@ fn malformed_unknown_expired_and_revoked_tokens_are_invalid_token() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_key_revoked_by_another_process_is_refused_on_the_next_call() {
     let db = TestDb::new();
@@ -218,6 +229,7 @@ fn total_charged(db: &TestDb) -> i64 {
     .expect("sum the counters")
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_client_revoked_by_another_process_is_refused_on_the_next_call() {
     let db = TestDb::new();
@@ -261,6 +273,7 @@ fn a_client_revoked_by_another_process_is_refused_on_the_next_call() {
     assert_eq!(listed[0]["status"], json!("revoked"), "{listed}");
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_test_key_on_a_live_installation_and_a_client_secret_are_the_wrong_type() {
     let db = TestDb::new();
@@ -287,6 +300,7 @@ fn a_test_key_on_a_live_installation_and_a_client_secret_are_the_wrong_type() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_missing_scope_names_the_required_and_provided_scopes() {
     let db = TestDb::new();
@@ -301,6 +315,7 @@ fn a_missing_scope_names_the_required_and_provided_scopes() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_tool_outside_the_plan_names_the_smallest_plan_that_includes_it() {
     let db = TestDb::new();
@@ -320,6 +335,7 @@ fn a_tool_outside_the_plan_names_the_smallest_plan_that_includes_it() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_used_up_allowance_is_plan_limit_exceeded_until_keys_are_revoked() {
     let db = TestDb::new();
@@ -359,6 +375,7 @@ fn a_used_up_allowance_is_plan_limit_exceeded_until_keys_are_revoked() {
     assert!(refused.contains("tollgate key revoke"), "{refused}");
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn unknown_and_retired_tool_names_are_invalid_params() {
     let db = TestDb::new();
@@ -373,6 +390,7 @@ fn unknown_and_retired_tool_names_are_invalid_params() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn repeated_failures_from_one_stdio_process_are_throttled() {
     let db = TestDb::new();
@@ -390,6 +408,7 @@ fn repeated_failures_from_one_stdio_process_are_throttled() {
     assert_eq!(data["reset"].as_u64().expect("reset") % 60, 0, "{response}");
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn tools_list_follows_the_scopes_and_the_plan() {
     let db = TestDb::new();
@@ -445,12 +464,14 @@ fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|n| (*n).to_owned()).collect()
 }
 
+#[cfg(feature = "conformance-pack")]
 fn builtin_list(db: &TestDb, token: &str) -> BTreeSet<String> {
     let mut server = StdioServer::start_with_token(db, Some(token), &[]);
     server.initialize("2025-11-25");
     tool_names(&mut server)
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn the_built_in_tools_follow_the_scopes_and_the_seeded_plans() {
     let db = TestDb::new();
@@ -481,6 +502,7 @@ fn the_built_in_tools_follow_the_scopes_and_the_seeded_plans() {
     assert_eq!(response["error"]["data"]["required_plan"], json!("pro"));
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn rotation_keeps_the_old_secret_for_the_grace_period_only() {
     let db = TestDb::new();
@@ -549,6 +571,7 @@ fn operator_mistakes_say_how_to_fix_them() {
     assert_eq!(company["mode"], json!("live"));
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn every_call_leaves_one_audit_row_without_arguments() {
     let db = TestDb::new();
@@ -610,6 +633,7 @@ fn every_call_leaves_one_audit_row_without_arguments() {
     assert!(human.contains("unknown_tool"), "{human}");
 }
 
+#[cfg(feature = "conformance-pack")]
 /// Runs one stateless (2026-07-28) stdio session at trace level with `token`, sending
 /// `requests`; returns stdout and stderr.
 fn traced_session(db: &TestDb, token: &str, requests: &[Value]) -> (String, String) {
@@ -636,6 +660,7 @@ fn modern_call(id: i64, name: &str) -> Value {
            "params": {"name": name, "arguments": {}, "_meta": modern_meta()}})
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn no_secret_reaches_the_database_file_or_the_logs() {
     let db = TestDb::new();

@@ -8,6 +8,10 @@
 //! Every request goes through a raw HTTP/1.1 client (`util::HttpExchange`) so the test
 //! controls every header, including a hostile `Host`.
 
+// Without the fixtures, the tests that need them are compiled out (`cargo test
+// --features conformance-pack` runs them), and so may some of their helpers.
+#![cfg_attr(not(feature = "conformance-pack"), allow(unused_imports, dead_code))]
+
 use serde_json::{Value, json};
 
 use crate::util::{
@@ -69,10 +73,12 @@ fn public_id(token: &str) -> &str {
     token.split('_').nth(2).expect("public id")
 }
 
+#[cfg(feature = "conformance-pack")]
 fn serve(db: &TestDb) -> HttpServer {
     HttpServer::start(db, &["--conformance-pack"])
 }
 
+#[cfg(feature = "conformance-pack")]
 fn serve_semantic(db: &TestDb) -> HttpServer {
     HttpServer::start_with_env(
         db,
@@ -252,6 +258,7 @@ fn assert_simple_text(response: &HttpResponse) {
 
 // ---- probes and routing ---------------------------------------------------------------
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn healthz_answers_ok_without_a_credential() {
     let db = TestDb::new();
@@ -264,6 +271,7 @@ fn healthz_answers_ok_without_a_credential() {
     assert!(body["schema_version"].is_u64(), "{body}");
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn get_on_mcp_is_405_and_unknown_paths_are_404() {
     let db = TestDb::new();
@@ -292,6 +300,7 @@ fn http_get(server: &HttpServer, path: &str, headers: &[(&str, &str)]) -> HttpRe
 
 // ---- Origin / Host (DNS-rebinding protection) ------------------------------------------
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_foreign_origin_or_host_is_403_and_loopback_ones_pass() {
     let db = TestDb::new();
@@ -365,6 +374,7 @@ fn a_foreign_origin_or_host_is_403_and_loopback_ones_pass() {
     assert_eq!(server.post_mcp(&[], &init).status, 200);
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn configured_origins_and_hosts_are_allowed() {
     let db = TestDb::new();
@@ -409,6 +419,7 @@ fn configured_origins_and_hosts_are_allowed() {
 
 // ---- body, Accept, Content-Type --------------------------------------------------------
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_body_over_the_cap_is_413() {
     let db = TestDb::new();
@@ -467,6 +478,7 @@ fn a_body_over_the_cap_is_413() {
     assert_eq!(small.status, 200);
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn wrong_accept_is_406_and_wrong_content_type_is_415() {
     let db = TestDb::new();
@@ -538,6 +550,7 @@ fn wrong_accept_is_406_and_wrong_content_type_is_415() {
 
 // ---- handshake-era sessions --------------------------------------------------------------
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn session_lifecycle_initialize_use_delete_then_404() {
     let db = TestDb::new();
@@ -631,6 +644,7 @@ fn session_lifecycle_initialize_use_delete_then_404() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_bad_protocol_version_header_on_a_session_is_400() {
     let db = TestDb::new();
@@ -668,6 +682,7 @@ fn a_bad_protocol_version_header_on_a_session_is_400() {
     assert_eq!(ok.status, 200);
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn notifications_are_202_with_an_empty_body() {
     let db = TestDb::new();
@@ -686,6 +701,7 @@ fn notifications_are_202_with_an_empty_body() {
     assert!(modern.body.is_empty());
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn batches_are_answered_on_2025_03_26_and_refused_on_later_revisions() {
     let db = TestDb::new();
@@ -725,6 +741,7 @@ fn batches_are_answered_on_2025_03_26_and_refused_on_later_revisions() {
 
 // ---- 2026-07-28 ---------------------------------------------------------------------------
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn modern_header_mismatch_is_400_with_the_request_id() {
     let db = TestDb::new();
@@ -780,6 +797,7 @@ fn modern_header_mismatch_is_400_with_the_request_id() {
     assert_simple_text(&encoded);
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn modern_unknown_or_removed_methods_are_404_method_not_found() {
     let db = TestDb::new();
@@ -798,6 +816,7 @@ fn modern_unknown_or_removed_methods_are_404_method_not_found() {
     }
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn modern_requests_without_client_capabilities_are_400_invalid_params() {
     let db = TestDb::new();
@@ -816,6 +835,7 @@ fn modern_requests_without_client_capabilities_are_400_invalid_params() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn modern_delete_is_405_and_discover_needs_no_session() {
     let db = TestDb::new();
@@ -864,6 +884,7 @@ fn assert_invalid_token_reply(response: &HttpResponse, server: &HttpServer) {
     assert_error(&response.json(), -32001, "invalid_token", 401, 1101, false);
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_missing_or_bad_token_is_401_with_resource_metadata_in_both_modes() {
     let db = TestDb::new();
@@ -888,6 +909,7 @@ fn a_missing_or_bad_token_is_401_with_resource_metadata_in_both_modes() {
     }
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn compatible_mode_sends_guard_errors_with_200_and_rate_limit_headers() {
     let db = TestDb::new();
@@ -967,6 +989,7 @@ fn assert_rate_limited_headers(response: &HttpResponse, data: &Value) {
     assert!(state.contains("\"read\";r=0;t="), "{state}");
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn semantic_mode_uses_403_and_429_with_their_headers() {
     let db = TestDb::new();
@@ -1010,6 +1033,7 @@ fn semantic_mode_uses_403_and_429_with_their_headers() {
     assert_error(&unknown.json(), -32602, "unknown_tool", 404, 1005, false);
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn successful_calls_carry_the_rate_limit_headers() {
     let db = TestDb::new();
@@ -1096,6 +1120,7 @@ fn assert_progress_then_response(messages: &[Value], id: i64) {
     assert!(last["result"]["content"][0]["text"].is_string(), "{last}");
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn progress_streams_as_sse_events_then_the_response() {
     let db = TestDb::new();
@@ -1135,6 +1160,7 @@ fn progress_streams_as_sse_events_then_the_response() {
     assert_eq!(plain.json()["result"]["isError"], json!(false));
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn a_guard_rejection_of_a_streaming_call_keeps_its_json_body() {
     let db = TestDb::new();
@@ -1156,6 +1182,7 @@ fn a_guard_rejection_of_a_streaming_call_keeps_its_json_body() {
 
 // ---- OAuth -------------------------------------------------------------------------------------
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn oauth_metadata_documents_describe_this_server() {
     let db = TestDb::new();
@@ -1191,6 +1218,7 @@ fn oauth_metadata_documents_describe_this_server() {
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn the_public_base_url_is_what_metadata_and_challenges_name() {
     let db = TestDb::new();
@@ -1257,6 +1285,7 @@ fn assert_oauth_error(response: &HttpResponse, status: u16, error: &str) {
     assert!(body["error_description"].is_string(), "{body}");
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn client_credentials_tokens_work_as_bearers_until_the_client_is_revoked() {
     let db = TestDb::new();
@@ -1350,6 +1379,7 @@ fn client_credentials_tokens_work_as_bearers_until_the_client_is_revoked() {
     assert_oauth_error(&token_request(&server, &[], &form), 401, "invalid_client");
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn client_revoked_is_403_in_semantic_mode() {
     let db = TestDb::new();
@@ -1374,6 +1404,7 @@ fn client_revoked_is_403_in_semantic_mode() {
     assert_error(&response.json(), -32002, "client_revoked", 403, 1102, false);
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn the_token_endpoint_answers_rfc_6749_errors() {
     let db = TestDb::new();
@@ -1441,6 +1472,7 @@ fn the_token_endpoint_answers_rfc_6749_errors() {
 
 // ---- development mode --------------------------------------------------------------------------
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn dev_mode_runs_tokenless_requests_as_the_configured_credential_and_audits_them() {
     let db = TestDb::new();
@@ -1491,6 +1523,7 @@ fn dev_mode_runs_tokenless_requests_as_the_configured_credential_and_audits_them
     );
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn dev_mode_is_charged_like_any_credential() {
     let db = TestDb::new();
@@ -1538,6 +1571,7 @@ fn dev_mode_and_non_loopback_addresses_are_refused_at_start() {
 
 // ---- shutdown ---------------------------------------------------------------------------------
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn sigterm_during_a_slow_call_lets_it_finish_then_exits_0() {
     let db = TestDb::new();
@@ -1579,6 +1613,7 @@ fn sigterm_during_a_slow_call_lets_it_finish_then_exits_0() {
     assert_eq!(exit.code(), Some(0), "{}", server.log_text());
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn sigterm_on_an_idle_server_exits_0() {
     let db = TestDb::new();

@@ -8,6 +8,10 @@
 //! and observes that the server answers or closes while it still sends. Nothing asserts on
 //! durations.
 
+// Without the fixtures, the tests that need them are compiled out (`cargo test
+// --features conformance-pack` runs them), and so may some of their helpers.
+#![cfg_attr(not(feature = "conformance-pack"), allow(unused_imports, dead_code))]
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
@@ -257,12 +261,14 @@ fn slow_connections_past_the_cap_cannot_stop_a_valid_call_and_the_listener_recov
 
     // Each newcomer past the cap closed the connection that had waited longest. (The two
     // connections of the harness's start-up check may still have been closing, and so have
-    // made room first: hence the margin of two.)
+    // made room first: hence the margin of two below. A closing connection leaves the
+    // registry when its own thread lets go of it, so in a loaded run one more slow
+    // connection than the exact figure can be closed: the margin of one above.)
     let closed: Vec<bool> = slow.iter().map(closed_by_server).collect();
     let evicted = SLOW - CAP + 1;
     let count = closed.iter().filter(|c| **c).count();
     assert!(
-        (evicted - 2..=evicted).contains(&count),
+        (evicted - 2..=evicted + 1).contains(&count),
         "{count} slow connections closed: {closed:?}"
     );
     assert!(
@@ -356,6 +362,7 @@ fn server_spoke(stream: &TcpStream) -> bool {
     spoke
 }
 
+#[cfg(feature = "conformance-pack")]
 /// With every connection's request being worked on (two tools waiting for the client's
 /// answer, a cap of two), a third connection cannot evict anyone: it gets 503
 /// `server_busy` from the catalog at once, and the refusal is logged.
@@ -432,24 +439,35 @@ fn elicitation_session(addr: SocketAddr, token: &str) -> String {
 }
 
 /// Calls `test_elicitation` and reads until its question arrives on the event stream:
-/// from then on the request is being worked on (the tool waits for the answer).
+/// from then on the request is being worked on (the tool waits for the answer). A
+/// connection of the setup may still count against the cap for a moment after its
+/// response was read (its thread has not yet seen the client go): a `server_busy` then is
+/// tried again, a bounded number of times.
 fn start_elicitation(addr: SocketAddr, token: &str, session: &str, i: u64) -> HttpExchange {
     let auth = format!("Bearer {token}");
     let body = json!({"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
         "params": {"name": "test_elicitation", "arguments": {"message": "Who?"}}});
-    let mut exchange = HttpExchange::send(
-        addr,
-        "POST",
-        "/mcp",
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("Authorization", &auth),
-            ("Mcp-Session-Id", session),
-        ],
-        &serde_json::to_vec(&body).expect("serialize"),
-    );
-    let (status, headers) = exchange.read_head();
+    let mut attempts = 0;
+    let (mut exchange, status, headers) = loop {
+        let mut exchange = HttpExchange::send(
+            addr,
+            "POST",
+            "/mcp",
+            &[
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+                ("Authorization", &auth),
+                ("Mcp-Session-Id", session),
+            ],
+            &serde_json::to_vec(&body).expect("serialize"),
+        );
+        let (status, headers) = exchange.read_head();
+        attempts += 1;
+        if status != 503 || attempts == 50 {
+            break (exchange, status, headers);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(status, 200, "{headers:?}");
     assert!(
         headers

@@ -3,7 +3,8 @@
 #
 # Builds the package with `cargo deb`, installs it with dpkg, and checks what an operator
 # gets: the tollgate user, files and permissions, the unit (`systemd-analyze verify` when
-# the tool exists), `check-config` on the installed config. Then it does by hand what the
+# the tool exists), `check-config` on the installed config, and that the binary carries no
+# conformance fixtures (`--conformance-pack` refused). Then it does by hand what the
 # unit does: runs the installed binary as the service user with the installed config and a
 # clean environment, with NOTIFY_SOCKET pointing at a listener (Type=notify: READY=1 and
 # STOPPING=1), passes `healthcheck`, makes real MCP calls over HTTP with the admin key,
@@ -184,6 +185,14 @@ set -e
 expect "healthcheck before init is refused (exit 2)" 2 "$pre_status"
 check "…and says to run tollgate init" grep -q 'tollgate init' "$WORK/pre.out"
 
+# The packaged binary is built without the conformance fixtures: asking for them is refused.
+set +e
+as_service tollgate --config "$CONF" stdio --conformance-pack </dev/null >"$WORK/pack.out" 2>&1
+pack_status=$?
+set -e
+expect "--conformance-pack is refused by the packaged binary (exit 2)" 2 "$pack_status"
+check "…because the build does not carry the fixtures" grep -q 'this build of tollgate does not carry it' "$WORK/pack.out"
+
 as_service tollgate --config "$CONF" init --company "Pkg Test" --json >"$WORK/init.json" 2>"$WORK/init.err" \
     || { fail "init as the service user" "$(cat "$WORK/init.err")"; exit 1; }
 pass "init as the service user"
@@ -265,6 +274,12 @@ expect "tools/list with the admin key: HTTP 200" 200 "$(cat "$WORK/list.status")
 expect "tools/list: a JSON-RPC result with a tools array" True \
     "$(json "$WORK/list.json" 'd["id"] == 2 and isinstance(d["result"]["tools"], list)')"
 note "tools listed: $(json "$WORK/list.json" '", ".join(t["name"] for t in d["result"]["tools"]) or "(none)"')"
+expect "tools/list: no conformance fixture is served" False \
+    "$(json "$WORK/list.json" 'any(t["name"].startswith("test_") for t in d["result"]["tools"])')"
+expect "initialize: nothing to subscribe to in the packaged server" False \
+    "$(json "$WORK/initialize.json" '"subscribe" in d["result"]["capabilities"]["resources"]')"
+expect "initialize: no logging announced (no packaged tool logs)" False \
+    "$(json "$WORK/initialize.json" '"logging" in d["result"]["capabilities"]')"
 
 mcp call '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}' \
     "${SESSION_HEADERS[@]}" -H 'Authorization: Bearer tg_not_a_real_key'

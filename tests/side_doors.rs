@@ -6,6 +6,10 @@
 //! `prompts/list` when the key could not use them — over stdio and HTTP, on both protocol
 //! eras. Prompts and completions that read nothing stay open to any authenticated key.
 
+// Without the fixtures, the tests that need them are compiled out (`cargo test
+// --features conformance-pack` runs them), and so may some of their helpers.
+#![cfg_attr(not(feature = "conformance-pack"), allow(unused_imports, dead_code))]
+
 use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
@@ -599,6 +603,7 @@ fn a_key_with_the_data_scopes_gets_the_data_charged_and_audited_over_http() {
     assert_eq!(audit_rows(&db, &modern_key), admitted_rows());
 }
 
+#[cfg(feature = "conformance-pack")]
 #[test]
 fn development_mode_still_serves_the_fixture_and_invoicing_prompts_and_completions() {
     let db = TestDb::with_init_args(&["--demo"]);

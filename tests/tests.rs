@@ -1,13 +1,19 @@
 //! Black-box tests: each module drives the real `tollgate` binary over stdio or HTTP and
 //! asserts the exact JSON-RPC codes and `data` fields of `shared/spec/ERRORS.md`.
+//!
+//! Tests that need the conformance fixtures (`--conformance-pack`) are compiled only with
+//! the `conformance-pack` feature (`cargo test --features conformance-pack`), as are the
+//! two modules made of nothing else (`fuzz`, `ratelimit`).
 
 mod util;
 
 mod backup;
+mod capabilities;
 mod clock;
 mod docs;
 mod faults;
 mod floods;
+#[cfg(feature = "conformance-pack")]
 mod fuzz;
 mod guards;
 mod hardening_auth;
@@ -15,6 +21,7 @@ mod hardening_store;
 mod http;
 mod invoicing;
 mod listener;
+#[cfg(feature = "conformance-pack")]
 mod ratelimit;
 mod sandbox;
 mod side_doors;

@@ -3,6 +3,7 @@
 # once per frozen requirement set (2025-11-25 and 2026-07-28).
 #
 # Usage: tests/conformance/run.sh <tollgate binary> <conformance binary> [output dir]
+# The tollgate binary must carry the fixtures: build it with `--features conformance-pack`.
 #
 # The suite sends no credential, so the server runs in development mode: requests without
 # a token run as a credential created here (loopback only). Every scored scenario must
@@ -22,6 +23,11 @@ cleanup() {
 trap cleanup EXIT
 
 db="$work/conformance.db"
+if ! TOLLGATE_CONFORMANCE_PACK=true "$bin" --database "$db" check-config > /dev/null 2> "$work/pack.txt"; then
+    cat "$work/pack.txt"
+    echo "conformance: $bin has no conformance pack; build it with --features conformance-pack"
+    exit 1
+fi
 "$bin" --database "$db" init --company "Conformance" --plan enterprise --json > "$work/init.json"
 key_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["admin_key_id"])' "$work/init.json")
 # The suite calls the slow fixtures many times a minute; lift this credential's limits.
