@@ -8,6 +8,7 @@ mod docs;
 mod faults;
 mod floods;
 mod fuzz;
+mod golden;
 mod guards;
 mod hardening_auth;
 mod hardening_store;
