@@ -26,9 +26,9 @@
 //!
 //! Rate windows: a per-minute window that rolls over mid-script would change counts. A
 //! scenario that crossed a minute boundary (the test's clock before and after it; the
-//! server reads the same clock) is run again once, on fresh databases and processes; the
-//! argon2-ceiling scenario does the same at one-second granularity, up to six runs.
-//! Nothing sleeps to wait for a window.
+//! server reads the same clock) is run again, on fresh databases and processes (at most
+//! three runs); the argon2-ceiling scenario does the same at one-second granularity, up to
+//! six runs. Nothing sleeps to wait for a window.
 //!
 //! The `conformance` scenario needs the conformance fixtures (`--conformance-pack`): only a
 //! tool that asks the client produces `missing_client_capability` and the client-answer
@@ -107,10 +107,11 @@ fn run_scenario_with(name: &str, script: fn(&mut Transcript), runs: u32) {
     panic!("scenario {name}: every run crossed a rate window boundary");
 }
 
-/// [`run_scenario_with`] with one more run when a minute boundary was crossed (a
-/// scenario takes a few seconds, so the second run cannot cross one too).
+/// [`run_scenario_with`] with up to three runs: a run that crossed a minute boundary is
+/// followed by one that starts just after it, which crosses none unless the machine is
+/// so loaded that a scenario takes more than half a minute.
 fn run_scenario(name: &str, script: fn(&mut Transcript)) {
-    run_scenario_with(name, script, 2);
+    run_scenario_with(name, script, 3);
 }
 
 fn settle(name: &str, lines: &[String]) {
@@ -2060,53 +2061,74 @@ fn stdio_plans(t: &mut Transcript) {
     s.close(t);
 }
 
-/// Faults of the store, provoked from outside: a write lock held past the busy timeout
-/// (a guard's write: JSON-RPC `backend_unavailable`), and a statement that fails inside a
-/// tool's write (`internal_error`).
-fn stdio_faults(t: &mut Transcript) {
+/// Faults of the store, provoked from outside, over stdio and over HTTP in both status
+/// modes: a write lock held past the busy timeout (a guard's write: JSON-RPC
+/// `backend_unavailable`), and a statement that fails inside a tool's write
+/// (`internal_error`).
+fn faults(t: &mut Transcript) {
     let (db, admin) = database(t, &[]);
-    let mut s = Stdio::start(
+    let busy = ("TOLLGATE_STORE_BUSY_TIMEOUT_MS", "200");
+    let compatible = start_http(&db, t, &[], &[busy]);
+    let semantic = start_http(
         &db,
-        Some(&admin.token),
-        &[("TOLLGATE_STORE_BUSY_TIMEOUT_MS", "200")],
-        &[],
-    );
-    s.initialize(t, HANDSHAKE, json!({}));
-    s.call(
         t,
-        "create_client before the lock",
-        "create_client",
-        json!({"name": "Before"}),
+        &[],
+        &[busy, ("TOLLGATE_HTTP_ERROR_STATUS", "semantic")],
     );
+    let mut stdio = Stdio::start(&db, Some(&admin.token), &[busy], &[]);
+    stdio.initialize(t, HANDSHAKE, json!({}));
+    let mut clients: Vec<(&str, Box<dyn Mcp>)> = vec![
+        ("stdio", Box::new(stdio)),
+        (
+            "HTTP compatible",
+            Box::new(Http::modern(&compatible, Some(&admin.token))),
+        ),
+        (
+            "HTTP semantic",
+            Box::new(Http::modern(&semantic, Some(&admin.token))),
+        ),
+    ];
+    for (via, c) in &mut clients {
+        c.call(
+            t,
+            &format!("create_client before the lock ({via})"),
+            "create_client",
+            json!({"name": format!("Before {via}")}),
+        );
+    }
     let lock = rusqlite::Connection::open(&db.path).expect("open");
     lock.execute_batch("BEGIN EXCLUSIVE").expect("lock");
     t.note("another connection holds BEGIN EXCLUSIVE");
-    s.call(
-        t,
-        "create_client while the database is locked: backend_unavailable",
-        "create_client",
-        json!({"name": "During"}),
-    );
+    for (via, c) in &mut clients {
+        c.call(
+            t,
+            &format!("create_client while the database is locked: backend_unavailable ({via})"),
+            "create_client",
+            json!({"name": "During"}),
+        );
+    }
     lock.execute_batch("COMMIT").expect("unlock");
     t.note("the lock is released");
-    s.call(
-        t,
-        "create_client after the lock",
-        "create_client",
-        json!({"name": "After"}),
-    );
     sql(
         &db,
         t,
-        "CREATE TRIGGER golden_fault BEFORE INSERT ON clients BEGIN SELECT RAISE(ABORT, 'golden fault'); END",
+        "CREATE TRIGGER golden_fault BEFORE INSERT ON clients \
+                 BEGIN SELECT RAISE(ABORT, 'golden fault'); END",
     );
-    s.call(
-        t,
-        "create_client whose insert fails: internal_error",
-        "create_client",
-        json!({"name": "Faulty"}),
-    );
-    s.close(t);
+    for (via, c) in &mut clients {
+        c.call(
+            t,
+            &format!("create_client whose insert fails: internal_error ({via})"),
+            "create_client",
+            json!({"name": "Faulty"}),
+        );
+        c.call(
+            t,
+            &format!("search_clients still works ({via})"),
+            "search_clients",
+            json!({}),
+        );
+    }
 }
 
 /// HTTP on the handshake era, compatible status mode: sessions, the transport's own
@@ -2788,6 +2810,26 @@ fn http_guards_in(t: &mut Transcript, mode: &str) {
             json!({"name": "search_clients", "arguments": {}}),
         );
     }
+
+    // Test mode: the test key works on the sandbox, and results name their book.
+    cli(&db, t, &["company", "set", "--mode", "test"]);
+    cli(&db, t, &["sandbox", "reset", "--empty"]);
+    let server = start_http(&db, t, &[], &env);
+    for (who, token) in [("test key", &test_key.token), ("live key", &admin.token)] {
+        let mut c = Http::modern(&server, Some(token));
+        c.request(
+            t,
+            &format!("create_client with the {who} in test mode"),
+            "tools/call",
+            json!({"name": "create_client", "arguments": {"name": format!("Sandbox {who}")}}),
+        );
+        c.request(
+            t,
+            &format!("a guard refusal with the {who} in test mode: unknown_tool"),
+            "tools/call",
+            json!({"name": "no_such_tool", "arguments": {}}),
+        );
+    }
 }
 
 fn http_guards(t: &mut Transcript) {
@@ -2995,8 +3037,8 @@ fn stdio_plans_transcript() {
 }
 
 #[test]
-fn stdio_faults_transcript() {
-    run_scenario("stdio_faults", stdio_faults);
+fn faults_transcript() {
+    run_scenario("faults", faults);
 }
 
 #[test]
