@@ -15,6 +15,7 @@ mod faults;
 mod floods;
 #[cfg(feature = "conformance-pack")]
 mod fuzz;
+mod golden;
 mod guards;
 mod hardening_auth;
 mod hardening_store;
