@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +14,7 @@ use rusqlite::{Connection, OpenFlags};
 use serde_json::{Value, json};
 
 use crate::floods::{Conn, call, raise_limits};
-use crate::util::{HttpServer, StdioServer, TestDb, assert_error, bin};
+use crate::util::{HttpServer, StdioServer, TestDb, TinyDisk, assert_error, bin};
 
 /// `_meta` flag of a replayed result.
 const REPLAY: &str = "dev.tollgate/idempotentReplay";
@@ -445,32 +445,6 @@ fn a_database_locked_past_the_busy_timeout_gives_backend_unavailable_then_recove
 }
 
 // ---- A full disk -------------------------------------------------------------------------
-
-/// A small tmpfs mounted for one test; unmounted (lazily) on drop.
-struct TinyDisk {
-    mount: PathBuf,
-}
-
-impl TinyDisk {
-    /// Mounts a tmpfs of `size` under `dir`, when this process may (root, `mount` present).
-    fn mount(dir: &Path, size: &str) -> Option<TinyDisk> {
-        let mount = dir.join("disk");
-        std::fs::create_dir_all(&mount).ok()?;
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&mount)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .ok()?;
-        status.success().then_some(TinyDisk { mount })
-    }
-}
-
-impl Drop for TinyDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
-    }
-}
 
 /// A draft of 200 lines with long descriptions: about 120 KB of new rows.
 fn bulky_draft(client: &str) -> Value {

@@ -55,10 +55,10 @@
 //! nothing a client sends reaches.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, ChildStdin};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
@@ -634,16 +634,7 @@ impl Stdio {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null());
         let mut child = cmd.spawn().expect("spawn tollgate stdio");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let rx = crate::util::read_lines(child.stdout.take().expect("stdout"));
         Stdio {
             stdin: child.stdin.take(),
             child,
@@ -691,6 +682,7 @@ impl Stdio {
     }
 
     /// Records lines until a request from the server (a message with `method` and `id`).
+    #[cfg(feature = "conformance-pack")]
     fn read_request(&mut self, t: &mut Transcript) -> Value {
         loop {
             let line = self

@@ -19,7 +19,11 @@ use tollgate::catalog::ErrorKind;
 use tollgate::clock::{Clock, ManualClock};
 use tollgate::store::{Store, StoreOptions};
 
-use crate::util::{StdioServer, TestDb, assert_error, modern_meta};
+use crate::util::{Key, StdioServer, TestDb, assert_error, modern_meta};
+
+fn create_key(db: &TestDb, scopes: &str, extra: &[&str]) -> Key {
+    db.create_key("test key", scopes, extra)
+}
 
 #[cfg(feature = "conformance-pack")]
 /// The conformance pack's tools (`--conformance-pack`), all of scope `conformance:use`.
@@ -29,24 +33,6 @@ fn conformance_tools() -> BTreeSet<String> {
         .inspect(|t| assert_eq!(t.spec().scope, tollgate::conformance::SCOPE))
         .map(|t| t.spec().name.to_owned())
         .collect()
-}
-
-/// A key made by `tollgate key create --json`.
-struct Key {
-    id: String,
-    token: String,
-}
-
-fn create_key(db: &TestDb, scopes: &str, extra: &[&str]) -> Key {
-    let mut argv = vec![
-        "key", "create", "--name", "test key", "--scopes", scopes, "--json",
-    ];
-    argv.extend_from_slice(extra);
-    let printed = db.run_json(&argv);
-    Key {
-        id: printed["id"].as_str().expect("id").to_owned(),
-        token: printed["token"].as_str().expect("token").to_owned(),
-    }
 }
 
 /// Runs a CLI command that must succeed; returns its stdout.

@@ -22,14 +22,8 @@ fn admin_token(db: &TestDb) -> String {
 
 /// A new key with `scopes`: (public id, token).
 fn create_key(db: &TestDb, scopes: &str, extra: &[&str]) -> (String, String) {
-    let mut args = vec!["key", "create", "--name", "hardening", "--scopes", scopes];
-    args.extend_from_slice(extra);
-    args.push("--json");
-    let printed = db.run_json(&args);
-    (
-        printed["id"].as_str().expect("id").to_owned(),
-        printed["token"].as_str().expect("token").to_owned(),
-    )
+    let key = db.create_key("hardening", scopes, extra);
+    (key.id, key.token)
 }
 
 /// A server whose only trusted proxy is the loopback address the tests connect from.

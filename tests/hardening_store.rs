@@ -15,7 +15,8 @@ use rusqlite::Connection;
 use serde_json::{Value, json};
 
 use crate::util::{
-    HttpServer, READ_TIMEOUT, StdioServer, TestDb, bin, free_port, http_request, modern_meta,
+    HttpServer, READ_TIMEOUT, StdioServer, TestDb, TinyDisk, bin, free_port, http_request,
+    modern_meta,
 };
 
 // ---- A small keep-alive HTTP client --------------------------------------------------
@@ -293,31 +294,6 @@ fn a_server_prunes_audit_rows_older_than_the_retention_and_keeps_newer_ones() {
 }
 
 // ---- Finding 3: a store that cannot write ------------------------------------------------
-
-/// A small tmpfs mounted for one test; unmounted (lazily) on drop.
-struct TinyDisk {
-    mount: PathBuf,
-}
-
-impl TinyDisk {
-    fn mount(dir: &Path, size: &str) -> Option<TinyDisk> {
-        let mount = dir.join("disk");
-        std::fs::create_dir_all(&mount).ok()?;
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&mount)
-            .stderr(Stdio::null())
-            .status()
-            .ok()?;
-        status.success().then_some(TinyDisk { mount })
-    }
-}
-
-impl Drop for TinyDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
-    }
-}
 
 /// Writes `path` until the disk is full.
 fn fill(path: &Path) {

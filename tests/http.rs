@@ -15,33 +15,15 @@
 use serde_json::{Value, json};
 
 use crate::util::{
-    HttpExchange, HttpResponse, HttpServer, TestDb, assert_error, modern_meta, parse_sse,
+    HttpExchange, HttpResponse, HttpServer, Key, TestDb, assert_error, modern_meta, parse_sse,
 };
+
+fn create_key(db: &TestDb, scopes: &str) -> Key {
+    db.create_key("http test", scopes, &[])
+}
 
 const SIMPLE_TEXT: &str = "This is a simple text response for testing.";
 const MODERN: &str = "2026-07-28";
-
-/// A key made by `tollgate key create --json`.
-struct Key {
-    id: String,
-    token: String,
-}
-
-fn create_key(db: &TestDb, scopes: &str) -> Key {
-    let printed = db.run_json(&[
-        "key",
-        "create",
-        "--name",
-        "http test",
-        "--scopes",
-        scopes,
-        "--json",
-    ]);
-    Key {
-        id: printed["id"].as_str().expect("id").to_owned(),
-        token: printed["token"].as_str().expect("token").to_owned(),
-    }
-}
 
 /// A key whose `read` bucket allows one call per minute.
 fn one_read_per_minute_key(db: &TestDb) -> Key {

@@ -15,7 +15,11 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 use crate::clock::{InProcess, T0};
-use crate::util::{HttpResponse, HttpServer, StdioServer, TestDb, assert_error, modern_meta};
+use crate::util::{HttpResponse, HttpServer, Key, StdioServer, TestDb, assert_error, modern_meta};
+
+fn create_key(db: &TestDb, scopes: &str) -> Key {
+    db.create_key("side door", scopes, &[])
+}
 
 /// The scope of the key the side doors used to serve everything to.
 const REPORTS_ONLY: &str = "reports:generate";
@@ -27,28 +31,6 @@ const CLIENT_COMPLETION: &str = "completion/complete issue_invoice_for_client.cl
 const CHASE: &str = "prompts/get chase_overdue_invoices";
 /// The `_meta` key of the remaining budget.
 const BUDGET: &str = "dev.tollgate/ratelimit";
-
-/// A key made by `tollgate key create --json`.
-struct Key {
-    id: String,
-    token: String,
-}
-
-fn create_key(db: &TestDb, scopes: &str) -> Key {
-    let printed = db.run_json(&[
-        "key",
-        "create",
-        "--name",
-        "side door",
-        "--scopes",
-        scopes,
-        "--json",
-    ]);
-    Key {
-        id: printed["id"].as_str().expect("id").to_owned(),
-        token: printed["token"].as_str().expect("token").to_owned(),
-    }
-}
 
 /// `tollgate limits set --credential <id> --category read --per-minute <n>`.
 fn limit_reads(db: &TestDb, key: &Key, per_minute: u32) {

@@ -144,16 +144,7 @@ impl StdioServer {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn tollgate stdio");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let rx = read_lines(child.stdout.take().expect("stdout"));
         StdioServer {
             stdin: child.stdin.take(),
             child,
@@ -687,5 +678,69 @@ pub fn wait_for_text(read: impl Fn() -> String, needle: &str) -> String {
             return text;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The lines `stdout` writes, read on a thread of their own until it closes.
+pub fn read_lines(stdout: std::process::ChildStdout) -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// A key made by `tollgate key create --json`.
+pub struct Key {
+    /// Its public id.
+    pub id: String,
+    /// The whole token, shown once.
+    pub token: String,
+}
+
+impl TestDb {
+    /// `tollgate key create --name NAME --scopes SCOPES --json EXTRA…`: the new key.
+    pub fn create_key(&self, name: &str, scopes: &str, extra: &[&str]) -> Key {
+        let mut argv = vec![
+            "key", "create", "--name", name, "--scopes", scopes, "--json",
+        ];
+        argv.extend_from_slice(extra);
+        let printed = self.run_json(&argv);
+        Key {
+            id: printed["id"].as_str().expect("id").to_owned(),
+            token: printed["token"].as_str().expect("token").to_owned(),
+        }
+    }
+}
+
+/// A small tmpfs mounted for one test; unmounted (lazily) on drop.
+pub struct TinyDisk {
+    /// Where it is mounted.
+    pub mount: PathBuf,
+}
+
+impl TinyDisk {
+    /// Mounts a tmpfs of `size` under `dir`, when this process may (root, `mount` present).
+    pub fn mount(dir: &Path, size: &str) -> Option<TinyDisk> {
+        let mount = dir.join("disk");
+        std::fs::create_dir_all(&mount).ok()?;
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mount)
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then_some(TinyDisk { mount })
+    }
+}
+
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
     }
 }
