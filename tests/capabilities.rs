@@ -214,27 +214,6 @@ mod with_the_pack {
         assert_error(&missing, -32602, "invalid_params", 400, 1004, false);
     }
 
-    /// An HTTP handshake session of the admin key: its `Mcp-Session-Id`.
-    fn open_session(server: &HttpServer, auth: &str) -> String {
-        let init = server.post_mcp(
-            &[("Authorization", auth)],
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                               "clientInfo": {"name": "capabilities", "version": "0"}}}),
-        );
-        assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
-        let sid = init
-            .header("mcp-session-id")
-            .expect("a session id")
-            .to_owned();
-        let initialized = server.post_mcp(
-            &[("Authorization", auth), ("Mcp-Session-Id", &sid)],
-            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        );
-        assert_eq!(initialized.status, 202);
-        sid
-    }
-
     /// The messages of one request on session `sid`: the SSE events, or the one JSON body.
     fn exchange(
         server: &HttpServer,
@@ -273,10 +252,11 @@ mod with_the_pack {
         let db = TestDb::new();
         let server = HttpServer::start(&db, &["--conformance-pack"]);
         let auth = format!("Bearer {}", db.admin_key.as_deref().expect("admin key"));
+        let token = db.admin_key.as_deref().expect("admin key");
         let (changer, watcher, bystander) = (
-            open_session(&server, &auth),
-            open_session(&server, &auth),
-            open_session(&server, &auth),
+            server.open_session("2025-11-25", token),
+            server.open_session("2025-11-25", token),
+            server.open_session("2025-11-25", token),
         );
         let subscribed = exchange(
             &server,

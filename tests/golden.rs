@@ -707,7 +707,7 @@ impl Stdio {
     ) -> Value {
         self.next_id += 1;
         if self.modern {
-            add_modern_meta(&mut params);
+            crate::util::merge_modern_meta(&mut params);
         }
         let message =
             json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
@@ -763,20 +763,6 @@ impl Drop for Stdio {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-fn add_modern_meta(params: &mut Value) {
-    let meta = params
-        .as_object_mut()
-        .expect("params object")
-        .entry("_meta")
-        .or_insert_with(|| json!({}));
-    for (k, v) in modern_meta().as_object().expect("meta") {
-        meta.as_object_mut()
-            .expect("_meta object")
-            .entry(k.clone())
-            .or_insert(v.clone());
     }
 }
 
@@ -857,7 +843,7 @@ impl Http {
     ) -> Value {
         self.next_id += 1;
         if self.modern {
-            add_modern_meta(&mut params);
+            crate::util::merge_modern_meta(&mut params);
         }
         let message =
             json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});

@@ -65,29 +65,6 @@ fn initialize_body() -> Value {
                       "clientInfo": {"name": "hardening", "version": "0"}}})
 }
 
-/// `initialize` + `notifications/initialized` with `token`; the session id.
-fn open_session(server: &HttpServer, token: &str) -> String {
-    let auth = format!("Bearer {token}");
-    let init = post_json(
-        server,
-        &[("Authorization", auth.as_str())],
-        &initialize_body(),
-    );
-    assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
-    let id = init
-        .header("mcp-session-id")
-        .expect("an authenticated initialize opens a session")
-        .to_owned();
-    let done = session_post(
-        server,
-        &id,
-        Some(token),
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    );
-    assert_eq!(done.status, 202);
-    id
-}
-
 fn session_post(
     server: &HttpServer,
     session: &str,
@@ -233,7 +210,7 @@ fn a_flood_of_unauthenticated_initializes_leaves_an_authenticated_session_workin
     let db = TestDb::new();
     let server = HttpServer::start(&db, &[]);
     let token = admin_token(&db);
-    let session = open_session(&server, &token);
+    let session = server.open_session(LEGACY, &token);
 
     let body = serde_json::to_vec(&initialize_body()).expect("serialize");
     let floods: Vec<_> = (0..CONNECTIONS)
@@ -287,7 +264,7 @@ fn a_session_answers_only_the_credential_that_opened_it() {
     let server = HttpServer::start(&db, &[]);
     let token = admin_token(&db);
     let (_, other) = create_key(&db, "*", &[]);
-    let session = open_session(&server, &token);
+    let session = server.open_session(LEGACY, &token);
     assert_lists_tools(&session_list(&server, &session, Some(&token)));
 
     // Another valid key: the session does not exist for it (the answer an unknown id gets).

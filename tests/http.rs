@@ -156,17 +156,7 @@ fn legacy_call(
 
 /// The 2026-07-28 body of `method` with the required `_meta` merged into `params`.
 fn modern_body(id: i64, method: &str, mut params: Value) -> Value {
-    let meta = params
-        .as_object_mut()
-        .expect("params object")
-        .entry("_meta")
-        .or_insert_with(|| json!({}));
-    for (k, v) in modern_meta().as_object().expect("meta") {
-        meta.as_object_mut()
-            .expect("_meta object")
-            .entry(k.clone())
-            .or_insert(v.clone());
-    }
+    crate::util::merge_modern_meta(&mut params);
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 

@@ -132,33 +132,11 @@ impl<'s> Door<'s> {
     }
 
     fn http_legacy(server: &'s HttpServer, key: &Key) -> Door<'s> {
-        let bearer = format!("Bearer {}", key.token);
-        let init = server.post_mcp(
-            &[("Authorization", bearer.as_str())],
-            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                               "clientInfo": {"name": "side-doors", "version": "0"}}}),
-        );
-        assert_eq!(
-            init.status,
-            200,
-            "{:?}",
-            String::from_utf8_lossy(&init.body)
-        );
-        let session = init
-            .header("mcp-session-id")
-            .expect("Mcp-Session-Id")
-            .to_owned();
-        let door = Door::HttpLegacy {
+        Door::HttpLegacy {
             server,
             token: key.token.clone(),
-            session,
-        };
-        let initialized = door.http_legacy_post(&json!({
-            "jsonrpc": "2.0", "method": "notifications/initialized"
-        }));
-        assert_eq!(initialized.status, 202);
-        door
+            session: server.open_session("2025-11-25", &key.token),
+        }
     }
 
     fn http_modern(server: &'s HttpServer, key: &Key) -> Door<'s> {

@@ -597,6 +597,33 @@ impl HttpServer {
         wait_for_text(|| self.log_text(), needle)
     }
 
+    /// A handshake-era session of `token` at `version`: `initialize` (answered 200 with a
+    /// session id), then `notifications/initialized` (202); the `Mcp-Session-Id`.
+    pub fn open_session(&self, version: &str, token: &str) -> String {
+        let auth = format!("Bearer {token}");
+        let init = self.post_mcp(
+            &[("Authorization", auth.as_str())],
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": version, "capabilities": {},
+                               "clientInfo": {"name": "tests", "version": "0"}}}),
+        );
+        assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
+        let id = init
+            .header("mcp-session-id")
+            .expect("an authenticated initialize opens a session")
+            .to_owned();
+        let initialized = self.post_mcp(
+            &[
+                ("Authorization", auth.as_str()),
+                ("Mcp-Session-Id", id.as_str()),
+                ("MCP-Protocol-Version", version),
+            ],
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        assert_eq!(initialized.status, 202);
+        id
+    }
+
     /// `GET path`.
     pub fn get(&self, path: &str) -> HttpResponse {
         http_request(self.addr, "GET", path, &[], b"")
@@ -742,5 +769,19 @@ impl TinyDisk {
 impl Drop for TinyDisk {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+    }
+}
+
+/// Merges the 2026-07-28 request `_meta` ([`modern_meta`]) into `params`, keeping any
+/// entry `params` already has.
+pub fn merge_modern_meta(params: &mut Value) {
+    let meta = params
+        .as_object_mut()
+        .expect("params object")
+        .entry("_meta")
+        .or_insert_with(|| json!({}));
+    let meta = meta.as_object_mut().expect("_meta object");
+    for (k, v) in modern_meta().as_object().expect("meta") {
+        meta.entry(k.clone()).or_insert(v.clone());
     }
 }
