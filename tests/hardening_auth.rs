@@ -33,16 +33,6 @@ fn serve_behind_proxy(db: &TestDb, env: &[(&str, &str)]) -> HttpServer {
     HttpServer::start_with_env(db, &[], &all)
 }
 
-fn post_json(server: &HttpServer, headers: &[(&str, &str)], body: &Value) -> HttpResponse {
-    let mut all = vec![
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-    ];
-    all.extend_from_slice(headers);
-    let body = serde_json::to_vec(body).expect("serialize");
-    http_request(server.addr, "POST", "/mcp", &all, &body)
-}
-
 /// A stateless 2026-07-28 `tools/list` with `authorization` (a whole header value) and
 /// `extra` headers.
 fn modern_list(server: &HttpServer, authorization: Option<&str>, extra: &[(&str, &str)]) -> Value {
@@ -56,7 +46,7 @@ fn modern_list(server: &HttpServer, authorization: Option<&str>, extra: &[(&str,
         headers.push(("Authorization", value));
     }
     headers.extend_from_slice(extra);
-    post_json(server, &headers, &body).json()
+    server.post_mcp(&headers, &body).json()
 }
 
 fn initialize_body() -> Value {
@@ -79,7 +69,7 @@ fn session_post(
     if let Some(auth) = &auth {
         headers.push(("Authorization", auth.as_str()));
     }
-    post_json(server, &headers, body)
+    server.post_mcp(&headers, body)
 }
 
 fn session_list(server: &HttpServer, session: &str, token: Option<&str>) -> HttpResponse {
@@ -232,7 +222,7 @@ fn a_flood_of_unauthenticated_initializes_leaves_an_authenticated_session_workin
     assert_lists_tools(&session_list(&server, &session, Some(&token)));
 
     // What an anonymous session is good for: what needs no credential, nothing else.
-    let lone = post_json(&server, &[], &initialize_body());
+    let lone = server.post_mcp(&[], &initialize_body());
     assert_eq!(lone.status, 200);
     let anonymous = lone.header("mcp-session-id").expect("session").to_owned();
     let ping = session_post(
@@ -371,8 +361,7 @@ fn oauth_endpoints_refuse_foreign_hosts_and_name_the_listening_address() {
     // The challenge of a 401 points at the same place.
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
                       "params": {"_meta": crate::util::modern_meta()}});
-    let challenged = post_json(
-        &server,
+    let challenged = server.post_mcp(
         &[
             ("Host", localhost.as_str()),
             ("MCP-Protocol-Version", MODERN),
@@ -479,8 +468,7 @@ fn a_flood_from_many_addresses_meets_the_argon2_ceiling_while_cached_keys_work()
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
                           "params": {"_meta": crate::util::modern_meta()}});
         let bad = bad_token(n);
-        let response = post_json(
-            &server,
+        let response = server.post_mcp(
             &[
                 ("MCP-Protocol-Version", MODERN),
                 ("Mcp-Method", "tools/list"),
@@ -632,8 +620,7 @@ fn wrong_secrets_on_revoked_expired_and_test_keys_answer_as_unknown_ids_do() {
     let body_of = |authorization: &str| {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
                           "params": {"_meta": crate::util::modern_meta()}});
-        let response = post_json(
-            &server,
+        let response = server.post_mcp(
             &[
                 ("MCP-Protocol-Version", MODERN),
                 ("Mcp-Method", "tools/list"),
