@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use tollgate::auth::{self, Authenticator, Mode, NewKey};
+use tollgate::guards::auth::{self, Authenticator, Mode, NewKey};
 use tollgate::store::{Company, Store, StoreOptions};
 
 fn arg(name: &str, default: u32) -> u32 {

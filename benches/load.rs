@@ -87,18 +87,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::params;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tollgate::auth::Principal;
 use tollgate::clock::Clock;
-use tollgate::invoicing::date::Date;
-use tollgate::invoicing::db as invoice_db;
-use tollgate::invoicing::model::{
+use tollgate::guards::auth::Principal;
+use tollgate::guards::ratelimit::{ChargeMode, Limiter, RETENTION_SECS};
+use tollgate::store::{Store, StoreError, StoreOptions};
+use tollgate::tools::invoicing::date::Date;
+use tollgate::tools::invoicing::db as invoice_db;
+use tollgate::tools::invoicing::model::{
     Client, ClientId, Invoice, InvoiceKind, InvoiceStatus, Line, Payment, PaymentId, PaymentMethod,
 };
-use tollgate::invoicing::money::{LinePricing, Totals};
-use tollgate::invoicing::taxid::TaxId;
-use tollgate::ratelimit::{ChargeMode, Limiter, RETENTION_SECS};
-use tollgate::registry::{Book, Category};
-use tollgate::store::{Store, StoreError, StoreOptions};
+use tollgate::tools::invoicing::money::{LinePricing, Totals};
+use tollgate::tools::invoicing::taxid::TaxId;
+use tollgate::tools::{Book, Category};
 
 /// The binary under test, built by cargo with the bench's features.
 const BIN: &str = env!("CARGO_BIN_EXE_tollgate");
@@ -119,7 +119,7 @@ const SCENARIOS: [&str; 7] = [
     "guards",
     "limiter",
 ];
-/// The guards a `bench-switches` build can switch off (`src/guards.rs`, `Skips`).
+/// The guards a `bench-switches` build can switch off (`src/guards/mod.rs`, `Skips`).
 const GUARDS: [&str; 6] = [
     "auth",
     "ratelimit",
@@ -1867,7 +1867,7 @@ fn limiter_load(
         credential_id: "benchkey0001".to_owned(),
         client_id: None,
         scopes: vec!["*".to_owned()],
-        mode: tollgate::auth::Mode::Live,
+        mode: tollgate::guards::auth::Mode::Live,
     };
     let started = Instant::now();
     let measure_from = started + s.warmup;

@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::config::Locale;
+use crate::config::{ErrorStatusMode, Locale};
 
 /// Which channel an error travels on when it reaches the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +18,46 @@ pub enum Channel {
     JsonRpc,
     /// A normal `tools/call` result with `isError: true`: failures inside a tool.
     ToolResult,
+}
+
+impl Channel {
+    /// The channel of an entry of this class: only failures inside a tool are results.
+    const fn of(class: Class) -> Channel {
+        match class {
+            Class::Tool => Channel::ToolResult,
+            _ => Channel::JsonRpc,
+        }
+    }
+}
+
+/// What kind of failure an entry is. The class decides, once, how the failure travels
+/// ([`Channel`]) and how metrics and the audit log count it: a guard rejection, a tool
+/// failure, or a fault of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// The message or the method is wrong (JSON-RPC framing, revisions, names).
+    Protocol,
+    /// The HTTP request is refused before it becomes a message (origin, size, session).
+    Transport,
+    /// A guard of the chain refused the call (credential, quota, scope, plan, key, rule).
+    Guard,
+    /// The tool ran and failed; reported as an `isError` result the model can read.
+    Tool,
+    /// The server could not do its part (an unexpected fault, the store unavailable).
+    ServerFault,
+}
+
+/// Which HTTP status a JSON-RPC error of an entry gets on the MCP endpoint
+/// (ERRORS.md, "HTTP status on the MCP endpoint"). SDK clients read JSON-RPC errors only
+/// from a 200 response, so most entries keep 200 and only these carry their own status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusRule {
+    /// Always its own status: the request cannot be read as a call at all.
+    Own,
+    /// Its own status in the `semantic` status mode, 200 in `compatible`.
+    Semantic,
+    /// 200 in both modes (the client reads the JSON-RPC error).
+    Ok,
 }
 
 /// The fixed identities of one catalog entry.
@@ -34,8 +74,12 @@ pub struct EntrySpec {
     pub error_code: u32,
     /// Whether retrying the same call later can succeed.
     pub retryable: bool,
-    /// The channel the entry is reported on.
+    /// What kind of failure the entry is.
+    pub class: Class,
+    /// The channel the entry is reported on (decided by its class).
     pub channel: Channel,
+    /// Which HTTP status its JSON-RPC error gets on the MCP endpoint.
+    pub status: StatusRule,
     /// One sentence in English, safe to show to a model.
     pub hint_en: &'static str,
     /// The same sentence in Spanish.
@@ -46,7 +90,7 @@ pub struct EntrySpec {
 
 macro_rules! catalog {
     ($( $(#[$doc:meta])* $variant:ident => ($rpc:expr, $code:literal, $http:literal, $ec:literal,
-        $retry:literal, $chan:ident, $en:literal, $es:literal, $when:literal) ),+ $(,)?) => {
+        $retry:literal, $class:ident, $status:ident, $en:literal, $es:literal, $when:literal) ),+ $(,)?) => {
         /// One entry of the error catalog.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum ErrorKind {
@@ -66,7 +110,9 @@ macro_rules! catalog {
                         http_status: $http,
                         error_code: $ec,
                         retryable: $retry,
-                        channel: Channel::$chan,
+                        class: Class::$class,
+                        channel: Channel::of(Class::$class),
+                        status: StatusRule::$status,
                         hint_en: $en,
                         hint_es: $es,
                         when: $when,
@@ -77,266 +123,283 @@ macro_rules! catalog {
     };
 }
 
+impl ErrorKind {
+    /// The HTTP status of this entry's JSON-RPC error on the MCP endpoint, in status
+    /// `mode`. `modern` says the request was of the stateless era, where an unknown method
+    /// is answered 404; `meta_param` that the error names a `_meta` field, which the
+    /// stateless era answers 400 like a malformed header.
+    pub fn mcp_http_status(self, mode: ErrorStatusMode, modern: bool, meta_param: bool) -> u16 {
+        let spec = self.spec();
+        let own = match spec.status {
+            StatusRule::Own => true,
+            StatusRule::Semantic => mode == ErrorStatusMode::Semantic,
+            StatusRule::Ok => false,
+        } || (self == ErrorKind::MethodNotFound && modern)
+            || (self == ErrorKind::InvalidParams && meta_param);
+        if own { spec.http_status } else { 200 }
+    }
+}
+
 catalog! {
     // ---- Protocol errors -------------------------------------------------------------
     /// Body or line is not JSON.
-    ParseError => (-32700, "parse_error", 400, 1001, false, JsonRpc,
+    ParseError => (-32700, "parse_error", 400, 1001, false, Protocol, Own,
         "The message is not valid JSON; send one UTF-8 JSON-RPC object per message.",
         "El mensaje no es JSON válido; envíe un objeto JSON-RPC en UTF-8 por mensaje.",
         "body or line is not JSON (id null)"),
     /// Not a JSON-RPC request, or a batch where the era forbids it.
-    InvalidRequest => (-32600, "invalid_request", 400, 1002, false, JsonRpc,
+    InvalidRequest => (-32600, "invalid_request", 400, 1002, false, Protocol, Own,
         "The message is not a valid JSON-RPC 2.0 request for this protocol revision.",
         "El mensaje no es una petición JSON-RPC 2.0 válida para esta revisión del protocolo.",
         "not a JSON-RPC request; batch where the era forbids it"),
     /// Unknown method, or a capability not served.
-    MethodNotFound => (-32601, "method_not_found", 404, 1003, false, JsonRpc,
+    MethodNotFound => (-32601, "method_not_found", 404, 1003, false, Protocol, Ok,
         "This method does not exist or is not served by this protocol revision.",
         "Este método no existe o no se sirve en esta revisión del protocolo.",
         "unknown method, or a capability not served"),
     /// Params do not match the method's shape.
-    InvalidParams => (-32602, "invalid_params", 400, 1004, false, JsonRpc,
+    InvalidParams => (-32602, "invalid_params", 400, 1004, false, Protocol, Ok,
         "The parameters do not match what this method expects.",
         "Los parámetros no coinciden con lo que espera este método.",
         "params do not match the method's shape; bad cursor; missing 2026 `_meta`"),
     /// `tools/call` name does not resolve.
-    UnknownTool => (-32602, "unknown_tool", 404, 1005, false, JsonRpc,
+    UnknownTool => (-32602, "unknown_tool", 404, 1005, false, Protocol, Ok,
         "No tool has this name; call tools/list to see the tools you can use.",
         "Ninguna herramienta tiene este nombre; llame a tools/list para ver las disponibles.",
         "`tools/call` name does not resolve"),
     /// A retired tool name.
-    ToolRetired => (-32602, "tool_retired", 410, 1006, false, JsonRpc,
+    ToolRetired => (-32602, "tool_retired", 410, 1006, false, Protocol, Ok,
         "This tool was retired; call the tool named in `replacement` instead.",
         "Esta herramienta se retiró; llame a la indicada en `replacement`.",
         "a retired name; `replacement` names the tool to call instead"),
     /// `resources/read` of an unknown URI.
-    ResourceNotFound => (-32602, "resource_not_found", 404, 1007, false, JsonRpc,
+    ResourceNotFound => (-32602, "resource_not_found", 404, 1007, false, Protocol, Ok,
         "No resource has this URI; call resources/list to see the readable resources.",
         "Ningún recurso tiene esta URI; llame a resources/list para ver los disponibles.",
         "`resources/read` of an unknown URI (`details.uri`)"),
     /// Handshake era: the requested protocol version is not supported.
-    UnsupportedProtocolVersion => (-32602, "unsupported_protocol_version", 400, 1008, false, JsonRpc,
+    UnsupportedProtocolVersion => (-32602, "unsupported_protocol_version", 400, 1008, false, Protocol, Own,
         "This protocol version is not supported; use one listed in `supported`.",
         "Esta versión del protocolo no está soportada; use una de `supported`.",
         "handshake era; `supported`, `requested`"),
     /// 2026-07-28: HTTP headers disagree with the body.
-    HeaderMismatch => (-32020, "header_mismatch", 400, 1009, false, JsonRpc,
+    HeaderMismatch => (-32020, "header_mismatch", 400, 1009, false, Protocol, Own,
         "The Mcp-Method, Mcp-Name or MCP-Protocol-Version header does not match the body.",
         "La cabecera Mcp-Method, Mcp-Name o MCP-Protocol-Version no coincide con el cuerpo.",
         "2026-07-28: `Mcp-Method`/`Mcp-Name`/version header vs body"),
     /// 2026-07-28: the call needs a client capability that was not declared.
-    MissingClientCapability => (-32021, "missing_client_capability", 400, 1010, false, JsonRpc,
+    MissingClientCapability => (-32021, "missing_client_capability", 400, 1010, false, Protocol, Own,
         "This call needs a client capability that the request did not declare.",
         "Esta llamada necesita una capacidad del cliente que la petición no declaró.",
         "2026-07-28; `data.requiredCapabilities`"),
     /// 2026-07-28: the requested protocol version is not supported.
-    UnsupportedProtocolVersionModern => (-32022, "unsupported_protocol_version", 400, 1008, false, JsonRpc,
+    UnsupportedProtocolVersionModern => (-32022, "unsupported_protocol_version", 400, 1008, false, Protocol, Own,
         "This protocol version is not supported; use one listed in `supported`.",
         "Esta versión del protocolo no está soportada; use una de `supported`.",
         "2026-07-28; `supported`, `requested`"),
     /// Unexpected fault; reveals nothing internal.
-    InternalError => (-32603, "internal_error", 500, 4000, false, JsonRpc,
+    InternalError => (-32603, "internal_error", 500, 4000, false, ServerFault, Own,
         "An unexpected error occurred on the server; it has been logged.",
         "Se produjo un error inesperado en el servidor; ha quedado registrado.",
         "unexpected fault; message reveals nothing internal"),
     /// The database is locked past its timeout, the disk is full, or the server is stopping.
-    BackendUnavailable => (-32603, "backend_unavailable", 503, 4002, true, JsonRpc,
+    BackendUnavailable => (-32603, "backend_unavailable", 503, 4002, true, ServerFault, Ok,
         "The server's storage is temporarily unavailable; retry with backoff.",
         "El almacenamiento del servidor no está disponible por ahora; reintente con espera.",
         "the database is locked past its timeout, the disk is full, shutting down"),
 
     // ---- Transport errors (Streamable HTTP) --------------------------------------------
     /// HTTP: the `Origin` or `Host` header is not on the allow-list (DNS-rebinding protection).
-    OriginNotAllowed => (-32600, "origin_not_allowed", 403, 1011, false, JsonRpc,
+    OriginNotAllowed => (-32600, "origin_not_allowed", 403, 1011, false, Transport, Own,
         "The request's Origin or Host is not allowed to reach this server.",
         "El Origin o el Host de la petición no tiene permitido acceder a este servidor.",
         "HTTP: `Origin`/`Host` not on the allow-list (DNS-rebinding protection)"),
     /// HTTP: the body is larger than the configured cap.
-    PayloadTooLarge => (-32600, "payload_too_large", 413, 1012, false, JsonRpc,
+    PayloadTooLarge => (-32600, "payload_too_large", 413, 1012, false, Transport, Own,
         "The request body is larger than this server accepts.",
         "El cuerpo de la petición es mayor de lo que acepta este servidor.",
         "HTTP: body over `http.max_body_bytes`"),
     /// HTTP: the `Accept` header allows neither JSON nor an event stream.
-    NotAcceptable => (-32600, "not_acceptable", 406, 1013, false, JsonRpc,
+    NotAcceptable => (-32600, "not_acceptable", 406, 1013, false, Transport, Own,
         "Send Accept: application/json, text/event-stream.",
         "Envíe Accept: application/json, text/event-stream.",
         "HTTP: `Accept` lists neither `application/json` nor `text/event-stream`"),
     /// HTTP: the body is not declared as JSON.
-    UnsupportedMediaType => (-32600, "unsupported_media_type", 415, 1014, false, JsonRpc,
+    UnsupportedMediaType => (-32600, "unsupported_media_type", 415, 1014, false, Transport, Own,
         "Send the JSON-RPC message with Content-Type: application/json.",
         "Envíe el mensaje JSON-RPC con Content-Type: application/json.",
         "HTTP: `Content-Type` is not `application/json`"),
     /// HTTP: the `Mcp-Session-Id` is unknown, expired or was ended.
-    SessionNotFound => (-32600, "session_not_found", 404, 1015, false, JsonRpc,
+    SessionNotFound => (-32600, "session_not_found", 404, 1015, false, Transport, Own,
         "This session has expired or was ended; send initialize again to start a new one.",
         "Esta sesión caducó o se cerró; envíe initialize de nuevo para iniciar otra.",
         "HTTP, handshake era: unknown, expired or deleted `Mcp-Session-Id`"),
     /// HTTP: the method is not allowed on this path.
-    HttpMethodNotAllowed => (-32600, "http_method_not_allowed", 405, 1016, false, JsonRpc,
+    HttpMethodNotAllowed => (-32600, "http_method_not_allowed", 405, 1016, false, Transport, Own,
         "This HTTP method is not allowed here; MCP requests are POSTed to /mcp.",
         "Este método HTTP no está permitido aquí; las peticiones MCP se envían con POST a /mcp.",
         "HTTP: e.g. `GET /mcp` (no server-initiated stream), `DELETE` without a session"),
     /// HTTP: the request headers are larger than the cap.
-    HeadersTooLarge => (-32600, "headers_too_large", 431, 1018, false, JsonRpc,
+    HeadersTooLarge => (-32600, "headers_too_large", 431, 1018, false, Transport, Own,
         "The request headers are larger than this server accepts.",
         "Las cabeceras de la petición son mayores de lo que acepta este servidor.",
         "HTTP: a request or header line over 16 KiB, more than 128 header lines, or a head over 64 KiB"),
     /// HTTP: the client did not send its request head or body in time.
-    RequestTimeout => (-32600, "request_timeout", 408, 1019, true, JsonRpc,
+    RequestTimeout => (-32600, "request_timeout", 408, 1019, true, Transport, Own,
         "The request did not arrive in time; send it again.",
         "La petición no llegó a tiempo; vuelva a enviarla.",
         "HTTP: the request head or body was not received within its deadline (`http.head_timeout_ms`, `http.body_timeout_ms`)"),
     /// HTTP: no connection can be taken on.
-    ServerBusy => (-32603, "server_busy", 503, 4003, true, JsonRpc,
+    ServerBusy => (-32603, "server_busy", 503, 4003, true, Transport, Own,
         "The server is busy with other requests; retry with backoff.",
         "El servidor está ocupado con otras peticiones; reintente con espera.",
         "HTTP: `http.max_connections` are open and every one is being worked on, or no thread can be created"),
     /// HTTP: nothing is served at this path.
-    PathNotFound => (-32601, "path_not_found", 404, 1017, false, JsonRpc,
+    PathNotFound => (-32601, "path_not_found", 404, 1017, false, Transport, Own,
         "Nothing is served at this path; the MCP endpoint is /mcp.",
         "No se sirve nada en esta ruta; el punto de acceso MCP es /mcp.",
         "HTTP: unknown path"),
 
     // ---- Guard errors ----------------------------------------------------------------
     /// Missing, malformed, unknown, expired or revoked credential.
-    InvalidToken => (-32001, "invalid_token", 401, 1101, false, JsonRpc,
+    InvalidToken => (-32001, "invalid_token", 401, 1101, false, Guard, Own,
         "A valid credential is required: set TOLLGATE_TOKEN (or TOLLGATE_TOKEN_FILE) for stdio, or send Authorization: Bearer <token> over HTTP.",
         "Se necesita una credencial válida: defina TOLLGATE_TOKEN (o TOLLGATE_TOKEN_FILE) en stdio, o envíe Authorization: Bearer <token> por HTTP.",
         "missing, malformed, unknown, expired or revoked credential"),
     /// The credential's OAuth client was revoked.
-    ClientRevoked => (-32002, "client_revoked", 403, 1102, false, JsonRpc,
+    ClientRevoked => (-32002, "client_revoked", 403, 1102, false, Guard, Semantic,
         "The OAuth client this credential belongs to has been revoked.",
         "El cliente OAuth al que pertenece esta credencial ha sido revocado.",
         "the credential's OAuth client was revoked"),
     /// Wrong kind of credential for this surface.
-    InvalidTokenType => (-32003, "invalid_token_type", 403, 1103, false, JsonRpc,
+    InvalidTokenType => (-32003, "invalid_token_type", 403, 1103, false, Guard, Semantic,
         "This kind of credential cannot be used here.",
         "Este tipo de credencial no se puede usar aquí.",
         "wrong kind of credential for this surface"),
     /// The tool is not in the company's plan.
-    PlanUpgradeRequired => (-32004, "plan_upgrade_required", 403, 1104, false, JsonRpc,
+    PlanUpgradeRequired => (-32004, "plan_upgrade_required", 403, 1104, false, Guard, Ok,
         "This tool is not included in the company's plan; `required_plan` names the plan that includes it.",
         "Esta herramienta no está incluida en el plan de la empresa; `required_plan` indica el plan que la incluye.",
         "the tool is not in the company's plan; `required_plan`"),
     /// A plan allowance (not a rate) is used up.
-    PlanLimitExceeded => (-32004, "plan_limit_exceeded", 403, 1107, false, JsonRpc,
+    PlanLimitExceeded => (-32004, "plan_limit_exceeded", 403, 1107, false, Guard, Ok,
         "The company's plan allowance for this is used up.",
         "Se agotó la asignación del plan de la empresa para esto.",
         "a plan allowance (not a rate) is used up"),
     /// The credential lacks the scope the tool needs.
-    InsufficientScope => (-32005, "insufficient_scope", 403, 1105, false, JsonRpc,
+    InsufficientScope => (-32005, "insufficient_scope", 403, 1105, false, Guard, Semantic,
         "The credential does not have the scope this tool needs.",
         "La credencial no tiene el permiso que necesita esta herramienta.",
         "`required_scope`, `provided_scopes`"),
     /// A rate bucket is over its limit.
-    RateLimited => (-32006, "rate_limited", 429, 3001, true, JsonRpc,
+    RateLimited => (-32006, "rate_limited", 429, 3001, true, Guard, Semantic,
         "Too many calls; wait `retry_after` seconds before calling again.",
         "Demasiadas llamadas; espere `retry_after` segundos antes de volver a llamar.",
         "any bucket over its limit; `retry_after`, `bucket`, `limit`, `reset`"),
     /// The tool cannot be undone and no idempotency key was given.
-    IdempotencyKeyRequired => (-32007, "idempotency_key_required", 400, 2002, false, JsonRpc,
+    IdempotencyKeyRequired => (-32007, "idempotency_key_required", 400, 2002, false, Guard, Ok,
         "This tool cannot be undone and requires an idempotency key; pass a unique `idempotency_key`.",
         "Esta herramienta no se puede deshacer y requiere una clave de idempotencia; envíe un `idempotency_key` único.",
         "the tool cannot be undone and no key was given"),
     /// The idempotency key is empty, too long or not printable ASCII.
-    IdempotencyKeyInvalid => (-32007, "idempotency_key_invalid", 400, 2003, false, JsonRpc,
+    IdempotencyKeyInvalid => (-32007, "idempotency_key_invalid", 400, 2003, false, Guard, Ok,
         "The idempotency key must be 1 to 255 printable ASCII characters, given once.",
         "La clave de idempotencia debe tener de 1 a 255 caracteres ASCII imprimibles y enviarse una sola vez.",
         "key empty, too long (> 255) or not printable ASCII"),
     /// The same key was used with a different tool or arguments.
-    IdempotencyKeyReused => (-32007, "idempotency_key_reused", 409, 3201, false, JsonRpc,
+    IdempotencyKeyReused => (-32007, "idempotency_key_reused", 409, 3201, false, Guard, Ok,
         "This idempotency key was already used with a different tool or arguments; use a new key.",
         "Esta clave de idempotencia ya se usó con otra herramienta u otros argumentos; use una clave nueva.",
         "same key, different tool or arguments"),
     /// The first call with this key is still running.
-    IdempotencyKeyInUse => (-32007, "idempotency_key_in_use", 409, 3202, true, JsonRpc,
+    IdempotencyKeyInUse => (-32007, "idempotency_key_in_use", 409, 3202, true, Guard, Ok,
         "A call with this idempotency key is still running; retry shortly to get its result.",
         "Una llamada con esta clave de idempotencia sigue en curso; reintente en breve para obtener su resultado.",
         "the first call with this key is still running"),
     /// A fiscal guardrail rejects the arguments.
-    GuardrailViolation => (-32008, "mcp_guardrail_violation", 422, 3301, false, JsonRpc,
+    GuardrailViolation => (-32008, "mcp_guardrail_violation", 422, 3301, false, Guard, Ok,
         "A fiscal guardrail forbids this call; read the resource at `guardrail_uri` and change the arguments.",
         "Una salvaguarda fiscal impide esta llamada; lea el recurso de `guardrail_uri` y cambie los argumentos.",
         "a fiscal guardrail; `rule_id`, `guardrail_uri`, `subcode`"),
 
     // ---- Tool execution errors (isError results) -------------------------------------
     /// Arguments fail the input schema.
-    ValidationError => (-32602, "validation_error", 400, 2001, false, ToolResult,
+    ValidationError => (-32602, "validation_error", 400, 2001, false, Tool, Ok,
         "An argument does not match the tool's input schema; `param` names it.",
         "Un argumento no cumple el esquema de entrada de la herramienta; `param` lo indica.",
         "arguments fail the input schema; `param` names the first field"),
     /// A required argument is absent.
-    MissingRequiredField => (-32602, "missing_required_field", 400, 2002, false, ToolResult,
+    MissingRequiredField => (-32602, "missing_required_field", 400, 2002, false, Tool, Ok,
         "A required argument is missing; `param` names it.",
         "Falta un argumento obligatorio; `param` lo indica.",
         "a required argument is absent; `param`"),
     /// A date, tax id, amount or id is malformed.
-    InvalidFormat => (-32602, "invalid_format", 400, 2003, false, ToolResult,
+    InvalidFormat => (-32602, "invalid_format", 400, 2003, false, Tool, Ok,
         "An argument is malformed (dates are YYYY-MM-DD, amounts integer cents); `param` names it.",
         "Un argumento está mal formado (fechas AAAA-MM-DD, importes en céntimos enteros); `param` lo indica.",
         "a date, tax id, amount or id is malformed; `param`"),
     /// The tool or its backend exceeded its time limit.
-    Timeout => (-32603, "timeout", 504, 3002, true, ToolResult,
+    Timeout => (-32603, "timeout", 504, 3002, true, Tool, Ok,
         "The operation took too long and was stopped; retry with backoff.",
         "La operación tardó demasiado y se detuvo; reintente con espera.",
         "the tool or its backend exceeded its time limit"),
     /// The backend answered with an error.
-    AdapterError => (-32603, "adapter_error", 502, 4001, false, ToolResult,
+    AdapterError => (-32603, "adapter_error", 502, 4001, false, Tool, Ok,
         "The business backend answered with an error; `details.original_error` carries its id.",
         "El sistema de negocio respondió con un error; `details.original_error` contiene su identificador.",
         "the backend answered with an error; its own id in `details.original_error`"),
     /// The tool's backend cannot be reached.
-    ToolBackendUnavailable => (-32603, "backend_unavailable", 503, 4002, true, ToolResult,
+    ToolBackendUnavailable => (-32603, "backend_unavailable", 503, 4002, true, Tool, Ok,
         "The business backend cannot be reached right now; retry with backoff.",
         "No se puede contactar con el sistema de negocio ahora; reintente con espera.",
         "the backend cannot be reached"),
     /// The backend does not support this tool.
-    NotImplemented => (-32603, "not_implemented", 501, 5001, false, ToolResult,
+    NotImplemented => (-32603, "not_implemented", 501, 5001, false, Tool, Ok,
         "The business backend does not support this tool.",
         "El sistema de negocio no admite esta herramienta.",
         "the backend does not support this tool"),
     /// No client has the given id.
-    ClientNotFound => (-32602, "client_not_found", 404, 3101, false, ToolResult,
+    ClientNotFound => (-32602, "client_not_found", 404, 3101, false, Tool, Ok,
         "No client has this id; find the right one with search_clients.",
         "Ningún cliente tiene este identificador; busque el correcto con search_clients.",
         "a client id that does not exist; `param`"),
     /// No invoice has the given id.
-    InvoiceNotFound => (-32602, "invoice_not_found", 404, 3101, false, ToolResult,
+    InvoiceNotFound => (-32602, "invoice_not_found", 404, 3101, false, Tool, Ok,
         "No invoice has this id; find the right one with search_invoices.",
         "Ninguna factura tiene este identificador; busque la correcta con search_invoices.",
         "an invoice id that does not exist; `param`"),
     /// Another client already has this tax id.
-    TaxIdAlreadyExists => (-32602, "tax_id_already_exists", 409, 3102, false, ToolResult,
+    TaxIdAlreadyExists => (-32602, "tax_id_already_exists", 409, 3102, false, Tool, Ok,
         "A client with this tax id already exists; `details.existing_resource_id` is its id.",
         "Ya existe un cliente con este NIF; `details.existing_resource_id` es su identificador.",
         "a client with this tax id exists; `details.existing_resource_id`"),
     /// Only drafts can change.
-    InvoiceCannotBeModified => (-32602, "invoice_cannot_be_modified", 422, 3103, false, ToolResult,
+    InvoiceCannotBeModified => (-32602, "invoice_cannot_be_modified", 422, 3103, false, Tool, Ok,
         "An issued invoice cannot be modified.",
         "Una factura emitida no se puede modificar.",
         "the invoice is not a draft; `param: \"status\"`"),
     /// A payment larger than what is still owed.
-    PaymentExceedsBalance => (-32602, "payment_exceeds_balance", 422, 3104, false, ToolResult,
+    PaymentExceedsBalance => (-32602, "payment_exceeds_balance", 422, 3104, false, Tool, Ok,
         "The payment is larger than the invoice's outstanding balance; `details.balance_cents` says what is owed.",
         "El pago supera el saldo pendiente de la factura; `details.balance_cents` indica lo adeudado.",
         "amount above the balance; `details.balance_cents`"),
     /// A client with invoices cannot be deleted.
-    ClientHasInvoices => (-32602, "client_has_invoices", 422, 3105, false, ToolResult,
+    ClientHasInvoices => (-32602, "client_has_invoices", 422, 3105, false, Tool, Ok,
         "This client has invoices and cannot be deleted.",
         "Este cliente tiene facturas y no se puede eliminar.",
         "deleting a client with invoices; `details.invoice_count`"),
     /// No address to send an invoice to.
-    RecipientHasNoEmail => (-32602, "recipient_has_no_email", 422, 3106, false, ToolResult,
+    RecipientHasNoEmail => (-32602, "recipient_has_no_email", 422, 3106, false, Tool, Ok,
         "The client has no e-mail address; add one with update_client or pass `to`.",
         "El cliente no tiene correo electrónico; añádalo con update_client o indique `to`.",
         "sending to a client without e-mail and no `to`"),
     /// The invoice is still a draft.
-    InvoiceNotIssued => (-32602, "invoice_not_issued", 422, 3107, false, ToolResult,
+    InvoiceNotIssued => (-32602, "invoice_not_issued", 422, 3107, false, Tool, Ok,
         "The invoice is still a draft; issue it first with issue_invoice.",
         "La factura sigue en borrador; emítala antes con issue_invoice.",
         "paying, sending or voiding a draft"),
     /// The invoice was voided.
-    InvoiceVoid => (-32602, "invoice_void", 422, 3108, false, ToolResult,
+    InvoiceVoid => (-32602, "invoice_void", 422, 3108, false, Tool, Ok,
         "The invoice was voided; use its rectifying invoice (`details.rectified_by_id`) or a new one.",
         "La factura está anulada; use su factura rectificativa (`details.rectified_by_id`) o una nueva.",
         "paying or sending a voided invoice"),
@@ -519,24 +582,6 @@ impl std::fmt::Display for McpError {
 }
 
 impl std::error::Error for McpError {}
-
-/// Maps a storage failure to the catalog, logging the cause (which may name paths or SQL)
-/// on the server side only. `in_tool` selects the tool-result entry for failures inside a
-/// tool, the JSON-RPC entry for failures in a guard.
-pub fn store_failure(err: crate::store::StoreError, in_tool: bool) -> McpError {
-    if err.is_transient() {
-        tracing::warn!(cause = %err, "storage unavailable");
-        let kind = if in_tool {
-            ErrorKind::ToolBackendUnavailable
-        } else {
-            ErrorKind::BackendUnavailable
-        };
-        McpError::new(kind)
-    } else {
-        tracing::error!(cause = %err, "storage failure");
-        McpError::internal()
-    }
-}
 
 /// The catalog as Markdown, the text of `docs/errors.md` and `tollgate errors`.
 pub fn render_markdown() -> String {

@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::StoreOptions;
-
 /// Environment variables that are read elsewhere (not config overrides) but are known.
 pub const PASSTHROUGH_ENV_VARS: &[&str] =
     &["TOLLGATE_CONFIG", "TOLLGATE_TOKEN", "TOLLGATE_TOKEN_FILE"];
 
+/// argon2 verifications started per second across all sources unless configured
+/// (`auth.argon2_per_second`): about half a core's worth at 27 ms each.
+pub const DEFAULT_ARGON2_PER_SECOND: u32 = 20;
 const DEFAULT_DATABASE: &str = "tollgate.db";
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 const DEFAULT_MAX_BYTES: u64 = 4 * 1024 * 1024;
@@ -439,7 +440,7 @@ impl Default for Config {
                 pool_size: DEFAULT_POOL_SIZE as u32,
             },
             auth: AuthConfig {
-                argon2_per_second: crate::auth::DEFAULT_ARGON2_PER_SECOND,
+                argon2_per_second: DEFAULT_ARGON2_PER_SECOND,
             },
             audit: AuditConfig {
                 retention_days: DEFAULT_AUDIT_RETENTION_DAYS as u32,
@@ -473,15 +474,6 @@ impl Config {
     /// [`Config::load`] with this process's environment.
     pub fn from_process(file: Option<&Path>, flags: &Overrides) -> Result<Config, ConfigError> {
         Config::load(file, &process_env()?, flags)
-    }
-
-    /// The options to open the store with these settings.
-    pub fn store_options(&self, create: bool) -> StoreOptions {
-        StoreOptions {
-            busy_timeout: self.store.busy_timeout,
-            pool_size: self.store.pool_size,
-            create,
-        }
     }
 
     /// The effective configuration as TOML (what `Display` prints).
@@ -1042,7 +1034,7 @@ fn validate_auth(raw: RawAuth) -> Result<AuthConfig, ConfigError> {
         "auth.argon2_per_second",
         Some("TOLLGATE_AUTH_ARGON2_PER_SECOND"),
         raw.argon2_per_second,
-        u64::from(crate::auth::DEFAULT_ARGON2_PER_SECOND),
+        u64::from(DEFAULT_ARGON2_PER_SECOND),
         (1, MAX_ARGON2_PER_SECOND),
     )?;
     Ok(AuthConfig {
@@ -1320,11 +1312,8 @@ mod tests {
         assert_eq!(config.log.level, LogLevel::Debug);
         assert_eq!(config.log.format, LogFormat::Json);
         assert!(config.tools.conformance_pack);
-        assert_eq!(
-            config.store_options(true).busy_timeout,
-            Duration::from_millis(250)
-        );
-        assert_eq!(config.store_options(true).pool_size, 2);
+        assert_eq!(config.store.busy_timeout, Duration::from_millis(250));
+        assert_eq!(config.store.pool_size, 2);
     }
 
     #[test]

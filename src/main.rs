@@ -5,5 +5,5 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    tollgate::cli::run(tollgate::cli::Cli::parse())
+    tollgate::ops::cli::run(tollgate::ops::cli::Cli::parse())
 }

@@ -9,10 +9,10 @@ use std::sync::Mutex;
 
 use tollgate::clock::ManualClock;
 use tollgate::config::{Config, Overrides};
-use tollgate::dispatch::{Env, Server, Transport};
-use tollgate::protocol::Session;
-use tollgate::registry::Notifier;
+use tollgate::protocol::dispatch::{Env, Server, Transport};
+use tollgate::protocol::revisions::Session;
 use tollgate::store::Store;
+use tollgate::tools::Notifier;
 
 use crate::util::{TestDb, assert_error, modern_meta};
 
@@ -47,10 +47,14 @@ impl InProcess {
             ..Overrides::default()
         };
         let config = Config::load(None, &[], &flags).expect("config");
-        let store = Store::open(&db.path, &config.store_options(false)).expect("store");
+        let store = Store::open(
+            &db.path,
+            &tollgate::store::StoreOptions::from_config(&config, false),
+        )
+        .expect("store");
         let clock = ManualClock::at_unix_secs(start);
-        let server =
-            tollgate::cli::build_server_with_clock(&config, store, clock.clock()).expect("server");
+        let server = tollgate::ops::cli::build_server_with_clock(&config, store, clock.clock())
+            .expect("server");
         InProcess {
             clock,
             server,
@@ -318,7 +322,7 @@ fn an_oauth_access_token_works_until_its_expiry_and_not_a_second_longer() {
         "client", "create", "--name", "machine", "--scopes", "*", "--json",
     ]);
     let client_id = printed["client_id"].as_str().expect("client_id");
-    let secret = tollgate::auth::Secret::new(
+    let secret = tollgate::guards::auth::Secret::new(
         printed["client_secret"]
             .as_str()
             .expect("client_secret")
@@ -331,11 +335,11 @@ fn an_oauth_access_token_works_until_its_expiry_and_not_a_second_longer() {
         .authenticator()
         .verify_client_secret(client_id, &secret, "test")
         .expect("the client secret verifies");
-    let issued = tollgate::auth::issue_access_token(
+    let issued = tollgate::guards::auth::issue_access_token(
         server.store(),
         &oauth,
         &[],
-        tollgate::oauth::ACCESS_TOKEN_TTL,
+        tollgate::transport::http::oauth::ACCESS_TOKEN_TTL,
         server.clock(),
     )
     .expect("access token");
@@ -357,24 +361,24 @@ fn an_oauth_access_token_works_until_its_expiry_and_not_a_second_longer() {
 
 #[test]
 fn an_idempotency_key_held_by_a_dead_call_is_free_again_when_its_lease_ends() {
-    use tollgate::idempotency::{Claim, LEASE_SECS, Ledger};
+    use tollgate::guards::idempotency::{Claim, LEASE_SECS, Ledger};
     let db = TestDb::new();
     let token = admin_key(&db);
     let mut client = InProcess::start(&db, Some(&token), T0);
     client.initialize("2025-11-25");
     // A call that claimed the key and died before committing: a ledger on the same clock.
-    let tools = tollgate::invoicing::tools();
+    let tools = tollgate::tools::invoicing::tools();
     let spec = tools
         .iter()
         .find(|t| t.spec().name == "create_client")
         .expect("create_client")
         .spec();
     let args = json!({"name": "Lease Ltd", "idempotency_key": "lease-1"});
-    let holder = tollgate::auth::Principal {
+    let holder = tollgate::guards::auth::Principal {
         credential_id: public_id(&token),
         client_id: None,
         scopes: vec!["*".to_owned()],
-        mode: tollgate::auth::Mode::Live,
+        mode: tollgate::guards::auth::Mode::Live,
     };
     let ledger = Ledger::new(client.server().store().clone(), client.clock.clock());
     let map = args.as_object().expect("object").clone();
@@ -441,13 +445,13 @@ fn invoices_are_dated_by_the_server_clock_in_utc() {
 /// `POST /oauth/token` with HTTP Basic `id:secret` from `source`: (status, body).
 fn token_request(
     client: &InProcess,
-    endpoints: &tollgate::oauth::Endpoints,
+    endpoints: &tollgate::transport::http::oauth::Endpoints,
     source: &str,
     (id, secret): (&str, &str),
 ) -> (u16, Value) {
     use base64::Engine as _;
     let basic = base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"));
-    let head = tollgate::http::HttpHead {
+    let head = tollgate::transport::http::HttpHead {
         method: tiny_http::Method::Post,
         path: "/oauth/token".to_owned(),
         headers: vec![
@@ -489,7 +493,8 @@ fn the_token_endpoint_throttles_the_stranger_never_the_client() {
     let secret = printed["client_secret"].as_str().expect("client_secret");
     let wrong = "tg_cs_wrongwrongwrongwrongwrong";
     let client = InProcess::start(&db, None, T0 + 10);
-    let endpoints = tollgate::oauth::Endpoints::new(client.server().clock().clone());
+    let endpoints =
+        tollgate::transport::http::oauth::Endpoints::new(client.server().clock().clone());
     let stranger = "http:198.51.100.66";
     let answers: Vec<(u16, Value)> = (0..40)
         .map(|_| token_request(&client, &endpoints, stranger, (id, wrong)))
@@ -556,7 +561,7 @@ fn the_audit_retention_counts_back_from_the_server_clock() {
         }
     }
     let store = client.server().store().clone();
-    tollgate::audit::prune_in_background(&store, 30, client.server().clock().clone());
+    tollgate::guards::audit::prune_in_background(&store, 30, client.server().clock().clone());
     let tools = || -> Vec<String> {
         rusqlite::Connection::open(&db.path)
             .expect("open")

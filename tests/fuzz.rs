@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 
 use tollgate::catalog::ErrorKind;
 use tollgate::config::{Config, Overrides};
-use tollgate::dispatch::{Env, Server, Transport};
-use tollgate::protocol::Session;
-use tollgate::registry::Notifier;
+use tollgate::protocol::dispatch::{Env, Server, Transport};
+use tollgate::protocol::revisions::Session;
 use tollgate::store::Store;
+use tollgate::tools::Notifier;
 
 use crate::util::TestDb;
 
@@ -34,8 +34,12 @@ fn server(db: &TestDb) -> Server {
         ..Overrides::default()
     };
     let config = Config::load(None, &[], &flags).expect("config");
-    let store = Store::open(&db.path, &config.store_options(false)).expect("store");
-    tollgate::cli::build_server(&config, store).expect("server")
+    let store = Store::open(
+        &db.path,
+        &tollgate::store::StoreOptions::from_config(&config, false),
+    )
+    .expect("store");
+    tollgate::ops::cli::build_server(&config, store).expect("server")
 }
 
 /// Validators compile on a tool's first call: every built-in and fixture tool's input

@@ -14,9 +14,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tollgate::auth::{self, Authenticator, Mode, NewKey};
 use tollgate::catalog::ErrorKind;
 use tollgate::clock::{Clock, ManualClock};
+use tollgate::guards::auth::{self, Authenticator, Mode, NewKey};
 use tollgate::store::{Store, StoreOptions};
 
 use crate::util::{Key, StdioServer, TestDb, assert_error, modern_meta};
@@ -28,9 +28,9 @@ fn create_key(db: &TestDb, scopes: &str, extra: &[&str]) -> Key {
 #[cfg(feature = "conformance-pack")]
 /// The conformance pack's tools (`--conformance-pack`), all of scope `conformance:use`.
 fn conformance_tools() -> BTreeSet<String> {
-    tollgate::conformance::tools()
+    tollgate::tools::conformance::tools()
         .iter()
-        .inspect(|t| assert_eq!(t.spec().scope, tollgate::conformance::SCOPE))
+        .inspect(|t| assert_eq!(t.spec().scope, tollgate::tools::conformance::SCOPE))
         .map(|t| t.spec().name.to_owned())
         .collect()
 }

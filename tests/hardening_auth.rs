@@ -3,7 +3,7 @@
 //! scheme's case, sessions bound to their credential, OAuth metadata that never trusts
 //! `Host`, and answers that tell a stranger nothing about a public id.
 //!
-//! Exact argon2 counts per second of an injected clock are asserted in `src/auth.rs`'s
+//! Exact argon2 counts per second of an injected clock are asserted in `src/guards/auth.rs`'s
 //! unit tests; here the real binary shows the behaviour a client sees.
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -167,7 +167,7 @@ fn issued_121(s: &mut Session, key: &str) -> String {
 
 #[test]
 fn tools_declare_scope_category_policy_and_closed_schemas() {
-    use tollgate::registry::{Category as C, Idempotency as I};
+    use tollgate::tools::{Category as C, Idempotency as I};
     let expected = [
         ("search_clients", "clients:read", C::Read, I::NotApplicable),
         ("get_client", "clients:read", C::Read, I::NotApplicable),
@@ -206,7 +206,7 @@ fn tools_declare_scope_category_policy_and_closed_schemas() {
             I::NotApplicable,
         ),
     ];
-    let tools = tollgate::invoicing::tools();
+    let tools = tollgate::tools::invoicing::tools();
     let declared: BTreeSet<&str> = tools.iter().map(|t| t.spec().name).collect();
     assert_eq!(declared, expected.iter().map(|e| e.0).collect());
     for (name, scope, category, policy) in expected {
@@ -1208,7 +1208,7 @@ fn credential_id(token: &str) -> String {
 
 #[test]
 fn a_key_held_by_a_running_call_is_in_use_until_its_lease_ends() {
-    use tollgate::idempotency::{Claim, Ledger};
+    use tollgate::guards::idempotency::{Claim, Ledger};
     let db = TestDb::new();
     let mut s = Session::start(&db);
     let invoice = issued_121(&mut s, "issue");
@@ -1216,17 +1216,17 @@ fn a_key_held_by_a_running_call_is_in_use_until_its_lease_ends() {
     // Another process has claimed the key and is still running (or was killed mid-call).
     let store = tollgate::store::Store::open(&db.path, &tollgate::store::StoreOptions::default())
         .expect("open");
-    let tools = tollgate::invoicing::tools();
+    let tools = tollgate::tools::invoicing::tools();
     let spec = tools
         .iter()
         .find(|t| t.spec().name == "record_payment")
         .expect("tool")
         .spec();
-    let holder = tollgate::auth::Principal {
+    let holder = tollgate::guards::auth::Principal {
         credential_id: credential_id(db.admin_key.as_deref().expect("key")),
         client_id: None,
         scopes: vec!["*".to_owned()],
-        mode: tollgate::auth::Mode::Live,
+        mode: tollgate::guards::auth::Mode::Live,
     };
     let map = args.as_object().expect("object").clone();
     let claim = Ledger::new(store.clone(), tollgate::clock::Clock::System).claim(

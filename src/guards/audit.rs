@@ -1,0 +1,835 @@
+//! The audit log: one row per `tools/call` — who, which tool, outcome code, duration —
+//! never a secret and never argument values.
+//!
+//! Refusals of callers who did not authenticate (`invalid_token`, `invalid_token_type`
+//! without a principal, and `rate_limited` on the failure throttle's `auth` bucket) cost an
+//! attacker nothing, so they are summarised: one row per source, outcome and
+//! [`SUMMARY_WINDOW_MS`] window, whose `calls` says how many refusals it stands for and
+//! `source` where they came from (`http:<address>`, `stdio:<pid>`; past [`SUMMARY_SOURCES`]
+//! sources in a window, the rest share one row whose source is `*`). Its `tool` and
+//! `request_id` are those of the first call (`*` when the calls named several tools).
+//! A flood therefore adds a bounded number of rows; the metrics still count every call.
+//!
+//! Rows older than the retention (`[audit] retention_days`) are deleted by a background
+//! thread ([`prune_in_background`]), a few hundred per short transaction.
+//!
+//! The outcome is `ok`, or the catalog `code` of the JSON-RPC error, or of the `isError`
+//! result (`_meta["dev.tollgate/error"].code`). Rows go into a buffer that one writer thread
+//! empties every few milliseconds, in a single transaction (group commit), outside the call
+//! path and outside any other transaction; a failed write is logged and never fails the call
+//! it describes. Dropping the [`Auditor`] flushes every queued row, so a clean shutdown loses
+//! nothing; a process killed outright can lose the rows of calls that finished in its last
+//! moments — never business data or rate counters, which commit with the call.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::params;
+use serde_json::Value;
+
+use crate::catalog::{ErrorKind, McpError};
+use crate::clock::Clock;
+use crate::guards::auth::Principal;
+use crate::protocol::dispatch::Transport;
+use crate::store::{Store, StoreError};
+
+/// Longest request id or tool name kept (clients choose both; a row stays small).
+const MAX_TEXT: usize = 200;
+/// Rows `tollgate audit` shows unless `--limit` says otherwise.
+pub const DEFAULT_LIMIT: u32 = 50;
+
+/// One finished call.
+pub struct AuditEntry<'a> {
+    /// The JSON-RPC request id.
+    pub request_id: &'a Value,
+    /// Who called, when authentication succeeded.
+    pub principal: Option<&'a Principal>,
+    /// The tool name as sent.
+    pub tool: &'a str,
+    /// The outcome.
+    pub outcome: &'a Result<Value, McpError>,
+    /// Time spent.
+    pub duration: Duration,
+    /// The transport.
+    pub transport: Transport,
+    /// Who is asking, as the failure throttle sees it (`http:<address>`, `stdio:<pid>`);
+    /// recorded only on summary rows.
+    pub source: &'a str,
+}
+
+/// Length of a summary window, in milliseconds.
+pub const SUMMARY_WINDOW_MS: i64 = 60_000;
+/// Sources summarised each on their own row per window; any more share one row.
+pub const SUMMARY_SOURCES: usize = 1024;
+/// The `source` (and `tool`) of a summary row that stands for several.
+pub const SEVERAL: &str = "*";
+
+/// Rows deleted per pruning transaction (keeps each one short).
+const PRUNE_CHUNK: i64 = 500;
+/// Pause between two pruning transactions.
+const PRUNE_PAUSE: Duration = Duration::from_millis(50);
+/// How often the background pruner looks for expired rows.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Milliseconds in a day.
+const DAY_MS: i64 = 86_400_000;
+
+/// Rows buffered at most; past it callers wait for the writer (back-pressure), rows are
+/// never dropped.
+const QUEUE: usize = 65_536;
+/// Rows inserted per transaction at most; a buffer this full wakes the writer at once.
+const BATCH: usize = 1_024;
+/// How often the writer looks at the buffer. Calls never wake it one by one: a wake-up
+/// per call cost more than the insert itself.
+const FLUSH_EVERY: Duration = Duration::from_millis(5);
+
+/// One row, owned, on its way to the writer thread.
+struct Row {
+    at: i64,
+    request_id: String,
+    credential_id: Option<String>,
+    client_id: Option<String>,
+    tool: String,
+    outcome: String,
+    duration_us: i64,
+    transport: &'static str,
+}
+
+/// Which summary row a refusal counts on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SummaryKey {
+    /// Start of the window, unix milliseconds.
+    window: i64,
+    source: String,
+    outcome: &'static str,
+}
+
+/// Refusals counted for one summary row since the writer last looked.
+struct Pending {
+    /// The first of them (its time, request id and tool go on a new row).
+    first: Row,
+    calls: i64,
+    /// They named more than one tool.
+    several_tools: bool,
+}
+
+/// Rows waiting for the writer, and whether the auditor is shutting down.
+#[derive(Default)]
+struct Buffer {
+    rows: Vec<Row>,
+    summaries: HashMap<SummaryKey, Pending>,
+    /// The window `sources` belong to.
+    window: i64,
+    /// Sources summarised on their own row in this window (at most [`SUMMARY_SOURCES`]).
+    sources: HashSet<String>,
+    closing: bool,
+    /// The writer thread has written everything and returned.
+    stopped: bool,
+}
+
+impl Buffer {
+    /// Counts a refusal on its source's summary row of the current window.
+    fn summarise(&mut self, row: Row, outcome: &'static str, source: &str) {
+        let window = row.at - row.at.rem_euclid(SUMMARY_WINDOW_MS);
+        if window != self.window {
+            self.window = window;
+            self.sources.clear();
+        }
+        let source = truncate(source);
+        let source = if self.sources.contains(&source) || self.sources.len() < SUMMARY_SOURCES {
+            self.sources.insert(source.clone());
+            source
+        } else {
+            SEVERAL.to_owned()
+        };
+        let key = SummaryKey {
+            window,
+            source,
+            outcome,
+        };
+        match self.summaries.entry(key) {
+            std::collections::hash_map::Entry::Occupied(mut pending) => {
+                let pending = pending.get_mut();
+                pending.calls += 1;
+                pending.several_tools |= pending.first.tool != row.tool;
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(Pending {
+                    first: row,
+                    calls: 1,
+                    several_tools: false,
+                });
+            }
+        }
+    }
+}
+
+/// The buffer shared by callers and the writer thread.
+#[derive(Default)]
+struct Shared {
+    buffer: Mutex<Buffer>,
+    /// Signals the writer (a full batch, or shutdown) and waiting callers (room again).
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Buffer> {
+        self.buffer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Every auditor of this process, for [`flush_all`].
+static AUDITORS: Mutex<Vec<std::sync::Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// How long [`flush_all`] waits for a writer.
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// Writes out every row queued in this process and stops the writers, for a server that
+/// is about to exit while a connection thread may still hold its [`Auditor`] (which then
+/// is never dropped). Rows recorded afterwards are not written.
+pub fn flush_all() {
+    let auditors: Vec<Arc<Shared>> = AUDITORS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    for shared in auditors {
+        let deadline = std::time::Instant::now() + FLUSH_WAIT;
+        let mut buffer = shared.lock();
+        buffer.closing = true;
+        shared.changed.notify_all();
+        while !buffer.stopped {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                tracing::warn!("the audit writer did not finish in time; rows may be lost");
+                break;
+            }
+            buffer = shared
+                .changed
+                .wait_timeout(buffer, left)
+                .map(|(guard, _)| guard)
+                .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+        }
+    }
+}
+
+/// Writes audit rows through one group-committing writer thread.
+pub struct Auditor {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+    clock: Clock,
+}
+
+impl Auditor {
+    /// An auditor over `store` that stamps its rows by `clock`; starts its writer thread.
+    pub fn new(store: Store, clock: Clock) -> Auditor {
+        let shared = Arc::new(Shared::default());
+        let mut auditors = AUDITORS.lock().unwrap_or_else(PoisonError::into_inner);
+        auditors.retain(|weak| weak.strong_count() > 0);
+        auditors.push(Arc::downgrade(&shared));
+        drop(auditors);
+        let theirs = Arc::clone(&shared);
+        let writer = std::thread::Builder::new()
+            .name("audit-writer".to_owned())
+            .spawn(move || {
+                write_loop(&store, &theirs);
+                theirs.lock().stopped = true;
+                theirs.changed.notify_all();
+            })
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot start the audit writer");
+                shared.lock().stopped = true;
+            })
+            .ok();
+        Auditor {
+            shared,
+            writer,
+            clock,
+        }
+    }
+
+    /// Records one call. Failures are logged (without the row's content) and swallowed.
+    pub fn record(&self, entry: &AuditEntry<'_>) {
+        if self.writer.is_none() {
+            tracing::warn!("the audit writer is not running; a tool call was not audited");
+            return;
+        }
+        let row = Row {
+            at: self.clock.unix_millis(),
+            request_id: truncate(&entry.request_id.to_string()),
+            credential_id: entry.principal.map(|p| p.credential_id.clone()),
+            client_id: entry.principal.and_then(|p| p.client_id.clone()),
+            tool: truncate(entry.tool),
+            outcome: outcome_code(entry.outcome),
+            duration_us: i64::try_from(entry.duration.as_micros()).unwrap_or(i64::MAX),
+            transport: entry.transport.as_str(),
+        };
+        let mut buffer = self.shared.lock();
+        if let Some(outcome) = summarised(entry) {
+            buffer.summarise(row, outcome, entry.source);
+            return;
+        }
+        while buffer.rows.len() >= QUEUE {
+            buffer = self
+                .shared
+                .changed
+                .wait(buffer)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        buffer.rows.push(row);
+        if buffer.rows.len() == BATCH {
+            self.shared.changed.notify_all();
+        }
+    }
+}
+
+impl Drop for Auditor {
+    fn drop(&mut self) {
+        self.shared.lock().closing = true;
+        self.shared.changed.notify_all();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+/// Every [`FLUSH_EVERY`] (or at once for a full batch) inserts what has been buffered, in
+/// transactions of up to [`BATCH`] rows; on shutdown, flushes everything and returns.
+fn write_loop(store: &Store, shared: &Shared) {
+    // The summary rows written in the current and the previous window, by key.
+    let mut summary_rows: HashMap<SummaryKey, i64> = HashMap::new();
+    loop {
+        let (batch, summaries, closing) = {
+            let mut buffer = shared.lock();
+            if buffer.rows.len() < BATCH && !buffer.closing {
+                buffer = shared
+                    .changed
+                    .wait_timeout(buffer, FLUSH_EVERY)
+                    .map(|(guard, _)| guard)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+            }
+            let take = buffer.rows.len().min(BATCH);
+            let batch: Vec<Row> = buffer.rows.drain(..take).collect();
+            let summaries = std::mem::take(&mut buffer.summaries);
+            (batch, summaries, buffer.closing && buffer.rows.is_empty())
+        };
+        if !batch.is_empty() || !summaries.is_empty() {
+            shared.changed.notify_all();
+            let rows = batch.len() + summaries.len();
+            if let Err(e) = insert(store, &batch, summaries, &mut summary_rows) {
+                tracing::warn!(cause = %e, rows, "cannot write audit rows");
+            }
+        }
+        if closing {
+            return;
+        }
+    }
+}
+
+/// Inserts `batch` and adds `summaries` to their rows (inserting those not yet written)
+/// in one transaction; `summary_rows` learns the new rows once it commits.
+fn insert(
+    store: &Store,
+    batch: &[Row],
+    summaries: HashMap<SummaryKey, Pending>,
+    summary_rows: &mut HashMap<SummaryKey, i64>,
+) -> Result<(), StoreError> {
+    let created = store.write(|tx| {
+        for row in batch {
+            insert_row(tx, row, 1, None)?;
+        }
+        let mut created = Vec::new();
+        for (key, pending) in summaries {
+            let added = match summary_rows.get(&key) {
+                Some(&id) => add_to_summary(tx, id, &pending)?,
+                None => false,
+            };
+            // A row not written yet (or pruned since) gets written now.
+            if !added {
+                let mut first = pending.first;
+                if pending.several_tools {
+                    SEVERAL.clone_into(&mut first.tool);
+                }
+                let id = insert_row(tx, &first, pending.calls, Some(&key.source))?;
+                created.push((key, id));
+            }
+        }
+        Ok(created)
+    })?;
+    let newest = created.iter().map(|(key, _)| key.window).max();
+    summary_rows.extend(created);
+    if let Some(newest) = newest {
+        summary_rows.retain(|key, _| key.window >= newest - SUMMARY_WINDOW_MS);
+    }
+    Ok(())
+}
+
+/// Inserts one row standing for `calls` calls; returns its id.
+fn insert_row(
+    tx: &rusqlite::Transaction<'_>,
+    row: &Row,
+    calls: i64,
+    source: Option<&str>,
+) -> Result<i64, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
+         duration_us, transport, calls, source) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    )?;
+    stmt.execute(params![
+        row.at,
+        row.request_id,
+        row.credential_id,
+        row.client_id,
+        row.tool,
+        row.outcome,
+        row.duration_us,
+        row.transport,
+        calls,
+        source
+    ])?;
+    Ok(tx.last_insert_rowid())
+}
+
+/// Adds `pending`'s calls to the summary row `id` (its tool becomes `*` when they named
+/// another); false when the row is gone.
+fn add_to_summary(
+    tx: &rusqlite::Transaction<'_>,
+    id: i64,
+    pending: &Pending,
+) -> Result<bool, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "UPDATE audit_log SET calls = calls + ?2, \
+         tool = CASE WHEN ?3 OR tool <> ?4 THEN '*' ELSE tool END WHERE id = ?1",
+    )?;
+    let changed = stmt.execute(params![
+        id,
+        pending.calls,
+        pending.several_tools,
+        pending.first.tool
+    ])?;
+    Ok(changed > 0)
+}
+
+/// The outcome code under which `entry` is summarised rather than written on its own
+/// row: a refusal of a caller who did not authenticate.
+fn summarised(entry: &AuditEntry<'_>) -> Option<&'static str> {
+    let Err(err) = entry.outcome else {
+        return None;
+    };
+    if entry.principal.is_some() {
+        return None;
+    }
+    let throttled = || err.fields().get("bucket").and_then(Value::as_str) == Some("auth");
+    match err.kind() {
+        ErrorKind::InvalidToken | ErrorKind::InvalidTokenType => Some(err.kind().spec().code),
+        ErrorKind::RateLimited if throttled() => Some(err.kind().spec().code),
+        _ => None,
+    }
+}
+
+/// Starts a thread that deletes audit rows older than `retention_days` before the time of
+/// `clock` (0: keep them forever, and start nothing) now and then every hour.
+pub fn prune_in_background(store: &Store, retention_days: u32, clock: Clock) {
+    if retention_days == 0 {
+        return;
+    }
+    let store = store.clone();
+    let spawned = std::thread::Builder::new()
+        .name("audit-prune".to_owned())
+        .spawn(move || {
+            loop {
+                match prune_expired(&store, retention_days, clock.unix_millis()) {
+                    Ok(0) => {}
+                    Ok(rows) => tracing::info!(rows, retention_days, "pruned old audit rows"),
+                    Err(e) => tracing::warn!(cause = %e, "pruning old audit rows failed"),
+                }
+                std::thread::sleep(PRUNE_EVERY);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(cause = %e, "cannot start the audit pruner; old rows are kept");
+    }
+}
+
+/// Deletes the rows older than `retention_days` before `now_ms` (unix milliseconds: the
+/// caller's clock), [`PRUNE_CHUNK`] rows per transaction, oldest first. Rows are appended
+/// in time order, so it walks up the ids and stops at the first chunk with nothing to
+/// delete. Returns how many rows went.
+pub fn prune_expired(store: &Store, retention_days: u32, now_ms: i64) -> Result<usize, StoreError> {
+    let cutoff = now_ms.saturating_sub(i64::from(retention_days).saturating_mul(DAY_MS));
+    let mut after = 0;
+    let mut total = 0;
+    loop {
+        let (deleted, last, seen) = store.write(|tx| {
+            let mut next = tx.prepare_cached(
+                "SELECT id, at FROM audit_log WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
+            )?;
+            let chunk = next
+                .query_map(params![after, PRUNE_CHUNK], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut delete = tx.prepare_cached("DELETE FROM audit_log WHERE id = ?1")?;
+            let mut deleted = 0;
+            for (id, _) in chunk.iter().filter(|(_, at)| *at < cutoff) {
+                deleted += delete.execute([id])?;
+            }
+            Ok((deleted, chunk.last().map(|(id, _)| *id), chunk.len()))
+        })?;
+        total += deleted;
+        match last {
+            Some(last) if deleted > 0 && seen == PRUNE_CHUNK as usize => after = last,
+            _ => return Ok(total),
+        }
+        std::thread::sleep(PRUNE_PAUSE);
+    }
+}
+
+/// `ok`, or the catalog code of a JSON-RPC error or of an `isError` result.
+pub fn outcome_code(outcome: &Result<Value, McpError>) -> String {
+    match outcome {
+        Err(err) => err.kind().spec().code.to_owned(),
+        Ok(result) if result.get("isError") == Some(&Value::Bool(true)) => result
+            .pointer("/_meta/dev.tollgate~1error/code")
+            .and_then(Value::as_str)
+            .unwrap_or("tool_error")
+            .to_owned(),
+        Ok(_) => "ok".to_owned(),
+    }
+}
+
+fn truncate(text: &str) -> String {
+    match text.char_indices().nth(MAX_TEXT) {
+        Some((cut, _)) => text[..cut].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+/// Which rows `tollgate audit` lists.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    /// Only this credential's calls.
+    pub credential_id: Option<String>,
+    /// Only calls of this tool.
+    pub tool: Option<String>,
+    /// Only this outcome (`ok` or a catalog code).
+    pub outcome: Option<String>,
+    /// At most this many rows, newest first.
+    pub limit: u32,
+}
+
+/// One row of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// Row id (increasing).
+    pub id: i64,
+    /// Unix milliseconds UTC.
+    pub at_ms: i64,
+    /// The JSON-RPC request id, as JSON text.
+    pub request_id: String,
+    /// The credential's public id (absent when authentication failed).
+    pub credential_id: Option<String>,
+    /// The OAuth client, if any.
+    pub client_id: Option<String>,
+    /// The tool name as sent.
+    pub tool: String,
+    /// `ok` or a catalog code.
+    pub outcome: String,
+    /// Microseconds.
+    pub duration_us: i64,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// How many calls the row stands for (more than 1 on a summary row).
+    pub calls: i64,
+    /// Where a summary row's refusals came from (`None` on the row of a single call).
+    pub source: Option<String>,
+}
+
+/// The most recent rows matching `filter`, newest first.
+pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
+    store.read(|conn| {
+        // With a credential, through `audit_log_by_credential` (newest first in that
+        // index); otherwise newest first by id, stopping at the limit. (`?1 IS NULL` in the
+        // second keeps one parameter list.)
+        let mut stmt = conn.prepare_cached(if filter.credential_id.is_some() {
+            "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
+             transport, calls, source FROM audit_log WHERE credential_id = ?1 \
+             AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
+             ORDER BY at DESC, id DESC LIMIT ?4 + 0"
+        } else {
+            "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
+             transport, calls, source FROM audit_log WHERE ?1 IS NULL \
+             AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
+             ORDER BY id DESC LIMIT ?4 + 0"
+        })?;
+        let rows = stmt
+            .query_map(
+                params![
+                    filter.credential_id,
+                    filter.tool,
+                    filter.outcome,
+                    filter.limit
+                ],
+                |row| {
+                    Ok(AuditRecord {
+                        id: row.get(0)?,
+                        at_ms: row.get(1)?,
+                        request_id: row.get(2)?,
+                        credential_id: row.get(3)?,
+                        client_id: row.get(4)?,
+                        tool: row.get(5)?,
+                        outcome: row.get(6)?,
+                        duration_us: row.get(7)?,
+                        transport: row.get(8)?,
+                        calls: row.get(9)?,
+                        source: row.get(10)?,
+                    })
+                },
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::ErrorKind;
+    use crate::config::Locale;
+    use crate::store::StoreOptions;
+    use serde_json::json;
+
+    #[test]
+    fn outcome_codes() {
+        assert_eq!(outcome_code(&Ok(json!({"content": []}))), "ok");
+        assert_eq!(
+            outcome_code(&Err(McpError::new(ErrorKind::InsufficientScope))),
+            "insufficient_scope"
+        );
+        let tool_error = McpError::validation("amount").to_tool_result(Locale::En);
+        assert_eq!(outcome_code(&Ok(tool_error)), "validation_error");
+    }
+
+    #[test]
+    fn records_and_filters_without_arguments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&dir.path().join("a.db"), &opts).expect("open");
+        let auditor = Auditor::new(store.clone(), Clock::System);
+        let principal = Principal {
+            credential_id: "abc123abc123".into(),
+            client_id: None,
+            scopes: vec![],
+            mode: crate::guards::auth::Mode::Live,
+        };
+        for (id, outcome) in [
+            (1, Ok(json!({}))),
+            (2, Err(McpError::new(ErrorKind::RateLimited))),
+        ] {
+            auditor.record(&AuditEntry {
+                request_id: &json!(id),
+                principal: Some(&principal),
+                tool: "test_simple_text",
+                outcome: &outcome,
+                duration: Duration::from_micros(1500),
+                transport: Transport::Stdio,
+                source: "stdio:1",
+            });
+        }
+        // Dropping the auditor flushes its queue.
+        drop(auditor);
+        let all = recent(
+            &store,
+            &AuditFilter {
+                limit: 10,
+                ..AuditFilter::default()
+            },
+        )
+        .expect("rows");
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].outcome, "rate_limited");
+        assert_eq!(all[0].request_id, "2");
+        assert_eq!(all[1].duration_us, 1500);
+        let filter = AuditFilter {
+            outcome: Some("ok".into()),
+            limit: 10,
+            ..AuditFilter::default()
+        };
+        let ok = recent(&store, &filter).expect("rows");
+        assert_eq!(ok.len(), 1);
+        assert_eq!(ok[0].credential_id.as_deref(), Some("abc123abc123"));
+    }
+
+    fn store_in(dir: &tempfile::TempDir) -> Store {
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
+        Store::open(&dir.path().join("a.db"), &opts).expect("open")
+    }
+
+    fn refusal<'a>(
+        request_id: &'a Value,
+        tool: &'a str,
+        outcome: &'a Result<Value, McpError>,
+        source: &'a str,
+    ) -> AuditEntry<'a> {
+        AuditEntry {
+            request_id,
+            principal: None,
+            tool,
+            outcome,
+            duration: Duration::from_micros(10),
+            transport: Transport::Http,
+            source,
+        }
+    }
+
+    fn all(store: &Store) -> Vec<AuditRecord> {
+        let filter = AuditFilter {
+            limit: 10_000,
+            ..AuditFilter::default()
+        };
+        recent(store, &filter).expect("rows")
+    }
+
+    #[test]
+    fn unauthenticated_refusals_are_summarised_per_source_and_outcome() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store_in(&dir);
+        // Mid-window, so every refusal of the loop falls in one summary window.
+        let clock = crate::clock::ManualClock::at_unix_secs(1_800_000_030);
+        let auditor = Auditor::new(store.clone(), clock.clock());
+        let missing = Err(McpError::new(ErrorKind::InvalidToken));
+        let throttled = Err(McpError::rate_limited("auth", 10, 0, 60));
+        let id = json!(1);
+        for i in 0..500 {
+            auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.1"));
+            let tool = if i == 7 {
+                "other_tool"
+            } else {
+                "search_clients"
+            };
+            auditor.record(&refusal(&id, tool, &throttled, "http:10.0.0.1"));
+            auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.2"));
+        }
+        // A refusal of an authenticated caller keeps its own row.
+        let principal = Principal {
+            credential_id: "abc123abc123".into(),
+            client_id: None,
+            scopes: vec![],
+            mode: crate::guards::auth::Mode::Live,
+        };
+        let scope = Err(McpError::new(ErrorKind::InsufficientScope));
+        let mut entry = refusal(&id, "search_clients", &scope, "http:10.0.0.1");
+        entry.principal = Some(&principal);
+        auditor.record(&entry);
+        auditor.record(&entry);
+        // The last millisecond of the window still counts on its rows; the next window
+        // starts rows of its own.
+        clock.set_unix_millis(1_800_000_059_999);
+        auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.2"));
+        clock.set_unix_millis(1_800_000_060_000);
+        auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.2"));
+        drop(auditor);
+        let rows = all(&store);
+        let total: i64 = rows.iter().map(|r| r.calls).sum();
+        assert_eq!(total, 1_504, "{rows:?}");
+        // One row per source and outcome in each window.
+        let (summaries, next): (Vec<&AuditRecord>, Vec<&AuditRecord>) = rows
+            .iter()
+            .filter(|r| r.source.is_some())
+            .partition(|r| r.at_ms < 1_800_000_060_000);
+        assert_eq!(summaries.len(), 3, "{summaries:?}");
+        assert_eq!(next.len(), 1, "{next:?}");
+        assert_eq!(next[0].calls, 1);
+        assert_eq!(rows.len() - summaries.len() - next.len(), 2);
+        for (source, outcome, tool) in [
+            ("http:10.0.0.1", "invalid_token", "search_clients"),
+            ("http:10.0.0.1", "rate_limited", "*"),
+            ("http:10.0.0.2", "invalid_token", "search_clients"),
+        ] {
+            let mine: Vec<_> = summaries
+                .iter()
+                .filter(|r| r.source.as_deref() == Some(source) && r.outcome == outcome)
+                .collect();
+            let calls = if source == "http:10.0.0.2" { 501 } else { 500 };
+            assert_eq!(mine.len(), 1, "{mine:?}");
+            assert_eq!(mine[0].calls, calls, "{mine:?}");
+            assert_eq!(mine[0].tool, tool);
+            assert_eq!(mine[0].credential_id, None);
+        }
+    }
+
+    #[test]
+    fn sources_past_the_cap_share_one_row() {
+        let mut buffer = Buffer::default();
+        let row = |at| Row {
+            at,
+            request_id: "1".into(),
+            credential_id: None,
+            client_id: None,
+            tool: "t".into(),
+            outcome: "invalid_token".into(),
+            duration_us: 0,
+            transport: "http",
+        };
+        for i in 0..SUMMARY_SOURCES + 50 {
+            buffer.summarise(row(60_000), "invalid_token", &format!("http:10.0.{i}"));
+        }
+        assert_eq!(buffer.summaries.len(), SUMMARY_SOURCES + 1);
+        let several = buffer
+            .summaries
+            .iter()
+            .find(|(key, _)| key.source == SEVERAL)
+            .map(|(_, p)| p.calls);
+        assert_eq!(several, Some(50));
+        // A new window starts a new list of sources.
+        buffer.summarise(row(120_000), "invalid_token", "http:10.0.9999");
+        assert!(
+            buffer
+                .summaries
+                .keys()
+                .any(|k| k.window == 120_000 && k.source != SEVERAL)
+        );
+    }
+
+    #[test]
+    fn retention_prunes_older_rows_and_keeps_newer_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store_in(&dir);
+        let now: i64 = 1_800_000_000_000;
+        store
+            .write(|tx| {
+                let mut stmt = tx.prepare(
+                    "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
+                     VALUES (?1, '1', 'search_clients', 'ok', 1, 'stdio')",
+                )?;
+                // 1 200 rows past 90 days (more than two pruning chunks), then 30 within.
+                for i in 0..1_200 {
+                    stmt.execute([now - 100 * DAY_MS + i])?;
+                }
+                for i in 0..30 {
+                    stmt.execute([now - 89 * DAY_MS + i])?;
+                }
+                Ok(())
+            })
+            .expect("seed");
+        assert_eq!(prune_expired(&store, 90, now).expect("prune"), 1_200);
+        let left = all(&store);
+        assert_eq!(left.len(), 30);
+        assert!(left.iter().all(|r| r.at_ms >= now - 89 * DAY_MS));
+        assert_eq!(prune_expired(&store, 90, now).expect("again"), 0);
+        // A day later, by the same clock, the rest is past 90 days too.
+        assert_eq!(
+            prune_expired(&store, 90, now + 2 * DAY_MS).expect("later"),
+            30
+        );
+    }
+}

@@ -1,0 +1,505 @@
+//! The `tollgate` command line: argument definitions and the handler of each command.
+//!
+//! `main` only parses and calls [`run`]. Each handler loads the validated configuration,
+//! opens the store when it needs one, and returns an [`ExitCode`]; operator mistakes get a
+//! message on stderr that says how to fix them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::catalog;
+use crate::clock::Clock;
+use crate::config::{Config, Locale, Overrides};
+use crate::guards::Guards;
+use crate::protocol::dispatch::Server;
+use crate::store::{Company, Store, StoreError};
+use crate::tools::Registry;
+
+/// Exit code for a refused start: bad configuration or a database newer than the binary.
+pub const EXIT_REFUSED: u8 = 2;
+
+/// Why `--conformance-pack` (`tools.conformance_pack`, `TOLLGATE_CONFORMANCE_PACK`) is
+/// refused by a build without the fixtures.
+const NO_CONFORMANCE_PACK: &str = "the conformance pack was asked for (--conformance-pack, \
+    tools.conformance_pack or TOLLGATE_CONFORMANCE_PACK), but this build of tollgate does not \
+    carry it: it is compiled in only with `cargo build --features conformance-pack`, for \
+    testing; release builds and the .deb never have it";
+
+/// tollgate: an MCP server for business tools, with guards on every call.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Args)]
+struct GlobalArgs {
+    /// Configuration file (TOML). Also `TOLLGATE_CONFIG`.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// SQLite database file (default: tollgate.db in the current directory).
+    #[arg(long, global = true, value_name = "FILE")]
+    database: Option<PathBuf>,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
+    /// Log format: human or json.
+    #[arg(long, global = true)]
+    log_format: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create the database and the company.
+    Init(InitArgs),
+    /// Serve MCP over stdin/stdout; the credential comes from TOLLGATE_TOKEN or TOLLGATE_TOKEN_FILE.
+    Stdio(ServeArgs),
+    /// Serve MCP over Streamable HTTP (POST /mcp), plus /healthz and the OAuth endpoints.
+    Serve(HttpArgs),
+    /// Try tollgate: create a demo database if there is none, print an admin key, serve HTTP.
+    Quickstart {
+        /// Address to listen on (default 127.0.0.1:8787).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// Print the error catalog.
+    Errors {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = CatalogFormat::Markdown)]
+        format: CatalogFormat,
+    },
+    /// Validate the configuration and print the effective settings.
+    CheckConfig,
+    /// Check that the database opens and its schema is current (exit 0 when healthy);
+    /// with --url, probe a running server's /healthz over HTTP instead.
+    Healthcheck(crate::ops::healthcheck::HealthcheckArgs),
+    /// Write a consistent online copy of the database (safe while servers run).
+    Backup(crate::ops::backup::BackupArgs),
+    /// Replace the database with a checked backup (stop the service first).
+    Restore(crate::ops::backup::RestoreArgs),
+    /// Show or change the rate limits: plan defaults, per-credential and per-client overrides.
+    Limits(crate::ops::usage::LimitsArgs),
+    /// Show the current rate counters and what is left in each.
+    Usage(crate::ops::usage::UsageArgs),
+    /// Manage API keys: create, list, revoke, rotate.
+    #[command(subcommand)]
+    Key(crate::ops::admin::KeyCommand),
+    /// Manage OAuth clients: create, list, revoke.
+    #[command(subcommand)]
+    Client(crate::ops::admin::ClientCommand),
+    /// Show the plans, move the company to another, edit what a plan includes.
+    #[command(subcommand)]
+    Plan(crate::ops::admin::PlanCommand),
+    /// Show or change the company.
+    #[command(subcommand)]
+    Company(crate::ops::admin::CompanyCommand),
+    /// Show or reset the sandbox: the test book of the business data that test keys use.
+    #[command(subcommand)]
+    Sandbox(crate::ops::admin::SandboxCommand),
+    /// List recent tool calls from the audit log.
+    Audit(crate::ops::admin::AuditArgs),
+}
+
+#[derive(Debug, Args)]
+struct InitArgs {
+    /// Company legal name.
+    #[arg(long, default_value = "My Company")]
+    company: String,
+    /// Company tax id (NIF/CIF).
+    #[arg(long)]
+    tax_id: Option<String>,
+    /// Plan: free, starter, pro or enterprise.
+    #[arg(long, default_value = "pro")]
+    plan: String,
+    /// Language of error hints: en or es.
+    #[arg(long, default_value = "en")]
+    locale: String,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    json: bool,
+    /// Fill the invoicing back office with sample clients, invoices and payments.
+    #[arg(long)]
+    demo: bool,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Expose the MCP conformance-suite fixture tools, resources and prompts.
+    #[arg(long)]
+    conformance_pack: bool,
+}
+
+#[derive(Debug, Args)]
+struct HttpArgs {
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Address to listen on (default 127.0.0.1:8787).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Allow listening on a non-loopback address.
+    #[arg(long)]
+    allow_non_loopback: bool,
+    /// Development mode: requests without a token run as this credential (its public id).
+    /// Loopback only; never use it in production.
+    #[arg(long, value_name = "PUBLIC_ID")]
+    dev_credential: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum CatalogFormat {
+    Markdown,
+    Json,
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> ExitCode {
+    let mut overrides = Overrides {
+        database: cli.global.database.clone(),
+        log_level: cli.global.log_level.clone(),
+        log_format: cli.global.log_format.clone(),
+        ..Overrides::default()
+    };
+    match &cli.command {
+        Command::Stdio(args) if args.conformance_pack => overrides.conformance_pack = Some(true),
+        Command::Quickstart { listen } => overrides.listen = listen.clone(),
+        Command::Serve(args) => {
+            if args.serve.conformance_pack {
+                overrides.conformance_pack = Some(true);
+            }
+            overrides.listen = args.listen.clone();
+            overrides.dev_credential = args.dev_credential.clone();
+            if args.allow_non_loopback {
+                overrides.allow_non_loopback = Some(true);
+            }
+        }
+        _ => {}
+    }
+    let config = match Config::from_process(cli.global.config.as_deref(), &overrides) {
+        Ok(config) => config,
+        Err(e) => return refuse(&format!("configuration error: {e}")),
+    };
+    if config.tools.conformance_pack && !crate::HAS_CONFORMANCE_PACK {
+        return refuse(NO_CONFORMANCE_PACK);
+    }
+    // Held until the command returns: dropping it flushes the queued log lines.
+    let _log = crate::ops::logging::init(&config.log);
+    match cli.command {
+        Command::Init(args) => init(&config, &args),
+        Command::Stdio(_) => stdio(&config),
+        Command::Serve(_) => serve(&config),
+        Command::Quickstart { .. } => quickstart(&config),
+        Command::Errors { format } => errors(format),
+        Command::CheckConfig => {
+            println!("configuration is valid\n{}", config.describe());
+            ExitCode::SUCCESS
+        }
+        Command::Healthcheck(args) => match &args.url {
+            Some(url) => crate::ops::healthcheck::healthcheck_url(url, args.timeout),
+            None => healthcheck(&config),
+        },
+        Command::Backup(args) => match open_store(&config, false) {
+            Ok(store) => crate::ops::backup::backup(&store, &args),
+            Err(code) => code,
+        },
+        Command::Restore(args) => crate::ops::backup::restore(&config, &args),
+        Command::Limits(args) => match open_store(&config, false) {
+            Ok(store) => crate::ops::usage::limits(&store, &args),
+            Err(code) => code,
+        },
+        Command::Usage(args) => match open_store(&config, false) {
+            Ok(store) => crate::ops::usage::usage(&store, &args),
+            Err(code) => code,
+        },
+        Command::Key(command) => crate::ops::admin::key(&config, &command),
+        Command::Client(command) => crate::ops::admin::client(&config, &command),
+        Command::Plan(command) => crate::ops::admin::plan(&config, &command),
+        Command::Company(command) => crate::ops::admin::company(&config, &command),
+        Command::Sandbox(command) => crate::ops::admin::sandbox(&config, &command),
+        Command::Audit(args) => crate::ops::admin::audit(&config, &args),
+    }
+}
+
+fn refuse(message: &str) -> ExitCode {
+    eprintln!("tollgate: {message}");
+    ExitCode::from(EXIT_REFUSED)
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("tollgate: {message}");
+    ExitCode::FAILURE
+}
+
+fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
+    Store::open(
+        &config.database,
+        &crate::store::StoreOptions::from_config(config, create),
+    )
+    .map_err(|e| match e {
+        StoreError::TooNew { .. } | StoreError::Missing(_) | StoreError::Foreign(_) => {
+            refuse(&e.to_string())
+        }
+        other => fail(&format!("cannot open the database: {other}")),
+    })
+}
+
+fn init(config: &Config, args: &InitArgs) -> ExitCode {
+    let locale: Locale = match args.locale.parse() {
+        Ok(locale) => locale,
+        Err(e) => return fail(&format!("--locale: {e}")),
+    };
+    let store = match open_store(config, true) {
+        Ok(store) => store,
+        Err(code) => return code,
+    };
+    match store.plan(&args.plan) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return fail(&format!(
+                "--plan: unknown plan {:?}; run `tollgate plan list`",
+                args.plan
+            ));
+        }
+        Err(e) => return fail(&e.to_string()),
+    }
+    let company = Company {
+        name: args.company.clone(),
+        tax_id: args.tax_id.clone(),
+        plan_slug: args.plan.clone(),
+        locale: locale.as_str().to_owned(),
+        country: "ES".to_owned(),
+    };
+    if let Err(e) = store.set_company(&company) {
+        return fail(&format!("cannot save the company: {e}"));
+    }
+    // The first admin key (scopes `*`); `None` when init runs again on a database with keys.
+    let admin_key = match crate::ops::admin::first_admin_key(&store) {
+        Ok(key) => key,
+        Err(e) => return fail(&format!("cannot create the admin key: {e}")),
+    };
+    let demo = match args
+        .demo
+        .then(|| crate::tools::invoicing::demo::seed(&store, crate::tools::Book::Live))
+    {
+        None => None,
+        Some(Ok(seeded)) => Some(seeded),
+        Some(Err(crate::tools::invoicing::demo::DemoError::NotEmpty)) => {
+            eprintln!("tollgate: the database already has clients; --demo added nothing");
+            None
+        }
+        Some(Err(e)) => return fail(&e.to_string()),
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "database": config.database, "company": company.name, "plan": company.plan_slug,
+                                "admin_key_id": admin_key.as_ref().map(|k| k.public_id.as_str()),
+                                "admin_key": admin_key.as_ref().map(|k| k.token.expose()),
+                                "demo": demo.map(|d| serde_json::json!({ "clients": d.clients, "invoices": d.invoices, "payments": d.payments })) })
+        );
+    } else {
+        if let Some(d) = demo {
+            println!(
+                "Demo data: {} clients, {} invoices, {} payments.",
+                d.clients, d.invoices, d.payments
+            );
+        }
+        println!(
+            "Created {} for {} on the {} plan.",
+            config.database.display(),
+            company.name,
+            company.plan_slug
+        );
+        match &admin_key {
+            Some(key) => println!(
+                "Admin key {} (scopes *), shown once; store it now, it cannot be shown again:\n{}",
+                key.public_id,
+                key.token.expose()
+            ),
+            None => println!("Keys already exist; create more with `tollgate key create`."),
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Builds the server for the configured database and tool packs, on the system clock.
+pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
+    build_server_with_clock(config, store, Clock::System)
+}
+
+/// Builds the server with every component reading the time from `clock` (tests drive
+/// window edges and expiries with a [`crate::clock::ManualClock`]).
+pub fn build_server_with_clock(
+    config: &Config,
+    store: Store,
+    clock: Clock,
+) -> Result<Server, String> {
+    // The invoicing back office is the embedded default: always registered.
+    let mut tools = crate::tools::invoicing::tools();
+    let mut resources = crate::tools::invoicing::resources();
+    let mut prompts = crate::tools::invoicing::prompts(store.clone(), clock.clone());
+    if config.tools.conformance_pack {
+        add_conformance_pack(&mut tools, &mut resources, &mut prompts)?;
+    }
+    let registry = Registry::new(
+        tools,
+        crate::tools::invoicing::retired::RETIRED_TOOLS,
+        resources,
+        prompts,
+    )
+    .map_err(|e| e.to_string())?;
+    let locale = match config.locale {
+        Some(locale) => locale,
+        None => company_locale(&store),
+    };
+    let state_key = store
+        .server_secret("request_state")
+        .map(crate::protocol::request_state::StateKey::new)
+        .map_err(|e| format!("cannot read the server secret: {e}"))?;
+    let guards = Guards::new(store.clone(), locale, clock.clone());
+    guards
+        .authenticator()
+        .limit_argon2_per_second(config.auth.argon2_per_second);
+    Ok(Server::new(
+        registry, store, guards, locale, state_key, clock,
+    ))
+}
+
+/// The tools, resources and prompts of the official conformance suite's fixtures.
+#[cfg(feature = "conformance-pack")]
+fn add_conformance_pack(
+    tools: &mut Vec<Arc<dyn crate::tools::Tool>>,
+    resources: &mut Vec<Arc<dyn crate::tools::ResourceProvider>>,
+    prompts: &mut Vec<Arc<dyn crate::tools::Prompt>>,
+) -> Result<(), String> {
+    tools.extend(crate::tools::conformance::tools());
+    resources.extend(crate::tools::conformance::resources());
+    prompts.extend(crate::tools::conformance::prompts());
+    Ok(())
+}
+
+/// A build without the `conformance-pack` feature has no fixtures to add.
+#[cfg(not(feature = "conformance-pack"))]
+fn add_conformance_pack(
+    _tools: &mut Vec<Arc<dyn crate::tools::Tool>>,
+    _resources: &mut Vec<Arc<dyn crate::tools::ResourceProvider>>,
+    _prompts: &mut Vec<Arc<dyn crate::tools::Prompt>>,
+) -> Result<(), String> {
+    Err(NO_CONFORMANCE_PACK.to_owned())
+}
+
+fn company_locale(store: &Store) -> Locale {
+    store
+        .company()
+        .ok()
+        .flatten()
+        .and_then(|c| c.locale.parse().ok())
+        .unwrap_or(Locale::En)
+}
+
+/// Opens the existing database and assembles the server for `stdio` and `serve`.
+fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
+    let store = open_store(config, false)?;
+    store.checkpoint_in_background();
+    let server = build_server(config, store.clone()).map_err(|e| fail(&e))?;
+    crate::guards::audit::prune_in_background(
+        &store,
+        config.audit.retention_days,
+        server.clock().clone(),
+    );
+    Ok(Arc::new(server))
+}
+
+fn stdio(config: &Config) -> ExitCode {
+    let server = match open_server(config) {
+        Ok(server) => server,
+        Err(code) => return code,
+    };
+    let token = match crate::transport::stdio::token_from_env() {
+        Ok(token) => token,
+        Err(e) => return fail(&e),
+    };
+    tracing::info!(database = %config.database.display(), "serving MCP on stdio");
+    match crate::transport::stdio::serve(server, token, config.stdio.max_line_bytes) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&format!("stdin: {e}")),
+    }
+}
+
+fn quickstart(config: &Config) -> ExitCode {
+    if config.database.exists() {
+        println!(
+            "Using the existing database {}; create a key with `tollgate key create` if you need one.",
+            config.database.display()
+        );
+    } else {
+        let args = InitArgs {
+            company: "Demo Company SL".to_owned(),
+            tax_id: None,
+            plan: "pro".to_owned(),
+            locale: "en".to_owned(),
+            json: false,
+            demo: true,
+        };
+        let code = init(config, &args);
+        if code != ExitCode::SUCCESS {
+            return code;
+        }
+    }
+    println!(
+        "Serving MCP at http://{}/mcp (Ctrl-C to stop). Send the key as `Authorization: Bearer <key>`.",
+        config.http.listen
+    );
+    serve(config)
+}
+
+fn serve(config: &Config) -> ExitCode {
+    let server = match open_server(config) {
+        Ok(server) => server,
+        Err(code) => return code,
+    };
+    let served = crate::transport::http::serve(server, config);
+    // Idle keep-alive connections may still hold the server (and its audit writer).
+    crate::guards::audit::flush_all();
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&format!("cannot serve HTTP: {e}")),
+    }
+}
+
+fn errors(format: CatalogFormat) -> ExitCode {
+    match format {
+        CatalogFormat::Markdown => print!("{}", catalog::render_markdown()),
+        CatalogFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&catalog::render_json()).unwrap_or_default()
+        ),
+    }
+    ExitCode::SUCCESS
+}
+
+fn healthcheck(config: &Config) -> ExitCode {
+    let store = match open_store(config, false) {
+        Ok(store) => store,
+        Err(code) => return code,
+    };
+    match store.health() {
+        Ok(version) => {
+            println!(
+                "ok: {} (schema version {version})",
+                config.database.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(reason) => fail(&format!(
+            "unhealthy: {}: {reason} ({})",
+            config.database.display(),
+            reason.code()
+        )),
+    }
+}

@@ -1,0 +1,955 @@
+//! The dispatcher shared by every transport: one JSON-RPC message in, at most one
+//! response out.
+//!
+//! It selects the protocol era of each request, routes the MCP methods, runs `tools/call`
+//! through the guard chain — and `prompts/get` and `completion/complete` too when what they
+//! answer reads business data (the prompt's [`DataAccess`] declarations; the other methods
+//! read only the registry and static documents). Errors become wire bodies in this
+//! module: guard and protocol failures become JSON-RPC errors, failures inside a tool
+//! become `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are called
+//! only here). The guard chain calls [`render_tool_outcome`] itself, so that the result
+//! it records for an idempotent replay is the one sent.
+
+use serde_json::{Map, Value, json};
+
+use crate::catalog::{Channel, ErrorKind, McpError};
+use crate::clock::Clock;
+use crate::config::Locale;
+use crate::guards::auth::Principal;
+use crate::guards::{DataRead, Guards, RunRead, ToolCall};
+use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
+use crate::protocol::request_state::StateKey;
+use crate::protocol::revisions::{self, Era, Session, Subscribers};
+use crate::store::Store;
+use crate::tools::{
+    Book, CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
+    RegisteredTool, Registry, ToolContext,
+};
+
+/// Page size of `*/list` results.
+const PAGE_SIZE: usize = 50;
+/// How long a client may cache list and read results (2026-07-28 `ttlMs`).
+const CACHE_TTL_MS: u64 = 60_000;
+
+/// Which transport a request arrived on (recorded in the audit log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Newline-delimited JSON on stdin/stdout.
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+}
+
+impl Transport {
+    /// Lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+        }
+    }
+}
+
+/// What the transport knows about the request besides its body.
+pub struct Env<'a> {
+    /// The connection state (the stdio process or one HTTP session).
+    pub session: &'a Session,
+    /// Where progress and log notifications of this request go.
+    pub notifier: &'a dyn Notifier,
+    /// The transport.
+    pub transport: Transport,
+    /// The presented credential (stdio: from the environment; HTTP: the bearer token).
+    pub token: Option<&'a str>,
+    /// Development mode: the public id of the credential that requests without a token
+    /// run as (HTTP on loopback only; never set by default).
+    pub dev_credential: Option<&'a str>,
+    /// Who is asking, for throttling failed authentication (peer address, or `stdio:<pid>`).
+    pub source: String,
+    /// An `Idempotency-Key` header, when the transport has one.
+    pub idempotency_header: Option<&'a str>,
+}
+
+/// The MCP server: registry, guards and store behind one entry point.
+pub struct Server {
+    registry: Registry,
+    store: Store,
+    guards: Guards,
+    locale: Locale,
+    instructions: String,
+    state_key: StateKey,
+    clock: Clock,
+    /// The sessions subscribed to resources that can change.
+    subscribers: Subscribers,
+}
+
+impl Server {
+    /// Assembles a server; `state_key` seals multi-round request states; `clock` is the
+    /// one the guards were built with, handed to tools and transports.
+    pub fn new(
+        registry: Registry,
+        store: Store,
+        guards: Guards,
+        locale: Locale,
+        state_key: StateKey,
+        clock: Clock,
+    ) -> Server {
+        let instructions = "tollgate serves business tools behind guards. Errors carry a stable \
+            `code` and a `hint`; guard rejections are JSON-RPC errors with the envelope in \
+            `error.data`, tool failures are results with `isError: true` and the envelope in \
+            `_meta[\"dev.tollgate/error\"]`. Read `retry_after` before retrying."
+            .to_owned();
+        Server {
+            registry,
+            store,
+            guards,
+            locale,
+            instructions,
+            state_key,
+            clock,
+            subscribers: Subscribers::default(),
+        }
+    }
+
+    /// The server's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The guard chain.
+    pub fn guards(&self) -> &Guards {
+        &self.guards
+    }
+
+    /// The database.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The locale of hints.
+    pub fn locale(&self) -> Locale {
+        self.locale
+    }
+
+    /// Handles one body or line; `None` when nothing is to be sent back.
+    pub fn handle_bytes(&self, bytes: &[u8], env: &Env<'_>) -> Option<Value> {
+        self.handle_parsed(jsonrpc::parse(bytes), env)
+    }
+
+    fn handle_parsed(&self, parsed: Parsed, env: &Env<'_>) -> Option<Value> {
+        match parsed {
+            Parsed::NotJson => Some(self.error_body(None, &McpError::parse_error())),
+            Parsed::Single(incoming) => self.handle_incoming(incoming, env),
+            Parsed::Batch(items) => self.handle_batch(items, env),
+        }
+    }
+
+    /// Handles the messages of one read (several stdio lines that arrived together), each
+    /// as if on its own, handing every response to `respond` as soon as it is ready. The
+    /// `tools/call` requests among them go through the guard chain together
+    /// ([`Guards::call_tools`]), so that they share one rate-charging wait; the other
+    /// messages are handled first. (So a `notifications/cancelled` read together with the
+    /// call it names finds that call not started yet, and nothing to cancel: MCP lets a
+    /// server ignore a cancellation; the call runs and is answered.)
+    pub fn handle_many(
+        &self,
+        messages: &[Vec<u8>],
+        env: &Env<'_>,
+        respond: &(dyn Fn(Value) + Sync),
+    ) {
+        let mut calls = Vec::with_capacity(messages.len());
+        for bytes in messages {
+            match jsonrpc::parse(bytes) {
+                Parsed::Single(Incoming::Request(req))
+                    if req.method == "tools/call" && req.id.is_some() =>
+                {
+                    calls.push(req);
+                }
+                parsed => self
+                    .handle_parsed(parsed, env)
+                    .into_iter()
+                    .for_each(respond),
+            }
+        }
+        let mut requests = Vec::with_capacity(calls.len());
+        for req in &calls {
+            let span = request_span(req);
+            let parsed = span.in_scope(|| {
+                select_era(req, env.session).and_then(|era| ToolRequest::parse(req, era, env))
+            });
+            match parsed {
+                Ok(request) => requests.push(ToolRequest {
+                    span: Some(span),
+                    ..request
+                }),
+                Err(err) => respond(self.error_body(req.id.clone(), &err)),
+            }
+        }
+        let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
+        self.guards.call_tools(
+            &self.registry,
+            &tool_calls,
+            env,
+            &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
+            &|i, outcome| {
+                let request = &requests[i];
+                let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
+                send_updates(&outcome, env);
+                respond(self.response(request.id.clone(), outcome));
+            },
+        );
+    }
+
+    /// Renders a JSON-RPC error response. Transports use it for failures they detect
+    /// themselves (an oversized line, a bad header).
+    pub fn error_body(&self, id: Option<RequestId>, err: &McpError) -> Value {
+        jsonrpc::failure(id, err.to_jsonrpc_error(self.locale))
+    }
+
+    /// Handles a JSON-RPC batch (accepted only on the revision that allows batches).
+    pub fn handle_batch(&self, items: Vec<Incoming>, env: &Env<'_>) -> Option<Value> {
+        if env.session.negotiated() != Some(revisions::BATCH_VERSION) {
+            let err = McpError::invalid_request("batch_not_allowed");
+            return Some(self.error_body(None, &err));
+        }
+        let responses: Vec<Value> = items
+            .into_iter()
+            .filter_map(|item| match item {
+                Incoming::Request(req) if req.method == "initialize" => {
+                    Some(self.error_body(req.id, &McpError::invalid_request("initialize_in_batch")))
+                }
+                other => self.handle_incoming(other, env),
+            })
+            .collect();
+        (!responses.is_empty()).then_some(Value::Array(responses))
+    }
+
+    /// Handles one parsed message.
+    pub fn handle_incoming(&self, incoming: Incoming, env: &Env<'_>) -> Option<Value> {
+        match incoming {
+            Incoming::Response(id, message) => {
+                env.session.deliver(&id, message);
+                None
+            }
+            Incoming::Invalid(id, err) => Some(self.error_body(id, &err)),
+            Incoming::Request(req) => self.handle_request(req, env),
+        }
+    }
+
+    fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Value> {
+        // Every log line of this request carries its id (never its params or token).
+        let _span = request_span(&req).entered();
+        let outcome = select_era(&req, env.session).and_then(|era| {
+            self.route(&req, era, env)
+                .map(|result| finish_result(result, era, &req.method))
+        });
+        let id = req.id?;
+        send_updates(&outcome, env);
+        Some(self.response(id, outcome))
+    }
+
+    /// The response to the request `id`.
+    fn response(&self, id: RequestId, outcome: Result<Value, McpError>) -> Value {
+        match outcome {
+            Ok(result) => jsonrpc::success(id, result),
+            Err(err) => self.error_body(Some(id), &err),
+        }
+    }
+
+    fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+        let method = req.method.as_str();
+        if era.is_modern() && revisions::REMOVED_IN_MODERN.contains(&method) {
+            return Err(McpError::method_not_found(method));
+        }
+        match method {
+            "initialize" => self.initialize(req, env.session),
+            "ping" => Ok(json!({})),
+            "notifications/initialized" | "notifications/cancelled" => {
+                self.notification(req, env.session);
+                Ok(Value::Null)
+            }
+            "server/discover" if era.is_modern() => Ok(self.discover()),
+            "logging/setLevel" if self.registry.has_logging_tools() => {
+                self.authenticate(env)?;
+                set_log_level(req, env.session)
+            }
+            "tools/list" => {
+                let principal = self.authenticate(env)?;
+                self.list_tools(req, &principal)
+            }
+            "tools/call" => self.call_tool(req, era, env),
+            "resources/list" => {
+                self.authenticate(env)?;
+                self.list_resources(req)
+            }
+            "resources/templates/list" => {
+                self.authenticate(env)?;
+                let templates = self.registry.resource_templates();
+                let (page, next) = paginate(templates, req, "templates")?;
+                Ok(with_cursor(json!({ "resourceTemplates": page }), next))
+            }
+            "resources/read" => {
+                self.authenticate(env)?;
+                self.read_resource(req)
+            }
+            // Announced, and answered, only when some resource can change.
+            "resources/subscribe" | "resources/unsubscribe"
+                if self.registry.has_changing_resources() =>
+            {
+                self.authenticate(env)?;
+                self.subscription(req, env.session)
+            }
+            "prompts/list" => {
+                let principal = self.authenticate(env)?;
+                self.list_prompts(req, &principal)
+            }
+            "prompts/get" => self.get_prompt(req, era, env),
+            "completion/complete" => self.complete(req, env),
+            other => Err(McpError::method_not_found(other)),
+        }
+    }
+
+    fn authenticate(&self, env: &Env<'_>) -> Result<Principal, McpError> {
+        self.guards.authenticate(env)
+    }
+
+    fn initialize(&self, req: &Request, session: &Session) -> Result<Value, McpError> {
+        let requested = req
+            .params
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("protocolVersion"))?;
+        let version = revisions::negotiate_legacy(requested);
+        let client_caps = req
+            .params
+            .get("capabilities")
+            .cloned()
+            .unwrap_or(Value::Null);
+        if !session.initialize(version, client_caps) {
+            return Err(McpError::invalid_request("already_initialized"));
+        }
+        Ok(json!({
+            "protocolVersion": version,
+            "capabilities": capabilities(Era::Legacy(version), &self.registry),
+            "serverInfo": server_info(),
+            "instructions": self.instructions,
+        }))
+    }
+
+    fn notification(&self, req: &Request, session: &Session) {
+        if req.method == "notifications/cancelled"
+            && let Some(id) = req.params.get("requestId")
+        {
+            session.cancel(id);
+        }
+    }
+
+    fn discover(&self) -> Value {
+        let mut supported: Vec<&str> = revisions::MODERN_VERSIONS.to_vec();
+        supported.extend(revisions::LEGACY_VERSIONS.iter().rev());
+        json!({
+            "supportedVersions": supported,
+            "capabilities": capabilities(Era::Modern(revisions::MODERN_VERSIONS[0]), &self.registry),
+            "serverInfo": server_info(),
+            "instructions": self.instructions,
+        })
+    }
+
+    fn list_tools(&self, req: &Request, principal: &Principal) -> Result<Value, McpError> {
+        let visibility = self.guards.visibility(principal);
+        let visible: Vec<Value> = self
+            .registry
+            .tools()
+            .iter()
+            .filter(|t| visibility.can_see(t.spec()))
+            .map(|t| t.spec().to_list_entry())
+            .collect();
+        let (page, next) = paginate(visible, req, "tools")?;
+        Ok(with_cursor(json!({ "tools": page }), next))
+    }
+
+    fn call_tool(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+        let request = ToolRequest::parse(req, era, env)?;
+        self.guards.call_tool(
+            &self.registry,
+            &request.call(),
+            env,
+            &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
+        )
+    }
+
+    /// Runs an admitted tool in the context of its request.
+    fn run_tool(
+        &self,
+        request: &ToolRequest<'_>,
+        env: &Env<'_>,
+        tool: &RegisteredTool,
+        args: &Map<String, Value>,
+        book: Book,
+        hook: Option<&dyn CommitHook>,
+    ) -> Result<crate::tools::ToolOutput, McpError> {
+        let cancelled = env.session.begin(&request.id);
+        let (responses, request_state) = request.input;
+        let ctx = ToolContext {
+            store: &self.store,
+            book,
+            locale: self.locale,
+            clock: &self.clock,
+            progress_token: request.progress_token.clone(),
+            log_level: request.log_level,
+            notifier: env.notifier,
+            cancelled: &cancelled,
+            commit_hook: hook,
+            session: env.session,
+            subscribers: &self.subscribers,
+            era: request.era,
+            input: InputContext {
+                responses,
+                request_state,
+                client_capabilities: &request.client_capabilities,
+                state_key: &self.state_key,
+            },
+        };
+        let outcome = tool.tool.call(&ctx, args);
+        env.session.finish(&request.id);
+        outcome
+    }
+
+    fn list_resources(&self, req: &Request) -> Result<Value, McpError> {
+        let all: Vec<Value> = self
+            .registry
+            .resources()
+            .into_iter()
+            .map(|r| {
+                json!({ "uri": r.uri, "name": r.name, "title": r.title,
+                        "description": r.description, "mimeType": r.mime_type })
+            })
+            .collect();
+        let (page, next) = paginate(all, req, "resources")?;
+        Ok(with_cursor(json!({ "resources": page }), next))
+    }
+
+    fn read_resource(&self, req: &Request) -> Result<Value, McpError> {
+        let uri = req
+            .params
+            .get("uri")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("uri"))?;
+        let (mime, body) = self
+            .registry
+            .read_resource(uri)
+            .ok_or_else(|| McpError::resource_not_found(uri).with("uri", uri))?;
+        let mut content = json!({ "uri": uri, "mimeType": mime });
+        match body {
+            crate::tools::ResourceBody::Text(text) => content["text"] = json!(text),
+            crate::tools::ResourceBody::Blob(bytes) => {
+                use base64::Engine as _;
+                content["blob"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+            }
+        }
+        Ok(json!({ "contents": [content] }))
+    }
+
+    fn subscription(&self, req: &Request, session: &Session) -> Result<Value, McpError> {
+        let uri = req
+            .params
+            .get("uri")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("uri"))?;
+        if req.method == "resources/subscribe" {
+            if self.registry.read_resource(uri).is_none() {
+                return Err(McpError::resource_not_found(uri).with("uri", uri));
+            }
+            // A resource that never changes will never be updated: nothing to record.
+            if self.registry.resource_changes(uri) {
+                session.subscribe(uri, &self.subscribers);
+            }
+        } else {
+            session.unsubscribe(uri);
+        }
+        Ok(json!({}))
+    }
+
+    /// The prompts `principal` may get: those that read no business data, and those whose
+    /// data's read tool it would see in `tools/list`.
+    fn list_prompts(&self, req: &Request, principal: &Principal) -> Result<Value, McpError> {
+        let visibility = self.guards.visibility(principal);
+        let all: Vec<Value> = self
+            .registry
+            .prompts()
+            .iter()
+            .filter(|p| {
+                p.spec().reads.is_none_or(|access| {
+                    self.registry
+                        .reader(&access)
+                        .is_some_and(|tool| visibility.can_see(tool.spec()))
+                })
+            })
+            .map(|p| {
+                let s = p.spec();
+                let args: Vec<Value> = s
+                    .arguments
+                    .iter()
+                    .map(|a| json!({ "name": a.name, "description": a.description, "required": a.required }))
+                    .collect();
+                json!({ "name": s.name, "title": s.title, "description": s.description, "arguments": args })
+            })
+            .collect();
+        let (page, next) = paginate(all, req, "prompts")?;
+        Ok(with_cursor(json!({ "prompts": page }), next))
+    }
+
+    /// `prompts/get`. A prompt whose messages read business data passes the guard chain
+    /// ([`Guards::read_data`]); any other (or an unknown name) needs only authentication.
+    /// Required arguments are checked once the caller is admitted, as a tool's arguments
+    /// are validated after its guards.
+    fn get_prompt(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+        let name = req
+            .params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("name"))?;
+        let args = match req.params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(map)) => map.clone(),
+            Some(_) => return Err(McpError::invalid_params("arguments")),
+        };
+        let (responses, request_state) = input_params(req)?;
+        let client_capabilities = client_capabilities(req, era, env.session);
+        let prompt = self.registry.prompt(name);
+        let render = |principal: &Principal| {
+            let prompt = prompt.ok_or_else(|| {
+                McpError::invalid_params("name").detail("reason", "unknown_prompt")
+            })?;
+            check_required_arguments(prompt.spec(), &args)?;
+            let input = InputContext {
+                responses,
+                request_state,
+                client_capabilities: &client_capabilities,
+                state_key: &self.state_key,
+            };
+            let book = Book::from(principal.mode);
+            Ok(match prompt.get(book, &args, &input)? {
+                PromptReply::Messages(messages) => json!({
+                    "description": prompt.spec().description,
+                    "messages": messages,
+                }),
+                PromptReply::InputRequired(request) => request.into_result(),
+            })
+        };
+        match prompt.and_then(|p| p.spec().reads) {
+            Some(access) => {
+                self.read_data(req, &format!("prompts/get {name}"), access, env, &render)
+            }
+            None => render(&self.authenticate(env)?),
+        }
+    }
+
+    /// `completion/complete`. Values are offered only for arguments the prompt declares;
+    /// an argument whose completions read business data passes the guard chain
+    /// ([`Guards::read_data`]); any other, and `ref/resource` (no resource here has
+    /// completable parameters), needs only authentication.
+    fn complete(&self, req: &Request, env: &Env<'_>) -> Result<Value, McpError> {
+        let reference = req
+            .params
+            .get("ref")
+            .and_then(Value::as_object)
+            .ok_or_else(|| McpError::invalid_params("ref"))?;
+        let argument = req
+            .params
+            .get("argument")
+            .and_then(Value::as_object)
+            .ok_or_else(|| McpError::invalid_params("argument"))?;
+        let arg_name = argument.get("name").and_then(Value::as_str).unwrap_or("");
+        let arg_value = argument.get("value").and_then(Value::as_str).unwrap_or("");
+        match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {}
+            Some("ref/resource") => {
+                self.authenticate(env)?;
+                return Ok(completion_result(Vec::new()));
+            }
+            _ => return Err(McpError::invalid_params("ref.type")),
+        }
+        let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+        let prompt = self.registry.prompt(name);
+        let declared = prompt.and_then(|p| p.spec().arguments.iter().find(|a| a.name == arg_name));
+        let values = |principal: &Principal| {
+            let prompt = prompt.ok_or_else(|| McpError::invalid_params("ref.name"))?;
+            let values = match declared {
+                Some(_) => prompt.complete(Book::from(principal.mode), arg_name, arg_value),
+                None => Vec::new(),
+            };
+            Ok(completion_result(values))
+        };
+        match declared.and_then(|a| a.completes_from) {
+            Some(access) => {
+                let audit_name = format!("completion/complete {name}.{arg_name}");
+                self.read_data(req, &audit_name, access, env, &values)
+            }
+            None => values(&self.authenticate(env)?),
+        }
+    }
+
+    /// Runs a request that reads business data through the guard chain.
+    fn read_data(
+        &self,
+        req: &Request,
+        audit_name: &str,
+        access: DataAccess,
+        env: &Env<'_>,
+        run: &RunRead<'_>,
+    ) -> Result<Value, McpError> {
+        let request_id = req.id.clone().unwrap_or(Value::Null);
+        let read = DataRead {
+            audit_name,
+            access,
+            request_id: &request_id,
+        };
+        self.guards.read_data(&self.registry, &read, env, run)
+    }
+}
+
+/// `invalid_params` naming the first required argument of `spec` that `args` lacks.
+fn check_required_arguments(spec: &PromptSpec, args: &Map<String, Value>) -> Result<(), McpError> {
+    for arg in spec.arguments.iter().filter(|a| a.required) {
+        if !args.get(arg.name).is_some_and(Value::is_string) {
+            return Err(McpError::invalid_params(arg.name).detail("reason", "missing_argument"));
+        }
+    }
+    Ok(())
+}
+
+/// A `completion/complete` result: the first 100 values, and how many there are.
+fn completion_result(values: Vec<String>) -> Value {
+    let total = values.len();
+    let values: Vec<String> = values.into_iter().take(100).collect();
+    json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } })
+}
+
+/// The `request` span of one JSON-RPC request: `id`, a per-process sequence number;
+/// `rpc_id`, the client's JSON-RPC id as JSON text (control characters escaped); and the
+/// `method`. Client-chosen text is cut at 64 characters. The span is at ERROR level so that
+/// no log filter drops it: at `--log-level warn` the warnings still carry the request id.
+fn request_span(req: &Request) -> tracing::Span {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    fn clip(text: &str) -> &str {
+        text.char_indices()
+            .nth(64)
+            .map_or(text, |(cut, _)| &text[..cut])
+    }
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let rpc_id = req
+        .id
+        .as_ref()
+        .map_or_else(|| "null".to_owned(), Value::to_string);
+    tracing::error_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
+}
+
+/// A `tools/call` request taken apart: the guard chain's view of it and what its tool
+/// context needs.
+struct ToolRequest<'q> {
+    req: &'q Request,
+    name: &'q str,
+    args: &'q Map<String, Value>,
+    id: RequestId,
+    era: Era,
+    progress_token: Option<Value>,
+    log_level: Option<LogLevel>,
+    input: InputParams<'q>,
+    client_capabilities: Value,
+    /// Its own log span when it is handled beside others (a request handled alone runs
+    /// inside the span of [`Server::handle_request`]).
+    span: Option<tracing::Span>,
+}
+
+impl<'q> ToolRequest<'q> {
+    fn parse(req: &'q Request, era: Era, env: &Env<'_>) -> Result<ToolRequest<'q>, McpError> {
+        static NO_ARGUMENTS: std::sync::LazyLock<Map<String, Value>> =
+            std::sync::LazyLock::new(Map::new);
+        let name = req
+            .params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("name"))?;
+        let args = match req.params.get("arguments") {
+            None | Some(Value::Null) => &*NO_ARGUMENTS,
+            Some(Value::Object(map)) => map,
+            Some(_) => return Err(McpError::invalid_params("arguments")),
+        };
+        Ok(ToolRequest {
+            req,
+            name,
+            args,
+            id: req.id.clone().unwrap_or(Value::Null),
+            era,
+            progress_token: meta(req).and_then(|m| m.get("progressToken")).cloned(),
+            log_level: call_log_level(req, era, env.session),
+            input: input_params(req)?,
+            client_capabilities: client_capabilities(req, era, env.session),
+            span: None,
+        })
+    }
+
+    fn call(&self) -> ToolCall<'_> {
+        ToolCall {
+            name: self.name,
+            args: self.args,
+            meta: meta(self.req),
+            request_id: &self.id,
+            span: self.span.as_ref(),
+        }
+    }
+}
+
+/// Picks the era of one request: stateless when its `_meta` names a protocol version,
+/// otherwise the session's negotiated handshake revision.
+fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
+    if let Some(requested) = meta(req).and_then(|m| m.get(revisions::META_PROTOCOL_VERSION)) {
+        let requested = requested.as_str().ok_or_else(|| {
+            McpError::invalid_params(&format!("_meta.{}", revisions::META_PROTOCOL_VERSION))
+        })?;
+        let version = revisions::find_modern(requested).ok_or_else(|| {
+            McpError::unsupported_version_modern(requested, &revisions::MODERN_VERSIONS)
+        })?;
+        let caps = meta(req).and_then(|m| m.get(revisions::META_CLIENT_CAPABILITIES));
+        if !caps.is_some_and(Value::is_object) {
+            let param = format!("_meta.{}", revisions::META_CLIENT_CAPABILITIES);
+            return Err(McpError::invalid_params(&param));
+        }
+        return Ok(Era::Modern(version));
+    }
+    if req.method == "initialize" || req.method == "ping" {
+        return Ok(Era::Legacy(
+            session.negotiated().unwrap_or(revisions::LATEST_LEGACY),
+        ));
+    }
+    match session.negotiated() {
+        Some(version) => Ok(Era::Legacy(version)),
+        None if req.is_notification() => Ok(Era::Legacy(revisions::LATEST_LEGACY)),
+        // Neither a handshake nor the stateless `_meta`: both eras call this missing params.
+        None => Err(McpError::invalid_params(&format!(
+            "_meta.{}",
+            revisions::META_PROTOCOL_VERSION
+        ))
+        .detail("reason", "no_session")),
+    }
+}
+
+/// `inputResponses` and `requestState`, as sent.
+type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
+
+/// `inputResponses` and `requestState` of a multi-round call; a present but malformed
+/// value (e.g. `null`) is `-32602`, never a silent first round.
+fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
+    let responses = match req.params.get("inputResponses") {
+        None => None,
+        Some(Value::Object(map)) => Some(map),
+        Some(_) => return Err(McpError::invalid_params("inputResponses")),
+    };
+    let state = match req.params.get("requestState") {
+        None => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(McpError::invalid_params("requestState")),
+    };
+    Ok((responses, state))
+}
+
+/// What the client can answer: per request on 2026-07-28, from `initialize` before.
+fn client_capabilities(req: &Request, era: Era, session: &Session) -> Value {
+    match era {
+        Era::Modern(_) => meta(req)
+            .and_then(|m| m.get(revisions::META_CLIENT_CAPABILITIES))
+            .cloned()
+            .unwrap_or(Value::Null),
+        Era::Legacy(_) => session.client_capabilities(),
+    }
+}
+
+fn meta(req: &Request) -> Option<&Map<String, Value>> {
+    req.params.get("_meta").and_then(Value::as_object)
+}
+
+fn call_log_level(req: &Request, era: Era, session: &Session) -> Option<LogLevel> {
+    match era {
+        Era::Legacy(_) => Some(session.log_level().unwrap_or(LogLevel::Info)),
+        // 2026-07-28: no `notifications/message` unless the request asked for them.
+        Era::Modern(_) => meta(req)
+            .and_then(|m| m.get(revisions::META_LOG_LEVEL))
+            .and_then(Value::as_str)
+            .and_then(LogLevel::parse),
+    }
+}
+
+fn set_log_level(req: &Request, session: &Session) -> Result<Value, McpError> {
+    let level = req
+        .params
+        .get("level")
+        .and_then(Value::as_str)
+        .and_then(LogLevel::parse)
+        .ok_or_else(|| McpError::invalid_params("level"))?;
+    session.set_log_level(level);
+    Ok(json!({}))
+}
+
+fn server_info() -> Value {
+    json!({ "name": "tollgate", "title": "tollgate", "version": env!("CARGO_PKG_VERSION") })
+}
+
+/// What the server announces. No list changes while a process runs (the registry is built
+/// once), so no `listChanged`; `resources.subscribe` (handshake era only: 2026-07-28 removed
+/// the method) only when some resource can change, for nothing else is ever updated; and
+/// `logging` only when some tool sends log messages, for otherwise a level would govern
+/// nothing.
+fn capabilities(era: Era, registry: &Registry) -> Value {
+    let resources = if !era.is_modern() && registry.has_changing_resources() {
+        json!({ "subscribe": true, "listChanged": false })
+    } else {
+        json!({ "listChanged": false })
+    };
+    let mut capabilities = json!({
+        "tools": { "listChanged": false },
+        "resources": resources,
+        "prompts": { "listChanged": false },
+        "completions": {},
+    });
+    if registry.has_logging_tools() {
+        capabilities["logging"] = json!({});
+    }
+    capabilities
+}
+
+/// Sends the session's queued `notifications/resources/updated` ahead of a successful
+/// response, on a stream that can carry them; otherwise they wait for a later one (an error
+/// keeps its plain reply and HTTP status).
+fn send_updates(outcome: &Result<Value, McpError>, env: &Env<'_>) {
+    if outcome.is_ok() && env.notifier.delivers() {
+        for update in env.session.take_updates() {
+            env.notifier.notify(update);
+        }
+    }
+}
+
+/// Adds what the 2026-07-28 revision requires on every result.
+fn finish_result(mut result: Value, era: Era, method: &str) -> Value {
+    let Era::Modern(_) = era else {
+        return result;
+    };
+    let Value::Object(map) = &mut result else {
+        return result;
+    };
+    map.entry("resultType").or_insert_with(|| json!("complete"));
+    let meta = map
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(meta) = meta {
+        meta.insert(revisions::META_SERVER_INFO.into(), server_info());
+    }
+    let cacheable = matches!(
+        method,
+        "server/discover"
+            | "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+    );
+    if cacheable {
+        map.insert("ttlMs".into(), json!(CACHE_TTL_MS));
+        // Lists depend on the caller's scopes and plan, so no shared cache may keep them.
+        let scope = if method == "server/discover" {
+            "public"
+        } else {
+            "private"
+        };
+        map.insert("cacheScope".into(), json!(scope));
+    }
+    result
+}
+
+/// Cuts one page out of `items`; the cursor is opaque to clients.
+fn paginate(
+    items: Vec<Value>,
+    req: &Request,
+    kind: &str,
+) -> Result<(Vec<Value>, Option<String>), McpError> {
+    let start = match req.params.get("cursor") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(cursor)) => decode_cursor(cursor, kind)
+            .filter(|&offset| offset <= items.len())
+            .ok_or_else(|| McpError::invalid_params("cursor"))?,
+        Some(_) => return Err(McpError::invalid_params("cursor")),
+    };
+    let end = (start + PAGE_SIZE).min(items.len());
+    let next = (end < items.len()).then(|| encode_cursor(end, kind));
+    Ok((items[start..end].to_vec(), next))
+}
+
+fn encode_cursor(offset: usize, kind: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{offset}"))
+}
+
+fn decode_cursor(cursor: &str, kind: &str) -> Option<usize> {
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    text.strip_prefix(kind)?.strip_prefix(':')?.parse().ok()
+}
+
+fn with_cursor(mut result: Value, next: Option<String>) -> Value {
+    if let Some(next) = next {
+        result["nextCursor"] = json!(next);
+    }
+    result
+}
+
+/// Renders the outcome of a tool run: success, an `isError` result, or — for an
+/// unexpected fault — a JSON-RPC `-32603`.
+pub fn render_tool_outcome(
+    outcome: Result<crate::tools::ToolOutput, McpError>,
+    locale: Locale,
+) -> Result<Value, McpError> {
+    match outcome {
+        Ok(output) => Ok(output.into_result()),
+        Err(err) if err.kind() == ErrorKind::InternalError => Err(err),
+        Err(err) if err.kind().spec().channel == Channel::JsonRpc => Err(err),
+        Err(err) => Ok(err.to_tool_result(locale)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_reject_garbage() {
+        let c = encode_cursor(50, "tools");
+        assert_eq!(decode_cursor(&c, "tools"), Some(50));
+        assert_eq!(decode_cursor(&c, "prompts"), None);
+        assert_eq!(decode_cursor("!!!", "tools"), None);
+    }
+
+    #[test]
+    fn modern_results_get_result_type_and_cache_hints() {
+        let out = finish_result(
+            json!({"tools": []}),
+            Era::Modern("2026-07-28"),
+            "tools/list",
+        );
+        assert_eq!(out["resultType"], "complete");
+        assert_eq!(out["ttlMs"], CACHE_TTL_MS);
+        assert_eq!(out["cacheScope"], "private");
+        assert_eq!(
+            out["_meta"][revisions::META_SERVER_INFO]["name"],
+            "tollgate"
+        );
+        let legacy = finish_result(json!({}), Era::Legacy("2025-11-25"), "tools/list");
+        assert!(legacy.get("resultType").is_none());
+    }
+}

@@ -1,0 +1,1504 @@
+//! The SQLite store: the only module that opens the database file.
+//!
+//! It owns the connection pool (r2d2 over rusqlite), the per-connection PRAGMAs (WAL,
+//! `busy_timeout`, `foreign_keys`, `synchronous=NORMAL`), the schema and its migrations
+//! (`schema.sql` is step 1; each step runs in its own `BEGIN IMMEDIATE` transaction and
+//! bumps `PRAGMA user_version`; a database newer than this binary is refused), and the
+//! two ways in: [`Store::read`] on a plain connection and [`Store::write`] inside an
+//! immediate transaction that commits on `Ok` and rolls back on `Err`.
+//!
+//! Before migrating, an existing file must have exactly the tables and columns that its
+//! version has (computed by applying the migration steps to an empty in-memory database),
+//! so a foreign SQLite file is refused as [`StoreError::Foreign`] instead of failing later
+//! on a missing table.
+//!
+//! The file is created `0600` whatever the umask (it holds argon2 hashes and the key that
+//! seals request state); SQLite gives its `-wal` and `-shm` files the same mode. A file, WAL
+//! or SHM found readable by group or others is tightened to `0600` with a warning.
+//!
+//! [`Store::health`] says whether the store can serve: readable, writable, with room on its
+//! file system, and no storage failure left over from the last write (which every
+//! [`Store::write`] records; a write probe runs only to confirm that one has cleared).
+//!
+//! Errors are [`StoreError`]: a `Display` for the operator (it may name the file) and a
+//! [`StoreError::public_message`] safe to send to a client (no paths, no SQL).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+
+/// The schema version this binary writes and understands (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: u32 = 4;
+
+/// The whole schema at version 1, applied when a database is created.
+const SCHEMA_SQL: &str = include_str!("../../schema.sql");
+
+/// Version 2: the audit log keeps only the index its queries use. Every audit row paid for
+/// three secondary indexes; two were never read (by time alone, by tool).
+const AUDIT_INDEXES_SQL: &str = "
+    DROP INDEX IF EXISTS audit_log_by_at;
+    DROP INDEX IF EXISTS audit_log_by_tool;
+";
+
+/// Version 3: the business tables hold two books, `live` and `test` (the sandbox of test
+/// keys), in a `book` column that leads every key: ids, tax ids, invoice numbers and series
+/// are unique per book, and a row can only point at rows of its own book (the foreign keys
+/// include the book). Test-book outbox rows are `sandboxed`, never `pending`, so a relay
+/// that delivers pending rows cannot send them. The tables are rebuilt (SQLite cannot change
+/// a key in place) and every existing row lands in the live book.
+const BOOKS_SQL: &str = include_str!("../../migrations/books.sql");
+
+/// Version 4: an audit row can stand for several calls. Refusals of unauthenticated callers
+/// are summarised, one row per source and window, with the number of calls it counts and
+/// the source they came from (NULL on the rows of single calls).
+const AUDIT_SUMMARY_SQL: &str = "
+    ALTER TABLE audit_log ADD COLUMN calls INTEGER NOT NULL DEFAULT 1 CHECK (calls >= 1);
+    ALTER TABLE audit_log ADD COLUMN source TEXT;
+";
+
+/// Ordered migration steps: (version reached, SQL). Never edit a released step; append one.
+const MIGRATIONS: &[(u32, &str)] = &[
+    (1, SCHEMA_SQL),
+    (2, AUDIT_INDEXES_SQL),
+    (3, BOOKS_SQL),
+    (4, AUDIT_SUMMARY_SQL),
+];
+
+// The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.
+const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION);
+
+/// Prepared statements kept per connection by `prepare_cached`.
+const STATEMENT_CACHE_CAPACITY: usize = 128;
+
+/// Everything that can go wrong in the store.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The database was written by a newer tollgate (its `user_version` is higher).
+    TooNew {
+        /// The `user_version` found in the file.
+        found: u32,
+        /// The highest version this binary supports ([`SCHEMA_VERSION`]).
+        supported: u32,
+    },
+    /// There is no (initialised) database at this path and creation was not requested.
+    Missing(PathBuf),
+    /// The database stayed locked by another writer past the busy timeout.
+    Busy,
+    /// The disk holding the database is full.
+    Full,
+    /// Any other SQLite error.
+    Sqlite(rusqlite::Error),
+    /// No pooled connection could be obtained in time.
+    Pool(String),
+    /// A file-system error around the database file (directory creation, backup target).
+    Io(std::io::Error),
+    /// The caller's closure chose to roll the transaction back; its own outcome says why.
+    RolledBack,
+    /// The file is an SQLite database, but not tollgate's (or not of the version it claims).
+    Foreign(String),
+}
+
+impl StoreError {
+    /// True when retrying later may succeed (locked or full database, exhausted pool).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Busy | Self::Full | Self::Pool(_))
+    }
+
+    /// What this failure says about the storage under the database, when it says
+    /// anything (a lock held by another writer or a rolled-back closure does not).
+    pub fn storage_failure(&self) -> Option<Unhealthy> {
+        use rusqlite::ErrorCode;
+        match self {
+            Self::Full => Some(Unhealthy::DiskFull),
+            Self::Sqlite(e) => match e.sqlite_error_code() {
+                Some(ErrorCode::ReadOnly) => Some(Unhealthy::ReadOnly),
+                Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
+                    Some(Unhealthy::WriteFailed)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A message safe to show to a client: no paths, no SQL, no internal detail.
+    pub fn public_message(&self) -> &'static str {
+        match self {
+            Self::TooNew { .. } => "the database was written by a newer version of tollgate",
+            Self::Missing(_) => "the database has not been initialised",
+            Self::Busy => "the database is busy; retry shortly",
+            Self::Full => "the server's disk is full; retry later",
+            Self::Sqlite(_) => "internal database error",
+            Self::Pool(_) => "no database connection is available; retry shortly",
+            Self::Io(_) => "database storage error",
+            Self::RolledBack => "the change was rolled back",
+            Self::Foreign(_) => "the database is not a tollgate database",
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::TooNew { found, supported } => write!(
+                f,
+                "database schema version {found} is newer than this tollgate supports \
+                 ({supported}); upgrade tollgate or restore a backup"
+            ),
+            Self::Missing(path) => write!(
+                f,
+                "no database at {}; run `tollgate init` first",
+                path.display()
+            ),
+            Self::Busy => f.write_str(
+                "the database is locked by another writer and stayed locked past the busy timeout",
+            ),
+            Self::Full => f.write_str("the disk holding the database is full"),
+            Self::Sqlite(e) => write!(f, "database error: {e}"),
+            Self::Pool(e) => write!(f, "no database connection available: {e}"),
+            Self::Io(e) => write!(f, "database file error: {e}"),
+            Self::RolledBack => f.write_str("the transaction was rolled back by its caller"),
+            Self::Foreign(reason) => write!(f, "not a tollgate database: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Sqlite(e) => Some(e),
+            Self::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        let Some(sqlite) = e.sqlite_error() else {
+            return Self::Sqlite(e);
+        };
+        match sqlite.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Self::Busy,
+            ErrorCode::DiskFull => Self::Full,
+            // Growing the WAL index (-shm) on a full disk fails with this I/O code.
+            ErrorCode::SystemIoFailure
+                if sqlite.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE =>
+            {
+                Self::Full
+            }
+            _ => Self::Sqlite(e),
+        }
+    }
+}
+
+impl From<r2d2::Error> for StoreError {
+    fn from(e: r2d2::Error) -> Self {
+        Self::Pool(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Maps a storage failure to the catalog, logging the cause (which may name paths or SQL)
+/// on the server side only. `in_tool` selects the tool-result entry for failures inside a
+/// tool, the JSON-RPC entry for failures in a guard.
+pub fn store_failure(err: StoreError, in_tool: bool) -> crate::catalog::McpError {
+    if err.is_transient() {
+        tracing::warn!(cause = %err, "storage unavailable");
+        let kind = if in_tool {
+            crate::catalog::ErrorKind::ToolBackendUnavailable
+        } else {
+            crate::catalog::ErrorKind::BackendUnavailable
+        };
+        crate::catalog::McpError::new(kind)
+    } else {
+        tracing::error!(cause = %err, "storage failure");
+        crate::catalog::McpError::internal()
+    }
+}
+
+/// How to open a [`Store`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// How long a statement waits for another writer's lock before failing with `Busy`.
+    pub busy_timeout: Duration,
+    /// Maximum number of pooled connections (at least 1).
+    pub pool_size: u32,
+    /// Create the file (and its parent directory) if missing; otherwise a missing or
+    /// uninitialised database is [`StoreError::Missing`].
+    pub create: bool,
+}
+
+impl StoreOptions {
+    /// The options of a configuration's `[store]` table; `create` as the command needs.
+    pub fn from_config(config: &crate::config::Config, create: bool) -> StoreOptions {
+        StoreOptions {
+            busy_timeout: config.store.busy_timeout,
+            pool_size: config.store.pool_size,
+            create,
+        }
+    }
+}
+
+impl Default for StoreOptions {
+    /// 5 s busy timeout, 8 connections, no creation.
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(5),
+            pool_size: 8,
+            create: false,
+        }
+    }
+}
+
+/// A handle on the database file: a pool of configured connections. Clones share the pool.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: r2d2::Pool<SqliteConnectionManager>,
+    path: Arc<Path>,
+    /// The storage failure of the last write, if it failed (shared by clones).
+    last_write: Arc<LastWrite>,
+}
+
+impl Store {
+    /// Opens (and with `opts.create`, creates) the database at `path` and brings its schema
+    /// up to [`SCHEMA_VERSION`]. Refuses a database newer than this binary.
+    pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        if opts.create {
+            create_parent_dir(path)?;
+            create_private_file(path)?;
+        } else if !path.exists() {
+            return Err(StoreError::Missing(path.to_path_buf()));
+        }
+        tighten_permissions(path);
+        // Two processes creating the same file at once can meet SQLite's lock-upgrade
+        // deadlock (an immediate SQLITE_BUSY that no busy timeout waits out) while one
+        // switches the file to WAL: starting is rare, so retry it a few times.
+        let mut attempts = 0;
+        loop {
+            match prepare_file(path, opts) {
+                Err(StoreError::Busy) if attempts < OPEN_RETRIES => {
+                    attempts += 1;
+                    std::thread::sleep(OPEN_RETRY_PAUSE);
+                }
+                other => break other?,
+            }
+        }
+        let pool = build_pool(path, opts)?;
+        Ok(Store {
+            pool,
+            path: Arc::from(path),
+            last_write: Arc::new(LastWrite::default()),
+        })
+    }
+
+    /// Starts a thread that checkpoints the WAL for as long as the process runs (servers
+    /// call this). SQLite otherwise checkpoints inside whichever commit takes the WAL past
+    /// 1 000 pages, and that call waits for the copy and its `fsync`; copied often, the WAL
+    /// never gets there, and no call pays for it. The thread looks every
+    /// [`CHECKPOINT_EVERY`] while the WAL grows and backs off to [`CHECKPOINT_IDLE`] while
+    /// nothing is written, so an idle server stays idle.
+    pub fn checkpoint_in_background(&self) {
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wal-checkpoint".to_owned())
+            .spawn(move || {
+                let mut wal = store.path.as_os_str().to_owned();
+                wal.push("-wal");
+                let wal = std::path::PathBuf::from(wal);
+                let mut pause = CHECKPOINT_EVERY;
+                let mut last_write = None;
+                loop {
+                    std::thread::sleep(pause);
+                    // Every commit writes the WAL file: its modification time says whether
+                    // anything was written since the last look.
+                    let written = std::fs::metadata(&wal).and_then(|m| m.modified()).ok();
+                    if written.is_some() && written == last_write {
+                        pause = (pause * 2).min(CHECKPOINT_IDLE);
+                        continue;
+                    }
+                    last_write = written;
+                    pause = CHECKPOINT_EVERY;
+                    let outcome = store.read(|conn| {
+                        Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?)
+                    });
+                    if let Err(e) = outcome
+                        && !e.is_transient()
+                    {
+                        tracing::warn!(cause = %e, "background WAL checkpoint failed");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(cause = %e, "cannot start the WAL checkpointer; commits will checkpoint");
+        }
+    }
+
+    /// The path this store was opened at (for operator messages, never for clients).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a pooled connection outside any explicit transaction.
+    pub fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let conn = self.pool.get()?;
+        f(&conn)
+    }
+
+    /// Runs `f` inside a `BEGIN IMMEDIATE` transaction: commits when `f` returns `Ok`,
+    /// rolls back when it returns `Err` (return [`StoreError::RolledBack`] to abort on
+    /// purpose while keeping your own error aside).
+    pub fn write<T>(
+        &self,
+        f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let outcome = (|| {
+            let mut conn = self.pool.get()?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        self.last_write.observe(&outcome);
+        outcome
+    }
+
+    /// Whether this store can serve, and its schema version when it can: the file reads,
+    /// its file system is writable and has at least [`MIN_FREE_BYTES`] free, and the last
+    /// write did not fail for a storage reason — or, when it did, a small write probe in a
+    /// transaction of its own now succeeds (so a store recovers as soon as space returns).
+    /// Costs no write while writes succeed.
+    pub fn health(&self) -> Result<u32, Unhealthy> {
+        let version = self.schema_version().map_err(|e| {
+            tracing::warn!(cause = %e, "health check: the database cannot be read");
+            Unhealthy::Unreadable
+        })?;
+        check_room(&self.path)?;
+        if let Some(failure) = self.last_write.failure() {
+            self.write(|tx| {
+                tx.execute(
+                    "INSERT INTO server_secrets (name, value, created_at) \
+                     VALUES ('health-probe', zeroblob(32), 0) ON CONFLICT (name) DO NOTHING",
+                    [],
+                )?;
+                tx.execute("DELETE FROM server_secrets WHERE name = 'health-probe'", [])?;
+                Ok(())
+            })
+            .map_err(|e| e.storage_failure().unwrap_or(failure))?;
+        }
+        Ok(version)
+    }
+
+    /// The schema version stored in the file (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> Result<u32, StoreError> {
+        self.read(user_version)
+    }
+
+    /// Runs `PRAGMA integrity_check`; returns `"ok"` for a healthy file, otherwise the
+    /// problems found, one per line.
+    pub fn integrity_check(&self) -> Result<String, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare("PRAGMA integrity_check")?;
+            let lines = stmt
+                .query_map([], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(lines.join("\n"))
+        })
+    }
+
+    /// Writes a consistent online copy of the database to `dest` (`VACUUM INTO`).
+    /// Refuses to overwrite an existing file.
+    pub fn backup_to(&self, dest: &Path) -> Result<(), StoreError> {
+        if dest.exists() {
+            return Err(StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("backup target {} already exists", dest.display()),
+            )));
+        }
+        let target = dest.to_str().ok_or_else(|| {
+            StoreError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("backup target {} is not valid UTF-8", dest.display()),
+            ))
+        })?;
+        self.read(|conn| {
+            conn.execute("VACUUM INTO ?1", [target])?;
+            Ok(())
+        })
+    }
+
+    /// A 32-byte secret of this installation, created on first use (e.g. the key that
+    /// signs multi-round `requestState`). Every process on the file gets the same bytes.
+    pub fn server_secret(&self, name: &str) -> Result<Vec<u8>, StoreError> {
+        let mut fresh = [0u8; 32];
+        getrandom::fill(&mut fresh)
+            .map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?;
+        self.write(|tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO server_secrets (name, value, created_at) VALUES (?1, ?2, unixepoch())",
+                rusqlite::params![name, &fresh[..]],
+            )?;
+            let value: Vec<u8> = tx.query_row(
+                "SELECT value FROM server_secrets WHERE name = ?1",
+                [name],
+                |row| row.get(0),
+            )?;
+            Ok(value)
+        })
+    }
+
+    /// The company row, or `None` before `tollgate init` has written it.
+    pub fn company(&self) -> Result<Option<Company>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT name, tax_id, plan_slug, locale, country FROM company WHERE id = 1",
+            )?;
+            Ok(stmt.query_row([], company_from_row).optional()?)
+        })
+    }
+
+    /// Creates or replaces the company row (its `created_at` is kept on update). An unknown
+    /// plan slug or locale is rejected by the schema's constraints.
+    pub fn set_company(&self, company: &Company) -> Result<(), StoreError> {
+        self.write(|tx| {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO company (id, name, tax_id, plan_slug, locale, country, created_at)
+                 VALUES (1, ?1, ?2, ?3, ?4, ?5, unixepoch())
+                 ON CONFLICT (id) DO UPDATE SET
+                   name = excluded.name, tax_id = excluded.tax_id,
+                   plan_slug = excluded.plan_slug, locale = excluded.locale,
+                   country = excluded.country",
+            )?;
+            stmt.execute(rusqlite::params![
+                company.name,
+                company.tax_id,
+                company.plan_slug,
+                company.locale,
+                company.country
+            ])?;
+            Ok(())
+        })
+    }
+
+    /// Every plan, smallest first (by rank).
+    pub fn plans(&self) -> Result<Vec<Plan>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&format!("{PLAN_SELECT} ORDER BY rank"))?;
+            let plans = stmt
+                .query_map([], plan_from_row)?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(plans)
+        })
+    }
+
+    /// One plan by slug, or `None` if no such plan exists.
+    pub fn plan(&self, slug: &str) -> Result<Option<Plan>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&format!("{PLAN_SELECT} WHERE slug = ?1"))?;
+            Ok(stmt.query_row([slug], plan_from_row).optional()?)
+        })
+    }
+}
+
+/// Free space below which the store reports itself unhealthy: a large tool call writes
+/// a few hundred KiB, and SQLite needs room for WAL frames and checkpoints.
+pub const MIN_FREE_BYTES: u64 = 1024 * 1024;
+
+/// Why a store cannot serve (the `reason` of an unhealthy `/healthz`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unhealthy {
+    /// The database cannot be read.
+    Unreadable,
+    /// The database file or its file system is read-only.
+    ReadOnly,
+    /// The disk is full: less than [`MIN_FREE_BYTES`] free, or a write failed for lack of
+    /// space.
+    DiskFull,
+    /// Writes fail with an I/O error.
+    WriteFailed,
+}
+
+impl Unhealthy {
+    /// Every reason, in order of their codes (1..).
+    const ALL: [Unhealthy; 4] = [
+        Self::Unreadable,
+        Self::ReadOnly,
+        Self::DiskFull,
+        Self::WriteFailed,
+    ];
+
+    /// The stable machine word of this reason.
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::Unreadable => "database_unreadable",
+            Self::ReadOnly => "database_read_only",
+            Self::DiskFull => "disk_full",
+            Self::WriteFailed => "write_failed",
+        }
+    }
+
+    fn as_u8(self) -> u8 {
+        match self {
+            Self::Unreadable => 1,
+            Self::ReadOnly => 2,
+            Self::DiskFull => 3,
+            Self::WriteFailed => 4,
+        }
+    }
+}
+
+impl fmt::Display for Unhealthy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Unreadable => "the database cannot be read",
+            Self::ReadOnly => "the database file or its file system is read-only",
+            Self::DiskFull => {
+                "the disk holding the database is full (less than 1 MiB free, or a write \
+                 failed for lack of space)"
+            }
+            Self::WriteFailed => "writes to the database fail with an I/O error",
+        })
+    }
+}
+
+/// The storage failure of the last write (0 = none), kept with one atomic per write.
+#[derive(Debug, Default)]
+struct LastWrite(AtomicU8);
+
+impl LastWrite {
+    fn observe<T>(&self, outcome: &Result<T, StoreError>) {
+        let code = match outcome {
+            Ok(_) => 0,
+            Err(e) => match e.storage_failure() {
+                Some(failure) => failure.as_u8(),
+                // A busy lock or a caller's rollback says nothing about the storage.
+                None => return,
+            },
+        };
+        // Most writes succeed after a success: read first, so they leave the line shared.
+        if self.0.load(Ordering::Relaxed) != code {
+            self.0.store(code, Ordering::Relaxed);
+        }
+    }
+
+    fn failure(&self) -> Option<Unhealthy> {
+        let code = self.0.load(Ordering::Relaxed);
+        Unhealthy::ALL.into_iter().find(|u| u.as_u8() == code)
+    }
+}
+
+/// The file system of `db` is writable and has [`MIN_FREE_BYTES`] free; the file itself is
+/// writable by this process.
+fn check_room(db: &Path) -> Result<(), Unhealthy> {
+    use rustix::fs::{Access, StatVfsMountFlags};
+    let dir = match db.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let stats = rustix::fs::statvfs(dir).map_err(|e| {
+        tracing::warn!(error = %e, "health check: cannot read the file system's free space");
+        Unhealthy::Unreadable
+    })?;
+    if stats.f_flag.contains(StatVfsMountFlags::RDONLY)
+        || rustix::fs::access(db, Access::WRITE_OK).is_err()
+    {
+        return Err(Unhealthy::ReadOnly);
+    }
+    if stats.f_bavail.saturating_mul(stats.f_frsize) < MIN_FREE_BYTES {
+        return Err(Unhealthy::DiskFull);
+    }
+    Ok(())
+}
+
+/// The company this installation serves (the single row of `company`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Company {
+    /// Legal name.
+    pub name: String,
+    /// Fiscal id (NIF/CIF), if known yet.
+    pub tax_id: Option<String>,
+    /// The plan the company is on (a `plans.slug`).
+    pub plan_slug: String,
+    /// Language of error hints: `"en"` or `"es"`.
+    pub locale: String,
+    /// ISO 3166-1 alpha-2 country code (decides the legal VAT rates), e.g. `"ES"`.
+    pub country: String,
+}
+
+/// A plan and its limits (a row of `plans`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Stable id: `free`, `starter`, `pro`, `enterprise`.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// Order from smallest (lowest) to largest plan.
+    pub rank: i64,
+    /// Calls per hour for the whole company; `None` = unlimited (bucket skipped).
+    pub hourly_call_limit: Option<u32>,
+    /// Default per-credential limit for `read` tools, calls per minute.
+    pub read_per_minute: u32,
+    /// Default per-credential limit for `write` tools, calls per minute.
+    pub write_per_minute: u32,
+    /// Default per-credential limit for `destructive` tools, calls per minute.
+    pub destructive_per_minute: u32,
+    /// Default per-credential limit for `send` tools, calls per minute.
+    pub send_per_minute: u32,
+    /// Default per-credential limit for `generate` tools, calls per minute.
+    pub generate_per_minute: u32,
+    /// Default per-OAuth-client limit (all its tokens together), calls per minute.
+    pub client_per_minute: u32,
+    /// Tools (or feature tags) this plan does not include; every other tool is included.
+    pub excluded_tools: Vec<String>,
+}
+
+const PLAN_SELECT: &str = "SELECT slug, name, rank, hourly_call_limit, read_per_minute, \
+     write_per_minute, destructive_per_minute, send_per_minute, generate_per_minute, \
+     client_per_minute, excluded_tools FROM plans";
+
+fn plan_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Plan> {
+    Ok(Plan {
+        slug: row.get(0)?,
+        name: row.get(1)?,
+        rank: row.get(2)?,
+        hourly_call_limit: row.get(3)?,
+        read_per_minute: row.get(4)?,
+        write_per_minute: row.get(5)?,
+        destructive_per_minute: row.get(6)?,
+        send_per_minute: row.get(7)?,
+        generate_per_minute: row.get(8)?,
+        client_per_minute: row.get(9)?,
+        excluded_tools: json_string_list(row, 10)?,
+    })
+}
+
+fn company_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Company> {
+    Ok(Company {
+        name: row.get(0)?,
+        tax_id: row.get(1)?,
+        plan_slug: row.get(2)?,
+        locale: row.get(3)?,
+        country: row.get(4)?,
+    })
+}
+
+/// Reads a TEXT column holding a JSON array of strings.
+fn json_string_list(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Vec<String>> {
+    let text: String = row.get(idx)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, Box::new(e))
+    })
+}
+
+fn create_parent_dir(path: &Path) -> Result<(), StoreError> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir)
+            .map_err(|e| {
+                StoreError::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot create directory {}: {e}", dir.display()),
+                ))
+            }),
+        _ => Ok(()),
+    }
+}
+
+/// Creates the database file `0600` (whatever the umask) before SQLite opens it; SQLite
+/// then gives the `-wal` and `-shm` files the same mode. An existing file is left alone.
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    let io = |e: std::io::Error| {
+        StoreError::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot create {}: {e}", path.display()),
+        ))
+    };
+    match created {
+        // The umask may have taken bits away: set the mode itself.
+        Ok(file) => file
+            .set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(io),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// The database file and its `-wal` and `-shm`, as paths.
+fn database_files(path: &Path) -> [PathBuf; 3] {
+    let with = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    [path.to_path_buf(), with("-wal"), with("-shm")]
+}
+
+/// Makes the database files `0600` when group or others may read them (an older tollgate
+/// created them `0644`): they hold credential hashes and the request-state key. A file
+/// this process may not change is only warned about.
+fn tighten_permissions(path: &Path) {
+    for file in database_files(path) {
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 == 0 {
+            continue;
+        }
+        match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+            Ok(()) => tracing::warn!(
+                file = %file.display(), was = format!("{mode:o}"),
+                "the database file was readable by other users; its mode is now 600"
+            ),
+            Err(e) => tracing::warn!(
+                file = %file.display(), mode = format!("{mode:o}"), error = %e,
+                "the database file is readable by other users; run `chmod 600` on it"
+            ),
+        }
+    }
+}
+
+/// How often opening retries after a lock-upgrade deadlock, and how long it pauses.
+const OPEN_RETRIES: u32 = 50;
+const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// Checks the file's version, sets the PRAGMAs and runs pending migrations.
+fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), StoreError> {
+    let mut conn = Connection::open_with_flags(path, open_flags(opts.create))?;
+    conn.busy_timeout(opts.busy_timeout)?;
+    // The version and the tables are read in one snapshot: a process creating the file
+    // at the same moment commits both at once.
+    conn.execute_batch("BEGIN")?;
+    let found = user_version(&conn)?;
+    let shape = refuse_too_new(found).and_then(|()| schema_shape(&conn));
+    conn.execute_batch("COMMIT")?;
+    let shape = shape?;
+    if found == 0 && !shape.is_empty() {
+        return Err(StoreError::Foreign(
+            "it holds tables but no tollgate schema version".to_owned(),
+        ));
+    }
+    if found == 0 && !opts.create {
+        return Err(StoreError::Missing(path.to_path_buf()));
+    }
+    if found > 0 {
+        check_shape(&shape, found)?;
+    }
+    configure_connection(&conn, opts.busy_timeout)?;
+    migrate(&mut conn)
+}
+
+/// A table's columns as `PRAGMA table_info` describes them: name, declared type,
+/// NOT NULL, default, primary-key position.
+type Columns = Vec<(String, String, bool, Option<String>, i64)>;
+
+/// Every table of a database (SQLite's own excepted) with its columns.
+fn schema_shape(conn: &Connection) -> Result<BTreeMap<String, Columns>, StoreError> {
+    let mut tables = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+    )?;
+    let names = tables
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut columns = conn.prepare(
+        "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1) ORDER BY cid",
+    )?;
+    let mut shape = BTreeMap::new();
+    for name in names {
+        let list = columns
+            .query_map([&name], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            })?
+            .collect::<Result<Columns, _>>()?;
+        shape.insert(name, list);
+    }
+    Ok(shape)
+}
+
+/// The tables and columns a tollgate database of `version` has: the migration steps up to
+/// it, applied to an empty in-memory database.
+fn expected_shape(version: u32) -> Result<BTreeMap<String, Columns>, StoreError> {
+    let conn = Connection::open_in_memory()?;
+    // As in `migrate`: a step that rebuilds a table needs foreign keys off.
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    for &(step, sql) in MIGRATIONS.iter().filter(|(step, _)| *step <= version) {
+        conn.execute_batch(sql)?;
+        conn.pragma_update(None, "user_version", step)?;
+    }
+    schema_shape(&conn)
+}
+
+/// Refuses a file whose tables or columns are not exactly those of `version`.
+fn check_shape(found: &BTreeMap<String, Columns>, version: u32) -> Result<(), StoreError> {
+    let expected = expected_shape(version)?;
+    let foreign = |reason: String| Err(StoreError::Foreign(reason));
+    if let Some(extra) = found.keys().find(|name| !expected.contains_key(*name)) {
+        return foreign(format!(
+            "table {extra:?} is not part of a tollgate database (schema version {version})"
+        ));
+    }
+    for (table, columns) in &expected {
+        match found.get(table) {
+            None => {
+                return foreign(format!(
+                    "table {table:?} of schema version {version} is missing"
+                ));
+            }
+            Some(have) if have != columns => {
+                let names = |c: &Columns| c.iter().map(|c| c.0.clone()).collect::<Vec<_>>();
+                return foreign(format!(
+                    "table {table:?} has columns {:?}; schema version {version} has {:?}",
+                    names(have),
+                    names(columns)
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn open_flags(create: bool) -> OpenFlags {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags | OpenFlags::SQLITE_OPEN_CREATE
+    } else {
+        flags
+    }
+}
+
+fn user_version(conn: &Connection) -> Result<u32, StoreError> {
+    Ok(conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
+}
+
+fn refuse_too_new(found: u32) -> Result<(), StoreError> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// How often a server's background thread checkpoints a WAL that is being written.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
+/// How often it looks at a WAL nothing has been written to.
+pub const CHECKPOINT_IDLE: Duration = Duration::from_secs(2);
+
+/// The PRAGMAs every connection gets once, when the pool opens it. `busy_timeout` comes
+/// first so that switching a new file to WAL waits for a concurrent opener.
+fn configure_connection(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+    conn.busy_timeout(busy_timeout)?;
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(journal_mode = %mode, "SQLite refused WAL mode; concurrency will suffer");
+    }
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    Ok(())
+}
+
+/// Applies every migration step above the file's version, each in its own transaction.
+/// Foreign keys are off while they run (a step that rebuilds a table drops the old one,
+/// which with foreign keys on would delete, or cascade to, the rows pointing at it) and
+/// each step checks them before it commits.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let applied = MIGRATIONS
+        .iter()
+        .try_for_each(|&(version, sql)| apply_step(conn, version, sql));
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    applied?;
+    refuse_too_new(user_version(conn)?)
+}
+
+/// Fails when a row points at a row that does not exist (after a step, before its commit).
+fn check_foreign_keys(conn: &Connection) -> Result<(), StoreError> {
+    let broken: Option<String> = conn
+        .prepare("PRAGMA foreign_key_check")?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    match broken {
+        None => Ok(()),
+        Some(table) => Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY),
+            Some(format!(
+                "a migration left broken references in table {table}"
+            )),
+        ))),
+    }
+}
+
+/// One step under `BEGIN IMMEDIATE`. The version is re-read inside the transaction, so
+/// two processes opening a fresh file at once apply each step exactly once.
+fn apply_step(conn: &mut Connection, version: u32, sql: &str) -> Result<(), StoreError> {
+    if user_version(conn)? >= version {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if user_version(&tx)? >= version {
+        return Ok(());
+    }
+    tx.execute_batch(sql)?;
+    check_foreign_keys(&tx)?;
+    tx.pragma_update(None, "user_version", version)?;
+    tx.commit()?;
+    tracing::info!(version, "applied database migration");
+    Ok(())
+}
+
+fn build_pool(
+    path: &Path,
+    opts: &StoreOptions,
+) -> Result<r2d2::Pool<SqliteConnectionManager>, StoreError> {
+    let busy_timeout = opts.busy_timeout;
+    let manager = SqliteConnectionManager::file(path)
+        .with_flags(open_flags(false))
+        .with_init(move |conn| configure_connection(conn, busy_timeout));
+    let pool = r2d2::Pool::builder()
+        .max_size(opts.pool_size.max(1))
+        .connection_timeout(busy_timeout.max(Duration::from_secs(1)))
+        .error_handler(Box::new(TracingErrorHandler))
+        .build(manager)?;
+    Ok(pool)
+}
+
+/// Reports pool connection failures through `tracing` (r2d2's default uses `log`).
+#[derive(Debug)]
+struct TracingErrorHandler;
+
+impl r2d2::HandleError<rusqlite::Error> for TracingErrorHandler {
+    fn handle_error(&self, error: rusqlite::Error) {
+        tracing::warn!(%error, "could not open a pooled database connection");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn creating() -> StoreOptions {
+        StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        }
+    }
+
+    fn fresh() -> (tempfile::TempDir, PathBuf, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("state").join("tollgate.db");
+        let store = Store::open(&path, &creating()).expect("open");
+        (dir, path, store)
+    }
+
+    fn pragma_text(store: &Store, name: &str) -> String {
+        store
+            .read(|c| {
+                Ok(c.pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))?)
+            })
+            .map(|v| match v {
+                rusqlite::types::Value::Integer(i) => i.to_string(),
+                rusqlite::types::Value::Text(t) => t,
+                other => format!("{other:?}"),
+            })
+            .expect("pragma")
+    }
+
+    #[test]
+    fn creation_sets_version_and_pragmas() {
+        let (_dir, path, store) = fresh();
+        assert!(path.exists());
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        assert_eq!(pragma_text(&store, "journal_mode"), "wal");
+        assert_eq!(pragma_text(&store, "foreign_keys"), "1");
+        assert_eq!(pragma_text(&store, "synchronous"), "1");
+        assert_eq!(pragma_text(&store, "temp_store"), "2");
+        assert_eq!(pragma_text(&store, "busy_timeout"), "5000");
+    }
+
+    #[test]
+    fn a_version_1_database_is_brought_up_to_date() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch(SCHEMA_SQL)
+            .expect("the version 1 schema");
+        conn.pragma_update(None, "user_version", 1)
+            .expect("version 1");
+        drop(conn);
+        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        let audit_indexes: Vec<String> = store
+            .read(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT name FROM sqlite_master WHERE type = 'index' \
+                     AND tbl_name = 'audit_log' ORDER BY name",
+                )?;
+                let names = stmt
+                    .query_map([], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                Ok(names)
+            })
+            .expect("indexes");
+        assert_eq!(audit_indexes, ["audit_log_by_credential"]);
+    }
+
+    /// A database at version 2 with a little of everything in the business tables.
+    fn version_2_with_business_rows(path: &Path) {
+        let conn = Connection::open(path).expect("raw open");
+        conn.execute_batch(SCHEMA_SQL).expect("version 1");
+        conn.execute_batch(AUDIT_INDEXES_SQL).expect("version 2");
+        conn.execute_batch(
+            "BEGIN; PRAGMA defer_foreign_keys = ON;
+             INSERT INTO clients VALUES ('cli_1', 'Acme SL', 'B12345674', 'a@example.com',
+                 NULL, 1, 1);
+             INSERT INTO invoice_series VALUES ('F', 1, '2026-01-10'), ('R', 1, '2026-01-11');
+             INSERT INTO invoices (id, client_id, kind, status, series, number, issue_date,
+                 due_date, currency, gross_cents, discount_cents, subtotal_cents, vat_cents,
+                 withholding_cents, total_cents, paid_cents, rectified_by_id, void_reason,
+                 created_at, updated_at)
+               VALUES ('inv_1', 'cli_1', 'full', 'void', 'F', 'F-000001', '2026-01-10',
+                 '2026-02-10', 'EUR', 100, 0, 100, 21, 0, 121, 0, 'inv_2', 'typo', 1, 1);
+             INSERT INTO invoices (id, client_id, kind, status, series, number, issue_date,
+                 currency, gross_cents, discount_cents, subtotal_cents, vat_cents,
+                 withholding_cents, total_cents, rectifies_id, created_at, updated_at)
+               VALUES ('inv_2', 'cli_1', 'rectifying', 'issued', 'R', 'R-000001',
+                 '2026-01-11', 'EUR', -100, 0, -100, -21, 0, -121, 'inv_1', 1, 1);
+             INSERT INTO invoice_lines VALUES ('inv_1', 1, 'Work', 1, 100, 0, 21, 0, 100, 0,
+                 100, 21, 0, 121);
+             INSERT INTO payments VALUES ('pay_1', 'inv_2', 5, 'EUR', '2026-01-12',
+                 'transfer', NULL, 1);
+             INSERT INTO outbox VALUES ('out_1', 'inv_1', 'a@example.com', 'Invoice', 'Hi',
+                 'delivered', 1);
+             COMMIT;",
+        )
+        .expect("business rows");
+        conn.pragma_update(None, "user_version", 2)
+            .expect("version 2");
+    }
+
+    #[test]
+    fn a_version_2_database_keeps_its_business_rows_in_the_live_book() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v2.db");
+        version_2_with_business_rows(&path);
+        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        let books: Vec<(String, String, i64)> = store
+            .read(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT 'clients', book, count(*) FROM clients GROUP BY book
+                     UNION ALL SELECT 'invoice_series', book, count(*) FROM invoice_series
+                         GROUP BY book
+                     UNION ALL SELECT 'invoices', book, count(*) FROM invoices GROUP BY book
+                     UNION ALL SELECT 'invoice_lines', book, count(*) FROM invoice_lines
+                         GROUP BY book
+                     UNION ALL SELECT 'payments', book, count(*) FROM payments GROUP BY book
+                     UNION ALL SELECT 'outbox', book, count(*) FROM outbox GROUP BY book",
+                )?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+            .expect("books");
+        let expect = [
+            ("clients", 1),
+            ("invoice_series", 2),
+            ("invoices", 2),
+            ("invoice_lines", 1),
+            ("payments", 1),
+            ("outbox", 1),
+        ];
+        let expect: Vec<(String, String, i64)> = expect
+            .iter()
+            .map(|(t, n)| ((*t).to_owned(), "live".to_owned(), *n))
+            .collect();
+        assert_eq!(books, expect);
+        // The same tax id and invoice number may now exist once per book, not twice in one.
+        store
+            .write(|tx| {
+                tx.execute_batch(
+                    "INSERT INTO clients VALUES ('test', 'cli_1', 'Acme SL', 'B12345674',
+                         NULL, NULL, 1, 1);",
+                )?;
+                Ok(())
+            })
+            .expect("same id and tax id in the test book");
+        let twice = store.write(|tx| {
+            tx.execute_batch(
+                "INSERT INTO clients VALUES ('live', 'cli_9', 'Other', 'B12345674', NULL,
+                     NULL, 1, 1);",
+            )?;
+            Ok(())
+        });
+        assert!(matches!(twice, Err(StoreError::Sqlite(_))), "{twice:?}");
+        // A row cannot point at a row of the other book.
+        let across = store.write(|tx| {
+            tx.execute_batch(
+                "INSERT INTO payments VALUES ('test', 'pay_2', 'inv_2', 5, 'EUR',
+                     '2026-01-12', 'cash', NULL, 1);",
+            )?;
+            Ok(())
+        });
+        assert!(matches!(across, Err(StoreError::Sqlite(_))), "{across:?}");
+        let indexes: Vec<String> = store
+            .read(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL
+                     AND tbl_name IN ('invoices', 'payments', 'outbox') ORDER BY name",
+                )?;
+                let rows = stmt.query_map([], |r| r.get(0))?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            })
+            .expect("indexes");
+        assert_eq!(indexes.len(), 5, "{indexes:?}");
+        assert!(
+            indexes.iter().all(|sql| sql.contains("(book, ")),
+            "{indexes:?}"
+        );
+        assert_eq!(pragma_text(&store, "foreign_keys"), "1");
+    }
+
+    #[test]
+    fn reopening_keeps_the_data() {
+        let (_dir, path, store) = fresh();
+        let company = Company {
+            name: "Acme SL".into(),
+            tax_id: Some("B12345678".into()),
+            plan_slug: "pro".into(),
+            locale: "es".into(),
+            country: "ES".into(),
+        };
+        store.set_company(&company).expect("set");
+        drop(store);
+        let store = Store::open(&path, &StoreOptions::default()).expect("reopen");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        assert_eq!(store.company().expect("company"), Some(company));
+    }
+
+    #[test]
+    fn newer_database_is_refused() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let conn = Connection::open(&path).expect("raw open");
+        conn.pragma_update(None, "user_version", 99).expect("bump");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("too new");
+        assert!(
+            matches!(
+                err,
+                StoreError::TooNew {
+                    found: 99,
+                    supported: SCHEMA_VERSION
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "database schema version 99 is newer than this tollgate supports \
+                 ({SCHEMA_VERSION}); upgrade tollgate or restore a backup"
+            )
+        );
+        assert!(!err.is_transient());
+    }
+
+    #[test]
+    fn missing_file_without_create_is_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nope.db");
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("missing");
+        assert!(
+            matches!(&err, StoreError::Missing(p) if p == &path),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("run `tollgate init` first"));
+        assert!(!err.public_message().contains("nope.db"));
+        assert!(!path.exists(), "must not create the file");
+    }
+
+    #[test]
+    fn empty_file_without_create_is_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("empty.db");
+        std::fs::write(&path, b"").expect("touch");
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("uninitialised");
+        assert!(matches!(err, StoreError::Missing(_)), "{err:?}");
+    }
+
+    #[test]
+    fn seed_plans_have_the_contract_limits() {
+        let (_dir, _path, store) = fresh();
+        let plans = store.plans().expect("plans");
+        let hourly: Vec<(&str, Option<u32>)> = plans
+            .iter()
+            .map(|p| (p.slug.as_str(), p.hourly_call_limit))
+            .collect();
+        assert_eq!(
+            hourly,
+            vec![
+                ("free", Some(500)),
+                ("starter", Some(5000)),
+                ("pro", Some(50000)),
+                ("enterprise", None)
+            ]
+        );
+        for plan in &plans {
+            let per_minute = [
+                plan.read_per_minute,
+                plan.write_per_minute,
+                plan.destructive_per_minute,
+                plan.send_per_minute,
+                plan.generate_per_minute,
+                plan.client_per_minute,
+            ];
+            assert_eq!(per_minute, [120, 60, 10, 10, 10, 1000], "{}", plan.slug);
+            let smaller = matches!(plan.slug.as_str(), "free" | "starter");
+            assert_eq!(!plan.excluded_tools.is_empty(), smaller, "{}", plan.slug);
+        }
+        assert_eq!(store.plan("pro").expect("pro").map(|p| p.rank), Some(3));
+        assert_eq!(store.plan("gold").expect("gold"), None);
+    }
+
+    #[test]
+    fn foreign_keys_are_enforced() {
+        let (_dir, _path, store) = fresh();
+        let company = Company {
+            name: "Acme".into(),
+            tax_id: None,
+            plan_slug: "gold".into(),
+            locale: "en".into(),
+            country: "ES".into(),
+        };
+        let err = store.set_company(&company).expect_err("unknown plan");
+        assert!(matches!(err, StoreError::Sqlite(_)), "{err:?}");
+        assert_eq!(store.company().expect("company"), None);
+    }
+
+    #[test]
+    fn backup_opens_and_passes_integrity_check() {
+        let (dir, _path, store) = fresh();
+        assert_eq!(store.integrity_check().expect("check"), "ok");
+        let dest = dir.path().join("backup.db");
+        store.backup_to(&dest).expect("backup");
+        let copy = Store::open(&dest, &StoreOptions::default()).expect("open backup");
+        assert_eq!(copy.integrity_check().expect("check"), "ok");
+        assert_eq!(copy.plans().expect("plans").len(), 4);
+        let again = store.backup_to(&dest).expect_err("exists");
+        assert!(matches!(again, StoreError::Io(_)), "{again:?}");
+    }
+
+    #[test]
+    fn failed_write_rolls_back() {
+        let (_dir, _path, store) = fresh();
+        let result: Result<(), StoreError> = store.write(|tx| {
+            tx.execute(
+                "UPDATE plans SET hourly_call_limit = 1 WHERE slug = 'free'",
+                [],
+            )?;
+            Err(StoreError::Busy)
+        });
+        assert!(matches!(result, Err(StoreError::Busy)));
+        let aborted: Result<(), StoreError> = store.write(|tx| {
+            tx.execute(
+                "UPDATE plans SET hourly_call_limit = 2 WHERE slug = 'free'",
+                [],
+            )?;
+            Err(StoreError::RolledBack)
+        });
+        assert!(matches!(aborted, Err(StoreError::RolledBack)));
+        let free = store.plan("free").expect("read").expect("free");
+        assert_eq!(free.hourly_call_limit, Some(500));
+    }
+
+    #[test]
+    fn locked_database_is_busy_and_transient() {
+        let (_dir, path, _store) = fresh();
+        let opts = StoreOptions {
+            busy_timeout: Duration::from_millis(50),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&path, &opts).expect("open");
+        let holder = Connection::open(&path).expect("raw open");
+        holder.execute_batch("BEGIN IMMEDIATE").expect("lock");
+        let err = store
+            .write(|tx| Ok(tx.execute("DELETE FROM rate_counters", [])?))
+            .expect_err("busy");
+        assert!(matches!(err, StoreError::Busy), "{err:?}");
+        assert!(err.is_transient());
+        holder.execute_batch("ROLLBACK").expect("unlock");
+    }
+
+    #[test]
+    fn concurrent_creation_migrates_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("race.db");
+        let openers: Vec<_> = (0..4)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || Store::open(&path, &creating()).map(|_| ()))
+            })
+            .collect();
+        for opener in openers {
+            opener.join().expect("thread").expect("open");
+        }
+        let store = Store::open(&path, &StoreOptions::default()).expect("open");
+        assert_eq!(store.plans().expect("plans").len(), 4);
+    }
+
+    #[test]
+    fn sqlite_errors_are_classified() {
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        );
+        assert!(matches!(StoreError::from(busy), StoreError::Busy));
+        assert!(matches!(StoreError::from(full), StoreError::Full));
+        let other = StoreError::from(rusqlite::Error::QueryReturnedNoRows);
+        assert!(matches!(other, StoreError::Sqlite(_)));
+        assert!(!other.is_transient());
+    }
+
+    #[test]
+    fn a_foreign_database_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("foreign.db");
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("CREATE TABLE foo(x); PRAGMA user_version = 2;")
+            .expect("a foreign file");
+        drop(conn);
+        for create in [false, true] {
+            let opts = StoreOptions {
+                create,
+                ..StoreOptions::default()
+            };
+            let err = Store::open(&path, &opts).expect_err("foreign");
+            assert!(
+                matches!(&err, StoreError::Foreign(r) if r.contains("\"foo\" is not part")),
+                "{err:?}"
+            );
+            assert!(!err.is_transient());
+        }
+        let conn = Connection::open(&path).expect("raw open");
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(tables, 1, "nothing was migrated into the foreign file");
+        assert_eq!(user_version(&conn).expect("version"), 2);
+    }
+
+    #[test]
+    fn a_missing_table_or_column_is_foreign_and_version_0_with_tables_too() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("ALTER TABLE audit_log DROP COLUMN source;")
+            .expect("drop a column");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("changed");
+        assert!(
+            err.to_string().contains("table \"audit_log\" has columns"),
+            "{err}"
+        );
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("DROP TABLE audit_log;")
+            .expect("drop a table");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("missing");
+        assert!(
+            err.to_string().contains(&format!(
+                "\"audit_log\" of schema version {SCHEMA_VERSION} is missing"
+            )),
+            "{err}"
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let other = dir.path().join("other.db");
+        Connection::open(&other)
+            .and_then(|c| c.execute_batch("CREATE TABLE foo(x);"))
+            .expect("a foreign file without a version");
+        let err = Store::open(&other, &creating()).expect_err("foreign");
+        assert!(matches!(err, StoreError::Foreign(_)), "{err:?}");
+    }
+
+    #[test]
+    fn the_file_and_its_wal_and_shm_are_private_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dir, path, store) = fresh();
+        store
+            .set_company(&Company {
+                name: "Acme".into(),
+                tax_id: None,
+                plan_slug: "pro".into(),
+                locale: "en".into(),
+                country: "ES".into(),
+            })
+            .expect("a write, so the WAL exists");
+        for file in database_files(&path) {
+            let mode = std::fs::metadata(&file)
+                .expect("exists")
+                .permissions()
+                .mode()
+                & 0o777;
+            assert_eq!(mode, 0o600, "{}", file.display());
+        }
+        drop(store);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("loosen");
+        let _store = Store::open(&path, &StoreOptions::default()).expect("reopen");
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a looser file is tightened");
+    }
+
+    #[test]
+    fn health_is_ok_and_a_recorded_storage_failure_is_probed_away() {
+        let (_dir, _path, store) = fresh();
+        assert_eq!(store.health(), Ok(SCHEMA_VERSION));
+        let failed: Result<(), StoreError> = Err(StoreError::Full);
+        store.last_write.observe(&failed);
+        assert_eq!(store.last_write.failure(), Some(Unhealthy::DiskFull));
+        // A lock or a rollback says nothing about the storage.
+        store.last_write.observe::<()>(&Err(StoreError::Busy));
+        assert_eq!(store.last_write.failure(), Some(Unhealthy::DiskFull));
+        // The disk has room again: the probe write succeeds and clears the failure.
+        assert_eq!(store.health(), Ok(SCHEMA_VERSION));
+        assert_eq!(store.last_write.failure(), None);
+        let secrets: i64 = store
+            .read(|c| Ok(c.query_row("SELECT count(*) FROM server_secrets", [], |r| r.get(0))?))
+            .expect("count");
+        assert_eq!(secrets, 0, "the probe leaves nothing behind");
+    }
+}

@@ -1,0 +1,296 @@
+//! The invoicing tools: one table row per tool (declaration, guardrails, body), grouped by
+//! what they act on. Helpers shared by the bodies live here: reading validated arguments,
+//! catalog errors of the domain, and the result shape (`structuredContent`, a line of text
+//! for people, and the JSON text for clients that only read text).
+
+mod clients;
+mod invoices;
+mod outbound;
+mod payments;
+
+pub(crate) use invoices::rectifying_for;
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::date::Date;
+use super::model::Line;
+use super::money::{LinePricing, Totals};
+use super::taxid::TaxId;
+use crate::catalog::{ErrorKind, McpError};
+use crate::clock::Clock;
+use crate::store::store_failure;
+use crate::store::{Store, StoreError};
+use crate::tools::{Book, Tool, ToolContext, ToolOutput, ToolSpec};
+
+/// Default page size of the search and list tools.
+pub const DEFAULT_PAGE_SIZE: usize = 20;
+/// Largest page a caller may ask for.
+pub const MAX_PAGE_SIZE: usize = 100;
+
+/// A tool's body.
+type RunFn = fn(&ToolContext<'_>, &Args<'_>) -> Result<ToolOutput, McpError>;
+/// A tool's guardrails (before it runs).
+type GuardFn = fn(&Store, Book, &Map<String, Value>, &Clock) -> Result<(), McpError>;
+
+/// One invoicing tool.
+struct InvoicingTool {
+    spec: ToolSpec,
+    guard: Option<GuardFn>,
+    run: RunFn,
+}
+
+impl Tool for InvoicingTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn guardrails(
+        &self,
+        store: &Store,
+        book: Book,
+        args: &Map<String, Value>,
+        clock: &Clock,
+    ) -> Result<(), McpError> {
+        self.guard
+            .map_or(Ok(()), |guard| guard(store, book, args, clock))
+    }
+
+    fn call(
+        &self,
+        ctx: &ToolContext<'_>,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, McpError> {
+        (self.run)(ctx, &Args(args))
+    }
+}
+
+fn tool(spec: ToolSpec, guard: Option<GuardFn>, run: RunFn) -> Arc<dyn Tool> {
+    Arc::new(InvoicingTool { spec, guard, run })
+}
+
+/// Every invoicing tool.
+pub fn all() -> Vec<Arc<dyn Tool>> {
+    let mut tools = clients::tools();
+    tools.extend(invoices::tools());
+    tools.extend(payments::tools());
+    tools.extend(outbound::tools());
+    tools
+}
+
+// ---- Errors -----------------------------------------------------------------------------------
+
+/// A storage failure inside a tool (an `isError` result when transient).
+fn db_failure(err: StoreError) -> McpError {
+    store_failure(err, true)
+}
+
+/// `<entity>_not_found` naming the argument.
+fn not_found(kind: ErrorKind, param: &str, id: &str) -> McpError {
+    McpError::new(kind).param(param).detail("id", id)
+}
+
+fn invalid_format(param: &str, reason: &'static str) -> McpError {
+    McpError::new(ErrorKind::InvalidFormat)
+        .param(param)
+        .detail("reason", reason)
+}
+
+// ---- Arguments --------------------------------------------------------------------------------
+
+/// Arguments already validated against the input schema: types hold, formats do not yet.
+pub struct Args<'a>(pub &'a Map<String, Value>);
+
+impl<'a> Args<'a> {
+    /// A string argument.
+    fn str(&self, name: &str) -> Option<&'a str> {
+        self.0.get(name).and_then(Value::as_str)
+    }
+
+    /// A non-blank string argument, trimmed.
+    fn text(&self, name: &str) -> Option<String> {
+        self.str(name)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    }
+
+    /// An integer argument (an integral JSON number).
+    fn int(&self, name: &str) -> Option<i64> {
+        integer(self.0.get(name))
+    }
+
+    /// A boolean argument.
+    fn bool(&self, name: &str) -> Option<bool> {
+        self.0.get(name).and_then(Value::as_bool)
+    }
+
+    /// Whether the argument is present (even as null).
+    fn has(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    /// A required string argument.
+    fn required(&self, name: &str) -> Result<&'a str, McpError> {
+        self.str(name)
+            .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param(name))
+    }
+
+    /// A required id argument of one type.
+    fn id<T>(&self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, McpError> {
+        let text = self.required(name)?;
+        parse(text).ok_or_else(|| invalid_format(name, "malformed_id"))
+    }
+
+    /// An optional id argument of one type.
+    fn opt_id<T>(&self, name: &str, parse: fn(&str) -> Option<T>) -> Result<Option<T>, McpError> {
+        match self.str(name) {
+            None => Ok(None),
+            Some(text) => parse(text)
+                .map(Some)
+                .ok_or_else(|| invalid_format(name, "malformed_id")),
+        }
+    }
+
+    /// An optional `YYYY-MM-DD` date.
+    fn date(&self, name: &str) -> Result<Option<Date>, McpError> {
+        match self.str(name) {
+            None => Ok(None),
+            Some(text) => Date::parse(text)
+                .map(Some)
+                .ok_or_else(|| invalid_format(name, "expected_yyyy_mm_dd")),
+        }
+    }
+
+    /// An optional Spanish tax id, checksum-validated and normalised.
+    fn tax_id(&self, name: &str) -> Result<Option<TaxId>, McpError> {
+        match self.text(name) {
+            None => Ok(None),
+            Some(text) => TaxId::parse(&text)
+                .map(Some)
+                .map_err(|e| invalid_format(name, e.reason())),
+        }
+    }
+
+    /// An optional e-mail address, loosely checked (one `@`, a dotted domain, no spaces).
+    fn email(&self, name: &str) -> Result<Option<String>, McpError> {
+        let Some(text) = self.text(name) else {
+            return Ok(None);
+        };
+        let plausible = text.len() <= 254
+            && !text.contains(char::is_whitespace)
+            && text.split_once('@').is_some_and(|(local, domain)| {
+                !local.is_empty()
+                    && !domain.contains('@')
+                    && domain.contains('.')
+                    && !domain.starts_with('.')
+                    && !domain.ends_with('.')
+            });
+        if plausible {
+            Ok(Some(text))
+        } else {
+            Err(invalid_format(name, "not_an_email_address"))
+        }
+    }
+
+    /// The page size (`limit`), defaulted and capped.
+    fn limit(&self) -> usize {
+        self.int("limit")
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(DEFAULT_PAGE_SIZE)
+            .clamp(1, MAX_PAGE_SIZE)
+    }
+
+    /// The `lines` argument, priced; `None` when absent.
+    fn lines(&self) -> Result<Option<(Vec<Line>, Totals)>, McpError> {
+        let Some(items) = self.0.get("lines").and_then(Value::as_array) else {
+            return Ok(None);
+        };
+        let lines = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| priced_line(i, item))
+            .collect::<Result<Vec<_>, _>>()?;
+        let amounts: Vec<_> = lines.iter().map(|l| l.amounts).collect();
+        let totals = Totals::sum(&amounts)
+            .map_err(|_| McpError::validation("lines").detail("reason", "amount_out_of_range"))?;
+        Ok(Some((lines, totals)))
+    }
+}
+
+/// An integral JSON number (`3` or `3.0`) as `i64`.
+pub(crate) fn integer(value: Option<&Value>) -> Option<i64> {
+    let value = value?;
+    value.as_i64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+            .map(|f| f as i64)
+    })
+}
+
+fn priced_line(index: usize, item: &Value) -> Result<Line, McpError> {
+    let field = |name: &str| {
+        integer(item.get(name)).ok_or_else(|| {
+            McpError::new(ErrorKind::MissingRequiredField).param(format!("lines.{index}.{name}"))
+        })
+    };
+    let optional = |name: &str| integer(item.get(name)).unwrap_or(0);
+    let pricing = LinePricing {
+        quantity: field("quantity")?,
+        unit_price_cents: field("unit_price_cents")?,
+        discount_percent: optional("discount_percent"),
+        vat_rate: field("vat_rate")?,
+        withholding_rate: optional("withholding_rate"),
+    };
+    let amounts = pricing.amounts().map_err(|_| {
+        McpError::validation(&format!("lines.{index}")).detail("reason", "amount_out_of_range")
+    })?;
+    let description = item
+        .get("description")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .unwrap_or_default()
+        .to_owned();
+    Ok(Line {
+        description,
+        pricing,
+        amounts,
+    })
+}
+
+// ---- Results ----------------------------------------------------------------------------------
+
+/// A result: `structuredContent`, a sentence for people, and the JSON as text.
+fn output(summary: String, value: Value) -> ToolOutput {
+    let mut out = ToolOutput::structured(value);
+    out.content.insert(0, crate::tools::text_block(summary));
+    out
+}
+
+/// A page of a cursor-paginated list: `limit + 1` rows were fetched to know `has_more`.
+fn page<T>(
+    mut rows: Vec<T>,
+    limit: usize,
+    id_of: fn(&T) -> &str,
+    render: impl Fn(&T) -> Value,
+) -> Value {
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next_cursor = if has_more {
+        rows.last().map(id_of)
+    } else {
+        None
+    };
+    json!({
+        "data": rows.iter().map(render).collect::<Vec<_>>(),
+        "has_more": has_more,
+        "next_cursor": next_cursor,
+    })
+}
+
+/// Today's UTC date by `clock`, as text.
+fn today(clock: &Clock) -> String {
+    Date::today(clock).to_string()
+}
