@@ -17,13 +17,14 @@ use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::auth::Principal;
 use crate::guards::{DataRead, Guards, RunRead, ToolCall};
+use crate::protocol::client::{Notifier, RequestClient};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
-use crate::protocol::request_state::StateKey;
 use crate::protocol::revisions::{self, Era, Session, Subscribers};
 use crate::store::Store;
+use crate::tools::request_state::StateKey;
 use crate::tools::{
-    Book, CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
-    RegisteredTool, Registry, ToolContext,
+    Book, CommitHook, DataAccess, InputContext, LogLevel, PromptReply, PromptSpec, RegisteredTool,
+    Registry, ToolContext,
 };
 
 /// Page size of `*/list` results.
@@ -394,6 +395,12 @@ impl Server {
     ) -> Result<crate::tools::ToolOutput, McpError> {
         let cancelled = env.session.begin(&request.id);
         let (responses, request_state) = request.input;
+        let client = RequestClient {
+            session: env.session,
+            subscribers: &self.subscribers,
+            notifier: env.notifier,
+            era: request.era,
+        };
         let ctx = ToolContext {
             store: &self.store,
             book,
@@ -401,12 +408,9 @@ impl Server {
             clock: &self.clock,
             progress_token: request.progress_token.clone(),
             log_level: request.log_level,
-            notifier: env.notifier,
+            client: &client,
             cancelled: &cancelled,
             commit_hook: hook,
-            session: env.session,
-            subscribers: &self.subscribers,
-            era: request.era,
             input: InputContext {
                 responses,
                 request_state,

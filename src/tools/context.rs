@@ -1,7 +1,8 @@
 //! What a tool sees and uses while it runs: the [`ToolContext`] (the store, the caller's
 //! book, the clock, progress, log messages, requests to the client, the commit of its
 //! writes together with the idempotency record), the multi-round inputs of a call
-//! ([`InputContext`]), and the MCP log levels.
+//! ([`InputContext`], sealed with [`crate::tools::request_state`]), and the MCP log levels.
+//! The client is reached through [`ClientLink`], which the protocol layer implements.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,17 +17,33 @@ use crate::tools::{Book, ToolOutput};
 /// How long a tool waits for the client to answer a sampling or elicitation request.
 pub const CLIENT_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// Where a running tool sends progress and log notifications. Each transport implements
-/// it for the stream of the request being served.
-pub trait Notifier: Send + Sync {
-    /// Sends one JSON-RPC notification related to the current request.
-    fn notify(&self, message: Value);
+/// How a running tool reaches the client of its request. The protocol layer implements it
+/// over the request's stream and connection, so that tools never build a protocol message
+/// nor hold the connection state.
+pub trait ClientLink: Send + Sync {
+    /// Sends a progress notification for the request's `token`.
+    fn progress(&self, token: &Value, progress: f64, total: Option<f64>, message: Option<&str>);
 
-    /// Whether what [`Notifier::notify`] is given reaches the client: false for a request
-    /// that cannot stream, which drops it.
-    fn delivers(&self) -> bool {
-        true
-    }
+    /// Sends one log message at `level` (whether the caller wants it is decided by the
+    /// [`ToolContext`]).
+    fn log(&self, level: LogLevel, data: Value);
+
+    /// Tells every session subscribed to the resource `uri` that it changed.
+    fn resource_updated(&self, uri: &str);
+
+    /// Whether the client can be sent a request that needs `capability` (`sampling`,
+    /// `elicitation`): only in the handshake era, and only when it declared it.
+    fn can_ask(&self, capability: &str) -> bool;
+
+    /// Sends the request `method` with `params` to the client and waits for its answer,
+    /// polling `give_up` meanwhile (its error ends the wait). The answer's `result`, or
+    /// `adapter_error` naming the client's error code.
+    fn ask(
+        &self,
+        method: &str,
+        params: Value,
+        give_up: &dyn Fn() -> Option<McpError>,
+    ) -> Result<Value, McpError>;
 }
 
 /// What a tool can see and use while it runs.
@@ -44,19 +61,13 @@ pub struct ToolContext<'a> {
     pub progress_token: Option<Value>,
     /// The minimum log level the caller asked for, when logging is enabled for the call.
     pub log_level: Option<LogLevel>,
-    /// The stream of the current request.
-    pub notifier: &'a dyn Notifier,
+    /// The client of the current request.
+    pub client: &'a dyn ClientLink,
     /// Set when the caller cancels the request.
     pub cancelled: &'a AtomicBool,
     /// Work that must commit in the same transaction as the tool's own writes (the
     /// idempotency record of the call), so a crash never applies a call twice.
     pub commit_hook: Option<&'a dyn CommitHook>,
-    /// The connection state (handshake era), for requests to the client.
-    pub session: &'a crate::protocol::revisions::Session,
-    /// The sessions subscribed to resources, told when a tool changes one.
-    pub subscribers: &'a crate::protocol::revisions::Subscribers,
-    /// The protocol era of the call.
-    pub era: crate::protocol::revisions::Era,
     /// What the client sent back for an earlier `input_required` result (2026-07-28).
     pub input: InputContext<'a>,
 }
@@ -72,7 +83,7 @@ pub struct InputContext<'a> {
     /// The client's capabilities (per request on 2026-07-28, from `initialize` before).
     pub client_capabilities: &'a Value,
     /// The key that seals and opens request states.
-    pub state_key: &'a crate::protocol::request_state::StateKey,
+    pub state_key: &'a crate::tools::request_state::StateKey,
 }
 
 impl InputContext<'_> {
@@ -139,37 +150,21 @@ pub trait CommitHook: Send + Sync {
 impl ToolContext<'_> {
     /// Reports progress when the caller asked for it; a no-op otherwise.
     pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        let Some(token) = &self.progress_token else {
-            return;
-        };
-        let mut params = json!({ "progressToken": token, "progress": progress });
-        if let Some(total) = total {
-            params["total"] = json!(total);
+        if let Some(token) = &self.progress_token {
+            self.client.progress(token, progress, total, message);
         }
-        if let Some(message) = message {
-            params["message"] = json!(message);
-        }
-        self.notifier.notify(crate::protocol::jsonrpc::notification(
-            "notifications/progress",
-            params,
-        ));
     }
 
     /// Tells every session subscribed to the resource `uri` that it changed (a tool calls
     /// this after changing a resource its provider declares as changing).
     pub fn resource_changed(&self, uri: &str) {
-        self.subscribers.changed(uri);
+        self.client.resource_updated(uri);
     }
 
     /// Sends a log message when the caller enabled logging at `level` or below.
     pub fn log(&self, level: LogLevel, data: Value) {
         if self.log_level.is_some_and(|min| level >= min) {
-            let mut params = json!({ "level": level.as_str(), "logger": "tollgate" });
-            params["data"] = data;
-            self.notifier.notify(crate::protocol::jsonrpc::notification(
-                "notifications/message",
-                params,
-            ));
+            self.client.log(level, data);
         }
     }
 
@@ -214,41 +209,22 @@ impl ToolContext<'_> {
         capability: &str,
         params: Value,
     ) -> Result<Value, McpError> {
-        let missing = || McpError::missing_client_capability(json!({ capability: {} }));
-        if self.era.is_modern() || !self.session.client_supports(capability) {
-            return Err(missing());
+        if !self.client.can_ask(capability) {
+            return Err(McpError::missing_client_capability(
+                json!({ capability: {} }),
+            ));
         }
-        let (id, answer) = self.session.expect_response();
-        self.notifier.notify(crate::protocol::jsonrpc::request(
-            id.clone(),
-            method,
-            params,
-        ));
         let deadline = std::time::Instant::now() + CLIENT_ANSWER_TIMEOUT;
-        let outcome = loop {
+        let give_up = || {
             if self.is_cancelled() {
-                break Err(McpError::new(ErrorKind::Timeout).detail("reason", "cancelled"));
-            }
-            match answer.recv_timeout(std::time::Duration::from_millis(100)) {
-                Ok(message) => break Ok(message),
-                Err(_) if std::time::Instant::now() >= deadline => {
-                    break Err(McpError::new(ErrorKind::Timeout).detail("waiting_for", method));
-                }
-                Err(_) => {}
+                Some(McpError::new(ErrorKind::Timeout).detail("reason", "cancelled"))
+            } else if std::time::Instant::now() >= deadline {
+                Some(McpError::new(ErrorKind::Timeout).detail("waiting_for", method))
+            } else {
+                None
             }
         };
-        self.session.abandon(&id);
-        let message = outcome?;
-        match message.get("result") {
-            Some(result) => Ok(result.clone()),
-            None => Err(McpError::new(ErrorKind::AdapterError).detail(
-                "original_error",
-                message
-                    .pointer("/error/code")
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            )),
-        }
+        self.client.ask(method, params, &give_up)
     }
 
     /// True once the caller has cancelled the request.

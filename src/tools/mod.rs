@@ -5,7 +5,8 @@
 //!
 //! The rest of the tools layer lives beside it: [`context`] (what a running tool sees, and
 //! how it reaches the client), [`validate`] (arguments checked against the input schema
-//! before a tool runs), [`resources`] and [`prompts`] (their declarations), and the packs
+//! before a tool runs), [`request_state`] (the sealed state of multi-round calls),
+//! [`resources`] and [`prompts`] (their declarations), and the packs
 //! [`invoicing`] and, with the `conformance-pack` feature, `conformance`.
 
 #[cfg(feature = "conformance-pack")]
@@ -13,6 +14,7 @@ pub mod conformance;
 pub mod context;
 pub mod invoicing;
 pub mod prompts;
+pub mod request_state;
 pub mod resources;
 pub mod validate;
 
@@ -26,7 +28,8 @@ use crate::clock::Clock;
 use crate::store::Store;
 
 pub use context::{
-    CLIENT_ANSWER_TIMEOUT, CommitHook, InputContext, InputRequired, LogLevel, Notifier, ToolContext,
+    CLIENT_ANSWER_TIMEOUT, ClientLink, CommitHook, InputContext, InputRequired, LogLevel,
+    ToolContext,
 };
 pub use prompts::{DataAccess, Prompt, PromptArgument, PromptReply, PromptSpec};
 pub use resources::{ResourceBody, ResourceProvider, ResourceSpec};

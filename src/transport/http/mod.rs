@@ -32,10 +32,10 @@ use tiny_http::{Header, Method, Request, Response, StatusCode};
 use crate::catalog::{Channel, ErrorKind, McpError};
 use crate::config::{ClientAddressHeader, Config, ErrorStatusMode, ProxyRange};
 use crate::guards::auth::CredentialRef;
+use crate::protocol::client::Notifier;
 use crate::protocol::dispatch::{Env, Server, Transport};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed};
 use crate::protocol::revisions::{self, Session};
-use crate::tools::Notifier;
 use crate::transport::http::sessions::{SessionOwner, Sessions};
 
 /// How often the main loop looks at the shutdown flag and the listener.
