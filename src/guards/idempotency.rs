@@ -84,6 +84,14 @@ pub struct Reservation {
     clock: Clock,
 }
 
+impl Reservation {
+    /// Whether the tool's transaction already recorded the result (then a success needs
+    /// no settling).
+    pub fn is_recorded(&self) -> bool {
+        self.recorded.load(Ordering::Relaxed)
+    }
+}
+
 impl CommitHook for Reservation {
     /// Marks the key completed with `result` inside the tool's own transaction. If the lease
     /// was lost meanwhile (expired and taken over), the tool's writes are rolled back and the

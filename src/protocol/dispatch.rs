@@ -5,18 +5,22 @@
 //! through the guard chain — and `prompts/get` and `completion/complete` too when what they
 //! answer reads business data (the prompt's [`DataAccess`] declarations; the other methods
 //! read only the registry and static documents). Errors become wire bodies in this
-//! module: guard and protocol failures become JSON-RPC errors, failures inside a tool
-//! become `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are called
-//! only here). The guard chain calls [`render_tool_outcome`] itself, so that the result
-//! it records for an idempotent replay is the one sent.
+//! module: the typed [`CallOutcome`] of the guard chain is rendered once, in
+//! [`render_call_outcome`] — a guard refusal or a server fault as a JSON-RPC error, a tool
+//! failure as an `isError` result, a success or a replay as the tool's result — with the
+//! `_meta` of the call (the rate budget, the replay mark, the book).
 
 use serde_json::{Map, Value, json};
 
-use crate::catalog::{Channel, ErrorKind, McpError};
+use crate::catalog::McpError;
 use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::auth::Principal;
-use crate::guards::{DataRead, Guards, RunRead, ToolCall};
+use crate::guards::outcome::{CallOutcome, Output};
+use crate::guards::ratelimit::Budget;
+use crate::guards::{
+    Caller, DataRead, Guards, META_MODE, META_RATELIMIT, META_REPLAY, RunRead, ToolCall,
+};
 use crate::protocol::client::{Notifier, RequestClient};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::revisions::{self, Era, Session, Subscribers};
@@ -68,6 +72,19 @@ pub struct Env<'a> {
     pub source: String,
     /// An `Idempotency-Key` header, when the transport has one.
     pub idempotency_header: Option<&'a str>,
+}
+
+impl Env<'_> {
+    /// Who is calling, as the guard chain sees it.
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            token: self.token,
+            dev_credential: self.dev_credential,
+            source: &self.source,
+            idempotency_header: self.idempotency_header,
+            transport: self.transport.as_str(),
+        }
+    }
 }
 
 /// The MCP server: registry, guards and store behind one entry point.
@@ -194,11 +211,12 @@ impl Server {
         self.guards.call_tools(
             &self.registry,
             &tool_calls,
-            env,
+            &env.caller(),
             &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
             &|i, outcome| {
                 let request = &requests[i];
-                let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
+                let outcome = render_call_outcome(outcome, self.locale)
+                    .map(|r| finish_result(r, request.era, "tools/call"));
                 send_updates(&outcome, env);
                 respond(self.response(request.id.clone(), outcome));
             },
@@ -315,7 +333,7 @@ impl Server {
     }
 
     fn authenticate(&self, env: &Env<'_>) -> Result<Principal, McpError> {
-        self.guards.authenticate(env)
+        self.guards.authenticate(&env.caller())
     }
 
     fn initialize(&self, req: &Request, session: &Session) -> Result<Value, McpError> {
@@ -375,12 +393,13 @@ impl Server {
 
     fn call_tool(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
         let request = ToolRequest::parse(req, era, env)?;
-        self.guards.call_tool(
+        let outcome = self.guards.call_tool(
             &self.registry,
             &request.call(),
-            env,
+            &env.caller(),
             &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
-        )
+        );
+        render_call_outcome(outcome, self.locale)
     }
 
     /// Runs an admitted tool in the context of its request.
@@ -613,7 +632,11 @@ impl Server {
             access,
             request_id: &request_id,
         };
-        self.guards.read_data(&self.registry, &read, env, run)
+        let (mut result, budget) =
+            self.guards
+                .read_data(&self.registry, &read, &env.caller(), run)?;
+        mark(&mut result, META_RATELIMIT, budget.to_meta());
+        Ok(result)
     }
 }
 
@@ -913,17 +936,51 @@ fn with_cursor(mut result: Value, next: Option<String>) -> Value {
     result
 }
 
-/// Renders the outcome of a tool run: success, an `isError` result, or — for an
-/// unexpected fault — a JSON-RPC `-32603`.
-pub fn render_tool_outcome(
-    outcome: Result<crate::tools::ToolOutput, McpError>,
-    locale: Locale,
-) -> Result<Value, McpError> {
-    match outcome {
-        Ok(output) => Ok(output.into_result()),
-        Err(err) if err.kind() == ErrorKind::InternalError => Err(err),
-        Err(err) if err.kind().spec().channel == Channel::JsonRpc => Err(err),
-        Err(err) => Ok(err.to_tool_result(locale)),
+/// Renders the outcome of a `tools/call`: a JSON-RPC error for a refusal or a server
+/// fault; otherwise the tool's result (fresh, replayed as stored, or the `isError` result
+/// of its failure) with the budget left and the book that served it in `_meta`.
+pub fn render_call_outcome(outcome: CallOutcome, locale: Locale) -> Result<Value, McpError> {
+    let (mut result, budget, book) = match outcome {
+        CallOutcome::Rejected(err) => return Err(err),
+        CallOutcome::Admitted {
+            output: Output::Fresh(output),
+            budget,
+            book,
+        } => (output.into_result(), budget, book),
+        CallOutcome::Admitted {
+            output: Output::Replayed(stored),
+            budget,
+            book,
+        } => {
+            let mut result = stored.result;
+            mark(&mut result, META_REPLAY, Value::Bool(true));
+            (result, budget, book)
+        }
+        CallOutcome::ToolFailed {
+            error,
+            budget,
+            book,
+        } => (error.to_tool_result(locale), budget, book),
+    };
+    mark_call(&mut result, &budget, book);
+    Ok(result)
+}
+
+/// The `_meta` every answered `tools/call` carries: the budget left, then the book.
+fn mark_call(result: &mut Value, budget: &Budget, book: Book) {
+    mark(result, META_RATELIMIT, budget.to_meta());
+    mark(result, META_MODE, Value::from(book.as_str()));
+}
+
+/// Sets one `_meta` entry on a result object.
+fn mark(result: &mut Value, key: &str, value: Value) {
+    if let Value::Object(map) = result {
+        let meta = map
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.insert(key.to_owned(), value);
+        }
     }
 }
 
