@@ -262,6 +262,83 @@ pub trait Tool: Send + Sync {
     ) -> Result<ToolOutput, McpError>;
 }
 
+/// A tool's body: runs it with arguments already validated against the input schema.
+pub type ToolFn = fn(&ToolContext<'_>, &Map<String, Value>) -> Result<ToolOutput, McpError>;
+/// A tool's fiscal guardrails (see [`Tool::guardrails`]).
+pub type GuardrailsFn = fn(&Store, Book, &Map<String, Value>, &Clock) -> Result<(), McpError>;
+
+/// A tool made of its declaration and plain functions: the one [`Tool`] adapter of the
+/// packs, whose tools are rows of a table.
+pub struct FnTool {
+    spec: ToolSpec,
+    run: ToolFn,
+    guardrails: Option<GuardrailsFn>,
+    waits: bool,
+    logs: bool,
+}
+
+impl FnTool {
+    /// A tool declared by `spec` whose body is `run`; no guardrails, it neither waits nor
+    /// logs.
+    pub fn new(spec: ToolSpec, run: ToolFn) -> FnTool {
+        FnTool {
+            spec,
+            run,
+            guardrails: None,
+            waits: false,
+            logs: false,
+        }
+    }
+
+    /// The same tool, checking `guardrails` before it runs.
+    pub fn guarded_by(self, guardrails: Option<GuardrailsFn>) -> FnTool {
+        FnTool { guardrails, ..self }
+    }
+
+    /// The same tool, declaring whether it waits ([`Tool::waits`]) and logs
+    /// ([`Tool::logs`]).
+    pub fn waiting_and_logging(self, waits: bool, logs: bool) -> FnTool {
+        FnTool {
+            waits,
+            logs,
+            ..self
+        }
+    }
+}
+
+impl Tool for FnTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn guardrails(
+        &self,
+        store: &Store,
+        book: Book,
+        args: &Map<String, Value>,
+        clock: &Clock,
+    ) -> Result<(), McpError> {
+        self.guardrails
+            .map_or(Ok(()), |guardrails| guardrails(store, book, args, clock))
+    }
+
+    fn waits(&self) -> bool {
+        self.waits
+    }
+
+    fn logs(&self) -> bool {
+        self.logs
+    }
+
+    fn call(
+        &self,
+        ctx: &ToolContext<'_>,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, McpError> {
+        (self.run)(ctx, args)
+    }
+}
+
 /// A tool name that was retired, with what to call instead.
 #[derive(Debug, Clone, Copy)]
 pub struct RetiredTool {

@@ -27,8 +27,8 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::tools::{
-    Category, Idempotency, LogLevel, Prompt, PromptArgument, PromptSpec, ResourceBody,
-    ResourceProvider, ResourceSpec, Tool, ToolContext, ToolOutput, ToolSpec, text_block,
+    Category, FnTool, Idempotency, LogLevel, Prompt, PromptArgument, PromptSpec, ResourceBody,
+    ResourceProvider, ResourceSpec, Tool, ToolContext, ToolFn, ToolOutput, ToolSpec, text_block,
 };
 
 /// The scope a credential needs to see and call the conformance tools.
@@ -202,8 +202,6 @@ fn image_block() -> Value {
 
 // ---- Tools ------------------------------------------------------------------------------
 
-type ToolFn = fn(&ToolContext<'_>, &Map<String, Value>) -> Result<ToolOutput, McpError>;
-
 /// One row of the tool table: everything but the parts every fixture shares.
 struct ToolEntry {
     name: &'static str,
@@ -218,53 +216,19 @@ struct ToolEntry {
     logs: bool,
 }
 
-/// A fixture tool: a declaration and the function that answers it.
-struct FixtureTool {
-    spec: ToolSpec,
-    run: ToolFn,
-    waits: bool,
-    logs: bool,
-}
-
-impl Tool for FixtureTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(
-        &self,
-        ctx: &ToolContext<'_>,
-        args: &Map<String, Value>,
-    ) -> Result<ToolOutput, McpError> {
-        (self.run)(ctx, args)
-    }
-
-    fn waits(&self) -> bool {
-        self.waits
-    }
-
-    fn logs(&self) -> bool {
-        self.logs
-    }
-}
-
 impl ToolEntry {
     fn build(&self) -> Arc<dyn Tool> {
-        Arc::new(FixtureTool {
-            spec: ToolSpec {
-                name: self.name,
-                title: self.title,
-                description: self.description,
-                category: self.category,
-                scope: SCOPE,
-                idempotency: Idempotency::NotApplicable,
-                input_schema: (self.input_schema)(),
-                output_schema: None,
-            },
-            run: self.run,
-            waits: self.waits,
-            logs: self.logs,
-        })
+        let spec = ToolSpec {
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            category: self.category,
+            scope: SCOPE,
+            idempotency: Idempotency::NotApplicable,
+            input_schema: (self.input_schema)(),
+            output_schema: None,
+        };
+        Arc::new(FnTool::new(spec, self.run).waiting_and_logging(self.waits, self.logs))
     }
 }
 
