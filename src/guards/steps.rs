@@ -6,8 +6,8 @@
 //! once (the calls of one stdio read share one rate-charging wait); the steps before it
 //! run for each call as it is read, the steps after it for each call in turn.
 //!
-//! A `bench-switches` build can leave steps out ([`crate::guards::Guards::without`]) to
-//! show what each one costs; every other build runs the whole list, always.
+//! A `bench-switches` build can leave steps out (`Guards::without`) to show what each one
+//! costs; every other build runs the whole list, always.
 
 use serde_json::Value;
 

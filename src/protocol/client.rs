@@ -1,5 +1,5 @@
 //! The protocol side of a running tool's link to its client
-//! ([`ClientLink`](crate::tools::ClientLink)): progress and log messages become JSON-RPC
+//! ([`crate::tools::ClientLink`]): progress and log messages become JSON-RPC
 //! notifications on the request's stream, a changed resource is queued for its
 //! subscribers, and a server→client request (handshake era only) is sent on the stream and
 //! its answer awaited through the connection's [`Session`].

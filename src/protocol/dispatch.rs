@@ -5,10 +5,13 @@
 //! through the guard chain — and `prompts/get` and `completion/complete` too when what they
 //! answer reads business data (the prompt's [`DataAccess`] declarations; the other methods
 //! read only the registry and static documents). Errors become wire bodies in this
-//! module: the typed [`CallOutcome`] of the guard chain is rendered once, in
-//! [`render_call_outcome`] — a guard refusal or a server fault as a JSON-RPC error, a tool
-//! failure as an `isError` result, a success or a replay as the tool's result — with the
-//! `_meta` of the call (the rate budget, the replay mark, the book).
+//! module and its `tool_call` child (the `tools/call` handler): the typed
+//! [`CallOutcome`](crate::guards::outcome::CallOutcome) of the guard chain is rendered
+//! once, in `render_call_outcome` — a guard refusal or a server fault as a JSON-RPC
+//! error, a tool failure as an `isError` result, a success or a replay as the tool's
+//! result — with the `_meta` of the call (the rate budget, the replay mark, the book).
+
+mod tool_call;
 
 use serde_json::{Map, Value, json};
 
@@ -16,20 +19,14 @@ use crate::catalog::McpError;
 use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::auth::Principal;
-use crate::guards::outcome::{CallOutcome, Output};
-use crate::guards::ratelimit::Budget;
-use crate::guards::{
-    Caller, DataRead, Guards, META_MODE, META_RATELIMIT, META_REPLAY, RunRead, ToolCall,
-};
-use crate::protocol::client::{Notifier, RequestClient};
+use crate::guards::{Caller, DataRead, Guards, META_RATELIMIT, RunRead, ToolCall};
+use crate::protocol::client::Notifier;
+use crate::protocol::dispatch::tool_call::{ToolRequest, mark, render_call_outcome};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::revisions::{self, Era, Session, Subscribers};
 use crate::store::Store;
 use crate::tools::request_state::StateKey;
-use crate::tools::{
-    Book, CommitHook, DataAccess, InputContext, LogLevel, PromptReply, PromptSpec, RegisteredTool,
-    Registry, ToolContext,
-};
+use crate::tools::{Book, DataAccess, InputContext, LogLevel, PromptReply, PromptSpec, Registry};
 
 /// Page size of `*/list` results.
 const PAGE_SIZE: usize = 50;
@@ -200,10 +197,7 @@ impl Server {
                 select_era(req, env.session).and_then(|era| ToolRequest::parse(req, era, env))
             });
             match parsed {
-                Ok(request) => requests.push(ToolRequest {
-                    span: Some(span),
-                    ..request
-                }),
+                Ok(request) => requests.push(request.with_span(span)),
                 Err(err) => respond(self.error_body(req.id.clone(), &err)),
             }
         }
@@ -389,57 +383,6 @@ impl Server {
             .collect();
         let (page, next) = paginate(visible, req, "tools")?;
         Ok(with_cursor(json!({ "tools": page }), next))
-    }
-
-    fn call_tool(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
-        let request = ToolRequest::parse(req, era, env)?;
-        let outcome = self.guards.call_tool(
-            &self.registry,
-            &request.call(),
-            &env.caller(),
-            &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
-        );
-        render_call_outcome(outcome, self.locale)
-    }
-
-    /// Runs an admitted tool in the context of its request.
-    fn run_tool(
-        &self,
-        request: &ToolRequest<'_>,
-        env: &Env<'_>,
-        tool: &RegisteredTool,
-        args: &Map<String, Value>,
-        book: Book,
-        hook: Option<&dyn CommitHook>,
-    ) -> Result<crate::tools::ToolOutput, McpError> {
-        let cancelled = env.session.begin(&request.id);
-        let (responses, request_state) = request.input;
-        let client = RequestClient {
-            session: env.session,
-            subscribers: &self.subscribers,
-            notifier: env.notifier,
-            era: request.era,
-        };
-        let ctx = ToolContext {
-            store: &self.store,
-            book,
-            locale: self.locale,
-            clock: &self.clock,
-            progress_token: request.progress_token.clone(),
-            log_level: request.log_level,
-            client: &client,
-            cancelled: &cancelled,
-            commit_hook: hook,
-            input: InputContext {
-                responses,
-                request_state,
-                client_capabilities: &request.client_capabilities,
-                state_key: &self.state_key,
-            },
-        };
-        let outcome = tool.tool.call(&ctx, args);
-        env.session.finish(&request.id);
-        outcome
     }
 
     fn list_resources(&self, req: &Request) -> Result<Value, McpError> {
@@ -676,62 +619,6 @@ fn request_span(req: &Request) -> tracing::Span {
     tracing::error_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
 }
 
-/// A `tools/call` request taken apart: the guard chain's view of it and what its tool
-/// context needs.
-struct ToolRequest<'q> {
-    req: &'q Request,
-    name: &'q str,
-    args: &'q Map<String, Value>,
-    id: RequestId,
-    era: Era,
-    progress_token: Option<Value>,
-    log_level: Option<LogLevel>,
-    input: InputParams<'q>,
-    client_capabilities: Value,
-    /// Its own log span when it is handled beside others (a request handled alone runs
-    /// inside the span of [`Server::handle_request`]).
-    span: Option<tracing::Span>,
-}
-
-impl<'q> ToolRequest<'q> {
-    fn parse(req: &'q Request, era: Era, env: &Env<'_>) -> Result<ToolRequest<'q>, McpError> {
-        static NO_ARGUMENTS: std::sync::LazyLock<Map<String, Value>> =
-            std::sync::LazyLock::new(Map::new);
-        let name = req
-            .params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("name"))?;
-        let args = match req.params.get("arguments") {
-            None | Some(Value::Null) => &*NO_ARGUMENTS,
-            Some(Value::Object(map)) => map,
-            Some(_) => return Err(McpError::invalid_params("arguments")),
-        };
-        Ok(ToolRequest {
-            req,
-            name,
-            args,
-            id: req.id.clone().unwrap_or(Value::Null),
-            era,
-            progress_token: meta(req).and_then(|m| m.get("progressToken")).cloned(),
-            log_level: call_log_level(req, era, env.session),
-            input: input_params(req)?,
-            client_capabilities: client_capabilities(req, era, env.session),
-            span: None,
-        })
-    }
-
-    fn call(&self) -> ToolCall<'_> {
-        ToolCall {
-            name: self.name,
-            args: self.args,
-            meta: meta(self.req),
-            request_id: &self.id,
-            span: self.span.as_ref(),
-        }
-    }
-}
-
 /// Picks the era of one request: stateless when its `_meta` names a protocol version,
 /// otherwise the session's negotiated handshake revision.
 fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
@@ -767,11 +654,11 @@ fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
 }
 
 /// `inputResponses` and `requestState`, as sent.
-type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
+pub(super) type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
 
 /// `inputResponses` and `requestState` of a multi-round call; a present but malformed
 /// value (e.g. `null`) is `-32602`, never a silent first round.
-fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
+pub(super) fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
     let responses = match req.params.get("inputResponses") {
         None => None,
         Some(Value::Object(map)) => Some(map),
@@ -786,7 +673,7 @@ fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
 }
 
 /// What the client can answer: per request on 2026-07-28, from `initialize` before.
-fn client_capabilities(req: &Request, era: Era, session: &Session) -> Value {
+pub(super) fn client_capabilities(req: &Request, era: Era, session: &Session) -> Value {
     match era {
         Era::Modern(_) => meta(req)
             .and_then(|m| m.get(revisions::META_CLIENT_CAPABILITIES))
@@ -796,19 +683,8 @@ fn client_capabilities(req: &Request, era: Era, session: &Session) -> Value {
     }
 }
 
-fn meta(req: &Request) -> Option<&Map<String, Value>> {
+pub(super) fn meta(req: &Request) -> Option<&Map<String, Value>> {
     req.params.get("_meta").and_then(Value::as_object)
-}
-
-fn call_log_level(req: &Request, era: Era, session: &Session) -> Option<LogLevel> {
-    match era {
-        Era::Legacy(_) => Some(session.log_level().unwrap_or(LogLevel::Info)),
-        // 2026-07-28: no `notifications/message` unless the request asked for them.
-        Era::Modern(_) => meta(req)
-            .and_then(|m| m.get(revisions::META_LOG_LEVEL))
-            .and_then(Value::as_str)
-            .and_then(LogLevel::parse),
-    }
 }
 
 fn set_log_level(req: &Request, session: &Session) -> Result<Value, McpError> {
@@ -934,54 +810,6 @@ fn with_cursor(mut result: Value, next: Option<String>) -> Value {
         result["nextCursor"] = json!(next);
     }
     result
-}
-
-/// Renders the outcome of a `tools/call`: a JSON-RPC error for a refusal or a server
-/// fault; otherwise the tool's result (fresh, replayed as stored, or the `isError` result
-/// of its failure) with the budget left and the book that served it in `_meta`.
-pub fn render_call_outcome(outcome: CallOutcome, locale: Locale) -> Result<Value, McpError> {
-    let (mut result, budget, book) = match outcome {
-        CallOutcome::Rejected(err) => return Err(err),
-        CallOutcome::Admitted {
-            output: Output::Fresh(output),
-            budget,
-            book,
-        } => (output.into_result(), budget, book),
-        CallOutcome::Admitted {
-            output: Output::Replayed(stored),
-            budget,
-            book,
-        } => {
-            let mut result = stored.result;
-            mark(&mut result, META_REPLAY, Value::Bool(true));
-            (result, budget, book)
-        }
-        CallOutcome::ToolFailed {
-            error,
-            budget,
-            book,
-        } => (error.to_tool_result(locale), budget, book),
-    };
-    mark_call(&mut result, &budget, book);
-    Ok(result)
-}
-
-/// The `_meta` every answered `tools/call` carries: the budget left, then the book.
-fn mark_call(result: &mut Value, budget: &Budget, book: Book) {
-    mark(result, META_RATELIMIT, budget.to_meta());
-    mark(result, META_MODE, Value::from(book.as_str()));
-}
-
-/// Sets one `_meta` entry on a result object.
-fn mark(result: &mut Value, key: &str, value: Value) {
-    if let Value::Object(map) = result {
-        let meta = map
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(meta) = meta {
-            meta.insert(key.to_owned(), value);
-        }
-    }
 }
 
 #[cfg(test)]
