@@ -1,4 +1,5 @@
-//! Idempotency keys (guard step 6): a retried state-changing call never acts twice.
+//! Idempotency keys (the replay and claim steps of the chain, `guards::steps`): a retried
+//! state-changing call never acts twice.
 //!
 //! **Where the key comes from** ([`extract_key`]): the `idempotency_key` argument (declared in
 //! the input schema of every state-changing tool), `_meta["dev.tollgate/idempotencyKey"]`,

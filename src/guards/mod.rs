@@ -49,7 +49,7 @@ use crate::guards::idempotency::{Ledger, Reservation};
 use crate::guards::outcome::{CallOutcome, Verdict};
 use crate::guards::ratelimit::{Budget, ChargeRequest, Limiter};
 #[cfg(feature = "bench-switches")]
-pub use crate::guards::steps::Step;
+use crate::guards::steps::Step;
 use crate::guards::steps::{CHAIN, Chain, Cx, Passage};
 use crate::store::Store;
 use crate::tools::{Book, Category, CommitHook, DataAccess, RegisteredTool, Registry, ToolOutput};
@@ -275,7 +275,7 @@ impl Guards {
         });
     }
 
-    /// [`Step::Charge`] for the calls still open: sets the principal, budget and plan
+    /// [`steps::Step::Charge`] for the calls still open: sets the principal, budget and plan
     /// facts of each, and takes out (with its error) each one the charge refuses. A
     /// chain without the step only confirms each caller.
     fn charge_group<'c, 'r>(
@@ -427,7 +427,7 @@ impl Guards {
         done(passage.index, outcome);
     }
 
-    /// [`Step::Audit`]: the audit row of a finished call named `name`.
+    /// [`steps::Step::Audit`]: the audit row of a finished call named `name`.
     fn audit(
         &self,
         request_id: &Value,
@@ -450,7 +450,7 @@ impl Guards {
         }
     }
 
-    /// [`Step::Authenticate`] for a tool call: who is calling. A cached token is only
+    /// [`steps::Step::Authenticate`] for a tool call: who is calling. A cached token is only
     /// re-checked later, inside the charging transaction.
     fn identify(&self, caller: &Caller<'_>) -> Result<CallAuth, McpError> {
         match (caller.token, caller.dev_credential) {
@@ -485,9 +485,10 @@ impl Guards {
         self.ledger.settle(reservation, &record);
     }
 
-    /// [`Step::Charge`] for each call of `calls`: charges them, re-checking a cached
-    /// credential and reading the plan (for [`Step::Access`]) in the same transaction. Gives the budget
-    /// and the plan facts of each call, in order, and sets its principal.
+    /// [`steps::Step::Charge`] for each call of `calls`: charges them, re-checking a cached
+    /// credential and reading the plan (for [`steps::Step::Access`]) in the same
+    /// transaction. Gives the budget and the plan facts of each call, in order, and sets its
+    /// principal.
     fn charge_many(
         &self,
         calls: &[ToCharge<'_>],

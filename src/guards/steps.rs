@@ -464,3 +464,48 @@ pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Va
         CallOutcome::Rejected(_) => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The step types' names, lowercase: what [`Step::name`] calls them.
+    fn names(steps: &[&'static dyn CallStep]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|step| format!("{step:?}").to_lowercase())
+            .collect()
+    }
+
+    #[test]
+    fn the_whole_chain_charges_between_resolve_and_access_and_audits() {
+        let chain = Chain::of(&CHAIN);
+        assert_eq!(names(&chain.before), ["authenticate", "resolve"]);
+        assert_eq!(
+            names(&chain.after),
+            ["access", "replay", "guardrails", "claim", "run"]
+        );
+        assert!(chain.charges() && chain.audits());
+    }
+
+    #[test]
+    fn a_chain_of_fewer_steps_keeps_the_declared_order() {
+        let chain = Chain::of(&[
+            Step::Run,
+            Step::Guardrails,
+            Step::Resolve,
+            Step::Authenticate,
+        ]);
+        assert_eq!(names(&chain.before), ["authenticate", "resolve"]);
+        assert_eq!(names(&chain.after), ["guardrails", "run"]);
+        assert!(!chain.charges() && !chain.audits());
+    }
+
+    #[test]
+    fn every_step_is_found_by_its_name() {
+        for step in CHAIN {
+            assert_eq!(Step::named(step.name()), Some(step));
+        }
+        assert_eq!(Step::named("auth"), None);
+    }
+}
