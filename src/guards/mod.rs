@@ -254,65 +254,36 @@ impl Guards {
                 Some(outcome) => self.finish(&cx, &passage, started, outcome, done),
             }
         }
-        let refused = self.charge_group(&mut open, caller);
-        for (passage, err) in refused {
+        let charged = self.charge_group(open, caller);
+        let finish_charged = |mut passage: Passage<'_, 'r>, charge: Result<(), McpError>| {
             let _span = passage.call.span.map(tracing::Span::enter);
-            self.finish(&cx, &passage, started, CallOutcome::Rejected(err), done);
-        }
-        let finish_admitted = |mut passage: Passage<'_, 'r>| {
-            let _span = passage.call.span.map(tracing::Span::enter);
-            let outcome = self.chain.after_charge(self, &mut passage, &cx);
+            let outcome = match charge {
+                Ok(()) => self.chain.after_charge(self, &mut passage, &cx),
+                Err(err) => CallOutcome::Rejected(err),
+            };
             self.finish(&cx, &passage, started, outcome, done);
         };
         std::thread::scope(|scope| {
-            for passage in open {
-                if passage.tool.is_some_and(|tool| tool.tool.waits()) {
-                    scope.spawn(move || finish_admitted(passage));
+            for (passage, charge) in charged {
+                if charge.is_ok() && passage.tool.is_some_and(|tool| tool.tool.waits()) {
+                    scope.spawn(move || finish_charged(passage, charge));
                 } else {
-                    finish_admitted(passage);
+                    finish_charged(passage, charge);
                 }
             }
         });
     }
 
     /// [`steps::Step::Charge`] for the calls still open: sets the principal, budget and plan
-    /// facts of each, and takes out (with its error) each one the charge refuses. A
-    /// chain without the step only confirms each caller.
+    /// facts of each, and gives each back, in order, with the charge's refusal if it was
+    /// refused. A chain without the step only confirms each caller.
     fn charge_group<'c, 'r>(
         &self,
-        open: &mut Vec<Passage<'c, 'r>>,
+        mut open: Vec<Passage<'c, 'r>>,
         caller: &Caller<'_>,
-    ) -> Vec<(Passage<'c, 'r>, McpError)> {
-        let mut refused = Vec::new();
-        // Every call past the steps before the charge knows its caller and its tool.
-        let (ready, lost): (Vec<_>, Vec<_>) = std::mem::take(open)
-            .into_iter()
-            .partition(|p| p.auth.is_some() && p.tool.is_some());
-        refused.extend(lost.into_iter().map(|p| (p, McpError::internal())));
-        *open = ready;
-        let charged: Vec<Result<(Budget, Option<AccessFacts>), McpError>> = if self.chain.charges()
-        {
-            let mut principals: Vec<Option<Principal>> =
-                open.iter().map(|p| p.principal.clone()).collect();
-            let to_charge: Vec<ToCharge<'_>> = open
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(index, p)| {
-                    Some(ToCharge {
-                        index,
-                        auth: p.auth.take()?,
-                        tool: p.tool?,
-                    })
-                })
-                .collect();
-            let charged = self.charge_many(&to_charge, caller, &mut principals);
-            for (passage, principal) in open.iter_mut().zip(principals) {
-                passage.principal = principal;
-            }
-            charged
-                .into_iter()
-                .map(|c| c.map(|(budget, facts)| (budget, Some(facts))))
-                .collect()
+    ) -> Vec<(Passage<'c, 'r>, Result<(), McpError>)> {
+        let charged = if self.chain.charges() {
+            self.charge_passages(&mut open, caller)
         } else {
             open.iter_mut()
                 .map(|passage| {
@@ -322,18 +293,50 @@ impl Guards {
                 })
                 .collect()
         };
-        let passages = std::mem::take(open);
-        for (mut passage, charge) in passages.into_iter().zip(charged) {
-            match charge {
-                Ok((budget, facts)) => {
+        open.into_iter()
+            .zip(charged)
+            .map(|(mut passage, charge)| {
+                let charge = charge.map(|(budget, facts)| {
                     passage.budget = budget;
                     passage.facts = facts;
-                    open.push(passage);
-                }
-                Err(err) => refused.push((passage, err)),
+                });
+                (passage, charge)
+            })
+            .collect()
+    }
+
+    /// The charge of each of `open` (one group through [`Guards::charge_many`]), in order.
+    fn charge_passages(
+        &self,
+        open: &mut [Passage<'_, '_>],
+        caller: &Caller<'_>,
+    ) -> Vec<Result<(Budget, Option<AccessFacts>), McpError>> {
+        let mut principals: Vec<Option<Principal>> =
+            open.iter_mut().map(|p| p.principal.take()).collect();
+        // Every call past the steps before the charge knows its caller and its tool.
+        let mut to_charge = Vec::with_capacity(open.len());
+        let mut lost = vec![false; open.len()];
+        for (index, p) in open.iter_mut().enumerate() {
+            match (p.auth.take(), p.tool) {
+                (Some(auth), Some(tool)) => to_charge.push(ToCharge { index, auth, tool }),
+                _ => lost[index] = true,
             }
         }
-        refused
+        let mut charged = self
+            .charge_many(&to_charge, caller, &mut principals)
+            .into_iter();
+        for (passage, principal) in open.iter_mut().zip(principals) {
+            passage.principal = principal;
+        }
+        lost.iter()
+            .map(|&lost| {
+                if lost {
+                    return Err(McpError::internal());
+                }
+                let charge = charged.next().unwrap_or_else(|| Err(McpError::internal()));
+                charge.map(|(budget, facts)| (budget, Some(facts)))
+            })
+            .collect()
     }
 
     /// Runs a request that reads business data through authentication, the `read`
