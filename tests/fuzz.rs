@@ -1,6 +1,8 @@
 //! Property-based fuzzing of the request path, in-process: arbitrary bytes and arbitrary
-//! JSON-RPC-shaped messages go through the real dispatcher (parser, era selection, guards,
-//! tools) and must always get a well-formed answer from the catalog — never a panic.
+//! JSON-RPC-shaped messages go through the dispatcher's one entry point, as the transports
+//! hand them to it (`Message::parse`, `Message::kind`, then `Server::handle`: parser, era
+//! selection, guards, tools), and must always get a well-formed answer from the catalog —
+//! never a panic.
 //!
 //! CI runs a short bounded pass; for a longer run set `PROPTEST_CASES`, e.g.
 //! `PROPTEST_CASES=100000 cargo test --test tests fuzz::`.
@@ -13,6 +15,7 @@ use serde_json::{Value, json};
 use tollgate::catalog::ErrorKind;
 use tollgate::config::{Config, Overrides};
 use tollgate::protocol::dispatch::{Env, Server, Transport};
+use tollgate::protocol::inbound::{Message, MessageKind};
 use tollgate::protocol::revisions::Session;
 use tollgate::store::Store;
 use tollgate::tools::Notifier;
@@ -42,8 +45,8 @@ fn server(db: &TestDb) -> Server {
     tollgate::ops::cli::build_server(&config, store).expect("server")
 }
 
-/// Validators compile on a tool's first call: every built-in and fixture tool's input
-/// schema must compile, or its calls would fail with an internal error.
+/// Validators compile on a tool's first call, not at start-up: every built-in and fixture
+/// tool's input schema must compile, or its calls would fail with an internal error.
 #[test]
 fn every_tool_input_schema_compiles() {
     let db = TestDb::new();
@@ -78,12 +81,25 @@ fn check_message(message: &Value, codes: &[i64]) {
     }
 }
 
-fn check_answer(answer: Option<Value>, codes: &[i64]) {
+fn check_answer(answer: &Value, codes: &[i64]) {
     match answer {
-        None => {}
-        Some(Value::Array(items)) => items.iter().for_each(|m| check_message(m, codes)),
-        Some(message) => check_message(&message, codes),
+        Value::Array(items) => items.iter().for_each(|m| check_message(m, codes)),
+        message => check_message(message, codes),
     }
+}
+
+/// Hands `bytes` to the dispatcher as a transport does, and checks every answer.
+fn check_bytes(server: &Server, env: &Env<'_>, bytes: &[u8], codes: &[i64]) {
+    let message = Message::parse(bytes);
+    let unreadable = message.kind() == MessageKind::Unreadable;
+    server.handle(vec![message], env, &|answer| {
+        check_answer(&answer.body, codes);
+        assert!(
+            !unreadable || answer.error.is_some(),
+            "an unreadable message is answered with its error: {}",
+            answer.body
+        );
+    });
 }
 
 const METHODS: &[&str] = &[
@@ -188,7 +204,7 @@ proptest! {
         let session = Session::new();
         let sink = Sink(Mutex::new(Vec::new()));
         let env = env(&session, &sink, db);
-        check_answer(server.handle_bytes(&bytes, &env), &codes);
+        check_bytes(server, &env, &bytes, &codes);
     }
 
     #[test]
@@ -201,11 +217,11 @@ proptest! {
         let env = env(&session, &sink, db);
         if batch {
             let body = serde_json::to_vec(&messages).expect("serialize");
-            check_answer(server.handle_bytes(&body, &env), &codes);
+            check_bytes(server, &env, &body, &codes);
         } else {
             for message in &messages {
                 let body = serde_json::to_vec(message).expect("serialize");
-                check_answer(server.handle_bytes(&body, &env), &codes);
+                check_bytes(server, &env, &body, &codes);
             }
         }
         for note in sink.0.lock().expect("sink").iter() {

@@ -1,14 +1,18 @@
-//! The dispatcher shared by every transport: one JSON-RPC message in, at most one
-//! response out.
+//! The dispatcher shared by every transport: the [`Message`]s of one read in
+//! ([`Server::handle`], the one entry point of every transport and of the fuzzer), each
+//! [`Response`] out as soon as it is ready.
 //!
-//! It selects the protocol era of each request, routes the MCP methods, runs `tools/call`
-//! through the guard chain — and `prompts/get` and `completion/complete` too when what they
-//! answer reads business data (the prompt's [`DataAccess`] declarations; the other methods
-//! read only the registry and static documents). Errors become wire bodies in this
-//! module: guard and protocol failures become JSON-RPC errors, failures inside a tool
-//! become `isError` results (`McpError::to_jsonrpc_error` / `to_tool_result` are called
-//! only here). The guard chain calls [`render_tool_outcome`] itself, so that the result
-//! it records for an idempotent replay is the one sent.
+//! It selects the protocol era of each request (here only: a transport asks a message what
+//! kind it is, [`Message::kind`], and never looks into it), routes the MCP methods, runs
+//! `tools/call` through the guard chain — and `prompts/get` and `completion/complete` too
+//! when what they answer reads business data (the prompt's [`DataAccess`] declarations;
+//! the other methods read only the registry and static documents). Errors become wire
+//! bodies in this module: guard and protocol failures become JSON-RPC errors, failures
+//! inside a tool become `isError` results (`McpError::to_jsonrpc_error` /
+//! `to_tool_result` are called only here). The guard chain calls [`render_tool_outcome`]
+//! itself, so that the result it records for an idempotent replay is the one sent.
+
+use std::sync::PoisonError;
 
 use serde_json::{Map, Value, json};
 
@@ -16,7 +20,9 @@ use crate::catalog::{Channel, ErrorKind, McpError};
 use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::auth::Principal;
-use crate::guards::{DataRead, Guards, RunRead, ToolCall};
+use crate::guards::ratelimit::Budget;
+use crate::guards::{DataRead, Guards, META_RATELIMIT, RunRead, ToolCall};
+use crate::protocol::inbound::{Message, Response};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::request_state::StateKey;
 use crate::protocol::revisions::{self, Era, Session, Subscribers};
@@ -135,35 +141,23 @@ impl Server {
         self.locale
     }
 
-    /// Handles one body or line; `None` when nothing is to be sent back.
-    pub fn handle_bytes(&self, bytes: &[u8], env: &Env<'_>) -> Option<Value> {
-        self.handle_parsed(jsonrpc::parse(bytes), env)
-    }
-
-    fn handle_parsed(&self, parsed: Parsed, env: &Env<'_>) -> Option<Value> {
-        match parsed {
-            Parsed::NotJson => Some(self.error_body(None, &McpError::parse_error())),
-            Parsed::Single(incoming) => self.handle_incoming(incoming, env),
-            Parsed::Batch(items) => self.handle_batch(items, env),
-        }
-    }
-
-    /// Handles the messages of one read (several stdio lines that arrived together), each
-    /// as if on its own, handing every response to `respond` as soon as it is ready. The
-    /// `tools/call` requests among them go through the guard chain together
-    /// ([`Guards::call_tools`]), so that they share one rate-charging wait; the other
-    /// messages are handled first. (So a `notifications/cancelled` read together with the
-    /// call it names finds that call not started yet, and nothing to cancel: MCP lets a
-    /// server ignore a cancellation; the call runs and is answered.)
-    pub fn handle_many(
+    /// Handles the messages of one read (one HTTP body, or several stdio lines that
+    /// arrived together), each as if on its own, handing every response to `respond` as
+    /// soon as it is ready. This is the entry point of every transport. The `tools/call`
+    /// requests among them go through the guard chain together ([`Guards::call_tools`]),
+    /// so that they share one rate-charging wait; the other messages are handled first.
+    /// (So a `notifications/cancelled` read together with the call it names finds that
+    /// call not started yet, and nothing to cancel: MCP lets a server ignore a
+    /// cancellation; the call runs and is answered.)
+    pub fn handle(
         &self,
-        messages: &[Vec<u8>],
+        messages: Vec<Message>,
         env: &Env<'_>,
-        respond: &(dyn Fn(Value) + Sync),
+        respond: &(dyn Fn(Response) + Sync),
     ) {
         let mut calls = Vec::with_capacity(messages.len());
-        for bytes in messages {
-            match jsonrpc::parse(bytes) {
+        for message in messages {
+            match message.into_parsed() {
                 Parsed::Single(Incoming::Request(req))
                     if req.method == "tools/call" && req.id.is_some() =>
                 {
@@ -186,7 +180,7 @@ impl Server {
                     span: Some(span),
                     ..request
                 }),
-                Err(err) => respond(self.error_body(req.id.clone(), &err)),
+                Err(err) => respond(self.error_response(req.id.clone(), err)),
             }
         }
         let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
@@ -199,22 +193,54 @@ impl Server {
                 let request = &requests[i];
                 let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
                 send_updates(&outcome, env);
-                respond(self.response(request.id.clone(), outcome));
+                respond(
+                    self.response(request.id.clone(), outcome)
+                        .in_era(Some(request.era)),
+                );
             },
         );
     }
 
-    /// Renders a JSON-RPC error response. Transports use it for failures they detect
+    /// [`Server::handle`] for a single message (an HTTP body): its response, if it has one.
+    pub fn handle_one(&self, message: Message, env: &Env<'_>) -> Option<Response> {
+        let response = std::sync::Mutex::new(None);
+        self.handle(vec![message], env, &|r| {
+            *response.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+        });
+        response
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The error response to the request `id`. Transports use it for failures they detect
     /// themselves (an oversized line, a bad header).
-    pub fn error_body(&self, id: Option<RequestId>, err: &McpError) -> Value {
+    pub fn error_response(&self, id: Option<RequestId>, err: McpError) -> Response {
+        Response {
+            error: Some(err.clone()),
+            ..Response::of(self.error_body(id, &err))
+        }
+    }
+
+    fn handle_parsed(&self, parsed: Parsed, env: &Env<'_>) -> Option<Response> {
+        match parsed {
+            Parsed::NotJson => Some(self.error_response(None, McpError::parse_error())),
+            Parsed::Single(incoming) => self.handle_incoming(incoming, env),
+            Parsed::Batch(items) => self.handle_batch(items, env),
+        }
+    }
+
+    /// A JSON-RPC error response body.
+    fn error_body(&self, id: Option<RequestId>, err: &McpError) -> Value {
         jsonrpc::failure(id, err.to_jsonrpc_error(self.locale))
     }
 
-    /// Handles a JSON-RPC batch (accepted only on the revision that allows batches).
-    pub fn handle_batch(&self, items: Vec<Incoming>, env: &Env<'_>) -> Option<Value> {
+    /// Handles a JSON-RPC batch (accepted only on the revision that allows batches). A
+    /// refused batch is answered with one error; an accepted one with the array of its
+    /// responses, or with nothing when it held only notifications and answers.
+    fn handle_batch(&self, items: Vec<Incoming>, env: &Env<'_>) -> Option<Response> {
         if env.session.negotiated() != Some(revisions::BATCH_VERSION) {
             let err = McpError::invalid_request("batch_not_allowed");
-            return Some(self.error_body(None, &err));
+            return Some(self.error_response(None, err));
         }
         let responses: Vec<Value> = items
             .into_iter()
@@ -222,41 +248,53 @@ impl Server {
                 Incoming::Request(req) if req.method == "initialize" => {
                     Some(self.error_body(req.id, &McpError::invalid_request("initialize_in_batch")))
                 }
-                other => self.handle_incoming(other, env),
+                other => self.handle_incoming(other, env).map(|r| r.body),
             })
             .collect();
-        (!responses.is_empty()).then_some(Value::Array(responses))
+        (!responses.is_empty()).then(|| Response::of(Value::Array(responses)))
     }
 
     /// Handles one parsed message.
-    pub fn handle_incoming(&self, incoming: Incoming, env: &Env<'_>) -> Option<Value> {
+    fn handle_incoming(&self, incoming: Incoming, env: &Env<'_>) -> Option<Response> {
         match incoming {
             Incoming::Response(id, message) => {
                 env.session.deliver(&id, message);
                 None
             }
-            Incoming::Invalid(id, err) => Some(self.error_body(id, &err)),
+            Incoming::Invalid(id, err) => Some(self.error_response(id, err)),
             Incoming::Request(req) => self.handle_request(req, env),
         }
     }
 
-    fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Value> {
+    fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Response> {
         // Every log line of this request carries its id (never its params or token).
         let _span = request_span(&req).entered();
-        let outcome = select_era(&req, env.session).and_then(|era| {
+        let era = select_era(&req, env.session);
+        let served = era.as_ref().ok().copied();
+        let outcome = era.and_then(|era| {
             self.route(&req, era, env)
                 .map(|result| finish_result(result, era, &req.method))
         });
+        let initialized = (req.method == "initialize" && outcome.is_ok())
+            .then(|| env.session.negotiated())
+            .flatten();
         let id = req.id?;
         send_updates(&outcome, env);
-        Some(self.response(id, outcome))
+        let response = self.response(id, outcome).in_era(served);
+        Some(Response {
+            initialized,
+            ..response
+        })
     }
 
     /// The response to the request `id`.
-    fn response(&self, id: RequestId, outcome: Result<Value, McpError>) -> Value {
+    fn response(&self, id: RequestId, outcome: Result<Value, McpError>) -> Response {
         match outcome {
-            Ok(result) => jsonrpc::success(id, result),
-            Err(err) => self.error_body(Some(id), &err),
+            Ok(result) => Response {
+                budget: charged_budget(&result),
+                ..Response::of(jsonrpc::success(id, result))
+            },
+            Err(err) => self.error_response(Some(id), err),
         }
     }
 
@@ -868,6 +906,12 @@ fn finish_result(mut result: Value, era: Era, method: &str) -> Value {
         map.insert("cacheScope".into(), json!(scope));
     }
     result
+}
+
+/// The rate budget left to the caller of a charged request, typed for its transport. The
+/// guard chain hands it over inside the result, in the `_meta` entry the client reads.
+fn charged_budget(result: &Value) -> Option<Budget> {
+    Budget::from_meta(result.get("_meta")?.get(META_RATELIMIT)?)
 }
 
 /// Cuts one page out of `items`; the cursor is opaque to clients.

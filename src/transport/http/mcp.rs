@@ -11,20 +11,20 @@ use super::routes::{App, HttpHead};
 use super::sse::{Outgoing, Stream};
 use super::status::Reply;
 use crate::catalog::{ErrorKind, McpError};
-use crate::protocol::jsonrpc::{self, Incoming, Parsed};
+use crate::protocol::inbound::{Headline, Message, MessageKind};
 use crate::protocol::revisions::{self, Session};
 use crate::tools::Notifier;
 
 impl App {
     pub(super) fn mcp(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
         if let Err(err) = self.origins.check(head) {
-            return Outgoing::Reply(self.error_reply(None, &err, None));
+            return Outgoing::Reply(self.error_reply(None, err));
         }
         match head.method {
             Method::Post => self.mcp_post(head, stream),
             Method::Delete => Outgoing::Reply(self.mcp_delete(head)),
             _ => Outgoing::Reply(
-                self.error_reply(None, &McpError::new(ErrorKind::HttpMethodNotAllowed), None)
+                self.error_reply(None, McpError::new(ErrorKind::HttpMethodNotAllowed))
                     .header("Allow", "POST, DELETE"),
             ),
         }
@@ -35,7 +35,7 @@ impl App {
     pub(super) fn mcp_delete(&self, head: &HttpHead) -> Reply {
         let Some(id) = head.header("mcp-session-id") else {
             return self
-                .error_reply(None, &McpError::new(ErrorKind::HttpMethodNotAllowed), None)
+                .error_reply(None, McpError::new(ErrorKind::HttpMethodNotAllowed))
                 .header("Allow", "POST");
         };
         let err = match self.caller_with_refusal(head) {
@@ -43,99 +43,81 @@ impl App {
             Ok((_, refusal)) => Self::not_the_callers(refusal),
             Err(err) => err,
         };
-        self.session_error_reply(None, &err)
+        self.error_reply(None, err)
     }
 
-    pub(super) fn mcp_post(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
+    /// `POST /mcp`: the body is handed to the dispatcher as one [`Message`], in the session
+    /// the message runs in.
+    fn mcp_post(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
         if let Err(err) = check_content_type(head).and_then(|()| check_accept(head)) {
-            return Outgoing::Reply(self.error_reply(None, &err, None));
+            return Outgoing::Reply(self.error_reply(None, err));
         }
         let body = match stream.read_body(self.max_body) {
             Ok(body) => body,
-            Err(err) => return Outgoing::Reply(self.error_reply(None, &err, None)),
+            Err(err) => return Outgoing::Reply(self.error_reply(None, err)),
         };
-        let reply = match jsonrpc::parse(&body) {
-            Parsed::NotJson => self.error_reply(None, &McpError::parse_error(), None),
-            Parsed::Batch(items) => self.batch(head, items),
-            Parsed::Single(Incoming::Invalid(id, err)) => self.error_reply(id, &err, None),
-            Parsed::Single(Incoming::Response(id, message)) => match self.legacy_session(head) {
-                Ok(session) => {
-                    session.deliver(&id, message);
-                    Reply::empty(202)
-                }
-                Err(err) => self.session_error_reply(None, &err),
-            },
-            Parsed::Single(Incoming::Request(req)) => return self.single(head, req, stream),
-        };
-        Outgoing::Reply(reply)
-    }
-
-    pub(super) fn batch(&self, head: &HttpHead, items: Vec<Incoming>) -> Reply {
-        let session = match self.legacy_session(head) {
-            Ok(session) => session,
-            Err(err) => return self.session_error_reply(None, &err),
-        };
-        let notifier = Discard;
-        let env = self.env(head, &session, &notifier);
-        match self.server.handle_batch(items, &env) {
-            // A refused batch is one error object (e.g. `batch_not_allowed`): a transport
-            // failure, so it keeps its status like any other unacceptable body.
-            Some(body) => {
-                let status = body.get("error").map_or(200, |e| self.status_for(e, false));
-                Reply::json(status, &body)
-            }
-            None => Reply::empty(202),
+        let message = Message::parse(&body);
+        match self.session_for(head, &message) {
+            Ok(session) => self.dispatch(head, message, session, stream),
+            Err(err) => Outgoing::Reply(self.error_reply(message.request_id().cloned(), err)),
         }
     }
 
-    pub(super) fn single(
+    /// The session `message` runs in: a fresh one for a message that needs none (an
+    /// unreadable one, a stateless request whose headers repeat its body) or that opens one
+    /// (`initialize`); otherwise the one `Mcp-Session-Id` names.
+    fn session_for(&self, head: &HttpHead, message: &Message) -> Result<Arc<Session>, McpError> {
+        match message.kind() {
+            MessageKind::Unreadable | MessageKind::Initialize => Ok(Arc::new(Session::new())),
+            MessageKind::Stateless(headline) => {
+                check_modern_headers(head, &headline).map(|()| Arc::new(Session::new()))
+            }
+            MessageKind::ClientResponse | MessageKind::Batch | MessageKind::Handshake => {
+                self.legacy_session(head)
+            }
+        }
+    }
+
+    /// Hands `message` to the dispatcher; a successful `initialize` opens its session.
+    fn dispatch(
         &self,
         head: &HttpHead,
-        req: jsonrpc::Request,
+        message: Message,
+        session: Arc<Session>,
         stream: &Stream,
     ) -> Outgoing {
-        let id = req.id.clone();
-        let modern = is_modern(&req);
-        let session = if modern {
-            if let Err(err) = check_modern_headers(head, &req) {
-                return Outgoing::Reply(self.error_reply(id, &err, Some(true)));
-            }
-            Arc::new(Session::new())
-        } else if req.method == "initialize" {
-            Arc::new(Session::new())
-        } else {
-            match self.legacy_session(head) {
-                Ok(session) => session,
-                Err(err) => return Outgoing::Reply(self.session_error_reply(id, &err)),
-            }
-        };
-        let env = self.env(head, &session, stream);
-        let is_initialize = !modern && req.method == "initialize";
+        let id = message.request_id().cloned();
+        let kind = message.kind();
+        let (batch, opens_session) = (kind == MessageKind::Batch, kind == MessageKind::Initialize);
+        // A batch's response is one JSON array: it cannot stream.
+        let notifier: &dyn Notifier = if batch { &Discard } else { stream };
+        let env = self.env(head, &session, notifier);
         // A session belongs to the credential of its `initialize`; one opened without a
         // credential is anonymous and lives in a pool of its own (see `sessions.rs`).
-        let owner = if is_initialize {
+        let owner = if opens_session {
             match self.caller(head) {
                 Ok(owner) => Some(owner),
-                Err(err) => return Outgoing::Reply(self.session_error_reply(id, &err)),
+                Err(err) => return Outgoing::Reply(self.error_reply(id, err)),
             }
         } else {
             None
         };
-        let Some(response) = self.server.handle_incoming(Incoming::Request(req), &env) else {
+        let Some(response) = self.server.handle_one(message, &env) else {
             return Outgoing::Reply(Reply::empty(202));
         };
         if stream.is_streaming() {
-            return Outgoing::Final(response);
+            return Outgoing::Final(response.body);
         }
-        let mut reply = self.response_reply(&response, modern);
+        let initialized = response.initialized.is_some();
+        let mut reply = self.response_reply(response);
         if let Some(owner) = owner
-            && response.get("result").is_some()
+            && initialized
         {
             match self.sessions.create(session, owner) {
                 Ok(sid) => reply = reply.header("Mcp-Session-Id", sid),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot create a session id");
-                    return Outgoing::Reply(self.error_reply(id, &McpError::internal(), None));
+                    return Outgoing::Reply(self.error_reply(id, McpError::internal()));
                 }
             }
         }
@@ -149,13 +131,6 @@ impl App {
     /// from an unknown id.
     pub(super) fn not_the_callers(refusal: Option<McpError>) -> McpError {
         refusal.unwrap_or_else(|| McpError::new(ErrorKind::SessionNotFound))
-    }
-
-    /// A refusal from resolving the session or its credential: `invalid_token` gets its
-    /// 401 challenge, the others their transport status.
-    pub(super) fn session_error_reply(&self, id: Option<Value>, err: &McpError) -> Reply {
-        let body = self.server.error_body(id, err);
-        self.response_reply(&body, false)
     }
 
     /// The session named by `Mcp-Session-Id`; a request without one gets a fresh,
@@ -201,39 +176,18 @@ impl Notifier for Discard {
     }
 }
 
-pub(super) fn is_modern(req: &jsonrpc::Request) -> bool {
-    req.params
-        .get("_meta")
-        .and_then(Value::as_object)
-        .is_some_and(|m| m.contains_key(revisions::META_PROTOCOL_VERSION))
-}
-
 /// 2026-07-28: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` must repeat the body.
-pub(super) fn check_modern_headers(
-    head: &HttpHead,
-    req: &jsonrpc::Request,
-) -> Result<(), McpError> {
-    let meta_version = req
-        .params
-        .get("_meta")
-        .and_then(|m| m.get(revisions::META_PROTOCOL_VERSION))
-        .and_then(Value::as_str);
-    if head.header("mcp-protocol-version").map(str::trim) != meta_version {
+fn check_modern_headers(head: &HttpHead, headline: &Headline<'_>) -> Result<(), McpError> {
+    if head.header("mcp-protocol-version").map(str::trim) != headline.protocol_version {
         return Err(McpError::header_mismatch("MCP-Protocol-Version"));
     }
-    if head.header("mcp-method").map(str::trim) != Some(req.method.as_str()) {
+    if head.header("mcp-method").map(str::trim) != Some(headline.method) {
         return Err(McpError::header_mismatch("Mcp-Method"));
     }
-    let name_field = match req.method.as_str() {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        _ => None,
-    };
-    if let Some(field) = name_field {
-        let expected = req.params.get(field).and_then(Value::as_str);
-        if head.header("mcp-name").map(decode_header_value).as_deref() != expected {
-            return Err(McpError::header_mismatch("Mcp-Name"));
-        }
+    if let Some(expected) = headline.name
+        && head.header("mcp-name").map(decode_header_value).as_deref() != expected
+    {
+        return Err(McpError::header_mismatch("Mcp-Name"));
     }
     Ok(())
 }

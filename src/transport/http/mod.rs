@@ -22,6 +22,7 @@ mod client;
 mod mcp;
 pub mod oauth;
 mod origin;
+mod ratelimit_headers;
 mod routes;
 pub mod sessions;
 mod sse;
@@ -253,7 +254,7 @@ impl App {
         if let Some(suppressed) = REFUSAL_LOG.allow(refusal, std::time::Instant::now()) {
             log_refusal(refusal, suppressed);
         }
-        let reply = self.error_reply(None, &error, None);
+        let reply = self.error_reply(None, error);
         crate::guards::metrics::global().record_http_status(reply.status);
         reply
     }

@@ -12,7 +12,7 @@ use tiny_http::{Method, Request};
 use super::mcp::accepts_sse;
 use super::origin::OriginPolicy;
 use super::sse::{Outgoing, Stream};
-use super::status::Reply;
+use super::status::{Body, Reply};
 use crate::catalog::{ErrorKind, McpError};
 use crate::config::{ClientAddressHeader, Config, ErrorStatusMode, ProxyRange};
 use crate::protocol::dispatch::Server;
@@ -98,7 +98,7 @@ impl App {
         let reply =
             catch_unwind(AssertUnwindSafe(|| self.route(&head, &stream))).unwrap_or_else(|_| {
                 tracing::error!(path = %head.path, "a request handler panicked");
-                Outgoing::Reply(self.error_reply(None, &McpError::internal(), None))
+                Outgoing::Reply(self.error_reply(None, McpError::internal()))
             });
         stream.finish(reply);
     }
@@ -110,7 +110,7 @@ impl App {
             (Method::Get, p) if p.starts_with("/.well-known/") => self.oauth_metadata(head),
             (Method::Post, "/oauth/token") => self.oauth_token(head, stream),
             (_, "/mcp") => return self.mcp(head, stream),
-            _ => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
+            _ => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
         };
         Outgoing::Reply(reply)
     }
@@ -119,36 +119,36 @@ impl App {
     /// rebinding page cannot read them, and the URLs in them never come from the request.
     pub(super) fn oauth_metadata(&self, head: &HttpHead) -> Reply {
         if let Err(err) = self.origins.check(head) {
-            return self.error_reply(None, &err, None);
+            return self.error_reply(None, err);
         }
         let base = self.base_url();
         match head.path.as_str() {
             p if p.starts_with("/.well-known/oauth-protected-resource") => Reply::json(
                 200,
-                &crate::transport::http::oauth::protected_resource_metadata(&base),
+                crate::transport::http::oauth::protected_resource_metadata(&base),
             ),
             "/.well-known/oauth-authorization-server" => Reply::json(
                 200,
-                &crate::transport::http::oauth::authorization_server_metadata(&base),
+                crate::transport::http::oauth::authorization_server_metadata(&base),
             ),
-            _ => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
+            _ => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
         }
     }
 
     /// `POST /oauth/token`, behind the same `Host`/`Origin` policy as `/mcp`.
     pub(super) fn oauth_token(&self, head: &HttpHead, stream: &Stream) -> Reply {
         if let Err(err) = self.origins.check(head) {
-            return self.error_reply(None, &err, None);
+            return self.error_reply(None, err);
         }
         match stream.read_body(self.max_body) {
             Ok(body) => {
                 let source = self.client_source(head);
                 let (status, headers, body) = self.oauth.token(&self.server, head, &source, &body);
-                let mut reply = Reply::json(status, &body);
+                let mut reply = Reply::json(status, body);
                 reply.headers.extend(headers);
                 reply.header("Cache-Control", "no-store")
             }
-            Err(err) => self.error_reply(None, &err, None),
+            Err(err) => self.error_reply(None, err),
         }
     }
 
@@ -156,13 +156,13 @@ impl App {
     /// catalog code `backend_unavailable` and the reason (`disk_full`, …).
     pub(super) fn healthz(&self) -> Reply {
         match self.server.store().health() {
-            Ok(version) => Reply::json(200, &json!({"status": "ok", "schema_version": version})),
+            Ok(version) => Reply::json(200, json!({"status": "ok", "schema_version": version})),
             Err(reason) => {
                 tracing::warn!(reason = reason.code(), "health check failed: {reason}");
                 let code = ErrorKind::BackendUnavailable.spec().code;
                 Reply::json(
                     503,
-                    &json!({"status": "unavailable", "code": code, "reason": reason.code()}),
+                    json!({"status": "unavailable", "code": code, "reason": reason.code()}),
                 )
             }
         }
@@ -177,10 +177,10 @@ impl App {
                     "Content-Type".into(),
                     crate::guards::metrics::CONTENT_TYPE.into(),
                 )],
-                body: metrics.render().into_bytes(),
+                body: Body::Bytes(metrics.render().into_bytes()),
             },
-            (Err(err), _) => self.error_reply(None, &err, None),
-            (Ok(()), None) => self.error_reply(None, &McpError::new(ErrorKind::PathNotFound), None),
+            (Err(err), _) => self.error_reply(None, err),
+            (Ok(()), None) => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 use tiny_http::{Header, Request, Response, StatusCode};
 
-use super::status::{Reply, respond};
+use super::status::{Body, Reply, respond};
 use crate::catalog::{ErrorKind, McpError};
 use crate::tools::Notifier;
 
@@ -82,14 +82,16 @@ impl Stream {
                 respond(request, reply)
             }
             (StreamState::Pending(Some(request)), Outgoing::Final(message)) => {
-                respond(request, Reply::json(200, &message));
+                respond(request, Reply::json(200, message));
             }
             (StreamState::Streaming { events, writer }, outgoing) => {
                 let last = match outgoing {
                     Outgoing::Final(message) => message,
-                    Outgoing::Reply(reply) => {
-                        serde_json::from_slice(&reply.body).unwrap_or(Value::Null)
-                    }
+                    Outgoing::Reply(Reply {
+                        body: Body::Json(message),
+                        ..
+                    }) => message,
+                    Outgoing::Reply(_) => Value::Null,
                 };
                 let _ = events.send(sse_event(&last, false));
                 drop(events);

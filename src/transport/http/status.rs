@@ -10,22 +10,33 @@
 use serde_json::Value;
 use tiny_http::{Header, Request, Response, StatusCode};
 
+use super::ratelimit_headers;
 use super::routes::App;
-use crate::catalog::{Channel, ErrorKind, McpError};
+use crate::catalog::McpError;
+use crate::protocol::inbound;
 
 /// What a handler answers: status, headers, body.
 pub(super) struct Reply {
     pub(super) status: u16,
     pub(super) headers: Vec<(String, String)>,
-    pub(super) body: Vec<u8>,
+    pub(super) body: Body,
+}
+
+/// The body of a [`Reply`], serialized only when it is sent.
+pub(super) enum Body {
+    /// A JSON document (kept as a value, so that a reply that ends an event stream is sent
+    /// as its last event without being read back).
+    Json(Value),
+    /// Other bytes (the Prometheus page; nothing for an empty reply).
+    Bytes(Vec<u8>),
 }
 
 impl Reply {
-    pub(super) fn json(status: u16, body: &Value) -> Reply {
+    pub(super) fn json(status: u16, body: Value) -> Reply {
         Reply {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
-            body: serde_json::to_vec(body).unwrap_or_default(),
+            body: Body::Json(body),
         }
     }
 
@@ -33,7 +44,7 @@ impl Reply {
         Reply {
             status,
             headers: Vec::new(),
-            body: Vec::new(),
+            body: Body::Bytes(Vec::new()),
         }
     }
 
@@ -44,72 +55,65 @@ impl Reply {
 }
 
 impl App {
-    pub(super) fn response_reply(&self, response: &Value, modern: bool) -> Reply {
-        let error = response.get("error");
-        let status = error.map_or(200, |e| self.status_for(e, modern));
-        let mut reply = Reply::json(status, response);
-        let limits = match error {
-            Some(e) => e.get("data").cloned(),
-            None => response
-                .pointer("/result/_meta")
-                .and_then(|m| m.get(crate::guards::META_RATELIMIT))
-                .cloned(),
+    /// The reply carrying a dispatcher's response: its status from the typed error, the
+    /// rate-limit headers from the typed budget or refusal, and the `WWW-Authenticate`
+    /// challenge of a 401 or of a 403 for a missing scope.
+    pub(super) fn response_reply(&self, response: inbound::Response) -> Reply {
+        let modern = response.era.is_some_and(|era| era.is_modern());
+        let status = response
+            .error
+            .as_ref()
+            .map_or(200, |err| self.status_of(err, modern));
+        let mut headers = match (&response.error, &response.budget) {
+            (Some(err), _) => ratelimit_headers::refusal(err),
+            (None, Some(budget)) => {
+                ratelimit_headers::budget(budget, self.server.clock().unix_secs())
+            }
+            (None, None) => Vec::new(),
         };
-        if let Some(limits) = limits {
-            reply.headers.extend(crate::guards::ratelimit::http_headers(
-                &limits,
-                self.server.clock(),
-            ));
+        if let Some(challenge) = self.challenge(status, response.error.as_ref()) {
+            headers.push(("WWW-Authenticate".to_owned(), challenge));
         }
-        if status == 401 {
-            let base = self.base_url();
-            reply = reply.header(
-                "WWW-Authenticate",
-                format!(
-                    "Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\""
-                ),
-            );
-        }
-        if status == 403
-            && let Some(scope) = error
-                .and_then(|e| e.pointer("/data/required_scope"))
-                .and_then(Value::as_str)
-        {
-            reply = reply.header(
-                "WWW-Authenticate",
-                format!("Bearer error=\"insufficient_scope\", scope=\"{scope}\""),
-            );
-        }
+        let mut reply = Reply::json(status, response.body);
+        reply.headers.extend(headers);
         reply
     }
 
-    /// The HTTP status of a JSON-RPC error response: the catalog's rule for its entry
-    /// ([`ErrorKind::mcp_http_status`]). A code no JSON-RPC entry has gets 200.
-    pub(super) fn status_for(&self, error: &Value, modern: bool) -> u16 {
-        let data = error.get("data");
-        let code = data
-            .and_then(|d| d.get("code"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let meta_param = data
-            .and_then(|d| d.get("param"))
-            .and_then(Value::as_str)
-            .is_some_and(|p| p.starts_with("_meta"));
-        ErrorKind::ALL
-            .iter()
-            .find(|k| k.spec().code == code && k.spec().channel == Channel::JsonRpc)
-            .map_or(200, |k| k.mcp_http_status(self.mode, modern, meta_param))
+    /// The `WWW-Authenticate` value of a reply with `status`, if it has one.
+    fn challenge(&self, status: u16, error: Option<&McpError>) -> Option<String> {
+        match status {
+            401 => {
+                let base = self.base_url();
+                Some(format!(
+                    "Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\""
+                ))
+            }
+            403 => {
+                let scope = error?.fields().get("required_scope")?.as_str()?;
+                Some(format!(
+                    "Bearer error=\"insufficient_scope\", scope=\"{scope}\""
+                ))
+            }
+            _ => None,
+        }
     }
 
-    pub(super) fn error_reply(
-        &self,
-        id: Option<Value>,
-        err: &McpError,
-        modern: Option<bool>,
-    ) -> Reply {
-        let body = self.server.error_body(id, err);
-        let status = self.status_for(&body["error"], modern.unwrap_or(false));
-        Reply::json(status, &body)
+    /// The HTTP status of a JSON-RPC error response: the catalog's rule for its entry
+    /// ([`ErrorKind::mcp_http_status`](crate::catalog::ErrorKind::mcp_http_status)) in this
+    /// server's status mode. `modern` says the request was of the stateless revision.
+    pub(super) fn status_of(&self, err: &McpError, modern: bool) -> u16 {
+        let meta_param = err
+            .fields()
+            .get("param")
+            .and_then(Value::as_str)
+            .is_some_and(|p| p.starts_with("_meta"));
+        err.kind().mcp_http_status(self.mode, modern, meta_param)
+    }
+
+    /// The reply to a failure the transport detects itself; `id` is the request's, when
+    /// one was read.
+    pub(super) fn error_reply(&self, id: Option<Value>, err: McpError) -> Reply {
+        self.response_reply(self.server.error_response(id, err))
     }
 }
 
@@ -121,7 +125,11 @@ pub(super) fn respond(request: Request, reply: Reply) {
 }
 
 pub(super) fn to_response(reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
-    let mut response = Response::from_data(reply.body).with_status_code(StatusCode(reply.status));
+    let body = match reply.body {
+        Body::Json(value) => serde_json::to_vec(&value).unwrap_or_default(),
+        Body::Bytes(bytes) => bytes,
+    };
+    let mut response = Response::from_data(body).with_status_code(StatusCode(reply.status));
     for (name, value) in reply.headers {
         if let Ok(header) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
             response.add_header(header);
