@@ -22,20 +22,19 @@ use crate::config::Locale;
 use crate::guards::auth::Principal;
 use crate::guards::ratelimit::Budget;
 use crate::guards::{DataRead, Guards, META_RATELIMIT, RunRead, ToolCall};
-use crate::protocol::inbound::{Message, Response};
+use crate::protocol::inbound::{Message, Response, request_span};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
+use crate::protocol::pagination::{paginate, with_cursor};
 use crate::protocol::request_state::StateKey;
-use crate::protocol::revisions::{self, Era, Session, Subscribers};
+use crate::protocol::revisions::{
+    self, Era, Session, Subscribers, call_log_level, client_capabilities, finish_result, meta,
+    select_era, server_info,
+};
 use crate::store::Store;
 use crate::tools::{
     Book, CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
     RegisteredTool, Registry, ToolContext,
 };
-
-/// Page size of `*/list` results.
-const PAGE_SIZE: usize = 50;
-/// How long a client may cache list and read results (2026-07-28 `ttlMs`).
-const CACHE_TTL_MS: u64 = 60_000;
 
 /// Which transport a request arrived on (recorded in the audit log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -668,25 +667,6 @@ fn completion_result(values: Vec<String>) -> Value {
     json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } })
 }
 
-/// The `request` span of one JSON-RPC request: `id`, a per-process sequence number;
-/// `rpc_id`, the client's JSON-RPC id as JSON text (control characters escaped); and the
-/// `method`. Client-chosen text is cut at 64 characters. The span is at ERROR level so that
-/// no log filter drops it: at `--log-level warn` the warnings still carry the request id.
-fn request_span(req: &Request) -> tracing::Span {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    fn clip(text: &str) -> &str {
-        text.char_indices()
-            .nth(64)
-            .map_or(text, |(cut, _)| &text[..cut])
-    }
-    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let rpc_id = req
-        .id
-        .as_ref()
-        .map_or_else(|| "null".to_owned(), Value::to_string);
-    tracing::error_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
-}
-
 /// A `tools/call` request taken apart: the guard chain's view of it and what its tool
 /// context needs.
 struct ToolRequest<'q> {
@@ -743,40 +723,6 @@ impl<'q> ToolRequest<'q> {
     }
 }
 
-/// Picks the era of one request: stateless when its `_meta` names a protocol version,
-/// otherwise the session's negotiated handshake revision.
-fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
-    if let Some(requested) = meta(req).and_then(|m| m.get(revisions::META_PROTOCOL_VERSION)) {
-        let requested = requested.as_str().ok_or_else(|| {
-            McpError::invalid_params(&format!("_meta.{}", revisions::META_PROTOCOL_VERSION))
-        })?;
-        let version = revisions::find_modern(requested).ok_or_else(|| {
-            McpError::unsupported_version_modern(requested, &revisions::MODERN_VERSIONS)
-        })?;
-        let caps = meta(req).and_then(|m| m.get(revisions::META_CLIENT_CAPABILITIES));
-        if !caps.is_some_and(Value::is_object) {
-            let param = format!("_meta.{}", revisions::META_CLIENT_CAPABILITIES);
-            return Err(McpError::invalid_params(&param));
-        }
-        return Ok(Era::Modern(version));
-    }
-    if req.method == "initialize" || req.method == "ping" {
-        return Ok(Era::Legacy(
-            session.negotiated().unwrap_or(revisions::LATEST_LEGACY),
-        ));
-    }
-    match session.negotiated() {
-        Some(version) => Ok(Era::Legacy(version)),
-        None if req.is_notification() => Ok(Era::Legacy(revisions::LATEST_LEGACY)),
-        // Neither a handshake nor the stateless `_meta`: both eras call this missing params.
-        None => Err(McpError::invalid_params(&format!(
-            "_meta.{}",
-            revisions::META_PROTOCOL_VERSION
-        ))
-        .detail("reason", "no_session")),
-    }
-}
-
 /// `inputResponses` and `requestState`, as sent.
 type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
 
@@ -796,32 +742,6 @@ fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
     Ok((responses, state))
 }
 
-/// What the client can answer: per request on 2026-07-28, from `initialize` before.
-fn client_capabilities(req: &Request, era: Era, session: &Session) -> Value {
-    match era {
-        Era::Modern(_) => meta(req)
-            .and_then(|m| m.get(revisions::META_CLIENT_CAPABILITIES))
-            .cloned()
-            .unwrap_or(Value::Null),
-        Era::Legacy(_) => session.client_capabilities(),
-    }
-}
-
-fn meta(req: &Request) -> Option<&Map<String, Value>> {
-    req.params.get("_meta").and_then(Value::as_object)
-}
-
-fn call_log_level(req: &Request, era: Era, session: &Session) -> Option<LogLevel> {
-    match era {
-        Era::Legacy(_) => Some(session.log_level().unwrap_or(LogLevel::Info)),
-        // 2026-07-28: no `notifications/message` unless the request asked for them.
-        Era::Modern(_) => meta(req)
-            .and_then(|m| m.get(revisions::META_LOG_LEVEL))
-            .and_then(Value::as_str)
-            .and_then(LogLevel::parse),
-    }
-}
-
 fn set_log_level(req: &Request, session: &Session) -> Result<Value, McpError> {
     let level = req
         .params
@@ -831,10 +751,6 @@ fn set_log_level(req: &Request, session: &Session) -> Result<Value, McpError> {
         .ok_or_else(|| McpError::invalid_params("level"))?;
     session.set_log_level(level);
     Ok(json!({}))
-}
-
-fn server_info() -> Value {
-    json!({ "name": "tollgate", "title": "tollgate", "version": env!("CARGO_PKG_VERSION") })
 }
 
 /// What the server announces. No list changes while a process runs (the registry is built
@@ -871,86 +787,10 @@ fn send_updates(outcome: &Result<Value, McpError>, env: &Env<'_>) {
     }
 }
 
-/// Adds what the 2026-07-28 revision requires on every result.
-fn finish_result(mut result: Value, era: Era, method: &str) -> Value {
-    let Era::Modern(_) = era else {
-        return result;
-    };
-    let Value::Object(map) = &mut result else {
-        return result;
-    };
-    map.entry("resultType").or_insert_with(|| json!("complete"));
-    let meta = map
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(meta) = meta {
-        meta.insert(revisions::META_SERVER_INFO.into(), server_info());
-    }
-    let cacheable = matches!(
-        method,
-        "server/discover"
-            | "tools/list"
-            | "prompts/list"
-            | "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
-    );
-    if cacheable {
-        map.insert("ttlMs".into(), json!(CACHE_TTL_MS));
-        // Lists depend on the caller's scopes and plan, so no shared cache may keep them.
-        let scope = if method == "server/discover" {
-            "public"
-        } else {
-            "private"
-        };
-        map.insert("cacheScope".into(), json!(scope));
-    }
-    result
-}
-
 /// The rate budget left to the caller of a charged request, typed for its transport. The
 /// guard chain hands it over inside the result, in the `_meta` entry the client reads.
 fn charged_budget(result: &Value) -> Option<Budget> {
     Budget::from_meta(result.get("_meta")?.get(META_RATELIMIT)?)
-}
-
-/// Cuts one page out of `items`; the cursor is opaque to clients.
-fn paginate(
-    items: Vec<Value>,
-    req: &Request,
-    kind: &str,
-) -> Result<(Vec<Value>, Option<String>), McpError> {
-    let start = match req.params.get("cursor") {
-        None | Some(Value::Null) => 0,
-        Some(Value::String(cursor)) => decode_cursor(cursor, kind)
-            .filter(|&offset| offset <= items.len())
-            .ok_or_else(|| McpError::invalid_params("cursor"))?,
-        Some(_) => return Err(McpError::invalid_params("cursor")),
-    };
-    let end = (start + PAGE_SIZE).min(items.len());
-    let next = (end < items.len()).then(|| encode_cursor(end, kind));
-    Ok((items[start..end].to_vec(), next))
-}
-
-fn encode_cursor(offset: usize, kind: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{offset}"))
-}
-
-fn decode_cursor(cursor: &str, kind: &str) -> Option<usize> {
-    use base64::Engine as _;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    text.strip_prefix(kind)?.strip_prefix(':')?.parse().ok()
-}
-
-fn with_cursor(mut result: Value, next: Option<String>) -> Value {
-    if let Some(next) = next {
-        result["nextCursor"] = json!(next);
-    }
-    result
 }
 
 /// Renders the outcome of a tool run: success, an `isError` result, or — for an
@@ -964,36 +804,5 @@ pub fn render_tool_outcome(
         Err(err) if err.kind() == ErrorKind::InternalError => Err(err),
         Err(err) if err.kind().spec().channel == Channel::JsonRpc => Err(err),
         Err(err) => Ok(err.to_tool_result(locale)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_reject_garbage() {
-        let c = encode_cursor(50, "tools");
-        assert_eq!(decode_cursor(&c, "tools"), Some(50));
-        assert_eq!(decode_cursor(&c, "prompts"), None);
-        assert_eq!(decode_cursor("!!!", "tools"), None);
-    }
-
-    #[test]
-    fn modern_results_get_result_type_and_cache_hints() {
-        let out = finish_result(
-            json!({"tools": []}),
-            Era::Modern("2026-07-28"),
-            "tools/list",
-        );
-        assert_eq!(out["resultType"], "complete");
-        assert_eq!(out["ttlMs"], CACHE_TTL_MS);
-        assert_eq!(out["cacheScope"], "private");
-        assert_eq!(
-            out["_meta"][revisions::META_SERVER_INFO]["name"],
-            "tollgate"
-        );
-        let legacy = finish_result(json!({}), Era::Legacy("2025-11-25"), "tools/list");
-        assert!(legacy.get("resultType").is_none());
     }
 }

@@ -7,14 +7,14 @@
 //! stateless revision, what the HTTP headers must repeat. What comes back is a
 //! [`Response`]: the body to send and, typed, what the transport needs to know of it (the
 //! era, the error, a successful `initialize`, the rate budget), so that no transport reads
-//! a rendered body back.
+//! a rendered body back. Every request is handled inside its log span ([`request_span`]).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::catalog::McpError;
 use crate::guards::ratelimit::Budget;
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
-use crate::protocol::revisions::{self, Era};
+use crate::protocol::revisions::{Era, stateless_version};
 
 /// One body or line, parsed once.
 #[derive(Debug)]
@@ -90,17 +90,6 @@ impl Message {
     }
 }
 
-/// The protocol version a request's `_meta` names, which makes it a request of the
-/// stateless revision (whatever the value: a wrong one is that revision's error).
-pub(crate) fn stateless_version(req: &Request) -> Option<&Value> {
-    meta(req).and_then(|m| m.get(revisions::META_PROTOCOL_VERSION))
-}
-
-/// The request's `_meta` object, if it has one.
-pub(crate) fn meta(req: &Request) -> Option<&Map<String, Value>> {
-    req.params.get("_meta").and_then(Value::as_object)
-}
-
 /// The target a method names, for `Mcp-Name`.
 fn target_name(req: &Request) -> Option<Option<&str>> {
     let field = match req.method.as_str() {
@@ -109,6 +98,25 @@ fn target_name(req: &Request) -> Option<Option<&str>> {
         _ => return None,
     };
     Some(req.params.get(field).and_then(Value::as_str))
+}
+
+/// The `request` span of one JSON-RPC request: `id`, a per-process sequence number;
+/// `rpc_id`, the client's JSON-RPC id as JSON text (control characters escaped); and the
+/// `method`. Client-chosen text is cut at 64 characters. The span is at ERROR level so that
+/// no log filter drops it: at `--log-level warn` the warnings still carry the request id.
+pub(crate) fn request_span(req: &Request) -> tracing::Span {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    fn clip(text: &str) -> &str {
+        text.char_indices()
+            .nth(64)
+            .map_or(text, |(cut, _)| &text[..cut])
+    }
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let rpc_id = req
+        .id
+        .as_ref()
+        .map_or_else(|| "null".to_owned(), Value::to_string);
+    tracing::error_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
 }
 
 /// A response to send, with what its transport needs to know of it.

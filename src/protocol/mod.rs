@@ -5,5 +5,6 @@
 pub mod dispatch;
 pub mod inbound;
 pub mod jsonrpc;
+mod pagination;
 pub mod request_state;
 pub mod revisions;
