@@ -13,6 +13,7 @@ use crate::tools::Notifier;
 use crate::transport::http::sessions::SessionOwner;
 
 impl App {
+    /// What the dispatcher is told about a request besides its body.
     pub(super) fn env<'a>(
         &'a self,
         head: &'a HttpHead,
@@ -32,7 +33,7 @@ impl App {
     }
 
     /// Development mode's credential, for a request that presents no token.
-    pub(super) fn dev_credential_for(&self, token: Option<&str>) -> Option<&str> {
+    fn dev_credential_for(&self, token: Option<&str>) -> Option<&str> {
         match token {
             None => self.dev_credential.as_deref(),
             Some(_) => None,
@@ -85,7 +86,7 @@ impl App {
 }
 
 /// Whether `err` refuses the credential itself (rather than throttling or failing).
-pub(super) fn is_credential_refusal(err: &McpError) -> bool {
+fn is_credential_refusal(err: &McpError) -> bool {
     matches!(
         err.kind(),
         ErrorKind::InvalidToken | ErrorKind::InvalidTokenType | ErrorKind::ClientRevoked
@@ -94,7 +95,7 @@ pub(super) fn is_credential_refusal(err: &McpError) -> bool {
 
 /// The token of an `Authorization: Bearer <token>` header; the scheme is matched without
 /// regard to case (RFC 9110 §11.1), so `bearer` and `BEARER` work too.
-pub(super) fn bearer_token(head: &HttpHead) -> Option<&str> {
+fn bearer_token(head: &HttpHead) -> Option<&str> {
     let value = head.header("authorization")?.trim_start();
     let (scheme, token) = value.split_once([' ', '\t'])?;
     scheme
@@ -105,7 +106,7 @@ pub(super) fn bearer_token(head: &HttpHead) -> Option<&str> {
 /// The client a trusted proxy names: walking the header's hops from the right (the one
 /// the nearest proxy appended) past the trusted proxies, the first other address. A hop
 /// that is not an address ends the walk without an answer (the peer is used).
-pub(super) fn forwarded_client(
+fn forwarded_client(
     head: &HttpHead,
     header: ClientAddressHeader,
     trusted: &[ProxyRange],
@@ -144,7 +145,7 @@ pub(super) fn forwarded_client(
 }
 
 /// One hop of a forwarding header: `1.2.3.4`, `1.2.3.4:5678`, `[::1]`, `[::1]:5678`, `::1`.
-pub(super) fn parse_hop(hop: &str) -> Option<IpAddr> {
+fn parse_hop(hop: &str) -> Option<IpAddr> {
     if let Ok(ip) = hop.parse::<IpAddr>() {
         return Some(ip);
     }

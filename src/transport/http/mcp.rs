@@ -16,6 +16,7 @@ use crate::protocol::revisions::{self, Session};
 use crate::tools::Notifier;
 
 impl App {
+    /// `/mcp`, behind the `Host`/`Origin` policy: `POST` and `DELETE`.
     pub(super) fn mcp(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
         if let Err(err) = self.origins.check(head) {
             return Outgoing::Reply(self.error_reply(None, err));
@@ -32,7 +33,7 @@ impl App {
 
     /// Ends a session; only its owner's credential may (another credential gets the 404 of
     /// an unknown id, a request without a valid one its `invalid_token`).
-    pub(super) fn mcp_delete(&self, head: &HttpHead) -> Reply {
+    fn mcp_delete(&self, head: &HttpHead) -> Reply {
         let Some(id) = head.header("mcp-session-id") else {
             return self
                 .error_reply(None, McpError::new(ErrorKind::HttpMethodNotAllowed))
@@ -129,7 +130,7 @@ impl App {
     /// its 401 challenge, whether the session exists or not; a valid credential gets
     /// `session_not_found`, exactly what an unknown id gets. Neither tells a session apart
     /// from an unknown id.
-    pub(super) fn not_the_callers(refusal: Option<McpError>) -> McpError {
+    fn not_the_callers(refusal: Option<McpError>) -> McpError {
         refusal.unwrap_or_else(|| McpError::new(ErrorKind::SessionNotFound))
     }
 
@@ -139,7 +140,7 @@ impl App {
     /// `session_not_found` exactly like an unknown id; for a request without a valid
     /// credential, every session but an anonymous one answers that credential's
     /// `invalid_token` (see [`App::not_the_callers`]).
-    pub(super) fn legacy_session(&self, head: &HttpHead) -> Result<Arc<Session>, McpError> {
+    fn legacy_session(&self, head: &HttpHead) -> Result<Arc<Session>, McpError> {
         let Some(id) = head.header("mcp-session-id") else {
             return Ok(Arc::new(Session::new()));
         };
@@ -193,7 +194,7 @@ fn check_modern_headers(head: &HttpHead, headline: &Headline<'_>) -> Result<(), 
 }
 
 /// Decodes the `=?base64?…?=` form a client uses for values that are not plain ASCII.
-pub(super) fn decode_header_value(raw: &str) -> String {
+fn decode_header_value(raw: &str) -> String {
     use base64::Engine as _;
     let raw = raw.trim();
     raw.strip_prefix("=?base64?")
@@ -203,7 +204,7 @@ pub(super) fn decode_header_value(raw: &str) -> String {
         .unwrap_or_else(|| raw.to_owned())
 }
 
-pub(super) fn check_content_type(head: &HttpHead) -> Result<(), McpError> {
+fn check_content_type(head: &HttpHead) -> Result<(), McpError> {
     let ok = head.header("content-type").is_some_and(|ct| {
         ct.split(';')
             .next()
@@ -216,7 +217,7 @@ pub(super) fn check_content_type(head: &HttpHead) -> Result<(), McpError> {
     }
 }
 
-pub(super) fn check_accept(head: &HttpHead) -> Result<(), McpError> {
+fn check_accept(head: &HttpHead) -> Result<(), McpError> {
     let Some(accept) = head.header("accept") else {
         return Ok(());
     };

@@ -22,7 +22,7 @@ impl OriginPolicy {
         }
     }
 
-    pub(super) fn host_allowed(&self, authority: &str) -> bool {
+    fn host_allowed(&self, authority: &str) -> bool {
         let host = strip_port(authority).to_ascii_lowercase();
         self.hosts.contains(&host)
     }
@@ -52,7 +52,7 @@ impl OriginPolicy {
 }
 
 /// `host:port`, `[v6]:port` or a bare host → the host.
-pub(super) fn strip_port(authority: &str) -> &str {
+fn strip_port(authority: &str) -> &str {
     if let Some(rest) = authority.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }
@@ -69,37 +69,46 @@ mod tests {
     use super::*;
     use crate::transport::http::routes::test_head as head;
 
+    /// `Ok` when the policy lets the headers pass, otherwise the header it names.
+    fn verdict(policy: &OriginPolicy, headers: &[(&str, &str)]) -> Result<(), String> {
+        policy.check(&head(headers)).map_err(|err| {
+            assert_eq!(err.kind(), ErrorKind::OriginNotAllowed);
+            err.fields()["details"]["header"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+    }
+
     #[test]
     fn loopback_hosts_and_origins_pass_and_others_do_not() {
         let policy = OriginPolicy::new(&[], &["https://app.example.com".into()]);
-        assert!(policy.check(&head(&[("host", "127.0.0.1:8787")])).is_ok());
-        assert!(policy.check(&head(&[("host", "[::1]:8787")])).is_ok());
-        assert!(
-            policy
-                .check(&head(&[
-                    ("host", "localhost"),
-                    ("origin", "http://localhost:3000")
-                ]))
-                .is_ok()
+        assert_eq!(verdict(&policy, &[("host", "127.0.0.1:8787")]), Ok(()));
+        assert_eq!(verdict(&policy, &[("host", "[::1]:8787")]), Ok(()));
+        let local_page = [("host", "localhost"), ("origin", "http://localhost:3000")];
+        assert_eq!(verdict(&policy, &local_page), Ok(()));
+        let listed = [("origin", "https://app.example.com")];
+        assert_eq!(verdict(&policy, &listed), Ok(()));
+        let rebound = [("host", "evil.example.com")];
+        assert_eq!(verdict(&policy, &rebound), Err("Host".to_owned()));
+        let foreign_page = [("host", "localhost"), ("origin", "http://evil.example.com")];
+        assert_eq!(verdict(&policy, &foreign_page), Err("Origin".to_owned()));
+        assert_eq!(
+            verdict(&policy, &[("origin", "null")]),
+            Err("Origin".to_owned())
         );
-        assert!(
-            policy
-                .check(&head(&[("origin", "https://app.example.com")]))
-                .is_ok()
-        );
-        assert!(
-            policy
-                .check(&head(&[("host", "evil.example.com")]))
-                .is_err()
-        );
-        assert!(
-            policy
-                .check(&head(&[
-                    ("host", "localhost"),
-                    ("origin", "http://evil.example.com")
-                ]))
-                .is_err()
-        );
-        assert!(policy.check(&head(&[("origin", "null")])).is_err());
+    }
+
+    #[test]
+    fn configured_hosts_are_allowed_without_regard_to_case_or_port() {
+        let policy = OriginPolicy::new(&["MCP.Example.com".into()], &[]);
+        assert_eq!(verdict(&policy, &[("host", "mcp.example.com:443")]), Ok(()));
+        let page = [
+            ("host", "mcp.example.com"),
+            ("origin", "https://MCP.example.com/"),
+        ];
+        assert_eq!(verdict(&policy, &page), Ok(()));
+        assert_eq!(strip_port("[::1]:8787"), "::1");
+        assert_eq!(strip_port("::1"), "::1");
     }
 }

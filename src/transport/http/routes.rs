@@ -60,6 +60,7 @@ impl HttpHead {
 }
 
 impl App {
+    /// The transport's state, from `[http]` and `[dev]`.
     pub(super) fn new(server: Arc<Server>, config: &Config) -> App {
         let clock = server.clock().clone();
         App {
@@ -78,6 +79,7 @@ impl App {
         }
     }
 
+    /// Serves one request whose body is read; a panic in a handler becomes a `-32603`.
     pub(super) fn handle(&self, request: Request, body: Result<Vec<u8>, McpError>) {
         let head = HttpHead {
             method: request.method().clone(),
@@ -103,7 +105,8 @@ impl App {
         stream.finish(reply);
     }
 
-    pub(super) fn route(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
+    /// Which handler serves the request.
+    fn route(&self, head: &HttpHead, stream: &Stream) -> Outgoing {
         let reply = match (&head.method, head.path.as_str()) {
             (Method::Get, "/healthz") => self.healthz(),
             (Method::Get, "/metrics") if self.metrics.is_some() => self.metrics_page(head),
@@ -117,7 +120,7 @@ impl App {
 
     /// RFC 9728 and RFC 8414 documents. `Host`/`Origin` are checked as on `/mcp`, so a
     /// rebinding page cannot read them, and the URLs in them never come from the request.
-    pub(super) fn oauth_metadata(&self, head: &HttpHead) -> Reply {
+    fn oauth_metadata(&self, head: &HttpHead) -> Reply {
         if let Err(err) = self.origins.check(head) {
             return self.error_reply(None, err);
         }
@@ -169,7 +172,7 @@ impl App {
     }
 
     /// The Prometheus page; `Host`/`Origin` are checked as on `/mcp` (DNS rebinding).
-    pub(super) fn metrics_page(&self, head: &HttpHead) -> Reply {
+    fn metrics_page(&self, head: &HttpHead) -> Reply {
         match (self.origins.check(head), self.metrics) {
             (Ok(()), Some(metrics)) => Reply {
                 status: 200,

@@ -167,7 +167,7 @@ const CHUNK: usize = 8192;
 /// One SSE event. tiny_http's chunked encoder only sends a chunk once its 8 KiB buffer
 /// overflows, so a mid-stream event is padded with an SSE comment to one byte past a
 /// chunk boundary: the event leaves at once and only the comment's final newline waits.
-pub(super) fn sse_event(message: &Value, flush: bool) -> Vec<u8> {
+fn sse_event(message: &Value, flush: bool) -> Vec<u8> {
     let mut event = b"event: message\ndata: ".to_vec();
     event.extend_from_slice(&serde_json::to_vec(message).unwrap_or_default());
     event.extend_from_slice(b"\n\n");
@@ -180,7 +180,7 @@ pub(super) fn sse_event(message: &Value, flush: bool) -> Vec<u8> {
     event
 }
 
-pub(super) fn sse_headers() -> Vec<Header> {
+fn sse_headers() -> Vec<Header> {
     [
         ("Content-Type", "text/event-stream"),
         ("Cache-Control", "no-cache"),

@@ -32,6 +32,7 @@ pub(super) enum Body {
 }
 
 impl Reply {
+    /// A JSON reply.
     pub(super) fn json(status: u16, body: Value) -> Reply {
         Reply {
             status,
@@ -40,6 +41,7 @@ impl Reply {
         }
     }
 
+    /// A reply without a body (`202`, `204`).
     pub(super) fn empty(status: u16) -> Reply {
         Reply {
             status,
@@ -48,6 +50,7 @@ impl Reply {
         }
     }
 
+    /// The same reply with one more header.
     pub(super) fn header(mut self, name: &str, value: impl Into<String>) -> Reply {
         self.headers.push((name.to_owned(), value.into()));
         self
@@ -101,7 +104,7 @@ impl App {
     /// The HTTP status of a JSON-RPC error response: the catalog's rule for its entry
     /// ([`ErrorKind::mcp_http_status`](crate::catalog::ErrorKind::mcp_http_status)) in this
     /// server's status mode. `modern` says the request was of the stateless revision.
-    pub(super) fn status_of(&self, err: &McpError, modern: bool) -> u16 {
+    fn status_of(&self, err: &McpError, modern: bool) -> u16 {
         let meta_param = err
             .fields()
             .get("param")
@@ -117,6 +120,7 @@ impl App {
     }
 }
 
+/// Sends `reply`, counting its status in `/metrics`.
 pub(super) fn respond(request: Request, reply: Reply) {
     crate::guards::metrics::global().record_http_status(reply.status);
     if let Err(e) = request.respond(to_response(reply)) {
@@ -124,6 +128,7 @@ pub(super) fn respond(request: Request, reply: Reply) {
     }
 }
 
+/// The tiny_http response of `reply`; a header tiny_http cannot carry is left out.
 pub(super) fn to_response(reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
     let body = match reply.body {
         Body::Json(value) => serde_json::to_vec(&value).unwrap_or_default(),
