@@ -214,9 +214,10 @@ impl Server {
     /// The error response to the request `id`. Transports use it for failures they detect
     /// themselves (an oversized line, a bad header).
     pub fn error_response(&self, id: Option<RequestId>, err: McpError) -> Response {
+        let body = self.error_body(id, &err);
         Response {
-            error: Some(err.clone()),
-            ..Response::of(self.error_body(id, &err))
+            error: Some(err),
+            ..Response::of(body)
         }
     }
 
