@@ -327,6 +327,19 @@ mod tests {
     }
 
     #[test]
+    fn only_a_line_naming_initialize_on_a_fresh_session_is_parsed_by_the_reader() {
+        let session = Session::new();
+        let initialize = br#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#;
+        assert!(may_open_the_session(initialize, &session));
+        assert!(!may_open_the_session(
+            br#"{"jsonrpc":"2.0","method":"ping"}"#,
+            &session
+        ));
+        assert!(session.initialize("2025-11-25", Value::Null));
+        assert!(!may_open_the_session(initialize, &session));
+    }
+
+    #[test]
     fn splits_lines_across_small_reads() {
         let got = lines(b"{\"a\":1}\n{\"b\":22}\nlast", 100);
         assert_eq!(

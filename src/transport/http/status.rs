@@ -142,3 +142,63 @@ pub(super) fn to_response(reply: Reply) -> Response<std::io::Cursor<Vec<u8>>> {
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::catalog::{Class, ErrorKind};
+    use crate::config::ErrorStatusMode;
+
+    fn of_class(class: Class) -> impl Iterator<Item = ErrorKind> {
+        ErrorKind::ALL
+            .iter()
+            .copied()
+            .filter(move |k| k.spec().class == class)
+    }
+
+    #[test]
+    fn transport_failures_keep_their_status_in_both_modes() {
+        for kind in of_class(Class::Transport) {
+            for mode in [ErrorStatusMode::Compatible, ErrorStatusMode::Semantic] {
+                let status = kind.mcp_http_status(mode, false, false);
+                assert_eq!(status, kind.spec().http_status, "{}", kind.spec().code);
+            }
+        }
+    }
+
+    #[test]
+    fn in_compatible_mode_only_invalid_token_of_the_guards_leaves_200() {
+        for kind in of_class(Class::Guard) {
+            let status = kind.mcp_http_status(ErrorStatusMode::Compatible, false, false);
+            let expected = if kind == ErrorKind::InvalidToken {
+                401
+            } else {
+                200
+            };
+            assert_eq!(status, expected, "{}", kind.spec().code);
+        }
+        let semantic =
+            ErrorKind::RateLimited.mcp_http_status(ErrorStatusMode::Semantic, false, false);
+        assert_eq!(semantic, 429);
+    }
+
+    #[test]
+    fn the_stateless_revision_answers_unknown_methods_and_meta_params_with_their_status() {
+        let mode = ErrorStatusMode::Compatible;
+        assert_eq!(
+            ErrorKind::MethodNotFound.mcp_http_status(mode, false, false),
+            200
+        );
+        assert_eq!(
+            ErrorKind::MethodNotFound.mcp_http_status(mode, true, false),
+            404
+        );
+        assert_eq!(
+            ErrorKind::InvalidParams.mcp_http_status(mode, false, false),
+            200
+        );
+        assert_eq!(
+            ErrorKind::InvalidParams.mcp_http_status(mode, false, true),
+            400
+        );
+    }
+}
