@@ -1,8 +1,10 @@
-//! The MCP protocol: JSON-RPC framing, the protocol revisions and their eras, the
-//! dispatcher every transport hands its messages to, and the sealed state of multi-round
-//! requests.
+//! The MCP protocol: JSON-RPC framing, the protocol revisions and their eras, what a
+//! transport hands to the dispatcher and gets back, the dispatcher itself, and the sealed
+//! state of multi-round requests.
 
 pub mod dispatch;
+pub mod inbound;
 pub mod jsonrpc;
+mod pagination;
 pub mod request_state;
 pub mod revisions;
