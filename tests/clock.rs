@@ -1,8 +1,9 @@
 //! Window edges and expiries on a manual clock, in-process: a real `Server` built from the
 //! database's `Config` and `Store` by `cli::build_server_with_clock`, driven through the
-//! dispatcher's stdio path (`Server::handle_many`). The clock stands still until a test
-//! moves it, so a rate window, a throttle window, an access token, an idempotency lease or
-//! "today" ends exactly where the test says — no test waits for time to pass.
+//! dispatcher's entry point (`Server::handle`, as stdio calls it). The clock stands still
+//! until a test moves it, so a rate window, a throttle window, an access token, an
+//! idempotency lease or "today" ends exactly where the test says — no test waits for time
+//! to pass.
 
 use serde_json::{Value, json};
 use std::sync::Mutex;
@@ -11,6 +12,7 @@ use tollgate::clock::ManualClock;
 use tollgate::config::{Config, Overrides};
 use tollgate::protocol::client::Notifier;
 use tollgate::protocol::dispatch::{Env, Server, Transport};
+use tollgate::protocol::inbound::Message;
 use tollgate::protocol::revisions::Session;
 use tollgate::store::Store;
 
@@ -82,9 +84,9 @@ impl InProcess {
 
     /// Hands `messages` to the dispatcher as one read; the responses, in answer order.
     pub fn send_many(&self, messages: &[Value]) -> Vec<Value> {
-        let bytes: Vec<Vec<u8>> = messages
+        let messages: Vec<Message> = messages
             .iter()
-            .map(|m| serde_json::to_vec(m).expect("serialize"))
+            .map(|m| Message::parse(&serde_json::to_vec(m).expect("serialize")))
             .collect();
         let env = Env {
             session: &self.session,
@@ -96,8 +98,8 @@ impl InProcess {
             idempotency_header: None,
         };
         let answers = Mutex::new(Vec::new());
-        self.server.handle_many(&bytes, &env, &|answer| {
-            answers.lock().expect("answers").push(answer);
+        self.server.handle(messages, &env, &|answer| {
+            answers.lock().expect("answers").push(answer.body);
         });
         answers.into_inner().expect("answers")
     }

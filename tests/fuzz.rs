@@ -1,6 +1,8 @@
 //! Property-based fuzzing of the request path, in-process: arbitrary bytes and arbitrary
-//! JSON-RPC-shaped messages go through the real dispatcher (parser, era selection, guards,
-//! tools) and must always get a well-formed answer from the catalog — never a panic.
+//! JSON-RPC-shaped messages go through the dispatcher's one entry point, as the transports
+//! hand them to it (`Message::parse`, `Message::kind`, then `Server::handle`: parser, era
+//! selection, guards, tools), and must always get a well-formed answer from the catalog —
+//! never a panic.
 //!
 //! CI runs a short bounded pass; for a longer run set `PROPTEST_CASES`, e.g.
 //! `PROPTEST_CASES=100000 cargo test --test tests fuzz::`.
@@ -14,6 +16,7 @@ use tollgate::catalog::ErrorKind;
 use tollgate::config::{Config, Overrides};
 use tollgate::protocol::client::Notifier;
 use tollgate::protocol::dispatch::{Env, Server, Transport};
+use tollgate::protocol::inbound::{Message, MessageKind};
 use tollgate::protocol::revisions::Session;
 use tollgate::store::Store;
 
@@ -42,8 +45,8 @@ fn server(db: &TestDb) -> Server {
     tollgate::ops::cli::build_server(&config, store).expect("server")
 }
 
-/// Validators compile on a tool's first call: every built-in and fixture tool's input
-/// schema must compile, or its calls would fail with an internal error.
+/// Validators compile on a tool's first call, not at start-up: every built-in and fixture
+/// tool's input schema must compile, or its calls would fail with an internal error.
 #[test]
 fn every_tool_input_schema_compiles() {
     let db = TestDb::new();
@@ -78,12 +81,32 @@ fn check_message(message: &Value, codes: &[i64]) {
     }
 }
 
-fn check_answer(answer: Option<Value>, codes: &[i64]) {
+fn check_answer(answer: &Value, codes: &[i64]) {
     match answer {
-        None => {}
-        Some(Value::Array(items)) => items.iter().for_each(|m| check_message(m, codes)),
-        Some(message) => check_message(&message, codes),
+        Value::Array(items) => items.iter().for_each(|m| check_message(m, codes)),
+        message => check_message(message, codes),
     }
+}
+
+/// Hands the bodies or lines of one read to the dispatcher as a transport does, and
+/// checks every answer.
+fn check_read(server: &Server, env: &Env<'_>, read: &[Vec<u8>], codes: &[i64]) {
+    let messages: Vec<Message> = read.iter().map(|bytes| Message::parse(bytes)).collect();
+    let unreadable = messages
+        .iter()
+        .filter(|m| m.kind() == MessageKind::Unreadable)
+        .count();
+    let errors = std::sync::atomic::AtomicUsize::new(0);
+    server.handle(messages, env, &|answer| {
+        check_answer(&answer.body, codes);
+        if answer.error.is_some() {
+            errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    assert!(
+        errors.into_inner() >= unreadable,
+        "every unreadable message is answered with its error"
+    );
 }
 
 const METHODS: &[&str] = &[
@@ -188,25 +211,28 @@ proptest! {
         let session = Session::new();
         let sink = Sink(Mutex::new(Vec::new()));
         let env = env(&session, &sink, db);
-        check_answer(server.handle_bytes(&bytes, &env), &codes);
+        check_read(server, &env, &[bytes], &codes);
     }
 
     #[test]
-    fn arbitrary_messages_get_a_catalog_answer(messages in prop::collection::vec(message(), 1..8), batch in any::<bool>()) {
+    fn arbitrary_messages_get_a_catalog_answer(messages in prop::collection::vec(message(), 1..8), arrival in 0..3u8) {
         let db = shared_db();
         let server = shared_server();
         let codes = catalog_codes();
         let session = Session::new();
         let sink = Sink(Mutex::new(Vec::new()));
         let env = env(&session, &sink, db);
-        if batch {
-            let body = serde_json::to_vec(&messages).expect("serialize");
-            check_answer(server.handle_bytes(&body, &env), &codes);
-        } else {
-            for message in &messages {
-                let body = serde_json::to_vec(message).expect("serialize");
-                check_answer(server.handle_bytes(&body, &env), &codes);
-            }
+        let bodies: Vec<Vec<u8>> = messages
+            .iter()
+            .map(|m| serde_json::to_vec(m).expect("serialize"))
+            .collect();
+        match arrival {
+            // One JSON-RPC batch in one body.
+            0 => check_read(server, &env, &[serde_json::to_vec(&messages).expect("serialize")], &codes),
+            // One message per read, as HTTP hands them over.
+            1 => bodies.iter().for_each(|body| check_read(server, &env, std::slice::from_ref(body), &codes)),
+            // All in one read, as stdio hands over lines that arrived together.
+            _ => check_read(server, &env, &bodies, &codes),
         }
         for note in sink.0.lock().expect("sink").iter() {
             prop_assert_eq!(&note["jsonrpc"], "2.0");

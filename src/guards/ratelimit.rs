@@ -31,8 +31,8 @@
 //! separate transactions on one background thread, paced so that pruning (even a long
 //! backlog) never holds up calls.
 //!
-//! The remaining budget travels as `_meta["dev.tollgate/ratelimit"]` ([`Budget::to_meta`])
-//! and, over HTTP, as headers rendered by [`http_headers`].
+//! The remaining budget travels as `_meta["dev.tollgate/ratelimit"]` ([`Budget::to_meta`]);
+//! the HTTP transport renders it as rate-limit headers too.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -165,6 +165,34 @@ impl Budget {
         meta.insert("buckets".into(), Value::Array(buckets));
         meta.insert("tightest".into(), self.tightest().map(|b| b.bucket).into());
         Value::Object(meta)
+    }
+}
+
+impl Budget {
+    /// The budget a [`Budget::to_meta`] value describes; `None` when `meta` is not one.
+    /// Buckets of a name no limiter charges are left out.
+    pub fn from_meta(meta: &Value) -> Option<Budget> {
+        let known = |name: &str| {
+            Category::ALL
+                .iter()
+                .map(|c| c.as_str())
+                .chain([PLAN_BUCKET, CLIENT_BUCKET])
+                .find(|known| *known == name)
+        };
+        let bucket = |b: &Value| {
+            let limit = b.get("limit")?.as_u64()?;
+            Some(BucketState {
+                bucket: known(b.get("bucket")?.as_str()?)?,
+                limit,
+                count: limit.checked_sub(b.get("remaining")?.as_u64()?)?,
+                reset: b.get("reset")?.as_i64()?,
+                window_secs: b.get("window_secs")?.as_i64()?,
+            })
+        };
+        let buckets = meta.get("buckets")?.as_array()?;
+        Some(Budget {
+            buckets: buckets.iter().filter_map(bucket).collect(),
+        })
     }
 }
 
@@ -840,146 +868,6 @@ pub fn prune_expired(store: &Store, now: i64) -> Result<usize, StoreError> {
         // calls rather than taking the write lock back to back.
         std::thread::sleep(PRUNE_PAUSE);
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// HTTP headers
-
-/// Renders the rate-limit headers from a `_meta["dev.tollgate/ratelimit"]` value (a
-/// successful call) or from the `data` of a `-32006` error (a refused call).
-///
-/// Syntax (draft-ietf-httpapi-ratelimit-headers-10, structured fields; one list member
-/// per bucket, the policy name is the bucket name):
-///
-/// ```text
-/// RateLimit-Policy: "read";q=120;w=60, "plan";q=50000;w=3600
-/// RateLimit: "read";r=119;t=42, "plan";r=49990;t=1800
-/// X-RateLimit-Limit: 120          (tightest bucket: fewest calls left)
-/// X-RateLimit-Remaining: 119
-/// X-RateLimit-Reset: 1764464400   (unix seconds when its window ends, as GitHub does)
-/// ```
-///
-/// `q` is the limit, `w` the window in seconds, `r` the calls left and `t` the seconds
-/// until the window resets. On a refusal the exceeded bucket is reported with `r=0`, plus
-/// `Retry-After: <retry_after>` (delay-seconds). A bucket whose window is unknown (e.g.
-/// `auth`) gets no `w`. Anything unrecognised yields no headers.
-/// `t` counts from the time of `clock`.
-pub fn http_headers(meta: &Value, clock: &Clock) -> Vec<(String, String)> {
-    http_headers_at(meta, clock.unix_secs())
-}
-
-fn http_headers_at(meta: &Value, now: i64) -> Vec<(String, String)> {
-    if let Some(buckets) = meta.get("buckets").and_then(Value::as_array) {
-        let tightest = meta.get("tightest").and_then(Value::as_str);
-        budget_headers(buckets, tightest, now)
-    } else if meta.get("retry_after").is_some() {
-        refusal_headers(meta)
-    } else {
-        Vec::new()
-    }
-}
-
-struct HeaderBucket<'a> {
-    name: &'a str,
-    limit: u64,
-    remaining: u64,
-    reset: i64,
-    window: Option<i64>,
-}
-
-fn header_bucket(value: &Value) -> Option<HeaderBucket<'_>> {
-    Some(HeaderBucket {
-        name: value.get("bucket")?.as_str()?,
-        limit: value.get("limit")?.as_u64()?,
-        remaining: value.get("remaining")?.as_u64()?,
-        reset: value.get("reset")?.as_i64()?,
-        window: value.get("window_secs").and_then(Value::as_i64),
-    })
-}
-
-fn budget_headers(buckets: &[Value], tightest: Option<&str>, now: i64) -> Vec<(String, String)> {
-    let buckets: Vec<HeaderBucket<'_>> = buckets.iter().filter_map(header_bucket).collect();
-    let Some(tight) = buckets
-        .iter()
-        .find(|b| Some(b.name) == tightest)
-        .or_else(|| buckets.first())
-    else {
-        return Vec::new();
-    };
-    let policy: Vec<String> = buckets.iter().map(policy_item).collect();
-    let state: Vec<String> = buckets
-        .iter()
-        .map(|b| {
-            format!(
-                "{};r={};t={}",
-                sf_string(b.name),
-                b.remaining,
-                (b.reset - now).max(0)
-            )
-        })
-        .collect();
-    vec![
-        ("RateLimit-Policy".to_owned(), policy.join(", ")),
-        ("RateLimit".to_owned(), state.join(", ")),
-        ("X-RateLimit-Limit".to_owned(), tight.limit.to_string()),
-        (
-            "X-RateLimit-Remaining".to_owned(),
-            tight.remaining.to_string(),
-        ),
-        ("X-RateLimit-Reset".to_owned(), tight.reset.to_string()),
-    ]
-}
-
-fn refusal_headers(data: &Value) -> Vec<(String, String)> {
-    let Some(retry_after) = data.get("retry_after").and_then(Value::as_u64) else {
-        return Vec::new();
-    };
-    let mut headers = vec![("Retry-After".to_owned(), retry_after.to_string())];
-    let bucket = data.get("bucket").and_then(Value::as_str);
-    let limit = data.get("limit").and_then(Value::as_u64);
-    let reset = data.get("reset").and_then(Value::as_i64);
-    if let (Some(name), Some(limit), Some(reset)) = (bucket, limit, reset) {
-        let window = matches!(name, PLAN_BUCKET | CLIENT_BUCKET)
-            || Category::ALL.iter().any(|c| c.as_str() == name);
-        let b = HeaderBucket {
-            name,
-            limit,
-            remaining: 0,
-            reset,
-            window: window.then(|| window_secs(name)),
-        };
-        headers.push(("RateLimit-Policy".to_owned(), policy_item(&b)));
-        headers.push((
-            "RateLimit".to_owned(),
-            format!("{};r=0;t={retry_after}", sf_string(name)),
-        ));
-        headers.push(("X-RateLimit-Limit".to_owned(), limit.to_string()));
-        headers.push(("X-RateLimit-Remaining".to_owned(), "0".to_owned()));
-        headers.push(("X-RateLimit-Reset".to_owned(), reset.to_string()));
-    }
-    headers
-}
-
-fn policy_item(b: &HeaderBucket<'_>) -> String {
-    match b.window {
-        Some(w) => format!("{};q={};w={w}", sf_string(b.name), b.limit),
-        None => format!("{};q={}", sf_string(b.name), b.limit),
-    }
-}
-
-/// A structured-field string (RFC 9651 §3.3.3): quoted, `\` and `"` escaped, and anything
-/// outside printable ASCII dropped.
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars().filter(|c| (' '..='~').contains(c)) {
-        if c == '"' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    out
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2049,7 +1937,7 @@ mod tests {
     }
 
     #[test]
-    fn meta_and_headers_describe_every_bucket_and_the_tightest() {
+    fn meta_describes_every_bucket_and_the_tightest_and_reads_back() {
         let budget = Budget {
             buckets: vec![
                 BucketState {
@@ -2076,46 +1964,7 @@ mod tests {
                 {"bucket": "plan", "limit": 500, "remaining": 1, "reset": T0 + 3600, "window_secs": 3600}
             ], "tightest": "plan"})
         );
-        let headers = http_headers_at(&meta, T0 + 20);
-        let expected: Vec<(String, String)> = [
-            (
-                "RateLimit-Policy",
-                "\"write\";q=60;w=60, \"plan\";q=500;w=3600",
-            ),
-            ("RateLimit", "\"write\";r=59;t=40, \"plan\";r=1;t=3580"),
-            ("X-RateLimit-Limit", "500"),
-            ("X-RateLimit-Remaining", "1"),
-            ("X-RateLimit-Reset", "1764468000"),
-        ]
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-        assert_eq!(headers, expected);
-    }
-
-    #[test]
-    fn refusal_headers_carry_retry_after() {
-        let err = McpError::rate_limited("client", 100, 1_764_464_460, 17);
-        let data = Value::Object(err.fields().clone());
-        let headers = http_headers_at(&data, T0);
-        let names: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                ("Retry-After", "17"),
-                ("RateLimit-Policy", "\"client\";q=100;w=60"),
-                ("RateLimit", "\"client\";r=0;t=17"),
-                ("X-RateLimit-Limit", "100"),
-                ("X-RateLimit-Remaining", "0"),
-                ("X-RateLimit-Reset", "1764464460"),
-            ]
-        );
-        let auth = Value::Object(McpError::rate_limited("auth", 10, 99, 5).fields().clone());
-        assert_eq!(http_headers_at(&auth, 0)[1].1, "\"auth\";q=10");
-        assert!(http_headers_at(&json!({}), 0).is_empty());
-        assert_eq!(sf_string("a\"b\\c\u{e9}"), "\"a\\\"b\\\\c\"");
+        assert_eq!(Budget::from_meta(&meta), Some(budget));
+        assert_eq!(Budget::from_meta(&json!({})), None);
     }
 }

@@ -1,11 +1,13 @@
-//! The dispatcher shared by every transport: one JSON-RPC message in, at most one
-//! response out.
+//! The dispatcher shared by every transport: the [`Message`]s of one read in
+//! ([`Server::handle`], the one entry point of every transport and of the fuzzer), each
+//! [`Response`] out as soon as it is ready.
 //!
-//! It selects the protocol era of each request, routes the MCP methods, runs `tools/call`
-//! through the guard chain — and `prompts/get` and `completion/complete` too when what they
-//! answer reads business data (the prompt's [`DataAccess`] declarations; the other methods
-//! read only the registry and static documents). Errors become wire bodies in this
-//! module and its `tool_call` child (the `tools/call` handler): the typed
+//! It selects the protocol era of each request (here only: a transport asks a message what
+//! kind it is, [`Message::kind`], and never looks into it), routes the MCP methods, runs
+//! `tools/call` through the guard chain — and `prompts/get` and `completion/complete` too
+//! when what they answer reads business data (the prompt's [`DataAccess`] declarations;
+//! the other methods read only the registry and static documents). Errors become wire
+//! bodies in this module and its `tool_call` child (the `tools/call` handler): the typed
 //! [`CallOutcome`](crate::guards::outcome::CallOutcome) of the guard chain is rendered
 //! once, in `render_call_outcome` — a guard refusal or a server fault as a JSON-RPC
 //! error, a tool failure as an `isError` result, a success or a replay as the tool's
@@ -13,25 +15,27 @@
 
 mod tool_call;
 
+use std::sync::PoisonError;
+
 use serde_json::{Map, Value, json};
 
 use crate::catalog::McpError;
 use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::auth::Principal;
+use crate::guards::ratelimit::Budget;
 use crate::guards::{Caller, DataRead, Guards, META_RATELIMIT, RunRead, ToolCall};
 use crate::protocol::client::Notifier;
 use crate::protocol::dispatch::tool_call::{ToolRequest, mark, render_call_outcome};
+use crate::protocol::inbound::{Message, Response, request_span};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
-use crate::protocol::revisions::{self, Era, Session, Subscribers};
+use crate::protocol::pagination::{paginate, with_cursor};
+use crate::protocol::revisions::{
+    self, Era, Session, Subscribers, client_capabilities, finish_result, select_era, server_info,
+};
 use crate::store::Store;
 use crate::tools::request_state::StateKey;
 use crate::tools::{Book, DataAccess, InputContext, LogLevel, PromptReply, PromptSpec, Registry};
-
-/// Page size of `*/list` results.
-const PAGE_SIZE: usize = 50;
-/// How long a client may cache list and read results (2026-07-28 `ttlMs`).
-const CACHE_TTL_MS: u64 = 60_000;
 
 /// Which transport a request arrived on (recorded in the audit log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,35 +154,23 @@ impl Server {
         self.locale
     }
 
-    /// Handles one body or line; `None` when nothing is to be sent back.
-    pub fn handle_bytes(&self, bytes: &[u8], env: &Env<'_>) -> Option<Value> {
-        self.handle_parsed(jsonrpc::parse(bytes), env)
-    }
-
-    fn handle_parsed(&self, parsed: Parsed, env: &Env<'_>) -> Option<Value> {
-        match parsed {
-            Parsed::NotJson => Some(self.error_body(None, &McpError::parse_error())),
-            Parsed::Single(incoming) => self.handle_incoming(incoming, env),
-            Parsed::Batch(items) => self.handle_batch(items, env),
-        }
-    }
-
-    /// Handles the messages of one read (several stdio lines that arrived together), each
-    /// as if on its own, handing every response to `respond` as soon as it is ready. The
-    /// `tools/call` requests among them go through the guard chain together
-    /// ([`Guards::call_tools`]), so that they share one rate-charging wait; the other
-    /// messages are handled first. (So a `notifications/cancelled` read together with the
-    /// call it names finds that call not started yet, and nothing to cancel: MCP lets a
-    /// server ignore a cancellation; the call runs and is answered.)
-    pub fn handle_many(
+    /// Handles the messages of one read (one HTTP body, or several stdio lines that
+    /// arrived together), each as if on its own, handing every response to `respond` as
+    /// soon as it is ready. This is the entry point of every transport. The `tools/call`
+    /// requests among them go through the guard chain together ([`Guards::call_tools`]),
+    /// so that they share one rate-charging wait; the other messages are handled first.
+    /// (So a `notifications/cancelled` read together with the call it names finds that
+    /// call not started yet, and nothing to cancel: MCP lets a server ignore a
+    /// cancellation; the call runs and is answered.)
+    pub fn handle(
         &self,
-        messages: &[Vec<u8>],
+        messages: Vec<Message>,
         env: &Env<'_>,
-        respond: &(dyn Fn(Value) + Sync),
+        respond: &(dyn Fn(Response) + Sync),
     ) {
         let mut calls = Vec::with_capacity(messages.len());
-        for bytes in messages {
-            match jsonrpc::parse(bytes) {
+        for message in messages {
+            match message.into_parsed() {
                 Parsed::Single(Incoming::Request(req))
                     if req.method == "tools/call" && req.id.is_some() =>
                 {
@@ -198,7 +190,7 @@ impl Server {
             });
             match parsed {
                 Ok(request) => requests.push(request.with_span(span)),
-                Err(err) => respond(self.error_body(req.id.clone(), &err)),
+                Err(err) => respond(self.error_response(req.id.clone(), err)),
             }
         }
         let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
@@ -212,22 +204,55 @@ impl Server {
                 let outcome = render_call_outcome(outcome, self.locale)
                     .map(|r| finish_result(r, request.era, "tools/call"));
                 send_updates(&outcome, env);
-                respond(self.response(request.id.clone(), outcome));
+                respond(
+                    self.response(request.id.clone(), outcome)
+                        .in_era(Some(request.era)),
+                );
             },
         );
     }
 
-    /// Renders a JSON-RPC error response. Transports use it for failures they detect
+    /// [`Server::handle`] for a single message (an HTTP body): its response, if it has one.
+    pub fn handle_one(&self, message: Message, env: &Env<'_>) -> Option<Response> {
+        let response = std::sync::Mutex::new(None);
+        self.handle(vec![message], env, &|r| {
+            *response.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+        });
+        response
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The error response to the request `id`. Transports use it for failures they detect
     /// themselves (an oversized line, a bad header).
-    pub fn error_body(&self, id: Option<RequestId>, err: &McpError) -> Value {
+    pub fn error_response(&self, id: Option<RequestId>, err: McpError) -> Response {
+        let body = self.error_body(id, &err);
+        Response {
+            error: Some(err),
+            ..Response::of(body)
+        }
+    }
+
+    fn handle_parsed(&self, parsed: Parsed, env: &Env<'_>) -> Option<Response> {
+        match parsed {
+            Parsed::NotJson => Some(self.error_response(None, McpError::parse_error())),
+            Parsed::Single(incoming) => self.handle_incoming(incoming, env),
+            Parsed::Batch(items) => self.handle_batch(items, env),
+        }
+    }
+
+    /// A JSON-RPC error response body.
+    fn error_body(&self, id: Option<RequestId>, err: &McpError) -> Value {
         jsonrpc::failure(id, err.to_jsonrpc_error(self.locale))
     }
 
-    /// Handles a JSON-RPC batch (accepted only on the revision that allows batches).
-    pub fn handle_batch(&self, items: Vec<Incoming>, env: &Env<'_>) -> Option<Value> {
+    /// Handles a JSON-RPC batch (accepted only on the revision that allows batches). A
+    /// refused batch is answered with one error; an accepted one with the array of its
+    /// responses, or with nothing when it held only notifications and answers.
+    fn handle_batch(&self, items: Vec<Incoming>, env: &Env<'_>) -> Option<Response> {
         if env.session.negotiated() != Some(revisions::BATCH_VERSION) {
             let err = McpError::invalid_request("batch_not_allowed");
-            return Some(self.error_body(None, &err));
+            return Some(self.error_response(None, err));
         }
         let responses: Vec<Value> = items
             .into_iter()
@@ -235,41 +260,53 @@ impl Server {
                 Incoming::Request(req) if req.method == "initialize" => {
                     Some(self.error_body(req.id, &McpError::invalid_request("initialize_in_batch")))
                 }
-                other => self.handle_incoming(other, env),
+                other => self.handle_incoming(other, env).map(|r| r.body),
             })
             .collect();
-        (!responses.is_empty()).then_some(Value::Array(responses))
+        (!responses.is_empty()).then(|| Response::of(Value::Array(responses)))
     }
 
     /// Handles one parsed message.
-    pub fn handle_incoming(&self, incoming: Incoming, env: &Env<'_>) -> Option<Value> {
+    fn handle_incoming(&self, incoming: Incoming, env: &Env<'_>) -> Option<Response> {
         match incoming {
             Incoming::Response(id, message) => {
                 env.session.deliver(&id, message);
                 None
             }
-            Incoming::Invalid(id, err) => Some(self.error_body(id, &err)),
+            Incoming::Invalid(id, err) => Some(self.error_response(id, err)),
             Incoming::Request(req) => self.handle_request(req, env),
         }
     }
 
-    fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Value> {
+    fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Response> {
         // Every log line of this request carries its id (never its params or token).
         let _span = request_span(&req).entered();
-        let outcome = select_era(&req, env.session).and_then(|era| {
+        let era = select_era(&req, env.session);
+        let served = era.as_ref().ok().copied();
+        let outcome = era.and_then(|era| {
             self.route(&req, era, env)
                 .map(|result| finish_result(result, era, &req.method))
         });
+        let initialized = (req.method == "initialize" && outcome.is_ok())
+            .then(|| env.session.negotiated())
+            .flatten();
         let id = req.id?;
         send_updates(&outcome, env);
-        Some(self.response(id, outcome))
+        let response = self.response(id, outcome).in_era(served);
+        Some(Response {
+            initialized,
+            ..response
+        })
     }
 
     /// The response to the request `id`.
-    fn response(&self, id: RequestId, outcome: Result<Value, McpError>) -> Value {
+    fn response(&self, id: RequestId, outcome: Result<Value, McpError>) -> Response {
         match outcome {
-            Ok(result) => jsonrpc::success(id, result),
-            Err(err) => self.error_body(Some(id), &err),
+            Ok(result) => Response {
+                budget: charged_budget(&result),
+                ..Response::of(jsonrpc::success(id, result))
+            },
+            Err(err) => self.error_response(Some(id), err),
         }
     }
 
@@ -600,59 +637,6 @@ fn completion_result(values: Vec<String>) -> Value {
     json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } })
 }
 
-/// The `request` span of one JSON-RPC request: `id`, a per-process sequence number;
-/// `rpc_id`, the client's JSON-RPC id as JSON text (control characters escaped); and the
-/// `method`. Client-chosen text is cut at 64 characters. The span is at ERROR level so that
-/// no log filter drops it: at `--log-level warn` the warnings still carry the request id.
-fn request_span(req: &Request) -> tracing::Span {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    fn clip(text: &str) -> &str {
-        text.char_indices()
-            .nth(64)
-            .map_or(text, |(cut, _)| &text[..cut])
-    }
-    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let rpc_id = req
-        .id
-        .as_ref()
-        .map_or_else(|| "null".to_owned(), Value::to_string);
-    tracing::error_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
-}
-
-/// Picks the era of one request: stateless when its `_meta` names a protocol version,
-/// otherwise the session's negotiated handshake revision.
-fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
-    if let Some(requested) = meta(req).and_then(|m| m.get(revisions::META_PROTOCOL_VERSION)) {
-        let requested = requested.as_str().ok_or_else(|| {
-            McpError::invalid_params(&format!("_meta.{}", revisions::META_PROTOCOL_VERSION))
-        })?;
-        let version = revisions::find_modern(requested).ok_or_else(|| {
-            McpError::unsupported_version_modern(requested, &revisions::MODERN_VERSIONS)
-        })?;
-        let caps = meta(req).and_then(|m| m.get(revisions::META_CLIENT_CAPABILITIES));
-        if !caps.is_some_and(Value::is_object) {
-            let param = format!("_meta.{}", revisions::META_CLIENT_CAPABILITIES);
-            return Err(McpError::invalid_params(&param));
-        }
-        return Ok(Era::Modern(version));
-    }
-    if req.method == "initialize" || req.method == "ping" {
-        return Ok(Era::Legacy(
-            session.negotiated().unwrap_or(revisions::LATEST_LEGACY),
-        ));
-    }
-    match session.negotiated() {
-        Some(version) => Ok(Era::Legacy(version)),
-        None if req.is_notification() => Ok(Era::Legacy(revisions::LATEST_LEGACY)),
-        // Neither a handshake nor the stateless `_meta`: both eras call this missing params.
-        None => Err(McpError::invalid_params(&format!(
-            "_meta.{}",
-            revisions::META_PROTOCOL_VERSION
-        ))
-        .detail("reason", "no_session")),
-    }
-}
-
 /// `inputResponses` and `requestState`, as sent.
 pub(super) type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
 
@@ -672,21 +656,6 @@ pub(super) fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
     Ok((responses, state))
 }
 
-/// What the client can answer: per request on 2026-07-28, from `initialize` before.
-pub(super) fn client_capabilities(req: &Request, era: Era, session: &Session) -> Value {
-    match era {
-        Era::Modern(_) => meta(req)
-            .and_then(|m| m.get(revisions::META_CLIENT_CAPABILITIES))
-            .cloned()
-            .unwrap_or(Value::Null),
-        Era::Legacy(_) => session.client_capabilities(),
-    }
-}
-
-pub(super) fn meta(req: &Request) -> Option<&Map<String, Value>> {
-    req.params.get("_meta").and_then(Value::as_object)
-}
-
 fn set_log_level(req: &Request, session: &Session) -> Result<Value, McpError> {
     let level = req
         .params
@@ -696,10 +665,6 @@ fn set_log_level(req: &Request, session: &Session) -> Result<Value, McpError> {
         .ok_or_else(|| McpError::invalid_params("level"))?;
     session.set_log_level(level);
     Ok(json!({}))
-}
-
-fn server_info() -> Value {
-    json!({ "name": "tollgate", "title": "tollgate", "version": env!("CARGO_PKG_VERSION") })
 }
 
 /// What the server announces. No list changes while a process runs (the registry is built
@@ -736,109 +701,8 @@ fn send_updates(outcome: &Result<Value, McpError>, env: &Env<'_>) {
     }
 }
 
-/// Adds what the 2026-07-28 revision requires on every result.
-fn finish_result(mut result: Value, era: Era, method: &str) -> Value {
-    let Era::Modern(_) = era else {
-        return result;
-    };
-    let Value::Object(map) = &mut result else {
-        return result;
-    };
-    map.entry("resultType").or_insert_with(|| json!("complete"));
-    let meta = map
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(meta) = meta {
-        meta.insert(revisions::META_SERVER_INFO.into(), server_info());
-    }
-    let cacheable = matches!(
-        method,
-        "server/discover"
-            | "tools/list"
-            | "prompts/list"
-            | "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
-    );
-    if cacheable {
-        map.insert("ttlMs".into(), json!(CACHE_TTL_MS));
-        // Lists depend on the caller's scopes and plan, so no shared cache may keep them.
-        let scope = if method == "server/discover" {
-            "public"
-        } else {
-            "private"
-        };
-        map.insert("cacheScope".into(), json!(scope));
-    }
-    result
-}
-
-/// Cuts one page out of `items`; the cursor is opaque to clients.
-fn paginate(
-    items: Vec<Value>,
-    req: &Request,
-    kind: &str,
-) -> Result<(Vec<Value>, Option<String>), McpError> {
-    let start = match req.params.get("cursor") {
-        None | Some(Value::Null) => 0,
-        Some(Value::String(cursor)) => decode_cursor(cursor, kind)
-            .filter(|&offset| offset <= items.len())
-            .ok_or_else(|| McpError::invalid_params("cursor"))?,
-        Some(_) => return Err(McpError::invalid_params("cursor")),
-    };
-    let end = (start + PAGE_SIZE).min(items.len());
-    let next = (end < items.len()).then(|| encode_cursor(end, kind));
-    Ok((items[start..end].to_vec(), next))
-}
-
-fn encode_cursor(offset: usize, kind: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{kind}:{offset}"))
-}
-
-fn decode_cursor(cursor: &str, kind: &str) -> Option<usize> {
-    use base64::Engine as _;
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(cursor)
-        .ok()?;
-    let text = String::from_utf8(raw).ok()?;
-    text.strip_prefix(kind)?.strip_prefix(':')?.parse().ok()
-}
-
-fn with_cursor(mut result: Value, next: Option<String>) -> Value {
-    if let Some(next) = next {
-        result["nextCursor"] = json!(next);
-    }
-    result
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_reject_garbage() {
-        let c = encode_cursor(50, "tools");
-        assert_eq!(decode_cursor(&c, "tools"), Some(50));
-        assert_eq!(decode_cursor(&c, "prompts"), None);
-        assert_eq!(decode_cursor("!!!", "tools"), None);
-    }
-
-    #[test]
-    fn modern_results_get_result_type_and_cache_hints() {
-        let out = finish_result(
-            json!({"tools": []}),
-            Era::Modern("2026-07-28"),
-            "tools/list",
-        );
-        assert_eq!(out["resultType"], "complete");
-        assert_eq!(out["ttlMs"], CACHE_TTL_MS);
-        assert_eq!(out["cacheScope"], "private");
-        assert_eq!(
-            out["_meta"][revisions::META_SERVER_INFO]["name"],
-            "tollgate"
-        );
-        let legacy = finish_result(json!({}), Era::Legacy("2025-11-25"), "tools/list");
-        assert!(legacy.get("resultType").is_none());
-    }
+/// The rate budget left to the caller of a charged request, typed for its transport. The
+/// guard chain hands it over inside the result, in the `_meta` entry the client reads.
+fn charged_budget(result: &Value) -> Option<Budget> {
+    Budget::from_meta(result.get("_meta")?.get(META_RATELIMIT)?)
 }

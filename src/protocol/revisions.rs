@@ -1,16 +1,21 @@
-//! MCP revisions and per-connection state.
+//! MCP revisions, era selection and per-connection state.
 //!
 //! tollgate is dual-era: the handshake revisions (2024-11-05 … 2025-11-25) are negotiated
 //! by `initialize` and scoped to a [`Session`] (the stdio process or one HTTP session); the
 //! stateless 2026-07-28 revision is selected per request by its `_meta` and needs no state.
+//! [`select_era`] decides which one serves a request, once, in the dispatcher; the other
+//! functions here read what a request's era makes of its `_meta` and add what 2026-07-28
+//! requires on every result.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+use crate::catalog::McpError;
+use crate::protocol::jsonrpc::Request;
 use crate::tools::LogLevel;
 
 /// Handshake revisions, oldest first.
@@ -69,6 +74,116 @@ pub fn negotiate_legacy(requested: &str) -> &'static str {
 /// The interned modern revision matching `requested`, if we speak it.
 pub fn find_modern(requested: &str) -> Option<&'static str> {
     MODERN_VERSIONS.iter().find(|v| **v == requested).copied()
+}
+
+/// How long a client may cache list and read results (2026-07-28 `ttlMs`).
+const CACHE_TTL_MS: u64 = 60_000;
+
+/// The request's `_meta` object, if it has one.
+pub(crate) fn meta(req: &Request) -> Option<&Map<String, Value>> {
+    req.params.get("_meta").and_then(Value::as_object)
+}
+
+/// The protocol version a request's `_meta` names, which makes it a request of the
+/// stateless revision (whatever the value: a wrong one is that revision's error).
+pub(crate) fn stateless_version(req: &Request) -> Option<&Value> {
+    meta(req).and_then(|m| m.get(META_PROTOCOL_VERSION))
+}
+
+/// Picks the era of one request: stateless when its `_meta` names a protocol version,
+/// otherwise the session's negotiated handshake revision.
+pub(crate) fn select_era(req: &Request, session: &Session) -> Result<Era, McpError> {
+    if let Some(requested) = stateless_version(req) {
+        let requested = requested
+            .as_str()
+            .ok_or_else(|| McpError::invalid_params(&format!("_meta.{}", META_PROTOCOL_VERSION)))?;
+        let version = find_modern(requested)
+            .ok_or_else(|| McpError::unsupported_version_modern(requested, &MODERN_VERSIONS))?;
+        let caps = meta(req).and_then(|m| m.get(META_CLIENT_CAPABILITIES));
+        if !caps.is_some_and(Value::is_object) {
+            let param = format!("_meta.{}", META_CLIENT_CAPABILITIES);
+            return Err(McpError::invalid_params(&param));
+        }
+        return Ok(Era::Modern(version));
+    }
+    if req.method == "initialize" || req.method == "ping" {
+        return Ok(Era::Legacy(session.negotiated().unwrap_or(LATEST_LEGACY)));
+    }
+    match session.negotiated() {
+        Some(version) => Ok(Era::Legacy(version)),
+        None if req.is_notification() => Ok(Era::Legacy(LATEST_LEGACY)),
+        // Neither a handshake nor the stateless `_meta`: both eras call this missing params.
+        None => Err(
+            McpError::invalid_params(&format!("_meta.{}", META_PROTOCOL_VERSION))
+                .detail("reason", "no_session"),
+        ),
+    }
+}
+
+/// What the client can answer: per request on 2026-07-28, from `initialize` before.
+pub(crate) fn client_capabilities(req: &Request, era: Era, session: &Session) -> Value {
+    match era {
+        Era::Modern(_) => meta(req)
+            .and_then(|m| m.get(META_CLIENT_CAPABILITIES))
+            .cloned()
+            .unwrap_or(Value::Null),
+        Era::Legacy(_) => session.client_capabilities(),
+    }
+}
+
+/// The level of the `notifications/message` a request may receive: the session's on the
+/// handshake revisions, only what the request asks for on 2026-07-28.
+pub(crate) fn call_log_level(req: &Request, era: Era, session: &Session) -> Option<LogLevel> {
+    match era {
+        Era::Legacy(_) => Some(session.log_level().unwrap_or(LogLevel::Info)),
+        // 2026-07-28: no `notifications/message` unless the request asked for them.
+        Era::Modern(_) => meta(req)
+            .and_then(|m| m.get(META_LOG_LEVEL))
+            .and_then(Value::as_str)
+            .and_then(LogLevel::parse),
+    }
+}
+
+/// The server's identity, in `initialize`, `server/discover` and 2026-07-28 results.
+pub(crate) fn server_info() -> Value {
+    json!({ "name": "tollgate", "title": "tollgate", "version": env!("CARGO_PKG_VERSION") })
+}
+
+/// Adds what the 2026-07-28 revision requires on every result.
+pub(crate) fn finish_result(mut result: Value, era: Era, method: &str) -> Value {
+    let Era::Modern(_) = era else {
+        return result;
+    };
+    let Value::Object(map) = &mut result else {
+        return result;
+    };
+    map.entry("resultType").or_insert_with(|| json!("complete"));
+    let meta = map
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(meta) = meta {
+        meta.insert(META_SERVER_INFO.into(), server_info());
+    }
+    let cacheable = matches!(
+        method,
+        "server/discover"
+            | "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+    );
+    if cacheable {
+        map.insert("ttlMs".into(), json!(CACHE_TTL_MS));
+        // Lists depend on the caller's scopes and plan, so no shared cache may keep them.
+        let scope = if method == "server/discover" {
+            "public"
+        } else {
+            "private"
+        };
+        map.insert("cacheScope".into(), json!(scope));
+    }
+    result
 }
 
 #[derive(Debug, Default)]
@@ -343,5 +458,20 @@ mod tests {
         s.cancel(&Value::from(1));
         assert!(Session::was_cancelled(&a));
         assert!(!Session::was_cancelled(&b));
+    }
+
+    #[test]
+    fn modern_results_get_result_type_and_cache_hints() {
+        let out = finish_result(
+            json!({"tools": []}),
+            Era::Modern("2026-07-28"),
+            "tools/list",
+        );
+        assert_eq!(out["resultType"], "complete");
+        assert_eq!(out["ttlMs"], CACHE_TTL_MS);
+        assert_eq!(out["cacheScope"], "private");
+        assert_eq!(out["_meta"][META_SERVER_INFO]["name"], "tollgate");
+        let legacy = finish_result(json!({}), Era::Legacy("2025-11-25"), "tools/list");
+        assert!(legacy.get("resultType").is_none());
     }
 }

@@ -9,6 +9,10 @@
 //! next one, and a tool that waits gets a thread of its own
 //! ([`Guards::call_tools`](crate::guards::Guards::call_tools)). EOF on stdin lets the
 //! in-flight requests finish, flushes stdout and ends the process with exit code 0.
+//!
+//! Each line is parsed once, by the dispatcher's [`Message::parse`], on the worker that
+//! serves it. Only a line that may be the `initialize` opening the session is parsed on the
+//! reader (it is served there, so that no later line overtakes it), and handed on parsed.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -20,6 +24,7 @@ use serde_json::Value;
 use crate::catalog::McpError;
 use crate::protocol::client::Notifier;
 use crate::protocol::dispatch::{Env, Server, Transport};
+use crate::protocol::inbound::{Message, MessageKind};
 use crate::protocol::revisions::Session;
 
 /// Chunks of lines served at once.
@@ -35,6 +40,8 @@ const READ_BUFFER: usize = 64 * 1024;
 enum Line {
     /// A complete line (without the newline).
     Message(Vec<u8>),
+    /// A line the reader parsed already (to see whether it opens the session).
+    Parsed(Message),
     /// A line that exceeded the cap; its bytes were discarded.
     TooLong,
 }
@@ -105,7 +112,15 @@ pub fn serve(
     let mut chunk = Vec::new();
     let input = BufReader::with_capacity(READ_BUFFER, std::io::stdin().lock());
     let read_result = read_loop(input, max_line_bytes, &mut |line, more_buffered| {
-        if is_handshake(&line, &session) {
+        let line = match line {
+            Line::Message(bytes) if may_open_the_session(&bytes, &session) => {
+                Line::Parsed(Message::parse(&bytes))
+            }
+            line => line,
+        };
+        if let Line::Parsed(message) = &line
+            && message.kind() == MessageKind::Initialize
+        {
             if !chunk.is_empty() && chunk_tx.send(std::mem::take(&mut chunk)).is_err() {
                 return false;
             }
@@ -154,11 +169,13 @@ impl Worker {
         for line in chunk {
             match line {
                 Line::Message(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => {}
-                Line::Message(bytes) => messages.push(bytes),
+                Line::Message(bytes) => messages.push(Message::parse(&bytes)),
+                Line::Parsed(message) => messages.push(message),
                 Line::TooLong => {
                     let err = McpError::invalid_request("message_too_large")
                         .detail("max_bytes", self.max_line_bytes);
-                    self.notifier.notify(self.server.error_body(None, &err));
+                    self.notifier
+                        .notify(self.server.error_response(None, err).body);
                 }
             }
         }
@@ -174,24 +191,17 @@ impl Worker {
             source: self.source.clone(),
             idempotency_header: None,
         };
-        self.server
-            .handle_many(&messages, &env, &|response| self.notifier.notify(response));
+        self.server.handle(messages, &env, &|response| {
+            self.notifier.notify(response.body)
+        });
     }
 }
 
-/// A line that must be served before any later one: an `initialize` while the session is
-/// not negotiated yet (a cheap byte search first, the real parse only on a hit).
-fn is_handshake(line: &Line, session: &Session) -> bool {
-    let Line::Message(bytes) = line else {
-        return false;
-    };
-    if session.negotiated().is_some() || !bytes.windows(10).any(|w| w == b"initialize") {
-        return false;
-    }
-    matches!(
-        crate::protocol::jsonrpc::parse(bytes),
-        crate::protocol::jsonrpc::Parsed::Single(crate::protocol::jsonrpc::Incoming::Request(req)) if req.method == "initialize"
-    )
+/// Whether a line may be an `initialize` that opens the session, which must be served
+/// before any later line: only while the session is not negotiated, and only when the
+/// line holds the word (a byte search, so that the reader parses nothing else).
+fn may_open_the_session(bytes: &[u8], session: &Session) -> bool {
+    session.negotiated().is_none() && bytes.windows(10).any(|w| w == b"initialize")
 }
 
 fn write_loop(rx: Receiver<Vec<u8>>) {
@@ -273,6 +283,7 @@ mod tests {
         let mut deliver = |l: Line, _more: bool| {
             got.push(match l {
                 Line::Message(m) => Some(m),
+                Line::Parsed(_) => panic!("the read loop parses nothing"),
                 Line::TooLong => None,
             });
             true
@@ -313,6 +324,19 @@ mod tests {
         // A read that ends on a newline: the next line has to be read (may wait), so the
         // chunk is handed over.
         assert_eq!(more_flags(b"ab\ncd\n", 3), [false, false]);
+    }
+
+    #[test]
+    fn only_a_line_naming_initialize_on_a_fresh_session_is_parsed_by_the_reader() {
+        let session = Session::new();
+        let initialize = br#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#;
+        assert!(may_open_the_session(initialize, &session));
+        assert!(!may_open_the_session(
+            br#"{"jsonrpc":"2.0","method":"ping"}"#,
+            &session
+        ));
+        assert!(session.initialize("2025-11-25", Value::Null));
+        assert!(!may_open_the_session(initialize, &session));
     }
 
     #[test]

@@ -10,11 +10,9 @@ use crate::guards::outcome::{CallOutcome, Output};
 use crate::guards::ratelimit::Budget;
 use crate::guards::{META_MODE, META_RATELIMIT, META_REPLAY, ToolCall};
 use crate::protocol::client::RequestClient;
-use crate::protocol::dispatch::{
-    Env, InputParams, Server, client_capabilities, input_params, meta,
-};
+use crate::protocol::dispatch::{Env, InputParams, Server, input_params};
 use crate::protocol::jsonrpc::{Request, RequestId};
-use crate::protocol::revisions::{self, Era, Session};
+use crate::protocol::revisions::{Era, call_log_level, client_capabilities, meta};
 use crate::tools::{Book, CommitHook, InputContext, LogLevel, RegisteredTool, ToolContext};
 
 impl Server {
@@ -140,17 +138,6 @@ impl<'q> ToolRequest<'q> {
             request_id: &self.id,
             span: self.span.as_ref(),
         }
-    }
-}
-
-fn call_log_level(req: &Request, era: Era, session: &Session) -> Option<LogLevel> {
-    match era {
-        Era::Legacy(_) => Some(session.log_level().unwrap_or(LogLevel::Info)),
-        // 2026-07-28: no `notifications/message` unless the request asked for them.
-        Era::Modern(_) => meta(req)
-            .and_then(|m| m.get(revisions::META_LOG_LEVEL))
-            .and_then(Value::as_str)
-            .and_then(LogLevel::parse),
     }
 }
 

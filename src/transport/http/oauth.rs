@@ -68,6 +68,8 @@ pub fn authorization_server_metadata(base: &str) -> Value {
 struct OAuthError {
     status: u16,
     body: Value,
+    /// Seconds until a throttled client may ask again (`Retry-After`).
+    retry_after: Option<u64>,
 }
 
 impl OAuthError {
@@ -75,6 +77,7 @@ impl OAuthError {
         OAuthError {
             status,
             body: json!({ "error": error, "error_description": description }),
+            retry_after: None,
         }
     }
 
@@ -87,7 +90,11 @@ impl OAuthError {
             map.insert("error".into(), json!(err.kind().spec().code));
             map.insert("error_description".into(), json!(err.hint(locale)));
         }
-        OAuthError { status: 429, body }
+        OAuthError {
+            status: 429,
+            body,
+            retry_after: err.fields().get("retry_after").and_then(Value::as_u64),
+        }
     }
 
     /// The status, headers (`Retry-After` on 429, a Basic challenge on 401) and body.
@@ -99,7 +106,7 @@ impl OAuthError {
                 "Basic realm=\"tollgate\"".to_owned(),
             ));
         }
-        if let Some(wait) = self.body.get("retry_after").and_then(Value::as_u64) {
+        if let Some(wait) = self.retry_after {
             headers.push(("Retry-After".to_owned(), wait.to_string()));
         }
         (self.status, headers, self.body)

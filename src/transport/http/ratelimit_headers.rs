@@ -1,0 +1,187 @@
+//! The rate-limit headers of a reply: from the typed [`Budget`] of a charged request, or
+//! from the refusal of one (a `-32006`, or another error that says when to retry).
+//!
+//! Syntax (draft-ietf-httpapi-ratelimit-headers-10, structured fields; one list member
+//! per bucket, the policy name is the bucket name):
+//!
+//! ```text
+//! RateLimit-Policy: "read";q=120;w=60, "plan";q=50000;w=3600
+//! RateLimit: "read";r=119;t=42, "plan";r=49990;t=1800
+//! X-RateLimit-Limit: 120          (tightest bucket: fewest calls left)
+//! X-RateLimit-Remaining: 119
+//! X-RateLimit-Reset: 1764464400   (unix seconds when its window ends, as GitHub does)
+//! ```
+//!
+//! `q` is the limit, `w` the window in seconds, `r` the calls left and `t` the seconds
+//! until the window resets. On a refusal the exceeded bucket is reported with `r=0`, plus
+//! `Retry-After: <retry_after>` (delay-seconds). A bucket whose window is unknown (e.g.
+//! `auth`) gets no `w`.
+
+use serde_json::Value;
+
+use crate::catalog::McpError;
+use crate::guards::ratelimit::{Budget, CLIENT_BUCKET, PLAN_BUCKET, window_secs};
+use crate::tools::Category;
+
+/// One bucket as the headers show it.
+struct HeaderBucket<'a> {
+    name: &'a str,
+    limit: u64,
+    remaining: u64,
+    reset: i64,
+    window: Option<i64>,
+}
+
+/// The headers of a charged request: every bucket of `budget`, the tightest one in the
+/// `X-RateLimit-*` trio; `t` counts from `now` (unix seconds). No bucket, no headers.
+pub(super) fn budget(budget: &Budget, now: i64) -> Vec<(String, String)> {
+    let Some(tight) = budget.tightest() else {
+        return Vec::new();
+    };
+    let buckets: Vec<HeaderBucket<'_>> = budget
+        .buckets()
+        .iter()
+        .map(|b| HeaderBucket {
+            name: b.bucket,
+            limit: b.limit,
+            remaining: b.remaining(),
+            reset: b.reset,
+            window: Some(b.window_secs),
+        })
+        .collect();
+    let policy: Vec<String> = buckets.iter().map(policy_item).collect();
+    let state: Vec<String> = buckets
+        .iter()
+        .map(|b| {
+            format!(
+                "{};r={};t={}",
+                sf_string(b.name),
+                b.remaining,
+                (b.reset - now).max(0)
+            )
+        })
+        .collect();
+    vec![
+        ("RateLimit-Policy".to_owned(), policy.join(", ")),
+        ("RateLimit".to_owned(), state.join(", ")),
+        ("X-RateLimit-Limit".to_owned(), tight.limit.to_string()),
+        (
+            "X-RateLimit-Remaining".to_owned(),
+            tight.remaining().to_string(),
+        ),
+        ("X-RateLimit-Reset".to_owned(), tight.reset.to_string()),
+    ]
+}
+
+/// The headers of a refusal: `Retry-After` when the error says when to retry, and the
+/// exceeded bucket when it names one (`bucket`, `limit`, `reset`). Other errors get none.
+pub(super) fn refusal(err: &McpError) -> Vec<(String, String)> {
+    let fields = err.fields();
+    let Some(retry_after) = fields.get("retry_after").and_then(Value::as_u64) else {
+        return Vec::new();
+    };
+    let mut headers = vec![("Retry-After".to_owned(), retry_after.to_string())];
+    let bucket = fields.get("bucket").and_then(Value::as_str);
+    let limit = fields.get("limit").and_then(Value::as_u64);
+    let reset = fields.get("reset").and_then(Value::as_i64);
+    if let (Some(name), Some(limit), Some(reset)) = (bucket, limit, reset) {
+        let window = matches!(name, PLAN_BUCKET | CLIENT_BUCKET)
+            || Category::ALL.iter().any(|c| c.as_str() == name);
+        let b = HeaderBucket {
+            name,
+            limit,
+            remaining: 0,
+            reset,
+            window: window.then(|| window_secs(name)),
+        };
+        headers.push(("RateLimit-Policy".to_owned(), policy_item(&b)));
+        headers.push((
+            "RateLimit".to_owned(),
+            format!("{};r=0;t={retry_after}", sf_string(name)),
+        ));
+        headers.push(("X-RateLimit-Limit".to_owned(), limit.to_string()));
+        headers.push(("X-RateLimit-Remaining".to_owned(), "0".to_owned()));
+        headers.push(("X-RateLimit-Reset".to_owned(), reset.to_string()));
+    }
+    headers
+}
+
+fn policy_item(b: &HeaderBucket<'_>) -> String {
+    match b.window {
+        Some(w) => format!("{};q={};w={w}", sf_string(b.name), b.limit),
+        None => format!("{};q={}", sf_string(b.name), b.limit),
+    }
+}
+
+/// A structured-field string (RFC 9651 §3.3.3): quoted, `\` and `"` escaped, and anything
+/// outside printable ASCII dropped.
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars().filter(|c| (' '..='~').contains(c)) {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const T0: i64 = 1_764_464_400; // a minute and hour boundary
+
+    fn pairs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+        headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn a_budget_shows_every_bucket_and_the_tightest() {
+        let meta = json!({"buckets": [
+            {"bucket": "write", "limit": 60, "remaining": 59, "reset": T0 + 60, "window_secs": 60},
+            {"bucket": "plan", "limit": 500, "remaining": 1, "reset": T0 + 3600, "window_secs": 3600}
+        ], "tightest": "plan"});
+        let charged = Budget::from_meta(&meta).expect("a budget");
+        assert_eq!(
+            pairs(&budget(&charged, T0 + 20)),
+            [
+                (
+                    "RateLimit-Policy",
+                    "\"write\";q=60;w=60, \"plan\";q=500;w=3600"
+                ),
+                ("RateLimit", "\"write\";r=59;t=40, \"plan\";r=1;t=3580"),
+                ("X-RateLimit-Limit", "500"),
+                ("X-RateLimit-Remaining", "1"),
+                ("X-RateLimit-Reset", "1764468000"),
+            ]
+        );
+        assert!(budget(&Budget::default(), T0).is_empty());
+    }
+
+    #[test]
+    fn refusal_headers_carry_retry_after() {
+        let err = McpError::rate_limited("client", 100, 1_764_464_460, 17);
+        assert_eq!(
+            pairs(&refusal(&err)),
+            [
+                ("Retry-After", "17"),
+                ("RateLimit-Policy", "\"client\";q=100;w=60"),
+                ("RateLimit", "\"client\";r=0;t=17"),
+                ("X-RateLimit-Limit", "100"),
+                ("X-RateLimit-Remaining", "0"),
+                ("X-RateLimit-Reset", "1764464460"),
+            ]
+        );
+        let auth = McpError::rate_limited("auth", 10, 99, 5);
+        assert_eq!(refusal(&auth)[1].1, "\"auth\";q=10");
+        assert!(refusal(&McpError::internal()).is_empty());
+        assert_eq!(sf_string("a\"b\\c\u{e9}"), "\"a\\\"b\\\\c\"");
+    }
+}
