@@ -102,6 +102,16 @@ impl CallOutcome {
         }
     }
 
+    /// The rate budget left after the call's charge; `None` for a rejected call.
+    pub fn budget(&self) -> Option<&Budget> {
+        match self {
+            CallOutcome::Admitted { budget, .. } | CallOutcome::ToolFailed { budget, .. } => {
+                Some(budget)
+            }
+            CallOutcome::Rejected(_) => None,
+        }
+    }
+
     /// How the audit log and the metrics count it.
     pub fn verdict(&self) -> Verdict<'_> {
         match self {

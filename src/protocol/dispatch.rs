@@ -201,9 +201,12 @@ impl Server {
             &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
             &|i, outcome| {
                 let request = &requests[i];
-                let outcome = render_call_outcome(outcome, self.locale)
-                    .map(|r| finish_result(r, request.era, "tools/call"));
-                send_updates(&outcome, env);
+                let budget = outcome.budget().cloned();
+                let outcome = render_call_outcome(outcome, self.locale).map(|result| Answer {
+                    result: finish_result(result, request.era, "tools/call"),
+                    budget,
+                });
+                send_updates(outcome.is_ok(), env);
                 respond(
                     self.response(request.id.clone(), outcome)
                         .in_era(Some(request.era)),
@@ -284,14 +287,16 @@ impl Server {
         let era = select_era(&req, env.session);
         let served = era.as_ref().ok().copied();
         let outcome = era.and_then(|era| {
-            self.route(&req, era, env)
-                .map(|result| finish_result(result, era, &req.method))
+            self.route(&req, era, env).map(|answer| Answer {
+                result: finish_result(answer.result, era, &req.method),
+                ..answer
+            })
         });
         let initialized = (req.method == "initialize" && outcome.is_ok())
             .then(|| env.session.negotiated())
             .flatten();
         let id = req.id?;
-        send_updates(&outcome, env);
+        send_updates(outcome.is_ok(), env);
         let response = self.response(id, outcome).in_era(served);
         Some(Response {
             initialized,
@@ -300,22 +305,33 @@ impl Server {
     }
 
     /// The response to the request `id`.
-    fn response(&self, id: RequestId, outcome: Result<Value, McpError>) -> Response {
+    fn response(&self, id: RequestId, outcome: Result<Answer, McpError>) -> Response {
         match outcome {
-            Ok(result) => Response {
-                budget: charged_budget(&result),
-                ..Response::of(jsonrpc::success(id, result))
+            Ok(answer) => Response {
+                budget: answer.budget,
+                ..Response::of(jsonrpc::success(id, answer.result))
             },
             Err(err) => self.error_response(Some(id), err),
         }
     }
 
-    fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+    fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Answer, McpError> {
         let method = req.method.as_str();
         if era.is_modern() && revisions::REMOVED_IN_MODERN.contains(&method) {
             return Err(McpError::method_not_found(method));
         }
         match method {
+            // The methods that can pass the guard chain, whose answer carries the budget.
+            "tools/call" => self.call_tool(req, era, env),
+            "prompts/get" => self.get_prompt(req, era, env),
+            "completion/complete" => self.complete(req, env),
+            _ => self.route_uncharged(req, era, env).map(Answer::uncharged),
+        }
+    }
+
+    /// The methods that are never charged to the rate counters.
+    fn route_uncharged(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+        match req.method.as_str() {
             "initialize" => self.initialize(req, env.session),
             "ping" => Ok(json!({})),
             "notifications/initialized" | "notifications/cancelled" => {
@@ -331,7 +347,6 @@ impl Server {
                 let principal = self.authenticate(env)?;
                 self.list_tools(req, &principal)
             }
-            "tools/call" => self.call_tool(req, era, env),
             "resources/list" => {
                 self.authenticate(env)?;
                 self.list_resources(req)
@@ -357,8 +372,6 @@ impl Server {
                 let principal = self.authenticate(env)?;
                 self.list_prompts(req, &principal)
             }
-            "prompts/get" => self.get_prompt(req, era, env),
-            "completion/complete" => self.complete(req, env),
             other => Err(McpError::method_not_found(other)),
         }
     }
@@ -510,7 +523,7 @@ impl Server {
     /// ([`Guards::read_data`]); any other (or an unknown name) needs only authentication.
     /// Required arguments are checked once the caller is admitted, as a tool's arguments
     /// are validated after its guards.
-    fn get_prompt(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+    fn get_prompt(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Answer, McpError> {
         let name = req
             .params
             .get("name")
@@ -548,7 +561,7 @@ impl Server {
             Some(access) => {
                 self.read_data(req, &format!("prompts/get {name}"), access, env, &render)
             }
-            None => render(&self.authenticate(env)?),
+            None => render(&self.authenticate(env)?).map(Answer::uncharged),
         }
     }
 
@@ -556,7 +569,7 @@ impl Server {
     /// an argument whose completions read business data passes the guard chain
     /// ([`Guards::read_data`]); any other, and `ref/resource` (no resource here has
     /// completable parameters), needs only authentication.
-    fn complete(&self, req: &Request, env: &Env<'_>) -> Result<Value, McpError> {
+    fn complete(&self, req: &Request, env: &Env<'_>) -> Result<Answer, McpError> {
         let reference = req
             .params
             .get("ref")
@@ -573,7 +586,7 @@ impl Server {
             Some("ref/prompt") => {}
             Some("ref/resource") => {
                 self.authenticate(env)?;
-                return Ok(completion_result(Vec::new()));
+                return Ok(Answer::uncharged(completion_result(Vec::new())));
             }
             _ => return Err(McpError::invalid_params("ref.type")),
         }
@@ -593,7 +606,7 @@ impl Server {
                 let audit_name = format!("completion/complete {name}.{arg_name}");
                 self.read_data(req, &audit_name, access, env, &values)
             }
-            None => values(&self.authenticate(env)?),
+            None => values(&self.authenticate(env)?).map(Answer::uncharged),
         }
     }
 
@@ -605,7 +618,7 @@ impl Server {
         access: DataAccess,
         env: &Env<'_>,
         run: &RunRead<'_>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<Answer, McpError> {
         let request_id = req.id.clone().unwrap_or(Value::Null);
         let read = DataRead {
             audit_name,
@@ -616,7 +629,10 @@ impl Server {
             self.guards
                 .read_data(&self.registry, &read, &env.caller(), run)?;
         mark(&mut result, META_RATELIMIT, budget.to_meta());
-        Ok(result)
+        Ok(Answer {
+            result,
+            budget: Some(budget),
+        })
     }
 }
 
@@ -693,16 +709,27 @@ fn capabilities(era: Era, registry: &Registry) -> Value {
 /// Sends the session's queued `notifications/resources/updated` ahead of a successful
 /// response, on a stream that can carry them; otherwise they wait for a later one (an error
 /// keeps its plain reply and HTTP status).
-fn send_updates(outcome: &Result<Value, McpError>, env: &Env<'_>) {
-    if outcome.is_ok() && env.notifier.delivers() {
+fn send_updates(succeeded: bool, env: &Env<'_>) {
+    if succeeded && env.notifier.delivers() {
         for update in env.session.take_updates() {
             env.notifier.notify(update);
         }
     }
 }
 
-/// The rate budget left to the caller of a charged request, typed for its transport. The
-/// guard chain hands it over inside the result, in the `_meta` entry the client reads.
-fn charged_budget(result: &Value) -> Option<Budget> {
-    Budget::from_meta(result.get("_meta")?.get(META_RATELIMIT)?)
+/// The result of a request, with what is left of the caller's rate budget when the
+/// request was charged (typed for the transport's headers, never read back from the body).
+pub(super) struct Answer {
+    pub(super) result: Value,
+    pub(super) budget: Option<Budget>,
+}
+
+impl Answer {
+    /// The result of a request that charged nothing.
+    fn uncharged(result: Value) -> Answer {
+        Answer {
+            result,
+            budget: None,
+        }
+    }
 }

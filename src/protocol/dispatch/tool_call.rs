@@ -10,7 +10,7 @@ use crate::guards::outcome::{CallOutcome, Output};
 use crate::guards::ratelimit::Budget;
 use crate::guards::{META_MODE, META_RATELIMIT, META_REPLAY, ToolCall};
 use crate::protocol::client::RequestClient;
-use crate::protocol::dispatch::{Env, InputParams, Server, input_params};
+use crate::protocol::dispatch::{Answer, Env, InputParams, Server, input_params};
 use crate::protocol::jsonrpc::{Request, RequestId};
 use crate::protocol::revisions::{Era, call_log_level, client_capabilities, meta};
 use crate::tools::{Book, CommitHook, InputContext, LogLevel, RegisteredTool, ToolContext};
@@ -21,7 +21,7 @@ impl Server {
         req: &Request,
         era: Era,
         env: &Env<'_>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<Answer, McpError> {
         let request = ToolRequest::parse(req, era, env)?;
         let outcome = self.guards.call_tool(
             &self.registry,
@@ -29,7 +29,9 @@ impl Server {
             &env.caller(),
             &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
         );
-        render_call_outcome(outcome, self.locale)
+        let budget = outcome.budget().cloned();
+        let result = render_call_outcome(outcome, self.locale)?;
+        Ok(Answer { result, budget })
     }
 
     /// Runs an admitted tool in the context of its request.
