@@ -58,8 +58,8 @@
 //!   per call is the difference. Needs `--features bench-switches` (the binary only reads the
 //!   variable then); without it, prints how to enable it and skips.
 //! - `limiter` — `Limiter::charge` alone, in-process, with 1, 4, 16 and 64 concurrent
-//!   callers on one credential, once per transaction and once with group commit: charges/s,
-//!   p50, p99 and charges per transaction.
+//!   callers on one credential (group commit): charges/s, p50, p99 and charges per
+//!   transaction.
 //!
 //! At the end a markdown table of the headline figures with their targets is printed, to
 //! paste into a report.
@@ -88,8 +88,7 @@ use rusqlite::params;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tollgate::clock::Clock;
-use tollgate::guards::auth::Principal;
-use tollgate::guards::ratelimit::{ChargeMode, Limiter, RETENTION_SECS};
+use tollgate::guards::ratelimit::{ChargeRequest, Limiter, RETENTION_SECS};
 use tollgate::store::{Store, StoreError, StoreOptions};
 use tollgate::tools::invoicing::date::Date;
 use tollgate::tools::invoicing::db as invoice_db;
@@ -1856,18 +1855,12 @@ fn checkpoint(db: &Path) {
 // The limiter alone
 
 /// Charges from `threads` callers at once for `s.measure` (after `s.warmup`).
-fn limiter_load(
-    store: &Store,
-    mode: ChargeMode,
-    threads: usize,
-    s: &Settings,
-) -> (LoadFigures, f64) {
-    let limiter = Limiter::with_mode(store.clone(), mode, Clock::System);
-    let principal = Principal {
+fn limiter_load(store: &Store, threads: usize, s: &Settings) -> (LoadFigures, f64) {
+    let limiter = Limiter::new(store.clone(), Clock::System);
+    let request = ChargeRequest {
         credential_id: "benchkey0001".to_owned(),
         client_id: None,
-        scopes: vec!["*".to_owned()],
-        mode: tollgate::guards::auth::Mode::Live,
+        category: Category::Read,
     };
     let started = Instant::now();
     let measure_from = started + s.warmup;
@@ -1883,7 +1876,7 @@ fn limiter_load(
                         if t0 > measure_to {
                             return (latencies, errors);
                         }
-                        let outcome = limiter.charge(&principal, Category::Read);
+                        let outcome = limiter.charge(request.clone());
                         if t0 >= measure_from {
                             latencies.push(t0.elapsed());
                             errors += usize::from(outcome.is_err());
@@ -1920,42 +1913,40 @@ fn limiter_scenario(dir: &Path, s: &Settings) {
         s.warmup.as_secs(),
         s.measure.as_secs()
     );
-    for mode in [ChargeMode::PerCall, ChargeMode::GroupCommit] {
-        for threads in [1, 4, 16, 64] {
-            let path = dir.join(format!("limiter-{mode:?}-{threads}.db"));
-            let store = Store::open(
-                &path,
-                &StoreOptions {
-                    create: true,
-                    pool_size: 8,
-                    ..StoreOptions::default()
-                },
-            )
-            .expect("open store");
-            run_ok(&path, &["init", "--company", "Bench Co"]);
-            run_ok(
-                &path,
-                &["limits", "set", "--plan", "pro", "--per-hour", HUGE_LIMIT],
-            );
-            run_ok(
-                &path,
-                &[
-                    "limits",
-                    "set",
-                    "--plan",
-                    "pro",
-                    "--category",
-                    "read",
-                    "--per-minute",
-                    HUGE_LIMIT,
-                ],
-            );
-            let (figures, per_tx) = limiter_load(&store, mode, threads, s);
-            let label = format!("{mode:?}, {threads} callers ({per_tx:.1} charges/tx)");
-            println!("  {label:<46} {:<9} {}", "", figures.summarise().line());
-            drop(store);
-            remove_database(&path);
-        }
+    for threads in [1, 4, 16, 64] {
+        let path = dir.join(format!("limiter-{threads}.db"));
+        let store = Store::open(
+            &path,
+            &StoreOptions {
+                create: true,
+                pool_size: 8,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("open store");
+        run_ok(&path, &["init", "--company", "Bench Co"]);
+        run_ok(
+            &path,
+            &["limits", "set", "--plan", "pro", "--per-hour", HUGE_LIMIT],
+        );
+        run_ok(
+            &path,
+            &[
+                "limits",
+                "set",
+                "--plan",
+                "pro",
+                "--category",
+                "read",
+                "--per-minute",
+                HUGE_LIMIT,
+            ],
+        );
+        let (figures, per_tx) = limiter_load(&store, threads, s);
+        let label = format!("GroupCommit, {threads} callers ({per_tx:.1} charges/tx)");
+        println!("  {label:<46} {:<9} {}", "", figures.summarise().line());
+        drop(store);
+        remove_database(&path);
     }
 }
 

@@ -41,14 +41,16 @@ use std::time::Duration;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 use base64::Engine as _;
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::clock::Clock;
+pub use crate::store::credentials::OAuthClient;
+use crate::store::credentials::{self, NewClient, NewCredential, Revocable};
+use crate::store::plans::{self, Plan};
 use crate::store::store_failure;
-use crate::store::{Store, StoreError};
+use crate::store::{Conn, Store, StoreError, Tx};
 use crate::tools::ToolSpec;
 
 /// Prefix of live API keys.
@@ -282,41 +284,27 @@ impl CredentialRow {
     }
 }
 
-const CREDENTIAL_SELECT: &str = "SELECT c.kind, c.mode, c.secret_hash, c.scopes, c.client_id, \
-     c.expires_at, c.revoked_at, c.previous_secret_hash, c.previous_secret_expires_at, \
-     c.last_used_at, o.revoked_at, (SELECT mode FROM company WHERE id = 1) \
-     FROM credentials c LEFT JOIN oauth_clients o ON o.client_id = c.client_id \
-     WHERE c.public_id = ?1";
-
-fn find_by_public_id(store: &Store, public_id: &str) -> Result<Option<CredentialRow>, StoreError> {
-    store.read(|conn| credential_row(conn, public_id))
+impl From<credentials::CredentialRow> for CredentialRow {
+    fn from(row: credentials::CredentialRow) -> CredentialRow {
+        CredentialRow {
+            kind: row.kind,
+            mode: Mode::from_stored(&row.mode),
+            secret_hash: row.secret_hash,
+            scopes: row.scopes,
+            client_id: row.client_id,
+            expires_at: row.expires_at,
+            revoked_at: row.revoked_at,
+            previous_hash: row.previous_hash,
+            previous_expires_at: row.previous_expires_at,
+            last_used_at: row.last_used_at,
+            client_revoked_at: row.client_revoked_at,
+            installation_mode: Mode::from_stored(&row.installation_mode.unwrap_or_default()),
+        }
+    }
 }
 
-fn credential_row(conn: &Connection, public_id: &str) -> Result<Option<CredentialRow>, StoreError> {
-    {
-        let mut stmt = conn.prepare_cached(CREDENTIAL_SELECT)?;
-        let row = stmt
-            .query_row([public_id], |row| {
-                Ok(CredentialRow {
-                    kind: row.get(0)?,
-                    mode: Mode::from_stored(&row.get::<_, String>(1)?),
-                    secret_hash: row.get(2)?,
-                    scopes: scopes_from_json(&row.get::<_, String>(3)?),
-                    client_id: row.get(4)?,
-                    expires_at: row.get(5)?,
-                    revoked_at: row.get(6)?,
-                    previous_hash: row.get(7)?,
-                    previous_expires_at: row.get(8)?,
-                    last_used_at: row.get(9)?,
-                    client_revoked_at: row.get(10)?,
-                    installation_mode: Mode::from_stored(
-                        &row.get::<_, Option<String>>(11)?.unwrap_or_default(),
-                    ),
-                })
-            })
-            .optional()?;
-        Ok(row)
-    }
+fn find_by_public_id(store: &Store, public_id: &str) -> Result<Option<CredentialRow>, StoreError> {
+    Ok(store.credential(public_id)?.map(CredentialRow::from))
 }
 
 /// Revoked, expired, client revoked, test key on a live installation — in that order.
@@ -384,46 +372,42 @@ enum Identity {
     Stale,
 }
 
-/// The guard chain's reads inside the charging transaction: the re-check of a cached
-/// credential (before the counters move, so a revoked key charges nothing) and the plan
-/// facts for the scope-and-plan guard (after).
+/// The re-check of a cached credential inside the charging transaction, before the
+/// counters move (so a revoked key charges nothing): what [`Authenticator::call_checks`]
+/// prepares, the transaction runs ([`CallChecks::recheck_in`]) and
+/// [`Authenticator::finish_recheck`] reads.
 pub struct CallChecks {
     now: i64,
     pending: Option<CacheEntry>,
     identity: Option<Identity>,
-    facts: Option<AccessFacts>,
 }
 
 impl CallChecks {
-    /// The plan facts read in the transaction (`None` when it did not get that far).
-    pub fn facts(&self) -> Option<&AccessFacts> {
-        self.facts.as_ref()
+    /// The time the checks were prepared at (what the plan facts of the call are read at).
+    pub fn now(&self) -> i64 {
+        self.now
     }
-}
 
-impl crate::guards::ratelimit::TxChecks for CallChecks {
-    fn before_charge(
+    /// Re-checks the cached credential, if there is one, inside `tx`; `Ok(false)` refuses
+    /// the call *without* charging it (the checks keep why). `rows` holds the credential
+    /// rows this transaction has read so far.
+    pub fn recheck_in(
         &mut self,
-        conn: &Connection,
-        _now: i64,
-        memo: &mut crate::guards::ratelimit::TxMemo,
+        tx: &Tx<'_>,
+        rows: &mut CredentialRows,
     ) -> Result<bool, StoreError> {
         let Some(entry) = &self.pending else {
             return Ok(true);
         };
         let now = self.now;
-        let memo = CheckMemo::of(memo);
-        let identity = match memo.credential(conn, &entry.public_id)? {
+        let identity = match rows.credential(tx, &entry.public_id)? {
             None => Identity::Refused(Failure::Invalid("unknown")),
             Some(row) => match check_standing(row, now) {
                 Err(failure) => Identity::Refused(failure),
                 Ok(()) if !matches_entry(row, entry, now) => Identity::Stale,
                 Ok(()) => {
                     if needs_touch(row, now) {
-                        conn.prepare_cached(
-                            "UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2",
-                        )?
-                        .execute(params![now, entry.public_id])?;
+                        credentials::touch_last_used(tx, &entry.public_id, now)?;
                         row.last_used_at = Some(now);
                     }
                     Identity::Admitted(Principal {
@@ -439,55 +423,24 @@ impl crate::guards::ratelimit::TxChecks for CallChecks {
         self.identity = Some(identity);
         Ok(admitted)
     }
-
-    fn after_charge(
-        &mut self,
-        conn: &Connection,
-        _now: i64,
-        memo: &mut crate::guards::ratelimit::TxMemo,
-    ) -> Result<(), StoreError> {
-        let memo = CheckMemo::of(memo);
-        let facts = match &memo.facts {
-            Some(facts) => facts.clone(),
-            None => memo
-                .facts
-                .insert(AccessFacts::read(conn, self.now)?)
-                .clone(),
-        };
-        self.facts = Some(facts);
-        Ok(())
-    }
 }
 
-/// What the checks of one charging transaction read once for all its calls: credential
-/// rows (kept in step with the `last_used_at` the transaction writes) and the plan facts
-/// (a charge changes neither the plan nor the keys).
+/// The credential rows one charging transaction has read, for all its calls (the calls of
+/// a batch are mostly one credential's: its row is read once, not once a call), kept in
+/// step with the `last_used_at` the transaction writes.
 #[derive(Default)]
-struct CheckMemo {
+pub struct CredentialRows {
     rows: HashMap<String, Option<CredentialRow>>,
-    facts: Option<AccessFacts>,
 }
 
-impl CheckMemo {
-    /// The memo of this transaction's checks.
-    fn of(memo: &mut crate::guards::ratelimit::TxMemo) -> &mut CheckMemo {
-        let any = memo.get_or_insert_with(|| Box::new(CheckMemo::default()));
-        if !any.is::<CheckMemo>() {
-            *any = Box::new(CheckMemo::default());
-        }
-        match any.downcast_mut::<CheckMemo>() {
-            Some(memo) => memo,
-            None => unreachable!("the memo was just made a CheckMemo"),
-        }
-    }
-
+impl CredentialRows {
     fn credential(
         &mut self,
-        conn: &Connection,
+        tx: &Tx<'_>,
         public_id: &str,
     ) -> Result<Option<&mut CredentialRow>, StoreError> {
         if !self.rows.contains_key(public_id) {
-            let row = credential_row(conn, public_id)?;
+            let row = credentials::credential_on(tx, public_id)?.map(CredentialRow::from);
             self.rows.insert(public_id.to_owned(), row);
         }
         Ok(self.rows.get_mut(public_id).and_then(Option::as_mut))
@@ -864,7 +817,6 @@ impl Authenticator {
                 CallAuth::Verified(_) => None,
             },
             identity: None,
-            facts: None,
         }
     }
 
@@ -1069,7 +1021,7 @@ impl Authenticator {
     }
 
     /// [`Authenticator::check_access`] on plan facts already read (inside the charging
-    /// transaction, by [`CallChecks`]).
+    /// transaction, by [`AccessFacts::read_on`]).
     pub fn check_access_with(
         &self,
         principal: &Principal,
@@ -1090,7 +1042,7 @@ impl Authenticator {
     pub fn read_access_facts(&self) -> Result<AccessFacts, McpError> {
         let now = self.clock.unix_secs();
         self.store
-            .read(|conn| AccessFacts::read(conn, now))
+            .with_conn(|conn| AccessFacts::read_on(conn, now))
             .map_err(|e| store_failure(e, false))
     }
 
@@ -1103,17 +1055,17 @@ impl Authenticator {
 
     /// What `principal` may see, with the plan read once for a whole `tools/list`.
     pub fn visibility<'p>(&self, principal: &'p Principal) -> Visibility<'p> {
-        let plan = current_plan(&self.store).map_err(|e| {
+        let plan = self.store.company_plan().map_err(|e| {
             tracing::warn!(cause = %e, "cannot read the plan; hiding the tools");
         });
         Visibility { principal, plan }
     }
 
-    fn upgrade_required(&self, plan: &PlanView, tool: &str) -> McpError {
+    fn upgrade_required(&self, plan: &Plan, tool: &str) -> McpError {
         let err = McpError::new(ErrorKind::PlanUpgradeRequired)
             .detail("current_plan", plan.slug.clone())
             .detail("tool", tool);
-        match all_plans(&self.store) {
+        match self.store.plans() {
             Ok(plans) => match smallest_plan_above(&plans, plan.rank, |p| !p.excludes(tool)) {
                 Some(slug) => err.with("required_plan", slug),
                 None => err,
@@ -1122,15 +1074,15 @@ impl Authenticator {
         }
     }
 
-    fn check_allowances(&self, plan: &PlanView, active: Option<i64>) -> Result<(), McpError> {
+    fn check_allowances(&self, plan: &Plan, active: Option<i64>) -> Result<(), McpError> {
         let (Some(limit), Some(active)) = (plan.max_active_keys, active) else {
             return Ok(());
         };
         if active <= limit {
             return Ok(());
         }
-        let plans = all_plans(&self.store).map_err(|e| store_failure(e, false))?;
-        let fits = |p: &PlanView| p.max_active_keys.is_none_or(|max| max >= active);
+        let plans = self.store.plans().map_err(|e| store_failure(e, false))?;
+        let fits = |p: &Plan| p.max_active_keys.is_none_or(|max| max >= active);
         let err = McpError::new(ErrorKind::PlanLimitExceeded)
             .with("limit", limit)
             .detail("allowance", "active_keys")
@@ -1168,7 +1120,10 @@ impl Authenticator {
     ) -> Result<OAuthClient, Failure> {
         self.ceiling.admit(now).map_err(Failure::Busy)?;
         let pass = self.argon2_gate.enter();
-        let found = find_client(&self.store, client_id).map_err(Failure::Store);
+        let found = self
+            .store
+            .client_with_hash(client_id)
+            .map_err(Failure::Store);
         let verified = found.map(|found| match found {
             Some((client, hash)) => self.argon2_verify(&hash, secret).then_some(client),
             None => {
@@ -1189,7 +1144,7 @@ impl Authenticator {
 pub struct Visibility<'p> {
     principal: &'p Principal,
     /// The plan (`None`: no company yet); `Err` when it could not be read.
-    plan: Result<Option<PlanView>, ()>,
+    plan: Result<Option<Plan>, ()>,
 }
 
 impl Visibility<'_> {
@@ -1224,76 +1179,24 @@ pub fn grants(held: &[String], required: &str) -> bool {
 /// init`) and, when that plan caps active keys, how many are active.
 #[derive(Debug, Clone, Default)]
 pub struct AccessFacts {
-    plan: Option<PlanView>,
+    plan: Option<Plan>,
     active_keys: Option<i64>,
 }
 
 impl AccessFacts {
-    fn read(conn: &Connection, now: i64) -> Result<AccessFacts, StoreError> {
-        let plan = plan_on(conn)?;
+    /// Reads the facts on `conn` at `now` (inside the charging transaction, for one).
+    pub fn read_on(conn: &Conn<'_>, now: i64) -> Result<AccessFacts, StoreError> {
+        let plan = plans::company_plan_on(conn)?;
         let active_keys = match plan.as_ref().and_then(|p| p.max_active_keys) {
-            Some(_) => Some(count_active_keys(conn, now)?),
+            Some(_) => Some(credentials::count_active_keys(conn, now)?),
             None => None,
         };
         Ok(AccessFacts { plan, active_keys })
     }
 }
 
-/// The plan fields the guards need.
-#[derive(Debug, Clone)]
-struct PlanView {
-    slug: String,
-    rank: i64,
-    excluded_tools: Vec<String>,
-    max_active_keys: Option<i64>,
-}
-
-impl PlanView {
-    fn excludes(&self, tool: &str) -> bool {
-        self.excluded_tools.iter().any(|t| t == tool)
-    }
-
-    fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PlanView> {
-        Ok(PlanView {
-            slug: row.get(0)?,
-            rank: row.get(1)?,
-            excluded_tools: scopes_from_json(&row.get::<_, String>(2)?),
-            max_active_keys: row.get(3)?,
-        })
-    }
-}
-
-/// The company's plan, or `None` before `tollgate init`.
-fn current_plan(store: &Store) -> Result<Option<PlanView>, StoreError> {
-    store.read(plan_on)
-}
-
-fn plan_on(conn: &Connection) -> Result<Option<PlanView>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT p.slug, p.rank, p.excluded_tools, p.max_active_keys \
-         FROM company c JOIN plans p ON p.slug = c.plan_slug WHERE c.id = 1",
-    )?;
-    Ok(stmt.query_row([], PlanView::from_row).optional()?)
-}
-
-fn all_plans(store: &Store) -> Result<Vec<PlanView>, StoreError> {
-    store.read(|conn| {
-        let mut stmt = conn.prepare_cached(
-            "SELECT slug, rank, excluded_tools, max_active_keys FROM plans ORDER BY rank",
-        )?;
-        let plans = stmt
-            .query_map([], PlanView::from_row)?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(plans)
-    })
-}
-
 /// The smallest plan above `rank` that `fits`; failing that, the smallest that fits at all.
-fn smallest_plan_above(
-    plans: &[PlanView],
-    rank: i64,
-    fits: impl Fn(&PlanView) -> bool,
-) -> Option<String> {
+fn smallest_plan_above(plans: &[Plan], rank: i64, fits: impl Fn(&Plan) -> bool) -> Option<String> {
     plans
         .iter()
         .find(|p| p.rank > rank && fits(p))
@@ -1301,28 +1204,10 @@ fn smallest_plan_above(
         .map(|p| p.slug.clone())
 }
 
-/// API keys that count against the plan's allowance: not revoked, not expired.
-fn count_active_keys(conn: &Connection, now: i64) -> rusqlite::Result<i64> {
-    conn.prepare_cached(
-        "SELECT count(*) FROM credentials \
-         WHERE kind = 'api_key' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?1)",
-    )?
-    .query_row([now], |row| row.get(0))
-}
-
 /// Records use at most once a minute, and never waits for another writer: on contention
 /// the update is simply skipped (the next call tries again).
 fn touch_last_used(store: &Store, public_id: &str, now: i64) {
-    let outcome = store.read(|conn| {
-        let previous: i64 = conn.pragma_query_value(None, "busy_timeout", |row| row.get(0))?;
-        conn.busy_timeout(Duration::ZERO)?;
-        let updated = conn
-            .prepare_cached("UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2")
-            .and_then(|mut stmt| stmt.execute(params![now, public_id]));
-        conn.busy_timeout(Duration::from_millis(u64::try_from(previous).unwrap_or(0)))?;
-        Ok(updated?)
-    });
-    if let Err(e) = outcome
+    if let Err(e) = store.touch_last_used_unless_busy(public_id, now)
         && !e.is_transient()
     {
         tracing::warn!(cause = %e, "cannot record when a credential was last used");
@@ -1348,17 +1233,6 @@ fn hex(bytes: &[u8]) -> String {
         out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
     out
-}
-
-fn scopes_from_json(text: &str) -> Vec<String> {
-    serde_json::from_str(text).unwrap_or_else(|e| {
-        tracing::warn!(cause = %e, "a stored JSON list is unreadable; treating it as empty");
-        Vec::new()
-    })
-}
-
-fn scopes_to_json(scopes: &[String]) -> String {
-    serde_json::Value::from(scopes.to_vec()).to_string()
 }
 
 // ---- Secrets and hashes ------------------------------------------------------------
@@ -1539,19 +1413,13 @@ impl From<StoreError> for CredentialError {
     }
 }
 
-impl From<rusqlite::Error> for CredentialError {
-    fn from(e: rusqlite::Error) -> Self {
-        Self::Store(StoreError::from(e))
-    }
-}
-
 /// Runs `f` in a write transaction, keeping its own error apart from storage errors.
 fn write_tx<T>(
     store: &Store,
-    f: impl FnOnce(&Transaction<'_>) -> Result<T, CredentialError>,
+    f: impl FnOnce(&Tx<'_>) -> Result<T, CredentialError>,
 ) -> Result<T, CredentialError> {
     let mut own: Option<CredentialError> = None;
-    let result = store.write(|tx| {
+    let result = store.in_transaction(|tx| {
         f(tx).map_err(|e| match e {
             CredentialError::Store(e) => e,
             other => {
@@ -1623,20 +1491,20 @@ pub fn create_key(store: &Store, new: &NewKey) -> Result<IssuedKey, CredentialEr
         if let Some(client_id) = &new.client_id {
             check_client_grants(tx, client_id, &new.scopes)?;
         }
-        tx.prepare_cached(
-            "INSERT INTO credentials (public_id, kind, mode, name, secret_hash, scopes, client_id, \
-             expires_at, created_at) VALUES (?1, 'api_key', ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?
-        .execute(params![
-            public_id,
-            new.mode.as_str(),
-            name,
-            hash,
-            scopes_to_json(&new.scopes),
-            new.client_id,
-            expires_at,
-            now
-        ])?;
+        credentials::insert_credential(
+            tx,
+            &NewCredential {
+                public_id: &public_id,
+                kind: "api_key",
+                mode: new.mode.as_str(),
+                name: &name,
+                secret_hash: &hash,
+                scopes: &new.scopes,
+                client_id: new.client_id.as_deref(),
+                expires_at,
+                created_at: now,
+            },
+        )?;
         Ok(())
     })?;
     Ok(IssuedKey {
@@ -1646,21 +1514,14 @@ pub fn create_key(store: &Store, new: &NewKey) -> Result<IssuedKey, CredentialEr
     })
 }
 
-fn check_key_allowance(tx: &Transaction<'_>, now: i64) -> Result<(), CredentialError> {
-    let plan: Option<(String, Option<i64>)> = tx
-        .prepare_cached(
-            "SELECT p.slug, p.max_active_keys FROM company c JOIN plans p ON p.slug = c.plan_slug \
-             WHERE c.id = 1",
-        )?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let Some((plan, max)) = plan else {
+fn check_key_allowance(tx: &Tx<'_>, now: i64) -> Result<(), CredentialError> {
+    let Some(plan) = plans::company_plan_on(tx)? else {
         return Err(CredentialError::NotInitialised);
     };
-    let active = count_active_keys(tx, now)?;
-    match max {
+    let active = credentials::count_active_keys(tx, now)?;
+    match plan.max_active_keys {
         Some(limit) if active >= limit => Err(CredentialError::PlanLimit {
-            plan,
+            plan: plan.slug,
             limit,
             active,
         }),
@@ -1669,24 +1530,17 @@ fn check_key_allowance(tx: &Transaction<'_>, now: i64) -> Result<(), CredentialE
 }
 
 fn check_client_grants(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     client_id: &str,
     scopes: &[String],
 ) -> Result<(), CredentialError> {
-    let row: Option<(String, Option<i64>)> = tx
-        .prepare_cached(
-            "SELECT allowed_scopes, revoked_at FROM oauth_clients WHERE client_id = ?1",
-        )?
-        .query_row([client_id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?;
-    let Some((allowed, revoked_at)) = row else {
+    let Some((client, _)) = credentials::client_on(tx, client_id)? else {
         return Err(CredentialError::UnknownClient(client_id.to_owned()));
     };
-    if revoked_at.is_some() {
+    if client.revoked {
         return Err(CredentialError::ClientRevoked(client_id.to_owned()));
     }
-    let allowed = scopes_from_json(&allowed);
-    match scopes.iter().find(|s| !grants(&allowed, s)) {
+    match scopes.iter().find(|s| !grants(&client.allowed_scopes, s)) {
         Some(scope) => Err(CredentialError::ScopeNotAllowed {
             scope: scope.clone(),
             client_id: client_id.to_owned(),
@@ -1735,62 +1589,29 @@ impl KeyInfo {
 
 /// Every API key, oldest first (OAuth access tokens are not listed).
 pub fn list_keys(store: &Store) -> Result<Vec<KeyInfo>, CredentialError> {
-    Ok(store.read(|conn| {
-        let mut stmt = conn.prepare_cached(
-            "SELECT public_id, name, mode, scopes, client_id, created_at, expires_at, revoked_at, \
-             last_used_at, previous_secret_expires_at FROM credentials WHERE kind = 'api_key' \
-             ORDER BY created_at, public_id",
-        )?;
-        let keys = stmt
-            .query_map([], |row| {
-                Ok(KeyInfo {
-                    public_id: row.get(0)?,
-                    name: row.get(1)?,
-                    mode: Mode::from_stored(&row.get::<_, String>(2)?),
-                    scopes: scopes_from_json(&row.get::<_, String>(3)?),
-                    client_id: row.get(4)?,
-                    created_at: row.get(5)?,
-                    expires_at: row.get(6)?,
-                    revoked_at: row.get(7)?,
-                    last_used_at: row.get(8)?,
-                    previous_secret_until: row.get(9)?,
-                })
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(keys)
-    })?)
+    let keys = store.api_keys()?.into_iter().map(|row| KeyInfo {
+        public_id: row.public_id,
+        name: row.name,
+        mode: Mode::from_stored(&row.mode),
+        scopes: row.scopes,
+        client_id: row.client_id,
+        created_at: row.created_at,
+        expires_at: row.expires_at,
+        revoked_at: row.revoked_at,
+        last_used_at: row.last_used_at,
+        previous_secret_until: row.previous_secret_until,
+    });
+    Ok(keys.collect())
 }
 
 /// Revokes a key (or access token). Returns `false` when it was already revoked. Running
 /// servers refuse it on their next call: they read the row on every call.
 pub fn revoke_key(store: &Store, public_id: &str) -> Result<bool, CredentialError> {
+    let now = Clock::System.unix_secs();
     write_tx(store, |tx| {
-        revoke_row(tx, "credentials", "public_id", public_id)?
+        credentials::revoke(tx, Revocable::Credential, public_id, now)?
             .ok_or_else(|| CredentialError::UnknownKey(public_id.to_owned()))
     })
-}
-
-/// Sets `revoked_at` on the row of `table` whose `column` is `id`: `Some(true)` when it was
-/// active, `Some(false)` when already revoked, `None` when there is no such row.
-fn revoke_row(
-    tx: &rusqlite::Transaction<'_>,
-    table: &'static str,
-    column: &'static str,
-    id: &str,
-) -> Result<Option<bool>, CredentialError> {
-    let changed = tx
-        .prepare_cached(&format!(
-            "UPDATE {table} SET revoked_at = ?1 WHERE {column} = ?2 AND revoked_at IS NULL"
-        ))?
-        .execute(params![Clock::System.unix_secs(), id])?;
-    if changed > 0 {
-        return Ok(Some(true));
-    }
-    let exists: Option<i64> = tx
-        .prepare_cached(&format!("SELECT 1 FROM {table} WHERE {column} = ?1"))?
-        .query_row([id], |row| row.get(0))
-        .optional()?;
-    Ok(exists.map(|_| false))
 }
 
 /// Issues a new secret for an active API key. The previous secret keeps working for
@@ -1804,86 +1625,38 @@ pub fn rotate_key(
     let hash = hash_secret(&secret)?;
     let now = Clock::System.unix_secs();
     let until = (!grace.is_zero()).then(|| now.saturating_add(seconds(grace)));
-    let (mode, expires_at) =
-        write_tx(store, |tx| {
-            let row: Option<(String, String, Option<i64>, Option<i64>)> = tx
-            .prepare_cached(
-                "SELECT kind, mode, revoked_at, expires_at FROM credentials WHERE public_id = ?1",
-            )?
-            .query_row([public_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-            .optional()?;
-            let Some((kind, mode, revoked_at, expires_at)) = row else {
-                return Err(CredentialError::UnknownKey(public_id.to_owned()));
-            };
-            let status = match (revoked_at, expires_at) {
-                (Some(_), _) => Some("revoked"),
-                (None, Some(at)) if at <= now => Some("expired"),
-                _ => None,
-            };
-            if let Some(status) = status {
-                return Err(CredentialError::KeyNotActive {
-                    id: public_id.to_owned(),
-                    status,
-                });
-            }
-            if kind != "api_key" {
-                return Err(CredentialError::NotAnApiKey(public_id.to_owned()));
-            }
-            tx.prepare_cached(
-                "UPDATE credentials SET previous_secret_hash = CASE WHEN ?1 IS NULL THEN NULL \
-             ELSE secret_hash END, previous_secret_expires_at = ?1, secret_hash = ?2 \
-             WHERE public_id = ?3",
-            )?
-            .execute(params![until, hash, public_id])?;
-            Ok((Mode::from_stored(&mode), expires_at))
-        })?;
+    let (mode, expires_at) = write_tx(store, |tx| {
+        let Some(standing) = credentials::key_standing(tx, public_id)? else {
+            return Err(CredentialError::UnknownKey(public_id.to_owned()));
+        };
+        let credentials::KeyStanding {
+            kind,
+            mode,
+            revoked_at,
+            expires_at,
+        } = standing;
+        let status = match (revoked_at, expires_at) {
+            (Some(_), _) => Some("revoked"),
+            (None, Some(at)) if at <= now => Some("expired"),
+            _ => None,
+        };
+        if let Some(status) = status {
+            return Err(CredentialError::KeyNotActive {
+                id: public_id.to_owned(),
+                status,
+            });
+        }
+        if kind != "api_key" {
+            return Err(CredentialError::NotAnApiKey(public_id.to_owned()));
+        }
+        credentials::replace_secret(tx, public_id, &hash, until)?;
+        Ok((Mode::from_stored(&mode), expires_at))
+    })?;
     Ok(IssuedKey {
         token: compose_token(mode, public_id, secret.expose()),
         public_id: public_id.to_owned(),
         expires_at,
     })
-}
-
-/// An OAuth client, as the token endpoint sees it (never its secret or hash).
-#[derive(Debug, Clone)]
-pub struct OAuthClient {
-    /// Client id.
-    pub client_id: String,
-    /// Label.
-    pub name: String,
-    /// Scopes its access tokens may carry.
-    pub allowed_scopes: Vec<String>,
-    /// Override of the plan's per-client limit (calls per minute), if any.
-    pub per_minute_limit: Option<u32>,
-    /// Unix seconds.
-    pub created_at: i64,
-    /// Whether it was revoked.
-    pub revoked: bool,
-}
-
-fn find_client(
-    store: &Store,
-    client_id: &str,
-) -> Result<Option<(OAuthClient, String)>, StoreError> {
-    store.read(|conn| {
-        let mut stmt = conn.prepare_cached(&format!("{CLIENT_SELECT} WHERE client_id = ?1"))?;
-        Ok(stmt.query_row([client_id], client_from_row).optional()?)
-    })
-}
-
-const CLIENT_SELECT: &str = "SELECT client_id, name, allowed_scopes, per_minute_limit, created_at, \
-     revoked_at, secret_hash FROM oauth_clients";
-
-fn client_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(OAuthClient, String)> {
-    let client = OAuthClient {
-        client_id: row.get(0)?,
-        name: row.get(1)?,
-        allowed_scopes: scopes_from_json(&row.get::<_, String>(2)?),
-        per_minute_limit: row.get(3)?,
-        created_at: row.get(4)?,
-        revoked: row.get::<_, Option<i64>>(5)?.is_some(),
-    };
-    Ok((client, row.get(6)?))
 }
 
 /// A newly created OAuth client: its id and its secret, shown once.
@@ -1909,34 +1682,27 @@ pub fn create_client(
     let secret = Secret::new(format!("{CLIENT_SECRET_PREFIX}{}", new_secret()?));
     let hash = hash_secret(&secret)?;
     let now = Clock::System.unix_secs();
-    write_tx(store, |tx| {
-        tx.prepare_cached(
-            "INSERT INTO oauth_clients (client_id, name, secret_hash, allowed_scopes, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?
-        .execute(params![client_id, name, hash, scopes_to_json(scopes), now])?;
-        Ok(())
+    store.insert_client(&NewClient {
+        client_id: &client_id,
+        name: &name,
+        secret_hash: &hash,
+        allowed_scopes: scopes,
+        created_at: now,
     })?;
     Ok(IssuedClient { client_id, secret })
 }
 
 /// Every OAuth client, oldest first.
 pub fn list_clients(store: &Store) -> Result<Vec<OAuthClient>, CredentialError> {
-    Ok(store.read(|conn| {
-        let mut stmt =
-            conn.prepare_cached(&format!("{CLIENT_SELECT} ORDER BY created_at, client_id"))?;
-        let clients = stmt
-            .query_map([], |row| client_from_row(row).map(|(client, _)| client))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(clients)
-    })?)
+    Ok(store.clients()?)
 }
 
 /// Revokes a client: every call with one of its credentials then answers
 /// `client_revoked`. Returns `false` when it was already revoked.
 pub fn revoke_client(store: &Store, client_id: &str) -> Result<bool, CredentialError> {
+    let now = Clock::System.unix_secs();
     write_tx(store, |tx| {
-        revoke_row(tx, "oauth_clients", "client_id", client_id)?
+        credentials::revoke(tx, Revocable::Client, client_id, now)?
             .ok_or_else(|| CredentialError::UnknownClient(client_id.to_owned()))
     })
 }
@@ -1969,23 +1735,21 @@ pub fn issue_access_token(
     let expires_at = now.saturating_add(seconds(ttl));
     write_tx(store, |tx| {
         check_client_grants(tx, &client.client_id, &scopes)?;
-        tx.prepare_cached(
-            "DELETE FROM credentials WHERE kind = 'oauth_access' AND expires_at < ?1",
-        )?
-        .execute([now - ACCESS_TOKEN_RETENTION_SECS])?;
-        tx.prepare_cached(
-            "INSERT INTO credentials (public_id, kind, mode, name, secret_hash, scopes, client_id, \
-             expires_at, created_at) VALUES (?1, 'oauth_access', 'live', ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?
-        .execute(params![
-            public_id,
-            format!("access token of {}", client.client_id),
-            access_hash(&secret),
-            scopes_to_json(&scopes),
-            client.client_id,
-            expires_at,
-            now
-        ])?;
+        credentials::delete_access_tokens_expired_before(tx, now - ACCESS_TOKEN_RETENTION_SECS)?;
+        credentials::insert_credential(
+            tx,
+            &NewCredential {
+                public_id: &public_id,
+                kind: "oauth_access",
+                mode: "live",
+                name: &format!("access token of {}", client.client_id),
+                secret_hash: &access_hash(&secret),
+                scopes: &scopes,
+                client_id: Some(&client.client_id),
+                expires_at: Some(expires_at),
+                created_at: now,
+            },
+        )?;
         Ok(())
     })?;
     Ok(IssuedKey {
@@ -2112,7 +1876,8 @@ mod tests {
             })
             .collect();
         assert!(calls.iter().all(|c| matches!(c, CallAuth::Cached { .. })));
-        let limiter = crate::guards::ratelimit::Limiter::new(store.clone(), Clock::System);
+        let limiter: crate::guards::ratelimit::Limiter<crate::guards::charging::CallCharge> =
+            crate::guards::ratelimit::Limiter::with_batch(store.clone(), Clock::System);
         let group = calls
             .iter()
             .map(|call| {
@@ -2121,18 +1886,18 @@ mod tests {
                     client_id: None,
                     category: Category::Read,
                 };
-                (request, auth.call_checks(call))
+                crate::guards::charging::CallCharge::new(request, auth.call_checks(call))
             })
             .collect();
-        let charged = limiter.charge_checked_many(group);
+        let charged = limiter.charge_many(group);
         let rechecked: Vec<Result<Vec<String>, serde_json::Value>> = calls
             .iter()
             .zip(charged)
             .map(
-                |(call, (_, mut checks))| match auth.finish_recheck(call, &mut checks, "t") {
+                |(call, mut charged)| match auth.finish_recheck(call, &mut charged.checks, "t") {
                     Recheck::Admitted(p) => {
                         assert_eq!(p.credential_id, call.credential_id());
-                        assert!(checks.facts().is_some(), "plan read for an admitted call");
+                        assert!(charged.facts.is_some(), "plan read for an admitted call");
                         Ok(p.scopes)
                     }
                     Recheck::Refused(err) => Err(reason(&err)),

@@ -11,7 +11,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use rusqlite::{OptionalExtension, params};
 use serde_json::{Value, json};
 
 use crate::config::{Config, Locale};
@@ -571,26 +570,16 @@ fn unknown_plan(slug: &str) -> Failed {
     ))
 }
 
-fn max_active_keys(store: &Store, slug: &str) -> Result<Option<i64>, StoreError> {
-    store.read(|conn| {
-        let limit = conn
-            .prepare_cached("SELECT max_active_keys FROM plans WHERE slug = ?1")?
-            .query_row([slug], |row| row.get(0))
-            .optional()?;
-        Ok(limit.flatten())
-    })
-}
-
-fn plan_json(store: &Store, plan: &crate::store::Plan) -> Result<Value, StoreError> {
-    Ok(json!({
+fn plan_json(plan: &crate::store::Plan) -> Value {
+    json!({
         "slug": plan.slug, "name": plan.name, "rank": plan.rank,
         "hourly_call_limit": plan.hourly_call_limit,
         "per_minute": { "read": plan.read_per_minute, "write": plan.write_per_minute,
                         "destructive": plan.destructive_per_minute, "send": plan.send_per_minute,
                         "generate": plan.generate_per_minute, "client": plan.client_per_minute },
-        "max_active_keys": max_active_keys(store, &plan.slug)?,
+        "max_active_keys": plan.max_active_keys,
         "excluded_tools": plan.excluded_tools,
-    }))
+    })
 }
 
 fn limit_text(limit: Option<impl std::fmt::Display>) -> String {
@@ -601,10 +590,7 @@ fn plan_list(store: &Store, as_json: bool) -> Result<(), Failed> {
     let plans = store.plans()?;
     let current = store.company()?.map(|c| c.plan_slug);
     if as_json {
-        let list = plans
-            .iter()
-            .map(|p| plan_json(store, p))
-            .collect::<Result<Vec<_>, _>>()?;
+        let list: Vec<Value> = plans.iter().map(plan_json).collect();
         println!("{}", json!({ "current": current, "plans": list }));
         return Ok(());
     }
@@ -628,7 +614,7 @@ fn plan_list(store: &Store, as_json: bool) -> Result<(), Failed> {
             p.slug,
             p.name,
             limit_text(p.hourly_call_limit),
-            limit_text(max_active_keys(store, &p.slug)?)
+            limit_text(p.max_active_keys)
         );
     }
     Ok(())
@@ -638,7 +624,7 @@ fn plan_show(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
     let plan = store
         .plan(&args.slug)?
         .ok_or_else(|| unknown_plan(&args.slug))?;
-    let shown = plan_json(store, &plan)?;
+    let shown = plan_json(&plan);
     if args.json {
         println!("{shown}");
         return Ok(());
@@ -659,7 +645,7 @@ fn plan_show(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
     println!("  per minute per OAuth client: {}", plan.client_per_minute);
     println!(
         "  active API keys:     {}",
-        limit_text(max_active_keys(store, &plan.slug)?)
+        limit_text(plan.max_active_keys)
     );
     let excluded = if plan.excluded_tools.is_empty() {
         "none".to_owned()
@@ -671,16 +657,10 @@ fn plan_show(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
 }
 
 fn plan_set(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
-    if store.plan(&args.slug)?.is_none() {
+    let Some(plan) = store.plan(&args.slug)? else {
         return Err(unknown_plan(&args.slug));
-    }
-    let changed = store.write(|tx| {
-        Ok(tx.execute(
-            "UPDATE company SET plan_slug = ?1 WHERE id = 1",
-            [&args.slug],
-        )?)
-    })?;
-    if changed == 0 {
+    };
+    if !store.set_company_plan(&args.slug)? {
         return Err(CredentialError::NotInitialised.into());
     }
     let now = crate::clock::Clock::System.unix_secs();
@@ -688,7 +668,7 @@ fn plan_set(store: &Store, args: &PlanSlugArgs) -> Result<(), Failed> {
         .iter()
         .filter(|k| k.status(now) == "active")
         .count();
-    let limit = max_active_keys(store, &args.slug)?;
+    let limit = plan.max_active_keys;
     let over = limit.filter(|&l| i64::try_from(active).unwrap_or(i64::MAX) > l);
     if args.json {
         println!(
@@ -742,13 +722,7 @@ fn plan_edit(store: &Store, args: &PlanToolArgs, exclude: bool) -> Result<(), Fa
         (true, false) => excluded.push(args.tool.clone()),
         (false, true) => excluded.retain(|t| t != &args.tool),
     }
-    let text = Value::from(excluded).to_string();
-    store.write(|tx| {
-        Ok(tx.execute(
-            "UPDATE plans SET excluded_tools = ?1 WHERE slug = ?2",
-            params![text, args.slug],
-        )?)
-    })?;
+    store.set_excluded_tools(&args.slug, &excluded)?;
     let verb = if exclude { "excludes" } else { "includes" };
     println!("The {} plan now {verb} {}.", args.slug, args.tool);
     Ok(())
@@ -763,13 +737,8 @@ pub fn company(config: &Config, command: &CompanyCommand) -> ExitCode {
 }
 
 fn company_mode(store: &Store) -> Result<Mode, StoreError> {
-    store.read(|conn| {
-        let mode: Option<String> = conn
-            .prepare_cached("SELECT mode FROM company WHERE id = 1")?
-            .query_row([], |row| row.get(0))
-            .optional()?;
-        Ok(mode.as_deref().and_then(Mode::parse).unwrap_or(Mode::Live))
-    })
+    let mode = store.company_mode()?;
+    Ok(mode.as_deref().and_then(Mode::parse).unwrap_or(Mode::Live))
 }
 
 fn company_show(store: &Store, as_json: bool) -> Result<(), Failed> {

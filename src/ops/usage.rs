@@ -156,12 +156,18 @@ fn render_report(report: &LimitsReport) -> String {
     );
     for p in &report.plans {
         let hourly = p
-            .per_hour
+            .hourly_call_limit
             .map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
-        let m = &p.per_minute;
         out += &format!(
             "  {:<12} {:>10} {:>6} {:>6} {:>12} {:>6} {:>9} {:>7}\n",
-            p.slug, hourly, m.read, m.write, m.destructive, m.send, m.generate, p.client_per_minute
+            p.slug,
+            hourly,
+            p.read_per_minute,
+            p.write_per_minute,
+            p.destructive_per_minute,
+            p.send_per_minute,
+            p.generate_per_minute,
+            p.client_per_minute
         );
     }
     out += "\nCredential overrides (calls/minute):\n";

@@ -1,0 +1,222 @@
+//! The schema and its migrations: `schema.sql` is step 1; each later step runs in its own
+//! `BEGIN IMMEDIATE` transaction and bumps `PRAGMA user_version`; a database newer than
+//! this binary is refused.
+//!
+//! Before migrating, an existing file must have exactly the tables and columns that its
+//! version has (computed by applying the migration steps to an empty in-memory database),
+//! so a foreign SQLite file is refused as [`StoreError::Foreign`] instead of failing later
+//! on a missing table.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+use super::{StoreError, StoreOptions, configure_connection, open_flags};
+
+/// The schema version this binary writes and understands (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: u32 = 4;
+
+/// The whole schema at version 1, applied when a database is created.
+pub(super) const SCHEMA_SQL: &str = include_str!("../../schema.sql");
+
+/// Version 2: the audit log keeps only the index its queries use. Every audit row paid for
+/// three secondary indexes; two were never read (by time alone, by tool).
+pub(super) const AUDIT_INDEXES_SQL: &str = "
+    DROP INDEX IF EXISTS audit_log_by_at;
+    DROP INDEX IF EXISTS audit_log_by_tool;
+";
+
+/// Version 3: the business tables hold two books, `live` and `test` (the sandbox of test
+/// keys), in a `book` column that leads every key: ids, tax ids, invoice numbers and series
+/// are unique per book, and a row can only point at rows of its own book (the foreign keys
+/// include the book). Test-book outbox rows are `sandboxed`, never `pending`, so a relay
+/// that delivers pending rows cannot send them. The tables are rebuilt (SQLite cannot change
+/// a key in place) and every existing row lands in the live book.
+pub(super) const BOOKS_SQL: &str = include_str!("../../migrations/books.sql");
+
+/// Version 4: an audit row can stand for several calls. Refusals of unauthenticated callers
+/// are summarised, one row per source and window, with the number of calls it counts and
+/// the source they came from (NULL on the rows of single calls).
+pub(super) const AUDIT_SUMMARY_SQL: &str = "
+    ALTER TABLE audit_log ADD COLUMN calls INTEGER NOT NULL DEFAULT 1 CHECK (calls >= 1);
+    ALTER TABLE audit_log ADD COLUMN source TEXT;
+";
+
+/// Ordered migration steps: (version reached, SQL). Never edit a released step; append one.
+const MIGRATIONS: &[(u32, &str)] = &[
+    (1, SCHEMA_SQL),
+    (2, AUDIT_INDEXES_SQL),
+    (3, BOOKS_SQL),
+    (4, AUDIT_SUMMARY_SQL),
+];
+
+// The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.
+const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION);
+
+/// Checks the file's version, sets the PRAGMAs and runs pending migrations.
+pub(super) fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), StoreError> {
+    let mut conn = Connection::open_with_flags(path, open_flags(opts.create))?;
+    conn.busy_timeout(opts.busy_timeout)?;
+    // The version and the tables are read in one snapshot: a process creating the file
+    // at the same moment commits both at once.
+    conn.execute_batch("BEGIN")?;
+    let found = user_version(&conn)?;
+    let shape = refuse_too_new(found).and_then(|()| schema_shape(&conn));
+    conn.execute_batch("COMMIT")?;
+    let shape = shape?;
+    if found == 0 && !shape.is_empty() {
+        return Err(StoreError::Foreign(
+            "it holds tables but no tollgate schema version".to_owned(),
+        ));
+    }
+    if found == 0 && !opts.create {
+        return Err(StoreError::Missing(path.to_path_buf()));
+    }
+    if found > 0 {
+        check_shape(&shape, found)?;
+    }
+    configure_connection(&conn, opts.busy_timeout)?;
+    migrate(&mut conn)
+}
+
+/// A table's columns as `PRAGMA table_info` describes them: name, declared type,
+/// NOT NULL, default, primary-key position.
+type Columns = Vec<(String, String, bool, Option<String>, i64)>;
+
+/// Every table of a database (SQLite's own excepted) with its columns.
+fn schema_shape(conn: &Connection) -> Result<BTreeMap<String, Columns>, StoreError> {
+    let mut tables = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+    )?;
+    let names = tables
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut columns = conn.prepare(
+        "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1) ORDER BY cid",
+    )?;
+    let mut shape = BTreeMap::new();
+    for name in names {
+        let list = columns
+            .query_map([&name], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            })?
+            .collect::<Result<Columns, _>>()?;
+        shape.insert(name, list);
+    }
+    Ok(shape)
+}
+
+/// The tables and columns a tollgate database of `version` has: the migration steps up to
+/// it, applied to an empty in-memory database.
+fn expected_shape(version: u32) -> Result<BTreeMap<String, Columns>, StoreError> {
+    let conn = Connection::open_in_memory()?;
+    // As in `migrate`: a step that rebuilds a table needs foreign keys off.
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    for &(step, sql) in MIGRATIONS.iter().filter(|(step, _)| *step <= version) {
+        conn.execute_batch(sql)?;
+        conn.pragma_update(None, "user_version", step)?;
+    }
+    schema_shape(&conn)
+}
+
+/// Refuses a file whose tables or columns are not exactly those of `version`.
+fn check_shape(found: &BTreeMap<String, Columns>, version: u32) -> Result<(), StoreError> {
+    let expected = expected_shape(version)?;
+    let foreign = |reason: String| Err(StoreError::Foreign(reason));
+    if let Some(extra) = found.keys().find(|name| !expected.contains_key(*name)) {
+        return foreign(format!(
+            "table {extra:?} is not part of a tollgate database (schema version {version})"
+        ));
+    }
+    for (table, columns) in &expected {
+        match found.get(table) {
+            None => {
+                return foreign(format!(
+                    "table {table:?} of schema version {version} is missing"
+                ));
+            }
+            Some(have) if have != columns => {
+                let names = |c: &Columns| c.iter().map(|c| c.0.clone()).collect::<Vec<_>>();
+                return foreign(format!(
+                    "table {table:?} has columns {:?}; schema version {version} has {:?}",
+                    names(have),
+                    names(columns)
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn user_version(conn: &Connection) -> Result<u32, StoreError> {
+    Ok(conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
+}
+
+fn refuse_too_new(found: u32) -> Result<(), StoreError> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Applies every migration step above the file's version, each in its own transaction.
+/// Foreign keys are off while they run (a step that rebuilds a table drops the old one,
+/// which with foreign keys on would delete, or cascade to, the rows pointing at it) and
+/// each step checks them before it commits.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let applied = MIGRATIONS
+        .iter()
+        .try_for_each(|&(version, sql)| apply_step(conn, version, sql));
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    applied?;
+    refuse_too_new(user_version(conn)?)
+}
+
+/// Fails when a row points at a row that does not exist (after a step, before its commit).
+fn check_foreign_keys(conn: &Connection) -> Result<(), StoreError> {
+    let broken: Option<String> = conn
+        .prepare("PRAGMA foreign_key_check")?
+        .query_row([], |row| row.get(0))
+        .optional()?;
+    match broken {
+        None => Ok(()),
+        Some(table) => Err(StoreError::Sqlite(super::SqliteError(
+            rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY),
+                Some(format!(
+                    "a migration left broken references in table {table}"
+                )),
+            ),
+        ))),
+    }
+}
+
+/// One step under `BEGIN IMMEDIATE`. The version is re-read inside the transaction, so
+/// two processes opening a fresh file at once apply each step exactly once.
+fn apply_step(conn: &mut Connection, version: u32, sql: &str) -> Result<(), StoreError> {
+    if user_version(conn)? >= version {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if user_version(&tx)? >= version {
+        return Ok(());
+    }
+    tx.execute_batch(sql)?;
+    check_foreign_keys(&tx)?;
+    tx.pragma_update(None, "user_version", version)?;
+    tx.commit()?;
+    tracing::info!(version, "applied database migration");
+    Ok(())
+}
