@@ -1,5 +1,8 @@
-//! Consistent copies of the database: SQLite's `VACUUM INTO` and its integrity check.
+//! Copies of the database and what checks them: SQLite's `VACUUM INTO`, the integrity
+//! check, the schema version a file's header records (read without opening it), and the
+//! probe that tells whether another process holds the file.
 
+use std::io::Read as _;
 use std::path::Path;
 
 use super::{Store, StoreError};
@@ -37,4 +40,37 @@ impl Store {
             Ok(())
         })
     }
+
+    /// Succeeds only when no other connection holds the database: taking the exclusive
+    /// file lock fails ([`StoreError::Busy`]) while any process has it open in WAL mode
+    /// (each such connection keeps a shared lock).
+    pub fn probe_exclusive(&self) -> Result<(), StoreError> {
+        self.read(|conn| {
+            conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
+            conn.execute_batch("BEGIN EXCLUSIVE; COMMIT;")?;
+            Ok(())
+        })
+    }
+}
+
+/// Size of an SQLite file header.
+const SQLITE_HEADER_BYTES: usize = 100;
+
+/// Offset of `PRAGMA user_version` (big-endian u32) in an SQLite file header.
+pub const USER_VERSION_OFFSET: usize = 60;
+
+/// The schema version (`PRAGMA user_version`) recorded in the header of the file at
+/// `path`, read without opening it as a database; `Ok(None)` when it is no SQLite file.
+pub fn header_user_version(path: &Path) -> std::io::Result<Option<u32>> {
+    let mut bytes = Vec::with_capacity(SQLITE_HEADER_BYTES);
+    std::fs::File::open(path)?
+        .take(SQLITE_HEADER_BYTES as u64)
+        .read_to_end(&mut bytes)?;
+    if !bytes.starts_with(b"SQLite format 3\0") {
+        return Ok(None);
+    }
+    Ok(bytes
+        .get(USER_VERSION_OFFSET..USER_VERSION_OFFSET + 4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_be_bytes))
 }

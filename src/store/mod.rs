@@ -25,9 +25,11 @@
 //! Errors are [`StoreError`]: a `Display` for the operator (it may name the file) and a
 //! [`StoreError::public_message`] safe to send to a client (no paths, no SQL).
 
+pub mod audit;
 pub mod backup;
 pub mod counters;
 pub mod credentials;
+pub mod idempotency;
 pub mod migrations;
 pub mod plans;
 
@@ -62,6 +64,16 @@ impl<'c> Conn<'c> {
 /// hands out and a tool's commit writes through). It reads like a [`Conn`].
 pub struct Tx<'c> {
     conn: Conn<'c>,
+}
+
+impl Tx<'_> {
+    /// Runs `f` on a transaction opened with the SQLite connection itself (what a tool's
+    /// commit hands out until the invoicing pack's SQL lives here too).
+    pub fn during<T>(tx: &Connection, f: impl FnOnce(&Tx<'_>) -> T) -> T {
+        f(&Tx {
+            conn: Conn { inner: tx },
+        })
+    }
 }
 
 impl<'c> std::ops::Deref for Tx<'c> {

@@ -74,7 +74,7 @@ impl Filled {
 pub fn reset(store: &Store, seed: Seed) -> Result<Filled, DemoError> {
     write(store, |tx| {
         db::clear_test_book(tx)?;
-        crate::guards::idempotency::forget_completed_of_test_keys(tx)?;
+        crate::store::Tx::during(tx, crate::store::idempotency::forget_completed_of_test_keys)?;
         fill(tx, seed)
     })
 }
