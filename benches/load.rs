@@ -1455,7 +1455,7 @@ struct InvoiceBook {
 /// Fills the invoicing tables with `count` invoices, in one transaction, through the same
 /// pricing and SQL functions as the tools.
 fn seed_invoices(db: &Path, count: usize) -> Result<InvoiceBook, StoreError> {
-    open_store(db).write(|tx| {
+    open_store(db).in_transaction(|tx| {
         let clients = seed_clients(tx, BOOK_CLIENTS.min(count))?;
         let mut book = InvoiceBook {
             ids: Vec::with_capacity(count),
@@ -1476,7 +1476,7 @@ fn seed_invoices(db: &Path, count: usize) -> Result<InvoiceBook, StoreError> {
     })
 }
 
-fn seed_clients(tx: &rusqlite::Transaction<'_>, count: usize) -> Result<Vec<Client>, StoreError> {
+fn seed_clients(tx: &tollgate::store::Tx<'_>, count: usize) -> Result<Vec<Client>, StoreError> {
     let mut clients = Vec::with_capacity(count);
     for i in 0..count {
         let number = 10_000_000 + i * 3_677;
@@ -1528,7 +1528,7 @@ fn seed_line(rng: &mut SplitMix64, simplified: bool) -> Line {
 /// One invoice issued `days_ago` (2 % drafts, 10 % simplified), with its payments: most
 /// invoices older than 45 days are paid, a few others partly.
 fn seed_invoice(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &tollgate::store::Tx<'_>,
     client: &Client,
     today: Date,
     days_ago: i64,

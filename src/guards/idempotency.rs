@@ -88,8 +88,8 @@ impl CommitHook for Reservation {
     /// Marks the key completed with `result` inside the tool's own transaction. If the lease
     /// was lost meanwhile (expired and taken over), the tool's writes are rolled back and the
     /// call answers `idempotency_key_in_use`.
-    fn on_commit(&self, tx: &rusqlite::Transaction<'_>, result: &Value) -> Result<(), McpError> {
-        match crate::store::Tx::during(tx, |tx| complete(tx, self, result)) {
+    fn on_commit(&self, tx: &Tx<'_>, result: &Value) -> Result<(), McpError> {
+        match complete(tx, self, result) {
             Ok(true) => {
                 // Only read by `settle` after a successful outcome, i.e. after this
                 // transaction committed.
@@ -598,7 +598,7 @@ mod tests {
         result: &Value,
     ) -> Result<(), McpError> {
         let mut hook_outcome = Ok(());
-        let _ = store.write(|tx| {
+        let _ = store.in_transaction(|tx| {
             hook_outcome = reservation.on_commit(tx, result);
             Ok(())
         });

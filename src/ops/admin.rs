@@ -806,14 +806,9 @@ fn company_set(store: &Store, args: &CompanySetArgs) -> Result<(), Failed> {
 /// operator emptied on purpose while in test mode stays empty.
 fn set_mode(store: &Store, mode: Mode) -> Result<(), Failed> {
     let filled = sandbox::write(store, |tx| {
-        let changed = tx
-            .execute(
-                "UPDATE company SET mode = ?1 WHERE id = 1 AND mode <> ?1",
-                [mode.as_str()],
-            )
-            .map_err(StoreError::from)?;
+        let changed = crate::store::plans::set_company_mode(tx, mode.as_str())?;
         match mode {
-            Mode::Test if changed > 0 => sandbox::fill_if_empty(tx),
+            Mode::Test if changed => sandbox::fill_if_empty(tx),
             _ => Ok(None),
         }
     })?;

@@ -12,7 +12,8 @@
 //! [`migrations`] (the schema, its steps and the shape check), [`plans`] (`plans`,
 //! `company`), [`credentials`] (`credentials`, `oauth_clients`), [`counters`]
 //! (`rate_counters`), [`idempotency`] (`idempotency_keys`), [`audit`] (`audit_log`),
-//! [`backup`] (copies and the integrity check); `server_secrets` is written here.
+//! [`invoicing`] (the invoicing pack's tables), [`backup`] (copies and the integrity
+//! check); `server_secrets` is written here.
 //!
 //! The file is created `0600` whatever the umask (it holds argon2 hashes and the key that
 //! seals request state); SQLite gives its `-wal` and `-shm` files the same mode. A file, WAL
@@ -30,6 +31,7 @@ pub mod backup;
 pub mod counters;
 pub mod credentials;
 pub mod idempotency;
+pub mod invoicing;
 pub mod migrations;
 pub mod plans;
 
@@ -64,16 +66,6 @@ impl<'c> Conn<'c> {
 /// hands out and a tool's commit writes through). It reads like a [`Conn`].
 pub struct Tx<'c> {
     conn: Conn<'c>,
-}
-
-impl Tx<'_> {
-    /// Runs `f` on a transaction opened with the SQLite connection itself (what a tool's
-    /// commit hands out until the invoicing pack's SQL lives here too).
-    pub fn during<T>(tx: &Connection, f: impl FnOnce(&Tx<'_>) -> T) -> T {
-        f(&Tx {
-            conn: Conn { inner: tx },
-        })
-    }
 }
 
 impl<'c> std::ops::Deref for Tx<'c> {
@@ -115,6 +107,8 @@ pub enum StoreError {
     Full,
     /// Any other database error.
     Sqlite(SqliteError),
+    /// A stored value the reader does not understand (a damaged row).
+    Corrupt(String),
     /// No pooled connection could be obtained in time.
     Pool(String),
     /// A file-system error around the database file (directory creation, backup target).
@@ -155,7 +149,7 @@ impl StoreError {
             Self::Missing(_) => "the database has not been initialised",
             Self::Busy => "the database is busy; retry shortly",
             Self::Full => "the server's disk is full; retry later",
-            Self::Sqlite(_) => "internal database error",
+            Self::Sqlite(_) | Self::Corrupt(_) => "internal database error",
             Self::Pool(_) => "no database connection is available; retry shortly",
             Self::Io(_) => "database storage error",
             Self::RolledBack => "the change was rolled back",
@@ -182,6 +176,7 @@ impl fmt::Display for StoreError {
             ),
             Self::Full => f.write_str("the disk holding the database is full"),
             Self::Sqlite(e) => write!(f, "database error: {e}"),
+            Self::Corrupt(what) => write!(f, "database error: a stored row is damaged: {what}"),
             Self::Pool(e) => write!(f, "no database connection available: {e}"),
             Self::Io(e) => write!(f, "database file error: {e}"),
             Self::RolledBack => f.write_str("the transaction was rolled back by its caller"),

@@ -1,0 +1,787 @@
+//! The invoicing tables (`schema.sql`, last section, in two books since schema version 3:
+//! `migrations/books.sql`) and their only writer. Rows travel as plain column values; the
+//! invoicing pack turns them into its model (ids, kinds, statuses, money). Every function
+//! takes the book (`live` or `test`) of the caller and confines every statement to it, so
+//! a test key never reads or writes a live row. Writes stamp their rows with the `now`
+//! (unix seconds) the caller read from its clock.
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{Conn, StoreError, Tx};
+
+/// Result of the queries here.
+pub type DbResult<T> = Result<T, StoreError>;
+
+/// The company's ISO country code (decides the legal VAT rates), if there is a company.
+pub fn company_country(conn: &Conn<'_>) -> DbResult<Option<String>> {
+    Ok(conn
+        .sql()
+        .prepare_cached("SELECT country FROM company WHERE id = 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?)
+}
+
+// ---- Clients ------------------------------------------------------------------------------
+
+/// A row of `clients`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientRow {
+    /// `cli_…`.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Normalised tax id.
+    pub tax_id: Option<String>,
+    /// E-mail address.
+    pub email: Option<String>,
+    /// Postal address.
+    pub address: Option<String>,
+}
+
+const CLIENT_SELECT: &str = "SELECT id, name, tax_id, email, address FROM clients";
+// Every statement below names the book as `?1`.
+
+fn client_from_row(row: &Row<'_>) -> rusqlite::Result<ClientRow> {
+    Ok(ClientRow {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        tax_id: row.get(2)?,
+        email: row.get(3)?,
+        address: row.get(4)?,
+    })
+}
+
+/// One client.
+pub fn client(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<ClientRow>> {
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(&format!("{CLIENT_SELECT} WHERE book = ?1 AND id = ?2"))?;
+    Ok(stmt.query_row([book, id], client_from_row).optional()?)
+}
+
+/// The id of the client holding `tax_id` (normalised), if any.
+pub fn client_with_tax_id(conn: &Conn<'_>, book: &str, tax_id: &str) -> DbResult<Option<String>> {
+    let mut stmt = conn
+        .sql()
+        .prepare_cached("SELECT id FROM clients WHERE book = ?1 AND tax_id = ?2")?;
+    Ok(stmt.query_row([book, tax_id], |r| r.get(0)).optional()?)
+}
+
+/// Inserts a new client.
+pub fn insert_client(tx: &Tx<'_>, book: &str, c: &ClientRow, now: i64) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached(
+            "INSERT INTO clients (book, id, name, tax_id, email, address, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+        )?
+        .execute(params![
+            book, c.id, c.name, c.tax_id, c.email, c.address, now
+        ])?;
+    Ok(())
+}
+
+/// Saves every field of an existing client.
+pub fn update_client(tx: &Tx<'_>, book: &str, c: &ClientRow, now: i64) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached(
+            "UPDATE clients SET name = ?3, tax_id = ?4, email = ?5, address = ?6, updated_at = ?7
+             WHERE book = ?1 AND id = ?2",
+        )?
+        .execute(params![
+            book, c.id, c.name, c.tax_id, c.email, c.address, now
+        ])?;
+    Ok(())
+}
+
+/// Deletes a client (the caller has checked it has no invoices).
+pub fn delete_client(tx: &Tx<'_>, book: &str, id: &str) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached("DELETE FROM clients WHERE book = ?1 AND id = ?2")?
+        .execute([book, id])?;
+    Ok(())
+}
+
+/// How many invoices (of any status) a client has, and how much it owes on issued ones.
+pub fn client_activity(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<(i64, i64)> {
+    let mut stmt = conn.sql().prepare_cached(
+        "SELECT count(*),
+                coalesce(sum(CASE WHEN status = 'issued' AND total_cents > paid_cents
+                                  THEN total_cents - paid_cents END), 0)
+         FROM invoices WHERE book = ?1 AND client_id = ?2",
+    )?;
+    Ok(stmt.query_row([book, id], |r| Ok((r.get(0)?, r.get(1)?)))?)
+}
+
+/// A page of clients, newest first, optionally matching `query` in name, tax id or email.
+pub fn search_clients(
+    conn: &Conn<'_>,
+    book: &str,
+    query: Option<&str>,
+    starting_after: Option<&str>,
+    limit: usize,
+) -> DbResult<Vec<ClientRow>> {
+    let pattern = query.map(|q| format!("%{}%", escape_like(q)));
+    let mut stmt = conn.sql().prepare_cached(&format!(
+        "{CLIENT_SELECT}
+         WHERE book = ?1
+           AND (?2 IS NULL OR name LIKE ?2 ESCAPE '\\' OR tax_id LIKE ?2 ESCAPE '\\'
+                OR email LIKE ?2 ESCAPE '\\')
+           AND (?3 IS NULL OR id < ?3)
+         ORDER BY id DESC LIMIT ?4 + 0"
+    ))?;
+    let rows = stmt.query_map(
+        params![book, pattern, starting_after, limit_param(limit)],
+        client_from_row,
+    )?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn escape_like(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+fn limit_param(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+// ---- Invoices -----------------------------------------------------------------------------
+
+/// The amounts of an invoice or a line, in cents (as `money.rs` computed them; reading
+/// never recomputes or rounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AmountColumns {
+    /// Before discount.
+    pub gross_cents: i64,
+    /// Discount.
+    pub discount_cents: i64,
+    /// After discount (`subtotal_cents` of an invoice, `net_cents` of a line).
+    pub net_cents: i64,
+    /// VAT.
+    pub vat_cents: i64,
+    /// Withholding.
+    pub withholding_cents: i64,
+    /// Total.
+    pub total_cents: i64,
+}
+
+/// A row of `invoice_lines` (its position is its index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineRow {
+    /// Description.
+    pub description: String,
+    /// Quantity.
+    pub quantity: i64,
+    /// Unit price.
+    pub unit_price_cents: i64,
+    /// Discount, whole percent.
+    pub discount_percent: i64,
+    /// VAT rate, whole percent.
+    pub vat_rate: i64,
+    /// Withholding rate, whole percent.
+    pub withholding_rate: i64,
+    /// Its amounts.
+    pub amounts: AmountColumns,
+}
+
+/// A row of `invoices`, with its client's name and (when read whole) its lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvoiceRow {
+    /// `inv_…`.
+    pub id: String,
+    /// `cli_…`.
+    pub client_id: String,
+    /// The client's name (read only).
+    pub client_name: String,
+    /// `full`, `simplified` or `rectifying`.
+    pub kind: String,
+    /// `draft`, `issued`, `paid` or `void`.
+    pub status: String,
+    /// Series code.
+    pub series: String,
+    /// Number, once issued.
+    pub number: Option<String>,
+    /// `YYYY-MM-DD`.
+    pub issue_date: Option<String>,
+    /// `YYYY-MM-DD`.
+    pub due_date: Option<String>,
+    /// ISO currency.
+    pub currency: String,
+    /// Free text.
+    pub notes: Option<String>,
+    /// Its amounts (`net_cents` is the subtotal).
+    pub totals: AmountColumns,
+    /// Paid so far.
+    pub paid_cents: i64,
+    /// Recipient snapshot taken at issue.
+    pub recipient_name: Option<String>,
+    /// Recipient snapshot taken at issue.
+    pub recipient_tax_id: Option<String>,
+    /// The invoice this one rectifies.
+    pub rectifies_id: Option<String>,
+    /// The invoice that rectified this one.
+    pub rectified_by_id: Option<String>,
+    /// Why it was voided.
+    pub void_reason: Option<String>,
+    /// Its lines, in order (empty in summaries).
+    pub lines: Vec<LineRow>,
+}
+
+const INVOICE_SELECT: &str = "SELECT i.id, i.client_id, c.name, i.kind, i.status, i.series,
+        i.number, i.issue_date, i.due_date, i.currency, i.notes, i.gross_cents,
+        i.discount_cents, i.subtotal_cents, i.vat_cents, i.withholding_cents, i.total_cents,
+        i.paid_cents, i.recipient_name, i.recipient_tax_id, i.rectifies_id, i.rectified_by_id,
+        i.void_reason
+     FROM invoices i JOIN clients c ON c.book = i.book AND c.id = i.client_id";
+
+// Paginated queries end in `LIMIT ?N + 0`, not `LIMIT ?N`: SQLite plans `ORDER BY … LIMIT`
+// with the bound limit's value and so prepares such a statement anew on every run, which
+// made reading one invoice cost more than the rest of the call.
+
+fn amounts(row: &Row<'_>, first: usize) -> rusqlite::Result<AmountColumns> {
+    Ok(AmountColumns {
+        gross_cents: row.get(first)?,
+        discount_cents: row.get(first + 1)?,
+        net_cents: row.get(first + 2)?,
+        vat_cents: row.get(first + 3)?,
+        withholding_cents: row.get(first + 4)?,
+        total_cents: row.get(first + 5)?,
+    })
+}
+
+fn invoice_from_row(row: &Row<'_>) -> rusqlite::Result<InvoiceRow> {
+    Ok(InvoiceRow {
+        id: row.get(0)?,
+        client_id: row.get(1)?,
+        client_name: row.get(2)?,
+        kind: row.get(3)?,
+        status: row.get(4)?,
+        series: row.get(5)?,
+        number: row.get(6)?,
+        issue_date: row.get(7)?,
+        due_date: row.get(8)?,
+        currency: row.get(9)?,
+        notes: row.get(10)?,
+        totals: amounts(row, 11)?,
+        paid_cents: row.get(17)?,
+        recipient_name: row.get(18)?,
+        recipient_tax_id: row.get(19)?,
+        rectifies_id: row.get(20)?,
+        rectified_by_id: row.get(21)?,
+        void_reason: row.get(22)?,
+        lines: Vec::new(),
+    })
+}
+
+fn line_from_row(row: &Row<'_>) -> rusqlite::Result<LineRow> {
+    Ok(LineRow {
+        description: row.get(0)?,
+        quantity: row.get(1)?,
+        unit_price_cents: row.get(2)?,
+        discount_percent: row.get(3)?,
+        vat_rate: row.get(4)?,
+        withholding_rate: row.get(5)?,
+        amounts: amounts(row, 6)?,
+    })
+}
+
+/// One invoice with its lines.
+pub fn invoice(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<InvoiceRow>> {
+    let conn = conn.sql();
+    let mut stmt =
+        conn.prepare_cached(&format!("{INVOICE_SELECT} WHERE i.book = ?1 AND i.id = ?2"))?;
+    let found = stmt.query_row([book, id], invoice_from_row).optional()?;
+    let Some(mut invoice) = found else {
+        return Ok(None);
+    };
+    let mut lines = conn.prepare_cached(
+        "SELECT description, quantity, unit_price_cents, discount_percent, vat_rate,
+                withholding_rate, gross_cents, discount_cents, net_cents, vat_cents,
+                withholding_cents, total_cents
+         FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2 ORDER BY position",
+    )?;
+    invoice.lines = lines
+        .query_map([book, id], line_from_row)?
+        .collect::<Result<_, _>>()?;
+    Ok(Some(invoice))
+}
+
+/// The number of an invoice, if it exists and is numbered.
+pub fn invoice_number(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<String>> {
+    let mut stmt = conn
+        .sql()
+        .prepare_cached("SELECT number FROM invoices WHERE book = ?1 AND id = ?2")?;
+    Ok(stmt
+        .query_row([book, id], |r| r.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
+}
+
+fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResult<()> {
+    let mut stmt = tx.sql().prepare_cached(
+        "INSERT INTO invoice_lines (book, invoice_id, position, description, quantity,
+            unit_price_cents, discount_percent, vat_rate, withholding_rate, gross_cents,
+            discount_cents, net_cents, vat_cents, withholding_cents, total_cents)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+    )?;
+    for (i, line) in lines.iter().enumerate() {
+        let a = &line.amounts;
+        stmt.execute(params![
+            book,
+            id,
+            limit_param(i + 1),
+            line.description,
+            line.quantity,
+            line.unit_price_cents,
+            line.discount_percent,
+            line.vat_rate,
+            line.withholding_rate,
+            a.gross_cents,
+            a.discount_cents,
+            a.net_cents,
+            a.vat_cents,
+            a.withholding_cents,
+            a.total_cents
+        ])?;
+    }
+    Ok(())
+}
+
+/// Inserts a new invoice and its lines (any status; issue fields as given; an invoice
+/// that is no draft is stamped issued at `now`).
+pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+    let t = &inv.totals;
+    let issued_at = (inv.status != "draft").then_some(now);
+    tx.sql()
+        .prepare_cached(
+            "INSERT INTO invoices (book, id, client_id, kind, status, series, number, issue_date,
+                due_date, currency, notes, gross_cents, discount_cents, subtotal_cents,
+                vat_cents, withholding_cents, total_cents, paid_cents, recipient_name,
+                recipient_tax_id, rectifies_id, issued_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                     ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?23)",
+        )?
+        .execute(params![
+            book,
+            inv.id,
+            inv.client_id,
+            inv.kind,
+            inv.status,
+            inv.series,
+            inv.number,
+            inv.issue_date,
+            inv.due_date,
+            inv.currency,
+            inv.notes,
+            t.gross_cents,
+            t.discount_cents,
+            t.net_cents,
+            t.vat_cents,
+            t.withholding_cents,
+            t.total_cents,
+            inv.paid_cents,
+            inv.recipient_name,
+            inv.recipient_tax_id,
+            inv.rectifies_id,
+            issued_at,
+            now
+        ])?;
+    insert_lines(tx, book, &inv.id, &inv.lines)
+}
+
+/// Rewrites a draft: its editable fields, totals and lines.
+pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+    let t = &inv.totals;
+    let conn = tx.sql();
+    conn.prepare_cached(
+        "UPDATE invoices SET client_id = ?3, kind = ?4, series = ?5, issue_date = ?6,
+            due_date = ?7, notes = ?8, gross_cents = ?9, discount_cents = ?10,
+            subtotal_cents = ?11, vat_cents = ?12, withholding_cents = ?13, total_cents = ?14,
+            updated_at = ?15
+         WHERE book = ?1 AND id = ?2 AND status = 'draft'",
+    )?
+    .execute(params![
+        book,
+        inv.id,
+        inv.client_id,
+        inv.kind,
+        inv.series,
+        inv.issue_date,
+        inv.due_date,
+        inv.notes,
+        t.gross_cents,
+        t.discount_cents,
+        t.net_cents,
+        t.vat_cents,
+        t.withholding_cents,
+        t.total_cents,
+        now
+    ])?;
+    conn.prepare_cached("DELETE FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2")?
+        .execute([book, inv.id.as_str()])?;
+    insert_lines(tx, book, &inv.id, &inv.lines)
+}
+
+/// Turns a draft into an issued invoice with its number, dates and recipient snapshot.
+pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached(
+            "UPDATE invoices SET status = 'issued', number = ?3, issue_date = ?4, due_date = ?5,
+                recipient_name = ?6, recipient_tax_id = ?7, issued_at = ?8, updated_at = ?8
+             WHERE book = ?1 AND id = ?2 AND status = 'draft'",
+        )?
+        .execute(params![
+            book,
+            inv.id,
+            inv.number,
+            inv.issue_date,
+            inv.due_date,
+            inv.recipient_name,
+            inv.recipient_tax_id,
+            now
+        ])?;
+    Ok(())
+}
+
+/// Marks an invoice void, pointing at its rectifying invoice.
+pub fn mark_void(
+    tx: &Tx<'_>,
+    book: &str,
+    id: &str,
+    reason: &str,
+    by: &str,
+    now: i64,
+) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached(
+            "UPDATE invoices SET status = 'void', void_reason = ?3, rectified_by_id = ?4,
+                voided_at = ?5, updated_at = ?5
+             WHERE book = ?1 AND id = ?2",
+        )?
+        .execute(params![book, id, reason, by, now])?;
+    Ok(())
+}
+
+/// Deletes a draft and its lines.
+pub fn delete_draft(tx: &Tx<'_>, book: &str, id: &str) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached("DELETE FROM invoices WHERE book = ?1 AND id = ?2 AND status = 'draft'")?
+        .execute([book, id])?;
+    Ok(())
+}
+
+/// Filters of `search_invoices`, as column values.
+#[derive(Debug, Default)]
+pub struct InvoiceFilter<'a> {
+    /// Only this status.
+    pub status: Option<&'a str>,
+    /// Only this client's.
+    pub client_id: Option<&'a str>,
+    /// Issue date on or after.
+    pub date_from: Option<&'a str>,
+    /// Issue date on or before.
+    pub date_to: Option<&'a str>,
+    /// Only overdue invoices on this date (issued, unpaid balance, due before it).
+    pub overdue_on: Option<&'a str>,
+}
+
+/// A page of invoices (summaries, no lines), newest first.
+pub fn search_invoices(
+    conn: &Conn<'_>,
+    book: &str,
+    filter: &InvoiceFilter<'_>,
+    starting_after: Option<&str>,
+    limit: usize,
+) -> DbResult<Vec<InvoiceRow>> {
+    let mut stmt = conn.sql().prepare_cached(&format!(
+        "{INVOICE_SELECT}
+         WHERE i.book = ?8
+           AND (?1 IS NULL OR i.status = ?1)
+           AND (?2 IS NULL OR i.client_id = ?2)
+           AND (?3 IS NULL OR i.issue_date >= ?3)
+           AND (?4 IS NULL OR i.issue_date <= ?4)
+           AND (?5 IS NULL OR (i.status = 'issued' AND i.total_cents > i.paid_cents
+                               AND i.due_date < ?5))
+           AND (?6 IS NULL OR i.id < ?6)
+         ORDER BY i.id DESC LIMIT ?7 + 0"
+    ))?;
+    let rows = stmt.query_map(
+        params![
+            filter.status,
+            filter.client_id,
+            filter.date_from,
+            filter.date_to,
+            filter.overdue_on,
+            starting_after,
+            limit_param(limit),
+            book
+        ],
+        invoice_from_row,
+    )?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Every non-draft invoice issued within `[from, to]`, by number, with an optional status.
+pub fn invoices_issued_between(
+    conn: &Conn<'_>,
+    book: &str,
+    from: &str,
+    to: &str,
+    status: Option<&str>,
+) -> DbResult<Vec<InvoiceRow>> {
+    let mut stmt = conn.sql().prepare_cached(&format!(
+        "{INVOICE_SELECT}
+         WHERE i.book = ?4 AND i.status <> 'draft' AND i.issue_date >= ?1
+           AND i.issue_date <= ?2 AND (?3 IS NULL OR i.status = ?3)
+         ORDER BY i.series, i.number"
+    ))?;
+    let rows = stmt.query_map(params![from, to, status, book], invoice_from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+// ---- Series ---------------------------------------------------------------------------------
+
+/// The latest issue date of a series, if it has issued anything.
+pub fn series_last_issue_date(conn: &Conn<'_>, book: &str, code: &str) -> DbResult<Option<String>> {
+    let mut stmt = conn.sql().prepare_cached(
+        "SELECT last_issue_date FROM invoice_series WHERE book = ?1 AND code = ?2",
+    )?;
+    Ok(stmt
+        .query_row([book, code], |r| r.get::<_, Option<String>>(0))
+        .optional()?
+        .flatten())
+}
+
+/// Takes the next number of a series for an invoice issued on `issue_date`; the caller has
+/// checked that the date does not go backwards.
+pub fn next_number(tx: &Tx<'_>, book: &str, code: &str, issue_date: &str) -> DbResult<i64> {
+    Ok(tx
+        .sql()
+        .prepare_cached(
+            "INSERT INTO invoice_series (book, code, last_number, last_issue_date)
+             VALUES (?1, ?2, 1, ?3)
+             ON CONFLICT (book, code) DO UPDATE SET last_number = last_number + 1,
+                 last_issue_date = max(coalesce(last_issue_date, ''), excluded.last_issue_date)
+             RETURNING last_number",
+        )?
+        .query_row(params![book, code, issue_date], |r| r.get(0))?)
+}
+
+// ---- Payments and outbox -------------------------------------------------------------------
+
+/// A row of `payments`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentRow {
+    /// `pay_…`.
+    pub id: String,
+    /// The invoice it pays.
+    pub invoice_id: String,
+    /// Amount.
+    pub amount_cents: i64,
+    /// ISO currency.
+    pub currency: String,
+    /// `YYYY-MM-DD`.
+    pub paid_on: String,
+    /// Payment method word.
+    pub method: String,
+    /// Free reference.
+    pub reference: Option<String>,
+}
+
+/// Records a payment and adds it to the invoice; the invoice becomes `paid` when settled.
+pub fn insert_payment(tx: &Tx<'_>, book: &str, p: &PaymentRow, now: i64) -> DbResult<()> {
+    let conn = tx.sql();
+    conn.prepare_cached(
+        "INSERT INTO payments (book, id, invoice_id, amount_cents, currency, paid_on, method,
+            reference, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        book,
+        p.id,
+        p.invoice_id,
+        p.amount_cents,
+        p.currency,
+        p.paid_on,
+        p.method,
+        p.reference,
+        now
+    ])?;
+    conn.prepare_cached(
+        "UPDATE invoices SET paid_cents = paid_cents + ?3,
+            status = CASE WHEN paid_cents + ?3 >= total_cents THEN 'paid' ELSE status END,
+            updated_at = ?4
+         WHERE book = ?1 AND id = ?2",
+    )?
+    .execute(params![book, p.invoice_id, p.amount_cents, now])?;
+    Ok(())
+}
+
+fn payment_from_row(row: &Row<'_>) -> rusqlite::Result<PaymentRow> {
+    Ok(PaymentRow {
+        id: row.get(0)?,
+        invoice_id: row.get(1)?,
+        amount_cents: row.get(2)?,
+        currency: row.get(3)?,
+        paid_on: row.get(4)?,
+        method: row.get(5)?,
+        reference: row.get(6)?,
+    })
+}
+
+/// A page of payments, newest first, optionally of one invoice.
+pub fn payments(
+    conn: &Conn<'_>,
+    book: &str,
+    invoice_id: Option<&str>,
+    starting_after: Option<&str>,
+    limit: usize,
+) -> DbResult<Vec<PaymentRow>> {
+    // Two statements rather than `?1 IS NULL OR invoice_id = ?1`, which SQLite cannot
+    // answer from the `payments_by_invoice` index: one invoice's payments must not scan
+    // every payment of the book. (`?1 IS NULL` in the second keeps one parameter list.)
+    let mut stmt = conn.sql().prepare_cached(if invoice_id.is_some() {
+        "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
+         FROM payments
+         WHERE book = ?4 AND invoice_id = ?1 AND (?2 IS NULL OR id < ?2)
+         ORDER BY id DESC LIMIT ?3 + 0"
+    } else {
+        "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
+         FROM payments
+         WHERE book = ?4 AND ?1 IS NULL AND (?2 IS NULL OR id < ?2)
+         ORDER BY id DESC LIMIT ?3 + 0"
+    })?;
+    let rows = stmt.query_map(
+        params![invoice_id, starting_after, limit_param(limit), book],
+        payment_from_row,
+    )?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// An e-mail to queue in the outbox.
+pub struct OutboxMessage<'a> {
+    /// The address it goes to.
+    pub recipient: &'a str,
+    /// Its subject line.
+    pub subject: &'a str,
+    /// Its text.
+    pub body: &'a str,
+}
+
+/// Queues message `id` for an invoice: `pending` for a relay in the live book,
+/// `sandboxed` (never delivered) in the test book. Returns when it was queued.
+pub fn insert_outbox(
+    tx: &Tx<'_>,
+    book: &str,
+    id: &str,
+    invoice_id: &str,
+    message: &OutboxMessage<'_>,
+    now: i64,
+) -> DbResult<i64> {
+    tx.sql()
+        .prepare_cached(
+            "INSERT INTO outbox (book, id, invoice_id, recipient, subject, body, state,
+                created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6,
+                     CASE ?1 WHEN 'test' THEN 'sandboxed' ELSE 'pending' END, ?7)",
+        )?
+        .execute(params![
+            book,
+            id,
+            invoice_id,
+            message.recipient,
+            message.subject,
+            message.body,
+            now
+        ])?;
+    Ok(now)
+}
+
+// ---- Books ------------------------------------------------------------------------------------
+
+/// The business tables, children before parents (the order a book is emptied in).
+const BOOK_TABLES: [&str; 6] = [
+    "outbox",
+    "payments",
+    "invoice_lines",
+    "invoices",
+    "invoice_series",
+    "clients",
+];
+
+/// Rows per business table: (table, rows).
+pub type TableCounts = Vec<(&'static str, i64)>;
+
+/// How many rows of a book each business table holds, in [`BOOK_TABLES`] order.
+pub fn book_counts(conn: &Conn<'_>, book: &str) -> DbResult<TableCounts> {
+    BOOK_TABLES
+        .iter()
+        .map(|table| {
+            let count: i64 = conn
+                .sql()
+                .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE book = ?1"))?
+                .query_row([book], |r| r.get(0))?;
+            Ok((*table, count))
+        })
+        .collect()
+}
+
+/// Whether a book holds no business row at all.
+pub fn book_is_empty(conn: &Conn<'_>, book: &str) -> DbResult<bool> {
+    Ok(book_counts(conn, book)?.iter().all(|(_, n)| *n == 0))
+}
+
+/// Deletes every business row of the test book. The live book is never emptied: there is
+/// no book parameter to get wrong.
+pub fn clear_test_book(tx: &Tx<'_>) -> DbResult<()> {
+    for table in BOOK_TABLES {
+        tx.sql()
+            .execute(&format!("DELETE FROM {table} WHERE book = 'test'"), [])?;
+    }
+    Ok(())
+}
+
+/// Copies the live book into an empty test book: clients, series (so numbering goes on
+/// from where the live book is, gapless), invoices with their lines, and payments, under
+/// the same ids. The outbox is not copied: nothing queued for the live book is queued
+/// again. Returns how many rows of each table were copied.
+pub fn copy_live_into_test(tx: &Tx<'_>) -> DbResult<TableCounts> {
+    const COPIES: [(&str, &str); 5] = [
+        (
+            "clients",
+            "id, name, tax_id, email, address, created_at, updated_at",
+        ),
+        ("invoice_series", "code, last_number, last_issue_date"),
+        (
+            "invoices",
+            "id, client_id, kind, status, series, number, issue_date, due_date, currency, \
+             notes, gross_cents, discount_cents, subtotal_cents, vat_cents, withholding_cents, \
+             total_cents, paid_cents, recipient_name, recipient_tax_id, rectifies_id, \
+             rectified_by_id, void_reason, issued_at, voided_at, created_at, updated_at",
+        ),
+        (
+            "invoice_lines",
+            "invoice_id, position, description, quantity, unit_price_cents, \
+             discount_percent, vat_rate, withholding_rate, gross_cents, discount_cents, \
+             net_cents, vat_cents, withholding_cents, total_cents",
+        ),
+        (
+            "payments",
+            "id, invoice_id, amount_cents, currency, paid_on, method, reference, created_at",
+        ),
+    ];
+    COPIES
+        .iter()
+        .map(|(table, columns)| {
+            let copied = tx.sql().execute(
+                &format!(
+                    "INSERT INTO {table} (book, {columns})
+                     SELECT 'test', {columns} FROM {table} WHERE book = 'live'"
+                ),
+                [],
+            )?;
+            Ok((*table, i64::try_from(copied).unwrap_or(i64::MAX)))
+        })
+        .collect()
+}
