@@ -552,6 +552,28 @@ fn open_store(db: &Path) -> Store {
     Store::open(db, &options).expect("open the database")
 }
 
+/// A plain SQLite connection on `db`, for the bulk seeding and the checks the store's
+/// functions do not offer (the store hands out no SQLite types).
+fn sqlite(db: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).expect("open the database");
+    conn.busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .expect("synchronous");
+    conn
+}
+
+/// Runs `f` in a `BEGIN IMMEDIATE` transaction on `conn`, committing on `Ok`.
+fn sqlite_write<T>(
+    conn: &mut rusqlite::Connection,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let value = f(&tx)?;
+    tx.commit()?;
+    Ok(value)
+}
+
 fn remove_database(db: &Path) {
     for suffix in ["", "-wal", "-shm"] {
         let mut name = db.as_os_str().to_owned();
@@ -1682,7 +1704,7 @@ const AUDIT_OUTCOMES: [(&str, u64); 6] = [
 /// Appends `rows` audit rows spread over the six months up to an hour ago.
 fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> Result<(), StoreError> {
     const SPAN_MS: u64 = 182 * 24 * 3600 * 1000;
-    let store = open_store(db);
+    let mut conn = sqlite(db);
     let now_ms = i64::try_from(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -1695,7 +1717,7 @@ fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> Result<(), Store
     let mut done = 0;
     while done < rows {
         let end = (done + SEED_CHUNK).min(rows);
-        store.write(|tx| {
+        sqlite_write(&mut conn, |tx| {
             tx.pragma_update(None, "cache_size", -SEED_CACHE_KIB)?;
             let mut insert = tx.prepare_cached(
                 "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome,
@@ -1799,13 +1821,13 @@ impl CounterWindows {
     /// Inserts the windows that are missing (all of them the first time, the pruned ones
     /// later); returns how many went in.
     fn insert(&self, db: &Path) -> Result<usize, StoreError> {
-        let store = open_store(db);
+        let mut conn = sqlite(db);
         let mut rng = SplitMix64(0xC0_FFEE);
         let per_round = self.counters.len() as u64;
         let (mut done, mut inserted) = (0, 0);
         while done < self.count {
             let end = (done + SEED_CHUNK).min(self.count);
-            inserted += store.write(|tx| {
+            inserted += sqlite_write(&mut conn, |tx| {
                 tx.pragma_update(None, "cache_size", -SEED_CACHE_KIB)?;
                 let mut insert = tx.prepare_cached(
                     "INSERT OR IGNORE INTO rate_counters (bucket, key, window_start, count)
@@ -1833,21 +1855,19 @@ impl CounterWindows {
 
 fn count_expired_windows(db: &Path) -> i64 {
     let cutoff = Clock::System.unix_secs() - RETENTION_SECS;
-    open_store(db)
-        .read(|c| {
-            Ok(c.query_row(
-                "SELECT count(*) FROM rate_counters WHERE window_start < ?1",
-                [cutoff],
-                |r| r.get(0),
-            )?)
-        })
+    sqlite(db)
+        .query_row(
+            "SELECT count(*) FROM rate_counters WHERE window_start < ?1",
+            [cutoff],
+            |r| r.get(0),
+        )
         .expect("count the expired windows")
 }
 
 /// Moves everything from the WAL into the database file, so the server starts clean.
 fn checkpoint(db: &Path) {
-    open_store(db)
-        .read(|c| Ok(c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?))
+    sqlite(db)
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
         .expect("checkpoint");
 }
 

@@ -658,7 +658,7 @@ mod tests {
         let store = store_in(&dir);
         let now: i64 = 1_800_000_000_000;
         store
-            .write(|tx| {
+            .sql_write(|tx| {
                 let mut stmt = tx.prepare(
                     "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
                      VALUES (?1, '1', 'search_clients', 'ok', 1, 'stdio')",

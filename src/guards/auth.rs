@@ -1866,7 +1866,7 @@ mod tests {
         }
         assert!(revoke_key(&store, &b.public_id).expect("revoke"));
         store
-            .write(|tx| Ok(tx.execute("UPDATE credentials SET last_used_at = NULL", [])?))
+            .sql_write(|tx| Ok(tx.execute("UPDATE credentials SET last_used_at = NULL", [])?))
             .expect("forget last use");
         let calls: Vec<CallAuth> = [&a, &b, &a]
             .iter()
@@ -1914,7 +1914,7 @@ mod tests {
             ]
         );
         let touched: Option<i64> = store
-            .read(|c| {
+            .sql_read(|c| {
                 Ok(c.query_row(
                     "SELECT last_used_at FROM credentials WHERE public_id = ?1",
                     [&a.public_id],
@@ -2254,7 +2254,7 @@ mod tests {
         auth.check_access(&admin, &tool("get_invoice", "invoices:read"))
             .expect("within allowance");
         store
-            .write(|tx| {
+            .sql_write(|tx| {
                 Ok(tx.execute(
                     "UPDATE plans SET max_active_keys = 2 WHERE slug = 'free'",
                     [],
@@ -2365,12 +2365,12 @@ mod tests {
             .expect_err("live installation");
         assert_eq!(err.kind(), ErrorKind::InvalidTokenType);
         store
-            .write(|tx| Ok(tx.execute("UPDATE company SET mode = 'test'", [])?))
+            .sql_write(|tx| Ok(tx.execute("UPDATE company SET mode = 'test'", [])?))
             .expect("test mode");
         auth.authenticate(Some(issued.token.expose()), "s")
             .expect("test mode accepts");
         store
-            .write(|tx| Ok(tx.execute("UPDATE credentials SET expires_at = 1", [])?))
+            .sql_write(|tx| Ok(tx.execute("UPDATE credentials SET expires_at = 1", [])?))
             .expect("expire");
         let err = auth
             .authenticate(Some(issued.token.expose()), "s")

@@ -390,7 +390,7 @@ impl Store {
     }
 
     /// [`Store::with_conn`] on the SQLite connection itself, for the store's modules.
-    pub fn read<T>(
+    pub(in crate::store) fn read<T>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -399,7 +399,7 @@ impl Store {
     }
 
     /// [`Store::in_transaction`] on the SQLite transaction itself, for the store's modules.
-    pub fn write<T>(
+    pub(in crate::store) fn write<T>(
         &self,
         f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
@@ -463,6 +463,25 @@ impl Store {
             )?;
             Ok(value)
         })
+    }
+}
+
+/// Raw SQL for the unit tests of other modules (set a row up, look at one); never part of
+/// the program.
+#[cfg(test)]
+impl Store {
+    pub(crate) fn sql_read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.read(f)
+    }
+
+    pub(crate) fn sql_write<T>(
+        &self,
+        f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.write(f)
     }
 }
 

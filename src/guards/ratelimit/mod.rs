@@ -897,21 +897,36 @@ mod tests {
     }
 
     fn add_credential(store: &Store, id: &str, client: Option<&str>) {
+        if let Some(client) = client
+            && !store
+                .clients()
+                .expect("clients")
+                .iter()
+                .any(|c| c.client_id == client)
+        {
+            let new = crate::store::credentials::NewClient {
+                client_id: client,
+                name: "c",
+                secret_hash: "$argon2id$x",
+                allowed_scopes: &[],
+                created_at: 0,
+            };
+            store.insert_client(&new).expect("client");
+        }
         store
-            .write(|tx| {
-                if let Some(client) = client {
-                    tx.execute(
-                        "INSERT OR IGNORE INTO oauth_clients (client_id, name, secret_hash, created_at)
-                         VALUES (?1, 'c', '$argon2id$x', 0)",
-                        [client],
-                    )?;
-                }
-                tx.execute(
-                    "INSERT INTO credentials (public_id, name, secret_hash, client_id, created_at)
-                     VALUES (?1, 'k', '$argon2id$x', ?2, 0)",
-                    rusqlite::params![id, client],
-                )?;
-                Ok(())
+            .in_transaction(|tx| {
+                let new = crate::store::credentials::NewCredential {
+                    public_id: id,
+                    kind: "api_key",
+                    mode: "live",
+                    name: "k",
+                    secret_hash: "$argon2id$x",
+                    scopes: &[],
+                    client_id: client,
+                    expires_at: None,
+                    created_at: 0,
+                };
+                crate::store::credentials::insert_credential(tx, &new)
             })
             .expect("credential");
     }
@@ -960,7 +975,7 @@ mod tests {
     /// The counters a test database holds, ordered.
     fn counters(store: &Store) -> Vec<(String, String, i64, i64)> {
         store
-            .read(|conn| {
+            .sql_read(|conn| {
                 let mut stmt = conn.prepare(
                     "SELECT bucket, key, window_start, count FROM rate_counters ORDER BY 1, 2, 3",
                 )?;
@@ -1285,7 +1300,7 @@ mod tests {
             assert_eq!(stats.charges, 400);
             let count: i64 = f
                 .store
-                .read(|c| {
+                .sql_read(|c| {
                     Ok(c.query_row(
                         "SELECT count FROM rate_counters WHERE key = ?1",
                         [id],
@@ -1420,7 +1435,7 @@ mod tests {
         assert_eq!(deleted, 60 + 1);
         let oldest: i64 = f
             .store
-            .read(|c| {
+            .sql_read(|c| {
                 Ok(
                     c.query_row("SELECT min(window_start) FROM rate_counters", [], |r| {
                         r.get(0)

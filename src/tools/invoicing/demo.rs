@@ -369,7 +369,7 @@ mod tests {
             }
         );
         let statuses: Vec<(String, i64)> = store
-            .read(|c| {
+            .sql_read(|c| {
                 let mut stmt = c.prepare(
                     "SELECT status, count(*) FROM invoices GROUP BY status ORDER BY status",
                 )?;
