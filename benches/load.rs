@@ -566,8 +566,8 @@ fn sqlite(db: &Path) -> rusqlite::Connection {
 /// Runs `f` in a `BEGIN IMMEDIATE` transaction on `conn`, committing on `Ok`.
 fn sqlite_write<T>(
     conn: &mut rusqlite::Connection,
-    f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
-) -> Result<T, StoreError> {
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let value = f(&tx)?;
     tx.commit()?;
@@ -1702,7 +1702,7 @@ const AUDIT_OUTCOMES: [(&str, u64); 6] = [
 ];
 
 /// Appends `rows` audit rows spread over the six months up to an hour ago.
-fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> Result<(), StoreError> {
+fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> rusqlite::Result<()> {
     const SPAN_MS: u64 = 182 * 24 * 3600 * 1000;
     let mut conn = sqlite(db);
     let now_ms = i64::try_from(
@@ -1820,7 +1820,7 @@ impl CounterWindows {
 
     /// Inserts the windows that are missing (all of them the first time, the pruned ones
     /// later); returns how many went in.
-    fn insert(&self, db: &Path) -> Result<usize, StoreError> {
+    fn insert(&self, db: &Path) -> rusqlite::Result<usize> {
         let mut conn = sqlite(db);
         let mut rng = SplitMix64(0xC0_FFEE);
         let per_round = self.counters.len() as u64;

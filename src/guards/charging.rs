@@ -126,7 +126,7 @@ mod tests {
         }
         assert!(auth::revoke_key(&store, &b.public_id).expect("revoke"));
         store
-            .sql_write(|tx| Ok(tx.execute("UPDATE credentials SET last_used_at = NULL", [])?))
+            .sql_write(|tx| tx.execute("UPDATE credentials SET last_used_at = NULL", []))
             .expect("forget last use");
         let calls: Vec<CallAuth> = [&a, &b, &a]
             .iter()
@@ -174,11 +174,11 @@ mod tests {
         );
         let touched: Option<i64> = store
             .sql_read(|c| {
-                Ok(c.query_row(
+                c.query_row(
                     "SELECT last_used_at FROM credentials WHERE public_id = ?1",
                     [&a.public_id],
                     |r| r.get(0),
-                )?)
+                )
             })
             .expect("row");
         assert!(

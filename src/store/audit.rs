@@ -3,6 +3,7 @@
 
 use rusqlite::params;
 
+use super::SqlResult;
 use super::{Store, StoreError, Tx};
 
 /// One audit row to write.
@@ -35,11 +36,13 @@ pub fn insert_row(
     source: Option<&str>,
 ) -> Result<i64, StoreError> {
     let conn = tx.sql();
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
          duration_us, transport, calls, source) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )?;
+        )
+        .or_store()?;
     stmt.execute(params![
         row.at,
         row.request_id,
@@ -51,7 +54,8 @@ pub fn insert_row(
         row.transport,
         calls,
         source
-    ])?;
+    ])
+    .or_store()?;
     Ok(conn.last_insert_rowid())
 }
 
@@ -64,11 +68,16 @@ pub fn add_to_summary(
     several_tools: bool,
     tool: &str,
 ) -> Result<bool, StoreError> {
-    let mut stmt = tx.sql().prepare_cached(
-        "UPDATE audit_log SET calls = calls + ?2, \
+    let mut stmt = tx
+        .sql()
+        .prepare_cached(
+            "UPDATE audit_log SET calls = calls + ?2, \
          tool = CASE WHEN ?3 OR tool <> ?4 THEN '*' ELSE tool END WHERE id = ?1",
-    )?;
-    let changed = stmt.execute(params![id, calls, several_tools, tool])?;
+        )
+        .or_store()?;
+    let changed = stmt
+        .execute(params![id, calls, several_tools, tool])
+        .or_store()?;
     Ok(changed > 0)
 }
 
@@ -125,18 +134,24 @@ impl Store {
         chunk: i64,
     ) -> Result<PruneStep, StoreError> {
         self.write(|tx| {
-            let mut next = tx.prepare_cached(
-                "SELECT id, at FROM audit_log WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
-            )?;
+            let mut next = tx
+                .prepare_cached(
+                    "SELECT id, at FROM audit_log WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
+                )
+                .or_store()?;
             let rows = next
                 .query_map(params![after, chunk], |r| {
                     Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut delete = tx.prepare_cached("DELETE FROM audit_log WHERE id = ?1")?;
+                })
+                .or_store()?
+                .collect::<Result<Vec<_>, _>>()
+                .or_store()?;
+            let mut delete = tx
+                .prepare_cached("DELETE FROM audit_log WHERE id = ?1")
+                .or_store()?;
             let mut deleted = 0;
             for (id, _) in rows.iter().filter(|(_, at)| *at < cutoff_ms) {
-                deleted += delete.execute([id])?;
+                deleted += delete.execute([id]).or_store()?;
             }
             Ok((deleted, rows.last().map(|(id, _)| *id), rows.len()))
         })
@@ -158,7 +173,7 @@ impl Store {
              transport, calls, source FROM audit_log WHERE ?1 IS NULL \
              AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
              ORDER BY id DESC LIMIT ?4 + 0"
-            })?;
+            }).or_store()?;
             let rows = stmt
                 .query_map(
                     params![
@@ -182,8 +197,10 @@ impl Store {
                             source: row.get(10)?,
                         })
                     },
-                )?
-                .collect::<Result<Vec<_>, _>>()?;
+                )
+                .or_store()?
+                .collect::<Result<Vec<_>, _>>()
+                .or_store()?;
             Ok(rows)
         })
     }

@@ -5,6 +5,7 @@
 use std::io::Read as _;
 use std::path::Path;
 
+use super::SqlResult;
 use super::{Store, StoreError};
 
 impl Store {
@@ -12,10 +13,12 @@ impl Store {
     /// problems found, one per line.
     pub fn integrity_check(&self) -> Result<String, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare("PRAGMA integrity_check")?;
+            let mut stmt = conn.prepare("PRAGMA integrity_check").or_store()?;
             let lines = stmt
-                .query_map([], |row| row.get::<_, String>(0))?
-                .collect::<Result<Vec<_>, _>>()?;
+                .query_map([], |row| row.get::<_, String>(0))
+                .or_store()?
+                .collect::<Result<Vec<_>, _>>()
+                .or_store()?;
             Ok(lines.join("\n"))
         })
     }
@@ -36,7 +39,7 @@ impl Store {
             ))
         })?;
         self.read(|conn| {
-            conn.execute("VACUUM INTO ?1", [target])?;
+            conn.execute("VACUUM INTO ?1", [target]).or_store()?;
             Ok(())
         })
     }
@@ -46,8 +49,9 @@ impl Store {
     /// (each such connection keeps a shared lock).
     pub fn probe_exclusive(&self) -> Result<(), StoreError> {
         self.read(|conn| {
-            conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
-            conn.execute_batch("BEGIN EXCLUSIVE; COMMIT;")?;
+            conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+                .or_store()?;
+            conn.execute_batch("BEGIN EXCLUSIVE; COMMIT;").or_store()?;
             Ok(())
         })
     }

@@ -3,6 +3,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
+use super::SqlResult;
 use super::plans::{PerMinute, to_count};
 use super::{Conn, Store, StoreError, Tx};
 
@@ -47,16 +48,18 @@ pub fn limits_for(
     client_id: Option<&str>,
     category: PerMinute,
 ) -> Result<StoredLimits, StoreError> {
-    let mut stmt = conn.sql().prepare_cached(LIMITS_SQL)?;
-    let limits = stmt.query_row(params![credential_id, client_id, category.word()], |row| {
-        Ok(StoredLimits {
-            plan_slug: row.get(0)?,
-            hourly: row.get::<_, Option<i64>>(1)?.map(to_count),
-            per_minute: row.get::<_, Option<i64>>(2)?.map(to_count),
-            client_id: row.get(3)?,
-            client_per_minute: row.get::<_, Option<i64>>(4)?.map(to_count),
+    let mut stmt = conn.sql().prepare_cached(LIMITS_SQL).or_store()?;
+    let limits = stmt
+        .query_row(params![credential_id, client_id, category.word()], |row| {
+            Ok(StoredLimits {
+                plan_slug: row.get(0)?,
+                hourly: row.get::<_, Option<i64>>(1)?.map(to_count),
+                per_minute: row.get::<_, Option<i64>>(2)?.map(to_count),
+                client_id: row.get(3)?,
+                client_per_minute: row.get::<_, Option<i64>>(4)?.map(to_count),
+            })
         })
-    })?;
+        .or_store()?;
     Ok(limits)
 }
 
@@ -81,15 +84,19 @@ pub fn increment(
     let by = i64::try_from(by).unwrap_or(i64::MAX);
     let conn = tx.sql();
     let count: i64 = conn
-        .prepare_cached(COUNTER_SQL)?
+        .prepare_cached(COUNTER_SQL)
+        .or_store()?
         .query_row(params![bucket, key, window_start], |row| {
             row.get::<_, i64>(0)
         })
-        .optional()?
+        .optional()
+        .or_store()?
         .unwrap_or(0)
         .saturating_add(by);
-    conn.prepare_cached(SET_COUNTER_SQL)?
-        .execute(params![bucket, key, window_start, count])?;
+    conn.prepare_cached(SET_COUNTER_SQL)
+        .or_store()?
+        .execute(params![bucket, key, window_start, count])
+        .or_store()?;
     Ok(to_count(count))
 }
 
@@ -111,31 +118,37 @@ impl Store {
     /// transaction; returns how many went.
     pub fn prune_counters(&self, cutoff: i64, chunk: i64) -> Result<usize, StoreError> {
         self.write(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "DELETE FROM rate_counters WHERE (bucket, key, window_start) IN (
+            let mut stmt = tx
+                .prepare_cached(
+                    "DELETE FROM rate_counters WHERE (bucket, key, window_start) IN (
                      SELECT bucket, key, window_start FROM rate_counters
                       WHERE window_start < ?1 LIMIT ?2)",
-            )?;
-            Ok(stmt.execute(params![cutoff, chunk])?)
+                )
+                .or_store()?;
+            stmt.execute(params![cutoff, chunk]).or_store()
         })
     }
 
     /// Every counter whose window started after `after`, by bucket, key and window.
     pub fn counters_since(&self, after: i64) -> Result<Vec<CounterRow>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT bucket, key, window_start, count FROM rate_counters
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT bucket, key, window_start, count FROM rate_counters
                   WHERE window_start > ?1 ORDER BY bucket, key, window_start",
-            )?;
-            let rows = stmt.query_map([after], |r| {
-                Ok(CounterRow {
-                    bucket: r.get(0)?,
-                    key: r.get(1)?,
-                    window_start: r.get(2)?,
-                    count: to_count(r.get(3)?),
+                )
+                .or_store()?;
+            let rows = stmt
+                .query_map([after], |r| {
+                    Ok(CounterRow {
+                        bucket: r.get(0)?,
+                        key: r.get(1)?,
+                        window_start: r.get(2)?,
+                        count: to_count(r.get(3)?),
+                    })
                 })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                .or_store()?;
+            rows.collect::<Result<Vec<_>, _>>().or_store()
         })
     }
 }

@@ -5,6 +5,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
+use super::SqlResult;
 use super::plans::{PerMinute, to_count};
 use super::{Conn, Store, StoreError, Tx};
 
@@ -62,7 +63,7 @@ pub fn credential_on(
     conn: &Conn<'_>,
     public_id: &str,
 ) -> Result<Option<CredentialRow>, StoreError> {
-    let mut stmt = conn.sql().prepare_cached(CREDENTIAL_SELECT)?;
+    let mut stmt = conn.sql().prepare_cached(CREDENTIAL_SELECT).or_store()?;
     let row = stmt
         .query_row([public_id], |row| {
             Ok(CredentialRow {
@@ -80,28 +81,32 @@ pub fn credential_on(
                 installation_mode: row.get(11)?,
             })
         })
-        .optional()?;
+        .optional()
+        .or_store()?;
     Ok(row)
 }
 
 /// Records inside `tx` that the credential was used at `now`.
 pub fn touch_last_used(tx: &Tx<'_>, public_id: &str, now: i64) -> Result<(), StoreError> {
     tx.sql()
-        .prepare_cached("UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2")?
-        .execute(params![now, public_id])?;
+        .prepare_cached("UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2")
+        .or_store()?
+        .execute(params![now, public_id])
+        .or_store()?;
     Ok(())
 }
 
 /// API keys that count against the plan's allowance: not revoked, not expired.
 pub fn count_active_keys(conn: &Conn<'_>, now: i64) -> Result<i64, StoreError> {
-    Ok(conn
-        .sql()
+    conn.sql()
         .prepare_cached(
             "SELECT count(*) FROM credentials \
              WHERE kind = 'api_key' AND revoked_at IS NULL \
              AND (expires_at IS NULL OR expires_at > ?1)",
-        )?
-        .query_row([now], |row| row.get(0))?)
+        )
+        .or_store()?
+        .query_row([now], |row| row.get(0))
+        .or_store()
 }
 
 /// A credential to insert.
@@ -133,7 +138,8 @@ pub fn insert_credential(tx: &Tx<'_>, new: &NewCredential<'_>) -> Result<(), Sto
         .prepare_cached(
             "INSERT INTO credentials (public_id, kind, mode, name, secret_hash, scopes, client_id, \
              expires_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?
+        )
+        .or_store()?
         .execute(params![
             new.public_id,
             new.kind,
@@ -144,15 +150,18 @@ pub fn insert_credential(tx: &Tx<'_>, new: &NewCredential<'_>) -> Result<(), Sto
             new.client_id,
             new.expires_at,
             new.created_at
-        ])?;
+        ])
+        .or_store()?;
     Ok(())
 }
 
 /// Deletes the OAuth access tokens that expired before `before`.
 pub fn delete_access_tokens_expired_before(tx: &Tx<'_>, before: i64) -> Result<(), StoreError> {
     tx.sql()
-        .prepare_cached("DELETE FROM credentials WHERE kind = 'oauth_access' AND expires_at < ?1")?
-        .execute([before])?;
+        .prepare_cached("DELETE FROM credentials WHERE kind = 'oauth_access' AND expires_at < ?1")
+        .or_store()?
+        .execute([before])
+        .or_store()?;
     Ok(())
 }
 
@@ -171,11 +180,11 @@ pub struct KeyStanding {
 
 /// The standing of the credential `public_id`, read inside `tx`.
 pub fn key_standing(tx: &Tx<'_>, public_id: &str) -> Result<Option<KeyStanding>, StoreError> {
-    Ok(tx
-        .sql()
+    tx.sql()
         .prepare_cached(
             "SELECT kind, mode, revoked_at, expires_at FROM credentials WHERE public_id = ?1",
-        )?
+        )
+        .or_store()?
         .query_row([public_id], |r| {
             Ok(KeyStanding {
                 kind: r.get(0)?,
@@ -184,7 +193,8 @@ pub fn key_standing(tx: &Tx<'_>, public_id: &str) -> Result<Option<KeyStanding>,
                 expires_at: r.get(3)?,
             })
         })
-        .optional()?)
+        .optional()
+        .or_store()
 }
 
 /// Replaces the secret hash of `public_id`; the old one keeps working until
@@ -200,8 +210,10 @@ pub fn replace_secret(
             "UPDATE credentials SET previous_secret_hash = CASE WHEN ?1 IS NULL THEN NULL \
              ELSE secret_hash END, previous_secret_expires_at = ?1, secret_hash = ?2 \
              WHERE public_id = ?3",
-        )?
-        .execute(params![previous_until, hash, public_id])?;
+        )
+        .or_store()?
+        .execute(params![previous_until, hash, public_id])
+        .or_store()?;
     Ok(())
 }
 
@@ -230,15 +242,19 @@ pub fn revoke(
     let changed = conn
         .prepare_cached(&format!(
             "UPDATE {table} SET revoked_at = ?1 WHERE {column} = ?2 AND revoked_at IS NULL"
-        ))?
-        .execute(params![now, id])?;
+        ))
+        .or_store()?
+        .execute(params![now, id])
+        .or_store()?;
     if changed > 0 {
         return Ok(Some(true));
     }
     let exists: Option<i64> = conn
-        .prepare_cached(&format!("SELECT 1 FROM {table} WHERE {column} = ?1"))?
+        .prepare_cached(&format!("SELECT 1 FROM {table} WHERE {column} = ?1"))
+        .or_store()?
         .query_row([id], |row| row.get(0))
-        .optional()?;
+        .optional()
+        .or_store()?;
     Ok(exists.map(|_| false))
 }
 
@@ -306,8 +322,11 @@ pub fn client_on(
 ) -> Result<Option<(OAuthClient, String)>, StoreError> {
     let mut stmt = conn
         .sql()
-        .prepare_cached(&format!("{CLIENT_SELECT} WHERE client_id = ?1"))?;
-    Ok(stmt.query_row([client_id], client_from_row).optional()?)
+        .prepare_cached(&format!("{CLIENT_SELECT} WHERE client_id = ?1"))
+        .or_store()?;
+    stmt.query_row([client_id], client_from_row)
+        .optional()
+        .or_store()
 }
 
 /// An OAuth client to insert.
@@ -357,15 +376,18 @@ impl Store {
     /// on contention nothing is written (`Busy`; the next call tries again).
     pub fn touch_last_used_unless_busy(&self, public_id: &str, now: i64) -> Result<(), StoreError> {
         self.read(|conn| {
-            let previous: i64 = conn.pragma_query_value(None, "busy_timeout", |row| row.get(0))?;
-            conn.busy_timeout(std::time::Duration::ZERO)?;
+            let previous: i64 = conn
+                .pragma_query_value(None, "busy_timeout", |row| row.get(0))
+                .or_store()?;
+            conn.busy_timeout(std::time::Duration::ZERO).or_store()?;
             let updated = conn
                 .prepare_cached("UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2")
                 .and_then(|mut stmt| stmt.execute(params![now, public_id]));
             conn.busy_timeout(std::time::Duration::from_millis(
                 u64::try_from(previous).unwrap_or(0),
-            ))?;
-            updated?;
+            ))
+            .or_store()?;
+            updated.or_store()?;
             Ok(())
         })
     }
@@ -373,11 +395,13 @@ impl Store {
     /// Every API key, oldest first (OAuth access tokens are not listed).
     pub fn api_keys(&self) -> Result<Vec<KeyRow>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT public_id, name, mode, scopes, client_id, created_at, expires_at, \
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT public_id, name, mode, scopes, client_id, created_at, expires_at, \
                  revoked_at, last_used_at, previous_secret_expires_at FROM credentials \
                  WHERE kind = 'api_key' ORDER BY created_at, public_id",
-            )?;
+                )
+                .or_store()?;
             let keys = stmt
                 .query_map([], |row| {
                     Ok(KeyRow {
@@ -392,8 +416,10 @@ impl Store {
                         last_used_at: row.get(8)?,
                         previous_secret_until: row.get(9)?,
                     })
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
+                })
+                .or_store()?
+                .collect::<Result<Vec<_>, _>>()
+                .or_store()?;
             Ok(keys)
         })
     }
@@ -409,11 +435,14 @@ impl Store {
     /// Every OAuth client, oldest first.
     pub fn clients(&self) -> Result<Vec<OAuthClient>, StoreError> {
         self.read(|conn| {
-            let mut stmt =
-                conn.prepare_cached(&format!("{CLIENT_SELECT} ORDER BY created_at, client_id"))?;
+            let mut stmt = conn
+                .prepare_cached(&format!("{CLIENT_SELECT} ORDER BY created_at, client_id"))
+                .or_store()?;
             let clients = stmt
-                .query_map([], |row| client_from_row(row).map(|(client, _)| client))?
-                .collect::<Result<Vec<_>, _>>()?;
+                .query_map([], |row| client_from_row(row).map(|(client, _)| client))
+                .or_store()?
+                .collect::<Result<Vec<_>, _>>()
+                .or_store()?;
             Ok(clients)
         })
     }
@@ -424,14 +453,16 @@ impl Store {
             tx.prepare_cached(
                 "INSERT INTO oauth_clients (client_id, name, secret_hash, allowed_scopes, \
                  created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
+            )
+            .or_store()?
             .execute(params![
                 new.client_id,
                 new.name,
                 new.secret_hash,
                 to_json(new.allowed_scopes),
                 new.created_at
-            ])?;
+            ])
+            .or_store()?;
             Ok(())
         })
     }
@@ -439,47 +470,55 @@ impl Store {
     /// The credentials with at least one limit override, by public id.
     pub fn credential_limits(&self) -> Result<Vec<CredentialLimits>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT public_id, name, read_per_minute, write_per_minute, \
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT public_id, name, read_per_minute, write_per_minute, \
                         destructive_per_minute, send_per_minute, generate_per_minute
                    FROM credentials
                   WHERE COALESCE(read_per_minute, write_per_minute, destructive_per_minute,
                                  send_per_minute, generate_per_minute) IS NOT NULL
                   ORDER BY public_id",
-            )?;
+                )
+                .or_store()?;
             let opt = |v: Option<i64>| v.map(to_count);
-            let rows = stmt.query_map([], |r| {
-                Ok(CredentialLimits {
-                    credential_id: r.get(0)?,
-                    name: r.get(1)?,
-                    per_minute: [
-                        opt(r.get(2)?),
-                        opt(r.get(3)?),
-                        opt(r.get(4)?),
-                        opt(r.get(5)?),
-                        opt(r.get(6)?),
-                    ],
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(CredentialLimits {
+                        credential_id: r.get(0)?,
+                        name: r.get(1)?,
+                        per_minute: [
+                            opt(r.get(2)?),
+                            opt(r.get(3)?),
+                            opt(r.get(4)?),
+                            opt(r.get(5)?),
+                            opt(r.get(6)?),
+                        ],
+                    })
                 })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                .or_store()?;
+            rows.collect::<Result<Vec<_>, _>>().or_store()
         })
     }
 
     /// The OAuth clients with a limit override, by client id.
     pub fn client_limits(&self) -> Result<Vec<ClientLimit>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT client_id, name, per_minute_limit FROM oauth_clients
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT client_id, name, per_minute_limit FROM oauth_clients
                   WHERE per_minute_limit IS NOT NULL ORDER BY client_id",
-            )?;
-            let rows = stmt.query_map([], |r| {
-                Ok(ClientLimit {
-                    client_id: r.get(0)?,
-                    name: r.get(1)?,
-                    per_minute: to_count(r.get(2)?),
+                )
+                .or_store()?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(ClientLimit {
+                        client_id: r.get(0)?,
+                        name: r.get(1)?,
+                        per_minute: to_count(r.get(2)?),
+                    })
                 })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                .or_store()?;
+            rows.collect::<Result<Vec<_>, _>>().or_store()
         })
     }
 
@@ -495,7 +534,7 @@ impl Store {
             "UPDATE credentials SET {} = ?1 WHERE public_id = ?2",
             of.column()
         );
-        let changed = self.write(|tx| Ok(tx.execute(&sql, params![value, public_id])?))?;
+        let changed = self.write(|tx| tx.execute(&sql, params![value, public_id]).or_store())?;
         Ok(changed > 0)
     }
 
@@ -507,10 +546,11 @@ impl Store {
         value: Option<i64>,
     ) -> Result<bool, StoreError> {
         let changed = self.write(|tx| {
-            Ok(tx.execute(
+            tx.execute(
                 "UPDATE oauth_clients SET per_minute_limit = ?1 WHERE client_id = ?2",
                 params![value, client_id],
-            )?)
+            )
+            .or_store()
         })?;
         Ok(changed > 0)
     }

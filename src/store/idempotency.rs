@@ -4,6 +4,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
+use super::SqlResult;
 use super::{Conn, StoreError, Tx};
 
 /// A stored record, as far as a claim needs it.
@@ -38,8 +39,10 @@ pub fn prune(tx: &Tx<'_>, now: i64, batch: i64) -> Result<(), StoreError> {
         .prepare_cached(
             "DELETE FROM idempotency_keys WHERE (credential_id, key) IN
                (SELECT credential_id, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)",
-        )?
-        .execute(params![now, batch])?;
+        )
+        .or_store()?
+        .execute(params![now, batch])
+        .or_store()?;
     Ok(())
 }
 
@@ -49,10 +52,13 @@ pub fn find(
     credential_id: &str,
     key: &str,
 ) -> Result<Option<IdempotencyRecord>, StoreError> {
-    let mut stmt = conn.sql().prepare_cached(
-        "SELECT tool, fingerprint, state, result, expires_at FROM idempotency_keys
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(
+            "SELECT tool, fingerprint, state, result, expires_at FROM idempotency_keys
          WHERE credential_id = ?1 AND key = ?2",
-    )?;
+        )
+        .or_store()?;
     let record = stmt
         .query_row(params![credential_id, key], |r| {
             Ok(IdempotencyRecord {
@@ -63,7 +69,8 @@ pub fn find(
                 expires_at: r.get(4)?,
             })
         })
-        .optional()?;
+        .optional()
+        .or_store()?;
     Ok(record)
 }
 
@@ -86,7 +93,8 @@ pub fn reserve(
                 tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'in_flight',
                 owner = excluded.owner, result = NULL, created_at = excluded.created_at,
                 expires_at = excluded.expires_at",
-        )?
+        )
+        .or_store()?
         .execute(params![
             held.credential_id,
             held.key,
@@ -95,7 +103,8 @@ pub fn reserve(
             held.owner,
             now,
             lease_until
-        ])?;
+        ])
+        .or_store()?;
     Ok(())
 }
 
@@ -113,14 +122,16 @@ pub fn complete(
             "UPDATE idempotency_keys SET state = 'completed', owner = NULL, result = ?4,
                 expires_at = ?5
              WHERE credential_id = ?1 AND key = ?2 AND owner = ?3 AND state = 'in_flight'",
-        )?
+        )
+        .or_store()?
         .execute(params![
             held.credential_id,
             held.key,
             held.owner,
             result,
             keep_until
-        ])?;
+        ])
+        .or_store()?;
     Ok(changed == 1)
 }
 
@@ -130,8 +141,10 @@ pub fn release(tx: &Tx<'_>, held: Held<'_>) -> Result<(), StoreError> {
         .prepare_cached(
             "DELETE FROM idempotency_keys
              WHERE credential_id = ?1 AND key = ?2 AND owner = ?3 AND state = 'in_flight'",
-        )?
-        .execute(params![held.credential_id, held.key, held.owner])?;
+        )
+        .or_store()?
+        .execute(params![held.credential_id, held.key, held.owner])
+        .or_store()?;
     Ok(())
 }
 
@@ -139,10 +152,12 @@ pub fn release(tx: &Tx<'_>, held: Held<'_>) -> Result<(), StoreError> {
 /// transaction: when the sandbox is reset, their replays would name rows that are gone.
 /// In-flight records stay, so a call running meanwhile still holds its key.
 pub fn forget_completed_of_test_keys(tx: &Tx<'_>) -> Result<(), StoreError> {
-    tx.sql().execute(
-        "DELETE FROM idempotency_keys WHERE state = 'completed'
+    tx.sql()
+        .execute(
+            "DELETE FROM idempotency_keys WHERE state = 'completed'
            AND credential_id IN (SELECT public_id FROM credentials WHERE mode = 'test')",
-        [],
-    )?;
+            [],
+        )
+        .or_store()?;
     Ok(())
 }

@@ -7,6 +7,7 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
+use super::SqlResult;
 use super::{Conn, StoreError, Tx};
 
 /// Result of the queries here.
@@ -14,11 +15,12 @@ pub type DbResult<T> = Result<T, StoreError>;
 
 /// The company's ISO country code (decides the legal VAT rates), if there is a company.
 pub fn company_country(conn: &Conn<'_>) -> DbResult<Option<String>> {
-    Ok(conn
-        .sql()
-        .prepare_cached("SELECT country FROM company WHERE id = 1")?
+    conn.sql()
+        .prepare_cached("SELECT country FROM company WHERE id = 1")
+        .or_store()?
         .query_row([], |r| r.get(0))
-        .optional()?)
+        .optional()
+        .or_store()
 }
 
 // ---- Clients ------------------------------------------------------------------------------
@@ -55,16 +57,22 @@ fn client_from_row(row: &Row<'_>) -> rusqlite::Result<ClientRow> {
 pub fn client(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<ClientRow>> {
     let mut stmt = conn
         .sql()
-        .prepare_cached(&format!("{CLIENT_SELECT} WHERE book = ?1 AND id = ?2"))?;
-    Ok(stmt.query_row([book, id], client_from_row).optional()?)
+        .prepare_cached(&format!("{CLIENT_SELECT} WHERE book = ?1 AND id = ?2"))
+        .or_store()?;
+    stmt.query_row([book, id], client_from_row)
+        .optional()
+        .or_store()
 }
 
 /// The id of the client holding `tax_id` (normalised), if any.
 pub fn client_with_tax_id(conn: &Conn<'_>, book: &str, tax_id: &str) -> DbResult<Option<String>> {
     let mut stmt = conn
         .sql()
-        .prepare_cached("SELECT id FROM clients WHERE book = ?1 AND tax_id = ?2")?;
-    Ok(stmt.query_row([book, tax_id], |r| r.get(0)).optional()?)
+        .prepare_cached("SELECT id FROM clients WHERE book = ?1 AND tax_id = ?2")
+        .or_store()?;
+    stmt.query_row([book, tax_id], |r| r.get(0))
+        .optional()
+        .or_store()
 }
 
 /// Inserts a new client.
@@ -73,10 +81,12 @@ pub fn insert_client(tx: &Tx<'_>, book: &str, c: &ClientRow, now: i64) -> DbResu
         .prepare_cached(
             "INSERT INTO clients (book, id, name, tax_id, email, address, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
-        )?
+        )
+        .or_store()?
         .execute(params![
             book, c.id, c.name, c.tax_id, c.email, c.address, now
-        ])?;
+        ])
+        .or_store()?;
     Ok(())
 }
 
@@ -86,30 +96,38 @@ pub fn update_client(tx: &Tx<'_>, book: &str, c: &ClientRow, now: i64) -> DbResu
         .prepare_cached(
             "UPDATE clients SET name = ?3, tax_id = ?4, email = ?5, address = ?6, updated_at = ?7
              WHERE book = ?1 AND id = ?2",
-        )?
+        )
+        .or_store()?
         .execute(params![
             book, c.id, c.name, c.tax_id, c.email, c.address, now
-        ])?;
+        ])
+        .or_store()?;
     Ok(())
 }
 
 /// Deletes a client (the caller has checked it has no invoices).
 pub fn delete_client(tx: &Tx<'_>, book: &str, id: &str) -> DbResult<()> {
     tx.sql()
-        .prepare_cached("DELETE FROM clients WHERE book = ?1 AND id = ?2")?
-        .execute([book, id])?;
+        .prepare_cached("DELETE FROM clients WHERE book = ?1 AND id = ?2")
+        .or_store()?
+        .execute([book, id])
+        .or_store()?;
     Ok(())
 }
 
 /// How many invoices (of any status) a client has, and how much it owes on issued ones.
 pub fn client_activity(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<(i64, i64)> {
-    let mut stmt = conn.sql().prepare_cached(
-        "SELECT count(*),
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(
+            "SELECT count(*),
                 coalesce(sum(CASE WHEN status = 'issued' AND total_cents > paid_cents
                                   THEN total_cents - paid_cents END), 0)
          FROM invoices WHERE book = ?1 AND client_id = ?2",
-    )?;
-    Ok(stmt.query_row([book, id], |r| Ok((r.get(0)?, r.get(1)?)))?)
+        )
+        .or_store()?;
+    stmt.query_row([book, id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .or_store()
 }
 
 /// A page of clients, newest first, optionally matching `query` in name, tax id or email.
@@ -121,19 +139,24 @@ pub fn search_clients(
     limit: usize,
 ) -> DbResult<Vec<ClientRow>> {
     let pattern = query.map(|q| format!("%{}%", escape_like(q)));
-    let mut stmt = conn.sql().prepare_cached(&format!(
-        "{CLIENT_SELECT}
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(&format!(
+            "{CLIENT_SELECT}
          WHERE book = ?1
            AND (?2 IS NULL OR name LIKE ?2 ESCAPE '\\' OR tax_id LIKE ?2 ESCAPE '\\'
                 OR email LIKE ?2 ESCAPE '\\')
            AND (?3 IS NULL OR id < ?3)
          ORDER BY id DESC LIMIT ?4 + 0"
-    ))?;
-    let rows = stmt.query_map(
-        params![book, pattern, starting_after, limit_param(limit)],
-        client_from_row,
-    )?;
-    Ok(rows.collect::<Result<_, _>>()?)
+        ))
+        .or_store()?;
+    let rows = stmt
+        .query_map(
+            params![book, pattern, starting_after, limit_param(limit)],
+            client_from_row,
+        )
+        .or_store()?;
+    rows.collect::<Result<_, _>>().or_store()
 }
 
 fn escape_like(text: &str) -> String {
@@ -289,21 +312,29 @@ fn line_from_row(row: &Row<'_>) -> rusqlite::Result<LineRow> {
 /// One invoice with its lines.
 pub fn invoice(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<InvoiceRow>> {
     let conn = conn.sql();
-    let mut stmt =
-        conn.prepare_cached(&format!("{INVOICE_SELECT} WHERE i.book = ?1 AND i.id = ?2"))?;
-    let found = stmt.query_row([book, id], invoice_from_row).optional()?;
+    let mut stmt = conn
+        .prepare_cached(&format!("{INVOICE_SELECT} WHERE i.book = ?1 AND i.id = ?2"))
+        .or_store()?;
+    let found = stmt
+        .query_row([book, id], invoice_from_row)
+        .optional()
+        .or_store()?;
     let Some(mut invoice) = found else {
         return Ok(None);
     };
-    let mut lines = conn.prepare_cached(
-        "SELECT description, quantity, unit_price_cents, discount_percent, vat_rate,
+    let mut lines = conn
+        .prepare_cached(
+            "SELECT description, quantity, unit_price_cents, discount_percent, vat_rate,
                 withholding_rate, gross_cents, discount_cents, net_cents, vat_cents,
                 withholding_cents, total_cents
          FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2 ORDER BY position",
-    )?;
+        )
+        .or_store()?;
     invoice.lines = lines
-        .query_map([book, id], line_from_row)?
-        .collect::<Result<_, _>>()?;
+        .query_map([book, id], line_from_row)
+        .or_store()?
+        .collect::<Result<_, _>>()
+        .or_store()?;
     Ok(Some(invoice))
 }
 
@@ -311,20 +342,25 @@ pub fn invoice(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<Invoice
 pub fn invoice_number(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<String>> {
     let mut stmt = conn
         .sql()
-        .prepare_cached("SELECT number FROM invoices WHERE book = ?1 AND id = ?2")?;
+        .prepare_cached("SELECT number FROM invoices WHERE book = ?1 AND id = ?2")
+        .or_store()?;
     Ok(stmt
         .query_row([book, id], |r| r.get::<_, Option<String>>(0))
-        .optional()?
+        .optional()
+        .or_store()?
         .flatten())
 }
 
 fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResult<()> {
-    let mut stmt = tx.sql().prepare_cached(
-        "INSERT INTO invoice_lines (book, invoice_id, position, description, quantity,
+    let mut stmt = tx
+        .sql()
+        .prepare_cached(
+            "INSERT INTO invoice_lines (book, invoice_id, position, description, quantity,
             unit_price_cents, discount_percent, vat_rate, withholding_rate, gross_cents,
             discount_cents, net_cents, vat_cents, withholding_cents, total_cents)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-    )?;
+        )
+        .or_store()?;
     for (i, line) in lines.iter().enumerate() {
         let a = &line.amounts;
         stmt.execute(params![
@@ -343,7 +379,8 @@ fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResul
             a.vat_cents,
             a.withholding_cents,
             a.total_cents
-        ])?;
+        ])
+        .or_store()?;
     }
     Ok(())
 }
@@ -361,7 +398,8 @@ pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> Db
                 recipient_tax_id, rectifies_id, issued_at, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
                      ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?23)",
-        )?
+        )
+        .or_store()?
         .execute(params![
             book,
             inv.id,
@@ -386,7 +424,8 @@ pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> Db
             inv.rectifies_id,
             issued_at,
             now
-        ])?;
+        ])
+        .or_store()?;
     insert_lines(tx, book, &inv.id, &inv.lines)
 }
 
@@ -400,7 +439,8 @@ pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResu
             subtotal_cents = ?11, vat_cents = ?12, withholding_cents = ?13, total_cents = ?14,
             updated_at = ?15
          WHERE book = ?1 AND id = ?2 AND status = 'draft'",
-    )?
+    )
+    .or_store()?
     .execute(params![
         book,
         inv.id,
@@ -417,9 +457,12 @@ pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResu
         t.withholding_cents,
         t.total_cents,
         now
-    ])?;
-    conn.prepare_cached("DELETE FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2")?
-        .execute([book, inv.id.as_str()])?;
+    ])
+    .or_store()?;
+    conn.prepare_cached("DELETE FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2")
+        .or_store()?
+        .execute([book, inv.id.as_str()])
+        .or_store()?;
     insert_lines(tx, book, &inv.id, &inv.lines)
 }
 
@@ -430,7 +473,8 @@ pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbRes
             "UPDATE invoices SET status = 'issued', number = ?3, issue_date = ?4, due_date = ?5,
                 recipient_name = ?6, recipient_tax_id = ?7, issued_at = ?8, updated_at = ?8
              WHERE book = ?1 AND id = ?2 AND status = 'draft'",
-        )?
+        )
+        .or_store()?
         .execute(params![
             book,
             inv.id,
@@ -440,7 +484,8 @@ pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbRes
             inv.recipient_name,
             inv.recipient_tax_id,
             now
-        ])?;
+        ])
+        .or_store()?;
     Ok(())
 }
 
@@ -458,16 +503,20 @@ pub fn mark_void(
             "UPDATE invoices SET status = 'void', void_reason = ?3, rectified_by_id = ?4,
                 voided_at = ?5, updated_at = ?5
              WHERE book = ?1 AND id = ?2",
-        )?
-        .execute(params![book, id, reason, by, now])?;
+        )
+        .or_store()?
+        .execute(params![book, id, reason, by, now])
+        .or_store()?;
     Ok(())
 }
 
 /// Deletes a draft and its lines.
 pub fn delete_draft(tx: &Tx<'_>, book: &str, id: &str) -> DbResult<()> {
     tx.sql()
-        .prepare_cached("DELETE FROM invoices WHERE book = ?1 AND id = ?2 AND status = 'draft'")?
-        .execute([book, id])?;
+        .prepare_cached("DELETE FROM invoices WHERE book = ?1 AND id = ?2 AND status = 'draft'")
+        .or_store()?
+        .execute([book, id])
+        .or_store()?;
     Ok(())
 }
 
@@ -494,8 +543,10 @@ pub fn search_invoices(
     starting_after: Option<&str>,
     limit: usize,
 ) -> DbResult<Vec<InvoiceRow>> {
-    let mut stmt = conn.sql().prepare_cached(&format!(
-        "{INVOICE_SELECT}
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(&format!(
+            "{INVOICE_SELECT}
          WHERE i.book = ?8
            AND (?1 IS NULL OR i.status = ?1)
            AND (?2 IS NULL OR i.client_id = ?2)
@@ -505,21 +556,24 @@ pub fn search_invoices(
                                AND i.due_date < ?5))
            AND (?6 IS NULL OR i.id < ?6)
          ORDER BY i.id DESC LIMIT ?7 + 0"
-    ))?;
-    let rows = stmt.query_map(
-        params![
-            filter.status,
-            filter.client_id,
-            filter.date_from,
-            filter.date_to,
-            filter.overdue_on,
-            starting_after,
-            limit_param(limit),
-            book
-        ],
-        invoice_from_row,
-    )?;
-    Ok(rows.collect::<Result<_, _>>()?)
+        ))
+        .or_store()?;
+    let rows = stmt
+        .query_map(
+            params![
+                filter.status,
+                filter.client_id,
+                filter.date_from,
+                filter.date_to,
+                filter.overdue_on,
+                starting_after,
+                limit_param(limit),
+                book
+            ],
+            invoice_from_row,
+        )
+        .or_store()?;
+    rows.collect::<Result<_, _>>().or_store()
 }
 
 /// Every non-draft invoice issued within `[from, to]`, by number, with an optional status.
@@ -530,42 +584,50 @@ pub fn invoices_issued_between(
     to: &str,
     status: Option<&str>,
 ) -> DbResult<Vec<InvoiceRow>> {
-    let mut stmt = conn.sql().prepare_cached(&format!(
-        "{INVOICE_SELECT}
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(&format!(
+            "{INVOICE_SELECT}
          WHERE i.book = ?4 AND i.status <> 'draft' AND i.issue_date >= ?1
            AND i.issue_date <= ?2 AND (?3 IS NULL OR i.status = ?3)
          ORDER BY i.series, i.number"
-    ))?;
-    let rows = stmt.query_map(params![from, to, status, book], invoice_from_row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+        ))
+        .or_store()?;
+    let rows = stmt
+        .query_map(params![from, to, status, book], invoice_from_row)
+        .or_store()?;
+    rows.collect::<Result<_, _>>().or_store()
 }
 
 // ---- Series ---------------------------------------------------------------------------------
 
 /// The latest issue date of a series, if it has issued anything.
 pub fn series_last_issue_date(conn: &Conn<'_>, book: &str, code: &str) -> DbResult<Option<String>> {
-    let mut stmt = conn.sql().prepare_cached(
-        "SELECT last_issue_date FROM invoice_series WHERE book = ?1 AND code = ?2",
-    )?;
+    let mut stmt = conn
+        .sql()
+        .prepare_cached("SELECT last_issue_date FROM invoice_series WHERE book = ?1 AND code = ?2")
+        .or_store()?;
     Ok(stmt
         .query_row([book, code], |r| r.get::<_, Option<String>>(0))
-        .optional()?
+        .optional()
+        .or_store()?
         .flatten())
 }
 
 /// Takes the next number of a series for an invoice issued on `issue_date`; the caller has
 /// checked that the date does not go backwards.
 pub fn next_number(tx: &Tx<'_>, book: &str, code: &str, issue_date: &str) -> DbResult<i64> {
-    Ok(tx
-        .sql()
+    tx.sql()
         .prepare_cached(
             "INSERT INTO invoice_series (book, code, last_number, last_issue_date)
              VALUES (?1, ?2, 1, ?3)
              ON CONFLICT (book, code) DO UPDATE SET last_number = last_number + 1,
                  last_issue_date = max(coalesce(last_issue_date, ''), excluded.last_issue_date)
              RETURNING last_number",
-        )?
-        .query_row(params![book, code, issue_date], |r| r.get(0))?)
+        )
+        .or_store()?
+        .query_row(params![book, code, issue_date], |r| r.get(0))
+        .or_store()
 }
 
 // ---- Payments and outbox -------------------------------------------------------------------
@@ -596,7 +658,8 @@ pub fn insert_payment(tx: &Tx<'_>, book: &str, p: &PaymentRow, now: i64) -> DbRe
         "INSERT INTO payments (book, id, invoice_id, amount_cents, currency, paid_on, method,
             reference, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
+    )
+    .or_store()?
     .execute(params![
         book,
         p.id,
@@ -607,14 +670,17 @@ pub fn insert_payment(tx: &Tx<'_>, book: &str, p: &PaymentRow, now: i64) -> DbRe
         p.method,
         p.reference,
         now
-    ])?;
+    ])
+    .or_store()?;
     conn.prepare_cached(
         "UPDATE invoices SET paid_cents = paid_cents + ?3,
             status = CASE WHEN paid_cents + ?3 >= total_cents THEN 'paid' ELSE status END,
             updated_at = ?4
          WHERE book = ?1 AND id = ?2",
-    )?
-    .execute(params![book, p.invoice_id, p.amount_cents, now])?;
+    )
+    .or_store()?
+    .execute(params![book, p.invoice_id, p.amount_cents, now])
+    .or_store()?;
     Ok(())
 }
 
@@ -641,22 +707,27 @@ pub fn payments(
     // Two statements rather than `?1 IS NULL OR invoice_id = ?1`, which SQLite cannot
     // answer from the `payments_by_invoice` index: one invoice's payments must not scan
     // every payment of the book. (`?1 IS NULL` in the second keeps one parameter list.)
-    let mut stmt = conn.sql().prepare_cached(if invoice_id.is_some() {
-        "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(if invoice_id.is_some() {
+            "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
          FROM payments
          WHERE book = ?4 AND invoice_id = ?1 AND (?2 IS NULL OR id < ?2)
          ORDER BY id DESC LIMIT ?3 + 0"
-    } else {
-        "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
+        } else {
+            "SELECT id, invoice_id, amount_cents, currency, paid_on, method, reference
          FROM payments
          WHERE book = ?4 AND ?1 IS NULL AND (?2 IS NULL OR id < ?2)
          ORDER BY id DESC LIMIT ?3 + 0"
-    })?;
-    let rows = stmt.query_map(
-        params![invoice_id, starting_after, limit_param(limit), book],
-        payment_from_row,
-    )?;
-    Ok(rows.collect::<Result<_, _>>()?)
+        })
+        .or_store()?;
+    let rows = stmt
+        .query_map(
+            params![invoice_id, starting_after, limit_param(limit), book],
+            payment_from_row,
+        )
+        .or_store()?;
+    rows.collect::<Result<_, _>>().or_store()
 }
 
 /// An e-mail to queue in the outbox.
@@ -685,7 +756,8 @@ pub fn insert_outbox(
                 created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6,
                      CASE ?1 WHEN 'test' THEN 'sandboxed' ELSE 'pending' END, ?7)",
-        )?
+        )
+        .or_store()?
         .execute(params![
             book,
             id,
@@ -694,7 +766,8 @@ pub fn insert_outbox(
             message.subject,
             message.body,
             now
-        ])?;
+        ])
+        .or_store()?;
     Ok(now)
 }
 
@@ -720,8 +793,10 @@ pub fn book_counts(conn: &Conn<'_>, book: &str) -> DbResult<TableCounts> {
         .map(|table| {
             let count: i64 = conn
                 .sql()
-                .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE book = ?1"))?
-                .query_row([book], |r| r.get(0))?;
+                .prepare_cached(&format!("SELECT count(*) FROM {table} WHERE book = ?1"))
+                .or_store()?
+                .query_row([book], |r| r.get(0))
+                .or_store()?;
             Ok((*table, count))
         })
         .collect()
@@ -737,7 +812,8 @@ pub fn book_is_empty(conn: &Conn<'_>, book: &str) -> DbResult<bool> {
 pub fn clear_test_book(tx: &Tx<'_>) -> DbResult<()> {
     for table in BOOK_TABLES {
         tx.sql()
-            .execute(&format!("DELETE FROM {table} WHERE book = 'test'"), [])?;
+            .execute(&format!("DELETE FROM {table} WHERE book = 'test'"), [])
+            .or_store()?;
     }
     Ok(())
 }
@@ -774,13 +850,16 @@ pub fn copy_live_into_test(tx: &Tx<'_>) -> DbResult<TableCounts> {
     COPIES
         .iter()
         .map(|(table, columns)| {
-            let copied = tx.sql().execute(
-                &format!(
-                    "INSERT INTO {table} (book, {columns})
+            let copied = tx
+                .sql()
+                .execute(
+                    &format!(
+                        "INSERT INTO {table} (book, {columns})
                      SELECT 'test', {columns} FROM {table} WHERE book = 'live'"
-                ),
-                [],
-            )?;
+                    ),
+                    [],
+                )
+                .or_store()?;
             Ok((*table, i64::try_from(copied).unwrap_or(i64::MAX)))
         })
         .collect()

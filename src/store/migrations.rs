@@ -12,6 +12,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
+use super::SqlResult;
 use super::{StoreError, StoreOptions, configure_connection, open_flags};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
@@ -56,14 +57,14 @@ const _: () = assert!(MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION);
 
 /// Checks the file's version, sets the PRAGMAs and runs pending migrations.
 pub(super) fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), StoreError> {
-    let mut conn = Connection::open_with_flags(path, open_flags(opts.create))?;
-    conn.busy_timeout(opts.busy_timeout)?;
+    let mut conn = Connection::open_with_flags(path, open_flags(opts.create)).or_store()?;
+    conn.busy_timeout(opts.busy_timeout).or_store()?;
     // The version and the tables are read in one snapshot: a process creating the file
     // at the same moment commits both at once.
-    conn.execute_batch("BEGIN")?;
+    conn.execute_batch("BEGIN").or_store()?;
     let found = user_version(&conn)?;
     let shape = refuse_too_new(found).and_then(|()| schema_shape(&conn));
-    conn.execute_batch("COMMIT")?;
+    conn.execute_batch("COMMIT").or_store()?;
     let shape = shape?;
     if found == 0 && !shape.is_empty() {
         return Err(StoreError::Foreign(
@@ -76,7 +77,7 @@ pub(super) fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), Store
     if found > 0 {
         check_shape(&shape, found)?;
     }
-    configure_connection(&conn, opts.busy_timeout)?;
+    configure_connection(&conn, opts.busy_timeout).or_store()?;
     migrate(&mut conn)
 }
 
@@ -88,13 +89,15 @@ type Columns = Vec<(String, String, bool, Option<String>, i64)>;
 fn schema_shape(conn: &Connection) -> Result<BTreeMap<String, Columns>, StoreError> {
     let mut tables = conn.prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
-    )?;
+    ).or_store()?;
     let names = tables
-        .query_map([], |row| row.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
+        .query_map([], |row| row.get::<_, String>(0))
+        .or_store()?
+        .collect::<Result<Vec<_>, _>>()
+        .or_store()?;
     let mut columns = conn.prepare(
         "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info(?1) ORDER BY cid",
-    )?;
+    ).or_store()?;
     let mut shape = BTreeMap::new();
     for name in names {
         let list = columns
@@ -106,8 +109,10 @@ fn schema_shape(conn: &Connection) -> Result<BTreeMap<String, Columns>, StoreErr
                     row.get(3)?,
                     row.get(4)?,
                 ))
-            })?
-            .collect::<Result<Columns, _>>()?;
+            })
+            .or_store()?
+            .collect::<Result<Columns, _>>()
+            .or_store()?;
         shape.insert(name, list);
     }
     Ok(shape)
@@ -116,12 +121,12 @@ fn schema_shape(conn: &Connection) -> Result<BTreeMap<String, Columns>, StoreErr
 /// The tables and columns a tollgate database of `version` has: the migration steps up to
 /// it, applied to an empty in-memory database.
 fn expected_shape(version: u32) -> Result<BTreeMap<String, Columns>, StoreError> {
-    let conn = Connection::open_in_memory()?;
+    let conn = Connection::open_in_memory().or_store()?;
     // As in `migrate`: a step that rebuilds a table needs foreign keys off.
-    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    conn.pragma_update(None, "foreign_keys", "OFF").or_store()?;
     for &(step, sql) in MIGRATIONS.iter().filter(|(step, _)| *step <= version) {
-        conn.execute_batch(sql)?;
-        conn.pragma_update(None, "user_version", step)?;
+        conn.execute_batch(sql).or_store()?;
+        conn.pragma_update(None, "user_version", step).or_store()?;
     }
     schema_shape(&conn)
 }
@@ -157,7 +162,8 @@ fn check_shape(found: &BTreeMap<String, Columns>, version: u32) -> Result<(), St
 }
 
 pub(super) fn user_version(conn: &Connection) -> Result<u32, StoreError> {
-    Ok(conn.pragma_query_value(None, "user_version", |row| row.get(0))?)
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+        .or_store()
 }
 
 fn refuse_too_new(found: u32) -> Result<(), StoreError> {
@@ -175,11 +181,11 @@ fn refuse_too_new(found: u32) -> Result<(), StoreError> {
 /// which with foreign keys on would delete, or cascade to, the rows pointing at it) and
 /// each step checks them before it commits.
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
-    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    conn.pragma_update(None, "foreign_keys", "OFF").or_store()?;
     let applied = MIGRATIONS
         .iter()
         .try_for_each(|&(version, sql)| apply_step(conn, version, sql));
-    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "foreign_keys", "ON").or_store()?;
     applied?;
     refuse_too_new(user_version(conn)?)
 }
@@ -187,9 +193,11 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 /// Fails when a row points at a row that does not exist (after a step, before its commit).
 fn check_foreign_keys(conn: &Connection) -> Result<(), StoreError> {
     let broken: Option<String> = conn
-        .prepare("PRAGMA foreign_key_check")?
+        .prepare("PRAGMA foreign_key_check")
+        .or_store()?
         .query_row([], |row| row.get(0))
-        .optional()?;
+        .optional()
+        .or_store()?;
     match broken {
         None => Ok(()),
         Some(table) => Err(StoreError::Sqlite(super::SqliteError(
@@ -209,14 +217,16 @@ fn apply_step(conn: &mut Connection, version: u32, sql: &str) -> Result<(), Stor
     if user_version(conn)? >= version {
         return Ok(());
     }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .or_store()?;
     if user_version(&tx)? >= version {
         return Ok(());
     }
-    tx.execute_batch(sql)?;
+    tx.execute_batch(sql).or_store()?;
     check_foreign_keys(&tx)?;
-    tx.pragma_update(None, "user_version", version)?;
-    tx.commit()?;
+    tx.pragma_update(None, "user_version", version).or_store()?;
+    tx.commit().or_store()?;
     tracing::info!(version, "applied database migration");
     Ok(())
 }

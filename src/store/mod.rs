@@ -195,8 +195,11 @@ impl std::error::Error for StoreError {
     }
 }
 
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
+impl StoreError {
+    /// Classifies an SQLite failure (busy, full, or any other); the store's own modules
+    /// convert with it ([`SqlResult::or_store`]), so no SQLite type is part of this error's
+    /// public surface.
+    fn from_sqlite(e: rusqlite::Error) -> Self {
         use rusqlite::ErrorCode;
         let Some(sqlite) = e.sqlite_error() else {
             return Self::Sqlite(SqliteError(e));
@@ -215,9 +218,20 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
-impl From<r2d2::Error> for StoreError {
-    fn from(e: r2d2::Error) -> Self {
-        Self::Pool(e.to_string())
+/// `?` for the store's SQLite and pool calls: their errors become [`StoreError`]s.
+trait SqlResult<T> {
+    fn or_store(self) -> Result<T, StoreError>;
+}
+
+impl<T> SqlResult<T> for Result<T, rusqlite::Error> {
+    fn or_store(self) -> Result<T, StoreError> {
+        self.map_err(StoreError::from_sqlite)
+    }
+}
+
+impl<T> SqlResult<T> for Result<T, r2d2::Error> {
+    fn or_store(self) -> Result<T, StoreError> {
+        self.map_err(|e| StoreError::Pool(e.to_string()))
     }
 }
 
@@ -348,7 +362,8 @@ impl Store {
                     last_write = written;
                     pause = CHECKPOINT_EVERY;
                     let outcome = store.read(|conn| {
-                        Ok(conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?)
+                        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+                            .or_store()
                     });
                     if let Err(e) = outcome
                         && !e.is_transient()
@@ -394,7 +409,7 @@ impl Store {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let conn = self.pool.get()?;
+        let conn = self.pool.get().or_store()?;
         f(&conn)
     }
 
@@ -404,10 +419,12 @@ impl Store {
         f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let outcome = (|| {
-            let mut conn = self.pool.get()?;
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut conn = self.pool.get().or_store()?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .or_store()?;
             let value = f(&tx)?;
-            tx.commit()?;
+            tx.commit().or_store()?;
             Ok(value)
         })();
         self.last_write.observe(&outcome);
@@ -431,8 +448,10 @@ impl Store {
                     "INSERT INTO server_secrets (name, value, created_at) \
                      VALUES ('health-probe', zeroblob(32), 0) ON CONFLICT (name) DO NOTHING",
                     [],
-                )?;
-                tx.execute("DELETE FROM server_secrets WHERE name = 'health-probe'", [])?;
+                )
+                .or_store()?;
+                tx.execute("DELETE FROM server_secrets WHERE name = 'health-probe'", [])
+                    .or_store()?;
                 Ok(())
             })
             .map_err(|e| e.storage_failure().unwrap_or(failure))?;
@@ -455,12 +474,12 @@ impl Store {
             tx.execute(
                 "INSERT OR IGNORE INTO server_secrets (name, value, created_at) VALUES (?1, ?2, unixepoch())",
                 rusqlite::params![name, &fresh[..]],
-            )?;
+            ).or_store()?;
             let value: Vec<u8> = tx.query_row(
                 "SELECT value FROM server_secrets WHERE name = ?1",
                 [name],
                 |row| row.get(0),
-            )?;
+            ).or_store()?;
             Ok(value)
         })
     }
@@ -472,16 +491,16 @@ impl Store {
 impl Store {
     pub(crate) fn sql_read<T>(
         &self,
-        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
-        self.read(f)
+        self.read(|conn| f(conn).or_store())
     }
 
     pub(crate) fn sql_write<T>(
         &self,
-        f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
+        f: impl FnOnce(&Transaction) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
-        self.write(f)
+        self.write(|tx| f(tx).or_store())
     }
 }
 
@@ -713,7 +732,8 @@ fn build_pool(
         .max_size(opts.pool_size.max(1))
         .connection_timeout(busy_timeout.max(Duration::from_secs(1)))
         .error_handler(Box::new(TracingErrorHandler))
-        .build(manager)?;
+        .build(manager)
+        .or_store()?;
     Ok(pool)
 }
 
@@ -749,7 +769,8 @@ mod tests {
     fn pragma_text(store: &Store, name: &str) -> String {
         store
             .read(|c| {
-                Ok(c.pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))?)
+                c.pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))
+                    .or_store()
             })
             .map(|v| match v {
                 rusqlite::types::Value::Integer(i) => i.to_string(),
@@ -785,13 +806,17 @@ mod tests {
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         let audit_indexes: Vec<String> = store
             .read(|c| {
-                let mut stmt = c.prepare(
-                    "SELECT name FROM sqlite_master WHERE type = 'index' \
+                let mut stmt = c
+                    .prepare(
+                        "SELECT name FROM sqlite_master WHERE type = 'index' \
                      AND tbl_name = 'audit_log' ORDER BY name",
-                )?;
+                    )
+                    .or_store()?;
                 let names = stmt
-                    .query_map([], |r| r.get(0))?
-                    .collect::<Result<_, _>>()?;
+                    .query_map([], |r| r.get(0))
+                    .or_store()?
+                    .collect::<Result<_, _>>()
+                    .or_store()?;
                 Ok(names)
             })
             .expect("indexes");
@@ -841,8 +866,9 @@ mod tests {
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         let books: Vec<(String, String, i64)> = store
             .read(|c| {
-                let mut stmt = c.prepare(
-                    "SELECT 'clients', book, count(*) FROM clients GROUP BY book
+                let mut stmt = c
+                    .prepare(
+                        "SELECT 'clients', book, count(*) FROM clients GROUP BY book
                      UNION ALL SELECT 'invoice_series', book, count(*) FROM invoice_series
                          GROUP BY book
                      UNION ALL SELECT 'invoices', book, count(*) FROM invoices GROUP BY book
@@ -850,9 +876,12 @@ mod tests {
                          GROUP BY book
                      UNION ALL SELECT 'payments', book, count(*) FROM payments GROUP BY book
                      UNION ALL SELECT 'outbox', book, count(*) FROM outbox GROUP BY book",
-                )?;
-                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                Ok(rows.collect::<Result<_, _>>()?)
+                    )
+                    .or_store()?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .or_store()?;
+                rows.collect::<Result<_, _>>().or_store()
             })
             .expect("books");
         let expect = [
@@ -874,7 +903,8 @@ mod tests {
                 tx.execute_batch(
                     "INSERT INTO clients VALUES ('test', 'cli_1', 'Acme SL', 'B12345674',
                          NULL, NULL, 1, 1);",
-                )?;
+                )
+                .or_store()?;
                 Ok(())
             })
             .expect("same id and tax id in the test book");
@@ -882,7 +912,8 @@ mod tests {
             tx.execute_batch(
                 "INSERT INTO clients VALUES ('live', 'cli_9', 'Other', 'B12345674', NULL,
                      NULL, 1, 1);",
-            )?;
+            )
+            .or_store()?;
             Ok(())
         });
         assert!(matches!(twice, Err(StoreError::Sqlite(_))), "{twice:?}");
@@ -891,18 +922,21 @@ mod tests {
             tx.execute_batch(
                 "INSERT INTO payments VALUES ('test', 'pay_2', 'inv_2', 5, 'EUR',
                      '2026-01-12', 'cash', NULL, 1);",
-            )?;
+            )
+            .or_store()?;
             Ok(())
         });
         assert!(matches!(across, Err(StoreError::Sqlite(_))), "{across:?}");
         let indexes: Vec<String> = store
             .read(|c| {
-                let mut stmt = c.prepare(
-                    "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL
+                let mut stmt = c
+                    .prepare(
+                        "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL
                      AND tbl_name IN ('invoices', 'payments', 'outbox') ORDER BY name",
-                )?;
-                let rows = stmt.query_map([], |r| r.get(0))?;
-                Ok(rows.collect::<Result<_, _>>()?)
+                    )
+                    .or_store()?;
+                let rows = stmt.query_map([], |r| r.get(0)).or_store()?;
+                rows.collect::<Result<_, _>>().or_store()
             })
             .expect("indexes");
         assert_eq!(indexes.len(), 5, "{indexes:?}");
@@ -1050,7 +1084,8 @@ mod tests {
             tx.execute(
                 "UPDATE plans SET hourly_call_limit = 1 WHERE slug = 'free'",
                 [],
-            )?;
+            )
+            .or_store()?;
             Err(StoreError::Busy)
         });
         assert!(matches!(result, Err(StoreError::Busy)));
@@ -1058,7 +1093,8 @@ mod tests {
             tx.execute(
                 "UPDATE plans SET hourly_call_limit = 2 WHERE slug = 'free'",
                 [],
-            )?;
+            )
+            .or_store()?;
             Err(StoreError::RolledBack)
         });
         assert!(matches!(aborted, Err(StoreError::RolledBack)));
@@ -1077,7 +1113,7 @@ mod tests {
         let holder = Connection::open(&path).expect("raw open");
         holder.execute_batch("BEGIN IMMEDIATE").expect("lock");
         let err = store
-            .write(|tx| Ok(tx.execute("DELETE FROM rate_counters", [])?))
+            .write(|tx| tx.execute("DELETE FROM rate_counters", []).or_store())
             .expect_err("busy");
         assert!(matches!(err, StoreError::Busy), "{err:?}");
         assert!(err.is_transient());
@@ -1111,9 +1147,9 @@ mod tests {
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
             None,
         );
-        assert!(matches!(StoreError::from(busy), StoreError::Busy));
-        assert!(matches!(StoreError::from(full), StoreError::Full));
-        let other = StoreError::from(rusqlite::Error::QueryReturnedNoRows);
+        assert!(matches!(StoreError::from_sqlite(busy), StoreError::Busy));
+        assert!(matches!(StoreError::from_sqlite(full), StoreError::Full));
+        let other = StoreError::from_sqlite(rusqlite::Error::QueryReturnedNoRows);
         assert!(matches!(other, StoreError::Sqlite(_)));
         assert!(!other.is_transient());
     }
@@ -1222,7 +1258,10 @@ mod tests {
         assert_eq!(store.health(), Ok(SCHEMA_VERSION));
         assert_eq!(store.last_write.failure(), None);
         let secrets: i64 = store
-            .read(|c| Ok(c.query_row("SELECT count(*) FROM server_secrets", [], |r| r.get(0))?))
+            .read(|c| {
+                c.query_row("SELECT count(*) FROM server_secrets", [], |r| r.get(0))
+                    .or_store()
+            })
             .expect("count");
         assert_eq!(secrets, 0, "the probe leaves nothing behind");
     }

@@ -4,6 +4,7 @@
 
 use rusqlite::{OptionalExtension, params};
 
+use super::SqlResult;
 use super::{Conn, Store, StoreError, Tx};
 
 /// The company this installation serves (the single row of `company`).
@@ -179,19 +180,25 @@ pub(super) fn json_string_list(
 /// The company's plan, read on `conn` (inside a charging transaction, for instance);
 /// `None` before `tollgate init`.
 pub fn company_plan_on(conn: &Conn<'_>) -> Result<Option<Plan>, StoreError> {
-    let mut stmt = conn.sql().prepare_cached(&format!(
-        "{PLAN_SELECT} WHERE slug = (SELECT plan_slug FROM company WHERE id = 1)"
-    ))?;
-    Ok(stmt.query_row([], plan_from_row).optional()?)
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(&format!(
+            "{PLAN_SELECT} WHERE slug = (SELECT plan_slug FROM company WHERE id = 1)"
+        ))
+        .or_store()?;
+    stmt.query_row([], plan_from_row).optional().or_store()
 }
 
 /// Sets the company's mode (`live` or `test`) inside `tx`; `false` when it already had it
 /// (or there is no company yet).
 pub fn set_company_mode(tx: &Tx<'_>, mode: &str) -> Result<bool, StoreError> {
-    let changed = tx.sql().execute(
-        "UPDATE company SET mode = ?1 WHERE id = 1 AND mode <> ?1",
-        [mode],
-    )?;
+    let changed = tx
+        .sql()
+        .execute(
+            "UPDATE company SET mode = ?1 WHERE id = 1 AND mode <> ?1",
+            [mode],
+        )
+        .or_store()?;
     Ok(changed > 0)
 }
 
@@ -199,10 +206,12 @@ impl Store {
     /// The company row, or `None` before `tollgate init` has written it.
     pub fn company(&self) -> Result<Option<Company>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT name, tax_id, plan_slug, locale, country FROM company WHERE id = 1",
-            )?;
-            Ok(stmt.query_row([], company_from_row).optional()?)
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT name, tax_id, plan_slug, locale, country FROM company WHERE id = 1",
+                )
+                .or_store()?;
+            stmt.query_row([], company_from_row).optional().or_store()
         })
     }
 
@@ -210,21 +219,24 @@ impl Store {
     /// plan slug or locale is rejected by the schema's constraints.
     pub fn set_company(&self, company: &Company) -> Result<(), StoreError> {
         self.write(|tx| {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO company (id, name, tax_id, plan_slug, locale, country, created_at)
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO company (id, name, tax_id, plan_slug, locale, country, created_at)
                  VALUES (1, ?1, ?2, ?3, ?4, ?5, unixepoch())
                  ON CONFLICT (id) DO UPDATE SET
                    name = excluded.name, tax_id = excluded.tax_id,
                    plan_slug = excluded.plan_slug, locale = excluded.locale,
                    country = excluded.country",
-            )?;
+                )
+                .or_store()?;
             stmt.execute(params![
                 company.name,
                 company.tax_id,
                 company.plan_slug,
                 company.locale,
                 company.country
-            ])?;
+            ])
+            .or_store()?;
             Ok(())
         })
     }
@@ -232,17 +244,19 @@ impl Store {
     /// The company's mode (`live` or `test`), or `None` before `tollgate init`.
     pub fn company_mode(&self) -> Result<Option<String>, StoreError> {
         self.read(|conn| {
-            Ok(conn
-                .prepare_cached("SELECT mode FROM company WHERE id = 1")?
+            conn.prepare_cached("SELECT mode FROM company WHERE id = 1")
+                .or_store()?
                 .query_row([], |row| row.get(0))
-                .optional()?)
+                .optional()
+                .or_store()
         })
     }
 
     /// Moves the company to plan `slug`; `false` when there is no company yet.
     pub fn set_company_plan(&self, slug: &str) -> Result<bool, StoreError> {
         let changed = self.write(|tx| {
-            Ok(tx.execute("UPDATE company SET plan_slug = ?1 WHERE id = 1", [slug])?)
+            tx.execute("UPDATE company SET plan_slug = ?1 WHERE id = 1", [slug])
+                .or_store()
         })?;
         Ok(changed > 0)
     }
@@ -250,10 +264,14 @@ impl Store {
     /// Every plan, smallest first (by rank).
     pub fn plans(&self) -> Result<Vec<Plan>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(&format!("{PLAN_SELECT} ORDER BY rank"))?;
+            let mut stmt = conn
+                .prepare_cached(&format!("{PLAN_SELECT} ORDER BY rank"))
+                .or_store()?;
             let plans = stmt
-                .query_map([], plan_from_row)?
-                .collect::<Result<Vec<_>, _>>()?;
+                .query_map([], plan_from_row)
+                .or_store()?
+                .collect::<Result<Vec<_>, _>>()
+                .or_store()?;
             Ok(plans)
         })
     }
@@ -261,8 +279,10 @@ impl Store {
     /// One plan by slug, or `None` if no such plan exists.
     pub fn plan(&self, slug: &str) -> Result<Option<Plan>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(&format!("{PLAN_SELECT} WHERE slug = ?1"))?;
-            Ok(stmt.query_row([slug], plan_from_row).optional()?)
+            let mut stmt = conn
+                .prepare_cached(&format!("{PLAN_SELECT} WHERE slug = ?1"))
+                .or_store()?;
+            stmt.query_row([slug], plan_from_row).optional().or_store()
         })
     }
 
@@ -275,10 +295,11 @@ impl Store {
     pub fn set_excluded_tools(&self, slug: &str, tools: &[String]) -> Result<bool, StoreError> {
         let text = serde_json::Value::from(tools.to_vec()).to_string();
         let changed = self.write(|tx| {
-            Ok(tx.execute(
+            tx.execute(
                 "UPDATE plans SET excluded_tools = ?1 WHERE slug = ?2",
                 params![text, slug],
-            )?)
+            )
+            .or_store()
         })?;
         Ok(changed > 0)
     }
@@ -293,7 +314,7 @@ impl Store {
         value: Option<i64>,
     ) -> Result<bool, StoreError> {
         let sql = format!("UPDATE plans SET {} = ?1 WHERE slug = ?2", limit.column());
-        let changed = self.write(|tx| Ok(tx.execute(&sql, params![value, slug])?))?;
+        let changed = self.write(|tx| tx.execute(&sql, params![value, slug]).or_store())?;
         Ok(changed > 0)
     }
 }

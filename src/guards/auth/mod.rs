@@ -1241,10 +1241,10 @@ mod tests {
             .expect("within allowance");
         store
             .sql_write(|tx| {
-                Ok(tx.execute(
+                tx.execute(
                     "UPDATE plans SET max_active_keys = 2 WHERE slug = 'free'",
                     [],
-                )?)
+                )
             })
             .expect("downgrade");
         let err = auth
@@ -1351,12 +1351,12 @@ mod tests {
             .expect_err("live installation");
         assert_eq!(err.kind(), ErrorKind::InvalidTokenType);
         store
-            .sql_write(|tx| Ok(tx.execute("UPDATE company SET mode = 'test'", [])?))
+            .sql_write(|tx| tx.execute("UPDATE company SET mode = 'test'", []))
             .expect("test mode");
         auth.authenticate(Some(issued.token.expose()), "s")
             .expect("test mode accepts");
         store
-            .sql_write(|tx| Ok(tx.execute("UPDATE credentials SET expires_at = 1", [])?))
+            .sql_write(|tx| tx.execute("UPDATE credentials SET expires_at = 1", []))
             .expect("expire");
         let err = auth
             .authenticate(Some(issued.token.expose()), "s")
