@@ -11,7 +11,8 @@
 //! A flood therefore adds a bounded number of rows; the metrics still count every call.
 //!
 //! Rows older than the retention (`[audit] retention_days`) are deleted by a background
-//! thread ([`prune_in_background`]), a few hundred per short transaction.
+//! thread ([`prune_in_background`]), a few hundred per short transaction. The rows' SQL
+//! (writes, summaries, retention, the `tollgate audit` query) is [`crate::store::audit`]'s.
 //!
 //! The outcome is `ok`, or the catalog `code` of the JSON-RPC error, or of the `isError`
 //! result (`_meta["dev.tollgate/error"].code`). Rows go into a buffer that one writer thread

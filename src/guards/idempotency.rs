@@ -9,7 +9,8 @@
 //!
 //! **What a key is bound to**: the credential that sent it (keys of different credentials
 //! never meet) and a SHA-256 [`fingerprint`] of the tool name and its canonical arguments
-//! (object keys sorted, the key itself left out). Records live in `idempotency_keys`.
+//! (object keys sorted, the key itself left out). Records live in `idempotency_keys`, whose
+//! SQL is [`crate::store::idempotency`]'s.
 //!
 //! **The life of a key** ([`Ledger::claim`], one `BEGIN IMMEDIATE` transaction, so two
 //! processes on one file see each other):

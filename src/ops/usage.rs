@@ -1,7 +1,7 @@
 //! The operator's side of the rate limits: `tollgate limits show|set` and `tollgate usage`.
 //!
 //! Argument definitions and printing live here; reading and changing the limits is
-//! [`crate::guards::ratelimit`]'s job. A change takes effect on the next call of every process
+//! [`crate::guards::ratelimit::limits`]'s job (over the store's plans and credentials). A change takes effect on the next call of every process
 //! sharing the database, because the limiter reads the limits inside each charge.
 
 use std::process::ExitCode;

@@ -786,7 +786,7 @@ const BOOK_TABLES: [&str; 6] = [
 /// Rows per business table: (table, rows).
 pub type TableCounts = Vec<(&'static str, i64)>;
 
-/// How many rows of a book each business table holds, in [`BOOK_TABLES`] order.
+/// How many rows of a book each business table holds, children before parents.
 pub fn book_counts(conn: &Conn<'_>, book: &str) -> DbResult<TableCounts> {
     BOOK_TABLES
         .iter()

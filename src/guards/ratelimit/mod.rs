@@ -11,9 +11,9 @@
 //! `-32006`), because the credential is implied: it is the caller's own.
 //!
 //! **Charging** a call increments every bucket that applies (the counter is read, then
-//! written back, by [`counters::increment`]) and *then* compares each count with the limit read in the same
-//! `BEGIN IMMEDIATE` transaction, so a raised limit applies on the next
-//! call and several processes on one file can never admit more than the limit. The
+//! written back, by [`crate::store::counters::increment`]) and *then* compares each count
+//! with the limit read in the same `BEGIN IMMEDIATE` transaction, so a raised limit applies
+//! on the next call and several processes on one file can never admit more than the limit. The
 //! increment stays even when the call is refused: refused calls consume quota, by product
 //! rule. Over any limit the call is `-32006 rate_limited` naming the exceeded bucket that
 //! resets *last* (the caller cannot succeed before it does), with `limit`, `reset` (unix
