@@ -78,3 +78,23 @@ pub fn header_user_version(path: &Path) -> std::io::Result<Option<u32>> {
         .and_then(|b| <[u8; 4]>::try_from(b).ok())
         .map(u32::from_be_bytes))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreOptions;
+    use crate::store::tests::fresh;
+
+    #[test]
+    fn backup_opens_and_passes_integrity_check() {
+        let (dir, _path, store) = fresh();
+        assert_eq!(store.integrity_check().expect("check"), "ok");
+        let dest = dir.path().join("backup.db");
+        store.backup_to(&dest).expect("backup");
+        let copy = Store::open(&dest, &StoreOptions::default()).expect("open backup");
+        assert_eq!(copy.integrity_check().expect("check"), "ok");
+        assert_eq!(copy.plans().expect("plans").len(), 4);
+        let again = store.backup_to(&dest).expect_err("exists");
+        assert!(matches!(again, StoreError::Io(_)), "{again:?}");
+    }
+}

@@ -19,11 +19,11 @@ use super::{StoreError, StoreOptions, configure_connection, open_flags};
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// The whole schema at version 1, applied when a database is created.
-pub(super) const SCHEMA_SQL: &str = include_str!("../../schema.sql");
+const SCHEMA_SQL: &str = include_str!("../../schema.sql");
 
 /// Version 2: the audit log keeps only the index its queries use. Every audit row paid for
 /// three secondary indexes; two were never read (by time alone, by tool).
-pub(super) const AUDIT_INDEXES_SQL: &str = "
+const AUDIT_INDEXES_SQL: &str = "
     DROP INDEX IF EXISTS audit_log_by_at;
     DROP INDEX IF EXISTS audit_log_by_tool;
 ";
@@ -34,12 +34,12 @@ pub(super) const AUDIT_INDEXES_SQL: &str = "
 /// include the book). Test-book outbox rows are `sandboxed`, never `pending`, so a relay
 /// that delivers pending rows cannot send them. The tables are rebuilt (SQLite cannot change
 /// a key in place) and every existing row lands in the live book.
-pub(super) const BOOKS_SQL: &str = include_str!("../../migrations/books.sql");
+const BOOKS_SQL: &str = include_str!("../../migrations/books.sql");
 
 /// Version 4: an audit row can stand for several calls. Refusals of unauthenticated callers
 /// are summarised, one row per source and window, with the number of calls it counts and
 /// the source they came from (NULL on the rows of single calls).
-pub(super) const AUDIT_SUMMARY_SQL: &str = "
+const AUDIT_SUMMARY_SQL: &str = "
     ALTER TABLE audit_log ADD COLUMN calls INTEGER NOT NULL DEFAULT 1 CHECK (calls >= 1);
     ALTER TABLE audit_log ADD COLUMN source TEXT;
 ";
@@ -229,4 +229,256 @@ fn apply_step(conn: &mut Connection, version: u32, sql: &str) -> Result<(), Stor
     tx.commit().or_store()?;
     tracing::info!(version, "applied database migration");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::{creating, fresh, pragma_text};
+    use crate::store::{Store, StoreOptions};
+
+    #[test]
+    fn a_version_1_database_is_brought_up_to_date() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v1.db");
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch(SCHEMA_SQL)
+            .expect("the version 1 schema");
+        conn.pragma_update(None, "user_version", 1)
+            .expect("version 1");
+        drop(conn);
+        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        let audit_indexes: Vec<String> = store
+            .read(|c| {
+                let mut stmt = c
+                    .prepare(
+                        "SELECT name FROM sqlite_master WHERE type = 'index' \
+                     AND tbl_name = 'audit_log' ORDER BY name",
+                    )
+                    .or_store()?;
+                let names = stmt
+                    .query_map([], |r| r.get(0))
+                    .or_store()?
+                    .collect::<Result<_, _>>()
+                    .or_store()?;
+                Ok(names)
+            })
+            .expect("indexes");
+        assert_eq!(audit_indexes, ["audit_log_by_credential"]);
+    }
+
+    /// A database at version 2 with a little of everything in the business tables.
+    fn version_2_with_business_rows(path: &Path) {
+        let conn = Connection::open(path).expect("raw open");
+        conn.execute_batch(SCHEMA_SQL).expect("version 1");
+        conn.execute_batch(AUDIT_INDEXES_SQL).expect("version 2");
+        conn.execute_batch(
+            "BEGIN; PRAGMA defer_foreign_keys = ON;
+             INSERT INTO clients VALUES ('cli_1', 'Acme SL', 'B12345674', 'a@example.com',
+                 NULL, 1, 1);
+             INSERT INTO invoice_series VALUES ('F', 1, '2026-01-10'), ('R', 1, '2026-01-11');
+             INSERT INTO invoices (id, client_id, kind, status, series, number, issue_date,
+                 due_date, currency, gross_cents, discount_cents, subtotal_cents, vat_cents,
+                 withholding_cents, total_cents, paid_cents, rectified_by_id, void_reason,
+                 created_at, updated_at)
+               VALUES ('inv_1', 'cli_1', 'full', 'void', 'F', 'F-000001', '2026-01-10',
+                 '2026-02-10', 'EUR', 100, 0, 100, 21, 0, 121, 0, 'inv_2', 'typo', 1, 1);
+             INSERT INTO invoices (id, client_id, kind, status, series, number, issue_date,
+                 currency, gross_cents, discount_cents, subtotal_cents, vat_cents,
+                 withholding_cents, total_cents, rectifies_id, created_at, updated_at)
+               VALUES ('inv_2', 'cli_1', 'rectifying', 'issued', 'R', 'R-000001',
+                 '2026-01-11', 'EUR', -100, 0, -100, -21, 0, -121, 'inv_1', 1, 1);
+             INSERT INTO invoice_lines VALUES ('inv_1', 1, 'Work', 1, 100, 0, 21, 0, 100, 0,
+                 100, 21, 0, 121);
+             INSERT INTO payments VALUES ('pay_1', 'inv_2', 5, 'EUR', '2026-01-12',
+                 'transfer', NULL, 1);
+             INSERT INTO outbox VALUES ('out_1', 'inv_1', 'a@example.com', 'Invoice', 'Hi',
+                 'delivered', 1);
+             COMMIT;",
+        )
+        .expect("business rows");
+        conn.pragma_update(None, "user_version", 2)
+            .expect("version 2");
+    }
+
+    #[test]
+    fn a_version_2_database_keeps_its_business_rows_in_the_live_book() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v2.db");
+        version_2_with_business_rows(&path);
+        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        let books: Vec<(String, String, i64)> = store
+            .read(|c| {
+                let mut stmt = c
+                    .prepare(
+                        "SELECT 'clients', book, count(*) FROM clients GROUP BY book
+                     UNION ALL SELECT 'invoice_series', book, count(*) FROM invoice_series
+                         GROUP BY book
+                     UNION ALL SELECT 'invoices', book, count(*) FROM invoices GROUP BY book
+                     UNION ALL SELECT 'invoice_lines', book, count(*) FROM invoice_lines
+                         GROUP BY book
+                     UNION ALL SELECT 'payments', book, count(*) FROM payments GROUP BY book
+                     UNION ALL SELECT 'outbox', book, count(*) FROM outbox GROUP BY book",
+                    )
+                    .or_store()?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .or_store()?;
+                rows.collect::<Result<_, _>>().or_store()
+            })
+            .expect("books");
+        let expect = [
+            ("clients", 1),
+            ("invoice_series", 2),
+            ("invoices", 2),
+            ("invoice_lines", 1),
+            ("payments", 1),
+            ("outbox", 1),
+        ];
+        let expect: Vec<(String, String, i64)> = expect
+            .iter()
+            .map(|(t, n)| ((*t).to_owned(), "live".to_owned(), *n))
+            .collect();
+        assert_eq!(books, expect);
+        // The same tax id and invoice number may now exist once per book, not twice in one.
+        store
+            .write(|tx| {
+                tx.execute_batch(
+                    "INSERT INTO clients VALUES ('test', 'cli_1', 'Acme SL', 'B12345674',
+                         NULL, NULL, 1, 1);",
+                )
+                .or_store()?;
+                Ok(())
+            })
+            .expect("same id and tax id in the test book");
+        let twice = store.write(|tx| {
+            tx.execute_batch(
+                "INSERT INTO clients VALUES ('live', 'cli_9', 'Other', 'B12345674', NULL,
+                     NULL, 1, 1);",
+            )
+            .or_store()?;
+            Ok(())
+        });
+        assert!(matches!(twice, Err(StoreError::Sqlite(_))), "{twice:?}");
+        // A row cannot point at a row of the other book.
+        let across = store.write(|tx| {
+            tx.execute_batch(
+                "INSERT INTO payments VALUES ('test', 'pay_2', 'inv_2', 5, 'EUR',
+                     '2026-01-12', 'cash', NULL, 1);",
+            )
+            .or_store()?;
+            Ok(())
+        });
+        assert!(matches!(across, Err(StoreError::Sqlite(_))), "{across:?}");
+        let indexes: Vec<String> = store
+            .read(|c| {
+                let mut stmt = c
+                    .prepare(
+                        "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL
+                     AND tbl_name IN ('invoices', 'payments', 'outbox') ORDER BY name",
+                    )
+                    .or_store()?;
+                let rows = stmt.query_map([], |r| r.get(0)).or_store()?;
+                rows.collect::<Result<_, _>>().or_store()
+            })
+            .expect("indexes");
+        assert_eq!(indexes.len(), 5, "{indexes:?}");
+        assert!(
+            indexes.iter().all(|sql| sql.contains("(book, ")),
+            "{indexes:?}"
+        );
+        assert_eq!(pragma_text(&store, "foreign_keys"), "1");
+    }
+
+    #[test]
+    fn newer_database_is_refused() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let conn = Connection::open(&path).expect("raw open");
+        conn.pragma_update(None, "user_version", 99).expect("bump");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("too new");
+        assert!(
+            matches!(
+                err,
+                StoreError::TooNew {
+                    found: 99,
+                    supported: SCHEMA_VERSION
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "database schema version 99 is newer than this tollgate supports \
+                 ({SCHEMA_VERSION}); upgrade tollgate or restore a backup"
+            )
+        );
+        assert!(!err.is_transient());
+    }
+
+    #[test]
+    fn a_foreign_database_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("foreign.db");
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("CREATE TABLE foo(x); PRAGMA user_version = 2;")
+            .expect("a foreign file");
+        drop(conn);
+        for create in [false, true] {
+            let opts = StoreOptions {
+                create,
+                ..StoreOptions::default()
+            };
+            let err = Store::open(&path, &opts).expect_err("foreign");
+            assert!(
+                matches!(&err, StoreError::Foreign(r) if r.contains("\"foo\" is not part")),
+                "{err:?}"
+            );
+            assert!(!err.is_transient());
+        }
+        let conn = Connection::open(&path).expect("raw open");
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(tables, 1, "nothing was migrated into the foreign file");
+        assert_eq!(user_version(&conn).expect("version"), 2);
+    }
+
+    #[test]
+    fn a_missing_table_or_column_is_foreign_and_version_0_with_tables_too() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("ALTER TABLE audit_log DROP COLUMN source;")
+            .expect("drop a column");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("changed");
+        assert!(
+            err.to_string().contains("table \"audit_log\" has columns"),
+            "{err}"
+        );
+        let conn = Connection::open(&path).expect("raw open");
+        conn.execute_batch("DROP TABLE audit_log;")
+            .expect("drop a table");
+        drop(conn);
+        let err = Store::open(&path, &StoreOptions::default()).expect_err("missing");
+        assert!(
+            err.to_string().contains(&format!(
+                "\"audit_log\" of schema version {SCHEMA_VERSION} is missing"
+            )),
+            "{err}"
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let other = dir.path().join("other.db");
+        Connection::open(&other)
+            .and_then(|c| c.execute_batch("CREATE TABLE foo(x);"))
+            .expect("a foreign file without a version");
+        let err = Store::open(&other, &creating()).expect_err("foreign");
+        assert!(matches!(err, StoreError::Foreign(_)), "{err:?}");
+    }
 }

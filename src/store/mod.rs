@@ -749,24 +749,23 @@ impl r2d2::HandleError<rusqlite::Error> for TracingErrorHandler {
 
 #[cfg(test)]
 mod tests {
-    use super::migrations::{AUDIT_INDEXES_SQL, SCHEMA_SQL};
     use super::*;
 
-    fn creating() -> StoreOptions {
+    pub(super) fn creating() -> StoreOptions {
         StoreOptions {
             create: true,
             ..StoreOptions::default()
         }
     }
 
-    fn fresh() -> (tempfile::TempDir, PathBuf, Store) {
+    pub(super) fn fresh() -> (tempfile::TempDir, PathBuf, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("state").join("tollgate.db");
         let store = Store::open(&path, &creating()).expect("open");
         (dir, path, store)
     }
 
-    fn pragma_text(store: &Store, name: &str) -> String {
+    pub(super) fn pragma_text(store: &Store, name: &str) -> String {
         store
             .read(|c| {
                 c.pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))
@@ -793,206 +792,6 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_database_is_brought_up_to_date() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("v1.db");
-        let conn = Connection::open(&path).expect("raw open");
-        conn.execute_batch(SCHEMA_SQL)
-            .expect("the version 1 schema");
-        conn.pragma_update(None, "user_version", 1)
-            .expect("version 1");
-        drop(conn);
-        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
-        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
-        let audit_indexes: Vec<String> = store
-            .read(|c| {
-                let mut stmt = c
-                    .prepare(
-                        "SELECT name FROM sqlite_master WHERE type = 'index' \
-                     AND tbl_name = 'audit_log' ORDER BY name",
-                    )
-                    .or_store()?;
-                let names = stmt
-                    .query_map([], |r| r.get(0))
-                    .or_store()?
-                    .collect::<Result<_, _>>()
-                    .or_store()?;
-                Ok(names)
-            })
-            .expect("indexes");
-        assert_eq!(audit_indexes, ["audit_log_by_credential"]);
-    }
-
-    /// A database at version 2 with a little of everything in the business tables.
-    fn version_2_with_business_rows(path: &Path) {
-        let conn = Connection::open(path).expect("raw open");
-        conn.execute_batch(SCHEMA_SQL).expect("version 1");
-        conn.execute_batch(AUDIT_INDEXES_SQL).expect("version 2");
-        conn.execute_batch(
-            "BEGIN; PRAGMA defer_foreign_keys = ON;
-             INSERT INTO clients VALUES ('cli_1', 'Acme SL', 'B12345674', 'a@example.com',
-                 NULL, 1, 1);
-             INSERT INTO invoice_series VALUES ('F', 1, '2026-01-10'), ('R', 1, '2026-01-11');
-             INSERT INTO invoices (id, client_id, kind, status, series, number, issue_date,
-                 due_date, currency, gross_cents, discount_cents, subtotal_cents, vat_cents,
-                 withholding_cents, total_cents, paid_cents, rectified_by_id, void_reason,
-                 created_at, updated_at)
-               VALUES ('inv_1', 'cli_1', 'full', 'void', 'F', 'F-000001', '2026-01-10',
-                 '2026-02-10', 'EUR', 100, 0, 100, 21, 0, 121, 0, 'inv_2', 'typo', 1, 1);
-             INSERT INTO invoices (id, client_id, kind, status, series, number, issue_date,
-                 currency, gross_cents, discount_cents, subtotal_cents, vat_cents,
-                 withholding_cents, total_cents, rectifies_id, created_at, updated_at)
-               VALUES ('inv_2', 'cli_1', 'rectifying', 'issued', 'R', 'R-000001',
-                 '2026-01-11', 'EUR', -100, 0, -100, -21, 0, -121, 'inv_1', 1, 1);
-             INSERT INTO invoice_lines VALUES ('inv_1', 1, 'Work', 1, 100, 0, 21, 0, 100, 0,
-                 100, 21, 0, 121);
-             INSERT INTO payments VALUES ('pay_1', 'inv_2', 5, 'EUR', '2026-01-12',
-                 'transfer', NULL, 1);
-             INSERT INTO outbox VALUES ('out_1', 'inv_1', 'a@example.com', 'Invoice', 'Hi',
-                 'delivered', 1);
-             COMMIT;",
-        )
-        .expect("business rows");
-        conn.pragma_update(None, "user_version", 2)
-            .expect("version 2");
-    }
-
-    #[test]
-    fn a_version_2_database_keeps_its_business_rows_in_the_live_book() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("v2.db");
-        version_2_with_business_rows(&path);
-        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
-        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
-        let books: Vec<(String, String, i64)> = store
-            .read(|c| {
-                let mut stmt = c
-                    .prepare(
-                        "SELECT 'clients', book, count(*) FROM clients GROUP BY book
-                     UNION ALL SELECT 'invoice_series', book, count(*) FROM invoice_series
-                         GROUP BY book
-                     UNION ALL SELECT 'invoices', book, count(*) FROM invoices GROUP BY book
-                     UNION ALL SELECT 'invoice_lines', book, count(*) FROM invoice_lines
-                         GROUP BY book
-                     UNION ALL SELECT 'payments', book, count(*) FROM payments GROUP BY book
-                     UNION ALL SELECT 'outbox', book, count(*) FROM outbox GROUP BY book",
-                    )
-                    .or_store()?;
-                let rows = stmt
-                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .or_store()?;
-                rows.collect::<Result<_, _>>().or_store()
-            })
-            .expect("books");
-        let expect = [
-            ("clients", 1),
-            ("invoice_series", 2),
-            ("invoices", 2),
-            ("invoice_lines", 1),
-            ("payments", 1),
-            ("outbox", 1),
-        ];
-        let expect: Vec<(String, String, i64)> = expect
-            .iter()
-            .map(|(t, n)| ((*t).to_owned(), "live".to_owned(), *n))
-            .collect();
-        assert_eq!(books, expect);
-        // The same tax id and invoice number may now exist once per book, not twice in one.
-        store
-            .write(|tx| {
-                tx.execute_batch(
-                    "INSERT INTO clients VALUES ('test', 'cli_1', 'Acme SL', 'B12345674',
-                         NULL, NULL, 1, 1);",
-                )
-                .or_store()?;
-                Ok(())
-            })
-            .expect("same id and tax id in the test book");
-        let twice = store.write(|tx| {
-            tx.execute_batch(
-                "INSERT INTO clients VALUES ('live', 'cli_9', 'Other', 'B12345674', NULL,
-                     NULL, 1, 1);",
-            )
-            .or_store()?;
-            Ok(())
-        });
-        assert!(matches!(twice, Err(StoreError::Sqlite(_))), "{twice:?}");
-        // A row cannot point at a row of the other book.
-        let across = store.write(|tx| {
-            tx.execute_batch(
-                "INSERT INTO payments VALUES ('test', 'pay_2', 'inv_2', 5, 'EUR',
-                     '2026-01-12', 'cash', NULL, 1);",
-            )
-            .or_store()?;
-            Ok(())
-        });
-        assert!(matches!(across, Err(StoreError::Sqlite(_))), "{across:?}");
-        let indexes: Vec<String> = store
-            .read(|c| {
-                let mut stmt = c
-                    .prepare(
-                        "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL
-                     AND tbl_name IN ('invoices', 'payments', 'outbox') ORDER BY name",
-                    )
-                    .or_store()?;
-                let rows = stmt.query_map([], |r| r.get(0)).or_store()?;
-                rows.collect::<Result<_, _>>().or_store()
-            })
-            .expect("indexes");
-        assert_eq!(indexes.len(), 5, "{indexes:?}");
-        assert!(
-            indexes.iter().all(|sql| sql.contains("(book, ")),
-            "{indexes:?}"
-        );
-        assert_eq!(pragma_text(&store, "foreign_keys"), "1");
-    }
-
-    #[test]
-    fn reopening_keeps_the_data() {
-        let (_dir, path, store) = fresh();
-        let company = Company {
-            name: "Acme SL".into(),
-            tax_id: Some("B12345678".into()),
-            plan_slug: "pro".into(),
-            locale: "es".into(),
-            country: "ES".into(),
-        };
-        store.set_company(&company).expect("set");
-        drop(store);
-        let store = Store::open(&path, &StoreOptions::default()).expect("reopen");
-        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
-        assert_eq!(store.company().expect("company"), Some(company));
-    }
-
-    #[test]
-    fn newer_database_is_refused() {
-        let (_dir, path, store) = fresh();
-        drop(store);
-        let conn = Connection::open(&path).expect("raw open");
-        conn.pragma_update(None, "user_version", 99).expect("bump");
-        drop(conn);
-        let err = Store::open(&path, &StoreOptions::default()).expect_err("too new");
-        assert!(
-            matches!(
-                err,
-                StoreError::TooNew {
-                    found: 99,
-                    supported: SCHEMA_VERSION
-                }
-            ),
-            "{err:?}"
-        );
-        assert_eq!(
-            err.to_string(),
-            format!(
-                "database schema version 99 is newer than this tollgate supports \
-                 ({SCHEMA_VERSION}); upgrade tollgate or restore a backup"
-            )
-        );
-        assert!(!err.is_transient());
-    }
-
-    #[test]
     fn missing_file_without_create_is_missing() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("nope.db");
@@ -1013,68 +812,6 @@ mod tests {
         std::fs::write(&path, b"").expect("touch");
         let err = Store::open(&path, &StoreOptions::default()).expect_err("uninitialised");
         assert!(matches!(err, StoreError::Missing(_)), "{err:?}");
-    }
-
-    #[test]
-    fn seed_plans_have_the_contract_limits() {
-        let (_dir, _path, store) = fresh();
-        let plans = store.plans().expect("plans");
-        let hourly: Vec<(&str, Option<u64>)> = plans
-            .iter()
-            .map(|p| (p.slug.as_str(), p.hourly_call_limit))
-            .collect();
-        assert_eq!(
-            hourly,
-            vec![
-                ("free", Some(500)),
-                ("starter", Some(5000)),
-                ("pro", Some(50000)),
-                ("enterprise", None)
-            ]
-        );
-        for plan in &plans {
-            let per_minute = [
-                plan.read_per_minute,
-                plan.write_per_minute,
-                plan.destructive_per_minute,
-                plan.send_per_minute,
-                plan.generate_per_minute,
-                plan.client_per_minute,
-            ];
-            assert_eq!(per_minute, [120, 60, 10, 10, 10, 1000], "{}", plan.slug);
-            let smaller = matches!(plan.slug.as_str(), "free" | "starter");
-            assert_eq!(!plan.excluded_tools.is_empty(), smaller, "{}", plan.slug);
-        }
-        assert_eq!(store.plan("pro").expect("pro").map(|p| p.rank), Some(3));
-        assert_eq!(store.plan("gold").expect("gold"), None);
-    }
-
-    #[test]
-    fn foreign_keys_are_enforced() {
-        let (_dir, _path, store) = fresh();
-        let company = Company {
-            name: "Acme".into(),
-            tax_id: None,
-            plan_slug: "gold".into(),
-            locale: "en".into(),
-            country: "ES".into(),
-        };
-        let err = store.set_company(&company).expect_err("unknown plan");
-        assert!(matches!(err, StoreError::Sqlite(_)), "{err:?}");
-        assert_eq!(store.company().expect("company"), None);
-    }
-
-    #[test]
-    fn backup_opens_and_passes_integrity_check() {
-        let (dir, _path, store) = fresh();
-        assert_eq!(store.integrity_check().expect("check"), "ok");
-        let dest = dir.path().join("backup.db");
-        store.backup_to(&dest).expect("backup");
-        let copy = Store::open(&dest, &StoreOptions::default()).expect("open backup");
-        assert_eq!(copy.integrity_check().expect("check"), "ok");
-        assert_eq!(copy.plans().expect("plans").len(), 4);
-        let again = store.backup_to(&dest).expect_err("exists");
-        assert!(matches!(again, StoreError::Io(_)), "{again:?}");
     }
 
     #[test]
@@ -1152,68 +889,6 @@ mod tests {
         let other = StoreError::from_sqlite(rusqlite::Error::QueryReturnedNoRows);
         assert!(matches!(other, StoreError::Sqlite(_)));
         assert!(!other.is_transient());
-    }
-
-    #[test]
-    fn a_foreign_database_is_refused_before_anything_is_written() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("foreign.db");
-        let conn = Connection::open(&path).expect("raw open");
-        conn.execute_batch("CREATE TABLE foo(x); PRAGMA user_version = 2;")
-            .expect("a foreign file");
-        drop(conn);
-        for create in [false, true] {
-            let opts = StoreOptions {
-                create,
-                ..StoreOptions::default()
-            };
-            let err = Store::open(&path, &opts).expect_err("foreign");
-            assert!(
-                matches!(&err, StoreError::Foreign(r) if r.contains("\"foo\" is not part")),
-                "{err:?}"
-            );
-            assert!(!err.is_transient());
-        }
-        let conn = Connection::open(&path).expect("raw open");
-        let tables: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .expect("count");
-        assert_eq!(tables, 1, "nothing was migrated into the foreign file");
-        assert_eq!(user_version(&conn).expect("version"), 2);
-    }
-
-    #[test]
-    fn a_missing_table_or_column_is_foreign_and_version_0_with_tables_too() {
-        let (_dir, path, store) = fresh();
-        drop(store);
-        let conn = Connection::open(&path).expect("raw open");
-        conn.execute_batch("ALTER TABLE audit_log DROP COLUMN source;")
-            .expect("drop a column");
-        drop(conn);
-        let err = Store::open(&path, &StoreOptions::default()).expect_err("changed");
-        assert!(
-            err.to_string().contains("table \"audit_log\" has columns"),
-            "{err}"
-        );
-        let conn = Connection::open(&path).expect("raw open");
-        conn.execute_batch("DROP TABLE audit_log;")
-            .expect("drop a table");
-        drop(conn);
-        let err = Store::open(&path, &StoreOptions::default()).expect_err("missing");
-        assert!(
-            err.to_string().contains(&format!(
-                "\"audit_log\" of schema version {SCHEMA_VERSION} is missing"
-            )),
-            "{err}"
-        );
-
-        let dir = tempfile::tempdir().expect("tempdir");
-        let other = dir.path().join("other.db");
-        Connection::open(&other)
-            .and_then(|c| c.execute_batch("CREATE TABLE foo(x);"))
-            .expect("a foreign file without a version");
-        let err = Store::open(&other, &creating()).expect_err("foreign");
-        assert!(matches!(err, StoreError::Foreign(_)), "{err:?}");
     }
 
     #[test]

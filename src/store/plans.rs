@@ -318,3 +318,76 @@ impl Store {
         Ok(changed > 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::fresh;
+    use crate::store::{SCHEMA_VERSION, StoreOptions};
+
+    #[test]
+    fn reopening_keeps_the_data() {
+        let (_dir, path, store) = fresh();
+        let company = Company {
+            name: "Acme SL".into(),
+            tax_id: Some("B12345678".into()),
+            plan_slug: "pro".into(),
+            locale: "es".into(),
+            country: "ES".into(),
+        };
+        store.set_company(&company).expect("set");
+        drop(store);
+        let store = Store::open(&path, &StoreOptions::default()).expect("reopen");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        assert_eq!(store.company().expect("company"), Some(company));
+    }
+
+    #[test]
+    fn seed_plans_have_the_contract_limits() {
+        let (_dir, _path, store) = fresh();
+        let plans = store.plans().expect("plans");
+        let hourly: Vec<(&str, Option<u64>)> = plans
+            .iter()
+            .map(|p| (p.slug.as_str(), p.hourly_call_limit))
+            .collect();
+        assert_eq!(
+            hourly,
+            vec![
+                ("free", Some(500)),
+                ("starter", Some(5000)),
+                ("pro", Some(50000)),
+                ("enterprise", None)
+            ]
+        );
+        for plan in &plans {
+            let per_minute = [
+                plan.read_per_minute,
+                plan.write_per_minute,
+                plan.destructive_per_minute,
+                plan.send_per_minute,
+                plan.generate_per_minute,
+                plan.client_per_minute,
+            ];
+            assert_eq!(per_minute, [120, 60, 10, 10, 10, 1000], "{}", plan.slug);
+            let smaller = matches!(plan.slug.as_str(), "free" | "starter");
+            assert_eq!(!plan.excluded_tools.is_empty(), smaller, "{}", plan.slug);
+        }
+        assert_eq!(store.plan("pro").expect("pro").map(|p| p.rank), Some(3));
+        assert_eq!(store.plan("gold").expect("gold"), None);
+    }
+
+    #[test]
+    fn foreign_keys_are_enforced() {
+        let (_dir, _path, store) = fresh();
+        let company = Company {
+            name: "Acme".into(),
+            tax_id: None,
+            plan_slug: "gold".into(),
+            locale: "en".into(),
+            country: "ES".into(),
+        };
+        let err = store.set_company(&company).expect_err("unknown plan");
+        assert!(matches!(err, StoreError::Sqlite(_)), "{err:?}");
+        assert_eq!(store.company().expect("company"), None);
+    }
+}
