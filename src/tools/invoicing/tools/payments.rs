@@ -153,7 +153,7 @@ fn list_payments(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
     let limit = args.limit();
     let rows = ctx
         .store
-        .read(|c| {
+        .with_conn(|c| {
             if let Some(id) = &invoice
                 && db::invoice(c, ctx.book, id)?.is_none()
             {
