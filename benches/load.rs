@@ -58,8 +58,8 @@
 //!   CPU each step costs per call is the difference. Needs `--features bench-switches` (only
 //!   such a binary reads the variable); without it, prints how to enable it and skips.
 //! - `limiter` — `Limiter::charge` alone, in-process, with 1, 4, 16 and 64 concurrent
-//!   callers on one credential, once per transaction and once with group commit: charges/s,
-//!   p50, p99 and charges per transaction.
+//!   callers on one credential (group commit): charges/s, p50, p99 and charges per
+//!   transaction.
 //!
 //! At the end a markdown table of the headline figures with their targets is printed, to
 //! paste into a report.
@@ -88,8 +88,7 @@ use rusqlite::params;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tollgate::clock::Clock;
-use tollgate::guards::auth::Principal;
-use tollgate::guards::ratelimit::{ChargeMode, Limiter, RETENTION_SECS};
+use tollgate::guards::ratelimit::{ChargeRequest, Limiter, RETENTION_SECS};
 use tollgate::store::{Store, StoreError, StoreOptions};
 use tollgate::tools::invoicing::date::Date;
 use tollgate::tools::invoicing::db as invoice_db;
@@ -553,6 +552,28 @@ fn open_store(db: &Path) -> Store {
         ..StoreOptions::default()
     };
     Store::open(db, &options).expect("open the database")
+}
+
+/// A plain SQLite connection on `db`, for the bulk seeding and the checks the store's
+/// functions do not offer (the store hands out no SQLite types).
+fn sqlite(db: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).expect("open the database");
+    conn.busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .expect("synchronous");
+    conn
+}
+
+/// Runs `f` in a `BEGIN IMMEDIATE` transaction on `conn`, committing on `Ok`.
+fn sqlite_write<T>(
+    conn: &mut rusqlite::Connection,
+    f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let value = f(&tx)?;
+    tx.commit()?;
+    Ok(value)
 }
 
 fn remove_database(db: &Path) {
@@ -1458,7 +1479,7 @@ struct InvoiceBook {
 /// Fills the invoicing tables with `count` invoices, in one transaction, through the same
 /// pricing and SQL functions as the tools.
 fn seed_invoices(db: &Path, count: usize) -> Result<InvoiceBook, StoreError> {
-    open_store(db).write(|tx| {
+    open_store(db).in_transaction(|tx| {
         let clients = seed_clients(tx, BOOK_CLIENTS.min(count))?;
         let mut book = InvoiceBook {
             ids: Vec::with_capacity(count),
@@ -1479,7 +1500,7 @@ fn seed_invoices(db: &Path, count: usize) -> Result<InvoiceBook, StoreError> {
     })
 }
 
-fn seed_clients(tx: &rusqlite::Transaction<'_>, count: usize) -> Result<Vec<Client>, StoreError> {
+fn seed_clients(tx: &tollgate::store::Tx<'_>, count: usize) -> Result<Vec<Client>, StoreError> {
     let mut clients = Vec::with_capacity(count);
     for i in 0..count {
         let number = 10_000_000 + i * 3_677;
@@ -1531,7 +1552,7 @@ fn seed_line(rng: &mut SplitMix64, simplified: bool) -> Line {
 /// One invoice issued `days_ago` (2 % drafts, 10 % simplified), with its payments: most
 /// invoices older than 45 days are paid, a few others partly.
 fn seed_invoice(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &tollgate::store::Tx<'_>,
     client: &Client,
     today: Date,
     days_ago: i64,
@@ -1683,9 +1704,9 @@ const AUDIT_OUTCOMES: [(&str, u64); 6] = [
 ];
 
 /// Appends `rows` audit rows spread over the six months up to an hour ago.
-fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> Result<(), StoreError> {
+fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> rusqlite::Result<()> {
     const SPAN_MS: u64 = 182 * 24 * 3600 * 1000;
-    let store = open_store(db);
+    let mut conn = sqlite(db);
     let now_ms = i64::try_from(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -1698,7 +1719,7 @@ fn seed_audit_log(db: &Path, rows: u64, people: &Population) -> Result<(), Store
     let mut done = 0;
     while done < rows {
         let end = (done + SEED_CHUNK).min(rows);
-        store.write(|tx| {
+        sqlite_write(&mut conn, |tx| {
             tx.pragma_update(None, "cache_size", -SEED_CACHE_KIB)?;
             let mut insert = tx.prepare_cached(
                 "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome,
@@ -1801,14 +1822,14 @@ impl CounterWindows {
 
     /// Inserts the windows that are missing (all of them the first time, the pruned ones
     /// later); returns how many went in.
-    fn insert(&self, db: &Path) -> Result<usize, StoreError> {
-        let store = open_store(db);
+    fn insert(&self, db: &Path) -> rusqlite::Result<usize> {
+        let mut conn = sqlite(db);
         let mut rng = SplitMix64(0xC0_FFEE);
         let per_round = self.counters.len() as u64;
         let (mut done, mut inserted) = (0, 0);
         while done < self.count {
             let end = (done + SEED_CHUNK).min(self.count);
-            inserted += store.write(|tx| {
+            inserted += sqlite_write(&mut conn, |tx| {
                 tx.pragma_update(None, "cache_size", -SEED_CACHE_KIB)?;
                 let mut insert = tx.prepare_cached(
                     "INSERT OR IGNORE INTO rate_counters (bucket, key, window_start, count)
@@ -1836,21 +1857,19 @@ impl CounterWindows {
 
 fn count_expired_windows(db: &Path) -> i64 {
     let cutoff = Clock::System.unix_secs() - RETENTION_SECS;
-    open_store(db)
-        .read(|c| {
-            Ok(c.query_row(
-                "SELECT count(*) FROM rate_counters WHERE window_start < ?1",
-                [cutoff],
-                |r| r.get(0),
-            )?)
-        })
+    sqlite(db)
+        .query_row(
+            "SELECT count(*) FROM rate_counters WHERE window_start < ?1",
+            [cutoff],
+            |r| r.get(0),
+        )
         .expect("count the expired windows")
 }
 
 /// Moves everything from the WAL into the database file, so the server starts clean.
 fn checkpoint(db: &Path) {
-    open_store(db)
-        .read(|c| Ok(c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?))
+    sqlite(db)
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
         .expect("checkpoint");
 }
 
@@ -1858,18 +1877,12 @@ fn checkpoint(db: &Path) {
 // The limiter alone
 
 /// Charges from `threads` callers at once for `s.measure` (after `s.warmup`).
-fn limiter_load(
-    store: &Store,
-    mode: ChargeMode,
-    threads: usize,
-    s: &Settings,
-) -> (LoadFigures, f64) {
-    let limiter = Limiter::with_mode(store.clone(), mode, Clock::System);
-    let principal = Principal {
+fn limiter_load(store: &Store, threads: usize, s: &Settings) -> (LoadFigures, f64) {
+    let limiter = Limiter::new(store.clone(), Clock::System);
+    let request = ChargeRequest {
         credential_id: "benchkey0001".to_owned(),
         client_id: None,
-        scopes: vec!["*".to_owned()],
-        mode: tollgate::guards::auth::Mode::Live,
+        category: Category::Read,
     };
     let started = Instant::now();
     let measure_from = started + s.warmup;
@@ -1885,7 +1898,7 @@ fn limiter_load(
                         if t0 > measure_to {
                             return (latencies, errors);
                         }
-                        let outcome = limiter.charge(&principal, Category::Read);
+                        let outcome = limiter.charge(request.clone());
                         if t0 >= measure_from {
                             latencies.push(t0.elapsed());
                             errors += usize::from(outcome.is_err());
@@ -1922,42 +1935,40 @@ fn limiter_scenario(dir: &Path, s: &Settings) {
         s.warmup.as_secs(),
         s.measure.as_secs()
     );
-    for mode in [ChargeMode::PerCall, ChargeMode::GroupCommit] {
-        for threads in [1, 4, 16, 64] {
-            let path = dir.join(format!("limiter-{mode:?}-{threads}.db"));
-            let store = Store::open(
-                &path,
-                &StoreOptions {
-                    create: true,
-                    pool_size: 8,
-                    ..StoreOptions::default()
-                },
-            )
-            .expect("open store");
-            run_ok(&path, &["init", "--company", "Bench Co"]);
-            run_ok(
-                &path,
-                &["limits", "set", "--plan", "pro", "--per-hour", HUGE_LIMIT],
-            );
-            run_ok(
-                &path,
-                &[
-                    "limits",
-                    "set",
-                    "--plan",
-                    "pro",
-                    "--category",
-                    "read",
-                    "--per-minute",
-                    HUGE_LIMIT,
-                ],
-            );
-            let (figures, per_tx) = limiter_load(&store, mode, threads, s);
-            let label = format!("{mode:?}, {threads} callers ({per_tx:.1} charges/tx)");
-            println!("  {label:<46} {:<9} {}", "", figures.summarise().line());
-            drop(store);
-            remove_database(&path);
-        }
+    for threads in [1, 4, 16, 64] {
+        let path = dir.join(format!("limiter-{threads}.db"));
+        let store = Store::open(
+            &path,
+            &StoreOptions {
+                create: true,
+                pool_size: 8,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("open store");
+        run_ok(&path, &["init", "--company", "Bench Co"]);
+        run_ok(
+            &path,
+            &["limits", "set", "--plan", "pro", "--per-hour", HUGE_LIMIT],
+        );
+        run_ok(
+            &path,
+            &[
+                "limits",
+                "set",
+                "--plan",
+                "pro",
+                "--category",
+                "read",
+                "--per-minute",
+                HUGE_LIMIT,
+            ],
+        );
+        let (figures, per_tx) = limiter_load(&store, threads, s);
+        let label = format!("GroupCommit, {threads} callers ({per_tx:.1} charges/tx)");
+        println!("  {label:<46} {:<9} {}", "", figures.summarise().line());
+        drop(store);
+        remove_database(&path);
     }
 }
 

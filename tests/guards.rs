@@ -160,13 +160,12 @@ fn malformed_unknown_expired_and_revoked_tokens_are_invalid_token() {
     }
     let expiring = create_key(&db, "conformance:use", &["--expires-in", "30d"]);
     let revoked = create_key(&db, "conformance:use", &[]);
-    open_store(&db)
-        .write(|tx| {
-            tx.execute(
+    rusqlite::Connection::open(&db.path)
+        .and_then(|conn| {
+            conn.execute(
                 "UPDATE credentials SET expires_at = unixepoch() - 1 WHERE public_id = ?1",
                 [&expiring.id],
-            )?;
-            Ok(())
+            )
         })
         .expect("expire the key");
     run_ok(&db, &["key", "revoke", &revoked.id]);

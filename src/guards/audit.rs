@@ -11,7 +11,8 @@
 //! A flood therefore adds a bounded number of rows; the metrics still count every call.
 //!
 //! Rows older than the retention (`[audit] retention_days`) are deleted by a background
-//! thread ([`prune_in_background`]), a few hundred per short transaction.
+//! thread ([`prune_in_background`]), a few hundred per short transaction. The rows' SQL
+//! (writes, summaries, retention, the `tollgate audit` query) is [`crate::store::audit`]'s.
 //!
 //! The outcome is `ok`, or the catalog `code` of the JSON-RPC error or of the tool failure
 //! (the call's typed [`Verdict`], never read back from a rendered result). Rows go into a buffer that one writer thread
@@ -26,13 +27,14 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::params;
 use serde_json::Value;
 
 use crate::catalog::ErrorKind;
 use crate::clock::Clock;
 use crate::guards::auth::Principal;
 use crate::guards::outcome::Verdict;
+use crate::store::audit::{self as store, AuditRow};
+pub use crate::store::audit::{AuditFilter, AuditRecord};
 use crate::store::{Store, StoreError};
 
 /// Longest request id or tool name kept (clients choose both; a row stays small).
@@ -84,17 +86,8 @@ const BATCH: usize = 1_024;
 /// per call cost more than the insert itself.
 const FLUSH_EVERY: Duration = Duration::from_millis(5);
 
-/// One row, owned, on its way to the writer thread.
-struct Row {
-    at: i64,
-    request_id: String,
-    credential_id: Option<String>,
-    client_id: Option<String>,
-    tool: String,
-    outcome: String,
-    duration_us: i64,
-    transport: &'static str,
-}
+/// One row to write.
+type Row = AuditRow;
 
 /// Which summary row a refusal counts on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -336,14 +329,17 @@ fn insert(
     summaries: HashMap<SummaryKey, Pending>,
     summary_rows: &mut HashMap<SummaryKey, i64>,
 ) -> Result<(), StoreError> {
-    let created = store.write(|tx| {
+    let created = store.in_transaction(|tx| {
         for row in batch {
-            insert_row(tx, row, 1, None)?;
+            store::insert_row(tx, row, 1, None)?;
         }
         let mut created = Vec::new();
         for (key, pending) in summaries {
             let added = match summary_rows.get(&key) {
-                Some(&id) => add_to_summary(tx, id, &pending)?,
+                Some(&id) => {
+                    let tool = &pending.first.tool;
+                    store::add_to_summary(tx, id, pending.calls, pending.several_tools, tool)?
+                }
                 None => false,
             };
             // A row not written yet (or pruned since) gets written now.
@@ -352,7 +348,7 @@ fn insert(
                 if pending.several_tools {
                     SEVERAL.clone_into(&mut first.tool);
                 }
-                let id = insert_row(tx, &first, pending.calls, Some(&key.source))?;
+                let id = store::insert_row(tx, &first, pending.calls, Some(&key.source))?;
                 created.push((key, id));
             }
         }
@@ -364,53 +360,6 @@ fn insert(
         summary_rows.retain(|key, _| key.window >= newest - SUMMARY_WINDOW_MS);
     }
     Ok(())
-}
-
-/// Inserts one row standing for `calls` calls; returns its id.
-fn insert_row(
-    tx: &rusqlite::Transaction<'_>,
-    row: &Row,
-    calls: i64,
-    source: Option<&str>,
-) -> Result<i64, StoreError> {
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
-         duration_us, transport, calls, source) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )?;
-    stmt.execute(params![
-        row.at,
-        row.request_id,
-        row.credential_id,
-        row.client_id,
-        row.tool,
-        row.outcome,
-        row.duration_us,
-        row.transport,
-        calls,
-        source
-    ])?;
-    Ok(tx.last_insert_rowid())
-}
-
-/// Adds `pending`'s calls to the summary row `id` (its tool becomes `*` when they named
-/// another); false when the row is gone.
-fn add_to_summary(
-    tx: &rusqlite::Transaction<'_>,
-    id: i64,
-    pending: &Pending,
-) -> Result<bool, StoreError> {
-    let mut stmt = tx.prepare_cached(
-        "UPDATE audit_log SET calls = calls + ?2, \
-         tool = CASE WHEN ?3 OR tool <> ?4 THEN '*' ELSE tool END WHERE id = ?1",
-    )?;
-    let changed = stmt.execute(params![
-        id,
-        pending.calls,
-        pending.several_tools,
-        pending.first.tool
-    ])?;
-    Ok(changed > 0)
 }
 
 /// The outcome code under which `entry` is summarised rather than written on its own
@@ -463,22 +412,7 @@ pub fn prune_expired(store: &Store, retention_days: u32, now_ms: i64) -> Result<
     let mut after = 0;
     let mut total = 0;
     loop {
-        let (deleted, last, seen) = store.write(|tx| {
-            let mut next = tx.prepare_cached(
-                "SELECT id, at FROM audit_log WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
-            )?;
-            let chunk = next
-                .query_map(params![after, PRUNE_CHUNK], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut delete = tx.prepare_cached("DELETE FROM audit_log WHERE id = ?1")?;
-            let mut deleted = 0;
-            for (id, _) in chunk.iter().filter(|(_, at)| *at < cutoff) {
-                deleted += delete.execute([id])?;
-            }
-            Ok((deleted, chunk.last().map(|(id, _)| *id), chunk.len()))
-        })?;
+        let (deleted, last, seen) = store.prune_audit_chunk(after, cutoff, PRUNE_CHUNK)?;
         total += deleted;
         match last {
             Some(last) if deleted > 0 && seen == PRUNE_CHUNK as usize => after = last,
@@ -495,90 +429,9 @@ fn truncate(text: &str) -> String {
     }
 }
 
-/// Which rows `tollgate audit` lists.
-#[derive(Debug, Clone, Default)]
-pub struct AuditFilter {
-    /// Only this credential's calls.
-    pub credential_id: Option<String>,
-    /// Only calls of this tool.
-    pub tool: Option<String>,
-    /// Only this outcome (`ok` or a catalog code).
-    pub outcome: Option<String>,
-    /// At most this many rows, newest first.
-    pub limit: u32,
-}
-
-/// One row of the audit log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditRecord {
-    /// Row id (increasing).
-    pub id: i64,
-    /// Unix milliseconds UTC.
-    pub at_ms: i64,
-    /// The JSON-RPC request id, as JSON text.
-    pub request_id: String,
-    /// The credential's public id (absent when authentication failed).
-    pub credential_id: Option<String>,
-    /// The OAuth client, if any.
-    pub client_id: Option<String>,
-    /// The tool name as sent.
-    pub tool: String,
-    /// `ok` or a catalog code.
-    pub outcome: String,
-    /// Microseconds.
-    pub duration_us: i64,
-    /// `stdio` or `http`.
-    pub transport: String,
-    /// How many calls the row stands for (more than 1 on a summary row).
-    pub calls: i64,
-    /// Where a summary row's refusals came from (`None` on the row of a single call).
-    pub source: Option<String>,
-}
-
 /// The most recent rows matching `filter`, newest first.
 pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
-    store.read(|conn| {
-        // With a credential, through `audit_log_by_credential` (newest first in that
-        // index); otherwise newest first by id, stopping at the limit. (`?1 IS NULL` in the
-        // second keeps one parameter list.)
-        let mut stmt = conn.prepare_cached(if filter.credential_id.is_some() {
-            "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport, calls, source FROM audit_log WHERE credential_id = ?1 \
-             AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
-             ORDER BY at DESC, id DESC LIMIT ?4 + 0"
-        } else {
-            "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport, calls, source FROM audit_log WHERE ?1 IS NULL \
-             AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
-             ORDER BY id DESC LIMIT ?4 + 0"
-        })?;
-        let rows = stmt
-            .query_map(
-                params![
-                    filter.credential_id,
-                    filter.tool,
-                    filter.outcome,
-                    filter.limit
-                ],
-                |row| {
-                    Ok(AuditRecord {
-                        id: row.get(0)?,
-                        at_ms: row.get(1)?,
-                        request_id: row.get(2)?,
-                        credential_id: row.get(3)?,
-                        client_id: row.get(4)?,
-                        tool: row.get(5)?,
-                        outcome: row.get(6)?,
-                        duration_us: row.get(7)?,
-                        transport: row.get(8)?,
-                        calls: row.get(9)?,
-                        source: row.get(10)?,
-                    })
-                },
-            )?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
-    })
+    store.recent_audit(filter)
 }
 
 #[cfg(test)]
@@ -781,7 +634,7 @@ mod tests {
         let store = store_in(&dir);
         let now: i64 = 1_800_000_000_000;
         store
-            .write(|tx| {
+            .sql_write(|tx| {
                 let mut stmt = tx.prepare(
                     "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
                      VALUES (?1, '1', 'search_clients', 'ok', 1, 'stdio')",

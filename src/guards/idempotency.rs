@@ -10,7 +10,8 @@
 //!
 //! **What a key is bound to**: the credential that sent it (keys of different credentials
 //! never meet) and a SHA-256 [`fingerprint`] of the tool name and its canonical arguments
-//! (object keys sorted, the key itself left out). Records live in `idempotency_keys`.
+//! (object keys sorted, the key itself left out). Records live in `idempotency_keys`, whose
+//! SQL is [`crate::store::idempotency`]'s.
 //!
 //! **The life of a key** ([`Ledger::claim`], one `BEGIN IMMEDIATE` transaction, so two
 //! processes on one file see each other):
@@ -34,15 +35,15 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{OptionalExtension, params};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::clock::Clock;
 use crate::guards::auth::Principal;
+use crate::store::idempotency::{self as store, Held, IdempotencyRecord};
 use crate::store::store_failure;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, Tx};
 use crate::tools::{CommitHook, Idempotency, ToolSpec};
 
 /// The argument that carries a key.
@@ -97,7 +98,7 @@ impl CommitHook for Reservation {
     /// Marks the key completed with `result` inside the tool's own transaction. If the lease
     /// was lost meanwhile (expired and taken over), the tool's writes are rolled back and the
     /// call answers `idempotency_key_in_use`.
-    fn on_commit(&self, tx: &rusqlite::Transaction<'_>, result: &Value) -> Result<(), McpError> {
+    fn on_commit(&self, tx: &Tx<'_>, result: &Value) -> Result<(), McpError> {
         match complete(tx, self, result) {
             Ok(true) => {
                 // Only read by `settle` after a successful outcome, i.e. after this
@@ -148,27 +149,6 @@ pub struct Ledger {
     clock: Clock,
 }
 
-/// A stored record, as far as a claim needs it.
-struct Record {
-    tool: String,
-    fingerprint: String,
-    completed: bool,
-    result: Option<String>,
-    expires_at: i64,
-}
-
-/// Deletes the completed records of every test (`tg_test_`) credential, inside the caller's
-/// transaction: when the sandbox is reset, their replays would name rows that are gone.
-/// In-flight records stay, so a call running meanwhile still holds its key.
-pub fn forget_completed_of_test_keys(tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
-    tx.execute(
-        "DELETE FROM idempotency_keys WHERE state = 'completed'
-           AND credential_id IN (SELECT public_id FROM credentials WHERE mode = 'test')",
-        [],
-    )?;
-    Ok(())
-}
-
 impl Ledger {
     /// A ledger over `store`, whose leases and retention follow `clock`.
     pub fn new(store: Store, clock: Clock) -> Ledger {
@@ -194,23 +174,20 @@ impl Ledger {
         };
         let fingerprint = fingerprint(tool.name, args);
         let credential_id = principal.credential_id.clone();
-        let decided = self.store.write(|tx| {
+        let decided = self.store.in_transaction(|tx| {
             let now = self.clock.unix_secs();
-            prune(tx, now)?;
-            let record = find(tx, &credential_id, &key)?;
+            store::prune(tx, now, PRUNE_BATCH)?;
+            let record = store::find(tx, &credential_id, &key)?;
             match record {
                 Some(r) if r.expires_at > now => Ok(decide_existing(r, tool.name, &fingerprint)),
                 _ => {
                     let owner = new_owner();
-                    reserve(
-                        tx,
-                        &credential_id,
-                        &key,
-                        tool.name,
-                        &fingerprint,
-                        &owner,
-                        now,
-                    )?;
+                    let held = Held {
+                        credential_id: &credential_id,
+                        key: &key,
+                        owner: &owner,
+                    };
+                    store::reserve(tx, held, tool.name, &fingerprint, now, now + LEASE_SECS)?;
                     Ok(Ok(Claim::Fresh(Reservation {
                         credential_id: credential_id.clone(),
                         key: key.clone(),
@@ -240,7 +217,7 @@ impl Ledger {
         let fingerprint = fingerprint(tool.name, args);
         let record = self
             .store
-            .read(|c| find(c, &principal.credential_id, key))
+            .with_conn(|c| store::find(c, &principal.credential_id, key))
             .ok()
             .flatten()?;
         let matches = record.completed
@@ -262,12 +239,12 @@ impl Ledger {
             Ok(result) => !is_retryable_error(result),
             Err(_) => false,
         };
-        let written = self.store.write(|tx| {
+        let written = self.store.in_transaction(|tx| {
             match outcome {
                 Ok(result) if store_it => {
                     complete(tx, &reservation, result)?;
                 }
-                _ => release(tx, &reservation)?,
+                _ => store::release(tx, reservation.held())?,
             }
             Ok(())
         });
@@ -278,7 +255,11 @@ impl Ledger {
     }
 }
 
-fn decide_existing(record: Record, tool: &str, fingerprint: &str) -> Result<Claim, McpError> {
+fn decide_existing(
+    record: IdempotencyRecord,
+    tool: &str,
+    fingerprint: &str,
+) -> Result<Claim, McpError> {
     if record.tool != tool || record.fingerprint != fingerprint {
         return Err(McpError::new(ErrorKind::IdempotencyKeyReused).param(ARGUMENT));
     }
@@ -304,97 +285,20 @@ fn is_retryable_error(result: &Value) -> bool {
             .unwrap_or(false)
 }
 
-fn prune(tx: &rusqlite::Transaction<'_>, now: i64) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "DELETE FROM idempotency_keys WHERE (credential_id, key) IN
-           (SELECT credential_id, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)",
-    )?
-    .execute(params![now, PRUNE_BATCH])?;
-    Ok(())
-}
-
-fn find(
-    conn: &rusqlite::Connection,
-    credential_id: &str,
-    key: &str,
-) -> Result<Option<Record>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT tool, fingerprint, state, result, expires_at FROM idempotency_keys
-         WHERE credential_id = ?1 AND key = ?2",
-    )?;
-    let record = stmt
-        .query_row(params![credential_id, key], |r| {
-            Ok(Record {
-                tool: r.get(0)?,
-                fingerprint: r.get(1)?,
-                completed: r.get::<_, String>(2)? == "completed",
-                result: r.get(3)?,
-                expires_at: r.get(4)?,
-            })
-        })
-        .optional()?;
-    Ok(record)
-}
-
-fn reserve(
-    tx: &rusqlite::Transaction<'_>,
-    credential_id: &str,
-    key: &str,
-    tool: &str,
-    fingerprint: &str,
-    owner: &str,
-    now: i64,
-) -> Result<(), StoreError> {
-    tx.prepare_cached(
-        "INSERT INTO idempotency_keys
-            (credential_id, key, tool, fingerprint, state, owner, result, created_at, expires_at)
-         VALUES (?1, ?2, ?3, ?4, 'in_flight', ?5, NULL, ?6, ?7)
-         ON CONFLICT (credential_id, key) DO UPDATE SET
-            tool = excluded.tool, fingerprint = excluded.fingerprint, state = 'in_flight',
-            owner = excluded.owner, result = NULL, created_at = excluded.created_at,
-            expires_at = excluded.expires_at",
-    )?
-    .execute(params![
-        credential_id,
-        key,
-        tool,
-        fingerprint,
-        owner,
-        now,
-        now + LEASE_SECS
-    ])?;
-    Ok(())
+impl Reservation {
+    fn held(&self) -> Held<'_> {
+        Held {
+            credential_id: &self.credential_id,
+            key: &self.key,
+            owner: &self.owner,
+        }
+    }
 }
 
 /// Marks a reservation completed with `result`; false when it is no longer held.
-fn complete(
-    conn: &rusqlite::Connection,
-    r: &Reservation,
-    result: &Value,
-) -> Result<bool, StoreError> {
-    let changed = conn
-        .prepare_cached(
-            "UPDATE idempotency_keys SET state = 'completed', owner = NULL, result = ?4,
-                expires_at = ?5
-             WHERE credential_id = ?1 AND key = ?2 AND owner = ?3 AND state = 'in_flight'",
-        )?
-        .execute(params![
-            r.credential_id,
-            r.key,
-            r.owner,
-            result.to_string(),
-            r.clock.unix_secs() + RETENTION_SECS
-        ])?;
-    Ok(changed == 1)
-}
-
-fn release(conn: &rusqlite::Connection, r: &Reservation) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "DELETE FROM idempotency_keys
-         WHERE credential_id = ?1 AND key = ?2 AND owner = ?3 AND state = 'in_flight'",
-    )?
-    .execute(params![r.credential_id, r.key, r.owner])?;
-    Ok(())
+fn complete(tx: &Tx<'_>, r: &Reservation, result: &Value) -> Result<bool, StoreError> {
+    let keep_until = r.clock.unix_secs() + RETENTION_SECS;
+    store::complete(tx, r.held(), &result.to_string(), keep_until)
 }
 
 /// SHA-256 (hex) of the tool name and its canonical arguments, without the key itself.
@@ -704,7 +608,7 @@ mod tests {
         result: &Value,
     ) -> Result<(), McpError> {
         let mut hook_outcome = Ok(());
-        let _ = store.write(|tx| {
+        let _ = store.in_transaction(|tx| {
             hook_outcome = reservation.on_commit(tx, result);
             Ok(())
         });

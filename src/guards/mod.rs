@@ -29,6 +29,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod charging;
 pub mod idempotency;
 pub mod metrics;
 pub mod outcome;
@@ -45,6 +46,7 @@ use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::audit::{AuditEntry, Auditor};
 use crate::guards::auth::{AccessFacts, Authenticator, CallAuth, Principal, Recheck};
+use crate::guards::charging::CallCharge;
 use crate::guards::idempotency::{Ledger, Reservation};
 use crate::guards::outcome::{CallOutcome, Verdict};
 use crate::guards::ratelimit::{Budget, ChargeRequest, Limiter};
@@ -140,7 +142,7 @@ pub struct Guards {
     locale: Locale,
     clock: Clock,
     auth: Authenticator,
-    limiter: Limiter,
+    limiter: Limiter<CallCharge>,
     ledger: Ledger,
     auditor: Auditor,
     chain: Chain,
@@ -159,7 +161,7 @@ impl Guards {
             store: store.clone(),
             locale,
             auth: Authenticator::new(store.clone(), clock.clone()),
-            limiter: Limiter::new(store.clone(), clock.clone()),
+            limiter: Limiter::with_batch(store.clone(), clock.clone()),
             ledger: Ledger::new(store.clone(), clock.clone()),
             auditor: Auditor::new(store, clock.clone()),
             clock,
@@ -502,18 +504,19 @@ impl Guards {
             .iter()
             .map(|call| {
                 let request = charge_request(&call.auth, call.tool.spec().category);
-                (request, self.auth.call_checks(&call.auth))
+                CallCharge::new(request, self.auth.call_checks(&call.auth))
             })
             .collect();
-        let charged = self.limiter.charge_checked_many(requests);
+        let charged = self.limiter.charge_many(requests);
         calls
             .iter()
             .zip(charged)
-            .map(|(call, (outcome, mut checks))| {
+            .map(|(call, mut charged)| {
                 let principal_out = &mut principals[call.index];
+                let outcome = charged.outcome.take();
                 match self
                     .auth
-                    .finish_recheck(&call.auth, &mut checks, caller.source)
+                    .finish_recheck(&call.auth, &mut charged.checks, caller.source)
                 {
                     Recheck::Admitted(principal) => *principal_out = Some(principal),
                     Recheck::Refused(err) => {
@@ -538,7 +541,7 @@ impl Guards {
                     }
                 }
                 let budget = outcome.ok_or_else(McpError::internal)??;
-                Ok((budget, checks.facts().cloned().unwrap_or_default()))
+                Ok((budget, charged.facts.unwrap_or_default()))
             })
             .collect()
     }

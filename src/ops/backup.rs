@@ -15,7 +15,7 @@
 
 use std::fmt;
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -28,12 +28,6 @@ use crate::store::{Store, StoreError, StoreOptions};
 
 /// How long the restore's in-use probe waits for another process's lock.
 const IN_USE_PROBE_TIMEOUT: Duration = Duration::from_millis(200);
-
-/// Size of an SQLite file header.
-const SQLITE_HEADER_BYTES: usize = 100;
-
-/// Offset of `PRAGMA user_version` (big-endian u32) in an SQLite file header.
-const USER_VERSION_OFFSET: usize = 60;
 
 /// `tollgate backup <file>`.
 #[derive(Debug, Args)]
@@ -355,22 +349,12 @@ fn verify(copy: &Path) -> Result<(u32, String), BackupError> {
 
 /// The schema version recorded in an SQLite file's header, read without opening it.
 fn header_user_version(path: &Path) -> Result<u32, BackupError> {
-    let mut bytes = Vec::with_capacity(SQLITE_HEADER_BYTES);
-    fs::File::open(path)
-        .and_then(|f| f.take(SQLITE_HEADER_BYTES as u64).read_to_end(&mut bytes))
-        .map_err(BackupError::io(format!("read {}", path.display())))?;
-    let invalid = || BackupError::Invalid {
-        path: path.to_path_buf(),
-        reason: "it is not an SQLite database".to_owned(),
-    };
-    if !bytes.starts_with(b"SQLite format 3\0") {
-        return Err(invalid());
-    }
-    let field = bytes
-        .get(USER_VERSION_OFFSET..USER_VERSION_OFFSET + 4)
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .ok_or_else(invalid)?;
-    Ok(u32::from_be_bytes(field))
+    crate::store::backup::header_user_version(path)
+        .map_err(BackupError::io(format!("read {}", path.display())))?
+        .ok_or_else(|| BackupError::Invalid {
+            path: path.to_path_buf(),
+            reason: "it is not an SQLite database".to_owned(),
+        })
 }
 
 /// Refuses when another connection holds the database: taking the exclusive file lock
@@ -390,12 +374,7 @@ fn ensure_not_in_use(target: &Path) -> Result<(), BackupError> {
             return Ok(());
         }
     };
-    let probe = store.read(|conn| {
-        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
-        conn.execute_batch("BEGIN EXCLUSIVE; COMMIT;")?;
-        Ok(())
-    });
-    match probe {
+    match store.probe_exclusive() {
         Ok(()) => Ok(()),
         Err(StoreError::Busy) => Err(BackupError::InUse(target.to_path_buf())),
         Err(e) => Err(BackupError::Store(e)),
@@ -615,7 +594,9 @@ mod tests {
         let backup = dir.path().join("b.db");
         write_backup(&store, &backup).expect("backup");
         let mut bytes = fs::read(&backup).expect("read");
-        bytes[USER_VERSION_OFFSET..USER_VERSION_OFFSET + 4].copy_from_slice(&99u32.to_be_bytes());
+        bytes[crate::store::backup::USER_VERSION_OFFSET
+            ..crate::store::backup::USER_VERSION_OFFSET + 4]
+            .copy_from_slice(&99u32.to_be_bytes());
         fs::write(&backup, bytes).expect("write");
         let target = dir.path().join("new.db");
         let err = restore_backup(&backup, &target, false).expect_err("too new");

@@ -1,7 +1,7 @@
 //! The operator's side of the rate limits: `tollgate limits show|set` and `tollgate usage`.
 //!
 //! Argument definitions and printing live here; reading and changing the limits is
-//! [`crate::guards::ratelimit`]'s job. A change takes effect on the next call of every process
+//! [`crate::guards::ratelimit::limits`]'s job (over the store's plans and credentials). A change takes effect on the next call of every process
 //! sharing the database, because the limiter reads the limits inside each charge.
 
 use std::process::ExitCode;
@@ -156,12 +156,18 @@ fn render_report(report: &LimitsReport) -> String {
     );
     for p in &report.plans {
         let hourly = p
-            .per_hour
+            .hourly_call_limit
             .map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
-        let m = &p.per_minute;
         out += &format!(
             "  {:<12} {:>10} {:>6} {:>6} {:>12} {:>6} {:>9} {:>7}\n",
-            p.slug, hourly, m.read, m.write, m.destructive, m.send, m.generate, p.client_per_minute
+            p.slug,
+            hourly,
+            p.read_per_minute,
+            p.write_per_minute,
+            p.destructive_per_minute,
+            p.send_per_minute,
+            p.generate_per_minute,
+            p.client_per_minute
         );
     }
     out += "\nCredential overrides (calls/minute):\n";

@@ -144,7 +144,7 @@ impl InputRequired {
 /// Something that must be written atomically with a tool's effects.
 pub trait CommitHook: Send + Sync {
     /// Called inside the tool's write transaction with the result about to be returned.
-    fn on_commit(&self, tx: &rusqlite::Transaction<'_>, result: &Value) -> Result<(), McpError>;
+    fn on_commit(&self, tx: &crate::store::Tx<'_>, result: &Value) -> Result<(), McpError>;
 }
 
 impl ToolContext<'_> {
@@ -172,10 +172,10 @@ impl ToolContext<'_> {
     /// together with the commit hook (the idempotency record), so both commit or neither.
     pub fn commit<F>(&self, work: F) -> Result<ToolOutput, McpError>
     where
-        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<ToolOutput, McpError>,
+        F: FnOnce(&crate::store::Tx<'_>) -> Result<ToolOutput, McpError>,
     {
         let mut outcome: Option<Result<ToolOutput, McpError>> = None;
-        let written = self.store.write(|tx| {
+        let written = self.store.in_transaction(|tx| {
             let output = match work(tx) {
                 Ok(output) => output,
                 Err(err) => {

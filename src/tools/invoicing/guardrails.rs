@@ -299,9 +299,9 @@ fn invoice_arg(args: &Map<String, Value>) -> Option<InvoiceId> {
 
 fn read<T>(
     store: &Store,
-    f: impl FnOnce(&rusqlite::Connection) -> db::DbResult<T>,
+    f: impl FnOnce(&crate::store::Conn<'_>) -> db::DbResult<T>,
 ) -> Result<T, McpError> {
-    store.read(f).map_err(|e| store_failure(e, false))
+    store.with_conn(f).map_err(|e| store_failure(e, false))
 }
 
 // ---- The guardrails of each tool (Tool::guardrails) -----------------------------------------

@@ -192,7 +192,7 @@ fn complete_client(store: &Store, book: Book, argument: &str, value: &str) -> Ve
     }
     let query = (!value.trim().is_empty()).then(|| value.trim().to_owned());
     let found =
-        store.read(|c| db::search_clients(c, book, query.as_deref(), None, MAX_COMPLETIONS));
+        store.with_conn(|c| db::search_clients(c, book, query.as_deref(), None, MAX_COMPLETIONS));
     match found {
         Ok(clients) => clients.into_iter().map(|c| c.name).collect(),
         Err(e) => {
@@ -274,7 +274,7 @@ fn overdue_summary(store: &Store, clock: &Clock, book: Book) -> String {
         overdue_on: Some(today.clone()),
         ..InvoiceFilter::default()
     };
-    match store.read(|c| db::search_invoices(c, book, &filter, None, MAX_OVERDUE_COUNTED)) {
+    match store.with_conn(|c| db::search_invoices(c, book, &filter, None, MAX_OVERDUE_COUNTED)) {
         Ok(invoices) => {
             let owed: i64 = invoices.iter().map(|i| i.balance_cents()).sum();
             format!(

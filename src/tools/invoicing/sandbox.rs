@@ -15,7 +15,7 @@
 
 use super::db::{self, TableCounts};
 use super::demo::{self, DemoError};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, Tx};
 use crate::tools::Book;
 
 /// What a reset fills the test book with.
@@ -74,7 +74,7 @@ impl Filled {
 pub fn reset(store: &Store, seed: Seed) -> Result<Filled, DemoError> {
     write(store, |tx| {
         db::clear_test_book(tx)?;
-        crate::guards::idempotency::forget_completed_of_test_keys(tx)?;
+        crate::store::idempotency::forget_completed_of_test_keys(tx)?;
         fill(tx, seed)
     })
 }
@@ -82,7 +82,7 @@ pub fn reset(store: &Store, seed: Seed) -> Result<Filled, DemoError> {
 /// Fills the test book when it is empty (the company enters test mode): with a copy of the
 /// live book, or with the demo data when the live book is empty too, so that test keys
 /// find something to work on either way. `Ok(None)` when the sandbox already had data.
-pub fn fill_if_empty(tx: &rusqlite::Transaction<'_>) -> Result<Option<Filled>, DemoError> {
+pub fn fill_if_empty(tx: &Tx<'_>) -> Result<Option<Filled>, DemoError> {
     if !db::book_is_empty(tx, Book::Test)? {
         return Ok(None);
     }
@@ -96,7 +96,7 @@ pub fn fill_if_empty(tx: &rusqlite::Transaction<'_>) -> Result<Option<Filled>, D
 
 /// How many rows each book holds, per business table: (live, test).
 pub fn counts(store: &Store) -> Result<(TableCounts, TableCounts), StoreError> {
-    store.read(|conn| {
+    store.with_conn(|conn| {
         Ok((
             db::book_counts(conn, Book::Live)?,
             db::book_counts(conn, Book::Test)?,
@@ -104,7 +104,7 @@ pub fn counts(store: &Store) -> Result<(TableCounts, TableCounts), StoreError> {
     })
 }
 
-fn fill(tx: &rusqlite::Transaction<'_>, seed: Seed) -> Result<Filled, DemoError> {
+fn fill(tx: &Tx<'_>, seed: Seed) -> Result<Filled, DemoError> {
     match seed {
         Seed::FromLive => {
             db::copy_live_into_test(tx)?;
@@ -123,10 +123,10 @@ fn fill(tx: &rusqlite::Transaction<'_>, seed: Seed) -> Result<Filled, DemoError>
 /// Runs `work` in one write transaction, keeping its own error apart from the store's.
 pub fn write<T>(
     store: &Store,
-    work: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, DemoError>,
+    work: impl FnOnce(&Tx<'_>) -> Result<T, DemoError>,
 ) -> Result<T, DemoError> {
     let mut outcome = None;
-    let written = store.write(|tx| match work(tx) {
+    let written = store.in_transaction(|tx| match work(tx) {
         Ok(value) => {
             outcome = Some(Ok(value));
             Ok(())

@@ -140,7 +140,7 @@ fn search_clients(
     let query = args.text("query");
     let rows = ctx
         .store
-        .read(|c| db::search_clients(c, ctx.book, query.as_deref(), after.as_ref(), limit + 1))
+        .with_conn(|c| db::search_clients(c, ctx.book, query.as_deref(), after.as_ref(), limit + 1))
         .map_err(db_failure)?;
     let value = page(rows, limit, |c| c.id.as_str(), Client::to_json);
     let count = value["data"].as_array().map_or(0, Vec::len);
@@ -151,7 +151,7 @@ fn get_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOu
     let id = args.id("client_id", ClientId::parse)?;
     let found = ctx
         .store
-        .read(|c| {
+        .with_conn(|c| {
             let Some(client) = db::client(c, ctx.book, &id)? else {
                 return Ok(None);
             };
@@ -168,7 +168,7 @@ fn get_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOu
 
 /// `tax_id_already_exists` unless the tax id is free or held by `except`.
 fn ensure_tax_id_free(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::Conn<'_>,
     book: Book,
     tax_id: Option<&str>,
     except: Option<&ClientId>,

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use rusqlite::Connection;
+use crate::store::Conn;
 use serde_json::{Map, Value, json};
 
 use super::{Args, db_failure, invalid_format, not_found, output, page, today, tool};
@@ -262,7 +262,7 @@ fn invoice_output(prefix: &str, invoice: &Invoice, clock: &Clock) -> ToolOutput 
 }
 
 /// Loads an invoice or fails with `invoice_not_found`.
-pub(super) fn load(conn: &Connection, book: Book, id: &InvoiceId) -> Result<Invoice, McpError> {
+pub(super) fn load(conn: &Conn<'_>, book: Book, id: &InvoiceId) -> Result<Invoice, McpError> {
     db::invoice(conn, book, id)
         .map_err(db_failure)?
         .ok_or_else(|| not_found(ErrorKind::InvoiceNotFound, "invoice_id", id.as_str()))
@@ -285,7 +285,7 @@ fn search_invoices(
     let limit = args.limit();
     let rows = ctx
         .store
-        .read(|c| db::search_invoices(c, ctx.book, &filter, after.as_ref(), limit + 1))
+        .with_conn(|c| db::search_invoices(c, ctx.book, &filter, after.as_ref(), limit + 1))
         .map_err(db_failure)?;
     let value = page(rows, limit, |i| i.id.as_str(), |i| i.to_json(false, &today));
     let count = value["data"].as_array().map_or(0, Vec::len);
@@ -296,7 +296,7 @@ fn get_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolO
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let (invoice, payments) = ctx
         .store
-        .read(|c| {
+        .with_conn(|c| {
             let Some(invoice) = db::invoice(c, ctx.book, &id)? else {
                 return Ok(None);
             };
@@ -339,7 +339,7 @@ fn check_due_after_issue(issue: Option<&str>, due: Option<&str>) -> Result<(), M
 
 /// Re-checks the VAT rates of `lines` inside the transaction (the country might differ from
 /// what the guardrail saw only if the company changed in between; cheap to be sure).
-fn recheck_vat(conn: &Connection, lines: &[Line]) -> Result<(), McpError> {
+fn recheck_vat(conn: &Conn<'_>, lines: &[Line]) -> Result<(), McpError> {
     let country = db::company_country(conn).map_err(db_failure)?;
     for (i, line) in lines.iter().enumerate() {
         guardrails::check_vat_rate(&country, i, line.pricing.vat_rate)?;
@@ -347,7 +347,7 @@ fn recheck_vat(conn: &Connection, lines: &[Line]) -> Result<(), McpError> {
     Ok(())
 }
 
-fn ensure_client(conn: &Connection, book: Book, id: &ClientId) -> Result<String, McpError> {
+fn ensure_client(conn: &Conn<'_>, book: Book, id: &ClientId) -> Result<String, McpError> {
     db::client(conn, book, id)
         .map_err(db_failure)?
         .map(|c| c.name)

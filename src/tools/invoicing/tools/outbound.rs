@@ -250,7 +250,7 @@ fn csv_row(invoice: &Invoice, numbers: &HashMap<InvoiceId, String>) -> String {
 
 /// The invoices of the period, and the numbers of the invoices their rectifying ones cancel.
 fn period(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::Conn<'_>,
     book: Book,
     from: &str,
     to: &str,
@@ -303,7 +303,7 @@ fn export_invoices(
     let (from, to) = (from.to_string(), to.to_string());
     let (invoices, numbers) = ctx
         .store
-        .read(|c| period(c, ctx.book, &from, &to, status))
+        .with_conn(|c| period(c, ctx.book, &from, &to, status))
         .map_err(db_failure)?;
     let total = invoices.len();
     let csv = render_csv(ctx, &invoices, &numbers);

@@ -156,7 +156,7 @@ fn list_payments(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
     let limit = args.limit();
     let rows = ctx
         .store
-        .read(|c| {
+        .with_conn(|c| {
             if let Some(id) = &invoice
                 && db::invoice(c, ctx.book, id)?.is_none()
             {

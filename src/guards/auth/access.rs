@@ -1,0 +1,200 @@
+//! Access: the scope a tool needs, the company's plan (excluded tools, the active-keys
+//! allowance, the smallest plan that would do) and what a principal may see in a list.
+
+use super::*;
+
+/// The super-scope: grants every tool.
+pub const SUPER_SCOPE: &str = "*";
+
+/// The tools one principal may see: its scopes and the company's plan, read once.
+pub struct Visibility<'p> {
+    pub(super) principal: &'p Principal,
+    /// The plan (`None`: no company yet); `Err` when it could not be read.
+    pub(super) plan: Result<Option<Plan>, ()>,
+}
+
+impl Visibility<'_> {
+    /// Whether `tool` appears in the principal's `tools/list`.
+    pub fn can_see(&self, tool: &ToolSpec) -> bool {
+        if check_scope(self.principal, tool).is_err() {
+            return false;
+        }
+        match &self.plan {
+            Ok(Some(plan)) => !plan.excludes(tool.name),
+            Ok(None) => true,
+            Err(()) => false,
+        }
+    }
+}
+
+/// `insufficient_scope` unless the principal holds `*` or the tool's scope.
+pub(super) fn check_scope(principal: &Principal, tool: &ToolSpec) -> Result<(), McpError> {
+    if grants(&principal.scopes, tool.scope) {
+        Ok(())
+    } else {
+        Err(McpError::insufficient_scope(tool.scope, &principal.scopes))
+    }
+}
+
+/// Whether `held` includes `required` (exactly, or through `*`).
+pub fn grants(held: &[String], required: &str) -> bool {
+    held.iter().any(|s| s == SUPER_SCOPE || s == required)
+}
+
+/// What the plan check of a call reads: the company's plan (`None` before `tollgate
+/// init`) and, when that plan caps active keys, how many are active.
+#[derive(Debug, Clone, Default)]
+pub struct AccessFacts {
+    pub(super) plan: Option<Plan>,
+    pub(super) active_keys: Option<i64>,
+}
+
+impl AccessFacts {
+    /// Reads the facts on `conn` at `now` (inside the charging transaction, for one).
+    pub fn read_on(conn: &Conn<'_>, now: i64) -> Result<AccessFacts, StoreError> {
+        let plan = plans::company_plan_on(conn)?;
+        let active_keys = match plan.as_ref().and_then(|p| p.max_active_keys) {
+            Some(_) => Some(credentials::count_active_keys(conn, now)?),
+            None => None,
+        };
+        Ok(AccessFacts { plan, active_keys })
+    }
+}
+
+/// The smallest plan above `rank` that `fits`; failing that, the smallest that fits at all.
+pub(super) fn smallest_plan_above(
+    plans: &[Plan],
+    rank: i64,
+    fits: impl Fn(&Plan) -> bool,
+) -> Option<String> {
+    plans
+        .iter()
+        .find(|p| p.rank > rank && fits(p))
+        .or_else(|| plans.iter().find(|p| fits(p)))
+        .map(|p| p.slug.clone())
+}
+
+// ---- Scopes -----------------------------------------------------------------------
+
+/// Parses one scope: `*`, or `resource:action` with each part lowercase letters, digits,
+/// `_` or `-`, starting with a letter, at most 32 characters.
+pub fn parse_scope(text: &str) -> Result<String, CredentialError> {
+    let text = text.trim();
+    if text == SUPER_SCOPE {
+        return Ok(text.to_owned());
+    }
+    let part_ok = |p: &str| {
+        (1..=32).contains(&p.len())
+            && p.starts_with(|c: char| c.is_ascii_lowercase())
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    };
+    match text.split_once(':') {
+        Some((resource, action)) if part_ok(resource) && part_ok(action) => Ok(text.to_owned()),
+        _ => Err(CredentialError::BadScope(text.to_owned())),
+    }
+}
+
+/// Parses a comma-separated list of scopes (at least one; duplicates dropped).
+pub fn parse_scope_list(list: &str) -> Result<Vec<String>, CredentialError> {
+    let mut scopes: Vec<String> = Vec::new();
+    for part in list.split(',').filter(|p| !p.trim().is_empty()) {
+        let scope = parse_scope(part)?;
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    if scopes.is_empty() {
+        return Err(CredentialError::BadScope(String::new()));
+    }
+    Ok(scopes)
+}
+
+impl Authenticator {
+    /// Scope and plan check for one `tools/call`: the scope first (`insufficient_scope`),
+    /// then the plan (`plan_upgrade_required` for an excluded tool, `plan_limit_exceeded`
+    /// for a used-up allowance). The plan is read on every call, so a change made by
+    /// `tollgate plan set` in another process applies to the next call.
+    pub fn check_access(&self, principal: &Principal, tool: &ToolSpec) -> Result<(), McpError> {
+        let facts = self.read_access_facts()?;
+        self.check_access_with(principal, tool, &facts)
+    }
+
+    /// [`Authenticator::check_access`] on plan facts already read (inside the charging
+    /// transaction, by [`AccessFacts::read_on`]).
+    pub fn check_access_with(
+        &self,
+        principal: &Principal,
+        tool: &ToolSpec,
+        facts: &AccessFacts,
+    ) -> Result<(), McpError> {
+        check_scope(principal, tool)?;
+        let Some(plan) = &facts.plan else {
+            return Ok(());
+        };
+        if plan.excludes(tool.name) {
+            return Err(self.upgrade_required(plan, tool.name));
+        }
+        self.check_allowances(plan, facts.active_keys)
+    }
+
+    /// The plan and, when the plan caps them, the active keys, read now.
+    pub fn read_access_facts(&self) -> Result<AccessFacts, McpError> {
+        let now = self.clock.unix_secs();
+        self.store
+            .with_conn(|conn| AccessFacts::read_on(conn, now))
+            .map_err(|e| store_failure(e, false))
+    }
+
+    /// Whether `tool` appears in the principal's `tools/list`: its scope and its plan
+    /// inclusion (allowances are not visibility: an over-allowance company still sees
+    /// its tools, and each call says what to fix).
+    pub fn can_see(&self, principal: &Principal, tool: &ToolSpec) -> bool {
+        self.visibility(principal).can_see(tool)
+    }
+
+    /// What `principal` may see, with the plan read once for a whole `tools/list`.
+    pub fn visibility<'p>(&self, principal: &'p Principal) -> Visibility<'p> {
+        let plan = self.store.company_plan().map_err(|e| {
+            tracing::warn!(cause = %e, "cannot read the plan; hiding the tools");
+        });
+        Visibility { principal, plan }
+    }
+
+    pub(super) fn upgrade_required(&self, plan: &Plan, tool: &str) -> McpError {
+        let err = McpError::new(ErrorKind::PlanUpgradeRequired)
+            .detail("current_plan", plan.slug.clone())
+            .detail("tool", tool);
+        match self.store.plans() {
+            Ok(plans) => match smallest_plan_above(&plans, plan.rank, |p| !p.excludes(tool)) {
+                Some(slug) => err.with("required_plan", slug),
+                None => err,
+            },
+            Err(e) => store_failure(e, false),
+        }
+    }
+
+    pub(super) fn check_allowances(
+        &self,
+        plan: &Plan,
+        active: Option<i64>,
+    ) -> Result<(), McpError> {
+        let (Some(limit), Some(active)) = (plan.max_active_keys, active) else {
+            return Ok(());
+        };
+        if active <= limit {
+            return Ok(());
+        }
+        let plans = self.store.plans().map_err(|e| store_failure(e, false))?;
+        let fits = |p: &Plan| p.max_active_keys.is_none_or(|max| max >= active);
+        let err = McpError::new(ErrorKind::PlanLimitExceeded)
+            .with("limit", limit)
+            .detail("allowance", "active_keys")
+            .detail("active", active)
+            .detail("current_plan", plan.slug.clone());
+        Err(match smallest_plan_above(&plans, plan.rank, fits) {
+            Some(slug) => err.with("required_plan", slug),
+            None => err,
+        })
+    }
+}

@@ -1,0 +1,212 @@
+//! The credential format and its hashes: `tg_live_<public id>_<secret>` (or `tg_test_…`),
+//! OAuth client secrets `tg_cs_<secret>`, the argon2id PHC strings of API-key and client
+//! secrets (OWASP parameters), the SHA-256 digests of access-token secrets, and the
+//! random ids and secrets themselves.
+
+use super::*;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Algorithm, Argon2, Params, Version};
+use base64::Engine as _;
+
+/// Prefix of live API keys.
+pub const LIVE_PREFIX: &str = "tg_live_";
+/// Prefix of test API keys (accepted only while the installation is in test mode).
+pub const TEST_PREFIX: &str = "tg_test_";
+/// Prefix of OAuth client secrets (never valid as a bearer token).
+pub const CLIENT_SECRET_PREFIX: &str = "tg_cs_";
+
+/// Random bytes of a public id (80 bits, 20 hex characters).
+pub(super) const PUBLIC_ID_BYTES: usize = 10;
+/// Random bytes of a secret (256 bits, 43 base64url characters).
+pub(super) const SECRET_BYTES: usize = 32;
+/// argon2id memory cost in KiB (OWASP: 19 MiB).
+pub(super) const ARGON2_MEMORY_KIB: u32 = 19_456;
+/// argon2id iterations (OWASP: 2).
+pub(super) const ARGON2_ITERATIONS: u32 = 2;
+/// argon2id lanes (OWASP: 1).
+pub(super) const ARGON2_LANES: u32 = 1;
+/// Stored form of an access token's secret: SHA-256 (the secret has 256 random bits).
+pub(super) const ACCESS_HASH_PREFIX: &str = "sha256$";
+/// A well-formed PHC string (same parameters) with no known preimage: unknown public ids
+/// are verified against it, so that their timing matches that of known ones.
+pub(super) const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$9Qd8wJ2zGk5Kx1m7uJ1pYg$\
+                          3Wl4ROgWJ9qgIYo3X7QTUkAxzn3lVJ4C3IYVhkqmC8M";
+
+/// A secret value (a token, a client secret): its `Debug` is redacted so it cannot reach
+/// a log by accident, and there is no `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The secret itself, for printing it once to the operator or sending it to a client.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl From<Mode> for crate::tools::Book {
+    /// A credential's mode decides its book: test keys never see the live rows.
+    fn from(mode: Mode) -> crate::tools::Book {
+        match mode {
+            Mode::Live => crate::tools::Book::Live,
+            Mode::Test => crate::tools::Book::Test,
+        }
+    }
+}
+
+/// Whether a credential is a live or a test key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `tg_live_`: works on every installation.
+    Live,
+    /// `tg_test_`: works only while the installation is in test mode.
+    Test,
+}
+
+impl Mode {
+    /// `"live"` or `"test"`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Live => "live",
+            Mode::Test => "test",
+        }
+    }
+
+    /// Parses `"live"` or `"test"`.
+    pub fn parse(text: &str) -> Option<Mode> {
+        match text {
+            "live" => Some(Mode::Live),
+            "test" => Some(Mode::Test),
+            _ => None,
+        }
+    }
+
+    pub(super) fn prefix(self) -> &'static str {
+        match self {
+            Mode::Live => LIVE_PREFIX,
+            Mode::Test => TEST_PREFIX,
+        }
+    }
+
+    /// The schema's CHECK constraints keep stored values to the two known ones.
+    pub(super) fn from_stored(text: &str) -> Mode {
+        Mode::parse(text).unwrap_or(Mode::Live)
+    }
+}
+
+/// A token as presented, split into its parts.
+pub(super) struct PresentedToken<'a> {
+    pub(super) mode: Mode,
+    pub(super) public_id: &'a str,
+    pub(super) secret: &'a str,
+}
+
+/// Splits `tg_<mode>_<public id>_<secret>`; anything else is malformed.
+pub(super) fn parse_token(token: &str) -> Result<PresentedToken<'_>, Failure> {
+    if token.starts_with(CLIENT_SECRET_PREFIX) {
+        return Err(Failure::WrongType("client_secret"));
+    }
+    let (mode, rest) = if let Some(rest) = token.strip_prefix(LIVE_PREFIX) {
+        (Mode::Live, rest)
+    } else if let Some(rest) = token.strip_prefix(TEST_PREFIX) {
+        (Mode::Test, rest)
+    } else {
+        return Err(Failure::Invalid("malformed"));
+    };
+    let (public_id, secret) = rest.split_once('_').ok_or(Failure::Invalid("malformed"))?;
+    let id_ok =
+        (8..=64).contains(&public_id.len()) && public_id.bytes().all(|b| b.is_ascii_alphanumeric());
+    let secret_ok = (16..=128).contains(&secret.len())
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !id_ok || !secret_ok {
+        return Err(Failure::Invalid("malformed"));
+    }
+    Ok(PresentedToken {
+        mode,
+        public_id,
+        secret,
+    })
+}
+
+pub(super) fn fingerprint(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+pub(super) fn access_hash(secret: &str) -> String {
+    format!(
+        "{ACCESS_HASH_PREFIX}{}",
+        hex(&Sha256::digest(secret.as_bytes()))
+    )
+}
+
+pub(super) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
+}
+
+// ---- Secrets and hashes ------------------------------------------------------------
+
+pub(super) fn random_bytes<const N: usize>() -> Result<[u8; N], CredentialError> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        CredentialError::Internal(format!(
+            "the operating system's random generator failed: {e}"
+        ))
+    })?;
+    Ok(bytes)
+}
+
+pub(super) fn new_public_id() -> Result<String, CredentialError> {
+    Ok(hex(&random_bytes::<PUBLIC_ID_BYTES>()?))
+}
+
+pub(super) fn new_secret() -> Result<String, CredentialError> {
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<SECRET_BYTES>()?))
+}
+
+pub(super) fn hasher() -> Result<Argon2<'static>, CredentialError> {
+    let params = Params::new(ARGON2_MEMORY_KIB, ARGON2_ITERATIONS, ARGON2_LANES, None)
+        .map_err(|e| CredentialError::Internal(format!("argon2 parameters: {e}")))?;
+    Ok(Argon2::new(Algorithm::Argon2id, Version::V0x13, params))
+}
+
+/// The argon2id PHC string of `secret` (OWASP parameters, random 128-bit salt).
+pub fn hash_secret(secret: &Secret) -> Result<String, CredentialError> {
+    let salt = SaltString::encode_b64(&random_bytes::<16>()?)
+        .map_err(|e| CredentialError::Internal(format!("argon2 salt: {e}")))?;
+    let hash = hasher()?
+        .hash_password(secret.expose().as_bytes(), &salt)
+        .map_err(|e| CredentialError::Internal(format!("argon2: {e}")))?;
+    Ok(hash.to_string())
+}
+
+/// Whether `secret` matches the PHC string (its own parameters are used).
+pub(super) fn verify_phc(phc: &str, secret: &str) -> bool {
+    PasswordHash::new(phc).is_ok_and(|hash| {
+        Argon2::default()
+            .verify_password(secret.as_bytes(), &hash)
+            .is_ok()
+    })
+}
+
+pub(super) fn compose_token(mode: Mode, public_id: &str, secret: &str) -> Secret {
+    Secret::new(format!("{}{public_id}_{secret}", mode.prefix()))
+}

@@ -1,0 +1,436 @@
+//! The `invoices` and `invoice_lines` tables: an invoice with its lines, summaries for the
+//! lists and the export, and the changes of an invoice's life (draft, issue, void).
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::super::SqlResult;
+use super::super::{Conn, Tx};
+use super::{DbResult, limit_param};
+
+/// The amounts of an invoice or a line, in cents (as `money.rs` computed them; reading
+/// never recomputes or rounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AmountColumns {
+    /// Before discount.
+    pub gross_cents: i64,
+    /// Discount.
+    pub discount_cents: i64,
+    /// After discount (`subtotal_cents` of an invoice, `net_cents` of a line).
+    pub net_cents: i64,
+    /// VAT.
+    pub vat_cents: i64,
+    /// Withholding.
+    pub withholding_cents: i64,
+    /// Total.
+    pub total_cents: i64,
+}
+
+/// A row of `invoice_lines` (its position is its index).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineRow {
+    /// Description.
+    pub description: String,
+    /// Quantity.
+    pub quantity: i64,
+    /// Unit price.
+    pub unit_price_cents: i64,
+    /// Discount, whole percent.
+    pub discount_percent: i64,
+    /// VAT rate, whole percent.
+    pub vat_rate: i64,
+    /// Withholding rate, whole percent.
+    pub withholding_rate: i64,
+    /// Its amounts.
+    pub amounts: AmountColumns,
+}
+
+/// A row of `invoices`, with its client's name and (when read whole) its lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvoiceRow {
+    /// `inv_…`.
+    pub id: String,
+    /// `cli_…`.
+    pub client_id: String,
+    /// The client's name (read only).
+    pub client_name: String,
+    /// `full`, `simplified` or `rectifying`.
+    pub kind: String,
+    /// `draft`, `issued`, `paid` or `void`.
+    pub status: String,
+    /// Series code.
+    pub series: String,
+    /// Number, once issued.
+    pub number: Option<String>,
+    /// `YYYY-MM-DD`.
+    pub issue_date: Option<String>,
+    /// `YYYY-MM-DD`.
+    pub due_date: Option<String>,
+    /// ISO currency.
+    pub currency: String,
+    /// Free text.
+    pub notes: Option<String>,
+    /// Its amounts (`net_cents` is the subtotal).
+    pub totals: AmountColumns,
+    /// Paid so far.
+    pub paid_cents: i64,
+    /// Recipient snapshot taken at issue.
+    pub recipient_name: Option<String>,
+    /// Recipient snapshot taken at issue.
+    pub recipient_tax_id: Option<String>,
+    /// The invoice this one rectifies.
+    pub rectifies_id: Option<String>,
+    /// The invoice that rectified this one.
+    pub rectified_by_id: Option<String>,
+    /// Why it was voided.
+    pub void_reason: Option<String>,
+    /// Its lines, in order (empty in summaries).
+    pub lines: Vec<LineRow>,
+}
+
+const INVOICE_SELECT: &str = "SELECT i.id, i.client_id, c.name, i.kind, i.status, i.series,
+        i.number, i.issue_date, i.due_date, i.currency, i.notes, i.gross_cents,
+        i.discount_cents, i.subtotal_cents, i.vat_cents, i.withholding_cents, i.total_cents,
+        i.paid_cents, i.recipient_name, i.recipient_tax_id, i.rectifies_id, i.rectified_by_id,
+        i.void_reason
+     FROM invoices i JOIN clients c ON c.book = i.book AND c.id = i.client_id";
+
+// Paginated queries end in `LIMIT ?N + 0`, not `LIMIT ?N`: SQLite plans `ORDER BY … LIMIT`
+// with the bound limit's value and so prepares such a statement anew on every run, which
+// made reading one invoice cost more than the rest of the call.
+
+fn amounts(row: &Row<'_>, first: usize) -> rusqlite::Result<AmountColumns> {
+    Ok(AmountColumns {
+        gross_cents: row.get(first)?,
+        discount_cents: row.get(first + 1)?,
+        net_cents: row.get(first + 2)?,
+        vat_cents: row.get(first + 3)?,
+        withholding_cents: row.get(first + 4)?,
+        total_cents: row.get(first + 5)?,
+    })
+}
+
+fn invoice_from_row(row: &Row<'_>) -> rusqlite::Result<InvoiceRow> {
+    Ok(InvoiceRow {
+        id: row.get(0)?,
+        client_id: row.get(1)?,
+        client_name: row.get(2)?,
+        kind: row.get(3)?,
+        status: row.get(4)?,
+        series: row.get(5)?,
+        number: row.get(6)?,
+        issue_date: row.get(7)?,
+        due_date: row.get(8)?,
+        currency: row.get(9)?,
+        notes: row.get(10)?,
+        totals: amounts(row, 11)?,
+        paid_cents: row.get(17)?,
+        recipient_name: row.get(18)?,
+        recipient_tax_id: row.get(19)?,
+        rectifies_id: row.get(20)?,
+        rectified_by_id: row.get(21)?,
+        void_reason: row.get(22)?,
+        lines: Vec::new(),
+    })
+}
+
+fn line_from_row(row: &Row<'_>) -> rusqlite::Result<LineRow> {
+    Ok(LineRow {
+        description: row.get(0)?,
+        quantity: row.get(1)?,
+        unit_price_cents: row.get(2)?,
+        discount_percent: row.get(3)?,
+        vat_rate: row.get(4)?,
+        withholding_rate: row.get(5)?,
+        amounts: amounts(row, 6)?,
+    })
+}
+
+/// One invoice with its lines.
+pub fn invoice(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<InvoiceRow>> {
+    let conn = conn.sql();
+    let mut stmt = conn
+        .prepare_cached(&format!("{INVOICE_SELECT} WHERE i.book = ?1 AND i.id = ?2"))
+        .or_store()?;
+    let found = stmt
+        .query_row([book, id], invoice_from_row)
+        .optional()
+        .or_store()?;
+    let Some(mut invoice) = found else {
+        return Ok(None);
+    };
+    let mut lines = conn
+        .prepare_cached(
+            "SELECT description, quantity, unit_price_cents, discount_percent, vat_rate,
+                withholding_rate, gross_cents, discount_cents, net_cents, vat_cents,
+                withholding_cents, total_cents
+         FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2 ORDER BY position",
+        )
+        .or_store()?;
+    invoice.lines = lines
+        .query_map([book, id], line_from_row)
+        .or_store()?
+        .collect::<Result<_, _>>()
+        .or_store()?;
+    Ok(Some(invoice))
+}
+
+/// The number of an invoice, if it exists and is numbered.
+pub fn invoice_number(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<String>> {
+    let mut stmt = conn
+        .sql()
+        .prepare_cached("SELECT number FROM invoices WHERE book = ?1 AND id = ?2")
+        .or_store()?;
+    Ok(stmt
+        .query_row([book, id], |r| r.get::<_, Option<String>>(0))
+        .optional()
+        .or_store()?
+        .flatten())
+}
+
+fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResult<()> {
+    let mut stmt = tx
+        .sql()
+        .prepare_cached(
+            "INSERT INTO invoice_lines (book, invoice_id, position, description, quantity,
+            unit_price_cents, discount_percent, vat_rate, withholding_rate, gross_cents,
+            discount_cents, net_cents, vat_cents, withholding_cents, total_cents)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        )
+        .or_store()?;
+    for (i, line) in lines.iter().enumerate() {
+        let a = &line.amounts;
+        stmt.execute(params![
+            book,
+            id,
+            limit_param(i + 1),
+            line.description,
+            line.quantity,
+            line.unit_price_cents,
+            line.discount_percent,
+            line.vat_rate,
+            line.withholding_rate,
+            a.gross_cents,
+            a.discount_cents,
+            a.net_cents,
+            a.vat_cents,
+            a.withholding_cents,
+            a.total_cents
+        ])
+        .or_store()?;
+    }
+    Ok(())
+}
+
+/// Inserts a new invoice and its lines (any status; issue fields as given; an invoice
+/// that is no draft is stamped issued at `now`).
+pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+    let t = &inv.totals;
+    let issued_at = (inv.status != "draft").then_some(now);
+    tx.sql()
+        .prepare_cached(
+            "INSERT INTO invoices (book, id, client_id, kind, status, series, number, issue_date,
+                due_date, currency, notes, gross_cents, discount_cents, subtotal_cents,
+                vat_cents, withholding_cents, total_cents, paid_cents, recipient_name,
+                recipient_tax_id, rectifies_id, issued_at, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                     ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?23)",
+        )
+        .or_store()?
+        .execute(params![
+            book,
+            inv.id,
+            inv.client_id,
+            inv.kind,
+            inv.status,
+            inv.series,
+            inv.number,
+            inv.issue_date,
+            inv.due_date,
+            inv.currency,
+            inv.notes,
+            t.gross_cents,
+            t.discount_cents,
+            t.net_cents,
+            t.vat_cents,
+            t.withholding_cents,
+            t.total_cents,
+            inv.paid_cents,
+            inv.recipient_name,
+            inv.recipient_tax_id,
+            inv.rectifies_id,
+            issued_at,
+            now
+        ])
+        .or_store()?;
+    insert_lines(tx, book, &inv.id, &inv.lines)
+}
+
+/// Rewrites a draft: its editable fields, totals and lines.
+pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+    let t = &inv.totals;
+    let conn = tx.sql();
+    conn.prepare_cached(
+        "UPDATE invoices SET client_id = ?3, kind = ?4, series = ?5, issue_date = ?6,
+            due_date = ?7, notes = ?8, gross_cents = ?9, discount_cents = ?10,
+            subtotal_cents = ?11, vat_cents = ?12, withholding_cents = ?13, total_cents = ?14,
+            updated_at = ?15
+         WHERE book = ?1 AND id = ?2 AND status = 'draft'",
+    )
+    .or_store()?
+    .execute(params![
+        book,
+        inv.id,
+        inv.client_id,
+        inv.kind,
+        inv.series,
+        inv.issue_date,
+        inv.due_date,
+        inv.notes,
+        t.gross_cents,
+        t.discount_cents,
+        t.net_cents,
+        t.vat_cents,
+        t.withholding_cents,
+        t.total_cents,
+        now
+    ])
+    .or_store()?;
+    conn.prepare_cached("DELETE FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2")
+        .or_store()?
+        .execute([book, inv.id.as_str()])
+        .or_store()?;
+    insert_lines(tx, book, &inv.id, &inv.lines)
+}
+
+/// Turns a draft into an issued invoice with its number, dates and recipient snapshot.
+pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached(
+            "UPDATE invoices SET status = 'issued', number = ?3, issue_date = ?4, due_date = ?5,
+                recipient_name = ?6, recipient_tax_id = ?7, issued_at = ?8, updated_at = ?8
+             WHERE book = ?1 AND id = ?2 AND status = 'draft'",
+        )
+        .or_store()?
+        .execute(params![
+            book,
+            inv.id,
+            inv.number,
+            inv.issue_date,
+            inv.due_date,
+            inv.recipient_name,
+            inv.recipient_tax_id,
+            now
+        ])
+        .or_store()?;
+    Ok(())
+}
+
+/// Marks an invoice void, pointing at its rectifying invoice.
+pub fn mark_void(
+    tx: &Tx<'_>,
+    book: &str,
+    id: &str,
+    reason: &str,
+    by: &str,
+    now: i64,
+) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached(
+            "UPDATE invoices SET status = 'void', void_reason = ?3, rectified_by_id = ?4,
+                voided_at = ?5, updated_at = ?5
+             WHERE book = ?1 AND id = ?2",
+        )
+        .or_store()?
+        .execute(params![book, id, reason, by, now])
+        .or_store()?;
+    Ok(())
+}
+
+/// Deletes a draft and its lines.
+pub fn delete_draft(tx: &Tx<'_>, book: &str, id: &str) -> DbResult<()> {
+    tx.sql()
+        .prepare_cached("DELETE FROM invoices WHERE book = ?1 AND id = ?2 AND status = 'draft'")
+        .or_store()?
+        .execute([book, id])
+        .or_store()?;
+    Ok(())
+}
+
+/// Filters of `search_invoices`, as column values.
+#[derive(Debug, Default)]
+pub struct InvoiceFilter<'a> {
+    /// Only this status.
+    pub status: Option<&'a str>,
+    /// Only this client's.
+    pub client_id: Option<&'a str>,
+    /// Issue date on or after.
+    pub date_from: Option<&'a str>,
+    /// Issue date on or before.
+    pub date_to: Option<&'a str>,
+    /// Only overdue invoices on this date (issued, unpaid balance, due before it).
+    pub overdue_on: Option<&'a str>,
+}
+
+/// A page of invoices (summaries, no lines), newest first.
+pub fn search_invoices(
+    conn: &Conn<'_>,
+    book: &str,
+    filter: &InvoiceFilter<'_>,
+    starting_after: Option<&str>,
+    limit: usize,
+) -> DbResult<Vec<InvoiceRow>> {
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(&format!(
+            "{INVOICE_SELECT}
+         WHERE i.book = ?8
+           AND (?1 IS NULL OR i.status = ?1)
+           AND (?2 IS NULL OR i.client_id = ?2)
+           AND (?3 IS NULL OR i.issue_date >= ?3)
+           AND (?4 IS NULL OR i.issue_date <= ?4)
+           AND (?5 IS NULL OR (i.status = 'issued' AND i.total_cents > i.paid_cents
+                               AND i.due_date < ?5))
+           AND (?6 IS NULL OR i.id < ?6)
+         ORDER BY i.id DESC LIMIT ?7 + 0"
+        ))
+        .or_store()?;
+    let rows = stmt
+        .query_map(
+            params![
+                filter.status,
+                filter.client_id,
+                filter.date_from,
+                filter.date_to,
+                filter.overdue_on,
+                starting_after,
+                limit_param(limit),
+                book
+            ],
+            invoice_from_row,
+        )
+        .or_store()?;
+    rows.collect::<Result<_, _>>().or_store()
+}
+
+/// Every non-draft invoice issued within `[from, to]`, by number, with an optional status.
+pub fn invoices_issued_between(
+    conn: &Conn<'_>,
+    book: &str,
+    from: &str,
+    to: &str,
+    status: Option<&str>,
+) -> DbResult<Vec<InvoiceRow>> {
+    let mut stmt = conn
+        .sql()
+        .prepare_cached(&format!(
+            "{INVOICE_SELECT}
+         WHERE i.book = ?4 AND i.status <> 'draft' AND i.issue_date >= ?1
+           AND i.issue_date <= ?2 AND (?3 IS NULL OR i.status = ?3)
+         ORDER BY i.series, i.number"
+        ))
+        .or_store()?;
+    let rows = stmt
+        .query_map(params![from, to, status, book], invoice_from_row)
+        .or_store()?;
+    rows.collect::<Result<_, _>>().or_store()
+}
