@@ -53,10 +53,10 @@
 //! - `coldstart` — `--starts` times: spawn `tollgate serve` (not pinned, not wrapped) on an
 //!   initialised database and poll `GET /healthz` (a new connection every ~1 ms) until it
 //!   answers 200; median and max.
-//! - `guards` — the guarded HTTP and stdio loads once with all guards on and once with each
-//!   guard switched off in turn (`TG_BENCH_SKIP_GUARDS=<guard>`), so the CPU each guard costs
-//!   per call is the difference. Needs `--features bench-switches` (the binary only reads the
-//!   variable then); without it, prints how to enable it and skips.
+//! - `guards` — the guarded HTTP and stdio loads once with the whole guard chain and once
+//!   with the chain built without each step in turn (`TG_BENCH_SKIP_GUARDS=<step>`), so the
+//!   CPU each step costs per call is the difference. Needs `--features bench-switches` (only
+//!   such a binary reads the variable); without it, prints how to enable it and skips.
 //! - `limiter` — `Limiter::charge` alone, in-process, with 1, 4, 16 and 64 concurrent
 //!   callers on one credential (group commit): charges/s, p50, p99 and charges per
 //!   transaction.
@@ -118,13 +118,15 @@ const SCENARIOS: [&str; 7] = [
     "guards",
     "limiter",
 ];
-/// The guards a `bench-switches` build can switch off (`src/guards/mod.rs`, `Skips`).
-const GUARDS: [&str; 6] = [
-    "auth",
-    "ratelimit",
+/// The steps of the guard chain a `bench-switches` build can leave out (`Step::name` in
+/// `src/guards/steps.rs`; resolving the tool and running it stay).
+const GUARDS: [&str; 7] = [
+    "authenticate",
+    "charge",
     "access",
+    "replay",
     "guardrails",
-    "idempotency",
+    "claim",
     "audit",
 ];
 
@@ -588,7 +590,7 @@ fn file_mib(path: &Path) -> f64 {
 
 /// The server under test on `db`: run by `TG_BENCH_WRAP` when set, else pinned to CPU 0
 /// when `pinned` (so the load generator does not compete with it for the core), with the
-/// `skip` guards switched off (honoured by a `bench-switches` build only).
+/// `skip`: the guard steps to leave out (honoured by a `bench-switches` build only).
 fn server_command(db: &Path, skip: Option<&str>, pinned: bool) -> Command {
     let mut cmd = if let Ok(wrapper) = std::env::var("TG_BENCH_WRAP") {
         let mut words = wrapper.split_whitespace();
@@ -1368,19 +1370,19 @@ fn healthz_ok(addr: SocketAddr) -> bool {
 fn guards_scenario(dir: &Path, s: &Settings) {
     if !cfg!(feature = "bench-switches") {
         println!(
-            "\n== guards: skipped; the guard switches need a bench-switches build: \
+            "\n== guards: skipped; leaving guard steps out needs a bench-switches build: \
              cargo bench --features bench-switches,conformance-pack --bench load -- --only guards"
         );
         return;
     }
     println!(
-        "\n== guards: the guarded loads of `http` and `stdio` with one guard switched off ({SKIP_VAR}); {}",
+        "\n== guards: the guarded loads of `http` and `stdio` with the chain built without one step ({SKIP_VAR}); {}",
         s.timing()
     );
     let configs: Vec<Option<&str>> = std::iter::once(None).chain(GUARDS.map(Some)).collect();
     let label = |transport: &str, skip: Option<&str>| match skip {
         None => format!("{transport} tools/call, all guards on"),
-        Some(guard) => format!("{transport} tools/call, {guard} off"),
+        Some(step) => format!("{transport} tools/call, without {step}"),
     };
     let mut http: Vec<Series> = configs
         .iter()

@@ -10,11 +10,11 @@ use std::sync::Mutex;
 
 use tollgate::clock::ManualClock;
 use tollgate::config::{Config, Overrides};
+use tollgate::protocol::client::Notifier;
 use tollgate::protocol::dispatch::{Env, Server, Transport};
 use tollgate::protocol::inbound::Message;
 use tollgate::protocol::revisions::Session;
 use tollgate::store::Store;
-use tollgate::tools::Notifier;
 
 use crate::util::{TestDb, assert_error, modern_meta};
 

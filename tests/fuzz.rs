@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 
 use tollgate::catalog::ErrorKind;
 use tollgate::config::{Config, Overrides};
+use tollgate::protocol::client::Notifier;
 use tollgate::protocol::dispatch::{Env, Server, Transport};
 use tollgate::protocol::inbound::{Message, MessageKind};
 use tollgate::protocol::revisions::Session;
 use tollgate::store::Store;
-use tollgate::tools::Notifier;
 
 use crate::util::TestDb;
 

@@ -14,8 +14,8 @@
 //! thread ([`prune_in_background`]), a few hundred per short transaction. The rows' SQL
 //! (writes, summaries, retention, the `tollgate audit` query) is [`crate::store::audit`]'s.
 //!
-//! The outcome is `ok`, or the catalog `code` of the JSON-RPC error, or of the `isError`
-//! result (`_meta["dev.tollgate/error"].code`). Rows go into a buffer that one writer thread
+//! The outcome is `ok`, or the catalog `code` of the JSON-RPC error or of the tool failure
+//! (the call's typed [`Verdict`], never read back from a rendered result). Rows go into a buffer that one writer thread
 //! empties every few milliseconds, in a single transaction (group commit), outside the call
 //! path and outside any other transaction; a failed write is logged and never fails the call
 //! it describes. Dropping the [`Auditor`] flushes every queued row, so a clean shutdown loses
@@ -29,10 +29,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::ErrorKind;
 use crate::clock::Clock;
 use crate::guards::auth::Principal;
-use crate::protocol::dispatch::Transport;
+use crate::guards::outcome::Verdict;
 use crate::store::audit::{self as store, AuditRow};
 pub use crate::store::audit::{AuditFilter, AuditRecord};
 use crate::store::{Store, StoreError};
@@ -50,12 +50,12 @@ pub struct AuditEntry<'a> {
     pub principal: Option<&'a Principal>,
     /// The tool name as sent.
     pub tool: &'a str,
-    /// The outcome.
-    pub outcome: &'a Result<Value, McpError>,
+    /// How it ended.
+    pub outcome: Verdict<'a>,
     /// Time spent.
     pub duration: Duration,
-    /// The transport.
-    pub transport: Transport,
+    /// The transport's name (`stdio`, `http`).
+    pub transport: &'static str,
     /// Who is asking, as the failure throttle sees it (`http:<address>`, `stdio:<pid>`);
     /// recorded only on summary rows.
     pub source: &'a str,
@@ -255,9 +255,9 @@ impl Auditor {
             credential_id: entry.principal.map(|p| p.credential_id.clone()),
             client_id: entry.principal.and_then(|p| p.client_id.clone()),
             tool: truncate(entry.tool),
-            outcome: outcome_code(entry.outcome),
+            outcome: entry.outcome.code().to_owned(),
             duration_us: i64::try_from(entry.duration.as_micros()).unwrap_or(i64::MAX),
-            transport: entry.transport.as_str(),
+            transport: entry.transport,
         };
         let mut buffer = self.shared.lock();
         if let Some(outcome) = summarised(entry) {
@@ -365,7 +365,7 @@ fn insert(
 /// The outcome code under which `entry` is summarised rather than written on its own
 /// row: a refusal of a caller who did not authenticate.
 fn summarised(entry: &AuditEntry<'_>) -> Option<&'static str> {
-    let Err(err) = entry.outcome else {
+    let Verdict::Rejected(err) = entry.outcome else {
         return None;
     };
     if entry.principal.is_some() {
@@ -422,19 +422,6 @@ pub fn prune_expired(store: &Store, retention_days: u32, now_ms: i64) -> Result<
     }
 }
 
-/// `ok`, or the catalog code of a JSON-RPC error or of an `isError` result.
-pub fn outcome_code(outcome: &Result<Value, McpError>) -> String {
-    match outcome {
-        Err(err) => err.kind().spec().code.to_owned(),
-        Ok(result) if result.get("isError") == Some(&Value::Bool(true)) => result
-            .pointer("/_meta/dev.tollgate~1error/code")
-            .and_then(Value::as_str)
-            .unwrap_or("tool_error")
-            .to_owned(),
-        Ok(_) => "ok".to_owned(),
-    }
-}
-
 fn truncate(text: &str) -> String {
     match text.char_indices().nth(MAX_TEXT) {
         Some((cut, _)) => text[..cut].to_owned(),
@@ -451,20 +438,9 @@ pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, S
 mod tests {
     use super::*;
     use crate::catalog::ErrorKind;
-    use crate::config::Locale;
+    use crate::catalog::McpError;
     use crate::store::StoreOptions;
     use serde_json::json;
-
-    #[test]
-    fn outcome_codes() {
-        assert_eq!(outcome_code(&Ok(json!({"content": []}))), "ok");
-        assert_eq!(
-            outcome_code(&Err(McpError::new(ErrorKind::InsufficientScope))),
-            "insufficient_scope"
-        );
-        let tool_error = McpError::validation("amount").to_tool_result(Locale::En);
-        assert_eq!(outcome_code(&Ok(tool_error)), "validation_error");
-    }
 
     #[test]
     fn records_and_filters_without_arguments() {
@@ -481,17 +457,15 @@ mod tests {
             scopes: vec![],
             mode: crate::guards::auth::Mode::Live,
         };
-        for (id, outcome) in [
-            (1, Ok(json!({}))),
-            (2, Err(McpError::new(ErrorKind::RateLimited))),
-        ] {
+        let limited = McpError::new(ErrorKind::RateLimited);
+        for (id, outcome) in [(1, Verdict::Ok), (2, Verdict::Rejected(&limited))] {
             auditor.record(&AuditEntry {
                 request_id: &json!(id),
                 principal: Some(&principal),
                 tool: "test_simple_text",
-                outcome: &outcome,
+                outcome,
                 duration: Duration::from_micros(1500),
-                transport: Transport::Stdio,
+                transport: "stdio",
                 source: "stdio:1",
             });
         }
@@ -533,13 +507,14 @@ mod tests {
         outcome: &'a Result<Value, McpError>,
         source: &'a str,
     ) -> AuditEntry<'a> {
+        let outcome = Verdict::of_read(outcome);
         AuditEntry {
             request_id,
             principal: None,
             tool,
             outcome,
             duration: Duration::from_micros(10),
-            transport: Transport::Http,
+            transport: "http",
             source,
         }
     }

@@ -1,4 +1,5 @@
-//! Idempotency keys (guard step 6): a retried state-changing call never acts twice.
+//! Idempotency keys (the replay and claim steps of the chain, `guards::steps`): a retried
+//! state-changing call never acts twice.
 //!
 //! **Where the key comes from** ([`extract_key`]): the `idempotency_key` argument (declared in
 //! the input schema of every state-changing tool), `_meta["dev.tollgate/idempotencyKey"]`,
@@ -83,6 +84,14 @@ pub struct Reservation {
     recorded: AtomicBool,
     /// The ledger's clock (the retention of the completed record counts from it).
     clock: Clock,
+}
+
+impl Reservation {
+    /// Whether the tool's transaction already recorded the result (then a success needs
+    /// no settling).
+    pub fn is_recorded(&self) -> bool {
+        self.recorded.load(Ordering::Relaxed)
+    }
 }
 
 impl CommitHook for Reservation {

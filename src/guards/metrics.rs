@@ -34,6 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::catalog::{ErrorKind, McpError};
+use crate::guards::outcome::Verdict;
 use crate::tools::{Category, Registry, Resolution};
 
 /// The `Content-Type` of the exposition format.
@@ -54,10 +55,6 @@ const OTHER_BUCKETS: &[&str] = &[
     crate::guards::ratelimit::CLIENT_BUCKET,
     "auth",
 ];
-
-/// The JSON-RPC code of server faults (`internal_error`, `backend_unavailable`, …), which
-/// are failures of the server rather than rejections by a guard.
-const SERVER_FAULT_RPC_CODE: i64 = -32603;
 
 /// Log lines dropped since the process started; the logging queue counts them here.
 static LOG_LINES_DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -206,25 +203,24 @@ impl Metrics {
         &self,
         registry: &Registry,
         name: &str,
-        outcome: &Result<Value, McpError>,
+        verdict: Verdict<'_>,
         elapsed: Duration,
     ) {
         let tool = match registry.resolve(name) {
             Resolution::Tool(tool) => tool.spec().name,
             Resolution::Retired(_) | Resolution::Unknown => UNKNOWN_TOOL,
         };
-        let code = outcome_code(outcome);
+        let code = verdict.code();
         self.tool_calls.inc((tool, code));
         self.latency.observe(elapsed);
         let elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        match outcome {
-            Err(err) if err.kind().spec().rpc_code != SERVER_FAULT_RPC_CODE => {
+        match (verdict, verdict.refusal()) {
+            (_, Some(err)) => {
                 self.count_rejection(err, code);
                 tracing::info!(tool, code, elapsed_us, "tool call rejected");
             }
-            Err(_) => tracing::info!(tool, code, elapsed_us, "tool call failed"),
-            Ok(_) if code != "ok" => tracing::info!(tool, code, elapsed_us, "tool call failed"),
-            Ok(_) => tracing::debug!(tool, elapsed_us, "tool call finished"),
+            (Verdict::Ok, None) => tracing::debug!(tool, elapsed_us, "tool call finished"),
+            _ => tracing::info!(tool, code, elapsed_us, "tool call failed"),
         }
     }
 
@@ -232,27 +228,22 @@ impl Metrics {
     /// guard chain ([`crate::guards::Guards::read_data`]) and logs one line, like
     /// [`Metrics::observe_tool_call`]. `name` is its audit name (`prompts/get <prompt>`,
     /// built from registry names only); its method becomes the label.
-    pub fn observe_data_read(
-        &self,
-        name: &str,
-        outcome: &Result<Value, McpError>,
-        elapsed: Duration,
-    ) {
+    pub fn observe_data_read(&self, name: &str, verdict: Verdict<'_>, elapsed: Duration) {
         let method = match name.split(' ').next() {
             Some("prompts/get") => "prompts/get",
             Some("completion/complete") => "completion/complete",
             _ => UNKNOWN_TOOL,
         };
-        let code = outcome_code(outcome);
+        let code = verdict.code();
         self.data_reads.inc((method, code));
         let elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        match outcome {
-            Err(err) if err.kind().spec().rpc_code != SERVER_FAULT_RPC_CODE => {
+        match (verdict, verdict.refusal()) {
+            (_, Some(err)) => {
                 self.count_rejection(err, code);
                 tracing::info!(read = name, code, elapsed_us, "data read rejected");
             }
-            Err(_) => tracing::info!(read = name, code, elapsed_us, "data read failed"),
-            Ok(_) => tracing::debug!(read = name, elapsed_us, "data read finished"),
+            (Verdict::Ok, None) => tracing::debug!(read = name, elapsed_us, "data read finished"),
+            _ => tracing::info!(read = name, code, elapsed_us, "data read failed"),
         }
     }
 
@@ -432,26 +423,6 @@ impl Metrics {
     }
 }
 
-/// `ok`, or the catalog code of the JSON-RPC error or of the `isError` result, as a
-/// `&'static str` of the catalog (an unrecognised code becomes `tool_error`).
-fn outcome_code(outcome: &Result<Value, McpError>) -> &'static str {
-    match outcome {
-        Err(err) => err.kind().spec().code,
-        Ok(result) if result.get("isError") == Some(&Value::Bool(true)) => {
-            let code = result
-                .pointer("/_meta/dev.tollgate~1error/code")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            ErrorKind::ALL
-                .iter()
-                .map(|kind| kind.spec().code)
-                .find(|known| *known == code)
-                .unwrap_or("tool_error")
-        }
-        Ok(_) => "ok",
-    }
-}
-
 /// The `bucket` of a `rate_limited` error: a category, one of [`OTHER_BUCKETS`], or `other`.
 fn bucket_label(err: &McpError) -> &'static str {
     let bucket = err
@@ -554,7 +525,6 @@ fn render_process(page: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn lines_starting(page: &str, prefix: &str) -> Vec<String> {
         page.lines()
@@ -616,36 +586,23 @@ mod tests {
     }
 
     #[test]
-    fn outcome_codes_come_from_the_catalog() {
-        assert_eq!(outcome_code(&Ok(json!({"content": []}))), "ok");
-        let rejected = Err(McpError::new(ErrorKind::InvalidToken));
-        assert_eq!(outcome_code(&rejected), "invalid_token");
-        let failed =
-            Ok(McpError::new(ErrorKind::InvoiceNotFound).to_tool_result(crate::config::Locale::En));
-        assert_eq!(outcome_code(&failed), "invoice_not_found");
-        let odd =
-            Ok(json!({"isError": true, "_meta": {"dev.tollgate/error": {"code": "made_up"}}}));
-        assert_eq!(outcome_code(&odd), "tool_error");
-    }
-
-    #[test]
     fn data_reads_count_by_method_and_their_rejections_with_the_guards() {
         let m = Metrics::new();
         let elapsed = Duration::from_micros(40);
-        m.observe_data_read(
-            "prompts/get chase_overdue_invoices",
-            &Ok(json!({})),
-            elapsed,
-        );
-        let scope = Err(McpError::new(ErrorKind::InsufficientScope));
+        m.observe_data_read("prompts/get chase_overdue_invoices", Verdict::Ok, elapsed);
+        let scope = McpError::new(ErrorKind::InsufficientScope);
         m.observe_data_read(
             "completion/complete issue_invoice_for_client.client",
-            &scope,
+            Verdict::Rejected(&scope),
             elapsed,
         );
-        let limited = Err(McpError::new(ErrorKind::RateLimited).with("bucket", "read"));
-        m.observe_data_read("prompts/get chase_overdue_invoices", &limited, elapsed);
-        m.observe_data_read("made-up", &Ok(json!({})), elapsed);
+        let limited = McpError::new(ErrorKind::RateLimited).with("bucket", "read");
+        m.observe_data_read(
+            "prompts/get chase_overdue_invoices",
+            Verdict::Rejected(&limited),
+            elapsed,
+        );
+        m.observe_data_read("made-up", Verdict::Ok, elapsed);
         let page = m.render();
         assert_well_formed(&page);
         assert_eq!(
@@ -787,22 +744,19 @@ mod tests {
         )
         .expect("schemas compile");
         let m = Metrics::new();
-        let ok = Ok(json!({"content": []}));
         let tick = Duration::from_millis(2);
-        m.observe_tool_call(&registry, "get_client", &ok, tick);
+        m.observe_tool_call(&registry, "get_client", Verdict::Ok, tick);
+        let unknown = McpError::unknown_tool("x");
         m.observe_tool_call(
             &registry,
             "no\"such\ntool",
-            &Err(McpError::unknown_tool("x")),
+            Verdict::Rejected(&unknown),
             tick,
         );
-        m.observe_tool_call(
-            &registry,
-            "get_client",
-            &Err(McpError::rate_limited("read", 1, 0, 1)),
-            tick,
-        );
-        m.observe_tool_call(&registry, "get_client", &Err(McpError::internal()), tick);
+        let limited = McpError::rate_limited("read", 1, 0, 1);
+        m.observe_tool_call(&registry, "get_client", Verdict::Rejected(&limited), tick);
+        let fault = McpError::internal();
+        m.observe_tool_call(&registry, "get_client", Verdict::Rejected(&fault), tick);
         let page = m.render();
         assert_well_formed(&page);
         assert_eq!(

@@ -1,31 +1,40 @@
-//! The guard chain every `tools/call` passes, in the order of the product contract:
+//! The guard chain every `tools/call` passes: the steps of [`CHAIN`], in the order of the
+//! product contract ([`steps`] has one type per step):
 //!
-//! 1. authentication ([`crate::guards::auth`]),
-//! 2. tool resolution (the registry and the retired-names table),
-//! 3. rate counters ([`crate::guards::ratelimit`]) — charged before anything else is checked, so
-//!    calls rejected later still consume quota,
-//! 4. scopes and plan ([`crate::guards::auth`]),
-//! 5. fiscal guardrails (each tool's [`Tool::guardrails`](crate::tools::Tool::guardrails)),
-//! 6. idempotency ([`crate::guards::idempotency`]).
+//! 1. authenticate ([`crate::guards::auth`]),
+//! 2. resolve the tool (the registry and the retired-names table),
+//! 3. charge the rate counters ([`crate::guards::ratelimit`]) — before anything else is
+//!    checked, so calls refused later still consume quota,
+//! 4. access: scopes and plan ([`crate::guards::auth`]),
+//! 5. replay the stored result of a completed call with the same idempotency key
+//!    ([`crate::guards::idempotency`]),
+//! 6. fiscal guardrails (each tool's [`Tool::guardrails`](crate::tools::Tool::guardrails)),
+//! 7. claim the idempotency key,
+//! 8. validate the arguments and run the tool,
+//! 9. audit ([`crate::guards::audit`]).
 //!
-//! The first guard that rejects ends the call with a JSON-RPC error. Then the arguments are
-//! validated and the tool runs; its failures become `isError` results. Every call, admitted
-//! or not, is audited ([`crate::guards::audit`]): on a row of its own, or — a refusal of a caller
-//! who did not authenticate — counted on its source's summary row.
+//! The first step that ends a call decides its typed [`CallOutcome`] ([`outcome`]): a
+//! refusal, a replay, or — once the tool ran — its output or its failure. The dispatcher
+//! renders it; nothing here builds a wire body. Every call, admitted or not, is counted in
+//! the [`metrics`] and audited: on a row of its own, or — a refusal of a caller who did
+//! not authenticate — counted on its source's summary row. Who is calling is a [`Caller`],
+//! which the protocol layer builds from what its transport knows.
 //!
 //! The other methods that read business data — a `prompts/get` whose messages read the
 //! store, a `completion/complete` whose values do — pass the same steps 1, 3 and 4
 //! ([`Guards::read_data`]) as the read tool serving the same data
 //! ([`DataAccess`]): charged to the `read` buckets first, then scope and plan, then one
 //! audit row named `<method> <what>` (e.g. `prompts/get chase_overdue_invoices`). They have
-//! no guardrails and change nothing, so steps 5 and 6 do not apply.
+//! no guardrails and change nothing, so steps 5 to 7 do not apply.
 
 pub mod audit;
 pub mod auth;
 pub mod charging;
 pub mod idempotency;
 pub mod metrics;
+pub mod outcome;
 pub mod ratelimit;
+pub mod steps;
 
 use std::sync::PoisonError;
 use std::time::Instant;
@@ -38,13 +47,14 @@ use crate::config::Locale;
 use crate::guards::audit::{AuditEntry, Auditor};
 use crate::guards::auth::{AccessFacts, Authenticator, CallAuth, Principal, Recheck};
 use crate::guards::charging::CallCharge;
-use crate::guards::idempotency::{Claim, Ledger};
+use crate::guards::idempotency::{Ledger, Reservation};
+use crate::guards::outcome::{CallOutcome, Verdict};
 use crate::guards::ratelimit::{Budget, ChargeRequest, Limiter};
-use crate::protocol::dispatch::{Env, render_tool_outcome};
+#[cfg(feature = "bench-switches")]
+use crate::guards::steps::Step;
+use crate::guards::steps::{CHAIN, Chain, Cx, Passage};
 use crate::store::Store;
-use crate::tools::{
-    Book, Category, CommitHook, DataAccess, RegisteredTool, Registry, Resolution, ToolOutput,
-};
+use crate::tools::{Book, Category, CommitHook, DataAccess, RegisteredTool, Registry, ToolOutput};
 
 /// `_meta` key of the remaining budget on successful results.
 pub const META_RATELIMIT: &str = "dev.tollgate/ratelimit";
@@ -53,6 +63,24 @@ pub const META_REPLAY: &str = "dev.tollgate/idempotentReplay";
 /// `_meta` key naming the book that served a `tools/call` result (`"live"` or `"test"`),
 /// on every result: success, `isError` and replay.
 pub const META_MODE: &str = "dev.tollgate/mode";
+
+/// Who is calling, as the guards see it: what the transport knows about a request besides
+/// its body. The dispatcher builds it for every request.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    /// The presented credential (stdio: from the environment; HTTP: the bearer token).
+    pub token: Option<&'a str>,
+    /// Development mode: the public id of the credential that requests without a token
+    /// run as (HTTP on loopback only; never set by default).
+    pub dev_credential: Option<&'a str>,
+    /// Where the request comes from, for throttling failed authentication (`http:<peer
+    /// address>`, `stdio:<pid>`).
+    pub source: &'a str,
+    /// An `Idempotency-Key` header, when the transport has one.
+    pub idempotency_header: Option<&'a str>,
+    /// The transport's name (`stdio`, `http`), recorded in the audit log.
+    pub transport: &'static str,
+}
 
 /// A request to run one tool, as parsed by the dispatcher.
 pub struct ToolCall<'a> {
@@ -97,13 +125,11 @@ pub struct DataRead<'a> {
 /// Produces the result of an admitted [`DataRead`], as the principal admitted.
 pub type RunRead<'r> = dyn Fn(&Principal) -> Result<Value, McpError> + 'r;
 
-/// Runs one admitted call's tool, with the idempotency hook its write must commit with.
-type RunAdmitted<'r> = dyn Fn(Option<&dyn CommitHook>) -> Result<ToolOutput, McpError> + 'r;
+/// Receives the outcome of the call at an index of those handed to
+/// [`Guards::call_tools`].
+pub type CallDone<'r> = dyn Fn(usize, CallOutcome) + Sync + 'r;
 
-/// Takes the outcome of the call at an index of [`Guards::call_tools`]' calls.
-pub type CallDone<'r> = dyn Fn(usize, Result<Value, McpError>) + Sync + 'r;
-
-/// A call that passed the guards before the charge: who, and which tool.
+/// A call that passed the steps before the charge: who, and which tool.
 struct ToCharge<'r> {
     index: usize,
     auth: CallAuth,
@@ -119,61 +145,19 @@ pub struct Guards {
     limiter: Limiter<CallCharge>,
     ledger: Ledger,
     auditor: Auditor,
-    skip: Skips,
-    /// The principal reused when the `auth` bench switch is on.
-    first_principal: std::sync::Mutex<Option<Principal>>,
-}
-
-/// Guards the load benchmark switches off one at a time, to show what each costs.
-///
-/// Only a binary built with the `bench-switches` feature reads them (from the
-/// `TG_BENCH_SKIP_GUARDS` environment variable, a comma-separated list of `auth`,
-/// `ratelimit`, `access`, `guardrails`, `idempotency`, `audit`); a normal build has every
-/// guard on, always.
-#[derive(Debug, Default, Clone, Copy)]
-struct Skips {
-    /// Authenticate the first call only and reuse its principal.
-    auth: bool,
-    ratelimit: bool,
-    access: bool,
-    guardrails: bool,
-    idempotency: bool,
-    audit: bool,
-}
-
-impl Skips {
+    chain: Chain,
+    /// What a chain without [`Step::Authenticate`] runs as: the first caller,
+    /// authenticated once.
     #[cfg(feature = "bench-switches")]
-    fn from_env() -> Skips {
-        let list = std::env::var("TG_BENCH_SKIP_GUARDS").unwrap_or_default();
-        let mut skips = Skips::default();
-        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            match name {
-                "auth" => skips.auth = true,
-                "ratelimit" => skips.ratelimit = true,
-                "access" => skips.access = true,
-                "guardrails" => skips.guardrails = true,
-                "idempotency" => skips.idempotency = true,
-                "audit" => skips.audit = true,
-                other => panic!("TG_BENCH_SKIP_GUARDS: unknown guard {other:?}"),
-            }
-        }
-        if !list.is_empty() {
-            tracing::warn!(skipped = %list, "benchmark build: guards switched off");
-        }
-        skips
-    }
-
-    #[cfg(not(feature = "bench-switches"))]
-    fn from_env() -> Skips {
-        Skips::default()
-    }
+    stand_in: std::sync::OnceLock<Principal>,
 }
 
 impl Guards {
     /// Guards over `store`; hints are rendered in `locale`; every step reads the time
-    /// from `clock`.
+    /// from `clock`. A `bench-switches` build leaves out the steps that
+    /// `TG_BENCH_SKIP_GUARDS` names.
     pub fn new(store: Store, locale: Locale, clock: Clock) -> Guards {
-        Guards {
+        let guards = Guards {
             store: store.clone(),
             locale,
             auth: Authenticator::new(store.clone(), clock.clone()),
@@ -181,18 +165,35 @@ impl Guards {
             ledger: Ledger::new(store.clone(), clock.clone()),
             auditor: Auditor::new(store, clock.clone()),
             clock,
-            skip: Skips::from_env(),
-            first_principal: std::sync::Mutex::new(None),
-        }
+            chain: Chain::of(&CHAIN),
+            #[cfg(feature = "bench-switches")]
+            stand_in: std::sync::OnceLock::new(),
+        };
+        #[cfg(feature = "bench-switches")]
+        let guards = guards.without(&bench::skipped_steps());
+        guards
     }
 
-    /// Step 1 alone, for the methods other than `tools/call` that need a credential.
-    pub fn authenticate(&self, env: &Env<'_>) -> Result<Principal, McpError> {
-        match (env.token, env.dev_credential) {
+    /// The same guards without `steps` (the load benchmark's measure of what a step
+    /// costs). [`Step::Resolve`] and [`Step::Run`] cannot be left out.
+    #[cfg(feature = "bench-switches")]
+    pub fn without(mut self, steps: &[Step]) -> Guards {
+        let kept: Vec<Step> = CHAIN
+            .into_iter()
+            .filter(|step| !steps.contains(step) || matches!(step, Step::Resolve | Step::Run))
+            .collect();
+        self.chain = Chain::of(&kept);
+        self
+    }
+
+    /// Authentication alone, for the methods other than `tools/call` that need a
+    /// credential.
+    pub fn authenticate(&self, caller: &Caller<'_>) -> Result<Principal, McpError> {
+        match (caller.token, caller.dev_credential) {
             // Development mode: a request without a token runs as the configured credential
             // (still charged and audited like any other call).
             (None, Some(public_id)) => self.auth.principal_for_public_id(public_id),
-            (token, _) => self.auth.authenticate(token, &env.source),
+            (token, _) => self.auth.authenticate(token, caller.source),
         }
     }
 
@@ -211,117 +212,159 @@ impl Guards {
         &self,
         registry: &Registry,
         call: &ToolCall<'_>,
-        env: &Env<'_>,
+        caller: &Caller<'_>,
         run: &RunTools<'_>,
-    ) -> Result<Value, McpError> {
+    ) -> CallOutcome {
         let outcome = std::sync::Mutex::new(None);
         self.call_tools(
             registry,
             std::slice::from_ref(call),
-            env,
+            caller,
             run,
             &|_, done| *outcome.lock().unwrap_or_else(PoisonError::into_inner) = Some(done),
         );
         let outcome = outcome.into_inner().unwrap_or_else(PoisonError::into_inner);
-        outcome.unwrap_or_else(|| Err(McpError::internal()))
+        outcome.unwrap_or_else(|| CallOutcome::Rejected(McpError::internal()))
     }
 
     /// Runs several `tools/call`s (those of one stdio read) through the chain: each passes
-    /// the same guards in the same order as a call on its own, and is audited on its own,
+    /// the same steps in the same order as a call on its own, and is audited on its own,
     /// but their rate charges share one wait (one transaction while they fit in one). The
     /// tools then run one after the other on this thread, except a tool that
     /// [waits](crate::tools::Tool::waits), which gets a thread of its own so that it
     /// holds up none of the others. Each outcome goes to `done` as soon as it is known.
-    pub fn call_tools(
+    pub fn call_tools<'r>(
         &self,
-        registry: &Registry,
+        registry: &'r Registry,
         calls: &[ToolCall<'_>],
-        env: &Env<'_>,
+        caller: &Caller<'_>,
         run: &RunTools<'_>,
         done: &CallDone<'_>,
     ) {
         let started = Instant::now();
-        let mut principals: Vec<Option<Principal>> = vec![None; calls.len()];
-        let mut to_charge = Vec::with_capacity(calls.len());
+        let cx = Cx {
+            registry,
+            caller,
+            run,
+        };
+        let mut open = Vec::with_capacity(calls.len());
         for (index, call) in calls.iter().enumerate() {
             let _span = call.span.map(tracing::Span::enter);
-            match self.before_charge(registry, call, env, &mut principals[index]) {
-                Ok((auth, tool)) => to_charge.push(ToCharge { index, auth, tool }),
-                Err(err) => {
-                    let principal = principals[index].take();
-                    done(
-                        index,
-                        self.finish(registry, call, env, started, principal.as_ref(), Err(err)),
-                    );
-                }
+            let mut passage = Passage::new(index, call);
+            match self.chain.before_charge(self, &mut passage, &cx) {
+                None => open.push(passage),
+                Some(outcome) => self.finish(&cx, &passage, started, outcome, done),
             }
         }
-        let charged = self.charge_many(&to_charge, env, &mut principals);
-        let finish_admitted = |call: ToCharge<'_>, charge, principal: Option<Principal>| {
-            let c = &calls[call.index];
-            let _span = c.span.map(tracing::Span::enter);
-            let outcome = match (charge, principal.as_ref()) {
-                (Ok(charged), Some(p)) => {
-                    let book = Book::from(p.mode);
-                    let run_it = |hook: Option<&dyn CommitHook>| {
-                        run(call.index, call.tool, c.args, book, hook)
-                    };
-                    self.after_charge(call.tool, c, env, &run_it, p, charged)
-                }
-                (Ok(_), None) => Err(McpError::internal()),
-                (Err(err), _) => Err(err),
+        let charged = self.charge_group(open, caller);
+        let finish_charged = |mut passage: Passage<'_, 'r>, charge: Result<(), McpError>| {
+            let _span = passage.call.span.map(tracing::Span::enter);
+            let outcome = match charge {
+                Ok(()) => self.chain.after_charge(self, &mut passage, &cx),
+                Err(err) => CallOutcome::Rejected(err),
             };
-            done(
-                call.index,
-                self.finish(registry, c, env, started, principal.as_ref(), outcome),
-            );
+            self.finish(&cx, &passage, started, outcome, done);
         };
-        let admitted = to_charge.into_iter().zip(charged).map(|(call, charge)| {
-            let principal = principals[call.index].take();
-            (call, charge, principal)
-        });
-        if calls.len() == 1 {
-            admitted.for_each(|(call, charge, principal)| finish_admitted(call, charge, principal));
-            return;
-        }
         std::thread::scope(|scope| {
-            for (call, charge, principal) in admitted {
-                if call.tool.tool.waits() {
-                    scope.spawn(move || finish_admitted(call, charge, principal));
+            for (passage, charge) in charged {
+                if charge.is_ok() && passage.tool.is_some_and(|tool| tool.tool.waits()) {
+                    scope.spawn(move || finish_charged(passage, charge));
                 } else {
-                    finish_admitted(call, charge, principal);
+                    finish_charged(passage, charge);
                 }
             }
         });
     }
 
-    /// Runs a request that reads business data through steps 1, 3 and 4 as a call of the
-    /// read tool serving that data would (authentication, the `read` charge, scope and
-    /// plan), then `run`, and audits it under its [`DataRead::audit_name`]. The result
-    /// carries the remaining budget in `_meta`, like a tool result.
+    /// [`steps::Step::Charge`] for the calls still open: sets the principal, budget and plan
+    /// facts of each, and gives each back, in order, with the charge's refusal if it was
+    /// refused. A chain without the step only confirms each caller.
+    fn charge_group<'c, 'r>(
+        &self,
+        mut open: Vec<Passage<'c, 'r>>,
+        caller: &Caller<'_>,
+    ) -> Vec<(Passage<'c, 'r>, Result<(), McpError>)> {
+        let charged = if self.chain.charges() {
+            self.charge_passages(&mut open, caller)
+        } else {
+            open.iter_mut()
+                .map(|passage| {
+                    let auth = passage.auth.as_ref().ok_or_else(McpError::internal)?;
+                    passage.principal = Some(self.confirm(auth, caller)?);
+                    Ok((Budget::default(), None))
+                })
+                .collect()
+        };
+        open.into_iter()
+            .zip(charged)
+            .map(|(mut passage, charge)| {
+                let charge = charge.map(|(budget, facts)| {
+                    passage.budget = budget;
+                    passage.facts = facts;
+                });
+                (passage, charge)
+            })
+            .collect()
+    }
+
+    /// The charge of each of `open` (one group through [`Guards::charge_many`]), in order.
+    fn charge_passages(
+        &self,
+        open: &mut [Passage<'_, '_>],
+        caller: &Caller<'_>,
+    ) -> Vec<Result<(Budget, Option<AccessFacts>), McpError>> {
+        let mut principals: Vec<Option<Principal>> =
+            open.iter_mut().map(|p| p.principal.take()).collect();
+        // Every call past the steps before the charge knows its caller and its tool.
+        let mut to_charge = Vec::with_capacity(open.len());
+        let mut lost = vec![false; open.len()];
+        for (index, p) in open.iter_mut().enumerate() {
+            match (p.auth.take(), p.tool) {
+                (Some(auth), Some(tool)) => to_charge.push(ToCharge { index, auth, tool }),
+                _ => lost[index] = true,
+            }
+        }
+        let mut charged = self
+            .charge_many(&to_charge, caller, &mut principals)
+            .into_iter();
+        for (passage, principal) in open.iter_mut().zip(principals) {
+            passage.principal = principal;
+        }
+        lost.iter()
+            .map(|&lost| {
+                if lost {
+                    return Err(McpError::internal());
+                }
+                let charge = charged.next().unwrap_or_else(|| Err(McpError::internal()));
+                charge.map(|(budget, facts)| (budget, Some(facts)))
+            })
+            .collect()
+    }
+
+    /// Runs a request that reads business data through authentication, the `read`
+    /// charge, and scope and plan, as a call of the read tool serving that data would;
+    /// then `run`; and audits it under its [`DataRead::audit_name`]. Gives the result with
+    /// the budget left, for the dispatcher to send.
     pub fn read_data(
         &self,
         registry: &Registry,
         read: &DataRead<'_>,
-        env: &Env<'_>,
+        caller: &Caller<'_>,
         run: &RunRead<'_>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<(Value, Budget), McpError> {
         let started = Instant::now();
         let mut principal = [None];
-        let outcome = self.guard_read(registry, read, env, &mut principal, run);
-        crate::guards::metrics::global().observe_data_read(
-            read.audit_name,
-            &outcome,
-            started.elapsed(),
-        );
+        let outcome = self.guard_read(registry, read, caller, &mut principal, run);
+        let verdict = Verdict::of_read(&outcome);
+        metrics::global().observe_data_read(read.audit_name, verdict, started.elapsed());
         let principal = principal[0].take();
         self.audit(
             read.request_id,
             read.audit_name,
-            env,
+            caller,
             started,
             principal.as_ref(),
-            &outcome,
+            verdict,
         );
         outcome
     }
@@ -332,126 +375,131 @@ impl Guards {
         &self,
         registry: &Registry,
         read: &DataRead<'_>,
-        env: &Env<'_>,
+        caller: &Caller<'_>,
         principal: &mut [Option<Principal>; 1],
         run: &RunRead<'_>,
-    ) -> Result<Value, McpError> {
-        let auth = self.identify_into(env, &mut principal[0])?;
+    ) -> Result<(Value, Budget), McpError> {
+        let auth = self.identify(caller)?;
+        if let CallAuth::Verified(verified) = &auth {
+            principal[0] = Some(verified.clone());
+        }
         // The registry only accepts a declaration that names a registered read tool.
         let tool = registry
             .reader(&read.access)
             .ok_or_else(McpError::internal)?;
-        let to_charge = ToCharge {
-            index: 0,
-            auth,
-            tool,
+        let (budget, facts) = if self.chain.charges() {
+            let to_charge = ToCharge {
+                index: 0,
+                auth,
+                tool,
+            };
+            let charged = self
+                .charge_many(std::slice::from_ref(&to_charge), caller, principal)
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Err(McpError::internal()));
+            charged?
+        } else {
+            principal[0] = Some(self.confirm(&auth, caller)?);
+            (Budget::default(), self.auth.read_access_facts()?)
         };
-        let charged = self
-            .charge_many(std::slice::from_ref(&to_charge), env, principal)
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| Err(McpError::internal()));
-        let (budget, facts) = charged?;
         let admitted = principal[0].as_ref().ok_or_else(McpError::internal)?;
-        self.check_access(admitted, tool, &facts)?;
-        let mut result = run(admitted)?;
-        mark(&mut result, META_RATELIMIT, budget.to_meta());
-        Ok(result)
+        self.auth.check_access_with(admitted, tool.spec(), &facts)?;
+        Ok((run(admitted)?, budget))
     }
 
-    /// Counts a finished call in the metrics and writes its audit row; gives the outcome
-    /// back.
+    /// Counts a finished call in the metrics, writes its audit row, and hands its outcome
+    /// to `done`.
     fn finish(
         &self,
-        registry: &Registry,
-        call: &ToolCall<'_>,
-        env: &Env<'_>,
+        cx: &Cx<'_, '_>,
+        passage: &Passage<'_, '_>,
         started: Instant,
-        principal: Option<&Principal>,
-        outcome: Result<Value, McpError>,
-    ) -> Result<Value, McpError> {
-        crate::guards::metrics::global().observe_tool_call(
-            registry,
-            call.name,
-            &outcome,
-            started.elapsed(),
-        );
+        outcome: CallOutcome,
+        done: &CallDone<'_>,
+    ) {
+        let call = passage.call;
+        let verdict = outcome.verdict();
+        metrics::global().observe_tool_call(cx.registry, call.name, verdict, started.elapsed());
         self.audit(
             call.request_id,
             call.name,
-            env,
+            cx.caller,
             started,
-            principal,
-            &outcome,
+            passage.principal.as_ref(),
+            verdict,
         );
-        outcome
+        done(passage.index, outcome);
     }
 
-    /// Writes the audit row of a finished call named `name` (unless the `audit` bench
-    /// switch is on).
+    /// [`steps::Step::Audit`]: the audit row of a finished call named `name`.
     fn audit(
         &self,
         request_id: &Value,
         name: &str,
-        env: &Env<'_>,
+        caller: &Caller<'_>,
         started: Instant,
         principal: Option<&Principal>,
-        outcome: &Result<Value, McpError>,
+        outcome: Verdict<'_>,
     ) {
-        if !self.skip.audit {
+        if self.chain.audits() {
             self.auditor.record(&AuditEntry {
                 request_id,
                 principal,
                 tool: name,
                 outcome,
                 duration: started.elapsed(),
-                transport: env.transport,
-                source: &env.source,
+                transport: caller.transport,
+                source: caller.source,
             });
         }
     }
 
-    /// Step 1 for a tool call. A cached token is only re-checked later, inside the
-    /// charging transaction (with the `auth` bench switch, the first call's principal is
-    /// reused without any check).
-    fn identify(&self, env: &Env<'_>) -> Result<CallAuth, McpError> {
-        if self.skip.auth {
-            let mut first = self
-                .first_principal
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if first.is_none() {
-                *first = Some(self.authenticate(env)?);
-            }
-            return Ok(CallAuth::Verified(
-                first.clone().ok_or_else(McpError::internal)?,
-            ));
-        }
-        match (env.token, env.dev_credential) {
-            (None, Some(_)) => self.authenticate(env).map(CallAuth::Verified),
-            (token, _) => self.auth.authenticate_call(token, &env.source),
+    /// [`steps::Step::Authenticate`] for a tool call: who is calling. A cached token is only
+    /// re-checked later, inside the charging transaction.
+    fn identify(&self, caller: &Caller<'_>) -> Result<CallAuth, McpError> {
+        match (caller.token, caller.dev_credential) {
+            (None, Some(_)) => self.authenticate(caller).map(CallAuth::Verified),
+            (token, _) => self.auth.authenticate_call(token, caller.source),
         }
     }
 
-    /// Steps 3 and the reads of step 4 for each call of `calls`: charges them, re-checking
-    /// a cached credential and reading the plan in the same transaction. Gives the budget
-    /// and the plan facts of each call, in order, and sets its principal.
+    /// The principal a chain without [`Step::Authenticate`] runs as: the first caller's.
+    #[cfg(feature = "bench-switches")]
+    pub(crate) fn stand_in(&self, caller: &Caller<'_>) -> Result<Principal, McpError> {
+        if let Some(principal) = self.stand_in.get() {
+            return Ok(principal.clone());
+        }
+        let principal = self.authenticate(caller)?;
+        Ok(self.stand_in.get_or_init(|| principal).clone())
+    }
+
+    /// Records the final outcome of a call that holds an idempotency key (see
+    /// [`Ledger::settle`]): the ledger keeps the tool result as it was first sent.
+    fn settle(&self, reservation: Reservation, outcome: &CallOutcome) {
+        if reservation.is_recorded() && matches!(outcome, CallOutcome::Admitted { .. }) {
+            return;
+        }
+        let record = match steps::ledger_record(outcome, self) {
+            Some(result) => Ok(result),
+            None => match outcome {
+                CallOutcome::Rejected(err) => Err(err.clone()),
+                _ => Err(McpError::internal()),
+            },
+        };
+        self.ledger.settle(reservation, &record);
+    }
+
+    /// [`steps::Step::Charge`] for each call of `calls`: charges them, re-checking a cached
+    /// credential and reading the plan (for [`steps::Step::Access`]) in the same
+    /// transaction. Gives the budget and the plan facts of each call, in order, and sets its
+    /// principal.
     fn charge_many(
         &self,
         calls: &[ToCharge<'_>],
-        env: &Env<'_>,
+        caller: &Caller<'_>,
         principals: &mut [Option<Principal>],
     ) -> Vec<Result<(Budget, AccessFacts), McpError>> {
-        if self.skip.ratelimit {
-            return calls
-                .iter()
-                .map(|call| {
-                    let principal = self.confirm(&call.auth, env)?;
-                    principals[call.index] = Some(principal);
-                    Ok((Budget::default(), self.auth.read_access_facts()?))
-                })
-                .collect();
-        }
         let requests = calls
             .iter()
             .map(|call| {
@@ -468,7 +516,7 @@ impl Guards {
                 let outcome = charged.outcome.take();
                 match self
                     .auth
-                    .finish_recheck(&call.auth, &mut charged.checks, &env.source)
+                    .finish_recheck(&call.auth, &mut charged.checks, caller.source)
                 {
                     Recheck::Admitted(principal) => *principal_out = Some(principal),
                     Recheck::Refused(err) => {
@@ -476,7 +524,7 @@ impl Guards {
                     }
                     Recheck::Stale => {
                         // The secret changed since the token was cached: verify it afresh.
-                        let principal = self.authenticate(env)?;
+                        let principal = self.authenticate(caller)?;
                         let again = ToCharge {
                             index: 0,
                             auth: CallAuth::Verified(principal),
@@ -484,7 +532,7 @@ impl Guards {
                         };
                         let mut principal = [None];
                         let charged =
-                            self.charge_many(std::slice::from_ref(&again), env, &mut principal);
+                            self.charge_many(std::slice::from_ref(&again), caller, &mut principal);
                         *principal_out = principal[0].take();
                         return charged
                             .into_iter()
@@ -500,143 +548,11 @@ impl Guards {
 
     /// The principal of `auth`, re-checking a cached token on its own (for calls that end
     /// before the charging transaction).
-    fn confirm(&self, auth: &CallAuth, env: &Env<'_>) -> Result<Principal, McpError> {
+    fn confirm(&self, auth: &CallAuth, caller: &Caller<'_>) -> Result<Principal, McpError> {
         match auth {
             CallAuth::Verified(principal) => Ok(principal.clone()),
-            CallAuth::Cached { .. } => self.authenticate(env),
+            CallAuth::Cached { .. } => self.authenticate(caller),
         }
-    }
-
-    /// Step 1, setting the principal as soon as it is known.
-    fn identify_into(
-        &self,
-        env: &Env<'_>,
-        principal_out: &mut Option<Principal>,
-    ) -> Result<CallAuth, McpError> {
-        let auth = self.identify(env)?;
-        if let CallAuth::Verified(principal) = &auth {
-            *principal_out = Some(principal.clone());
-        }
-        Ok(auth)
-    }
-
-    /// Steps 1 and 2: who is calling, and which tool. Sets the principal as soon as it is
-    /// known (the audit row names it even when a later step refuses the call).
-    fn before_charge<'r>(
-        &self,
-        registry: &'r Registry,
-        call: &ToolCall<'_>,
-        env: &Env<'_>,
-        principal_out: &mut Option<Principal>,
-    ) -> Result<(CallAuth, &'r RegisteredTool), McpError> {
-        let auth = self.identify_into(env, principal_out)?;
-        match registry.resolve(call.name) {
-            Resolution::Tool(tool) => Ok((auth, tool)),
-            unresolved => {
-                *principal_out = Some(self.confirm(&auth, env)?);
-                Err(match unresolved {
-                    Resolution::Retired(r) => McpError::tool_retired(r.name, r.replacement),
-                    _ => McpError::unknown_tool(call.name),
-                })
-            }
-        }
-    }
-
-    /// Step 4: the scope and plan of `tool` (unless the `access` bench switch is on).
-    fn check_access(
-        &self,
-        principal: &Principal,
-        tool: &RegisteredTool,
-        facts: &AccessFacts,
-    ) -> Result<(), McpError> {
-        if self.skip.access {
-            return Ok(());
-        }
-        self.auth.check_access_with(principal, tool.spec(), facts)
-    }
-
-    /// Steps 4 to 6 for a charged call, then the tool itself. Every result says which
-    /// book served it.
-    fn after_charge(
-        &self,
-        tool: &RegisteredTool,
-        call: &ToolCall<'_>,
-        env: &Env<'_>,
-        run: &RunAdmitted<'_>,
-        principal: &Principal,
-        charged: (Budget, AccessFacts),
-    ) -> Result<Value, McpError> {
-        let mut result = self.guard_and_run(tool, call, env, run, principal, charged)?;
-        mark(
-            &mut result,
-            META_MODE,
-            Value::from(Book::from(principal.mode).as_str()),
-        );
-        Ok(result)
-    }
-
-    fn guard_and_run(
-        &self,
-        tool: &RegisteredTool,
-        call: &ToolCall<'_>,
-        env: &Env<'_>,
-        run: &RunAdmitted<'_>,
-        principal: &Principal,
-        (budget, facts): (Budget, AccessFacts),
-    ) -> Result<Value, McpError> {
-        self.check_access(principal, tool, &facts)?;
-        let guardrails = if self.skip.guardrails {
-            Ok(())
-        } else {
-            let book = Book::from(principal.mode);
-            tool.tool
-                .guardrails(&self.store, book, call.args, &self.clock)
-        };
-        if let Err(violation) = guardrails {
-            // A retry of a call that already completed (e.g. a second `void_invoice` with the
-            // same key) replays its stored result instead of tripping the rule it caused.
-            let key = crate::guards::idempotency::extract_key(
-                call.args,
-                call.meta,
-                env.idempotency_header,
-            );
-            let stored = key.ok().flatten().and_then(|key| {
-                self.ledger
-                    .completed_result(principal, tool.spec(), call.args, &key)
-            });
-            let Some(mut stored) = stored else {
-                return Err(violation);
-            };
-            mark(&mut stored, META_REPLAY, Value::Bool(true));
-            mark(&mut stored, META_RATELIMIT, budget.to_meta());
-            return Ok(stored);
-        }
-        let key = if self.skip.idempotency {
-            None
-        } else {
-            crate::guards::idempotency::extract_key(call.args, call.meta, env.idempotency_header)?
-        };
-        let reservation = match self.ledger.claim(principal, tool.spec(), call.args, key)? {
-            Claim::Replay(mut stored) => {
-                mark(&mut stored, META_REPLAY, Value::Bool(true));
-                mark(&mut stored, META_RATELIMIT, budget.to_meta());
-                return Ok(stored);
-            }
-            Claim::Fresh(reservation) => Some(reservation),
-            Claim::NotApplicable => None,
-        };
-        let hook = reservation.as_ref().map(|r| r as &dyn CommitHook);
-        let outcome = match tool.validate(&Value::Object(call.args.clone())) {
-            Ok(()) => run(hook),
-            Err(err) => Err(err),
-        };
-        let rendered = render_tool_outcome(outcome, self.locale);
-        if let Some(reservation) = reservation {
-            self.ledger.settle(reservation, &rendered);
-        }
-        let mut result = rendered?;
-        mark(&mut result, META_RATELIMIT, budget.to_meta());
-        Ok(result)
     }
 }
 
@@ -649,14 +565,27 @@ fn charge_request(auth: &CallAuth, category: Category) -> ChargeRequest {
     }
 }
 
-/// Sets one `_meta` entry on a result object.
-fn mark(result: &mut Value, key: &str, value: Value) {
-    if let Value::Object(map) = result {
-        let meta = map
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(meta) = meta {
-            meta.insert(key.to_owned(), value);
+/// What `TG_BENCH_SKIP_GUARDS` selects in a `bench-switches` build.
+#[cfg(feature = "bench-switches")]
+mod bench {
+    use super::Step;
+
+    /// The steps named in `TG_BENCH_SKIP_GUARDS` (a comma-separated list of step names,
+    /// [`Step::name`]); an unknown name stops the benchmark build at start.
+    pub(super) fn skipped_steps() -> Vec<Step> {
+        let list = std::env::var("TG_BENCH_SKIP_GUARDS").unwrap_or_default();
+        let steps: Vec<Step> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|name| {
+                Step::named(name)
+                    .unwrap_or_else(|| panic!("TG_BENCH_SKIP_GUARDS: unknown step {name:?}"))
+            })
+            .collect();
+        if !steps.is_empty() {
+            tracing::warn!(skipped = %list, "benchmark build: guard steps left out");
         }
+        steps
     }
 }

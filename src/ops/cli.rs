@@ -359,7 +359,7 @@ pub fn build_server_with_clock(
     };
     let state_key = store
         .server_secret("request_state")
-        .map(crate::protocol::request_state::StateKey::new)
+        .map(crate::tools::request_state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
     let guards = Guards::new(store.clone(), locale, clock.clone());
     guards

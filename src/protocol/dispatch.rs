@@ -7,34 +7,35 @@
 //! `tools/call` through the guard chain — and `prompts/get` and `completion/complete` too
 //! when what they answer reads business data (the prompt's [`DataAccess`] declarations;
 //! the other methods read only the registry and static documents). Errors become wire
-//! bodies in this module: guard and protocol failures become JSON-RPC errors, failures
-//! inside a tool become `isError` results (`McpError::to_jsonrpc_error` /
-//! `to_tool_result` are called only here). The guard chain calls [`render_tool_outcome`]
-//! itself, so that the result it records for an idempotent replay is the one sent.
+//! bodies in this module and its `tool_call` child (the `tools/call` handler): the typed
+//! [`CallOutcome`](crate::guards::outcome::CallOutcome) of the guard chain is rendered
+//! once, in `render_call_outcome` — a guard refusal or a server fault as a JSON-RPC
+//! error, a tool failure as an `isError` result, a success or a replay as the tool's
+//! result — with the `_meta` of the call (the rate budget, the replay mark, the book).
+
+mod tool_call;
 
 use std::sync::PoisonError;
 
 use serde_json::{Map, Value, json};
 
-use crate::catalog::{Channel, ErrorKind, McpError};
+use crate::catalog::McpError;
 use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::auth::Principal;
 use crate::guards::ratelimit::Budget;
-use crate::guards::{DataRead, Guards, META_RATELIMIT, RunRead, ToolCall};
+use crate::guards::{Caller, DataRead, Guards, META_RATELIMIT, RunRead, ToolCall};
+use crate::protocol::client::Notifier;
+use crate::protocol::dispatch::tool_call::{ToolRequest, mark, render_call_outcome};
 use crate::protocol::inbound::{Message, Response, request_span};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, Request, RequestId};
 use crate::protocol::pagination::{paginate, with_cursor};
-use crate::protocol::request_state::StateKey;
 use crate::protocol::revisions::{
-    self, Era, Session, Subscribers, call_log_level, client_capabilities, finish_result, meta,
-    select_era, server_info,
+    self, Era, Session, Subscribers, client_capabilities, finish_result, select_era, server_info,
 };
 use crate::store::Store;
-use crate::tools::{
-    Book, CommitHook, DataAccess, InputContext, LogLevel, Notifier, PromptReply, PromptSpec,
-    RegisteredTool, Registry, ToolContext,
-};
+use crate::tools::request_state::StateKey;
+use crate::tools::{Book, DataAccess, InputContext, LogLevel, PromptReply, PromptSpec, Registry};
 
 /// Which transport a request arrived on (recorded in the audit log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +73,19 @@ pub struct Env<'a> {
     pub source: String,
     /// An `Idempotency-Key` header, when the transport has one.
     pub idempotency_header: Option<&'a str>,
+}
+
+impl Env<'_> {
+    /// Who is calling, as the guard chain sees it.
+    pub fn caller(&self) -> Caller<'_> {
+        Caller {
+            token: self.token,
+            dev_credential: self.dev_credential,
+            source: &self.source,
+            idempotency_header: self.idempotency_header,
+            transport: self.transport.as_str(),
+        }
+    }
 }
 
 /// The MCP server: registry, guards and store behind one entry point.
@@ -175,10 +189,7 @@ impl Server {
                 select_era(req, env.session).and_then(|era| ToolRequest::parse(req, era, env))
             });
             match parsed {
-                Ok(request) => requests.push(ToolRequest {
-                    span: Some(span),
-                    ..request
-                }),
+                Ok(request) => requests.push(request.with_span(span)),
                 Err(err) => respond(self.error_response(req.id.clone(), err)),
             }
         }
@@ -186,12 +197,16 @@ impl Server {
         self.guards.call_tools(
             &self.registry,
             &tool_calls,
-            env,
+            &env.caller(),
             &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
             &|i, outcome| {
                 let request = &requests[i];
-                let outcome = outcome.map(|r| finish_result(r, request.era, "tools/call"));
-                send_updates(&outcome, env);
+                let budget = outcome.budget().cloned();
+                let outcome = render_call_outcome(outcome, self.locale).map(|result| Answer {
+                    result: finish_result(result, request.era, "tools/call"),
+                    budget,
+                });
+                send_updates(outcome.is_ok(), env);
                 respond(
                     self.response(request.id.clone(), outcome)
                         .in_era(Some(request.era)),
@@ -272,14 +287,16 @@ impl Server {
         let era = select_era(&req, env.session);
         let served = era.as_ref().ok().copied();
         let outcome = era.and_then(|era| {
-            self.route(&req, era, env)
-                .map(|result| finish_result(result, era, &req.method))
+            self.route(&req, era, env).map(|answer| Answer {
+                result: finish_result(answer.result, era, &req.method),
+                ..answer
+            })
         });
         let initialized = (req.method == "initialize" && outcome.is_ok())
             .then(|| env.session.negotiated())
             .flatten();
         let id = req.id?;
-        send_updates(&outcome, env);
+        send_updates(outcome.is_ok(), env);
         let response = self.response(id, outcome).in_era(served);
         Some(Response {
             initialized,
@@ -288,22 +305,33 @@ impl Server {
     }
 
     /// The response to the request `id`.
-    fn response(&self, id: RequestId, outcome: Result<Value, McpError>) -> Response {
+    fn response(&self, id: RequestId, outcome: Result<Answer, McpError>) -> Response {
         match outcome {
-            Ok(result) => Response {
-                budget: charged_budget(&result),
-                ..Response::of(jsonrpc::success(id, result))
+            Ok(answer) => Response {
+                budget: answer.budget,
+                ..Response::of(jsonrpc::success(id, answer.result))
             },
             Err(err) => self.error_response(Some(id), err),
         }
     }
 
-    fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+    fn route(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Answer, McpError> {
         let method = req.method.as_str();
         if era.is_modern() && revisions::REMOVED_IN_MODERN.contains(&method) {
             return Err(McpError::method_not_found(method));
         }
         match method {
+            // The methods that can pass the guard chain, whose answer carries the budget.
+            "tools/call" => self.call_tool(req, era, env),
+            "prompts/get" => self.get_prompt(req, era, env),
+            "completion/complete" => self.complete(req, env),
+            _ => self.route_uncharged(req, era, env).map(Answer::uncharged),
+        }
+    }
+
+    /// The methods that are never charged to the rate counters.
+    fn route_uncharged(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+        match req.method.as_str() {
             "initialize" => self.initialize(req, env.session),
             "ping" => Ok(json!({})),
             "notifications/initialized" | "notifications/cancelled" => {
@@ -319,7 +347,6 @@ impl Server {
                 let principal = self.authenticate(env)?;
                 self.list_tools(req, &principal)
             }
-            "tools/call" => self.call_tool(req, era, env),
             "resources/list" => {
                 self.authenticate(env)?;
                 self.list_resources(req)
@@ -345,14 +372,12 @@ impl Server {
                 let principal = self.authenticate(env)?;
                 self.list_prompts(req, &principal)
             }
-            "prompts/get" => self.get_prompt(req, era, env),
-            "completion/complete" => self.complete(req, env),
             other => Err(McpError::method_not_found(other)),
         }
     }
 
     fn authenticate(&self, env: &Env<'_>) -> Result<Principal, McpError> {
-        self.guards.authenticate(env)
+        self.guards.authenticate(&env.caller())
     }
 
     fn initialize(&self, req: &Request, session: &Session) -> Result<Value, McpError> {
@@ -408,53 +433,6 @@ impl Server {
             .collect();
         let (page, next) = paginate(visible, req, "tools")?;
         Ok(with_cursor(json!({ "tools": page }), next))
-    }
-
-    fn call_tool(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
-        let request = ToolRequest::parse(req, era, env)?;
-        self.guards.call_tool(
-            &self.registry,
-            &request.call(),
-            env,
-            &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
-        )
-    }
-
-    /// Runs an admitted tool in the context of its request.
-    fn run_tool(
-        &self,
-        request: &ToolRequest<'_>,
-        env: &Env<'_>,
-        tool: &RegisteredTool,
-        args: &Map<String, Value>,
-        book: Book,
-        hook: Option<&dyn CommitHook>,
-    ) -> Result<crate::tools::ToolOutput, McpError> {
-        let cancelled = env.session.begin(&request.id);
-        let (responses, request_state) = request.input;
-        let ctx = ToolContext {
-            store: &self.store,
-            book,
-            locale: self.locale,
-            clock: &self.clock,
-            progress_token: request.progress_token.clone(),
-            log_level: request.log_level,
-            notifier: env.notifier,
-            cancelled: &cancelled,
-            commit_hook: hook,
-            session: env.session,
-            subscribers: &self.subscribers,
-            era: request.era,
-            input: InputContext {
-                responses,
-                request_state,
-                client_capabilities: &request.client_capabilities,
-                state_key: &self.state_key,
-            },
-        };
-        let outcome = tool.tool.call(&ctx, args);
-        env.session.finish(&request.id);
-        outcome
     }
 
     fn list_resources(&self, req: &Request) -> Result<Value, McpError> {
@@ -545,7 +523,7 @@ impl Server {
     /// ([`Guards::read_data`]); any other (or an unknown name) needs only authentication.
     /// Required arguments are checked once the caller is admitted, as a tool's arguments
     /// are validated after its guards.
-    fn get_prompt(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Value, McpError> {
+    fn get_prompt(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Answer, McpError> {
         let name = req
             .params
             .get("name")
@@ -583,7 +561,7 @@ impl Server {
             Some(access) => {
                 self.read_data(req, &format!("prompts/get {name}"), access, env, &render)
             }
-            None => render(&self.authenticate(env)?),
+            None => render(&self.authenticate(env)?).map(Answer::uncharged),
         }
     }
 
@@ -591,7 +569,7 @@ impl Server {
     /// an argument whose completions read business data passes the guard chain
     /// ([`Guards::read_data`]); any other, and `ref/resource` (no resource here has
     /// completable parameters), needs only authentication.
-    fn complete(&self, req: &Request, env: &Env<'_>) -> Result<Value, McpError> {
+    fn complete(&self, req: &Request, env: &Env<'_>) -> Result<Answer, McpError> {
         let reference = req
             .params
             .get("ref")
@@ -608,7 +586,7 @@ impl Server {
             Some("ref/prompt") => {}
             Some("ref/resource") => {
                 self.authenticate(env)?;
-                return Ok(completion_result(Vec::new()));
+                return Ok(Answer::uncharged(completion_result(Vec::new())));
             }
             _ => return Err(McpError::invalid_params("ref.type")),
         }
@@ -628,7 +606,7 @@ impl Server {
                 let audit_name = format!("completion/complete {name}.{arg_name}");
                 self.read_data(req, &audit_name, access, env, &values)
             }
-            None => values(&self.authenticate(env)?),
+            None => values(&self.authenticate(env)?).map(Answer::uncharged),
         }
     }
 
@@ -640,14 +618,21 @@ impl Server {
         access: DataAccess,
         env: &Env<'_>,
         run: &RunRead<'_>,
-    ) -> Result<Value, McpError> {
+    ) -> Result<Answer, McpError> {
         let request_id = req.id.clone().unwrap_or(Value::Null);
         let read = DataRead {
             audit_name,
             access,
             request_id: &request_id,
         };
-        self.guards.read_data(&self.registry, &read, env, run)
+        let (mut result, budget) =
+            self.guards
+                .read_data(&self.registry, &read, &env.caller(), run)?;
+        mark(&mut result, META_RATELIMIT, budget.to_meta());
+        Ok(Answer {
+            result,
+            budget: Some(budget),
+        })
     }
 }
 
@@ -668,68 +653,12 @@ fn completion_result(values: Vec<String>) -> Value {
     json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } })
 }
 
-/// A `tools/call` request taken apart: the guard chain's view of it and what its tool
-/// context needs.
-struct ToolRequest<'q> {
-    req: &'q Request,
-    name: &'q str,
-    args: &'q Map<String, Value>,
-    id: RequestId,
-    era: Era,
-    progress_token: Option<Value>,
-    log_level: Option<LogLevel>,
-    input: InputParams<'q>,
-    client_capabilities: Value,
-    /// Its own log span when it is handled beside others (a request handled alone runs
-    /// inside the span of [`Server::handle_request`]).
-    span: Option<tracing::Span>,
-}
-
-impl<'q> ToolRequest<'q> {
-    fn parse(req: &'q Request, era: Era, env: &Env<'_>) -> Result<ToolRequest<'q>, McpError> {
-        static NO_ARGUMENTS: std::sync::LazyLock<Map<String, Value>> =
-            std::sync::LazyLock::new(Map::new);
-        let name = req
-            .params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("name"))?;
-        let args = match req.params.get("arguments") {
-            None | Some(Value::Null) => &*NO_ARGUMENTS,
-            Some(Value::Object(map)) => map,
-            Some(_) => return Err(McpError::invalid_params("arguments")),
-        };
-        Ok(ToolRequest {
-            req,
-            name,
-            args,
-            id: req.id.clone().unwrap_or(Value::Null),
-            era,
-            progress_token: meta(req).and_then(|m| m.get("progressToken")).cloned(),
-            log_level: call_log_level(req, era, env.session),
-            input: input_params(req)?,
-            client_capabilities: client_capabilities(req, era, env.session),
-            span: None,
-        })
-    }
-
-    fn call(&self) -> ToolCall<'_> {
-        ToolCall {
-            name: self.name,
-            args: self.args,
-            meta: meta(self.req),
-            request_id: &self.id,
-            span: self.span.as_ref(),
-        }
-    }
-}
-
 /// `inputResponses` and `requestState`, as sent.
-type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
+pub(super) type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
 
 /// `inputResponses` and `requestState` of a multi-round call; a present but malformed
 /// value (e.g. `null`) is `-32602`, never a silent first round.
-fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
+pub(super) fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
     let responses = match req.params.get("inputResponses") {
         None => None,
         Some(Value::Object(map)) => Some(map),
@@ -780,30 +709,27 @@ fn capabilities(era: Era, registry: &Registry) -> Value {
 /// Sends the session's queued `notifications/resources/updated` ahead of a successful
 /// response, on a stream that can carry them; otherwise they wait for a later one (an error
 /// keeps its plain reply and HTTP status).
-fn send_updates(outcome: &Result<Value, McpError>, env: &Env<'_>) {
-    if outcome.is_ok() && env.notifier.delivers() {
+fn send_updates(succeeded: bool, env: &Env<'_>) {
+    if succeeded && env.notifier.delivers() {
         for update in env.session.take_updates() {
             env.notifier.notify(update);
         }
     }
 }
 
-/// The rate budget left to the caller of a charged request, typed for its transport. The
-/// guard chain hands it over inside the result, in the `_meta` entry the client reads.
-fn charged_budget(result: &Value) -> Option<Budget> {
-    Budget::from_meta(result.get("_meta")?.get(META_RATELIMIT)?)
+/// The result of a request, with what is left of the caller's rate budget when the
+/// request was charged (typed for the transport's headers, never read back from the body).
+pub(super) struct Answer {
+    pub(super) result: Value,
+    pub(super) budget: Option<Budget>,
 }
 
-/// Renders the outcome of a tool run: success, an `isError` result, or — for an
-/// unexpected fault — a JSON-RPC `-32603`.
-pub fn render_tool_outcome(
-    outcome: Result<crate::tools::ToolOutput, McpError>,
-    locale: Locale,
-) -> Result<Value, McpError> {
-    match outcome {
-        Ok(output) => Ok(output.into_result()),
-        Err(err) if err.kind() == ErrorKind::InternalError => Err(err),
-        Err(err) if err.kind().spec().channel == Channel::JsonRpc => Err(err),
-        Err(err) => Ok(err.to_tool_result(locale)),
+impl Answer {
+    /// The result of a request that charged nothing.
+    fn uncharged(result: Value) -> Answer {
+        Answer {
+            result,
+            budget: None,
+        }
     }
 }

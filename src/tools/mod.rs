@@ -1,25 +1,39 @@
-//! The registry of what the server offers: tools, resources, resource templates and
-//! prompts, each declared with everything a client or a guard needs to know about it.
+//! What the server offers, declared: tools (the [`Tool`] trait and its [`ToolSpec`], the
+//! rate [`Category`] a call charges, the scope it needs, its idempotency policy and its
+//! schemas), resources and prompts, and the [`Registry`] that holds them all, built once at
+//! start.
 //!
-//! Tools declare a category (which rate bucket they charge), the scope they need, their
-//! idempotency policy and their schemas. Arguments are validated here, against the declared
-//! input schema, before a tool runs; a failure is an `isError` result, never a JSON-RPC
-//! error (SEP-1303: the model must be able to read it and correct itself).
+//! The rest of the tools layer lives beside it: [`context`] (what a running tool sees, and
+//! how it reaches the client), [`validate`] (arguments checked against the input schema
+//! before a tool runs), [`request_state`] (the sealed state of multi-round calls),
+//! [`resources`] and [`prompts`] (their declarations), and the packs
+//! [`invoicing`] and, with the `conformance-pack` feature, `conformance`.
 
 #[cfg(feature = "conformance-pack")]
 pub mod conformance;
+pub mod context;
 pub mod invoicing;
+pub mod prompts;
+pub mod request_state;
+pub mod resources;
+pub mod validate;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::McpError;
 use crate::clock::Clock;
-use crate::config::Locale;
 use crate::store::Store;
+
+pub use context::{
+    CLIENT_ANSWER_TIMEOUT, ClientLink, CommitHook, InputContext, InputRequired, LogLevel,
+    ToolContext,
+};
+pub use prompts::{DataAccess, Prompt, PromptArgument, PromptReply, PromptSpec};
+pub use resources::{ResourceBody, ResourceProvider, ResourceSpec};
+pub use validate::RegisteredTool;
 
 /// The rate-limit category of a tool: which per-minute bucket a call charges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -148,293 +162,6 @@ impl ToolSpec {
     }
 }
 
-/// How long a tool waits for the client to answer a sampling or elicitation request.
-pub const CLIENT_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// Where a running tool sends progress and log notifications. Each transport implements
-/// it for the stream of the request being served.
-pub trait Notifier: Send + Sync {
-    /// Sends one JSON-RPC notification related to the current request.
-    fn notify(&self, message: Value);
-
-    /// Whether what [`Notifier::notify`] is given reaches the client: false for a request
-    /// that cannot stream, which drops it.
-    fn delivers(&self) -> bool {
-        true
-    }
-}
-
-/// What a tool can see and use while it runs.
-pub struct ToolContext<'a> {
-    /// The database.
-    pub store: &'a Store,
-    /// The book the caller's credential works on; every read and write of business data
-    /// is confined to it.
-    pub book: Book,
-    /// The language of hints and texts.
-    pub locale: Locale,
-    /// The server's clock: "now" and "today" of the call.
-    pub clock: &'a Clock,
-    /// The request's `progressToken`, when the caller asked for progress.
-    pub progress_token: Option<Value>,
-    /// The minimum log level the caller asked for, when logging is enabled for the call.
-    pub log_level: Option<LogLevel>,
-    /// The stream of the current request.
-    pub notifier: &'a dyn Notifier,
-    /// Set when the caller cancels the request.
-    pub cancelled: &'a AtomicBool,
-    /// Work that must commit in the same transaction as the tool's own writes (the
-    /// idempotency record of the call), so a crash never applies a call twice.
-    pub commit_hook: Option<&'a dyn CommitHook>,
-    /// The connection state (handshake era), for requests to the client.
-    pub session: &'a crate::protocol::revisions::Session,
-    /// The sessions subscribed to resources, told when a tool changes one.
-    pub subscribers: &'a crate::protocol::revisions::Subscribers,
-    /// The protocol era of the call.
-    pub era: crate::protocol::revisions::Era,
-    /// What the client sent back for an earlier `input_required` result (2026-07-28).
-    pub input: InputContext<'a>,
-}
-
-/// The multi-round inputs of a call: the client's answers to the server's earlier
-/// `inputRequests`, the echoed `requestState`, and what the client can answer.
-#[derive(Clone, Copy)]
-pub struct InputContext<'a> {
-    /// `params.inputResponses`, keyed as the server asked.
-    pub responses: Option<&'a Map<String, Value>>,
-    /// `params.requestState`, still sealed.
-    pub request_state: Option<&'a str>,
-    /// The client's capabilities (per request on 2026-07-28, from `initialize` before).
-    pub client_capabilities: &'a Value,
-    /// The key that seals and opens request states.
-    pub state_key: &'a crate::protocol::request_state::StateKey,
-}
-
-impl InputContext<'_> {
-    /// The client's answer to the request named `key`, when it sent one.
-    pub fn response(&self, key: &str) -> Option<&Value> {
-        self.responses.and_then(|r| r.get(key))
-    }
-
-    /// Whether the client declared `capability` (`sampling`, `elicitation`, `roots`).
-    pub fn client_supports(&self, capability: &str) -> bool {
-        self.client_capabilities
-            .get(capability)
-            .is_some_and(|c| !c.is_null())
-    }
-
-    /// Opens the echoed `requestState`; a missing one is `Ok(None)`, an altered one is
-    /// `-32602` on `requestState` (never trusted, never asked again).
-    pub fn state(&self) -> Result<Option<Value>, McpError> {
-        match self.request_state {
-            None => Ok(None),
-            Some(sealed) => self.state_key.open(sealed).map(Some).ok_or_else(|| {
-                McpError::invalid_params("requestState").detail("reason", "state_not_verified")
-            }),
-        }
-    }
-
-    /// An `input_required` outcome asking the client for `requests`, carrying `state`.
-    pub fn ask(&self, requests: Map<String, Value>, state: Option<&Value>) -> InputRequired {
-        InputRequired {
-            requests,
-            state: state.map(|s| self.state_key.seal(s)),
-        }
-    }
-}
-
-/// A result that asks the client for more input before the call can complete.
-#[derive(Debug, Clone)]
-pub struct InputRequired {
-    /// `inputRequests`: key → `{method, params}`.
-    pub requests: Map<String, Value>,
-    /// The sealed `requestState`, when the next round needs one.
-    pub state: Option<String>,
-}
-
-impl InputRequired {
-    /// The result object.
-    pub fn into_result(self) -> Value {
-        let mut result = Map::new();
-        result.insert("resultType".into(), "input_required".into());
-        result.insert("inputRequests".into(), Value::Object(self.requests));
-        if let Some(state) = self.state {
-            result.insert("requestState".into(), state.into());
-        }
-        Value::Object(result)
-    }
-}
-
-/// Something that must be written atomically with a tool's effects.
-pub trait CommitHook: Send + Sync {
-    /// Called inside the tool's write transaction with the result about to be returned.
-    fn on_commit(&self, tx: &crate::store::Tx<'_>, result: &Value) -> Result<(), McpError>;
-}
-
-impl ToolContext<'_> {
-    /// Reports progress when the caller asked for it; a no-op otherwise.
-    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
-        let Some(token) = &self.progress_token else {
-            return;
-        };
-        let mut params = json!({ "progressToken": token, "progress": progress });
-        if let Some(total) = total {
-            params["total"] = json!(total);
-        }
-        if let Some(message) = message {
-            params["message"] = json!(message);
-        }
-        self.notifier.notify(crate::protocol::jsonrpc::notification(
-            "notifications/progress",
-            params,
-        ));
-    }
-
-    /// Tells every session subscribed to the resource `uri` that it changed (a tool calls
-    /// this after changing a resource its provider declares as changing).
-    pub fn resource_changed(&self, uri: &str) {
-        self.subscribers.changed(uri);
-    }
-
-    /// Sends a log message when the caller enabled logging at `level` or below.
-    pub fn log(&self, level: LogLevel, data: Value) {
-        if self.log_level.is_some_and(|min| level >= min) {
-            let mut params = json!({ "level": level.as_str(), "logger": "tollgate" });
-            params["data"] = data;
-            self.notifier.notify(crate::protocol::jsonrpc::notification(
-                "notifications/message",
-                params,
-            ));
-        }
-    }
-
-    /// Runs the tool's writes and builds its result in one `BEGIN IMMEDIATE` transaction,
-    /// together with the commit hook (the idempotency record), so both commit or neither.
-    pub fn commit<F>(&self, work: F) -> Result<ToolOutput, McpError>
-    where
-        F: FnOnce(&crate::store::Tx<'_>) -> Result<ToolOutput, McpError>,
-    {
-        let mut outcome: Option<Result<ToolOutput, McpError>> = None;
-        let written = self.store.in_transaction(|tx| {
-            let output = match work(tx) {
-                Ok(output) => output,
-                Err(err) => {
-                    outcome = Some(Err(err));
-                    return Err(crate::store::StoreError::RolledBack);
-                }
-            };
-            if let Some(hook) = self.commit_hook
-                && let Err(err) = hook.on_commit(tx, &output.clone().into_result())
-            {
-                outcome = Some(Err(err));
-                return Err(crate::store::StoreError::RolledBack);
-            }
-            outcome = Some(Ok(output));
-            Ok(())
-        });
-        match (written, outcome) {
-            (Ok(()), Some(outcome)) => outcome,
-            (Err(crate::store::StoreError::RolledBack), Some(Err(err))) => Err(err),
-            (Err(err), _) => Err(crate::store::store_failure(err, true)),
-            (Ok(()), None) => Err(McpError::internal()),
-        }
-    }
-
-    /// Sends a request to the client (`sampling/createMessage`, `elicitation/create`) on the
-    /// stream of the current call and waits for its answer. Only the handshake era has
-    /// server-to-client requests; on 2026-07-28 a tool asks with an `input_required` result.
-    pub fn ask_client(
-        &self,
-        method: &str,
-        capability: &str,
-        params: Value,
-    ) -> Result<Value, McpError> {
-        let missing = || McpError::missing_client_capability(json!({ capability: {} }));
-        if self.era.is_modern() || !self.session.client_supports(capability) {
-            return Err(missing());
-        }
-        let (id, answer) = self.session.expect_response();
-        self.notifier.notify(crate::protocol::jsonrpc::request(
-            id.clone(),
-            method,
-            params,
-        ));
-        let deadline = std::time::Instant::now() + CLIENT_ANSWER_TIMEOUT;
-        let outcome = loop {
-            if self.is_cancelled() {
-                break Err(McpError::new(ErrorKind::Timeout).detail("reason", "cancelled"));
-            }
-            match answer.recv_timeout(std::time::Duration::from_millis(100)) {
-                Ok(message) => break Ok(message),
-                Err(_) if std::time::Instant::now() >= deadline => {
-                    break Err(McpError::new(ErrorKind::Timeout).detail("waiting_for", method));
-                }
-                Err(_) => {}
-            }
-        };
-        self.session.abandon(&id);
-        let message = outcome?;
-        match message.get("result") {
-            Some(result) => Ok(result.clone()),
-            None => Err(McpError::new(ErrorKind::AdapterError).detail(
-                "original_error",
-                message
-                    .pointer("/error/code")
-                    .cloned()
-                    .unwrap_or(Value::Null),
-            )),
-        }
-    }
-
-    /// True once the caller has cancelled the request.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Relaxed)
-    }
-}
-
-/// RFC 5424 severities used by MCP logging, in increasing order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[allow(missing_docs)] // the RFC 5424 names say it all
-pub enum LogLevel {
-    Debug,
-    Info,
-    Notice,
-    Warning,
-    Error,
-    Critical,
-    Alert,
-    Emergency,
-}
-
-impl LogLevel {
-    const NAMES: [(&'static str, LogLevel); 8] = [
-        ("debug", LogLevel::Debug),
-        ("info", LogLevel::Info),
-        ("notice", LogLevel::Notice),
-        ("warning", LogLevel::Warning),
-        ("error", LogLevel::Error),
-        ("critical", LogLevel::Critical),
-        ("alert", LogLevel::Alert),
-        ("emergency", LogLevel::Emergency),
-    ];
-
-    /// Parses an MCP level name.
-    pub fn parse(name: &str) -> Option<LogLevel> {
-        Self::NAMES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, l)| *l)
-    }
-
-    /// The MCP level name.
-    pub fn as_str(self) -> &'static str {
-        Self::NAMES
-            .iter()
-            .find(|(_, l)| *l == self)
-            .map_or("info", |(n, _)| n)
-    }
-}
-
 /// A successful tool result.
 #[derive(Debug, Clone, Default)]
 pub struct ToolOutput {
@@ -535,123 +262,81 @@ pub trait Tool: Send + Sync {
     ) -> Result<ToolOutput, McpError>;
 }
 
-/// A readable resource, listed by `resources/list`.
-#[derive(Debug, Clone)]
-pub struct ResourceSpec {
-    /// The URI.
-    pub uri: String,
-    /// Short name.
-    pub name: String,
-    /// Human title.
-    pub title: String,
-    /// What it holds.
-    pub description: String,
-    /// MIME type of its contents.
-    pub mime_type: String,
+/// A tool's body: runs it with arguments already validated against the input schema.
+pub type ToolFn = fn(&ToolContext<'_>, &Map<String, Value>) -> Result<ToolOutput, McpError>;
+/// A tool's fiscal guardrails (see [`Tool::guardrails`]).
+pub type GuardrailsFn = fn(&Store, Book, &Map<String, Value>, &Clock) -> Result<(), McpError>;
+
+/// A tool made of its declaration and plain functions: the one [`Tool`] adapter of the
+/// packs, whose tools are rows of a table.
+pub struct FnTool {
+    spec: ToolSpec,
+    run: ToolFn,
+    guardrails: Option<GuardrailsFn>,
+    waits: bool,
+    logs: bool,
 }
 
-/// The contents of a resource as `resources/read` returns them.
-#[derive(Debug, Clone)]
-pub enum ResourceBody {
-    /// UTF-8 text.
-    Text(String),
-    /// Binary, sent base64-encoded.
-    Blob(Vec<u8>),
-}
-
-/// A source of resources: fixed documents or a URI template.
-pub trait ResourceProvider: Send + Sync {
-    /// The concrete resources it lists.
-    fn list(&self) -> Vec<ResourceSpec>;
-    /// URI templates it serves (`resources/templates/list` entries).
-    fn templates(&self) -> Vec<Value> {
-        Vec::new()
+impl FnTool {
+    /// A tool declared by `spec` whose body is `run`; no guardrails, it neither waits nor
+    /// logs.
+    pub fn new(spec: ToolSpec, run: ToolFn) -> FnTool {
+        FnTool {
+            spec,
+            run,
+            guardrails: None,
+            waits: false,
+            logs: false,
+        }
     }
-    /// Reads `uri`; `None` when this provider does not serve it.
-    fn read(&self, uri: &str) -> Option<(String, ResourceBody)>;
-    /// The URIs of its resources that can change while the server runs (a tool changes
-    /// them and calls [`ToolContext::resource_changed`]); the others never change.
-    fn changing(&self) -> &[&'static str] {
-        &[]
+
+    /// The same tool, checking `guardrails` before it runs.
+    pub fn guarded_by(self, guardrails: Option<GuardrailsFn>) -> FnTool {
+        FnTool { guardrails, ..self }
+    }
+
+    /// The same tool, declaring whether it waits ([`Tool::waits`]) and logs
+    /// ([`Tool::logs`]).
+    pub fn waiting_and_logging(self, waits: bool, logs: bool) -> FnTool {
+        FnTool {
+            waits,
+            logs,
+            ..self
+        }
     }
 }
 
-/// The business data a prompt's messages, or the completions of one of its arguments, read:
-/// the data the read tool `as_tool` serves, under its `scope`.
-///
-/// Such a `prompts/get` or `completion/complete` passes the guard chain as a call of
-/// `as_tool` would: it charges the `read` rate buckets, needs `scope` and a plan that
-/// includes `as_tool`, and leaves an audit row ([`crate::guards::Guards::read_data`]). The
-/// registry refuses a declaration whose `as_tool` is not a registered read tool of that
-/// scope, so the two cannot drift apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DataAccess {
-    /// The scope the data needs (the scope of `as_tool`).
-    pub scope: &'static str,
-    /// The read tool serving the same data; the plan check looks for this name.
-    pub as_tool: &'static str,
-}
+impl Tool for FnTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
 
-/// A prompt argument declaration.
-#[derive(Debug, Clone)]
-pub struct PromptArgument {
-    /// Name.
-    pub name: &'static str,
-    /// What to pass.
-    pub description: &'static str,
-    /// Whether `prompts/get` refuses a call without it.
-    pub required: bool,
-    /// The business data its completions read (`None`: they read none, e.g. a fixed list
-    /// of choices, and need only authentication).
-    pub completes_from: Option<DataAccess>,
-}
-
-/// Everything declared about one prompt.
-#[derive(Debug, Clone)]
-pub struct PromptSpec {
-    /// Name.
-    pub name: &'static str,
-    /// Human title.
-    pub title: &'static str,
-    /// What the workflow does.
-    pub description: &'static str,
-    /// The business data its messages read (`None`: pure text, which needs only
-    /// authentication and is listed to every credential).
-    pub reads: Option<DataAccess>,
-    /// Its arguments.
-    pub arguments: Vec<PromptArgument>,
-}
-
-/// A prompt implementation.
-pub trait Prompt: Send + Sync {
-    /// Its declaration.
-    fn spec(&self) -> &PromptSpec;
-    /// The messages for these arguments (required ones are checked before this runs),
-    /// with the business data of `book` where the text quotes it.
-    fn messages(&self, book: Book, args: &Map<String, Value>) -> Vec<Value>;
-    /// The prompt for these arguments; a prompt that needs more input from the client
-    /// (2026-07-28) answers `Ok(PromptReply::InputRequired(..))`.
-    fn get(
+    fn guardrails(
         &self,
+        store: &Store,
         book: Book,
         args: &Map<String, Value>,
-        _input: &InputContext<'_>,
-    ) -> Result<PromptReply, McpError> {
-        Ok(PromptReply::Messages(self.messages(book, args)))
+        clock: &Clock,
+    ) -> Result<(), McpError> {
+        self.guardrails
+            .map_or(Ok(()), |guardrails| guardrails(store, book, args, clock))
     }
 
-    /// Completion values for one argument, given its partial value, from `book`.
-    fn complete(&self, _book: Book, _argument: &str, _value: &str) -> Vec<String> {
-        Vec::new()
+    fn waits(&self) -> bool {
+        self.waits
     }
-}
 
-/// What `prompts/get` answers.
-pub enum PromptReply {
-    /// The prompt's messages.
-    Messages(Vec<Value>),
-    /// A request for more input first.
-    InputRequired(InputRequired),
+    fn logs(&self) -> bool {
+        self.logs
+    }
+
+    fn call(
+        &self,
+        ctx: &ToolContext<'_>,
+        args: &Map<String, Value>,
+    ) -> Result<ToolOutput, McpError> {
+        (self.run)(ctx, args)
+    }
 }
 
 /// A tool name that was retired, with what to call instead.
@@ -673,82 +358,6 @@ pub enum Resolution<'a> {
     Retired(&'a RetiredTool),
     /// Nothing by that name.
     Unknown,
-}
-
-/// A tool together with its input validator, compiled on the tool's first call.
-pub struct RegisteredTool {
-    /// The implementation.
-    pub tool: Arc<dyn Tool>,
-    validator: OnceLock<Result<jsonschema::Validator, String>>,
-}
-
-/// Compiles `tool`'s input schema.
-fn compile(tool: &dyn Tool) -> Result<jsonschema::Validator, String> {
-    jsonschema::options()
-        .should_validate_formats(true)
-        .build(&tool.spec().input_schema)
-        .map_err(|e| format!("tool {}: {e}", tool.spec().name))
-}
-
-impl RegisteredTool {
-    /// The declaration.
-    pub fn spec(&self) -> &ToolSpec {
-        self.tool.spec()
-    }
-
-    /// Checks `args` against the input schema; the first failure becomes an `isError`
-    /// catalog error naming the argument at fault.
-    pub fn validate(&self, args: &Value) -> Result<(), McpError> {
-        let validator = match self.validator.get_or_init(|| compile(self.tool.as_ref())) {
-            Ok(validator) => validator,
-            Err(cause) => {
-                tracing::error!(%cause, "a tool's input schema does not compile");
-                return Err(McpError::internal());
-            }
-        };
-        match validator.iter_errors(args).next() {
-            None => Ok(()),
-            Some(err) => Err(schema_error_to_catalog(&err)),
-        }
-    }
-}
-
-fn schema_error_to_catalog(err: &jsonschema::ValidationError<'_>) -> McpError {
-    use jsonschema::error::ValidationErrorKind as K;
-    let path = err.instance_path.as_str().trim_start_matches('/');
-    let param = |child: &str| match (path.is_empty(), child.is_empty()) {
-        (true, _) => child.to_owned(),
-        (false, true) => path.replace('/', "."),
-        (false, false) => format!("{}.{child}", path.replace('/', ".")),
-    };
-    match &err.kind {
-        K::Required { property } => McpError::new(ErrorKind::MissingRequiredField)
-            .param(param(property.as_str().unwrap_or_default())),
-        K::AdditionalProperties { unexpected } => McpError::validation(&param(
-            unexpected.first().map(String::as_str).unwrap_or_default(),
-        ))
-        .detail("reason", "unexpected_argument"),
-        K::Format { .. } | K::Pattern { .. } => {
-            McpError::new(ErrorKind::InvalidFormat).param(param(""))
-        }
-        _ => McpError::validation(&param("")).detail("reason", err.kind_name()),
-    }
-}
-
-trait KindName {
-    fn kind_name(&self) -> String;
-}
-
-impl KindName for jsonschema::ValidationError<'_> {
-    /// A short, safe description of the failed keyword (never the instance value).
-    fn kind_name(&self) -> String {
-        self.schema_path
-            .as_str()
-            .rsplit('/')
-            .next()
-            .unwrap_or("schema")
-            .to_owned()
-    }
 }
 
 /// Everything the server offers, built once at start.
@@ -780,13 +389,8 @@ impl Registry {
         resources: Vec<Arc<dyn ResourceProvider>>,
         mut prompts: Vec<Arc<dyn Prompt>>,
     ) -> Result<Registry, RegistryError> {
-        let mut registered: Vec<RegisteredTool> = tools
-            .into_iter()
-            .map(|tool| RegisteredTool {
-                tool,
-                validator: OnceLock::new(),
-            })
-            .collect();
+        let mut registered: Vec<RegisteredTool> =
+            tools.into_iter().map(RegisteredTool::new).collect();
         registered.sort_by_key(|t| t.spec().name);
         if let Some(dup) = registered
             .windows(2)
@@ -854,9 +458,7 @@ impl Registry {
     /// is the error. (A server compiles each on the tool's first call.)
     pub fn compile_all(&self) -> Result<(), RegistryError> {
         for tool in &self.tools {
-            if let Err(cause) = tool.validator.get_or_init(|| compile(tool.tool.as_ref())) {
-                return Err(RegistryError(cause.clone()));
-            }
+            tool.compile_now().map_err(RegistryError)?;
         }
         Ok(())
     }

@@ -22,10 +22,10 @@ use std::thread;
 use serde_json::Value;
 
 use crate::catalog::McpError;
+use crate::protocol::client::Notifier;
 use crate::protocol::dispatch::{Env, Server, Transport};
 use crate::protocol::inbound::{Message, MessageKind};
 use crate::protocol::revisions::Session;
-use crate::tools::Notifier;
 
 /// Chunks of lines served at once.
 const WORKERS: usize = 16;

@@ -10,72 +10,29 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::McpError;
 use crate::tools::{
-    Category, Idempotency, InputContext, Prompt, PromptArgument, PromptReply, PromptSpec, Tool,
-    ToolContext, ToolOutput, ToolSpec,
+    Category, FnTool, Idempotency, InputContext, Prompt, PromptArgument, PromptReply, PromptSpec,
+    Tool, ToolContext, ToolFn, ToolOutput, ToolSpec,
 };
 
-type Run = fn(&ToolContext<'_>, &Map<String, Value>) -> Result<ToolOutput, McpError>;
-
-struct InputTool {
-    spec: ToolSpec,
-    run: Run,
-    logs: bool,
-}
-
-impl Tool for InputTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(
-        &self,
-        ctx: &ToolContext<'_>,
-        args: &Map<String, Value>,
-    ) -> Result<ToolOutput, McpError> {
-        (self.run)(ctx, args)
-    }
-
-    /// Each asks the client and waits for the answer.
-    fn waits(&self) -> bool {
-        true
-    }
-
-    fn logs(&self) -> bool {
-        self.logs
-    }
-}
-
+/// A fixture of this module: each asks the client and waits for the answer.
 fn tool(
     name: &'static str,
     title: &'static str,
     description: &'static str,
     schema: Value,
-    run: Run,
-) -> Arc<dyn Tool> {
-    Arc::new(input_tool(name, title, description, schema, run))
-}
-
-fn input_tool(
-    name: &'static str,
-    title: &'static str,
-    description: &'static str,
-    schema: Value,
-    run: Run,
-) -> InputTool {
-    InputTool {
-        spec: ToolSpec {
-            name,
-            title,
-            description,
-            category: Category::Read,
-            scope: crate::tools::conformance::SCOPE,
-            idempotency: Idempotency::NotApplicable,
-            input_schema: schema,
-            output_schema: None,
-        },
-        run,
-        logs: false,
-    }
+    run: ToolFn,
+) -> FnTool {
+    let spec = ToolSpec {
+        name,
+        title,
+        description,
+        category: Category::Read,
+        scope: crate::tools::conformance::SCOPE,
+        idempotency: Idempotency::NotApplicable,
+        input_schema: schema,
+        output_schema: None,
+    };
+    FnTool::new(spec, run).waiting_and_logging(true, false)
 }
 
 fn no_arguments() -> Value {
@@ -192,17 +149,18 @@ pub fn tools() -> Vec<Arc<dyn Tool>> {
             no_arguments(),
             mrtr_elicitation,
         ),
-        Arc::new(InputTool {
-            logs: true,
-            ..input_tool(
-                "test_logging_tool",
-                "Conformance: logging only when asked",
-                "Conformance-suite diagnostic (2026-07-28). Logs one message, which is sent only when the request asked for a log level.",
-                no_arguments(),
-                logging_tool,
-            )
-        }),
+        tool(
+            "test_logging_tool",
+            "Conformance: logging only when asked",
+            "Conformance-suite diagnostic (2026-07-28). Logs one message, which is sent only when the request asked for a log level.",
+            no_arguments(),
+            logging_tool,
+        )
+        .waiting_and_logging(true, true),
     ]
+    .into_iter()
+    .map(|tool| Arc::new(tool) as Arc<dyn Tool>)
+    .collect()
 }
 
 fn text_of(value: &Value) -> String {

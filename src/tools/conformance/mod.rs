@@ -27,8 +27,8 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::tools::{
-    Category, Idempotency, LogLevel, Prompt, PromptArgument, PromptSpec, ResourceBody,
-    ResourceProvider, ResourceSpec, Tool, ToolContext, ToolOutput, ToolSpec, text_block,
+    Category, FnTool, Idempotency, LogLevel, Prompt, PromptArgument, PromptSpec, ResourceBody,
+    ResourceProvider, ResourceSpec, Tool, ToolContext, ToolFn, ToolOutput, ToolSpec, text_block,
 };
 
 /// The scope a credential needs to see and call the conformance tools.
@@ -202,8 +202,6 @@ fn image_block() -> Value {
 
 // ---- Tools ------------------------------------------------------------------------------
 
-type ToolFn = fn(&ToolContext<'_>, &Map<String, Value>) -> Result<ToolOutput, McpError>;
-
 /// One row of the tool table: everything but the parts every fixture shares.
 struct ToolEntry {
     name: &'static str,
@@ -218,53 +216,19 @@ struct ToolEntry {
     logs: bool,
 }
 
-/// A fixture tool: a declaration and the function that answers it.
-struct FixtureTool {
-    spec: ToolSpec,
-    run: ToolFn,
-    waits: bool,
-    logs: bool,
-}
-
-impl Tool for FixtureTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call(
-        &self,
-        ctx: &ToolContext<'_>,
-        args: &Map<String, Value>,
-    ) -> Result<ToolOutput, McpError> {
-        (self.run)(ctx, args)
-    }
-
-    fn waits(&self) -> bool {
-        self.waits
-    }
-
-    fn logs(&self) -> bool {
-        self.logs
-    }
-}
-
 impl ToolEntry {
     fn build(&self) -> Arc<dyn Tool> {
-        Arc::new(FixtureTool {
-            spec: ToolSpec {
-                name: self.name,
-                title: self.title,
-                description: self.description,
-                category: self.category,
-                scope: SCOPE,
-                idempotency: Idempotency::NotApplicable,
-                input_schema: (self.input_schema)(),
-                output_schema: None,
-            },
-            run: self.run,
-            waits: self.waits,
-            logs: self.logs,
-        })
+        let spec = ToolSpec {
+            name: self.name,
+            title: self.title,
+            description: self.description,
+            category: self.category,
+            scope: SCOPE,
+            idempotency: Idempotency::NotApplicable,
+            input_schema: (self.input_schema)(),
+            output_schema: None,
+        };
+        Arc::new(FnTool::new(spec, self.run).waiting_and_logging(self.waits, self.logs))
     }
 }
 
@@ -812,22 +776,58 @@ mod tests {
 
     use super::*;
     use crate::config::Locale;
-    use crate::protocol::revisions::{Session, Subscribers};
     use crate::store::{Store, StoreOptions};
-    use crate::tools::{Notifier, Registry, Resolution};
+    use crate::tools::{ClientLink, Registry, Resolution};
 
-    /// Records every notification a tool sends.
+    /// What a tool told its client.
+    #[derive(Debug, Clone, PartialEq)]
+    enum Sent {
+        Progress {
+            token: Value,
+            progress: f64,
+            total: Option<f64>,
+        },
+        Log(LogLevel, Value),
+        Updated(String),
+    }
+
+    /// Records everything a tool sends its client; it cannot be asked anything.
     #[derive(Default)]
-    struct Recorder(Mutex<Vec<Value>>);
+    struct Recorder(Mutex<Vec<Sent>>);
 
-    impl Notifier for Recorder {
-        fn notify(&self, message: Value) {
-            self.0.lock().expect("recorder lock").push(message);
+    impl ClientLink for Recorder {
+        fn progress(&self, token: &Value, progress: f64, total: Option<f64>, _: Option<&str>) {
+            self.record(Sent::Progress {
+                token: token.clone(),
+                progress,
+                total,
+            });
+        }
+        fn log(&self, level: LogLevel, data: Value) {
+            self.record(Sent::Log(level, data));
+        }
+        fn resource_updated(&self, uri: &str) {
+            self.record(Sent::Updated(uri.to_owned()));
+        }
+        fn can_ask(&self, _: &str) -> bool {
+            false
+        }
+        fn ask(
+            &self,
+            _: &str,
+            _: Value,
+            _: &dyn Fn() -> Option<McpError>,
+        ) -> Result<Value, McpError> {
+            Err(McpError::internal())
         }
     }
 
     impl Recorder {
-        fn sent(&self) -> Vec<Value> {
+        fn record(&self, sent: Sent) {
+            self.0.lock().expect("recorder lock").push(sent);
+        }
+
+        fn sent(&self) -> Vec<Sent> {
             self.0.lock().expect("recorder lock").clone()
         }
     }
@@ -845,20 +845,8 @@ mod tests {
         cancelled: false,
     };
 
-    /// Calls tool `name` with `args`; returns its outcome and the notifications it sent.
-    fn call_with(name: &str, args: Value, how: Call) -> (Result<ToolOutput, McpError>, Vec<Value>) {
-        let session = Session::new();
-        call_on(&session, &Subscribers::default(), name, args, how)
-    }
-
-    /// [`call_with`] on `session`, among `subscribers`.
-    fn call_on(
-        session: &Session,
-        subscribers: &Subscribers,
-        name: &str,
-        args: Value,
-        how: Call,
-    ) -> (Result<ToolOutput, McpError>, Vec<Value>) {
+    /// Calls tool `name` with `args`; returns its outcome and what it sent its client.
+    fn call_with(name: &str, args: Value, how: Call) -> (Result<ToolOutput, McpError>, Vec<Sent>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let opts = StoreOptions {
             create: true,
@@ -874,17 +862,14 @@ mod tests {
             clock: &crate::clock::Clock::System,
             progress_token: how.progress_token,
             log_level: how.log_level,
-            notifier: &recorder,
+            client: &recorder,
             cancelled: &cancelled,
             commit_hook: None,
-            session,
-            subscribers,
-            era: crate::protocol::revisions::Era::Legacy(crate::protocol::revisions::LATEST_LEGACY),
             input: crate::tools::InputContext {
                 responses: None,
                 request_state: None,
                 client_capabilities: &Value::Null,
-                state_key: &crate::protocol::request_state::StateKey::new(vec![0; 32]),
+                state_key: &crate::tools::request_state::StateKey::new(vec![0; 32]),
             },
         };
         let tool = tools()
@@ -1043,12 +1028,11 @@ mod tests {
             out.content[0]["text"],
             "Tool with logging executed successfully"
         );
-        assert_eq!(sent.len(), 3);
-        for (message, text) in sent.iter().zip(LOG_MESSAGES) {
-            assert_eq!(message["method"], "notifications/message");
-            assert_eq!(message["params"]["level"], "info");
-            assert_eq!(message["params"]["data"], text);
-        }
+        let expected: Vec<Sent> = LOG_MESSAGES
+            .iter()
+            .map(|text| Sent::Log(LogLevel::Info, json!(text)))
+            .collect();
+        assert_eq!(sent, expected);
     }
 
     #[test]
@@ -1072,19 +1056,15 @@ mod tests {
         };
         let (out, sent) = call_with("test_tool_with_progress", json!({}), how);
         assert!(out.is_ok());
-        let steps: Vec<(f64, f64)> = sent
-            .iter()
-            .map(|n| {
-                assert_eq!(n["method"], "notifications/progress");
-                assert_eq!(n["params"]["progressToken"], "progress-test-1");
-                let p = &n["params"];
-                (
-                    p["progress"].as_f64().unwrap_or(-1.0),
-                    p["total"].as_f64().unwrap_or(-1.0),
-                )
+        let expected: Vec<Sent> = [0.0, 50.0, 100.0]
+            .into_iter()
+            .map(|progress| Sent::Progress {
+                token: json!("progress-test-1"),
+                progress,
+                total: Some(100.0),
             })
             .collect();
-        assert_eq!(steps, [(0.0, 100.0), (50.0, 100.0), (100.0, 100.0)]);
+        assert_eq!(sent, expected);
     }
 
     #[test]
@@ -1229,18 +1209,9 @@ mod tests {
     }
 
     #[test]
-    fn updating_the_watched_resource_changes_it_and_queues_one_update_per_subscriber() {
-        let subscribers = Subscribers::default();
-        let (caller, watcher, bystander) = (Session::new(), Session::new(), Session::new());
-        watcher.subscribe(WATCHED.uri, &subscribers);
+    fn updating_the_watched_resource_changes_it_and_tells_the_client_once() {
         let before = read_text(WATCHED.uri).1;
-        let (out, sent) = call_on(
-            &caller,
-            &subscribers,
-            "test_update_watched_resource",
-            json!({}),
-            PLAIN,
-        );
+        let (out, sent) = call_with("test_update_watched_resource", json!({}), PLAIN);
         let text = out.expect("updated").content[0]["text"].clone();
         let revision = text
             .as_str()
@@ -1248,24 +1219,13 @@ mod tests {
             .and_then(|t| t.strip_suffix('.'))
             .and_then(|n| n.parse::<u64>().ok())
             .expect("the result names the revision");
-        assert!(
-            sent.is_empty(),
-            "the dispatcher sends updates, not the tool"
-        );
+        assert_eq!(sent, [Sent::Updated(WATCHED.uri.to_owned())]);
         let after = read_text(WATCHED.uri).1;
         assert_ne!(before, after);
         assert_eq!(
             after,
             format!("Watched resource content (revision {revision})")
         );
-        assert_eq!(
-            watcher.take_updates(),
-            vec![
-                json!({"jsonrpc": "2.0", "method": "notifications/resources/updated",
-                        "params": {"uri": "test://watched-resource"}})
-            ]
-        );
-        assert!(caller.take_updates().is_empty() && bystander.take_updates().is_empty());
         let changing = registry();
         assert!(changing.has_changing_resources());
         assert!(changing.resource_changes(WATCHED.uri));

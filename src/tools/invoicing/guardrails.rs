@@ -1,5 +1,6 @@
 //! The fiscal guardrails: declarative rules checked on a tool's arguments and the current
-//! state **before** the tool runs (guard step 5), each with a guide the model can read.
+//! state **before** the tool runs (the guardrails step of the chain), each with a guide the
+//! model can read.
 //!
 //! A violation is `-32008 mcp_guardrail_violation` carrying `rule_id`, `subcode` and
 //! `guardrail_uri` (`tollgate://guardrails/<rule_id>`, served as markdown by

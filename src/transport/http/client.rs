@@ -7,9 +7,9 @@ use super::routes::{App, HttpHead};
 use crate::catalog::{ErrorKind, McpError};
 use crate::config::{ClientAddressHeader, ProxyRange};
 use crate::guards::auth::CredentialRef;
+use crate::protocol::client::Notifier;
 use crate::protocol::dispatch::{Env, Transport};
 use crate::protocol::revisions::Session;
-use crate::tools::Notifier;
 use crate::transport::http::sessions::SessionOwner;
 
 impl App {

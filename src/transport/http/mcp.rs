@@ -11,9 +11,9 @@ use super::routes::{App, HttpHead};
 use super::sse::{Outgoing, Stream};
 use super::status::Reply;
 use crate::catalog::{ErrorKind, McpError};
+use crate::protocol::client::Notifier;
 use crate::protocol::inbound::{Headline, Message, MessageKind};
 use crate::protocol::revisions::{self, Session};
-use crate::tools::Notifier;
 
 impl App {
     /// `/mcp`, behind the `Host`/`Origin` policy: `POST` and `DELETE`.

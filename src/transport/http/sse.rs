@@ -9,7 +9,7 @@ use tiny_http::{Header, Request, Response, StatusCode};
 
 use super::status::{Body, Reply, respond};
 use crate::catalog::{ErrorKind, McpError};
-use crate::tools::Notifier;
+use crate::protocol::client::Notifier;
 
 /// What a handler produced: a complete reply, or the final message of a response that
 /// is already streaming as server-sent events.

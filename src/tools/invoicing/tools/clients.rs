@@ -131,7 +131,10 @@ fn describe(client: &Client) -> String {
     format!("Client {} ({tax}), id {}.", client.name, client.id)
 }
 
-fn search_clients(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn search_clients(
+    ctx: &ToolContext<'_>,
+    args: &Map<String, Value>,
+) -> Result<ToolOutput, McpError> {
     let after = args.opt_id("starting_after", ClientId::parse)?;
     let limit = args.limit();
     let query = args.text("query");
@@ -144,7 +147,7 @@ fn search_clients(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
     Ok(output(format!("{count} client(s) found."), value))
 }
 
-fn get_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn get_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("client_id", ClientId::parse)?;
     let found = ctx
         .store
@@ -183,7 +186,7 @@ fn ensure_tax_id_free(
     }
 }
 
-fn create_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn create_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let name = args
         .text("name")
         .ok_or_else(|| McpError::validation("name").detail("reason", "blank"))?;
@@ -204,7 +207,7 @@ fn create_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
     })
 }
 
-fn update_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn update_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("client_id", ClientId::parse)?;
     let name = match args.str("name") {
         Some(_) => Some(
@@ -233,7 +236,7 @@ fn update_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
     })
 }
 
-fn delete_client(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn delete_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("client_id", ClientId::parse)?;
     ctx.commit(|tx| {
         let client = db::client(tx, ctx.book, &id)

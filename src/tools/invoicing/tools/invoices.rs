@@ -268,7 +268,10 @@ pub(super) fn load(conn: &Conn<'_>, book: Book, id: &InvoiceId) -> Result<Invoic
         .ok_or_else(|| not_found(ErrorKind::InvoiceNotFound, "invoice_id", id.as_str()))
 }
 
-fn search_invoices(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn search_invoices(
+    ctx: &ToolContext<'_>,
+    args: &Map<String, Value>,
+) -> Result<ToolOutput, McpError> {
     let client_id = args.opt_id("client_id", ClientId::parse)?;
     let after = args.opt_id("starting_after", InvoiceId::parse)?;
     let today = today(ctx.clock);
@@ -289,7 +292,7 @@ fn search_invoices(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput,
     Ok(output(format!("{count} invoice(s) found."), value))
 }
 
-fn get_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn get_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let (invoice, payments) = ctx
         .store
@@ -308,7 +311,7 @@ fn get_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, Mcp
 }
 
 /// `series` from the arguments, refusing the reserved rectifying series.
-fn series_arg(args: &Args<'_>) -> Result<Option<String>, McpError> {
+fn series_arg(args: &Map<String, Value>) -> Result<Option<String>, McpError> {
     match args.str("series") {
         Some(RECTIFYING_SERIES) => {
             Err(McpError::validation("series").detail("reason", "reserved_for_rectifying_invoices"))
@@ -351,7 +354,10 @@ fn ensure_client(conn: &Conn<'_>, book: Book, id: &ClientId) -> Result<String, M
         .ok_or_else(|| not_found(ErrorKind::ClientNotFound, "client_id", id.as_str()))
 }
 
-fn create_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn create_invoice(
+    ctx: &ToolContext<'_>,
+    args: &Map<String, Value>,
+) -> Result<ToolOutput, McpError> {
     let client_id = args.id("client_id", ClientId::parse)?;
     let kind = args
         .str("kind")
@@ -398,7 +404,10 @@ fn ensure_draft(invoice: &Invoice) -> Result<(), McpError> {
         .detail("number", invoice.number.clone()))
 }
 
-fn update_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn update_invoice(
+    ctx: &ToolContext<'_>,
+    args: &Map<String, Value>,
+) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let client_id = args.opt_id("client_id", ClientId::parse)?;
     let series = series_arg(args)?;
@@ -433,7 +442,7 @@ fn update_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
     })
 }
 
-fn issue_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn issue_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let requested = args.date("issue_date")?.map(|d| d.to_string());
     ctx.commit(|tx| {
@@ -466,7 +475,10 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, M
     })
 }
 
-fn delete_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn delete_invoice(
+    ctx: &ToolContext<'_>,
+    args: &Map<String, Value>,
+) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
     ctx.commit(|tx| {
         let invoice = load(tx, ctx.book, &id)?;
@@ -524,7 +536,7 @@ pub(crate) fn rectifying_for(
     })
 }
 
-fn void_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn void_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let reason = args
         .text("reason")

@@ -20,54 +20,17 @@ use super::money::{LinePricing, Totals};
 use super::taxid::TaxId;
 use crate::catalog::{ErrorKind, McpError};
 use crate::clock::Clock;
+use crate::store::StoreError;
 use crate::store::store_failure;
-use crate::store::{Store, StoreError};
-use crate::tools::{Book, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::tools::{FnTool, GuardrailsFn, Tool, ToolFn, ToolOutput, ToolSpec};
 
 /// Default page size of the search and list tools.
 pub const DEFAULT_PAGE_SIZE: usize = 20;
 /// Largest page a caller may ask for.
 pub const MAX_PAGE_SIZE: usize = 100;
 
-/// A tool's body.
-type RunFn = fn(&ToolContext<'_>, &Args<'_>) -> Result<ToolOutput, McpError>;
-/// A tool's guardrails (before it runs).
-type GuardFn = fn(&Store, Book, &Map<String, Value>, &Clock) -> Result<(), McpError>;
-
-/// One invoicing tool.
-struct InvoicingTool {
-    spec: ToolSpec,
-    guard: Option<GuardFn>,
-    run: RunFn,
-}
-
-impl Tool for InvoicingTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn guardrails(
-        &self,
-        store: &Store,
-        book: Book,
-        args: &Map<String, Value>,
-        clock: &Clock,
-    ) -> Result<(), McpError> {
-        self.guard
-            .map_or(Ok(()), |guard| guard(store, book, args, clock))
-    }
-
-    fn call(
-        &self,
-        ctx: &ToolContext<'_>,
-        args: &Map<String, Value>,
-    ) -> Result<ToolOutput, McpError> {
-        (self.run)(ctx, &Args(args))
-    }
-}
-
-fn tool(spec: ToolSpec, guard: Option<GuardFn>, run: RunFn) -> Arc<dyn Tool> {
-    Arc::new(InvoicingTool { spec, guard, run })
+fn tool(spec: ToolSpec, guard: Option<GuardrailsFn>, run: ToolFn) -> Arc<dyn Tool> {
+    Arc::new(FnTool::new(spec, run).guarded_by(guard))
 }
 
 /// Every invoicing tool.
@@ -99,13 +62,15 @@ fn invalid_format(param: &str, reason: &'static str) -> McpError {
 
 // ---- Arguments --------------------------------------------------------------------------------
 
-/// Arguments already validated against the input schema: types hold, formats do not yet.
-pub struct Args<'a>(pub &'a Map<String, Value>);
+/// How the bodies read their arguments, already validated against the input schema: types
+/// hold, formats do not yet.
+pub(crate) trait Args {
+    /// The argument `name`, as sent.
+    fn arg(&self, name: &str) -> Option<&Value>;
 
-impl<'a> Args<'a> {
     /// A string argument.
-    fn str(&self, name: &str) -> Option<&'a str> {
-        self.0.get(name).and_then(Value::as_str)
+    fn str(&self, name: &str) -> Option<&str> {
+        self.arg(name).and_then(Value::as_str)
     }
 
     /// A non-blank string argument, trimmed.
@@ -118,21 +83,21 @@ impl<'a> Args<'a> {
 
     /// An integer argument (an integral JSON number).
     fn int(&self, name: &str) -> Option<i64> {
-        integer(self.0.get(name))
+        integer(self.arg(name))
     }
 
     /// A boolean argument.
     fn bool(&self, name: &str) -> Option<bool> {
-        self.0.get(name).and_then(Value::as_bool)
+        self.arg(name).and_then(Value::as_bool)
     }
 
     /// Whether the argument is present (even as null).
     fn has(&self, name: &str) -> bool {
-        self.0.contains_key(name)
+        self.arg(name).is_some()
     }
 
     /// A required string argument.
-    fn required(&self, name: &str) -> Result<&'a str, McpError> {
+    fn required(&self, name: &str) -> Result<&str, McpError> {
         self.str(name)
             .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param(name))
     }
@@ -204,7 +169,7 @@ impl<'a> Args<'a> {
 
     /// The `lines` argument, priced; `None` when absent.
     fn lines(&self) -> Result<Option<(Vec<Line>, Totals)>, McpError> {
-        let Some(items) = self.0.get("lines").and_then(Value::as_array) else {
+        let Some(items) = self.arg("lines").and_then(Value::as_array) else {
             return Ok(None);
         };
         let lines = items
@@ -216,6 +181,12 @@ impl<'a> Args<'a> {
         let totals = Totals::sum(&amounts)
             .map_err(|_| McpError::validation("lines").detail("reason", "amount_out_of_range"))?;
         Ok(Some((lines, totals)))
+    }
+}
+
+impl Args for Map<String, Value> {
+    fn arg(&self, name: &str) -> Option<&Value> {
+        self.get(name)
     }
 }
 

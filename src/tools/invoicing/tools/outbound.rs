@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 use super::invoices::load;
 use super::{Args, db_failure, output, tool};
@@ -148,7 +148,7 @@ fn message_body(invoice: &Invoice, intro: Option<&str>) -> String {
     body
 }
 
-fn send_invoice(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn send_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let to = args.email("to")?;
     let intro = args.text("message");
@@ -286,7 +286,10 @@ fn render_csv(
     csv
 }
 
-fn export_invoices(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn export_invoices(
+    ctx: &ToolContext<'_>,
+    args: &Map<String, Value>,
+) -> Result<ToolOutput, McpError> {
     let from = args
         .date("from")?
         .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param("from"))?;

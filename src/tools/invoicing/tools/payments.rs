@@ -105,7 +105,10 @@ fn payable(invoice: &Invoice, amount: i64) -> Result<(), McpError> {
     Ok(())
 }
 
-fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn record_payment(
+    ctx: &ToolContext<'_>,
+    args: &Map<String, Value>,
+) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let amount = args
         .int("amount_cents")
@@ -147,7 +150,7 @@ fn record_payment(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, 
     })
 }
 
-fn list_payments(ctx: &ToolContext<'_>, args: &Args<'_>) -> Result<ToolOutput, McpError> {
+fn list_payments(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let invoice = args.opt_id("invoice_id", InvoiceId::parse)?;
     let after = args.opt_id("starting_after", PaymentId::parse)?;
     let limit = args.limit();

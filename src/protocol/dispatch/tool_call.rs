@@ -1,0 +1,192 @@
+//! The `tools/call` handler: a request taken apart ([`ToolRequest`]), run through the guard
+//! chain with its tool's context around the admitted call, and its typed outcome rendered
+//! once ([`render_call_outcome`]).
+
+use serde_json::{Map, Value};
+
+use crate::catalog::McpError;
+use crate::config::Locale;
+use crate::guards::outcome::{CallOutcome, Output};
+use crate::guards::ratelimit::Budget;
+use crate::guards::{META_MODE, META_RATELIMIT, META_REPLAY, ToolCall};
+use crate::protocol::client::RequestClient;
+use crate::protocol::dispatch::{Answer, Env, InputParams, Server, input_params};
+use crate::protocol::jsonrpc::{Request, RequestId};
+use crate::protocol::revisions::{Era, call_log_level, client_capabilities, meta};
+use crate::tools::{Book, CommitHook, InputContext, LogLevel, RegisteredTool, ToolContext};
+
+impl Server {
+    pub(super) fn call_tool(
+        &self,
+        req: &Request,
+        era: Era,
+        env: &Env<'_>,
+    ) -> Result<Answer, McpError> {
+        let request = ToolRequest::parse(req, era, env)?;
+        let outcome = self.guards.call_tool(
+            &self.registry,
+            &request.call(),
+            &env.caller(),
+            &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
+        );
+        let budget = outcome.budget().cloned();
+        let result = render_call_outcome(outcome, self.locale)?;
+        Ok(Answer { result, budget })
+    }
+
+    /// Runs an admitted tool in the context of its request.
+    pub(super) fn run_tool(
+        &self,
+        request: &ToolRequest<'_>,
+        env: &Env<'_>,
+        tool: &RegisteredTool,
+        args: &Map<String, Value>,
+        book: Book,
+        hook: Option<&dyn CommitHook>,
+    ) -> Result<crate::tools::ToolOutput, McpError> {
+        let cancelled = env.session.begin(&request.id);
+        let (responses, request_state) = request.input;
+        let client = RequestClient {
+            session: env.session,
+            subscribers: &self.subscribers,
+            notifier: env.notifier,
+            era: request.era,
+        };
+        let ctx = ToolContext {
+            store: &self.store,
+            book,
+            locale: self.locale,
+            clock: &self.clock,
+            progress_token: request.progress_token.clone(),
+            log_level: request.log_level,
+            client: &client,
+            cancelled: &cancelled,
+            commit_hook: hook,
+            input: InputContext {
+                responses,
+                request_state,
+                client_capabilities: &request.client_capabilities,
+                state_key: &self.state_key,
+            },
+        };
+        let outcome = tool.tool.call(&ctx, args);
+        env.session.finish(&request.id);
+        outcome
+    }
+}
+
+/// A `tools/call` request taken apart: the guard chain's view of it and what its tool
+/// context needs.
+pub(super) struct ToolRequest<'q> {
+    req: &'q Request,
+    name: &'q str,
+    args: &'q Map<String, Value>,
+    pub(super) id: RequestId,
+    pub(super) era: Era,
+    progress_token: Option<Value>,
+    log_level: Option<LogLevel>,
+    input: InputParams<'q>,
+    client_capabilities: Value,
+    /// Its own log span when it is handled beside others (a request handled alone runs
+    /// inside the span of [`Server::handle_request`]).
+    span: Option<tracing::Span>,
+}
+
+impl<'q> ToolRequest<'q> {
+    pub(super) fn parse(
+        req: &'q Request,
+        era: Era,
+        env: &Env<'_>,
+    ) -> Result<ToolRequest<'q>, McpError> {
+        static NO_ARGUMENTS: std::sync::LazyLock<Map<String, Value>> =
+            std::sync::LazyLock::new(Map::new);
+        let name = req
+            .params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| McpError::invalid_params("name"))?;
+        let args = match req.params.get("arguments") {
+            None | Some(Value::Null) => &*NO_ARGUMENTS,
+            Some(Value::Object(map)) => map,
+            Some(_) => return Err(McpError::invalid_params("arguments")),
+        };
+        Ok(ToolRequest {
+            req,
+            name,
+            args,
+            id: req.id.clone().unwrap_or(Value::Null),
+            era,
+            progress_token: meta(req).and_then(|m| m.get("progressToken")).cloned(),
+            log_level: call_log_level(req, era, env.session),
+            input: input_params(req)?,
+            client_capabilities: client_capabilities(req, era, env.session),
+            span: None,
+        })
+    }
+
+    /// The same request, logging under its own `span` (it is handled beside others).
+    pub(super) fn with_span(self, span: tracing::Span) -> ToolRequest<'q> {
+        ToolRequest {
+            span: Some(span),
+            ..self
+        }
+    }
+
+    pub(super) fn call(&self) -> ToolCall<'_> {
+        ToolCall {
+            name: self.name,
+            args: self.args,
+            meta: meta(self.req),
+            request_id: &self.id,
+            span: self.span.as_ref(),
+        }
+    }
+}
+
+/// Renders the outcome of a `tools/call`: a JSON-RPC error for a refusal or a server
+/// fault; otherwise the tool's result (fresh, replayed as stored, or the `isError` result
+/// of its failure) with the budget left and the book that served it in `_meta`.
+pub(super) fn render_call_outcome(outcome: CallOutcome, locale: Locale) -> Result<Value, McpError> {
+    let (mut result, budget, book) = match outcome {
+        CallOutcome::Rejected(err) => return Err(err),
+        CallOutcome::Admitted {
+            output: Output::Fresh(output),
+            budget,
+            book,
+        } => (output.into_result(), budget, book),
+        CallOutcome::Admitted {
+            output: Output::Replayed(stored),
+            budget,
+            book,
+        } => {
+            let mut result = stored.result;
+            mark(&mut result, META_REPLAY, Value::Bool(true));
+            (result, budget, book)
+        }
+        CallOutcome::ToolFailed {
+            error,
+            budget,
+            book,
+        } => (error.to_tool_result(locale), budget, book),
+    };
+    mark_call(&mut result, &budget, book);
+    Ok(result)
+}
+
+/// The `_meta` every answered `tools/call` carries: the budget left, then the book.
+fn mark_call(result: &mut Value, budget: &Budget, book: Book) {
+    mark(result, META_RATELIMIT, budget.to_meta());
+    mark(result, META_MODE, Value::from(book.as_str()));
+}
+
+/// Sets one `_meta` entry on a result object.
+pub(super) fn mark(result: &mut Value, key: &str, value: Value) {
+    if let Value::Object(map) = result {
+        let meta = map
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.insert(key.to_owned(), value);
+        }
+    }
+}
