@@ -7,6 +7,7 @@
 
 mod util;
 
+mod architecture;
 mod backup;
 mod capabilities;
 mod clock;

@@ -1,5 +1,7 @@
-//! The operator's side: the command line, operator commands (keys, plans, limits and
-//! usage, backup), the health probe, systemd notification, logging and metrics.
+//! The operator's side: the command line and what assembles a server (`cli`), the
+//! operator's commands (keys, clients, plans, company, sandbox and audit in `admin`; rate
+//! limits and usage in `usage`; backup and restore), the health probe of a running server,
+//! and process logging. The top layer: it may use every other.
 
 pub mod admin;
 pub mod backup;
