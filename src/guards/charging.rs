@@ -74,39 +74,10 @@ impl Batch for CallCharge {
 mod tests {
     use super::*;
     use crate::clock::Clock;
-    use crate::guards::auth::{self, Authenticator, CallAuth, IssuedKey, Mode, NewKey, Recheck};
+    use crate::guards::auth::testing::{fresh, key};
+    use crate::guards::auth::{self, Authenticator, CallAuth, Recheck};
     use crate::guards::ratelimit::Limiter;
-    use crate::store::{Company, Store, StoreOptions};
     use crate::tools::Category;
-
-    fn fresh(plan: &str) -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let opts = StoreOptions {
-            create: true,
-            ..StoreOptions::default()
-        };
-        let store = Store::open(&dir.path().join("t.db"), &opts).expect("open");
-        let company = Company {
-            name: "Acme".into(),
-            tax_id: None,
-            plan_slug: plan.into(),
-            locale: "en".into(),
-            country: "ES".into(),
-        };
-        store.set_company(&company).expect("company");
-        (dir, store)
-    }
-
-    fn key(store: &Store, scopes: &[&str]) -> IssuedKey {
-        let new = NewKey {
-            name: "k".into(),
-            scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
-            expires_in: None,
-            client_id: None,
-            mode: Mode::Live,
-        };
-        auth::create_key(store, &new).expect("create key")
-    }
 
     fn reason(err: &McpError) -> serde_json::Value {
         err.fields()["details"]["reason"].clone()

@@ -524,16 +524,8 @@ impl Server {
     /// Required arguments are checked once the caller is admitted, as a tool's arguments
     /// are validated after its guards.
     fn get_prompt(&self, req: &Request, era: Era, env: &Env<'_>) -> Result<Answer, McpError> {
-        let name = req
-            .params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("name"))?;
-        let args = match req.params.get("arguments") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(map)) => map.clone(),
-            Some(_) => return Err(McpError::invalid_params("arguments")),
-        };
+        let (name, args) = tool_call::name_and_arguments(req)?;
+        let args = args.clone();
         let (responses, request_state) = input_params(req)?;
         let client_capabilities = client_capabilities(req, era, env.session);
         let prompt = self.registry.prompt(name);

@@ -283,6 +283,19 @@ pub struct KeyRow {
     pub previous_secret_until: Option<i64>,
 }
 
+impl KeyRow {
+    /// `active`, `revoked` or `expired`.
+    pub fn status(&self, now: i64) -> &'static str {
+        if self.revoked_at.is_some() {
+            "revoked"
+        } else if self.expires_at.is_some_and(|at| at <= now) {
+            "expired"
+        } else {
+            "active"
+        }
+    }
+}
+
 /// An OAuth client, as the token endpoint sees it (never its secret or hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OAuthClient {

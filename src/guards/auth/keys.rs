@@ -237,59 +237,12 @@ pub(super) fn check_client_grants(
     }
 }
 
-/// One API key as `tollgate key list` shows it (never its secret or hash).
-#[derive(Debug, Clone)]
-pub struct KeyInfo {
-    /// Public id.
-    pub public_id: String,
-    /// Label.
-    pub name: String,
-    /// Live or test.
-    pub mode: Mode,
-    /// Granted scopes.
-    pub scopes: Vec<String>,
-    /// Owning OAuth client.
-    pub client_id: Option<String>,
-    /// Unix seconds.
-    pub created_at: i64,
-    /// Unix seconds, if it expires.
-    pub expires_at: Option<i64>,
-    /// Unix seconds, if revoked.
-    pub revoked_at: Option<i64>,
-    /// Unix seconds (updated at most once a minute).
-    pub last_used_at: Option<i64>,
-    /// Until when the rotated-out secret still works, if a rotation grace is running.
-    pub previous_secret_until: Option<i64>,
-}
-
-impl KeyInfo {
-    /// `active`, `revoked` or `expired`.
-    pub fn status(&self, now: i64) -> &'static str {
-        if self.revoked_at.is_some() {
-            "revoked"
-        } else if self.expires_at.is_some_and(|at| at <= now) {
-            "expired"
-        } else {
-            "active"
-        }
-    }
-}
+/// One API key as `tollgate key list` shows it (never its secret or hash): the store's row.
+pub use crate::store::credentials::KeyRow as KeyInfo;
 
 /// Every API key, oldest first (OAuth access tokens are not listed).
 pub fn list_keys(store: &Store) -> Result<Vec<KeyInfo>, CredentialError> {
-    let keys = store.api_keys()?.into_iter().map(|row| KeyInfo {
-        public_id: row.public_id,
-        name: row.name,
-        mode: Mode::from_stored(&row.mode),
-        scopes: row.scopes,
-        client_id: row.client_id,
-        created_at: row.created_at,
-        expires_at: row.expires_at,
-        revoked_at: row.revoked_at,
-        last_used_at: row.last_used_at,
-        previous_secret_until: row.previous_secret_until,
-    });
-    Ok(keys.collect())
+    Ok(store.api_keys()?)
 }
 
 /// Revokes a key (or access token). Returns `false` when it was already revoked. Running

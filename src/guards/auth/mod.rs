@@ -821,14 +821,15 @@ fn touch_last_used(store: &Store, public_id: &str, now: i64) {
     }
 }
 
+/// Fixtures the unit tests of the guards share: a fresh database with a company on a plan,
+/// and a live key on it.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
-    use crate::clock::ManualClock;
     use crate::store::{Company, StoreOptions};
-    use crate::tools::{Category, Idempotency};
 
-    fn fresh(plan: &str) -> (tempfile::TempDir, Store) {
+    /// A new database in a temporary directory, its company on `plan`.
+    pub(crate) fn fresh(plan: &str) -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
         let opts = StoreOptions {
             create: true,
@@ -846,7 +847,8 @@ mod tests {
         (dir, store)
     }
 
-    fn key(store: &Store, scopes: &[&str]) -> IssuedKey {
+    /// A live key with `scopes`, no expiry, no client.
+    pub(crate) fn key(store: &Store, scopes: &[&str]) -> IssuedKey {
         let new = NewKey {
             name: "k".into(),
             scopes: scopes.iter().map(|s| (*s).to_owned()).collect(),
@@ -856,6 +858,14 @@ mod tests {
         };
         create_key(store, &new).expect("create key")
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{fresh, key};
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::tools::{Category, Idempotency};
 
     fn tool(name: &'static str, scope: &'static str) -> ToolSpec {
         ToolSpec {

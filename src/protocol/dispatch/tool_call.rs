@@ -98,18 +98,7 @@ impl<'q> ToolRequest<'q> {
         era: Era,
         env: &Env<'_>,
     ) -> Result<ToolRequest<'q>, McpError> {
-        static NO_ARGUMENTS: std::sync::LazyLock<Map<String, Value>> =
-            std::sync::LazyLock::new(Map::new);
-        let name = req
-            .params
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| McpError::invalid_params("name"))?;
-        let args = match req.params.get("arguments") {
-            None | Some(Value::Null) => &*NO_ARGUMENTS,
-            Some(Value::Object(map)) => map,
-            Some(_) => return Err(McpError::invalid_params("arguments")),
-        };
+        let (name, args) = name_and_arguments(req)?;
         Ok(ToolRequest {
             req,
             name,
@@ -189,4 +178,22 @@ pub(super) fn mark(result: &mut Value, key: &str, value: Value) {
             meta.insert(key.to_owned(), value);
         }
     }
+}
+
+/// The `name` and `arguments` of a `tools/call` or `prompts/get` (absent or `null`
+/// arguments are none), or the `invalid_params` error naming the field at fault.
+pub(super) fn name_and_arguments(req: &Request) -> Result<(&str, &Map<String, Value>), McpError> {
+    static NO_ARGUMENTS: std::sync::LazyLock<Map<String, Value>> =
+        std::sync::LazyLock::new(Map::new);
+    let name = req
+        .params
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| McpError::invalid_params("name"))?;
+    let args = match req.params.get("arguments") {
+        None | Some(Value::Null) => &*NO_ARGUMENTS,
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(McpError::invalid_params("arguments")),
+    };
+    Ok((name, args))
 }
