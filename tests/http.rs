@@ -46,6 +46,24 @@ fn one_read_per_minute_key(db: &TestDb) -> Key {
     key
 }
 
+/// The refusal that follows the one call a minute of [`one_read_per_minute_key`], with the
+/// id it answered: `call(first)` must be admitted and the next call refused. The server
+/// runs on the system clock, so the minute may turn between the two; then the second call
+/// is admitted too (a new window) and the third must be refused. Two turns of the minute
+/// in one test cannot happen.
+fn refused_after_its_one_call(
+    call: impl Fn(i64) -> HttpResponse,
+    first: i64,
+) -> (i64, HttpResponse) {
+    assert_simple_text(&call(first));
+    let second = call(first + 1);
+    if second.json().get("error").is_some() {
+        return (first + 1, second);
+    }
+    assert_simple_text(&second);
+    (first + 2, call(first + 2))
+}
+
 fn admin_token(db: &TestDb) -> &str {
     db.admin_key.as_deref().expect("init prints an admin key")
 }
@@ -911,17 +929,14 @@ fn compatible_mode_sends_guard_errors_with_200_and_rate_limit_headers() {
     );
 
     let limited = one_read_per_minute_key(&db);
-    assert_simple_text(&modern_call(
-        &server,
-        Some(&limited.token),
+    let (id, refused) = refused_after_its_one_call(
+        |id| modern_call(&server, Some(&limited.token), id, "test_simple_text"),
         3,
-        "test_simple_text",
-    ));
-    let refused = modern_call(&server, Some(&limited.token), 4, "test_simple_text");
+    );
     assert_eq!(refused.status, 200);
     let body = refused.json();
     assert_error(&body, -32006, "rate_limited", 429, 3001, true);
-    assert_eq!(body["id"], json!(4));
+    assert_eq!(body["id"], json!(id));
     let data = &body["error"]["data"];
     assert_eq!(data["bucket"], json!("read"), "{body}");
     assert_eq!(data["limit"], json!(1), "{body}");
@@ -985,14 +1000,10 @@ fn semantic_mode_uses_403_and_429_with_their_headers() {
 
     let limited = one_read_per_minute_key(&db);
     let session = open_session(&server, "2025-11-25", Some(&limited.token));
-    assert_simple_text(&legacy_call(
-        &server,
-        &session,
-        &limited.token,
+    let (_, refused) = refused_after_its_one_call(
+        |id| legacy_call(&server, &session, &limited.token, id, "test_simple_text"),
         3,
-        "test_simple_text",
-    ));
-    let refused = legacy_call(&server, &session, &limited.token, 4, "test_simple_text");
+    );
     assert_eq!(refused.status, 429);
     let body = refused.json();
     assert_error(&body, -32006, "rate_limited", 429, 3001, true);
@@ -1501,8 +1512,8 @@ fn dev_mode_is_charged_like_any_credential() {
     let db = TestDb::new();
     let key = one_read_per_minute_key(&db);
     let server = HttpServer::start(&db, &["--conformance-pack", "--dev-credential", &key.id]);
-    assert_simple_text(&modern_call(&server, None, 1, "test_simple_text"));
-    let refused = modern_call(&server, None, 2, "test_simple_text");
+    let (_, refused) =
+        refused_after_its_one_call(|id| modern_call(&server, None, id, "test_simple_text"), 1);
     assert_error(&refused.json(), -32006, "rate_limited", 429, 3001, true);
 }
 
