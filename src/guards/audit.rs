@@ -404,7 +404,7 @@ pub fn prune_in_background(store: &Store, retention_days: u32, clock: Clock) {
 }
 
 /// Deletes the rows older than `retention_days` before `now_ms` (unix milliseconds: the
-/// caller's clock), [`PRUNE_CHUNK`] rows per transaction, oldest first. Rows are appended
+/// caller's clock), `PRUNE_CHUNK` rows per transaction, oldest first. Rows are appended
 /// in time order, so it walks up the ids and stops at the first chunk with nothing to
 /// delete. Returns how many rows went.
 pub fn prune_expired(store: &Store, retention_days: u32, now_ms: i64) -> Result<usize, StoreError> {

@@ -41,7 +41,7 @@ pub enum ProbeError {
     Unhealthy {
         /// HTTP status.
         status: u16,
-        /// The response body (truncated by [`MAX_RESPONSE_BYTES`]).
+        /// The response body (truncated by `MAX_RESPONSE_BYTES`).
         body: String,
     },
 }

@@ -7,7 +7,7 @@
 //! stateless revision, what the HTTP headers must repeat. What comes back is a
 //! [`Response`]: the body to send and, typed, what the transport needs to know of it (the
 //! era, the error, a successful `initialize`, the rate budget), so that no transport reads
-//! a rendered body back. Every request is handled inside its log span ([`request_span`]).
+//! a rendered body back. Every request is handled inside its log span (`request_span`).
 
 use serde_json::Value;
 

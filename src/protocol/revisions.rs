@@ -3,7 +3,7 @@
 //! tollgate is dual-era: the handshake revisions (2024-11-05 … 2025-11-25) are negotiated
 //! by `initialize` and scoped to a [`Session`] (the stdio process or one HTTP session); the
 //! stateless 2026-07-28 revision is selected per request by its `_meta` and needs no state.
-//! [`select_era`] decides which one serves a request, once, in the dispatcher; the other
+//! `select_era` decides which one serves a request, once, in the dispatcher; the other
 //! functions here read what a request's era makes of its `_meta` and add what 2026-07-28
 //! requires on every result.
 

@@ -2,7 +2,7 @@
 //!
 //! stdout carries only MCP messages (one writer thread owns it); logs go to stderr. A
 //! line longer than the cap is discarded as it streams in, answered with `-32600`, and
-//! the session goes on. The lines of one read (up to [`CHUNK_MAX`]) go together to one of
+//! the session goes on. The lines of one read (up to `CHUNK_MAX`) go together to one of
 //! a pool of workers: a client with many requests in flight then has them charged by the
 //! rate limiter in one go, and the worker serves them without a thread switch per call.
 //! The pool lets a slow chunk not hold up `ping` or `notifications/cancelled` in the

@@ -4,7 +4,7 @@
 //!
 //! A violation is `-32008 mcp_guardrail_violation` carrying `rule_id`, `subcode` and
 //! `guardrail_uri` (`tollgate://guardrails/<rule_id>`, served as markdown by
-//! [`super::resources`]). The checks that depend on state are run again inside the tool's
+//! [`super::resources`](mod@super::resources)). The checks that depend on state are run again inside the tool's
 //! write transaction, so two concurrent calls cannot both slip past one.
 //!
 //! Guardrails see arguments before schema validation: a field they cannot read (missing,

@@ -7,8 +7,8 @@
 //!   `<verb>_<noun>`, each with its scope, category, idempotency policy and schemas; business
 //!   rules inside them fail as `isError` results with catalog codes;
 //! - **fiscal guardrails** ([`guardrails`]) — checked before a tool runs (`-32008`);
-//! - **resources** ([`resources`]) — one markdown guide per guardrail at its `guardrail_uri`;
-//! - **prompts** ([`prompts`]) — guided workflows.
+//! - **resources** ([`resources`](mod@resources)) — one markdown guide per guardrail at its `guardrail_uri`;
+//! - **prompts** ([`prompts`](mod@prompts)) — guided workflows.
 //!
 //! Money is integer cents with one rounding rule ([`money`]); tax ids are checksum-validated
 //! ([`taxid`]); dates are `YYYY-MM-DD` ([`date`]). [`demo`] fills a sandbox company.

@@ -8,7 +8,7 @@
 //! The prompts read the store for what makes the text concrete (the overdue count,
 //! client-name completions); they never write. Each declares what it reads, so the guards
 //! charge and check it as the read tool serving the same data
-//! ([`DataAccess`](crate::tools::DataAccess)):
+//! ([`DataAccess`]):
 //!
 //! | read | data | as |
 //! |---|---|---|
