@@ -342,7 +342,8 @@ impl CallStep for Access {
 }
 
 /// [`Step::Replay`]: the stored result of a completed call with the same key, tool and
-/// arguments, read without reserving anything. A malformed key is left to the claim.
+/// arguments, read without reserving anything, for a tool with guardrails (for any other
+/// the claim replays it). A malformed key is left to the claim.
 #[derive(Debug)]
 struct Replay;
 
@@ -354,6 +355,11 @@ impl CallStep for Replay {
         let (Ok(principal), Ok(tool)) = (passage.principal(), passage.tool()) else {
             return Flow::End(CallOutcome::Rejected(McpError::internal()));
         };
+        // Without guardrails nothing stands between here and the claim, which replays a
+        // completed key itself: looking the key up here too would read it twice.
+        if !tool.tool.has_guardrails() {
+            return Flow::Next;
+        }
         let stored =
             guards
                 .ledger

@@ -241,6 +241,12 @@ pub trait Tool: Send + Sync {
         Ok(())
     }
 
+    /// Whether [`Tool::guardrails`] checks anything. A tool without guardrails has no rule
+    /// a retry could trip, so the chain leaves its replay to the idempotency claim.
+    fn has_guardrails(&self) -> bool {
+        false
+    }
+
     /// Whether a call may wait (pause between steps, or ask the client and wait for the
     /// answer) rather than only compute and use the database. Calls read together are run
     /// one after the other, except such a call, which gets a thread of its own.
@@ -320,6 +326,10 @@ impl Tool for FnTool {
     ) -> Result<(), McpError> {
         self.guardrails
             .map_or(Ok(()), |guardrails| guardrails(store, book, args, clock))
+    }
+
+    fn has_guardrails(&self) -> bool {
+        self.guardrails.is_some()
     }
 
     fn waits(&self) -> bool {
