@@ -131,7 +131,7 @@ fn sf_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::guards::ratelimit::BucketState;
 
     const T0: i64 = 1_764_464_400; // a minute and hour boundary
 
@@ -144,11 +144,22 @@ mod tests {
 
     #[test]
     fn a_budget_shows_every_bucket_and_the_tightest() {
-        let meta = json!({"buckets": [
-            {"bucket": "write", "limit": 60, "remaining": 59, "reset": T0 + 60, "window_secs": 60},
-            {"bucket": "plan", "limit": 500, "remaining": 1, "reset": T0 + 3600, "window_secs": 3600}
-        ], "tightest": "plan"});
-        let charged = Budget::from_meta(&meta).expect("a budget");
+        let charged = Budget::new(vec![
+            BucketState {
+                bucket: "write",
+                limit: 60,
+                count: 1,
+                reset: T0 + 60,
+                window_secs: 60,
+            },
+            BucketState {
+                bucket: "plan",
+                limit: 500,
+                count: 499,
+                reset: T0 + 3600,
+                window_secs: 3600,
+            },
+        ]);
         assert_eq!(
             pairs(&budget(&charged, T0 + 20)),
             [
