@@ -45,7 +45,9 @@ use crate::catalog::McpError;
 use crate::clock::Clock;
 use crate::config::Locale;
 use crate::guards::audit::{AuditEntry, Auditor};
-use crate::guards::auth::{AccessFacts, Authenticator, CallAuth, Principal, Recheck};
+use crate::guards::auth::{
+    AccessFacts, Authenticator, CallAuth, CredentialRef, Principal, Recheck,
+};
 use crate::guards::charging::CallCharge;
 use crate::guards::idempotency::{Ledger, Reservation};
 use crate::guards::outcome::{CallOutcome, Verdict};
@@ -194,6 +196,16 @@ impl Guards {
             // (still charged and audited like any other call).
             (None, Some(public_id)) => self.auth.principal_for_public_id(public_id),
             (token, _) => self.auth.authenticate(token, caller.source),
+        }
+    }
+
+    /// Which credential a caller is, for binding a handshake session to it: the verified
+    /// cache answers a token it holds without a verification; development mode's rule is
+    /// [`Guards::authenticate`]'s.
+    pub fn credential_of(&self, caller: &Caller<'_>) -> Result<CredentialRef, McpError> {
+        match (caller.token, caller.dev_credential) {
+            (None, Some(_)) => self.authenticate(caller).map(|p| CredentialRef::from(&p)),
+            (token, _) => self.auth.identify(token, caller.source),
         }
     }
 

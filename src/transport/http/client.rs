@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use super::routes::{App, HttpHead};
 use crate::catalog::{ErrorKind, McpError};
 use crate::config::{ClientAddressHeader, ProxyRange};
-use crate::guards::auth::CredentialRef;
+use crate::guards::Caller;
 use crate::protocol::client::Notifier;
 use crate::protocol::dispatch::{Env, Transport};
 use crate::protocol::revisions::Session;
@@ -70,14 +70,15 @@ impl App {
         head: &HttpHead,
     ) -> Result<(SessionOwner, Option<McpError>), McpError> {
         let token = bearer_token(head);
-        let auth = self.server.guards().authenticator();
-        let credential = match self.dev_credential_for(token) {
-            Some(public_id) => auth
-                .principal_for_public_id(public_id)
-                .map(|p| CredentialRef::from(&p)),
-            None => auth.identify(token, &self.client_source(head)),
+        let source = self.client_source(head);
+        let caller = Caller {
+            token,
+            dev_credential: self.dev_credential_for(token),
+            source: &source,
+            idempotency_header: None,
+            transport: Transport::Http.as_str(),
         };
-        match credential {
+        match self.server.guards().credential_of(&caller) {
             Ok(credential) => Ok((SessionOwner::of(&credential), None)),
             Err(err) if is_credential_refusal(&err) => Ok((SessionOwner::anonymous(), Some(err))),
             Err(err) => Err(err),
