@@ -159,6 +159,18 @@ word_enum!(
 );
 
 word_enum!(
+    /// How a `tools/call` refused by a guard the model can act on (unknown or retired tool,
+    /// rate limit, scope, plan, guardrail, idempotency) is answered.
+    GuardChannel, "guard_channel", {
+        /// A JSON-RPC error (ERRORS.md, "Two channels"): the default contract.
+        JsonRpc => "jsonrpc",
+        /// An `isError` tool result carrying the same envelope and the JSON-RPC code it
+        /// would have had, which agent hosts hand to the model.
+        ToolResult => "tool_result",
+    }
+);
+
+word_enum!(
     /// The header a trusted reverse proxy names the client address in.
     ClientAddressHeader, "client_address_header", {
         /// `X-Forwarded-For: client, proxy1, …` (nginx, HAProxy, most load balancers).
@@ -311,6 +323,16 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `[audit]`
     pub audit: AuditConfig,
+    /// `[errors]`
+    pub errors: ErrorsConfig,
+}
+
+/// `[errors]`: how errors reach the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorsConfig {
+    /// The channel of guard refusals a model can act on, for credentials without an
+    /// override of their own.
+    pub guard_channel: GuardChannel,
 }
 
 /// `[auth]`: credential verification.
@@ -451,6 +473,9 @@ impl Default for Config {
             audit: AuditConfig {
                 retention_days: DEFAULT_AUDIT_RETENTION_DAYS as u32,
             },
+            errors: ErrorsConfig {
+                guard_channel: GuardChannel::JsonRpc,
+            },
         }
     }
 }
@@ -537,6 +562,9 @@ impl Config {
             },
             audit: RawAudit {
                 retention_days: Some(u64::from(self.audit.retention_days)),
+            },
+            errors: RawErrors {
+                guard_channel: Some(self.errors.guard_channel),
             },
         }
     }

@@ -43,14 +43,14 @@ use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 use crate::clock::Clock;
-use crate::config::Locale;
+use crate::config::{GuardChannel, Locale};
 use crate::guards::audit::{AuditEntry, Auditor};
 use crate::guards::auth::{
     AccessFacts, Authenticator, CallAuth, CredentialRef, Principal, Recheck,
 };
 use crate::guards::charging::CallCharge;
 use crate::guards::idempotency::{Ledger, Reservation};
-use crate::guards::outcome::{CallOutcome, Verdict};
+use crate::guards::outcome::{Addressee, CallOutcome, Verdict};
 use crate::guards::ratelimit::{Budget, ChargeRequest, Limiter};
 #[cfg(feature = "bench-switches")]
 use crate::guards::steps::Step;
@@ -148,6 +148,8 @@ pub struct Guards {
     ledger: Ledger,
     auditor: Auditor,
     chain: Chain,
+    /// The guard channel of credentials without one of their own.
+    guard_channel: GuardChannel,
     /// What a chain without [`Step::Authenticate`] runs as: the first caller,
     /// authenticated once.
     #[cfg(feature = "bench-switches")]
@@ -168,6 +170,7 @@ impl Guards {
             auditor: Auditor::new(store, clock.clone()),
             clock,
             chain: Chain::of(&CHAIN),
+            guard_channel: GuardChannel::JsonRpc,
             #[cfg(feature = "bench-switches")]
             stand_in: std::sync::OnceLock::new(),
         };
@@ -185,6 +188,14 @@ impl Guards {
             .filter(|step| !steps.contains(step) || matches!(step, Step::Resolve | Step::Run))
             .collect();
         self.chain = Chain::of(&kept);
+        self
+    }
+
+    /// The same guards answering the refusals of credentials without a guard channel of
+    /// their own on `channel` (`[errors] guard_channel`; [`GuardChannel::JsonRpc`] unless
+    /// set).
+    pub fn with_guard_channel(mut self, channel: GuardChannel) -> Guards {
+        self.guard_channel = channel;
         self
     }
 
@@ -431,6 +442,10 @@ impl Guards {
         done: &CallDone<'_>,
     ) {
         let call = passage.call;
+        let outcome = match &passage.principal {
+            Some(principal) => outcome.addressed(|| self.addressee(principal, &passage.budget)),
+            None => outcome,
+        };
         let verdict = outcome.verdict();
         metrics::global().observe_tool_call(cx.registry, call.name, verdict, started.elapsed());
         self.audit(
@@ -442,6 +457,16 @@ impl Guards {
             verdict,
         );
         done(passage.index, outcome);
+    }
+
+    /// Where a refusal of `principal`'s call goes: its credential's guard channel (or the
+    /// setting), its book, and the budget left when the call was charged.
+    fn addressee(&self, principal: &Principal, budget: &Budget) -> Addressee {
+        Addressee {
+            channel: principal.guard_channel.unwrap_or(self.guard_channel),
+            book: Book::from(principal.mode),
+            budget: (!budget.buckets().is_empty()).then(|| budget.clone()),
+        }
     }
 
     /// [`steps::Step::Audit`]: the audit row of a finished call named `name`.
@@ -495,7 +520,9 @@ impl Guards {
         let record = match steps::ledger_record(outcome, self) {
             Some(result) => Ok(result),
             None => match outcome {
-                CallOutcome::Rejected(err) => Err(err.clone()),
+                CallOutcome::Rejected(err) | CallOutcome::Refused { error: err, .. } => {
+                    Err(err.clone())
+                }
                 _ => Err(McpError::internal()),
             },
         };

@@ -467,7 +467,7 @@ pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Va
             ..
         } => Some(stored.result.clone()),
         CallOutcome::ToolFailed { error, .. } => Some(error.to_tool_result(guards.locale)),
-        CallOutcome::Rejected(_) => None,
+        CallOutcome::Rejected(_) | CallOutcome::Refused { .. } => None,
     }
 }
 

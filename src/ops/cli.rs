@@ -361,7 +361,8 @@ pub fn build_server_with_clock(
         .server_secret("request_state")
         .map(crate::tools::request_state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
-    let guards = Guards::new(store.clone(), locale, clock.clone());
+    let guards = Guards::new(store.clone(), locale, clock.clone())
+        .with_guard_channel(config.errors.guard_channel);
     guards
         .authenticator()
         .limit_argon2_per_second(config.auth.argon2_per_second);

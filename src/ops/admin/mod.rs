@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use crate::config::{Config, Locale};
+use crate::config::{Config, GuardChannel, Locale};
 use crate::guards::audit::{self, AuditFilter};
 use crate::guards::auth::{self, CredentialError, IssuedKey, KeyInfo, Mode, NewKey, OAuthClient};
 use crate::store::{Store, StoreError};
@@ -50,6 +50,22 @@ pub enum KeyCommand {
     Revoke(KeyIdArgs),
     /// Give a key a new secret; the old secret keeps working for the grace period.
     Rotate(KeyRotateArgs),
+    /// Change a key's settings: running servers apply them from its next call.
+    Set(KeySetArgs),
+}
+
+/// `tollgate key set`
+#[derive(Debug, Args)]
+pub struct KeySetArgs {
+    /// The key's id, as `tollgate key list` shows it.
+    id: String,
+    /// How the guard refusals of its calls that a model can act on are answered:
+    /// `tool_result`, `jsonrpc`, or `default` to follow `[errors] guard_channel`.
+    #[arg(long, value_name = "CHANNEL")]
+    guard_channel: String,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `tollgate key create`
@@ -70,6 +86,10 @@ pub struct KeyCreateArgs {
     /// Create a `tg_test_` key (accepted only while the company is in test mode).
     #[arg(long)]
     test: bool,
+    /// How the guard refusals of its calls that a model can act on are answered,
+    /// `tool_result` or `jsonrpc` (default: follow `[errors] guard_channel`).
+    #[arg(long, value_name = "CHANNEL")]
+    guard_channel: Option<String>,
     /// Print machine-readable JSON.
     #[arg(long)]
     json: bool,
