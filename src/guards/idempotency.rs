@@ -139,7 +139,7 @@ fn hex(bytes: &[u8]) -> String {
         })
 }
 
-fn in_use() -> McpError {
+pub(crate) fn in_use() -> McpError {
     McpError::new(ErrorKind::IdempotencyKeyInUse).with("retry_after", IN_USE_RETRY_AFTER)
 }
 
@@ -352,7 +352,7 @@ fn canonical(value: &Value, out: &mut String) {
     }
 }
 
-fn invalid(reason: &'static str, source: &'static str) -> McpError {
+pub(crate) fn invalid(reason: &'static str, source: &'static str) -> McpError {
     McpError::new(ErrorKind::IdempotencyKeyInvalid)
         .detail("reason", reason)
         .detail("source", source)

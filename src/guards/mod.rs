@@ -6,6 +6,8 @@
 //! 3. charge the rate counters ([`crate::guards::ratelimit`]) — before anything else is
 //!    checked, so calls refused later still consume quota,
 //! 4. access: scopes and plan ([`crate::guards::auth`]),
+//!    then, on a test-mode installation only, the failures the operator rehearses
+//!    ([`faults`]),
 //! 5. replay the stored result of a completed call with the same idempotency key
 //!    ([`crate::guards::idempotency`]),
 //! 6. fiscal guardrails (each tool's [`Tool::guardrails`](crate::tools::Tool::guardrails)),
@@ -30,6 +32,7 @@
 pub mod audit;
 pub mod auth;
 pub mod charging;
+pub mod faults;
 pub mod idempotency;
 pub mod metrics;
 pub mod outcome;
@@ -150,6 +153,8 @@ pub struct Guards {
     chain: Chain,
     /// The guard channel of credentials without one of their own.
     guard_channel: GuardChannel,
+    /// What rehearsed faults with a probability below 1 roll.
+    dice: std::sync::Arc<faults::Dice>,
     /// What a chain without [`Step::Authenticate`] runs as: the first caller,
     /// authenticated once.
     #[cfg(feature = "bench-switches")]
@@ -171,6 +176,7 @@ impl Guards {
             clock,
             chain: Chain::of(&CHAIN),
             guard_channel: GuardChannel::JsonRpc,
+            dice: faults::system_dice(),
             #[cfg(feature = "bench-switches")]
             stand_in: std::sync::OnceLock::new(),
         };
@@ -196,6 +202,13 @@ impl Guards {
     /// set).
     pub fn with_guard_channel(mut self, channel: GuardChannel) -> Guards {
         self.guard_channel = channel;
+        self
+    }
+
+    /// The same guards rolling `dice` for rehearsed faults with a probability below 1 (the
+    /// system's random source unless set).
+    pub fn with_fault_dice(mut self, dice: std::sync::Arc<faults::Dice>) -> Guards {
+        self.dice = dice;
         self
     }
 

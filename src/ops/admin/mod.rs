@@ -1,6 +1,7 @@
-//! The operator's commands: `key`, `client`, `plan`, `company`, `sandbox` and `audit`, with
-//! their arguments (here) and handlers (`credentials` for keys and clients, `company` for
-//! plans, the company and the sandbox; `audit` here). `cli` routes to them; the credential
+//! The operator's commands: `key`, `client`, `plan`, `company`, `sandbox`, `faults` and
+//! `audit`, with their arguments (here; `faults` keeps its own) and handlers (`credentials`
+//! for keys and clients, `company` for plans, the company and the sandbox, `faults` for
+//! rehearsed failures; `audit` here). `cli` routes to them; the credential
 //! model they drive lives in [`crate::guards::auth`], the audit log in
 //! [`crate::guards::audit`], their rows in [`crate::store`].
 //!
@@ -23,11 +24,13 @@ use crate::tools::invoicing::sandbox::{self, Filled, Seed};
 
 mod company;
 mod credentials;
+mod faults;
 mod text;
 
 use company::company_mode;
 pub use company::{company, plan, sandbox};
 pub use credentials::{client, first_admin_key, key};
+pub use faults::{FaultsCommand, faults};
 use text::format_time_ms;
 pub use text::{escape_for_terminal, format_time, parse_duration};
 
