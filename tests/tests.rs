@@ -17,6 +17,7 @@ mod floods;
 #[cfg(feature = "conformance-pack")]
 mod fuzz;
 mod golden;
+mod guard_channel;
 mod guards;
 mod hardening_auth;
 mod hardening_store;

@@ -193,7 +193,12 @@ mod tests {
         ] {
             assert!(codes.contains(&code), "{code}");
         }
-        for code in ["invalid_token", "client_revoked", "parse_error", "origin_not_allowed"] {
+        for code in [
+            "invalid_token",
+            "client_revoked",
+            "parse_error",
+            "origin_not_allowed",
+        ] {
             assert!(rehearsable(code).is_none(), "{code}");
         }
         assert_eq!(

@@ -570,6 +570,8 @@ mod tests {
             client_id: None,
             scopes: vec!["*".to_owned()],
             mode: crate::guards::auth::Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
         }
     }
 

@@ -162,7 +162,10 @@ impl Store {
                     .prepare_cached("DELETE FROM faults WHERE id = ?1")
                     .or_store()?
                     .execute([id]),
-                None => tx.prepare_cached("DELETE FROM faults").or_store()?.execute([]),
+                None => tx
+                    .prepare_cached("DELETE FROM faults")
+                    .or_store()?
+                    .execute([]),
             };
             deleted.or_store()
         })
@@ -207,7 +210,11 @@ mod tests {
     fn a_counted_fault_is_used_up_and_then_gone() {
         let (_dir, store) = store();
         let id = add(&store, None, Some(2));
-        let take = || store.in_transaction(|tx| take_firing(tx, id)).expect("take");
+        let take = || {
+            store
+                .in_transaction(|tx| take_firing(tx, id))
+                .expect("take")
+        };
         assert!(take());
         assert_eq!(store.faults().expect("list")[0].remaining, Some(1));
         assert!(take());

@@ -868,6 +868,7 @@ pub(crate) mod testing {
             expires_in: None,
             client_id: None,
             mode: Mode::Live,
+            guard_channel: None,
         };
         create_key(store, &new).expect("create key")
     }
@@ -1099,6 +1100,7 @@ mod tests {
             expires_in,
             client_id: None,
             mode,
+            guard_channel: None,
         };
         let revoked = key(&store, &["*"]);
         assert!(revoke_key(&store, &revoked.public_id).expect("revoke"));
@@ -1211,6 +1213,8 @@ mod tests {
             client_id: None,
             scopes: vec!["invoices:read".into()],
             mode: Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
         };
         let err = auth
             .check_access(&reader, &tool("create_invoice", "invoices:write"))
@@ -1246,6 +1250,7 @@ mod tests {
                 expires_in: None,
                 client_id: None,
                 mode: Mode::Live,
+                guard_channel: None,
             },
         )
         .expect_err("allowance");
@@ -1365,6 +1370,7 @@ mod tests {
             expires_in: Some(Duration::from_secs(60)),
             client_id: None,
             mode: Mode::Test,
+            guard_channel: None,
         };
         let issued = create_key(&store, &new).expect("test key");
         assert!(issued.token.expose().starts_with("tg_test_"));

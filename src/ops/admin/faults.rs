@@ -88,7 +88,8 @@ fn fault_add(config: &Config, store: &Store, args: &FaultAddArgs) -> Result<(), 
     check_tool(config, store, &args.tool, kind)?;
     check_numbers(args, kind)?;
     if let Some(id) = &args.credential {
-        let exists = store.with_conn(|conn| crate::store::credentials::credential_exists(conn, id))?;
+        let exists =
+            store.with_conn(|conn| crate::store::credentials::credential_exists(conn, id))?;
         if !exists {
             return Err(CredentialError::UnknownKey(id.clone()).into());
         }
@@ -196,13 +197,14 @@ fn fault_json(fault: &Fault) -> Value {
 
 /// One line about a fault: which calls, which error, how often.
 fn describe(fault: &Fault) -> String {
-    let who = fault
-        .credential_id
-        .as_deref()
-        .map_or_else(|| "any credential".to_owned(), |id| format!("credential {id}"));
-    let times = fault
-        .remaining
-        .map_or_else(|| "until cleared".to_owned(), |n| format!("{n} firing(s) left"));
+    let who = fault.credential_id.as_deref().map_or_else(
+        || "any credential".to_owned(),
+        |id| format!("credential {id}"),
+    );
+    let times = fault.remaining.map_or_else(
+        || "until cleared".to_owned(),
+        |n| format!("{n} firing(s) left"),
+    );
     let wait = fault
         .retry_after
         .map(|s| format!(", retry_after {s}s"))
@@ -220,7 +222,9 @@ fn fault_list(store: &Store, as_json: bool) -> Result<(), Failed> {
         return Ok(());
     }
     if faults.is_empty() {
-        println!("No rehearsed failures. Add one with `tollgate faults add --tool NAME --error CODE`.");
+        println!(
+            "No rehearsed failures. Add one with `tollgate faults add --tool NAME --error CODE`."
+        );
         return Ok(());
     }
     for fault in &faults {

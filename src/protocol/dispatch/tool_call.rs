@@ -136,7 +136,10 @@ impl<'q> ToolRequest<'q> {
 /// `_meta`; for a refusal, a JSON-RPC error — or, when its caller's guard channel is
 /// `tool_result` and the model can act on it ([`McpError::model_can_act`]), an `isError`
 /// result whose envelope also names the JSON-RPC code it would have had.
-pub(super) fn render_call_outcome(outcome: CallOutcome, locale: Locale) -> Result<Answer, McpError> {
+pub(super) fn render_call_outcome(
+    outcome: CallOutcome,
+    locale: Locale,
+) -> Result<Answer, McpError> {
     let budget = outcome.budget().cloned();
     let (mut result, book) = match outcome {
         CallOutcome::Rejected(err) => return Err(err),
