@@ -26,6 +26,7 @@ mod invoicing;
 mod listener;
 #[cfg(feature = "conformance-pack")]
 mod ratelimit;
+mod rehearsal;
 mod sandbox;
 mod side_doors;
 mod stdio_protocol;

@@ -1052,4 +1052,27 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn the_guard_channel_defaults_to_jsonrpc_and_takes_two_words() {
+        let config = Config::load(None, &[], &Overrides::default()).expect("defaults");
+        assert_eq!(config.errors.guard_channel, GuardChannel::JsonRpc);
+        let result = env(&[("TOLLGATE_ERRORS_GUARD_CHANNEL", "tool_result")]);
+        let config = Config::load(None, &result, &Overrides::default()).expect("tool_result");
+        assert_eq!(config.errors.guard_channel, GuardChannel::ToolResult);
+        assert!(
+            config
+                .describe()
+                .contains("[errors]\nguard_channel = \"tool_result\"")
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[errors]\nguard_channel = \"result\"\n").expect("write");
+        let err = Config::load(Some(&path), &[], &Overrides::default()).expect_err("bad word");
+        assert!(
+            err.message()
+                .contains("invalid guard_channel \"result\": expected one of jsonrpc, tool_result"),
+            "{err}"
+        );
+    }
 }

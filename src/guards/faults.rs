@@ -207,6 +207,44 @@ mod tests {
         );
     }
 
+    fn fault(id: i64, probability: f64) -> Fault {
+        Fault {
+            id,
+            tool: "search_clients".to_owned(),
+            credential_id: None,
+            code: "timeout".to_owned(),
+            probability,
+            remaining: None,
+            retry_after: None,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_fault_fires_when_the_dice_roll_below_its_probability() {
+        let (_dir, store) = crate::guards::auth::testing::fresh("pro");
+        let rolls = std::sync::Mutex::new(vec![0.7, 0.5, 0.5].into_iter());
+        let dice: Arc<Dice> = Arc::new(move || {
+            rolls
+                .lock()
+                .map(|mut r| r.next().unwrap_or(1.0))
+                .unwrap_or(1.0)
+        });
+        let guards = Guards::new(
+            store,
+            crate::config::Locale::En,
+            crate::clock::Clock::System,
+        )
+        .with_fault_dice(dice);
+        // 0.7 misses the first (0.6); 0.5 hits the second (0.55).
+        let fired = guards.firing(vec![fault(1, 0.6), fault(2, 0.55), fault(3, 1.0)]);
+        assert_eq!(fired.map(|f| f.id), Some(2));
+        // 0.5 misses 0.25; a probability of 1 needs no roll.
+        let fired = guards.firing(vec![fault(4, 0.25), fault(5, 1.0)]);
+        assert_eq!(fired.map(|f| f.id), Some(5));
+        assert!(guards.firing(vec![fault(6, 0.1)]).is_none());
+    }
+
     #[test]
     fn the_system_dice_roll_within_zero_and_one() {
         let dice = system_dice();
