@@ -431,6 +431,21 @@ fn every_refusal_a_model_can_act_on_over_stdio_in_both_channels() {
             };
             assert_fields(&case, &envelope, &world);
         }
+        // The same process serves the 2026-07-28 era too: the result says it is complete.
+        let mut params = json!({"name": "no_such_tool", "arguments": {}});
+        merge_modern_meta(&mut params);
+        let (_, server) = servers.first_mut().expect("a server");
+        let modern = server.request("tools/call", params);
+        if channel == "tool_result" {
+            assert_eq!(
+                modern["result"]["resultType"],
+                json!("complete"),
+                "{modern}"
+            );
+            assert_eq!(modern["result"]["isError"], json!(true), "{modern}");
+        } else {
+            assert_eq!(modern["error"]["code"], json!(-32602), "{modern}");
+        }
     }
 }
 
@@ -525,6 +540,26 @@ fn the_setting_applies_to_keys_without_their_own_channel_and_key_set_changes_a_r
         refused(&scope(&plain.token)),
         "the setting applies to a key without its own"
     );
+    // The handshake era over HTTP: the same isError result, without resultType.
+    let session = server.open_session("2025-11-25", &plain.token);
+    let auth = format!("Bearer {}", plain.token);
+    let handshake = server.post_mcp(
+        &[
+            ("Authorization", auth.as_str()),
+            ("Mcp-Session-Id", session.as_str()),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "create_client", "arguments": {"name": "N"}}}),
+    );
+    assert_eq!(handshake.status, 200);
+    let body = handshake.json();
+    assert_eq!(body["result"]["isError"], json!(true), "{body}");
+    assert_eq!(
+        body["result"]["_meta"]["dev.tollgate/error"]["jsonrpc_code"],
+        json!(-32005)
+    );
+    assert!(body["result"].get("resultType").is_none(), "{body}");
     let pinned_answer = scope(&pinned.token).json();
     assert_eq!(
         pinned_answer["error"]["code"],
