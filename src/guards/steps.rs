@@ -15,7 +15,9 @@ use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 use crate::guards::auth::{AccessFacts, CallAuth, Principal};
-use crate::guards::idempotency::{Claim as LedgerClaim, Reservation, extract_key};
+use crate::guards::idempotency::{
+    Claim as LedgerClaim, Reservation, extract_key, refuses_arguments,
+};
 use crate::guards::outcome::{CallOutcome, Output, Stored};
 use crate::guards::ratelimit::Budget;
 use crate::guards::{Caller, Guards, RunTools, ToolCall};
@@ -45,7 +47,9 @@ pub enum Step {
     Guardrails,
     /// The idempotency key reserved for this call (or refused: missing, reused, in use).
     Claim,
-    /// The arguments validated against the input schema, then the tool run.
+    /// The arguments validated against the input schema, then the tool run. A refusal of
+    /// the arguments (by the schema or by the tool's own checks) releases the key instead of
+    /// storing the refusal, so the same key with corrected arguments runs.
     Run,
     /// The audit row.
     Audit,
@@ -460,7 +464,9 @@ impl CallStep for Run {
 }
 
 /// The tool result the ledger stores for an outcome: the tool's own result, without the
-/// `_meta` entries of this call (`None` for a JSON-RPC error, which releases the key).
+/// `_meta` entries of this call. `None` — the key is released — for a JSON-RPC error, and
+/// for a refusal of the arguments ([`refuses_arguments`]): that is no answer to the
+/// operation, and the same key with corrected arguments must run.
 pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Value> {
     match outcome {
         CallOutcome::Admitted {
@@ -471,6 +477,7 @@ pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Va
             output: Output::Replayed(stored),
             ..
         } => Some(stored.result.clone()),
+        CallOutcome::ToolFailed { error, .. } if refuses_arguments(error) => None,
         CallOutcome::ToolFailed { error, .. } => Some(error.to_tool_result(guards.locale)),
         CallOutcome::Rejected(_) => None,
     }
