@@ -15,9 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 use crate::guards::auth::{AccessFacts, CallAuth, Principal};
-use crate::guards::idempotency::{
-    Claim as LedgerClaim, Reservation, extract_key, refuses_arguments,
-};
+use crate::guards::idempotency::{Claim as LedgerClaim, Reservation, extract_key};
 use crate::guards::outcome::{CallOutcome, Output, Stored};
 use crate::guards::ratelimit::Budget;
 use crate::guards::{Caller, Guards, RunTools, ToolCall};
@@ -465,9 +463,14 @@ impl CallStep for Run {
 
 /// The tool result the ledger stores for an outcome: the tool's own result, without the
 /// `_meta` entries of this call. `None` — the key is released — for a JSON-RPC error, and
-/// for a refusal of the arguments ([`refuses_arguments`]): that is no answer to the
-/// operation, and the same key with corrected arguments must run.
+/// for a refusal of the arguments
+/// ([`refuses_arguments`](crate::guards::idempotency::refuses_arguments)): that is no
+/// answer to the operation, and the same key with corrected arguments must run.
 pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Value> {
+    use crate::guards::idempotency::refuses_arguments;
+    if matches!(outcome, CallOutcome::ToolFailed { error, .. } if refuses_arguments(error)) {
+        return None;
+    }
     match outcome {
         CallOutcome::Admitted {
             output: Output::Fresh(output),
@@ -477,7 +480,6 @@ pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Va
             output: Output::Replayed(stored),
             ..
         } => Some(stored.result.clone()),
-        CallOutcome::ToolFailed { error, .. } if refuses_arguments(error) => None,
         CallOutcome::ToolFailed { error, .. } => Some(error.to_tool_result(guards.locale)),
         CallOutcome::Rejected(_) => None,
     }
