@@ -216,6 +216,7 @@ pub fn check_deletable(invoice: &Invoice) -> Result<(), McpError> {
     Err(ISSUED_INVOICE_IMMUTABLE
         .violation(subcode)
         .param("invoice_id")
+        .detail("invoice_id", invoice.id.as_str())
         .detail("status", invoice.status.as_str())
         .with(
             "suggestion",
@@ -235,6 +236,7 @@ pub fn check_voidable(invoice: &Invoice) -> Result<(), McpError> {
     Err(NO_DOUBLE_VOID
         .violation(subcode)
         .param("invoice_id")
+        .detail("invoice_id", invoice.id.as_str())
         .detail("status", invoice.status.as_str())
         .detail("kind", invoice.kind.as_str()))
 }
