@@ -149,7 +149,7 @@ fn problems_of(err: &ValidationError<'_>, schema: &Value) -> Vec<Problem> {
                 .collect();
         }
         K::Format { format } => at("format", Expect::Format(format.clone())),
-        K::Pattern { pattern } => at("pattern", Expect::Pattern(pattern.clone())),
+        K::Pattern { pattern } => at("pattern", pattern_expect(pattern)),
         K::Enum { options } => at(
             "enum",
             Expect::OneOf(options.as_array().cloned().unwrap_or_default()),
@@ -200,7 +200,7 @@ fn expect_of(schema: &Value, name: &str) -> Expect {
         return Expect::Format(format.to_owned());
     }
     if let Some(pattern) = get("pattern").and_then(Value::as_str) {
-        return Expect::Pattern(pattern.to_owned());
+        return pattern_expect(pattern);
     }
     if is("integer") && name.ends_with("_cents") {
         return Expect::Cents;
@@ -218,4 +218,15 @@ fn expect_of(schema: &Value, name: &str) -> Expect {
         return Expect::Type("string".into());
     }
     Expect::Type(types)
+}
+
+/// A pattern as an expectation: an id's pattern reads as the kind of id it is.
+fn pattern_expect(pattern: &str) -> Expect {
+    if pattern.starts_with("^cli_") {
+        Expect::Named("client_id")
+    } else if pattern.starts_with("^inv_") {
+        Expect::Named("invoice_id")
+    } else {
+        Expect::Pattern(pattern.to_owned())
+    }
 }
