@@ -152,7 +152,7 @@ fn problems_of(err: &ValidationError<'_>, schema: &Value) -> Vec<Problem> {
         K::Pattern { pattern } => at("pattern", pattern_expect(pattern)),
         K::Enum { options } => at(
             "enum",
-            Expect::OneOf(options.as_array().cloned().unwrap_or_default()),
+            Expect::OneOf(non_null(options.as_array().cloned().unwrap_or_default())),
         ),
         K::Constant { expected_value } => at("enum", Expect::OneOf(vec![expected_value.clone()])),
         K::Minimum { .. }
@@ -193,8 +193,7 @@ fn expect_of(schema: &Value, name: &str) -> Expect {
     let types = get("type").cloned().unwrap_or(Value::Null);
     let is = |t: &str| types == t || types.as_array().is_some_and(|a| a.iter().any(|x| x == t));
     if let Some(options) = get("enum").and_then(Value::as_array) {
-        let options = options.iter().filter(|o| !o.is_null()).cloned().collect();
-        return Expect::OneOf(options);
+        return Expect::OneOf(non_null(options.clone()));
     }
     if let Some(format) = get("format").and_then(Value::as_str) {
         return Expect::Format(format.to_owned());
@@ -220,6 +219,12 @@ fn expect_of(schema: &Value, name: &str) -> Expect {
     Expect::Type(types)
 }
 
+/// The allowed values but `null`, which stands for leaving an optional argument out.
+fn non_null(mut options: Vec<Value>) -> Vec<Value> {
+    options.retain(|o| !o.is_null());
+    options
+}
+
 /// A pattern as an expectation: an id's pattern reads as the kind of id it is.
 fn pattern_expect(pattern: &str) -> Expect {
     if pattern.starts_with("^cli_") {
@@ -228,5 +233,82 @@ fn pattern_expect(pattern: &str) -> Expect {
         Expect::Named("invoice_id")
     } else {
         Expect::Pattern(pattern.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::Locale;
+
+    fn problems(schema: &Value, args: &Value) -> Vec<Problem> {
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(schema)
+            .expect("schema compiles");
+        validator
+            .iter_errors(args)
+            .flat_map(|err| problems_of(&err, schema))
+            .collect()
+    }
+
+    #[test]
+    fn every_failing_argument_is_reported_with_what_it_must_be() {
+        let schema = json!({"type": "object", "additionalProperties": false,
+            "required": ["quantity", "client_id"],
+            "properties": {
+                "quantity": {"type": "integer", "minimum": 1, "maximum": 10},
+                "issue_date": {"type": "string", "format": "date"},
+                "kind": {"type": ["string", "null"], "enum": ["full", "simplified", null]},
+                "client_id": {"type": "string", "pattern": "^cli_[0-9a-f]+$"},
+                "amount_cents": {"type": "integer"}}});
+        let args = json!({"quantity": 50, "issue_date": "2026-13-01", "kind": "big",
+                          "amount_cents": 1.5, "extra": true});
+        let found: Vec<(String, &str, String)> = problems(&schema, &args)
+            .iter()
+            .map(|p| {
+                (
+                    p.param.clone(),
+                    p.reason,
+                    crate::catalog::problems::phrase(&p.expect, Locale::En),
+                )
+            })
+            .collect();
+        let expect = |p: &str, r: &'static str, e: &str| (p.to_owned(), r, e.to_owned());
+        for item in [
+            expect("quantity", "range", "a number of 1 to 10"),
+            expect("issue_date", "format", "a date YYYY-MM-DD"),
+            expect("kind", "enum", "one of \"full\", \"simplified\""),
+            expect("amount_cents", "type", "an integer number of cents"),
+            expect(
+                "client_id",
+                "missing",
+                "a client id as returned by search_clients (cli_…)",
+            ),
+            expect(
+                "extra",
+                "unexpected_argument",
+                "left out (the tool's arguments are quantity, issue_date, kind, client_id, amount_cents)",
+            ),
+        ] {
+            assert!(found.contains(&item), "{item:?} not in {found:?}");
+        }
+        assert_eq!(found.len(), 6, "{found:?}");
+    }
+
+    #[test]
+    fn the_first_failure_decides_the_entry_and_param() {
+        let err = McpError::invalid_arguments(&[
+            Problem::new("client_id", "missing", Expect::Named("client_id")),
+            Problem::new("limit", "range", Expect::Range(Some(1.into()), None)),
+        ]);
+        assert_eq!(err.kind(), crate::catalog::ErrorKind::MissingRequiredField);
+        assert_eq!(err.fields()["param"], json!("client_id"));
+        assert_eq!(
+            err.fields()["details"]["errors"][1]["param"],
+            json!("limit")
+        );
     }
 }
