@@ -14,9 +14,11 @@ use crate::config::{ErrorStatusMode, Locale};
 mod examples;
 mod guardrails;
 pub mod problems;
+mod suggestions;
 pub mod template;
 
 pub use problems::{Expect, Problem};
+pub use suggestions::Suggestion;
 
 /// Which channel an error travels on when it reaches the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -418,6 +420,7 @@ catalog! {
 pub struct McpError {
     kind: ErrorKind,
     fields: Map<String, Value>,
+    suggestion: Option<Suggestion>,
 }
 
 impl McpError {
@@ -426,6 +429,7 @@ impl McpError {
         McpError {
             kind,
             fields: Map::new(),
+            suggestion: None,
         }
     }
 
@@ -454,6 +458,12 @@ impl McpError {
         if let Value::Object(map) = details {
             map.insert(name.to_owned(), value.into());
         }
+        self
+    }
+
+    /// Sets `suggestion`, rendered in the envelope's locale.
+    pub fn suggest(mut self, suggestion: Suggestion) -> Self {
+        self.suggestion = Some(suggestion);
         self
     }
 
@@ -602,6 +612,9 @@ impl McpError {
         map.insert("hint".into(), self.hint(locale).into());
         for (name, value) in &self.fields {
             map.insert(name.clone(), value.clone());
+        }
+        if let Some(suggestion) = self.suggestion {
+            map.insert("suggestion".into(), suggestion.text(locale).into());
         }
         Value::Object(map)
     }
@@ -841,6 +854,19 @@ mod tests {
         assert_eq!(
             vat.hint(Locale::En),
             "The VAT rate 7 in `lines.0.vat_rate` is not a legal rate in ES; use one of 21, 10, 4, 0 (rule legal-vat-rates, guide tollgate://guardrails/legal-vat-rates)."
+        );
+    }
+
+    #[test]
+    fn a_suggestion_is_rendered_in_the_envelope_locale() {
+        let err = McpError::new(ErrorKind::InvoiceNotIssued).suggest(Suggestion::IssueFirst);
+        assert_eq!(
+            err.envelope(Locale::Es)["suggestion"],
+            "Emita antes la factura con issue_invoice."
+        );
+        assert_eq!(
+            err.envelope(Locale::En)["suggestion"],
+            "Issue the invoice with issue_invoice first."
         );
     }
 

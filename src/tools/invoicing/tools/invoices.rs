@@ -11,7 +11,7 @@ use crate::store::Conn;
 use serde_json::{Map, Value, json};
 
 use super::{Args, db_failure, invalid_format, not_found, output, page, today, tool};
-use crate::catalog::{ErrorKind, Expect, McpError};
+use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
 use crate::clock::Clock;
 use crate::tools::invoicing::date::Date;
 use crate::tools::invoicing::db::{self, InvoiceFilter};
@@ -563,10 +563,7 @@ fn void_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Tool
                 .param("invoice_id")
                 .detail("invoice_id", invoice.id.as_str())
                 .detail("status", "draft")
-                .with(
-                    "suggestion",
-                    "A draft has no legal effect: delete it with delete_invoice.",
-                ));
+                .suggest(Suggestion::DeleteTheDraft));
         }
         let last =
             db::series_last_issue_date(tx, ctx.book, RECTIFYING_SERIES).map_err(db_failure)?;

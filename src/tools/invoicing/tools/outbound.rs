@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::invoices::load;
 use super::{Args, db_failure, output, tool};
-use crate::catalog::{ErrorKind, Expect, McpError};
+use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
 use crate::tools::invoicing::db;
 use crate::tools::invoicing::model::{Invoice, InvoiceId, InvoiceStatus, OutboxId};
 use crate::tools::invoicing::money::{self, LineAmounts, Totals};
@@ -110,10 +110,7 @@ fn ensure_sendable(invoice: &Invoice) -> Result<(), McpError> {
             .param("invoice_id")
             .detail("invoice_id", invoice.id.as_str())
             .detail("status", "draft")
-            .with(
-                "suggestion",
-                "Issue the invoice with issue_invoice before sending it.",
-            )),
+            .suggest(Suggestion::IssueBeforeSending)),
         InvoiceStatus::Void => Err(McpError::new(ErrorKind::InvoiceVoid)
             .param("invoice_id")
             .detail("invoice_id", invoice.id.as_str())
@@ -164,10 +161,7 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Tool
             return Err(McpError::new(ErrorKind::RecipientHasNoEmail)
                 .param("to")
                 .detail("client_id", invoice.client_id.as_str())
-                .with(
-                    "suggestion",
-                    "Add the client's e-mail with update_client, or pass `to`.",
-                ));
+                .suggest(Suggestion::AddEmailOrPassTo));
         };
         let number = invoice.number.clone().unwrap_or_default();
         let outbox_id = OutboxId::generate()?;

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::invoices::load;
 use super::{Args, db_failure, output, page, today, tool};
-use crate::catalog::{ErrorKind, Expect, McpError};
+use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
 use crate::tools::invoicing::db;
 use crate::tools::invoicing::model::{
     Invoice, InvoiceId, InvoiceStatus, Payment, PaymentId, PaymentMethod,
@@ -84,7 +84,7 @@ fn payable(invoice: &Invoice, amount: i64) -> Result<(), McpError> {
                 .param("invoice_id")
                 .detail("invoice_id", invoice.id.as_str())
                 .detail("status", "draft")
-                .with("suggestion", "Issue the invoice with issue_invoice first."));
+                .suggest(Suggestion::IssueFirst));
         }
         InvoiceStatus::Void => {
             return Err(McpError::new(ErrorKind::InvoiceVoid)
