@@ -12,7 +12,7 @@
 //! - `[ … ]` is an optional segment: it is dropped when a field it names is absent (or
 //!   null), so one template reads well with or without an optional field.
 //!
-//! A field outside an optional segment is required. [`render`] reports the required fields
+//! A field outside an optional segment is required. `render` reports the required fields
 //! an occurrence lacks; the catalog's tests and [`super::McpError::unfilled_placeholders`]
 //! use that to make sure every error carries what its sentence names.
 
