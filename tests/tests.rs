@@ -24,6 +24,7 @@ mod hints;
 mod http;
 mod invoicing;
 mod listener;
+mod optional_args;
 #[cfg(feature = "conformance-pack")]
 mod ratelimit;
 mod sandbox;
