@@ -411,3 +411,35 @@ fn tollgate_errors_prints_the_templates_in_both_locales() {
         "{guardrail}"
     );
 }
+
+#[test]
+fn a_long_list_of_bad_arguments_shows_five_and_counts_the_rest() {
+    in_both_locales_and_wires(|locale, _, wire| {
+        let mut args = json!({ "name": "Acme" });
+        for i in 1..=8 {
+            args[format!("extra_{i}")] = json!(i);
+        }
+        let response = wire.call("create_client", args);
+        assert_tool_error(&response, "validation_error", 400, 2001);
+        let envelope = &response["result"]["_meta"]["dev.tollgate/error"];
+        assert_eq!(envelope["param"], json!("extra_1"), "{response}");
+        assert_eq!(envelope["details"]["reason"], json!("unexpected_argument"));
+        assert_eq!(
+            envelope["details"]["errors"].as_array().map(Vec::len),
+            Some(8)
+        );
+        let text = result_text(&response);
+        let (start, end) = match locale {
+            "es" => (
+                "Los argumentos no cumplen el esquema de entrada de la herramienta: `extra_1` no es un argumento de esta herramienta: debe ser omitido (los argumentos de la herramienta son ",
+                "; y 3 más.",
+            ),
+            _ => (
+                "The arguments do not match the tool's input schema: `extra_1` is not an argument of this tool: it must be left out (the tool's arguments are ",
+                "; and 3 more.",
+            ),
+        };
+        assert!(text.starts_with(start) && text.ends_with(end), "{text}");
+        assert_eq!(text.matches("extra_").count(), 5, "{text}");
+    });
+}

@@ -580,7 +580,8 @@ impl McpError {
     /// The validation failure of `problems` (at least one). The first decides the entry
     /// (`missing` → `missing_required_field`, `format`/`pattern` → `invalid_format`, any
     /// other → `validation_error`) and is `param`; `details.errors` lists them all (at
-    /// most [`problems::PROBLEMS_IN_DETAILS`]).
+    /// most [`problems::PROBLEMS_IN_DETAILS`]; `details.error_count` says how many failed
+    /// when there are more).
     pub fn invalid_arguments(problems: &[Problem]) -> Self {
         let kind = match problems.first().map(|p| p.reason) {
             Some("missing") => ErrorKind::MissingRequiredField,
@@ -593,6 +594,10 @@ impl McpError {
     fn with_problems(kind: ErrorKind, problems: &[Problem]) -> Self {
         let err = Self::new(kind);
         match problems.first() {
+            Some(first) if problems.len() > problems::PROBLEMS_IN_DETAILS => err
+                .param(first.param.clone())
+                .detail("errors", problems::to_details(problems))
+                .detail("error_count", problems.len()),
             Some(first) => err
                 .param(first.param.clone())
                 .detail("errors", problems::to_details(problems)),

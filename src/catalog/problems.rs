@@ -422,14 +422,16 @@ fn clause(item: &Value, locale: Locale) -> Option<String> {
 }
 
 /// The list of `details.errors` in a sentence: the first few clauses, then "and N more".
-pub(crate) fn list_in_text(items: &[Value], locale: Locale) -> Option<String> {
+/// `total` is how many failed when the list holds fewer.
+pub(crate) fn list_in_text(items: &[Value], total: Option<u64>, locale: Locale) -> Option<String> {
     let clauses: Vec<String> = items.iter().filter_map(|i| clause(i, locale)).collect();
     if clauses.is_empty() {
         return None;
     }
     let shown = clauses.len().min(PROBLEMS_IN_TEXT);
     let mut text = clauses[..shown].join("; ");
-    let more = clauses.len() - shown;
+    let total = total.map_or(clauses.len(), |t| usize::try_from(t).unwrap_or(usize::MAX));
+    let more = total.max(clauses.len()) - shown;
     if more > 0 {
         text.push_str(&match locale {
             Locale::En => format!("; and {more} more"),
@@ -474,12 +476,14 @@ mod tests {
         let items: Vec<Value> = (0..7)
             .map(|i| Problem::new(format!("a{i}"), "missing", Expect::Cents).to_value())
             .collect();
-        let text = list_in_text(&items, Locale::En).unwrap_or_default();
+        let text = list_in_text(&items, None, Locale::En).unwrap_or_default();
         assert!(text.starts_with("`a0` is missing: it must be an integer number of cents; "));
         assert!(
             text.ends_with("`a4` is missing: it must be an integer number of cents; and 2 more")
         );
-        let es = list_in_text(&items[..1], Locale::Es).unwrap_or_default();
+        let counted = list_in_text(&items, Some(30), Locale::En).unwrap_or_default();
+        assert!(counted.ends_with("; and 25 more"), "{counted}");
+        let es = list_in_text(&items[..1], None, Locale::Es).unwrap_or_default();
         assert_eq!(es, "`a0` falta: debe ser un número entero de céntimos");
     }
 

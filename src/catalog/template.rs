@@ -8,7 +8,8 @@
 //! - `{name:q}` quotes a value the caller sent: a string in double quotes, cut to
 //!   [`QUOTE_MAX_CHARS`] characters, control characters replaced by spaces.
 //! - `{name:problems}` lists `details.errors` (the failing arguments of a validation), at
-//!   most [`PROBLEMS_IN_TEXT`] of them, then "and N more".
+//!   most [`PROBLEMS_IN_TEXT`] of them, then "and N more" (counting `details.error_count`
+//!   when more failed than the list holds).
 //! - `[ … ]` is an optional segment: it is dropped when a field it names is absent (or
 //!   null), so one template reads well with or without an optional field.
 //!
@@ -81,7 +82,18 @@ fn render_plain(segment: &str, fields: &Map<String, Value>, locale: Locale) -> R
 /// Writes one `{path[:format]}` into `out`, or records its path as missing.
 fn placeholder(spec: &str, fields: &Map<String, Value>, locale: Locale, out: &mut Rendered) {
     let (path, format) = spec.split_once(':').unwrap_or((spec, ""));
-    match lookup(fields, path).map(|value| format_value(value, format, locale)) {
+    let counted = |path: &str| {
+        let count_path = match path.rsplit_once('.') {
+            Some((parent, _)) => format!("{parent}.error_count"),
+            None => "error_count".to_owned(),
+        };
+        lookup(fields, &count_path).and_then(Value::as_u64)
+    };
+    let formatted = lookup(fields, path).map(|value| match format {
+        "problems" => problems::list_in_text(value.as_array()?, counted(path), locale),
+        _ => format_value(value, format, locale),
+    });
+    match formatted {
         Some(Some(text)) => out.text.push_str(&text),
         _ => {
             out.missing.push(path.to_owned());
@@ -110,7 +122,6 @@ fn lookup<'a>(fields: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
 fn format_value(value: &Value, format: &str, locale: Locale) -> Option<String> {
     match format {
         "q" => Some(quoted(value)),
-        "problems" => problems::list_in_text(value.as_array()?, locale),
         _ => Some(plain(value, locale)),
     }
 }

@@ -10,7 +10,9 @@ use serde_json::Value;
 use jsonschema::ValidationError;
 use jsonschema::error::ValidationErrorKind as K;
 
-use crate::catalog::problems::PROBLEMS_IN_DETAILS;
+/// How many failing arguments are counted at most (the list holds
+/// [`PROBLEMS_IN_DETAILS`](crate::catalog::problems::PROBLEMS_IN_DETAILS)).
+const PROBLEMS_COUNTED: usize = 200;
 use crate::catalog::{Expect, McpError, Problem};
 use crate::tools::{Tool, ToolSpec};
 
@@ -52,7 +54,8 @@ impl RegisteredTool {
     }
 
     /// Checks `args` against the input schema. Every failing argument is reported (at
-    /// most [`PROBLEMS_IN_DETAILS`]); the first decides the catalog entry and `param`.
+    /// most [`PROBLEMS_IN_DETAILS`](crate::catalog::problems::PROBLEMS_IN_DETAILS) listed, up to [`PROBLEMS_COUNTED`] counted); the first
+    /// decides the catalog entry and `param`.
     pub fn validate(&self, args: &Value) -> Result<(), McpError> {
         let validator = match self.validator.get_or_init(|| compile(self.tool.as_ref())) {
             Ok(validator) => validator,
@@ -67,7 +70,8 @@ impl RegisteredTool {
         for err in validator.iter_errors(args) {
             first_reason.get_or_insert_with(|| legacy_reason(&err));
             problems.extend(problems_of(&err, schema));
-            if problems.len() >= PROBLEMS_IN_DETAILS {
+            // Counted past the list's cap so the text can say how many more failed.
+            if problems.len() >= PROBLEMS_COUNTED {
                 break;
             }
         }
