@@ -54,8 +54,8 @@ impl RegisteredTool {
     }
 
     /// Checks `args` against the input schema. Every failing argument is reported (at
-    /// most [`PROBLEMS_IN_DETAILS`](crate::catalog::problems::PROBLEMS_IN_DETAILS) listed, up to 200 counted); the first
-    /// decides the catalog entry and `param`.
+    /// most [`PROBLEMS_IN_DETAILS`](crate::catalog::problems::PROBLEMS_IN_DETAILS)
+    /// listed, up to 200 counted); the first decides the catalog entry and `param`.
     pub fn validate(&self, args: &Value) -> Result<(), McpError> {
         let validator = match self.validator.get_or_init(|| compile(self.tool.as_ref())) {
             Ok(validator) => validator,
