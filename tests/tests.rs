@@ -21,6 +21,7 @@ mod guard_channel;
 mod guards;
 mod hardening_auth;
 mod hardening_store;
+mod hints;
 mod http;
 mod invoicing;
 mod listener;

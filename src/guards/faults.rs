@@ -133,11 +133,15 @@ impl Guards {
                     .unwrap_or_else(|| McpError::new(kind))
             }
             ErrorKind::IdempotencyKeyRequired | ErrorKind::IdempotencyKeyReused => {
-                McpError::new(kind).param(idempotency::ARGUMENT)
+                McpError::new(kind)
+                    .param(idempotency::ARGUMENT)
+                    .detail("tool", spec.name)
             }
             ErrorKind::IdempotencyKeyInvalid => idempotency::invalid("too_long", "argument"),
             ErrorKind::IdempotencyKeyInUse => idempotency::in_use(),
-            other => McpError::new(other),
+            // A tool's own failure names what a real one would (the id not found, the
+            // argument at fault, …): the catalog's sample occurrence.
+            other => McpError::example(other),
         };
         match retry_after {
             Some(seconds) if kind.spec().retryable => error.with("retry_after", seconds),
@@ -243,6 +247,79 @@ mod tests {
         let fired = guards.firing(vec![fault(4, 0.25), fault(5, 1.0)]);
         assert_eq!(fired.map(|f| f.id), Some(5));
         assert!(guards.firing(vec![fault(6, 0.1)]).is_none());
+    }
+
+    /// Every rehearsable error as a call of `tool` would get it, with and without a wait.
+    fn every_simulated(tool_for: impl Fn(ErrorKind) -> &'static str, budget: &Budget) {
+        use crate::config::Locale;
+        let (_dir, store) = crate::guards::auth::testing::fresh("pro");
+        let clock = crate::clock::Clock::System;
+        let registry = crate::tools::Registry::new(
+            crate::tools::invoicing::tools(),
+            crate::tools::invoicing::retired::RETIRED_TOOLS,
+            crate::tools::invoicing::resources(),
+            crate::tools::invoicing::prompts(store.clone(), clock.clone()),
+        )
+        .expect("registry");
+        let guards = Guards::new(store, Locale::En, clock);
+        let principal = Principal {
+            credential_id: "abc".into(),
+            client_id: None,
+            scopes: vec!["invoices:read".into()],
+            mode: crate::guards::auth::Mode::Test,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Test,
+        };
+        for code in rehearsable_codes() {
+            let kind = rehearsable(code).expect("rehearsable");
+            let crate::tools::Resolution::Tool(tool) = registry.resolve(tool_for(kind)) else {
+                panic!("a registered tool for {code}");
+            };
+            for retry_after in [None, Some(17)] {
+                let fault = Fault {
+                    code: code.to_owned(),
+                    retry_after,
+                    ..fault(1, 1.0)
+                };
+                let error = guards
+                    .simulated(kind, &fault, &principal, tool, budget)
+                    .detail("simulated", true);
+                assert_eq!(error.kind(), kind, "{code}");
+                for locale in [Locale::En, Locale::Es] {
+                    assert_eq!(
+                        error.unfilled_placeholders(locale),
+                        Vec::<String>::new(),
+                        "{code} in {locale:?}: {}",
+                        error.hint(locale)
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_simulated_error_fills_every_field_of_its_hint() {
+        let charged = Budget::new(vec![crate::guards::ratelimit::BucketState {
+            bucket: "read",
+            limit: 120,
+            count: 120,
+            reset: 1_800_000_060,
+            window_secs: 60,
+        }]);
+        let tool_for = |kind| match kind {
+            ErrorKind::GuardrailViolation => "create_invoice",
+            _ => "get_invoice",
+        };
+        every_simulated(tool_for, &charged);
+        // Each tool with guardrails has a violation of its own to rehearse.
+        for tool in [
+            "update_invoice",
+            "issue_invoice",
+            "delete_invoice",
+            "void_invoice",
+        ] {
+            every_simulated(|_| tool, &Budget::default());
+        }
     }
 
     #[test]

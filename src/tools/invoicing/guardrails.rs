@@ -17,7 +17,7 @@ use super::db;
 use super::model::{Client, Invoice, InvoiceId, InvoiceKind, InvoiceStatus};
 use super::money::{LinePricing, Totals};
 use super::tools::integer;
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::{ErrorKind, McpError, Suggestion};
 use crate::clock::Clock;
 use crate::store::Store;
 use crate::store::store_failure;
@@ -134,26 +134,23 @@ pub const RULES: [&Rule; 6] = [
 /// a tax id, an issued invoice deleted or voided twice): what a rehearsed
 /// `mcp_guardrail_violation` of that tool answers. `None` for a tool without guardrails.
 pub fn example_violation(tool: &str) -> Option<McpError> {
+    const INVOICE: &str = "inv_01a2b3c4-0000-7000-8000-000000000001";
     let example = match tool {
         "create_invoice" | "update_invoice" => check_vat_rate("ES", 0, 7).err()?,
         "issue_invoice" => FULL_INVOICE_TAX_ID
             .violation("client_tax_id_missing")
-            .detail("client_id", "cli_0001")
-            .with(
-                "suggestion",
-                "Add the client's NIF/NIE/CIF with update_client, or make the invoice simplified.",
-            ),
+            .detail("client_id", "cli_01a2b3c4-0000-7000-8000-000000000001")
+            .suggest(Suggestion::AddTaxIdOrSimplify),
         "delete_invoice" => ISSUED_INVOICE_IMMUTABLE
             .violation("invoice_issued")
             .param("invoice_id")
+            .detail("invoice_id", INVOICE)
             .detail("status", InvoiceStatus::Issued.as_str())
-            .with(
-                "suggestion",
-                "Call void_invoice with a reason to cancel an issued invoice.",
-            ),
+            .suggest(Suggestion::VoidInstead),
         "void_invoice" => NO_DOUBLE_VOID
             .violation("invoice_already_void")
             .param("invoice_id")
+            .detail("invoice_id", INVOICE)
             .detail("status", InvoiceStatus::Void.as_str())
             .detail("kind", InvoiceKind::Full.as_str()),
         _ => return None,
@@ -200,10 +197,7 @@ pub fn check_simplified_ceiling(kind: InvoiceKind, totals: &Totals) -> Result<()
         .param("lines")
         .detail("total_with_vat_cents", with_vat)
         .detail("ceiling_cents", SIMPLIFIED_INVOICE_CEILING_CENTS)
-        .with(
-            "suggestion",
-            "Issue a full invoice (kind \"full\") to a client with a tax id.",
-        ))
+        .suggest(Suggestion::IssueFullInvoice))
 }
 
 /// `issue_date` is not before the last issue date of `series`.
@@ -231,10 +225,7 @@ pub fn check_recipient_tax_id(kind: InvoiceKind, client: &Client) -> Result<(), 
     Err(FULL_INVOICE_TAX_ID
         .violation("client_tax_id_missing")
         .detail("client_id", client.id.as_str())
-        .with(
-            "suggestion",
-            "Add the client's NIF/NIE/CIF with update_client, or make the invoice simplified.",
-        ))
+        .suggest(Suggestion::AddTaxIdOrSimplify))
 }
 
 /// Only drafts may be deleted.
@@ -248,11 +239,9 @@ pub fn check_deletable(invoice: &Invoice) -> Result<(), McpError> {
     Err(ISSUED_INVOICE_IMMUTABLE
         .violation(subcode)
         .param("invoice_id")
+        .detail("invoice_id", invoice.id.as_str())
         .detail("status", invoice.status.as_str())
-        .with(
-            "suggestion",
-            "Call void_invoice with a reason to cancel an issued invoice.",
-        ))
+        .suggest(Suggestion::VoidInstead))
 }
 
 /// Neither a voided invoice nor a rectifying one is voided.
@@ -267,6 +256,7 @@ pub fn check_voidable(invoice: &Invoice) -> Result<(), McpError> {
     Err(NO_DOUBLE_VOID
         .violation(subcode)
         .param("invoice_id")
+        .detail("invoice_id", invoice.id.as_str())
         .detail("status", invoice.status.as_str())
         .detail("kind", invoice.kind.as_str()))
 }
