@@ -184,13 +184,6 @@ fn settle(name: &str, lines: &[String]) {
 ///   `rate_limited` error, the wait its hint names, and its `Retry-After` header →
 ///   `<seconds>`; the `t=` of a
 ///   `RateLimit` header → `t=<seconds>`.
-/// The hint of a `rate_limited` error says how many seconds to wait, like its
-/// `retry_after`: that count → `<seconds>`.
-fn mask_wait(hint: &str, seconds: u64) -> String {
-    hint.replace(&format!("wait {seconds} "), "wait <seconds> ")
-        .replace(&format!("espere {seconds} "), "espere <seconds> ")
-}
-
 struct Normaliser {
     named: Vec<(String, String)>,
     seen: HashMap<String, String>,
@@ -3075,4 +3068,11 @@ fn http_listener_transcript() {
 #[test]
 fn conformance_transcript() {
     run_scenario("conformance", conformance);
+}
+
+/// The hint of a `rate_limited` error says how many seconds to wait, like its
+/// `retry_after`: that count → `<seconds>`.
+fn mask_wait(hint: &str, seconds: u64) -> String {
+    hint.replace(&format!("wait {seconds} "), "wait <seconds> ")
+        .replace(&format!("espere {seconds} "), "espere <seconds> ")
 }

@@ -266,6 +266,13 @@ const VOLATILE: [&str; 2] = ["reset", "retry_after"];
 fn without_volatile(envelope: &Value) -> Value {
     let mut envelope = envelope.clone();
     if let Some(map) = envelope.as_object_mut() {
+        // The wait a hint names counts down like `retry_after` itself.
+        if let (Some(wait), Some(Value::String(hint))) = (
+            map.get("retry_after").and_then(Value::as_u64),
+            map.get_mut("hint"),
+        ) {
+            *hint = hint.replace(&format!("wait {wait} "), "wait <seconds> ");
+        }
         for field in VOLATILE {
             map.remove(field);
         }
