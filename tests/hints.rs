@@ -239,10 +239,20 @@ fn a_rate_limit_names_the_bucket_its_limit_and_the_seconds_to_wait() {
                 .expect("retry_after");
             let expected = match locale {
                 "es" => format!(
-                    "Demasiadas llamadas: se agotó el límite \"read\" de 1; espere {wait} segundos antes de volver a llamar."
+                    "Demasiadas llamadas: se agotó el límite \"read\" de 1; espere {} antes de volver a llamar.",
+                    if wait == 1 {
+                        "1 segundo".to_owned()
+                    } else {
+                        format!("{wait} segundos")
+                    }
                 ),
                 _ => format!(
-                    "Too many calls: the \"read\" limit of 1 is used up; wait {wait} seconds before calling again."
+                    "Too many calls: the \"read\" limit of 1 is used up; wait {} before calling again.",
+                    if wait == 1 {
+                        "1 second".to_owned()
+                    } else {
+                        format!("{wait} seconds")
+                    }
                 ),
             };
             assert_eq!(rpc_hint(&response), expected);
@@ -397,7 +407,7 @@ fn tollgate_errors_prints_the_templates_in_both_locales() {
     assert_eq!(
         rate["hint"]["en"],
         json!(
-            "Too many calls: the {bucket:q} limit of {limit} is used up; wait {retry_after} seconds before calling again."
+            "Too many calls: the {bucket:q} limit of {limit} is used up; wait {retry_after:seconds} before calling again."
         )
     );
     let guardrail = entries

@@ -303,8 +303,8 @@ catalog! {
         "`required_scope`, `provided_scopes`"),
     /// A rate bucket is over its limit.
     RateLimited => (-32006, "rate_limited", 429, 3001, true, Guard, Semantic,
-        "Too many calls: the {bucket:q} limit of {limit} is used up; wait {retry_after} seconds before calling again.",
-        "Demasiadas llamadas: se agotó el límite {bucket:q} de {limit}; espere {retry_after} segundos antes de volver a llamar.",
+        "Too many calls: the {bucket:q} limit of {limit} is used up; wait {retry_after:seconds} before calling again.",
+        "Demasiadas llamadas: se agotó el límite {bucket:q} de {limit}; espere {retry_after:seconds} antes de volver a llamar.",
         "any bucket over its limit; `retry_after`, `bucket`, `limit`, `reset`"),
     /// The tool cannot be undone and no idempotency key was given.
     IdempotencyKeyRequired => (-32007, "idempotency_key_required", 400, 2002, false, Guard, Ok,
@@ -323,8 +323,8 @@ catalog! {
         "same key, different tool or arguments"),
     /// The first call with this key is still running.
     IdempotencyKeyInUse => (-32007, "idempotency_key_in_use", 409, 3202, true, Guard, Ok,
-        "A call with this idempotency key is still running; wait {retry_after} seconds and retry with the same key and arguments to get its result.",
-        "Una llamada con esta clave de idempotencia sigue en curso; espere {retry_after} segundos y reintente con la misma clave y argumentos para obtener su resultado.",
+        "A call with this idempotency key is still running; wait {retry_after:seconds} and retry with the same key and arguments to get its result.",
+        "Una llamada con esta clave de idempotencia sigue en curso; espere {retry_after:seconds} y reintente con la misma clave y argumentos para obtener su resultado.",
         "the first call with this key is still running"),
     /// A fiscal guardrail rejects the arguments.
     GuardrailViolation => (-32008, "mcp_guardrail_violation", 422, 3301, false, Guard, Ok,
@@ -916,7 +916,7 @@ mod tests {
             err.unfilled_placeholders(Locale::En),
             vec!["limit".to_owned(), "retry_after".to_owned()]
         );
-        assert!(err.hint(Locale::En).contains("{retry_after}"));
+        assert!(err.hint(Locale::En).contains("{retry_after:seconds}"));
     }
 
     #[test]

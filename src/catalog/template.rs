@@ -7,6 +7,7 @@
 //!   joined with ", " (an empty list reads "none"), objects as their keys.
 //! - `{name:q}` quotes a value the caller sent: a string in double quotes, cut to
 //!   [`QUOTE_MAX_CHARS`] characters, control characters replaced by spaces.
+//! - `{name:seconds}` writes a count of seconds with its unit ("1 second", "30 seconds").
 //! - `{name:problems}` lists `details.errors` (the failing arguments of a validation), at
 //!   most [`PROBLEMS_IN_TEXT`] of them, then "and N more" (counting `details.error_count`
 //!   when more failed than the list holds).
@@ -122,7 +123,18 @@ fn lookup<'a>(fields: &'a Map<String, Value>, path: &str) -> Option<&'a Value> {
 fn format_value(value: &Value, format: &str, locale: Locale) -> Option<String> {
     match format {
         "q" => Some(quoted(value)),
+        "seconds" => value.as_u64().map(|n| seconds(n, locale)),
         _ => Some(plain(value, locale)),
+    }
+}
+
+/// A count of seconds with its unit, singular for one.
+fn seconds(n: u64, locale: Locale) -> String {
+    match (locale, n) {
+        (Locale::En, 1) => "1 second".to_owned(),
+        (Locale::En, n) => format!("{n} seconds"),
+        (Locale::Es, 1) => "1 segundo".to_owned(),
+        (Locale::Es, n) => format!("{n} segundos"),
     }
 }
 
