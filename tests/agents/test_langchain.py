@@ -1,0 +1,129 @@
+"""What a LangChain agent's model receives when a tollgate tool call fails.
+
+langchain-mcp-adapters' `MultiServerMCPClient` (over Streamable HTTP and over stdio) turns
+tollgate's tools into LangChain tools; `langchain.agents.create_agent` runs its own agent loop
+(a LangGraph `ToolNode`) with a scripted chat model (`lc_scripted.ScriptedChatModel`) that
+makes one tool call and then records what its next turn is given.
+
+Measured behaviour of langchain-mcp-adapters 0.3.2 with langchain 1.5 / langgraph 1.2:
+
+- An `isError` result becomes a `ToolMessage(status="error")` whose text is the result's
+  text: the model reads the hint.
+- A JSON-RPC error escapes the tool as `McpError`; the ToolNode re-raises it, so the agent
+  run aborts and the model gets no next turn. The host sees the error's code, its message
+  (the string code) and `data`.
+
+So in the default channel (`jsonrpc`) a guard failure ends a LangChain agent's run, and with
+`guard_channel = "tool_result"` every failure reaches the model as a sentence it can act on.
+
+A tool the key's `tools/list` does not show (a scope it lacks, a tool outside the plan, a
+retired name) is simulated as an agent whose tool list predates the change: the LangChain tool
+for that name is built by the adapter's own `convert_mcp_tool_to_langchain_tool` from the
+tool's declaration (as a full-scope key saw it, or the retired tool's former declaration) and
+added to the tools `get_tools()` returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from harness import CHANNELS, TRANSPORTS, Tollgate, fill, missing_mentions
+from langchain.agents import create_agent
+from langchain_mcp_adapters.client import MultiServerMCPClient
+from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+from lc_scripted import FINAL_ANSWER, ScriptedChatModel, last_tool_message, text_of
+from mcp.shared.exceptions import McpError
+from mcp.types import Tool as MCPTool
+from scenarios import SCENARIOS, SUCCESS, Scenario
+
+SERVER = "tollgate"
+
+# Bounds one agent run (a handshake, one tool call, two model turns) on a busy machine.
+RUN_TIMEOUT = 60
+
+
+def connection(tg: Tollgate, token: str, transport: str) -> dict[str, Any]:
+    """The adapter's connection config for `transport`, carrying `token`."""
+    if transport == "http":
+        return {"transport": "streamable_http", "url": tg.http_url, "headers": tg.headers(token)}
+    return {"transport": "stdio", **tg.stdio(token)}
+
+
+async def agent_tools(tg: Tollgate, scenario: Scenario, token: str, transport: str) -> list[Any]:
+    """The tools the agent gets: `get_tools()`, plus the scenario's tool when it is not listed."""
+    conn = connection(tg, token, transport)
+    tools = await MultiServerMCPClient({SERVER: conn}).get_tools()
+    names = {tool.name for tool in tools}
+    if scenario.listed:
+        assert scenario.tool in names, f"{scenario.tool} is not listed for this key: {sorted(names)}"
+        return tools
+    assert scenario.tool not in names, f"{scenario.tool} is listed; the scenario expects it hidden"
+    former = MCPTool.model_validate(tg.declaration(scenario.tool))
+    return [*tools, convert_mcp_tool_to_langchain_tool(None, former, connection=conn, server_name=SERVER)]
+
+
+async def run_agent(tg: Tollgate, scenario: Scenario, channel: str, transport: str) -> tuple[ScriptedChatModel, BaseException | None]:
+    """One agent run whose model calls the scenario's tool once; the model and what the run raised."""
+    token = tg.token(scenario, channel)
+    ids = {**tg.ids, "channel": channel}
+    if scenario.prepare is not None:
+        scenario.prepare(tg, token, channel)
+    tools = await agent_tools(tg, scenario, token, transport)
+    model = ScriptedChatModel(script=[{"name": scenario.tool, "args": fill(scenario.arguments, ids)}])
+    agent = create_agent(model=model, tools=tools)
+    try:
+        result = await asyncio.wait_for(
+            agent.ainvoke({"messages": [{"role": "user", "content": f"Call {scenario.tool}."}]}), RUN_TIMEOUT
+        )
+    except Exception as error:  # noqa: BLE001 - what the run raised is the measurement
+        return model, error
+    assert result["messages"][-1].content == FINAL_ANSWER
+    return model, None
+
+
+def mentions(tg: Tollgate, scenario: Scenario, channel: str) -> list[Any]:
+    """The scenario's `must_mention` items with their `{id}` references filled in."""
+    return fill(list(scenario.must_mention), {**tg.ids, "channel": channel})
+
+
+def assert_model_read(tg: Tollgate, scenario: Scenario, channel: str, text: str) -> None:
+    missing = missing_mentions(text, mentions(tg, scenario, channel))
+    assert not missing, f"{scenario.name}/{channel}: the model's next turn lacks {missing}:\n{text}"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("channel", CHANNELS)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
+def test_failure_reaches_the_model_or_aborts(tollgate: Tollgate, scenario: Scenario, channel: str, transport: str) -> None:
+    """tool_result: the run goes on and the next turn reads the specific sentence.
+    jsonrpc: an isError failure reads the same; a guard failure aborts the run with McpError,
+    whose `data.hint` is the specific sentence only the host sees."""
+    model, raised = asyncio.run(run_agent(tollgate, scenario, channel, transport))
+    if channel == "jsonrpc" and scenario.is_guard:
+        assert isinstance(raised, McpError), f"expected the run to abort with McpError, got {raised!r}"
+        assert len(model.turns) == 1, "the model got a turn after the aborted tool call"
+        error = raised.error
+        assert (error.code, error.message) == (scenario.jsonrpc_code, scenario.code)
+        assert error.data["code"] == scenario.code
+        assert_model_read(tollgate, scenario, channel, error.data["hint"])
+        return
+    assert raised is None, f"the agent run aborted: {raised!r}"
+    received = last_tool_message(model)
+    assert received.status == "error"
+    assert received.name == scenario.tool
+    assert len(model.turns) == 2
+    assert_model_read(tollgate, scenario, channel, text_of(received))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_plain_read_reaches_the_model(tollgate: Tollgate, transport: str) -> None:
+    """A successful call: the next turn reads the client's data."""
+    model, raised = asyncio.run(run_agent(tollgate, SUCCESS, "jsonrpc", transport))
+    assert raised is None, f"the agent run aborted: {raised!r}"
+    received = last_tool_message(model)
+    assert received.status == "success"
+    assert_model_read(tollgate, SUCCESS, "jsonrpc", text_of(received))
+    listed = {tool["name"] for tool in tollgate.list_tools(tollgate.token(SUCCESS, "jsonrpc"))}
+    assert set(model.bound_tools) == listed
