@@ -68,6 +68,24 @@ def free_port() -> int:
 
 
 @dataclass
+class Received:
+    """What a framework's agent run made of one tool call.
+
+    `text`: what the model's next turn received for the call (the framework's rendering,
+    flattened to text); `raised`: the exception the run ended with instead.
+    """
+
+    text: str | None = None
+    raised: BaseException | None = None
+
+    def describe(self) -> str:
+        """One line for reports: the text, or the exception's type and message."""
+        if self.raised is not None:
+            return f"raises {type(self.raised).__name__}: {self.raised}"
+        return self.text or ""
+
+
+@dataclass
 class Key:
     """An API key made for one scenario and channel (or the reason it could not be made)."""
 
@@ -254,6 +272,12 @@ class Tollgate:
         if scenario.prepare is not None:
             scenario.prepare(self, token, channel)
         return token
+
+    def assert_specific(self, received: Received, scenario: Any) -> None:
+        """Asserts that the run went on and the model received the specific sentence."""
+        assert received.raised is None, f"{scenario.name}: the agent run aborted: {received.describe()}"
+        assert received.text is not None, f"{scenario.name}: the model received nothing"
+        self.assert_mentions(received.text, scenario)
 
     def assert_mentions(self, text: str, scenario: Any) -> None:
         """Asserts that `text` (what the model received) names every `must_mention` item."""
