@@ -127,3 +127,27 @@ def test_a_plain_read_reaches_the_model(tollgate: Tollgate, transport: str) -> N
     assert_model_read(tollgate, SUCCESS, "jsonrpc", text_of(received))
     listed = {tool["name"] for tool in tollgate.list_tools(tollgate.token(SUCCESS, "jsonrpc"))}
     assert set(model.bound_tools) == listed
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_corrected_retry_with_the_same_key_runs(tollgate: Tollgate, transport: str) -> None:
+    """The model's call fails validation; it fixes the argument and retries with the same
+    idempotency key, and the invoice is created (the refusal left no record under the key)."""
+    key = f"agents-corrected-retry-{transport}"
+    call = {"client_id": tollgate.ids["client_id"], "lines": [dict(LINE)], "idempotency_key": key}
+    script = [
+        {"name": "create_invoice", "args": {**call, "due_date": "31/12/2026"}},
+        {"name": "create_invoice", "args": {**call, "due_date": "2026-12-31"}},
+    ]
+    token = tollgate.token(SUCCESS, "jsonrpc")
+    model = ScriptedChatModel(script=script)
+    tools = asyncio.run(MultiServerMCPClient({SERVER: connection(tollgate, token, transport)}).get_tools())
+    result = asyncio.run(asyncio.wait_for(create_agent(model=model, tools=tools).ainvoke({"messages": [("user", "Invoice it.")]}), RUN_TIMEOUT))
+    assert result["messages"][-1].content == FINAL_ANSWER
+    refused, created = [m for m in result["messages"] if m.type == "tool"]
+    assert refused.status == "error" and "due_date" in text_of(refused), text_of(refused)
+    assert created.status == "success", text_of(created)
+    assert "draft" in text_of(created) and "2026-12-31" in text_of(created), text_of(created)
+
+
+LINE = {"description": "Consulting", "quantity": 1, "unit_price_cents": 10000, "vat_rate": 21}
