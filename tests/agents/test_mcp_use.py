@@ -56,12 +56,15 @@ def client_config(tg: Tollgate, token: str, transport: str) -> dict[str, Any]:
 
 
 class SentArguments:
-    """Records the arguments mcp-use sends with each `tools/call` (the connector's call)."""
+    """Records the arguments mcp-use sends with each `tools/call` (the connector's call) and
+    the `CallToolResult` it got back; the calls themselves are unchanged."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.results: list[tuple[str, Any]] = []
 
     def wrap(self, connector: Any) -> None:
+        """Puts the recorder around `connector.call_tool`, which mcp-use's tools call."""
         original = connector.call_tool
 
         async def call_tool(name: str, arguments: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
@@ -70,7 +73,6 @@ class SentArguments:
             self.results.append((name, result))
             return result
 
-        self.results: list[tuple[str, Any]] = []
         connector.call_tool = call_tool
 
 
