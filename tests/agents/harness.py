@@ -81,7 +81,9 @@ class Received:
     def describe(self) -> str:
         """One line for reports: the text, or the exception's type and message."""
         if self.raised is not None:
-            return f"raises {type(self.raised).__name__}: {self.raised}"
+            data = getattr(self.raised, "data", None)
+            hint = f" (data.hint: {data['hint']})" if isinstance(data, dict) and "hint" in data else ""
+            return f"raises {type(self.raised).__name__}: {self.raised}{hint}"
         return self.text or ""
 
 
@@ -441,3 +443,42 @@ def missing_mentions(text: str, mentions: Sequence[str | re.Pattern]) -> list[st
             missing.append(item)
     return missing
 
+
+
+# ---- the table of what each model received --------------------------------------------------
+
+
+def table(observations: Path, width: int = 110) -> str:
+    """A markdown table of `observe` records: one row per framework and scenario, one
+    column per channel; a cell says what the model received (both transports, when they
+    differ)."""
+    cells: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+    for line in observations.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        cell = cells.setdefault((row["framework"], row["scenario"]), {}).setdefault(row["channel"], {})
+        cell[row["transport"]] = row["received"]
+
+    def shorten(text: str) -> str:
+        text = " ".join(text.split()).replace("|", "\\|")
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    def render(by_transport: dict[str, str] | None) -> str:
+        if not by_transport:
+            return ""
+        texts = set(by_transport.values())
+        if len(texts) == 1:
+            return shorten(texts.pop())
+        return "; ".join(f"{t}: {shorten(x)}" for t, x in sorted(by_transport.items()))
+
+    out = ["| framework | failure | jsonrpc | tool_result |", "|---|---|---|---|"]
+    for (framework, scenario), channels in cells.items():
+        out.append(f"| {framework} | {scenario} | {render(channels.get('jsonrpc'))} | {render(channels.get('tool_result'))} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "table":
+        sys.exit("usage: harness.py table OBSERVATIONS.jsonl")
+    print(table(Path(sys.argv[2])))

@@ -114,7 +114,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "due_date",
             "YYYY-MM-DD",
             "lines.0.quantity",
-            re.compile(r"(?:at least|minimum(?: is| of)?|>=|≥|from)\s*1\b", re.IGNORECASE),
+            re.compile(r"(?:at least 1\b|\b1 to \d)"),
         ),
     ),
     Scenario(
@@ -171,7 +171,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         arguments={"invoice_id": "{issued_invoice_id}", "amount_cents": 200, "idempotency_key": "agents-payment-{channel}"},
         code="idempotency_key_reused",
         jsonrpc_code=-32007,
-        must_mention=("idempotency_key", "agents-payment-"),
+        must_mention=("idempotency_key", "new key"),
         prepare=_first_payment,
     ),
     Scenario(
