@@ -209,3 +209,33 @@ async def test_a_strict_mode_agent_creates_an_invoice_with_only_the_required_arg
     )
     observe(FRAMEWORK, scenario, "jsonrpc", transport, received)
     tollgate.assert_specific(received, scenario)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_refused_argument_fixed_and_retried_with_the_same_key_runs(tollgate, observe, transport):
+    """The model sends a malformed date with an idempotency key, reads what is wrong, and
+    sends the corrected call with the same key: the refused call left no record under the
+    key, so the corrected one creates the invoice (it is not `idempotency_key_reused`)."""
+    scenario = STRICT_CREATE_INVOICE
+    key = f"agents-fix-and-retry-{transport}"
+    corrected = {**tollgate.arguments(scenario), "idempotency_key": key}
+    refused = {**corrected, "due_date": "31/12/2026"}
+    model = ScriptedModel(
+        [
+            [function_call(scenario.tool, refused, call_id="call-1")],
+            [function_call(scenario.tool, corrected, call_id="call-2")],
+            [assistant_message("done")],
+        ]
+    )
+    with anyio.fail_after(60):
+        async with _server(tollgate, scenario, tollgate.token(scenario, "jsonrpc"), transport) as server:
+            agent = Agent(name="bookkeeper", model=model, mcp_servers=[server])
+            await Runner.run(agent, "Create the invoice.")
+    outputs = {
+        item["call_id"]: _output_text(item["output"])
+        for item in model.calls[2].input
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    }
+    observe(FRAMEWORK, "fix_and_retry_same_key", "jsonrpc", transport, Received(text=outputs.get("call-2")))
+    tollgate.assert_mentions(outputs["call-2"], scenario)
+    assert "due_date" in outputs["call-1"] and "YYYY-MM-DD" in outputs["call-1"], outputs["call-1"]

@@ -120,3 +120,30 @@ async def test_a_plain_read_succeeds(tollgate, observe, transport):
     received = await _drive(tollgate, SUCCESS, "jsonrpc", transport)
     observe(FRAMEWORK, SUCCESS, "jsonrpc", transport, received)
     tollgate.assert_specific(received, SUCCESS)
+
+
+@pytest.mark.parametrize("channel", CHANNELS)
+async def test_a_second_consecutive_failure_of_one_tool_ends_the_run(tollgate, observe, channel):
+    """pydantic-ai's own limit, measured: with the default `max_retries=1` the second
+    consecutive failure of the same tool ends the run (`UnexpectedModelBehavior`), in either
+    channel. The first failure never does (the tests above)."""
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    scenario = next(s for s in SCENARIOS if s.name == "rate_limit")
+    token = tollgate.prepare_call(scenario, channel)
+    arguments = tollgate.arguments(scenario, channel)
+    calls = 0
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            return ModelResponse(parts=[ToolCallPart(scenario.tool, arguments, tool_call_id=f"call-{calls}")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model), toolsets=[_toolset(tollgate, scenario, token, "http")])
+    with anyio.fail_after(60):
+        with pytest.raises(UnexpectedModelBehavior) as raised:
+            await agent.run("Do the task.")
+    observe(FRAMEWORK, "second_failure", channel, "http", Received(raised=raised.value))
+    assert calls == 2
