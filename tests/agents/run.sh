@@ -46,8 +46,18 @@ venv() {
     fi
 }
 
-venv agents-sdk2 requirements-sdk2.txt
-venv agents-sdk1 requirements-sdk1.txt
+# Both at once: a first install is mostly waiting on downloads.
+venv agents-sdk2 requirements-sdk2.txt > "$tools/agents-sdk2-install.log" 2>&1 &
+install2=$!
+venv agents-sdk1 requirements-sdk1.txt > "$tools/agents-sdk1-install.log" 2>&1 &
+install1=$!
+for job in "$install2:agents-sdk2" "$install1:agents-sdk1"; do
+    if ! wait "${job%%:*}"; then
+        cat "$tools/${job#*:}-install.log" >&2
+        echo "tests/agents: could not install the ${job#*:} venv" >&2
+        exit 2
+    fi
+done
 
 observations="$tools/agents-observations.jsonl"
 : > "$observations"
