@@ -29,7 +29,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from harness import CHANNELS, TRANSPORTS, Tollgate, fill, missing_mentions
+from harness import CHANNELS, TRANSPORTS, Received, Tollgate
 from langchain.agents import create_agent
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
@@ -38,10 +38,13 @@ from mcp.shared.exceptions import McpError
 from mcp.types import Tool as MCPTool
 from scenarios import SCENARIOS, SUCCESS, Scenario
 
+FRAMEWORK = "langchain"
 SERVER = "tollgate"
 
 # Bounds one agent run (a handshake, one tool call, two model turns) on a busy machine.
 RUN_TIMEOUT = 60
+
+LINE = {"description": "Consulting", "quantity": 1, "unit_price_cents": 10000, "vat_rate": 21}
 
 
 def connection(tg: Tollgate, token: str, transport: str) -> dict[str, Any]:
@@ -64,73 +67,68 @@ async def agent_tools(tg: Tollgate, scenario: Scenario, token: str, transport: s
     return [*tools, convert_mcp_tool_to_langchain_tool(None, former, connection=conn, server_name=SERVER)]
 
 
-async def run_agent(tg: Tollgate, scenario: Scenario, channel: str, transport: str) -> tuple[ScriptedChatModel, BaseException | None]:
-    """One agent run whose model calls the scenario's tool once; the model and what the run raised."""
-    token = tg.token(scenario, channel)
-    ids = {**tg.ids, "channel": channel}
-    if scenario.prepare is not None:
-        scenario.prepare(tg, token, channel)
+async def run_agent(
+    tg: Tollgate, scenario: Scenario, channel: str, transport: str
+) -> tuple[ScriptedChatModel, Received]:
+    """One agent run whose model calls the scenario's tool once: the model, and what its next
+    turn received for the call (or what the run raised instead)."""
+    token = tg.prepare_call(scenario, channel)
     tools = await agent_tools(tg, scenario, token, transport)
-    model = ScriptedChatModel(script=[{"name": scenario.tool, "args": fill(scenario.arguments, ids)}])
+    model = ScriptedChatModel(script=[{"name": scenario.tool, "args": tg.arguments(scenario, channel)}])
     agent = create_agent(model=model, tools=tools)
+    received = Received()
     try:
         result = await asyncio.wait_for(
             agent.ainvoke({"messages": [{"role": "user", "content": f"Call {scenario.tool}."}]}), RUN_TIMEOUT
         )
     except Exception as error:  # noqa: BLE001 - what the run raised is the measurement
-        return model, error
+        received.raised = error
+        return model, received
     assert result["messages"][-1].content == FINAL_ANSWER
-    return model, None
-
-
-def mentions(tg: Tollgate, scenario: Scenario, channel: str) -> list[Any]:
-    """The scenario's `must_mention` items with their `{id}` references filled in."""
-    return fill(list(scenario.must_mention), {**tg.ids, "channel": channel})
-
-
-def assert_model_read(tg: Tollgate, scenario: Scenario, channel: str, text: str) -> None:
-    missing = missing_mentions(text, mentions(tg, scenario, channel))
-    assert not missing, f"{scenario.name}/{channel}: the model's next turn lacks {missing}:\n{text}"
+    received.text = text_of(last_tool_message(model))
+    return model, received
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("channel", CHANNELS)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
-def test_failure_reaches_the_model_or_aborts(tollgate: Tollgate, scenario: Scenario, channel: str, transport: str) -> None:
+def test_failure_reaches_the_model_or_aborts(
+    tollgate: Tollgate, observe: Any, scenario: Scenario, channel: str, transport: str
+) -> None:
     """tool_result: the run goes on and the next turn reads the specific sentence.
     jsonrpc: an isError failure reads the same; a guard failure aborts the run with McpError,
     whose `data.hint` is the specific sentence only the host sees."""
-    model, raised = asyncio.run(run_agent(tollgate, scenario, channel, transport))
+    model, received = asyncio.run(run_agent(tollgate, scenario, channel, transport))
+    observe(FRAMEWORK, scenario, channel, transport, received)
     if channel == "jsonrpc" and scenario.is_guard:
-        assert isinstance(raised, McpError), f"expected the run to abort with McpError, got {raised!r}"
+        raised = received.raised
+        assert isinstance(raised, McpError), f"expected the run to abort with McpError, got {received.describe()}"
         assert len(model.turns) == 1, "the model got a turn after the aborted tool call"
         error = raised.error
         assert (error.code, error.message) == (scenario.jsonrpc_code, scenario.code)
         assert error.data["code"] == scenario.code
-        assert_model_read(tollgate, scenario, channel, error.data["hint"])
+        tollgate.assert_mentions(error.data["hint"], scenario)
         return
-    assert raised is None, f"the agent run aborted: {raised!r}"
-    received = last_tool_message(model)
-    assert received.status == "error"
-    assert received.name == scenario.tool
+    tollgate.assert_specific(received, scenario)
     assert len(model.turns) == 2
-    assert_model_read(tollgate, scenario, channel, text_of(received))
+    message = last_tool_message(model)
+    assert (message.name, message.status) == (scenario.tool, "error")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_a_plain_read_reaches_the_model(tollgate: Tollgate, transport: str) -> None:
-    """A successful call: the next turn reads the client's data."""
-    model, raised = asyncio.run(run_agent(tollgate, SUCCESS, "jsonrpc", transport))
-    assert raised is None, f"the agent run aborted: {raised!r}"
-    received = last_tool_message(model)
-    assert received.status == "success"
-    assert_model_read(tollgate, SUCCESS, "jsonrpc", text_of(received))
+def test_a_plain_read_reaches_the_model(tollgate: Tollgate, observe: Any, transport: str) -> None:
+    """A successful call: the next turn reads the client's data; the model was offered every
+    tool the key lists."""
+    model, received = asyncio.run(run_agent(tollgate, SUCCESS, "jsonrpc", transport))
+    observe(FRAMEWORK, SUCCESS, "jsonrpc", transport, received)
+    tollgate.assert_specific(received, SUCCESS)
+    assert last_tool_message(model).status == "success"
     listed = {tool["name"] for tool in tollgate.list_tools(tollgate.token(SUCCESS, "jsonrpc"))}
     assert set(model.bound_tools) == listed
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_a_corrected_retry_with_the_same_key_runs(tollgate: Tollgate, transport: str) -> None:
+def test_a_corrected_retry_with_the_same_key_runs(tollgate: Tollgate, observe: Any, transport: str) -> None:
     """The model's call fails validation; it fixes the argument and retries with the same
     idempotency key, and the invoice is created (the refusal left no record under the key)."""
     key = f"agents-corrected-retry-{transport}"
@@ -142,12 +140,12 @@ def test_a_corrected_retry_with_the_same_key_runs(tollgate: Tollgate, transport:
     token = tollgate.token(SUCCESS, "jsonrpc")
     model = ScriptedChatModel(script=script)
     tools = asyncio.run(MultiServerMCPClient({SERVER: connection(tollgate, token, transport)}).get_tools())
-    result = asyncio.run(asyncio.wait_for(create_agent(model=model, tools=tools).ainvoke({"messages": [("user", "Invoice it.")]}), RUN_TIMEOUT))
+    agent = create_agent(model=model, tools=tools)
+    result = asyncio.run(asyncio.wait_for(agent.ainvoke({"messages": [("user", "Invoice it.")]}), RUN_TIMEOUT))
     assert result["messages"][-1].content == FINAL_ANSWER
     refused, created = [m for m in result["messages"] if m.type == "tool"]
+    observe(FRAMEWORK, "fix_and_retry_same_key", "jsonrpc", transport, Received(text=text_of(created)))
     assert refused.status == "error" and "due_date" in text_of(refused), text_of(refused)
     assert created.status == "success", text_of(created)
     assert "draft" in text_of(created) and "2026-12-31" in text_of(created), text_of(created)
 
-
-LINE = {"description": "Consulting", "quantity": 1, "unit_price_cents": 10000, "vat_rate": 21}

@@ -32,17 +32,20 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from harness import CHANNELS, TRANSPORTS, Tollgate, fill, missing_mentions
+from harness import CHANNELS, TRANSPORTS, Received, Tollgate, fill
 from langchain_core.messages import BaseMessage
 from lc_scripted import FINAL_ANSWER, ScriptedChatModel, last_tool_message, text_of, tool_messages
 from mcp.types import Tool as MCPTool
 from mcp_use import MCPAgent, MCPClient
 from scenarios import SCENARIOS, SUCCESS, Scenario
 
+FRAMEWORK = "mcp-use"
 SERVER = "tollgate"
 
 # Bounds one agent run on a busy machine.
 RUN_TIMEOUT = 120
+
+LINE = {"description": "Consulting", "quantity": 1, "unit_price_cents": 10000, "vat_rate": 21}
 
 
 def client_config(tg: Tollgate, token: str, transport: str) -> dict[str, Any]:
@@ -110,11 +113,6 @@ async def run_agent(
         await client.close_all_sessions()
 
 
-def mentions(tg: Tollgate, scenario: Scenario, channel: str) -> list[Any]:
-    """The scenario's `must_mention` items with their `{id}` references filled in."""
-    return fill(list(scenario.must_mention), {**tg.ids, "channel": channel})
-
-
 def formatted_error(text: str) -> dict[str, Any]:
     """mcp-use's `format_error` JSON, as the model receives it."""
     received = json.loads(text)
@@ -125,21 +123,24 @@ def formatted_error(text: str) -> dict[str, Any]:
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("channel", CHANNELS)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
-def test_failure_reaches_the_model(tollgate: Tollgate, scenario: Scenario, channel: str, transport: str) -> None:
+def test_failure_reaches_the_model(
+    tollgate: Tollgate, observe: Any, scenario: Scenario, channel: str, transport: str
+) -> None:
     """The run never aborts. tool_result, and an isError failure in either channel: `details`
     is the specific sentence. jsonrpc guard failure: `details` is the bare string code."""
-    token = tollgate.token(scenario, channel)
-    if scenario.prepare is not None:
-        scenario.prepare(tollgate, token, channel)
-    call = {"name": scenario.tool, "args": fill(scenario.arguments, {**tollgate.ids, "channel": channel})}
+    token = tollgate.prepare_call(scenario, channel)
+    call = {"name": scenario.tool, "args": tollgate.arguments(scenario, channel)}
     unlisted = () if scenario.listed else (scenario.tool,)
     model, raised, sent = asyncio.run(run_agent(tollgate, token, transport, [call], unlisted))
-    assert raised is None, f"the agent run aborted: {raised!r}"
+    received = Received(raised=raised)
+    if raised is None:
+        received.text = text_of(last_tool_message(model))
+    observe(FRAMEWORK, scenario, channel, transport, received)
+    assert raised is None, f"the agent run aborted: {received.describe()}"
     assert len(model.turns) == 2
     assert [name for name, _ in sent.calls] == [scenario.tool], "mcp-use did not send the call"
-    received = last_tool_message(model)
-    assert received.name == scenario.tool
-    error = formatted_error(text_of(received))
+    assert last_tool_message(model).name == scenario.tool
+    error = formatted_error(received.text)
     assert error["tool"] == scenario.tool
     assert error["code"] == "UNKNOWN"
     assert "Traceback (most recent call last)" in error["stack"]
@@ -147,19 +148,17 @@ def test_failure_reaches_the_model(tollgate: Tollgate, scenario: Scenario, chann
         assert (error["error"], error["details"]) == ("McpError", scenario.code)
         return
     assert error["error"] == "RuntimeError"
-    missing = missing_mentions(error["details"], mentions(tollgate, scenario, channel))
-    assert not missing, f"{scenario.name}/{channel}: the model's next turn lacks {missing}:\n{error['details']}"
+    tollgate.assert_mentions(error["details"], scenario)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_a_plain_read_reaches_the_model(tollgate: Tollgate, transport: str) -> None:
+def test_a_plain_read_reaches_the_model(tollgate: Tollgate, observe: Any, transport: str) -> None:
     """A successful call: the next turn reads the client's data."""
-    call = {"name": SUCCESS.tool, "args": fill(SUCCESS.arguments, tollgate.ids)}
+    call = {"name": SUCCESS.tool, "args": tollgate.arguments(SUCCESS)}
     model, raised, _ = asyncio.run(run_agent(tollgate, tollgate.token(SUCCESS, "jsonrpc"), transport, [call]))
-    assert raised is None, f"the agent run aborted: {raised!r}"
-    text = text_of(last_tool_message(model))
-    missing = missing_mentions(text, mentions(tollgate, SUCCESS, "jsonrpc"))
-    assert not missing, f"the model's next turn lacks {missing}:\n{text}"
+    received = Received(raised=raised, text=None if raised else text_of(last_tool_message(model)))
+    observe(FRAMEWORK, SUCCESS, "jsonrpc", transport, received)
+    tollgate.assert_specific(received, SUCCESS)
 
 
 def _id_from_last_result(prefix: str) -> Callable[[list[BaseMessage]], str]:
@@ -213,8 +212,6 @@ def every_tool_script(tg: Tollgate, transport: str) -> list[Any]:
     ]
 
 
-LINE = {"description": "Consulting", "quantity": 1, "unit_price_cents": 10000, "vat_rate": 21}
-
 
 @pytest.fixture(scope="module")
 def whole_plan(tmp_path_factory: pytest.TempPathFactory):
@@ -226,7 +223,9 @@ def whole_plan(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_every_built_in_tool_runs_with_its_optional_arguments_left_out(whole_plan: Tollgate, transport: str) -> None:
+def test_every_built_in_tool_runs_with_its_optional_arguments_left_out(
+    whole_plan: Tollgate, observe: Any, transport: str
+) -> None:
     """The model gives only the required arguments; mcp-use sends `null` for every optional
     one it left out (its schema default where the schema declares one), and no call is
     refused for it."""
@@ -236,6 +235,11 @@ def test_every_built_in_tool_runs_with_its_optional_arguments_left_out(whole_pla
     # mcp-use's graph takes four steps per tool call; its recursion limit is twice max_steps.
     model, raised, sent = asyncio.run(run_agent(tollgate, token, transport, script, max_steps=3 * len(script)))
     refused = [(name, result.content[0].text) for name, result in sent.results if result.isError]
+    summary = f"{len(sent.results)} calls of {len({n for n, _ in sent.calls})} tools, {len(refused)} refused"
+    summary += "".join(f"; {name}: {text}" for name, text in refused)
+    # A refused call also ends the script early (the next call needs what it would have made).
+    received = Received(raised=None if refused else raised, text=summary)
+    observe(FRAMEWORK, "all_tools_optional_arguments_left_out", "jsonrpc", transport, received)
     assert not refused, f"calls refused: {refused}"
     assert raised is None, f"the agent run aborted: {raised!r}"
     declared = {tool["name"]: tool["inputSchema"] for tool in tollgate.list_tools(token)}
