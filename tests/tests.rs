@@ -23,6 +23,7 @@ mod hardening_store;
 mod http;
 mod invoicing;
 mod listener;
+mod optional_args;
 #[cfg(feature = "conformance-pack")]
 mod ratelimit;
 mod sandbox;

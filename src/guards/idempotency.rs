@@ -26,6 +26,12 @@
 //! neither. A call that wrote nothing is settled afterwards ([`Ledger::settle`]): an
 //! `isError` result is stored as completed (replayed like a success), except retryable ones
 //! (`backend_unavailable`, `timeout`), which release the key like a JSON-RPC error does.
+//! A call refused before its tool acted leaves no record: a guard's refusal comes before the
+//! claim, and a refusal of the arguments — the input schema's, or the tool's own check of a
+//! value ([`refuses_arguments`]) — releases the key, so the same key with corrected
+//! arguments runs (Stripe's rule: a request that fails validation saves no idempotent
+//! result). A tool that ran and failed on the business (not found, a rule broken) is an
+//! answer to the operation, stored and replayed like a success.
 //! A process killed mid-call leaves an `in_flight` record that blocks the key until its lease
 //! ends, then anyone may take it over. Completed keys are kept [`RETENTION_SECS`] (24 h) and
 //! pruned a few at a time by later claims.
@@ -275,6 +281,16 @@ fn stored_result(text: Option<&str>) -> Result<Value, McpError> {
             tracing::error!("a completed idempotency record holds no readable result");
             McpError::internal()
         })
+}
+
+/// Whether a tool failure refused the call's arguments — they fail the input schema, or the
+/// tool's own check of a value (a tax id's check letter, a malformed id or date) — rather
+/// than answering the operation. Such a failure is not stored under the call's key.
+pub fn refuses_arguments(error: &McpError) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::ValidationError | ErrorKind::MissingRequiredField | ErrorKind::InvalidFormat
+    )
 }
 
 fn is_retryable_error(result: &Value) -> bool {
@@ -673,7 +689,7 @@ mod tests {
         let (p, tool) = (principal("cred1"), spec(Idempotency::Required));
         let a = args(json!({ "amount_cents": 100 }));
         let business =
-            McpError::new(ErrorKind::ValidationError).to_tool_result(crate::config::Locale::En);
+            McpError::new(ErrorKind::InvoiceNotFound).to_tool_result(crate::config::Locale::En);
         let r = fresh(ledger.claim(&p, &tool, &a, Some("biz".into())));
         ledger.settle(r, &Ok(business.clone()));
         assert!(
@@ -687,6 +703,25 @@ mod tests {
         let r = fresh(ledger.claim(&p, &tool, &a, Some("fault".into())));
         ledger.settle(r, &Err(McpError::internal()));
         let _ = fresh(ledger.claim(&p, &tool, &a, Some("fault".into())));
+    }
+
+    #[test]
+    fn only_the_argument_failures_refuse_the_arguments() {
+        for kind in [
+            ErrorKind::ValidationError,
+            ErrorKind::MissingRequiredField,
+            ErrorKind::InvalidFormat,
+        ] {
+            assert!(refuses_arguments(&McpError::new(kind)), "{kind:?}");
+        }
+        for kind in [
+            ErrorKind::InvoiceNotFound,
+            ErrorKind::PaymentExceedsBalance,
+            ErrorKind::ToolBackendUnavailable,
+            ErrorKind::GuardrailViolation,
+        ] {
+            assert!(!refuses_arguments(&McpError::new(kind)), "{kind:?}");
+        }
     }
 
     #[test]

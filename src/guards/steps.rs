@@ -9,7 +9,9 @@
 //! A `bench-switches` build can leave steps out (`Guards::without`) to show what each one
 //! costs; every other build runs the whole list, always.
 
-use serde_json::Value;
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 use crate::guards::auth::{AccessFacts, CallAuth, Principal};
@@ -17,6 +19,7 @@ use crate::guards::idempotency::{Claim as LedgerClaim, Reservation, extract_key}
 use crate::guards::outcome::{CallOutcome, Output, Stored};
 use crate::guards::ratelimit::Budget;
 use crate::guards::{Caller, Guards, RunTools, ToolCall};
+use crate::tools::absent::nulls_as_absent;
 use crate::tools::{Book, CommitHook, RegisteredTool, Registry, Resolution, ToolOutput};
 
 /// One step of the chain.
@@ -24,7 +27,9 @@ use crate::tools::{Book, CommitHook, RegisteredTool, Registry, Resolution, ToolO
 pub enum Step {
     /// Who is calling: the token, or the development-mode credential.
     Authenticate,
-    /// Which tool: the registry, then the retired names.
+    /// Which tool: the registry, then the retired names. From here on the call's arguments
+    /// are read with the `null` of an optional argument as absent
+    /// ([`nulls_as_absent`]).
     Resolve,
     /// The rate counters, charged before anything else is checked, so that calls refused
     /// later still consume quota; the charging transaction also re-checks a cached
@@ -40,7 +45,9 @@ pub enum Step {
     Guardrails,
     /// The idempotency key reserved for this call (or refused: missing, reused, in use).
     Claim,
-    /// The arguments validated against the input schema, then the tool run.
+    /// The arguments validated against the input schema, then the tool run. A refusal of
+    /// the arguments (by the schema or by the tool's own checks) releases the key instead of
+    /// storing the refusal, so the same key with corrected arguments runs.
     Run,
     /// The audit row.
     Audit,
@@ -192,6 +199,9 @@ pub(crate) struct Passage<'c, 'r> {
     /// Its index among the calls handed to the chain.
     pub(crate) index: usize,
     pub(crate) call: &'c ToolCall<'c>,
+    /// The call's arguments as every step after [`Step::Resolve`] reads them: without the
+    /// `null`s of optional arguments (borrowed from `call` when it sent none).
+    args: Cow<'c, Map<String, Value>>,
     pub(crate) auth: Option<CallAuth>,
     /// Who is calling, as soon as it is known (the audit row names it even when a later
     /// step refuses the call).
@@ -210,6 +220,7 @@ impl<'c, 'r> Passage<'c, 'r> {
         Passage {
             index,
             call,
+            args: Cow::Borrowed(call.args),
             auth: None,
             principal: None,
             tool: None,
@@ -234,9 +245,9 @@ impl<'c, 'r> Passage<'c, 'r> {
 
     /// The call's idempotency key, read once.
     fn key(&mut self, caller: &Caller<'_>) -> &Result<Option<String>, McpError> {
-        let call = self.call;
+        let (args, meta) = (&self.args, self.call.meta);
         self.key
-            .get_or_insert_with(|| extract_key(call.args, call.meta, caller.idempotency_header))
+            .get_or_insert_with(|| extract_key(args, meta, caller.idempotency_header))
     }
 }
 
@@ -304,6 +315,7 @@ impl CallStep for Resolve {
         let refusal = match cx.registry.resolve(passage.call.name) {
             Resolution::Tool(tool) => {
                 passage.tool = Some(tool);
+                passage.args = nulls_as_absent(&tool.spec().input_schema, passage.call.args);
                 return Flow::Next;
             }
             Resolution::Retired(r) => McpError::tool_retired(r.name, r.replacement),
@@ -360,10 +372,9 @@ impl CallStep for Replay {
         if !tool.tool.has_guardrails() {
             return Flow::Next;
         }
-        let stored =
-            guards
-                .ledger
-                .completed_result(principal, tool.spec(), passage.call.args, &key);
+        let stored = guards
+            .ledger
+            .completed_result(principal, tool.spec(), &passage.args, &key);
         match stored {
             Some(stored) => Flow::End(replayed(passage, stored)),
             None => Flow::Next,
@@ -391,12 +402,8 @@ impl CallStep for Guardrails {
     fn pass<'r>(&self, guards: &Guards, passage: &mut Passage<'_, 'r>, _: &Cx<'_, 'r>) -> Flow {
         let checked = (|| {
             let tool = passage.tool()?;
-            tool.tool.guardrails(
-                &guards.store,
-                passage.book()?,
-                passage.call.args,
-                &guards.clock,
-            )
+            tool.tool
+                .guardrails(&guards.store, passage.book()?, &passage.args, &guards.clock)
         })();
         Flow::from(checked)
     }
@@ -414,7 +421,7 @@ impl CallStep for Claim {
             let tool = passage.tool()?;
             guards
                 .ledger
-                .claim(passage.principal()?, tool.spec(), passage.call.args, key)
+                .claim(passage.principal()?, tool.spec(), &passage.args, key)
         })();
         match claimed {
             Ok(LedgerClaim::Replay(stored)) => Flow::End(replayed(passage, stored)),
@@ -439,7 +446,7 @@ impl CallStep for Run {
             (Ok(tool), Ok(book)) => (tool, book),
             (Err(err), _) | (_, Err(err)) => return Flow::End(CallOutcome::Rejected(err)),
         };
-        let args = passage.call.args;
+        let args: &Map<String, Value> = &passage.args;
         let hook = passage.reservation.as_ref().map(|r| r as &dyn CommitHook);
         let ran = match tool.validate(&Value::Object(args.clone())) {
             Ok(()) => (cx.run)(passage.index, tool, args, book, hook),
@@ -455,8 +462,15 @@ impl CallStep for Run {
 }
 
 /// The tool result the ledger stores for an outcome: the tool's own result, without the
-/// `_meta` entries of this call (`None` for a JSON-RPC error, which releases the key).
+/// `_meta` entries of this call. `None` — the key is released — for a JSON-RPC error, and
+/// for a refusal of the arguments
+/// ([`refuses_arguments`](crate::guards::idempotency::refuses_arguments)): that is no
+/// answer to the operation, and the same key with corrected arguments must run.
 pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Value> {
+    use crate::guards::idempotency::refuses_arguments;
+    if matches!(outcome, CallOutcome::ToolFailed { error, .. } if refuses_arguments(error)) {
+        return None;
+    }
     match outcome {
         CallOutcome::Admitted {
             output: Output::Fresh(output),

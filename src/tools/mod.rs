@@ -4,11 +4,12 @@
 //! start.
 //!
 //! The rest of the tools layer lives beside it: [`context`] (what a running tool sees, and
-//! how it reaches the client), [`validate`] (arguments checked against the input schema
-//! before a tool runs), [`request_state`] (the sealed state of multi-round calls),
+//! how it reaches the client), [`absent`] (an optional argument's `null` read as absent),
+//! [`validate`] (arguments checked against the input schema before a tool runs), [`request_state`] (the sealed state of multi-round calls),
 //! [`resources`] and [`prompts`] (their declarations), and the packs
 //! [`invoicing`] and, with the `conformance-pack` feature, `conformance`.
 
+pub mod absent;
 #[cfg(feature = "conformance-pack")]
 pub mod conformance;
 pub mod context;

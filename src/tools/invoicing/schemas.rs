@@ -2,7 +2,12 @@
 //! the output schemas their `structuredContent` conforms to (a test checks it).
 //!
 //! Every input schema is a closed object (`additionalProperties: false`); every tool that
-//! changes state declares the optional `idempotency_key` so a model can send one.
+//! changes state declares the optional `idempotency_key` so a model can send one. Every
+//! optional argument, at any depth, also admits `null` (its `type`, and its `enum` if it has
+//! one, include `null`): the chain reads a `null` for an optional argument as absent
+//! (`tools::absent`), and a model whose host makes every property required (OpenAI strict
+//! mode) leaves an argument out by sending `null`. String keywords (`pattern`, `format`,
+//! lengths) and number keywords apply only to values of their type, so they still hold.
 
 use serde_json::{Map, Value, json};
 
@@ -19,25 +24,92 @@ pub const MAX_PAYMENT_CENTS: i64 = 1_000_000_000_000_000;
 /// Currencies accepted (the company's books are kept in euros).
 pub const CURRENCIES: &[&str] = &["EUR"];
 
-/// A closed object schema with these properties and required names.
+/// The sentence every key-taking tool's description, and its `idempotency_key` property,
+/// tells the model: a model told only that a key is "unique" mints a new one on each retry,
+/// and the retry then acts twice. A macro, so that descriptions can be `concat!`enated.
+macro_rules! reuse_key {
+    () => {
+        "Reuse the same idempotency_key when you retry this same operation (after an error or \
+         a timeout); use a new key only for a different operation."
+    };
+}
+pub(crate) use reuse_key;
+
+/// A closed input object schema with these properties and required names; every optional
+/// property, here and in the objects nested in it, admits `null`.
 pub fn object(properties: Value, required: &[&str]) -> Value {
-    json!({
+    let mut schema = json!({
         "type": "object",
         "properties": properties,
         "required": required,
         "additionalProperties": false,
-    })
+    });
+    optional_admits_null(&mut schema);
+    schema
+}
+
+/// Makes every property `schema` does not require admit `null`, recursively through nested
+/// objects' properties and arrays' items.
+fn optional_admits_null(schema: &mut Value) {
+    let required: Vec<String> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        for (name, property) in properties.iter_mut() {
+            if !required.contains(name) {
+                admit_null(property);
+            }
+            optional_admits_null(property);
+        }
+    }
+    if let Some(items) = schema.get_mut("items") {
+        optional_admits_null(items);
+    }
+}
+
+/// Adds `null` to a property's `type` and `enum`.
+fn admit_null(property: &mut Value) {
+    match property.get_mut("type") {
+        Some(Value::String(kind)) if kind != "null" => {
+            let kind = std::mem::take(kind);
+            property["type"] = json!([kind, "null"]);
+        }
+        Some(Value::Array(kinds)) if !kinds.contains(&json!("null")) => kinds.push(json!("null")),
+        _ => {}
+    }
+    if let Some(Value::Array(values)) = property.get_mut("enum") {
+        if !values.contains(&Value::Null) {
+            values.push(Value::Null);
+        }
+    }
 }
 
 /// `object` plus the optional `idempotency_key` of state-changing tools.
 pub fn object_with_key(mut properties: Value, required: &[&str], required_key: bool) -> Value {
     let description = if required_key {
-        "Required. A unique string (1-255 printable ASCII, e.g. a UUID) for this operation. \
-         Retrying with the same key and arguments returns the first result instead of acting \
-         twice; reusing it with other arguments is refused."
+        concat!(
+            "Required. A key you choose for this operation (1-255 printable ASCII, e.g. a \
+             UUID). ",
+            reuse_key!(),
+            " With the same key and arguments a retry returns the first result instead of \
+             acting twice; the same key with other arguments is refused."
+        )
     } else {
-        "Optional. A unique string (1-255 printable ASCII) for this operation; retrying with \
-         the same key and arguments returns the first result instead of acting twice."
+        concat!(
+            "Optional. A key you choose for this operation (1-255 printable ASCII, e.g. a \
+             UUID). ",
+            reuse_key!(),
+            " With the same key and arguments a retry returns the first result instead of \
+             acting twice."
+        )
     };
     if let Value::Object(map) = &mut properties {
         map.insert(
@@ -283,4 +355,113 @@ pub fn page_out(item: Value) -> Value {
 /// The answer of a delete.
 pub fn deleted_out() -> Value {
     closed(json!({ "id": { "type": "string" }, "deleted": { "const": true } }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::Idempotency;
+
+    /// Every property declared in `schema` at any depth: its path, its schema and whether
+    /// its object requires it.
+    fn properties(schema: &Value, path: &str, out: &mut Vec<(String, Value, bool)>) {
+        let required = |name: &str| {
+            schema["required"]
+                .as_array()
+                .is_some_and(|names| names.iter().any(|n| n == name))
+        };
+        if let Some(declared) = schema["properties"].as_object() {
+            for (name, property) in declared {
+                let at = format!("{path}.{name}");
+                out.push((at.clone(), property.clone(), required(name)));
+                properties(property, &at, out);
+            }
+        }
+        if schema.get("items").is_some() {
+            properties(&schema["items"], &format!("{path}[]"), out);
+        }
+    }
+
+    #[test]
+    fn every_optional_argument_admits_null_and_no_required_one_does() {
+        let tools = crate::tools::invoicing::tools();
+        assert_eq!(tools.len(), 16);
+        let mut optional = 0;
+        for tool in &tools {
+            let spec = tool.spec();
+            let mut found = Vec::new();
+            properties(&spec.input_schema, spec.name, &mut found);
+            for (path, schema, required) in found {
+                let validator = jsonschema::validator_for(&schema).expect("compiles");
+                assert_eq!(
+                    validator.is_valid(&Value::Null),
+                    !required,
+                    "{path}: {schema}"
+                );
+                optional += usize::from(!required);
+            }
+        }
+        // 50 optional arguments, and the two optional fields of an invoice line in
+        // create_invoice and update_invoice.
+        assert_eq!(optional, 54);
+    }
+
+    #[test]
+    fn string_and_number_keywords_still_hold_for_a_nullable_argument() {
+        let create = crate::tools::invoicing::tools()
+            .into_iter()
+            .find(|t| t.spec().name == "create_invoice")
+            .expect("create_invoice");
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&create.spec().input_schema);
+        let validator = validator.expect("compiles");
+        let line =
+            json!({ "description": "x", "quantity": 1, "unit_price_cents": 1, "vat_rate": 21 });
+        let client = "cli_0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+        let valid = json!({ "client_id": client, "lines": [line], "due_date": null, "kind": null });
+        assert!(validator.is_valid(&valid));
+        for (name, bad) in [
+            ("due_date", json!("2025-13-01")),
+            ("series", json!("lower")),
+            ("kind", json!("other")),
+            ("notes", json!("")),
+        ] {
+            let mut args = valid.clone();
+            args[name] = bad;
+            assert!(!validator.is_valid(&args), "{name}");
+        }
+        let mut args = valid.clone();
+        args["lines"][0]["discount_percent"] = json!(101);
+        assert!(!validator.is_valid(&args));
+        args["lines"][0]["discount_percent"] = Value::Null;
+        assert!(validator.is_valid(&args));
+    }
+
+    #[test]
+    fn every_key_taking_tool_tells_the_model_to_reuse_its_key() {
+        for tool in crate::tools::invoicing::tools() {
+            let spec = tool.spec();
+            let key = &spec.input_schema["properties"]["idempotency_key"];
+            if spec.idempotency == Idempotency::NotApplicable {
+                assert!(key.is_null(), "{}", spec.name);
+                continue;
+            }
+            assert!(spec.description.ends_with(reuse_key!()), "{}", spec.name);
+            let described = key["description"].as_str().unwrap_or_default();
+            assert!(described.contains(reuse_key!()), "{}", spec.name);
+        }
+    }
+
+    #[test]
+    fn output_schemas_are_built_without_the_nulls_of_optional_arguments() {
+        // Output properties are all required: only the ones declared nullable admit null.
+        let out = client_out();
+        assert_eq!(out["properties"]["name"], json!({ "type": "string" }));
+        assert_eq!(
+            out["properties"]["email"],
+            json!({ "type": ["string", "null"] })
+        );
+        assert!(out.get("additionalProperties").is_none());
+    }
 }

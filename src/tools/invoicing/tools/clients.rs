@@ -80,10 +80,14 @@ fn create_spec() -> ToolSpec {
     ToolSpec {
         name: "create_client",
         title: "Create a client",
-        description: "Register a client. The tax id (Spanish NIF, NIE or CIF) is \
-            checksum-validated and must be unique: if it already exists the error's \
-            details.existing_resource_id is the client to use instead. A client without tax id \
-            can only receive simplified invoices; without e-mail, invoices cannot be sent.",
+        description: concat!(
+            "Register a client. The tax id (Spanish NIF, NIE or CIF) is \
+                checksum-validated and must be unique: if it already exists the error's \
+                details.existing_resource_id is the client to use instead. A client without tax id \
+                can only receive simplified invoices; without e-mail, invoices cannot be sent.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Write,
         scope: SCOPE_CLIENTS_WRITE,
         idempotency: Idempotency::Optional,
@@ -98,8 +102,12 @@ fn update_spec() -> ToolSpec {
     ToolSpec {
         name: "update_client",
         title: "Update a client",
-        description: "Change a client's name, tax id, e-mail or address; fields left out keep \
-            their value. Issued invoices keep the name and tax id they were issued with.",
+        description: concat!(
+            "Change a client's name, tax id, e-mail or address; fields left out keep \
+                their value. Issued invoices keep the name and tax id they were issued with.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Write,
         scope: SCOPE_CLIENTS_WRITE,
         idempotency: Idempotency::Optional,
@@ -112,8 +120,12 @@ fn delete_spec() -> ToolSpec {
     ToolSpec {
         name: "delete_client",
         title: "Delete a client",
-        description: "Delete a client that has no invoices at all (not even drafts). A client \
-            with invoices cannot be deleted: the error says how many it has.",
+        description: concat!(
+            "Delete a client that has no invoices at all (not even drafts). A client \
+                with invoices cannot be deleted: the error says how many it has.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Destructive,
         scope: SCOPE_CLIENTS_DELETE,
         idempotency: Idempotency::Optional,

@@ -134,10 +134,14 @@ fn create_spec() -> ToolSpec {
     ToolSpec {
         name: "create_invoice",
         title: "Create a draft invoice",
-        description: "Create a draft invoice for a client: lines with quantity, unit price in \
-            integer cents, optional discount percent, VAT rate (Spain: 21, 10, 4 or 0) and \
-            optional withholding. Totals are computed exactly per line. A draft has no number \
-            and no legal effect until issue_invoice; it can be changed with update_invoice.",
+        description: concat!(
+            "Create a draft invoice for a client: lines with quantity, unit price in \
+                integer cents, optional discount percent, VAT rate (Spain: 21, 10, 4 or 0) and \
+                optional withholding. Totals are computed exactly per line. A draft has no number \
+                and no legal effect until issue_invoice; it can be changed with update_invoice.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Write,
         scope: SCOPE_INVOICES_WRITE,
         idempotency: Idempotency::Optional,
@@ -157,9 +161,13 @@ fn update_spec() -> ToolSpec {
     ToolSpec {
         name: "update_invoice",
         title: "Update a draft invoice",
-        description: "Change a draft: client, kind, series, dates, notes, or all its lines \
-            (lines replaces the whole list). Fields left out keep their value. Only drafts can \
-            change: an issued invoice is fixed (void it instead).",
+        description: concat!(
+            "Change a draft: client, kind, series, dates, notes, or all its lines \
+                (lines replaces the whole list). Fields left out keep their value. Only drafts can \
+                change: an issued invoice is fixed (void it instead).",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Write,
         scope: SCOPE_INVOICES_WRITE,
         idempotency: Idempotency::Optional,
@@ -172,11 +180,15 @@ fn issue_spec() -> ToolSpec {
     ToolSpec {
         name: "issue_invoice",
         title: "Issue an invoice",
-        description: "Issue a draft: it gets the next consecutive number of its series (e.g. \
-            F-000001) and becomes a legal record that can no longer be edited or deleted. \
-            The issue date (default: the draft's planned date, else today) may not be earlier \
-            than the series' last one; a full invoice needs the client's tax id. Requires an \
-            idempotency_key so a retry never issues twice.",
+        description: concat!(
+            "Issue a draft: it gets the next consecutive number of its series (e.g. \
+                F-000001) and becomes a legal record that can no longer be edited or deleted. \
+                The issue date (default: the draft's planned date, else today) may not be earlier \
+                than the series' last one; a full invoice needs the client's tax id. Requires an \
+                idempotency_key so a retry never issues twice.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Write,
         scope: SCOPE_INVOICES_WRITE,
         idempotency: Idempotency::Required,
@@ -196,8 +208,12 @@ fn delete_spec() -> ToolSpec {
     ToolSpec {
         name: "delete_invoice",
         title: "Delete a draft invoice",
-        description: "Delete a draft invoice. Issued, paid or voided invoices are legal \
-            records and are never deleted: use void_invoice to cancel an issued one.",
+        description: concat!(
+            "Delete a draft invoice. Issued, paid or voided invoices are legal \
+                records and are never deleted: use void_invoice to cancel an issued one.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Destructive,
         // A draft is a working document: deleting it needs the right to edit invoices, not
         // the right to cancel legal records (`invoices:void`).
@@ -216,10 +232,14 @@ fn void_spec() -> ToolSpec {
     ToolSpec {
         name: "void_invoice",
         title: "Void an issued invoice",
-        description: "Cancel an issued (or paid) invoice: it becomes void and a rectifying \
-            invoice with the negated amounts is issued in series R. A reason is required. An \
-            invoice is voided only once, and a rectifying invoice is never voided. Requires an \
-            idempotency_key.",
+        description: concat!(
+            "Cancel an issued (or paid) invoice: it becomes void and a rectifying \
+                invoice with the negated amounts is issued in series R. A reason is required. An \
+                invoice is voided only once, and a rectifying invoice is never voided. Requires an \
+                idempotency_key.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Destructive,
         scope: SCOPE_INVOICES_VOID,
         idempotency: Idempotency::Required,

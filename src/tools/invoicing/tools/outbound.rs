@@ -34,10 +34,14 @@ fn send_spec() -> ToolSpec {
     ToolSpec {
         name: "send_invoice",
         title: "Send an invoice",
-        description: "Queue an issued invoice for e-mail to the client's address (or to `to`). \
-            The message goes to tollgate's outbox, from which the company's mail relay \
-            delivers it; nothing is sent directly from here. Fails if neither the client nor \
-            the call gives an address. Requires an idempotency_key so a retry never sends twice.",
+        description: concat!(
+            "Queue an issued invoice for e-mail to the client's address (or to `to`). \
+                The message goes to tollgate's outbox, from which the company's mail relay \
+                delivers it; nothing is sent directly from here. Fails if neither the client nor \
+                the call gives an address. Requires an idempotency_key so a retry never sends twice.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Send,
         scope: SCOPE_INVOICES_SEND,
         idempotency: Idempotency::Required,

@@ -27,10 +27,14 @@ fn record_spec() -> ToolSpec {
     ToolSpec {
         name: "record_payment",
         title: "Record a payment",
-        description: "Record money received against an issued invoice, in integer cents of \
-            the invoice's currency. The amount may not exceed the balance still owed; when the \
-            balance reaches zero the invoice becomes paid. Requires an idempotency_key: \
-            retrying with the same key never records the payment twice.",
+        description: concat!(
+            "Record money received against an issued invoice, in integer cents of \
+                the invoice's currency. The amount may not exceed the balance still owed; when the \
+                balance reaches zero the invoice becomes paid. Requires an idempotency_key: \
+                retrying with the same key never records the payment twice.",
+            " ",
+            s::reuse_key!()
+        ),
         category: Category::Write,
         scope: SCOPE_PAYMENTS_WRITE,
         idempotency: Idempotency::Required,
