@@ -396,7 +396,9 @@ fn an_issued_invoice_cannot_be_modified() {
     assert_eq!(envelope(&response)["details"]["status"], json!("issued"));
     assert_eq!(
         response["result"]["content"][0]["text"],
-        json!("An issued invoice cannot be modified.")
+        json!(
+            "Invoice F-000001 is issued, and only a draft can be modified; to correct an issued invoice, void it with void_invoice and create a new one."
+        )
     );
     let response = s.call(
         "issue_invoice",

@@ -20,6 +20,7 @@ mod golden;
 mod guards;
 mod hardening_auth;
 mod hardening_store;
+mod hints;
 mod http;
 mod invoicing;
 mod listener;

@@ -288,6 +288,22 @@ pub fn assert_error(
             .is_some_and(|h| !h.is_empty()),
         "hint in {response}"
     );
+    assert_hint_complete(&error["data"]["hint"], response);
+}
+
+/// A debug build writes a template field the error lacks as `{field}`: every error the
+/// black-box tests see must carry the fields its sentence names.
+pub fn assert_hint_complete(hint: &Value, response: &Value) {
+    let text = hint.as_str().unwrap_or_default();
+    let unfilled = text.split('{').skip(1).any(|rest| {
+        rest.split_once('}').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c == '.' || c == ':')
+        })
+    });
+    assert!(!unfilled, "an unfilled field in the hint of {response}");
 }
 
 /// Asserts an `isError` tool result against a catalog code.
@@ -310,6 +326,7 @@ pub fn assert_tool_error(response: &Value, code: &str, http_status: u64, error_c
         result["content"][0]["text"], envelope["hint"],
         "hint text in {response}"
     );
+    assert_hint_complete(&envelope["hint"], response);
 }
 
 /// Whether `path` exists (helper for file assertions).

@@ -174,7 +174,9 @@ impl Ledger {
                 return Ok(Claim::NotApplicable);
             }
             (Idempotency::Required, None) => {
-                return Err(McpError::new(ErrorKind::IdempotencyKeyRequired).param(ARGUMENT));
+                return Err(McpError::new(ErrorKind::IdempotencyKeyRequired)
+                    .param(ARGUMENT)
+                    .detail("tool", tool.name));
             }
             (_, Some(key)) => key,
         };
@@ -267,7 +269,9 @@ fn decide_existing(
     fingerprint: &str,
 ) -> Result<Claim, McpError> {
     if record.tool != tool || record.fingerprint != fingerprint {
-        return Err(McpError::new(ErrorKind::IdempotencyKeyReused).param(ARGUMENT));
+        return Err(McpError::new(ErrorKind::IdempotencyKeyReused)
+            .param(ARGUMENT)
+            .detail("tool", record.tool.clone()));
     }
     if !record.completed {
         return Err(in_use());

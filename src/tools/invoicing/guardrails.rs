@@ -17,7 +17,7 @@ use super::db;
 use super::model::{Client, Invoice, InvoiceId, InvoiceKind, InvoiceStatus};
 use super::money::{LinePricing, Totals};
 use super::tools::integer;
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::{ErrorKind, McpError, Suggestion};
 use crate::clock::Clock;
 use crate::store::Store;
 use crate::store::store_failure;
@@ -168,10 +168,7 @@ pub fn check_simplified_ceiling(kind: InvoiceKind, totals: &Totals) -> Result<()
         .param("lines")
         .detail("total_with_vat_cents", with_vat)
         .detail("ceiling_cents", SIMPLIFIED_INVOICE_CEILING_CENTS)
-        .with(
-            "suggestion",
-            "Issue a full invoice (kind \"full\") to a client with a tax id.",
-        ))
+        .suggest(Suggestion::IssueFullInvoice))
 }
 
 /// `issue_date` is not before the last issue date of `series`.
@@ -199,10 +196,7 @@ pub fn check_recipient_tax_id(kind: InvoiceKind, client: &Client) -> Result<(), 
     Err(FULL_INVOICE_TAX_ID
         .violation("client_tax_id_missing")
         .detail("client_id", client.id.as_str())
-        .with(
-            "suggestion",
-            "Add the client's NIF/NIE/CIF with update_client, or make the invoice simplified.",
-        ))
+        .suggest(Suggestion::AddTaxIdOrSimplify))
 }
 
 /// Only drafts may be deleted.
@@ -216,11 +210,9 @@ pub fn check_deletable(invoice: &Invoice) -> Result<(), McpError> {
     Err(ISSUED_INVOICE_IMMUTABLE
         .violation(subcode)
         .param("invoice_id")
+        .detail("invoice_id", invoice.id.as_str())
         .detail("status", invoice.status.as_str())
-        .with(
-            "suggestion",
-            "Call void_invoice with a reason to cancel an issued invoice.",
-        ))
+        .suggest(Suggestion::VoidInstead))
 }
 
 /// Neither a voided invoice nor a rectifying one is voided.
@@ -235,6 +227,7 @@ pub fn check_voidable(invoice: &Invoice) -> Result<(), McpError> {
     Err(NO_DOUBLE_VOID
         .violation(subcode)
         .param("invoice_id")
+        .detail("invoice_id", invoice.id.as_str())
         .detail("status", invoice.status.as_str())
         .detail("kind", invoice.kind.as_str()))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::{Args, db_failure, not_found, output, page, tool};
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::{ErrorKind, Expect, McpError};
 use crate::tools::invoicing::db;
 use crate::tools::invoicing::model::{Client, ClientId};
 use crate::tools::invoicing::schemas as s;
@@ -199,9 +199,9 @@ fn ensure_tax_id_free(
 }
 
 fn create_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
-    let name = args
-        .text("name")
-        .ok_or_else(|| McpError::validation("name").detail("reason", "blank"))?;
+    let name = args.text("name").ok_or_else(|| {
+        McpError::validation("name", "blank", Expect::Named("non_blank")).detail("reason", "blank")
+    })?;
     let client = Client {
         id: ClientId::generate()?,
         name,
@@ -222,10 +222,10 @@ fn create_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
 fn update_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("client_id", ClientId::parse)?;
     let name = match args.str("name") {
-        Some(_) => Some(
-            args.text("name")
-                .ok_or_else(|| McpError::validation("name").detail("reason", "blank"))?,
-        ),
+        Some(_) => Some(args.text("name").ok_or_else(|| {
+            McpError::validation("name", "blank", Expect::Named("non_blank"))
+                .detail("reason", "blank")
+        })?),
         None => None,
     };
     let tax_id = args.tax_id("tax_id")?.map(|t| t.as_str().to_owned());

@@ -11,7 +11,7 @@ use crate::store::Conn;
 use serde_json::{Map, Value, json};
 
 use super::{Args, db_failure, invalid_format, not_found, output, page, today, tool};
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
 use crate::clock::Clock;
 use crate::tools::invoicing::date::Date;
 use crate::tools::invoicing::db::{self, InvoiceFilter};
@@ -334,7 +334,10 @@ fn get_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolO
 fn series_arg(args: &Map<String, Value>) -> Result<Option<String>, McpError> {
     match args.str("series") {
         Some(RECTIFYING_SERIES) => {
-            Err(McpError::validation("series").detail("reason", "reserved_for_rectifying_invoices"))
+            Err(
+                McpError::validation("series", "reserved", Expect::Named("ordinary_series"))
+                    .detail("reason", "reserved_for_rectifying_invoices"),
+            )
         }
         other => Ok(other.map(str::to_owned)),
     }
@@ -351,7 +354,10 @@ fn default_series(kind: InvoiceKind) -> &'static str {
 fn check_due_after_issue(issue: Option<&str>, due: Option<&str>) -> Result<(), McpError> {
     match (issue, due) {
         (Some(issue), Some(due)) if due < issue => {
-            Err(McpError::validation("due_date").detail("reason", "due_date_before_issue_date"))
+            Err(
+                McpError::validation("due_date", "order", Expect::Named("due_on_or_after_issue"))
+                    .detail("reason", "due_date_before_issue_date"),
+            )
         }
         _ => Ok(()),
     }
@@ -388,7 +394,7 @@ fn create_invoice(
     let due_date = args.date("due_date")?.map(|d| d.to_string());
     check_due_after_issue(issue_date.as_deref(), due_date.as_deref())?;
     let Some((lines, totals)) = args.lines()? else {
-        return Err(McpError::new(ErrorKind::MissingRequiredField).param("lines"));
+        return Err(McpError::missing("lines", Expect::Named("lines")));
     };
     ctx.commit(|tx| {
         let client_name = ensure_client(tx, ctx.book, &client_id)?;
@@ -480,7 +486,14 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
             Some(due) => due,
             None => Date::parse(&issue_date)
                 .map(|d| d.add_days(DEFAULT_PAYMENT_TERM_DAYS).to_string())
-                .ok_or_else(|| invalid_format("issue_date", "expected_yyyy_mm_dd"))?,
+                .ok_or_else(|| {
+                    invalid_format(
+                        "issue_date",
+                        "expected_yyyy_mm_dd",
+                        Expect::Named("date"),
+                        &issue_date,
+                    )
+                })?,
         };
         check_due_after_issue(Some(&issue_date), Some(&due_date))?;
         invoice.number =
@@ -558,20 +571,19 @@ pub(crate) fn rectifying_for(
 
 fn void_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("invoice_id", InvoiceId::parse)?;
-    let reason = args
-        .text("reason")
-        .ok_or_else(|| McpError::validation("reason").detail("reason", "blank"))?;
+    let reason = args.text("reason").ok_or_else(|| {
+        McpError::validation("reason", "blank", Expect::Named("non_blank"))
+            .detail("reason", "blank")
+    })?;
     ctx.commit(|tx| {
         let mut invoice = load(tx, ctx.book, &id)?;
         guardrails::check_voidable(&invoice)?;
         if invoice.status == InvoiceStatus::Draft {
             return Err(McpError::new(ErrorKind::InvoiceNotIssued)
                 .param("invoice_id")
+                .detail("invoice_id", invoice.id.as_str())
                 .detail("status", "draft")
-                .with(
-                    "suggestion",
-                    "A draft has no legal effect: delete it with delete_invoice.",
-                ));
+                .suggest(Suggestion::DeleteTheDraft));
         }
         let last =
             db::series_last_issue_date(tx, ctx.book, RECTIFYING_SERIES).map_err(db_failure)?;

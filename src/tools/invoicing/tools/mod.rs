@@ -18,7 +18,7 @@ use super::date::Date;
 use super::model::Line;
 use super::money::{LinePricing, Totals};
 use super::taxid::TaxId;
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::{ErrorKind, Expect, McpError};
 use crate::clock::Clock;
 use crate::store::StoreError;
 use crate::store::store_failure;
@@ -54,10 +54,32 @@ fn not_found(kind: ErrorKind, param: &str, id: &str) -> McpError {
     McpError::new(kind).param(param).detail("id", id)
 }
 
-fn invalid_format(param: &str, reason: &'static str) -> McpError {
-    McpError::new(ErrorKind::InvalidFormat)
-        .param(param)
-        .detail("reason", reason)
+/// `invalid_format` of `value` sent in `param`: `reason` is the machine reason kept in
+/// `details.reason`, `expect` what would be accepted.
+fn invalid_format(param: &str, reason: &'static str, expect: Expect, value: &str) -> McpError {
+    let word = if reason == "checksum_mismatch" {
+        "checksum"
+    } else {
+        "format"
+    };
+    McpError::invalid_format(param, word, expect, &Value::from(value)).detail("reason", reason)
+}
+
+/// What an id argument named `name` must be.
+fn id_expect(name: &str) -> Expect {
+    match expect_for(name) {
+        Expect::Type(_) => Expect::Named("id"),
+        named => named,
+    }
+}
+
+/// What a required string argument named `name` must be.
+fn expect_for(name: &str) -> Expect {
+    match name {
+        "client_id" => Expect::Named("client_id"),
+        "invoice_id" => Expect::Named("invoice_id"),
+        _ => Expect::Type("string".into()),
+    }
 }
 
 // ---- Arguments --------------------------------------------------------------------------------
@@ -99,13 +121,13 @@ pub(crate) trait Args {
     /// A required string argument.
     fn required(&self, name: &str) -> Result<&str, McpError> {
         self.str(name)
-            .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param(name))
+            .ok_or_else(|| McpError::missing(name, expect_for(name)))
     }
 
     /// A required id argument of one type.
     fn id<T>(&self, name: &str, parse: fn(&str) -> Option<T>) -> Result<T, McpError> {
         let text = self.required(name)?;
-        parse(text).ok_or_else(|| invalid_format(name, "malformed_id"))
+        parse(text).ok_or_else(|| invalid_format(name, "malformed_id", id_expect(name), text))
     }
 
     /// An optional id argument of one type.
@@ -114,7 +136,7 @@ pub(crate) trait Args {
             None => Ok(None),
             Some(text) => parse(text)
                 .map(Some)
-                .ok_or_else(|| invalid_format(name, "malformed_id")),
+                .ok_or_else(|| invalid_format(name, "malformed_id", id_expect(name), text)),
         }
     }
 
@@ -122,9 +144,9 @@ pub(crate) trait Args {
     fn date(&self, name: &str) -> Result<Option<Date>, McpError> {
         match self.str(name) {
             None => Ok(None),
-            Some(text) => Date::parse(text)
-                .map(Some)
-                .ok_or_else(|| invalid_format(name, "expected_yyyy_mm_dd")),
+            Some(text) => Date::parse(text).map(Some).ok_or_else(|| {
+                invalid_format(name, "expected_yyyy_mm_dd", Expect::Named("date"), text)
+            }),
         }
     }
 
@@ -134,7 +156,7 @@ pub(crate) trait Args {
             None => Ok(None),
             Some(text) => TaxId::parse(&text)
                 .map(Some)
-                .map_err(|e| invalid_format(name, e.reason())),
+                .map_err(|e| invalid_format(name, e.reason(), Expect::Named("tax_id"), &text)),
         }
     }
 
@@ -155,7 +177,12 @@ pub(crate) trait Args {
         if plausible {
             Ok(Some(text))
         } else {
-            Err(invalid_format(name, "not_an_email_address"))
+            Err(invalid_format(
+                name,
+                "not_an_email_address",
+                Expect::Named("email"),
+                &text,
+            ))
         }
     }
 
@@ -178,8 +205,10 @@ pub(crate) trait Args {
             .map(|(i, item)| priced_line(i, item))
             .collect::<Result<Vec<_>, _>>()?;
         let amounts: Vec<_> = lines.iter().map(|l| l.amounts).collect();
-        let totals = Totals::sum(&amounts)
-            .map_err(|_| McpError::validation("lines").detail("reason", "amount_out_of_range"))?;
+        let totals = Totals::sum(&amounts).map_err(|_| {
+            McpError::validation("lines", "overflow", Expect::Named("amounts_in_range"))
+                .detail("reason", "amount_out_of_range")
+        })?;
         Ok(Some((lines, totals)))
     }
 }
@@ -204,7 +233,12 @@ pub(crate) fn integer(value: Option<&Value>) -> Option<i64> {
 fn priced_line(index: usize, item: &Value) -> Result<Line, McpError> {
     let field = |name: &str| {
         integer(item.get(name)).ok_or_else(|| {
-            McpError::new(ErrorKind::MissingRequiredField).param(format!("lines.{index}.{name}"))
+            let expect = if name.ends_with("_cents") {
+                Expect::Cents
+            } else {
+                Expect::Type("integer".into())
+            };
+            McpError::missing(&format!("lines.{index}.{name}"), expect)
         })
     };
     let optional = |name: &str| integer(item.get(name)).unwrap_or(0);
@@ -216,7 +250,12 @@ fn priced_line(index: usize, item: &Value) -> Result<Line, McpError> {
         withholding_rate: optional("withholding_rate"),
     };
     let amounts = pricing.amounts().map_err(|_| {
-        McpError::validation(&format!("lines.{index}")).detail("reason", "amount_out_of_range")
+        McpError::validation(
+            &format!("lines.{index}"),
+            "overflow",
+            Expect::Named("amounts_in_range"),
+        )
+        .detail("reason", "amount_out_of_range")
     })?;
     let description = item
         .get("description")

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::invoices::load;
 use super::{Args, db_failure, output, tool};
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
 use crate::tools::invoicing::db;
 use crate::tools::invoicing::model::{Invoice, InvoiceId, InvoiceStatus, OutboxId};
 use crate::tools::invoicing::money::{self, LineAmounts, Totals};
@@ -112,13 +112,12 @@ fn ensure_sendable(invoice: &Invoice) -> Result<(), McpError> {
         InvoiceStatus::Issued | InvoiceStatus::Paid => Ok(()),
         InvoiceStatus::Draft => Err(McpError::new(ErrorKind::InvoiceNotIssued)
             .param("invoice_id")
+            .detail("invoice_id", invoice.id.as_str())
             .detail("status", "draft")
-            .with(
-                "suggestion",
-                "Issue the invoice with issue_invoice before sending it.",
-            )),
+            .suggest(Suggestion::IssueBeforeSending)),
         InvoiceStatus::Void => Err(McpError::new(ErrorKind::InvoiceVoid)
             .param("invoice_id")
+            .detail("invoice_id", invoice.id.as_str())
             .detail(
                 "rectified_by_id",
                 invoice.rectified_by_id.as_ref().map(|i| i.as_str()),
@@ -166,10 +165,7 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Tool
             return Err(McpError::new(ErrorKind::RecipientHasNoEmail)
                 .param("to")
                 .detail("client_id", invoice.client_id.as_str())
-                .with(
-                    "suggestion",
-                    "Add the client's e-mail with update_client, or pass `to`.",
-                ));
+                .suggest(Suggestion::AddEmailOrPassTo));
         };
         let number = invoice.number.clone().unwrap_or_default();
         let outbox_id = OutboxId::generate()?;
@@ -296,12 +292,15 @@ fn export_invoices(
 ) -> Result<ToolOutput, McpError> {
     let from = args
         .date("from")?
-        .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param("from"))?;
+        .ok_or_else(|| McpError::missing("from", Expect::Named("date")))?;
     let to = args
         .date("to")?
-        .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param("to"))?;
+        .ok_or_else(|| McpError::missing("to", Expect::Named("date")))?;
     if to < from {
-        return Err(McpError::validation("to").detail("reason", "period_ends_before_it_starts"));
+        return Err(
+            McpError::validation("to", "order", Expect::Named("to_on_or_after_from"))
+                .detail("reason", "period_ends_before_it_starts"),
+        );
     }
     let status = args.str("status").and_then(InvoiceStatus::parse);
     let (from, to) = (from.to_string(), to.to_string());

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::invoices::load;
 use super::{Args, db_failure, output, page, today, tool};
-use crate::catalog::{ErrorKind, McpError};
+use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
 use crate::tools::invoicing::db;
 use crate::tools::invoicing::model::{
     Invoice, InvoiceId, InvoiceStatus, Payment, PaymentId, PaymentMethod,
@@ -86,12 +86,14 @@ fn payable(invoice: &Invoice, amount: i64) -> Result<(), McpError> {
         InvoiceStatus::Draft => {
             return Err(McpError::new(ErrorKind::InvoiceNotIssued)
                 .param("invoice_id")
+                .detail("invoice_id", invoice.id.as_str())
                 .detail("status", "draft")
-                .with("suggestion", "Issue the invoice with issue_invoice first."));
+                .suggest(Suggestion::IssueFirst));
         }
         InvoiceStatus::Void => {
             return Err(McpError::new(ErrorKind::InvoiceVoid)
                 .param("invoice_id")
+                .detail("invoice_id", invoice.id.as_str())
                 .detail(
                     "rectified_by_id",
                     invoice.rectified_by_id.as_ref().map(InvoiceId::as_str),
@@ -116,7 +118,7 @@ fn record_payment(
     let id = args.id("invoice_id", InvoiceId::parse)?;
     let amount = args
         .int("amount_cents")
-        .ok_or_else(|| McpError::new(ErrorKind::MissingRequiredField).param("amount_cents"))?;
+        .ok_or_else(|| McpError::missing("amount_cents", Expect::Cents))?;
     let paid_on = args
         .date("paid_on")?
         .map_or_else(|| today(ctx.clock), |d| d.to_string());

@@ -11,6 +11,15 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{ErrorStatusMode, Locale};
 
+mod examples;
+mod guardrails;
+pub mod problems;
+mod suggestions;
+pub mod template;
+
+pub use problems::{Expect, Problem};
+pub use suggestions::Suggestion;
+
 /// Which channel an error travels on when it reaches the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Channel {
@@ -80,9 +89,10 @@ pub struct EntrySpec {
     pub channel: Channel,
     /// Which HTTP status its JSON-RPC error gets on the MCP endpoint.
     pub status: StatusRule,
-    /// One sentence in English, safe to show to a model.
+    /// The hint's template in English: one sentence, safe to show to a model
+    /// ([`template`](mod@template) describes the syntax).
     pub hint_en: &'static str,
-    /// The same sentence in Spanish.
+    /// The same template in Spanish.
     pub hint_es: &'static str,
     /// When the entry is used (documentation only).
     pub when: &'static str,
@@ -149,53 +159,53 @@ catalog! {
         "body or line is not JSON (id null)"),
     /// Not a JSON-RPC request, or a batch where the era forbids it.
     InvalidRequest => (-32600, "invalid_request", 400, 1002, false, Protocol, Own,
-        "The message is not a valid JSON-RPC 2.0 request for this protocol revision.",
-        "El mensaje no es una petición JSON-RPC 2.0 válida para esta revisión del protocolo.",
+        "The message is not a valid JSON-RPC 2.0 request for this protocol revision[ ({details.reason})].",
+        "El mensaje no es una petición JSON-RPC 2.0 válida para esta revisión del protocolo[ ({details.reason})].",
         "not a JSON-RPC request; batch where the era forbids it"),
     /// Unknown method, or a capability not served.
     MethodNotFound => (-32601, "method_not_found", 404, 1003, false, Protocol, Ok,
-        "This method does not exist or is not served by this protocol revision.",
-        "Este método no existe o no se sirve en esta revisión del protocolo.",
+        "The method {details.method:q} does not exist or is not served by this protocol revision.",
+        "El método {details.method:q} no existe o no se sirve en esta revisión del protocolo.",
         "unknown method, or a capability not served"),
     /// Params do not match the method's shape.
     InvalidParams => (-32602, "invalid_params", 400, 1004, false, Protocol, Ok,
-        "The parameters do not match what this method expects.",
-        "Los parámetros no coinciden con lo que espera este método.",
+        "The parameter `{param}` is missing or does not match what this method expects[ ({details.reason})].",
+        "El parámetro `{param}` falta o no coincide con lo que espera este método[ ({details.reason})].",
         "params do not match the method's shape; bad cursor; missing 2026 `_meta`"),
     /// `tools/call` name does not resolve.
     UnknownTool => (-32602, "unknown_tool", 404, 1005, false, Protocol, Ok,
-        "No tool has this name; call tools/list to see the tools you can use.",
-        "Ninguna herramienta tiene este nombre; llame a tools/list para ver las disponibles.",
+        "No tool is named {details.name:q}; call tools/list to see the tools you can use.",
+        "Ninguna herramienta se llama {details.name:q}; llame a tools/list para ver las disponibles.",
         "`tools/call` name does not resolve"),
     /// A retired tool name.
     ToolRetired => (-32602, "tool_retired", 410, 1006, false, Protocol, Ok,
-        "This tool was retired; call the tool named in `replacement` instead.",
-        "Esta herramienta se retiró; llame a la indicada en `replacement`.",
+        "The tool {details.name:q} was retired; call {replacement} instead.",
+        "La herramienta {details.name:q} se retiró; llame a {replacement} en su lugar.",
         "a retired name; `replacement` names the tool to call instead"),
     /// `resources/read` of an unknown URI.
     ResourceNotFound => (-32602, "resource_not_found", 404, 1007, false, Protocol, Ok,
-        "No resource has this URI; call resources/list to see the readable resources.",
-        "Ningún recurso tiene esta URI; llame a resources/list para ver los disponibles.",
+        "No resource has the URI {details.uri:q}; call resources/list to see the readable resources.",
+        "Ningún recurso tiene la URI {details.uri:q}; llame a resources/list para ver los disponibles.",
         "`resources/read` of an unknown URI (`details.uri`)"),
     /// Handshake era: the requested protocol version is not supported.
     UnsupportedProtocolVersion => (-32602, "unsupported_protocol_version", 400, 1008, false, Protocol, Own,
-        "This protocol version is not supported; use one listed in `supported`.",
-        "Esta versión del protocolo no está soportada; use una de `supported`.",
+        "The protocol version[ {requested:q}] is not supported; use one of {supported}.",
+        "La versión del protocolo[ {requested:q}] no está soportada; use una de {supported}.",
         "handshake era; `supported`, `requested`"),
     /// 2026-07-28: HTTP headers disagree with the body.
     HeaderMismatch => (-32020, "header_mismatch", 400, 1009, false, Protocol, Own,
-        "The Mcp-Method, Mcp-Name or MCP-Protocol-Version header does not match the body.",
-        "La cabecera Mcp-Method, Mcp-Name o MCP-Protocol-Version no coincide con el cuerpo.",
+        "The {details.header} header does not match the body; send the same value in both.",
+        "La cabecera {details.header} no coincide con el cuerpo; envíe el mismo valor en ambos.",
         "2026-07-28: `Mcp-Method`/`Mcp-Name`/version header vs body"),
     /// 2026-07-28: the call needs a client capability that was not declared.
     MissingClientCapability => (-32021, "missing_client_capability", 400, 1010, false, Protocol, Own,
-        "This call needs a client capability that the request did not declare.",
-        "Esta llamada necesita una capacidad del cliente que la petición no declaró.",
+        "This call needs the client capability {requiredCapabilities}, which the request did not declare.",
+        "Esta llamada necesita la capacidad del cliente {requiredCapabilities}, que la petición no declaró.",
         "2026-07-28; `data.requiredCapabilities`"),
     /// 2026-07-28: the requested protocol version is not supported.
     UnsupportedProtocolVersionModern => (-32022, "unsupported_protocol_version", 400, 1008, false, Protocol, Own,
-        "This protocol version is not supported; use one listed in `supported`.",
-        "Esta versión del protocolo no está soportada; use una de `supported`.",
+        "The protocol version[ {requested:q}] is not supported; use one of {supported}.",
+        "La versión del protocolo[ {requested:q}] no está soportada; use una de {supported}.",
         "2026-07-28; `supported`, `requested`"),
     /// Unexpected fault; reveals nothing internal.
     InternalError => (-32603, "internal_error", 500, 4000, false, ServerFault, Own,
@@ -216,8 +226,8 @@ catalog! {
         "HTTP: `Origin`/`Host` not on the allow-list (DNS-rebinding protection)"),
     /// HTTP: the body is larger than the configured cap.
     PayloadTooLarge => (-32600, "payload_too_large", 413, 1012, false, Transport, Own,
-        "The request body is larger than this server accepts.",
-        "El cuerpo de la petición es mayor de lo que acepta este servidor.",
+        "The request body is larger than this server accepts[ ({details.max_bytes} bytes at most)].",
+        "El cuerpo de la petición es mayor de lo que acepta este servidor[ ({details.max_bytes} bytes como máximo)].",
         "HTTP: body over `http.max_body_bytes`"),
     /// HTTP: the `Accept` header allows neither JSON nor an event stream.
     NotAcceptable => (-32600, "not_acceptable", 406, 1013, false, Transport, Own,
@@ -273,80 +283,80 @@ catalog! {
         "the credential's OAuth client was revoked"),
     /// Wrong kind of credential for this surface.
     InvalidTokenType => (-32003, "invalid_token_type", 403, 1103, false, Guard, Semantic,
-        "This kind of credential cannot be used here.",
-        "Este tipo de credencial no se puede usar aquí.",
+        "This kind of credential cannot be used here[ ({details.reason})].",
+        "Este tipo de credencial no se puede usar aquí[ ({details.reason})].",
         "wrong kind of credential for this surface"),
     /// The tool is not in the company's plan.
     PlanUpgradeRequired => (-32004, "plan_upgrade_required", 403, 1104, false, Guard, Ok,
-        "This tool is not included in the company's plan; `required_plan` names the plan that includes it.",
-        "Esta herramienta no está incluida en el plan de la empresa; `required_plan` indica el plan que la incluye.",
+        "The tool {details.tool} is not included in the company's plan {details.current_plan:q}[; the plan {required_plan:q} includes it, and the account owner can upgrade to it]; call another tool meanwhile.",
+        "La herramienta {details.tool} no está incluida en el plan {details.current_plan:q} de la empresa[; el plan {required_plan:q} la incluye y el titular de la cuenta puede cambiar a él]; mientras tanto, use otra herramienta.",
         "the tool is not in the company's plan; `required_plan`"),
     /// A plan allowance (not a rate) is used up.
     PlanLimitExceeded => (-32004, "plan_limit_exceeded", 403, 1107, false, Guard, Ok,
-        "The company's plan allowance for this is used up.",
-        "Se agotó la asignación del plan de la empresa para esto.",
+        "The company's plan {details.current_plan:q} allows {limit} {details.allowance}, and {details.active} are in use[; the plan {required_plan:q} allows more].",
+        "El plan {details.current_plan:q} de la empresa permite {limit} {details.allowance}, y hay {details.active} en uso[; el plan {required_plan:q} permite más].",
         "a plan allowance (not a rate) is used up"),
     /// The credential lacks the scope the tool needs.
     InsufficientScope => (-32005, "insufficient_scope", 403, 1105, false, Guard, Semantic,
-        "The credential does not have the scope this tool needs.",
-        "La credencial no tiene el permiso que necesita esta herramienta.",
+        "This tool needs the scope {required_scope:q}, and the credential has {provided_scopes}; ask the operator for a credential with {required_scope:q}.",
+        "Esta herramienta necesita el permiso {required_scope:q}, y la credencial tiene {provided_scopes}; pida al operador una credencial con {required_scope:q}.",
         "`required_scope`, `provided_scopes`"),
     /// A rate bucket is over its limit.
     RateLimited => (-32006, "rate_limited", 429, 3001, true, Guard, Semantic,
-        "Too many calls; wait `retry_after` seconds before calling again.",
-        "Demasiadas llamadas; espere `retry_after` segundos antes de volver a llamar.",
+        "Too many calls: the {bucket:q} limit of {limit} is used up; wait {retry_after} seconds before calling again.",
+        "Demasiadas llamadas: se agotó el límite {bucket:q} de {limit}; espere {retry_after} segundos antes de volver a llamar.",
         "any bucket over its limit; `retry_after`, `bucket`, `limit`, `reset`"),
     /// The tool cannot be undone and no idempotency key was given.
     IdempotencyKeyRequired => (-32007, "idempotency_key_required", 400, 2002, false, Guard, Ok,
-        "This tool cannot be undone and requires an idempotency key; pass a unique `idempotency_key`.",
-        "Esta herramienta no se puede deshacer y requiere una clave de idempotencia; envíe un `idempotency_key` único.",
+        "{details.tool} cannot be undone, so it needs an idempotency key: pass `{param}` with a new value for this operation (for example a UUID), and send the same value again if you retry it.",
+        "{details.tool} no se puede deshacer, así que necesita una clave de idempotencia: envíe `{param}` con un valor nuevo para esta operación (por ejemplo un UUID) y repita el mismo valor si la reintenta.",
         "the tool cannot be undone and no key was given"),
     /// The idempotency key is empty, too long or not printable ASCII.
     IdempotencyKeyInvalid => (-32007, "idempotency_key_invalid", 400, 2003, false, Guard, Ok,
-        "The idempotency key must be 1 to 255 printable ASCII characters, given once.",
-        "La clave de idempotencia debe tener de 1 a 255 caracteres ASCII imprimibles y enviarse una sola vez.",
+        "The idempotency key[ from {details.source}] is not valid[ ({details.reason})]: it must be 1 to 255 printable ASCII characters, and where it is sent in several places (`idempotency_key`, `_meta`, the Idempotency-Key header) the same in all.",
+        "La clave de idempotencia[ de {details.source}] no es válida[ ({details.reason})]: debe tener de 1 a 255 caracteres ASCII imprimibles y, si se envía en varios sitios (`idempotency_key`, `_meta`, la cabecera Idempotency-Key), ser la misma en todos.",
         "key empty, too long (> 255) or not printable ASCII"),
     /// The same key was used with a different tool or arguments.
     IdempotencyKeyReused => (-32007, "idempotency_key_reused", 409, 3201, false, Guard, Ok,
-        "This idempotency key was already used with a different tool or arguments; use a new key.",
-        "Esta clave de idempotencia ya se usó con otra herramienta u otros argumentos; use una clave nueva.",
+        "This `{param}` was already used for another call[ (first with {details.tool})]: if you are retrying that same operation, send exactly its arguments again; for a new operation, pick a new key.",
+        "Este `{param}` ya se usó en otra llamada[ (primero con {details.tool})]: si reintenta esa misma operación, envíe exactamente sus argumentos; para una operación nueva, elija una clave nueva.",
         "same key, different tool or arguments"),
     /// The first call with this key is still running.
     IdempotencyKeyInUse => (-32007, "idempotency_key_in_use", 409, 3202, true, Guard, Ok,
-        "A call with this idempotency key is still running; retry shortly to get its result.",
-        "Una llamada con esta clave de idempotencia sigue en curso; reintente en breve para obtener su resultado.",
+        "A call with this idempotency key is still running; wait {retry_after} seconds and retry with the same key and arguments to get its result.",
+        "Una llamada con esta clave de idempotencia sigue en curso; espere {retry_after} segundos y reintente con la misma clave y argumentos para obtener su resultado.",
         "the first call with this key is still running"),
     /// A fiscal guardrail rejects the arguments.
     GuardrailViolation => (-32008, "mcp_guardrail_violation", 422, 3301, false, Guard, Ok,
-        "A fiscal guardrail forbids this call; read the resource at `guardrail_uri` and change the arguments.",
-        "Una salvaguarda fiscal impide esta llamada; lea el recurso de `guardrail_uri` y cambie los argumentos.",
+        "The fiscal rule {rule_id} forbids this call; read its guide at {guardrail_uri} and change the arguments.",
+        "La regla fiscal {rule_id} impide esta llamada; lea su guía en {guardrail_uri} y cambie los argumentos.",
         "a fiscal guardrail; `rule_id`, `guardrail_uri`, `subcode`"),
 
     // ---- Tool execution errors (isError results) -------------------------------------
     /// Arguments fail the input schema.
     ValidationError => (-32602, "validation_error", 400, 2001, false, Tool, Ok,
-        "An argument does not match the tool's input schema; `param` names it.",
-        "Un argumento no cumple el esquema de entrada de la herramienta; `param` lo indica.",
-        "arguments fail the input schema; `param` names the first field"),
+        "The arguments do not match the tool's input schema: {details.errors:problems}.",
+        "Los argumentos no cumplen el esquema de entrada de la herramienta: {details.errors:problems}.",
+        "arguments fail the input schema; `param` names the first field, `details.errors` lists each failing argument"),
     /// A required argument is absent.
     MissingRequiredField => (-32602, "missing_required_field", 400, 2002, false, Tool, Ok,
-        "A required argument is missing; `param` names it.",
-        "Falta un argumento obligatorio; `param` lo indica.",
-        "a required argument is absent; `param`"),
+        "A required argument is missing: {details.errors:problems}.",
+        "Falta un argumento obligatorio: {details.errors:problems}.",
+        "a required argument is absent; `param`, `details.errors`"),
     /// A date, tax id, amount or id is malformed.
     InvalidFormat => (-32602, "invalid_format", 400, 2003, false, Tool, Ok,
-        "An argument is malformed (dates are YYYY-MM-DD, amounts integer cents); `param` names it.",
-        "Un argumento está mal formado (fechas AAAA-MM-DD, importes en céntimos enteros); `param` lo indica.",
-        "a date, tax id, amount or id is malformed; `param`"),
+        "An argument is malformed: {details.errors:problems}.",
+        "Un argumento está mal formado: {details.errors:problems}.",
+        "a date, tax id, amount or id is malformed; `param`, `details.errors`"),
     /// The tool or its backend exceeded its time limit.
     Timeout => (-32603, "timeout", 504, 3002, true, Tool, Ok,
-        "The operation took too long and was stopped; retry with backoff.",
-        "La operación tardó demasiado y se detuvo; reintente con espera.",
+        "The operation took too long and was stopped[ while waiting for the client's answer to {details.waiting_for}]; retry with backoff.",
+        "La operación tardó demasiado y se detuvo[ mientras esperaba la respuesta del cliente a {details.waiting_for}]; reintente con espera.",
         "the tool or its backend exceeded its time limit"),
     /// The backend answered with an error.
     AdapterError => (-32603, "adapter_error", 502, 4001, false, Tool, Ok,
-        "The business backend answered with an error; `details.original_error` carries its id.",
-        "El sistema de negocio respondió con un error; `details.original_error` contiene su identificador.",
+        "The business backend answered with an error[ ({details.original_error})]; the call did not complete.",
+        "El sistema de negocio respondió con un error[ ({details.original_error})]; la llamada no se completó.",
         "the backend answered with an error; its own id in `details.original_error`"),
     /// The tool's backend cannot be reached.
     ToolBackendUnavailable => (-32603, "backend_unavailable", 503, 4002, true, Tool, Ok,
@@ -360,48 +370,48 @@ catalog! {
         "the backend does not support this tool"),
     /// No client has the given id.
     ClientNotFound => (-32602, "client_not_found", 404, 3101, false, Tool, Ok,
-        "No client has this id; find the right one with search_clients.",
-        "Ningún cliente tiene este identificador; busque el correcto con search_clients.",
+        "No client has the id {details.id:q} given in `{param}`; find the right one with search_clients.",
+        "Ningún cliente tiene el identificador {details.id:q} indicado en `{param}`; busque el correcto con search_clients.",
         "a client id that does not exist; `param`"),
     /// No invoice has the given id.
     InvoiceNotFound => (-32602, "invoice_not_found", 404, 3101, false, Tool, Ok,
-        "No invoice has this id; find the right one with search_invoices.",
-        "Ninguna factura tiene este identificador; busque la correcta con search_invoices.",
+        "No invoice has the id {details.id:q} given in `{param}`; find the right one with search_invoices.",
+        "Ninguna factura tiene el identificador {details.id:q} indicado en `{param}`; busque la correcta con search_invoices.",
         "an invoice id that does not exist; `param`"),
     /// Another client already has this tax id.
     TaxIdAlreadyExists => (-32602, "tax_id_already_exists", 409, 3102, false, Tool, Ok,
-        "A client with this tax id already exists; `details.existing_resource_id` is its id.",
-        "Ya existe un cliente con este NIF; `details.existing_resource_id` es su identificador.",
+        "A client with this tax id already exists: {details.existing_resource_id}; use that client (get_client, update_client) instead of creating another.",
+        "Ya existe un cliente con este NIF: {details.existing_resource_id}; use ese cliente (get_client, update_client) en lugar de crear otro.",
         "a client with this tax id exists; `details.existing_resource_id`"),
     /// Only drafts can change.
     InvoiceCannotBeModified => (-32602, "invoice_cannot_be_modified", 422, 3103, false, Tool, Ok,
-        "An issued invoice cannot be modified.",
-        "Una factura emitida no se puede modificar.",
+        "Invoice[ {details.number}] is {details.status}, and only a draft can be modified; to correct an issued invoice, void it with void_invoice and create a new one.",
+        "La factura[ {details.number}] está en estado {details.status} y solo un borrador se puede modificar; para corregir una factura emitida, anúlela con void_invoice y cree una nueva.",
         "the invoice is not a draft; `param: \"status\"`"),
     /// A payment larger than what is still owed.
     PaymentExceedsBalance => (-32602, "payment_exceeds_balance", 422, 3104, false, Tool, Ok,
-        "The payment is larger than the invoice's outstanding balance; `details.balance_cents` says what is owed.",
-        "El pago supera el saldo pendiente de la factura; `details.balance_cents` indica lo adeudado.",
+        "The payment of {details.amount_cents} cents is larger than the invoice's outstanding balance of {details.balance_cents} cents; record at most {details.balance_cents} cents.",
+        "El pago de {details.amount_cents} céntimos supera el saldo pendiente de la factura, {details.balance_cents} céntimos; registre como mucho {details.balance_cents} céntimos.",
         "amount above the balance; `details.balance_cents`"),
     /// A client with invoices cannot be deleted.
     ClientHasInvoices => (-32602, "client_has_invoices", 422, 3105, false, Tool, Ok,
-        "This client has invoices and cannot be deleted.",
-        "Este cliente tiene facturas y no se puede eliminar.",
+        "This client has {details.invoice_count} invoices and cannot be deleted; invoices are part of the legal record.",
+        "Este cliente tiene {details.invoice_count} facturas y no se puede eliminar; las facturas forman parte del registro legal.",
         "deleting a client with invoices; `details.invoice_count`"),
     /// No address to send an invoice to.
     RecipientHasNoEmail => (-32602, "recipient_has_no_email", 422, 3106, false, Tool, Ok,
-        "The client has no e-mail address; add one with update_client or pass `to`.",
-        "El cliente no tiene correo electrónico; añádalo con update_client o indique `to`.",
+        "The client {details.client_id} has no e-mail address; add one with update_client or pass `to`.",
+        "El cliente {details.client_id} no tiene correo electrónico; añádalo con update_client o indique `to`.",
         "sending to a client without e-mail and no `to`"),
     /// The invoice is still a draft.
     InvoiceNotIssued => (-32602, "invoice_not_issued", 422, 3107, false, Tool, Ok,
-        "The invoice is still a draft; issue it first with issue_invoice.",
-        "La factura sigue en borrador; emítala antes con issue_invoice.",
+        "The invoice[ {details.invoice_id}] is still a draft; issue it first with issue_invoice.",
+        "La factura[ {details.invoice_id}] sigue en borrador; emítala antes con issue_invoice.",
         "paying, sending or voiding a draft"),
     /// The invoice was voided.
     InvoiceVoid => (-32602, "invoice_void", 422, 3108, false, Tool, Ok,
-        "The invoice was voided; use its rectifying invoice (`details.rectified_by_id`) or a new one.",
-        "La factura está anulada; use su factura rectificativa (`details.rectified_by_id`) o una nueva.",
+        "The invoice[ {details.invoice_id}] was voided; [use its rectifying invoice {details.rectified_by_id} or ]create a new one.",
+        "La factura[ {details.invoice_id}] está anulada; [use su factura rectificativa {details.rectified_by_id} o ]cree una nueva.",
         "paying or sending a voided invoice"),
 }
 
@@ -410,6 +420,7 @@ catalog! {
 pub struct McpError {
     kind: ErrorKind,
     fields: Map<String, Value>,
+    suggestion: Option<Suggestion>,
 }
 
 impl McpError {
@@ -418,6 +429,7 @@ impl McpError {
         McpError {
             kind,
             fields: Map::new(),
+            suggestion: None,
         }
     }
 
@@ -446,6 +458,12 @@ impl McpError {
         if let Value::Object(map) = details {
             map.insert(name.to_owned(), value.into());
         }
+        self
+    }
+
+    /// Sets `suggestion`, rendered in the envelope's locale.
+    pub fn suggest(mut self, suggestion: Suggestion) -> Self {
+        self.suggestion = Some(suggestion);
         self
     }
 
@@ -529,9 +547,62 @@ impl McpError {
             .with("reset", reset)
     }
 
-    /// `isError` `validation_error` on `param`.
-    pub fn validation(param: &str) -> Self {
-        Self::new(ErrorKind::ValidationError).param(param)
+    /// `isError` `validation_error` on `param`: what is wrong (`reason`) and what would
+    /// be accepted.
+    pub fn validation(param: &str, reason: &'static str, expect: Expect) -> Self {
+        Self::with_problems(
+            ErrorKind::ValidationError,
+            &[Problem::new(param, reason, expect)],
+        )
+    }
+
+    /// `isError` `invalid_format` on `param`, whose `value` the caller sent.
+    pub fn invalid_format(
+        param: &str,
+        reason: &'static str,
+        expect: Expect,
+        value: &Value,
+    ) -> Self {
+        Self::with_problems(
+            ErrorKind::InvalidFormat,
+            &[Problem::new(param, reason, expect).value(value)],
+        )
+    }
+
+    /// `isError` `missing_required_field` on `param`.
+    pub fn missing(param: &str, expect: Expect) -> Self {
+        Self::with_problems(
+            ErrorKind::MissingRequiredField,
+            &[Problem::new(param, "missing", expect)],
+        )
+    }
+
+    /// The validation failure of `problems` (at least one). The first decides the entry
+    /// (`missing` → `missing_required_field`, `format`/`pattern` → `invalid_format`, any
+    /// other → `validation_error`) and is `param`; `details.errors` lists them all (at
+    /// most [`problems::PROBLEMS_IN_DETAILS`]; `details.error_count` says how many failed
+    /// when there are more).
+    pub fn invalid_arguments(problems: &[Problem]) -> Self {
+        let kind = match problems.first().map(|p| p.reason) {
+            Some("missing") => ErrorKind::MissingRequiredField,
+            Some("format" | "pattern") => ErrorKind::InvalidFormat,
+            _ => ErrorKind::ValidationError,
+        };
+        Self::with_problems(kind, problems)
+    }
+
+    fn with_problems(kind: ErrorKind, problems: &[Problem]) -> Self {
+        let err = Self::new(kind);
+        match problems.first() {
+            Some(first) if problems.len() > problems::PROBLEMS_IN_DETAILS => err
+                .param(first.param.clone())
+                .detail("errors", problems::to_details(problems))
+                .detail("error_count", problems.len()),
+            Some(first) => err
+                .param(first.param.clone())
+                .detail("errors", problems::to_details(problems)),
+            None => err,
+        }
     }
 
     /// The `data` envelope of a JSON-RPC error, or `_meta["dev.tollgate/error"]` of an
@@ -547,16 +618,45 @@ impl McpError {
         for (name, value) in &self.fields {
             map.insert(name.clone(), value.clone());
         }
+        if let Some(suggestion) = self.suggestion {
+            map.insert("suggestion".into(), suggestion.text(locale).into());
+        }
         Value::Object(map)
     }
 
-    /// The hint in `locale`.
-    pub fn hint(&self, locale: Locale) -> &'static str {
+    /// The template this occurrence's hint is rendered from: the entry's, or for a
+    /// guardrail the sentence of its `subcode`.
+    pub fn template(&self, locale: Locale) -> &'static str {
+        let own = self
+            .fields
+            .get("subcode")
+            .and_then(Value::as_str)
+            .filter(|_| self.kind == ErrorKind::GuardrailViolation)
+            .and_then(guardrails::sentence);
         let spec = self.kind.spec();
-        match locale {
-            Locale::En => spec.hint_en,
-            Locale::Es => spec.hint_es,
+        match (own, locale) {
+            (Some((en, _)), Locale::En) => en,
+            (Some((_, es)), Locale::Es) => es,
+            (None, Locale::En) => spec.hint_en,
+            (None, Locale::Es) => spec.hint_es,
         }
+    }
+
+    /// The hint in `locale`: the template filled with this occurrence's fields.
+    pub fn hint(&self, locale: Locale) -> String {
+        template::render(self.template(locale), &self.fields, locale).text
+    }
+
+    /// The fields the hint's template names that this occurrence lacks (outside optional
+    /// segments); empty when the sentence is complete.
+    pub fn unfilled_placeholders(&self, locale: Locale) -> Vec<String> {
+        template::render(self.template(locale), &self.fields, locale).missing
+    }
+
+    /// A representative occurrence of `kind`, with plausible values for every field its
+    /// template names.
+    pub fn example(kind: ErrorKind) -> McpError {
+        examples::example(kind)
     }
 
     /// The JSON-RPC `error` object.
@@ -590,7 +690,13 @@ pub fn render_markdown() -> String {
          Generated by `tollgate errors --format markdown`; a test keeps this file in sync.\n\n\
          Guard and protocol errors arrive as JSON-RPC errors whose `message` is the `code` and \
          whose `data` is the envelope. Tool execution errors arrive as results with \
-         `isError: true` and the envelope in `_meta[\"dev.tollgate/error\"]`.\n",
+         `isError: true` and the envelope in `_meta[\"dev.tollgate/error\"]`.\n\n\
+         The hint (`data.hint`, or the text of an `isError` result) is rendered in the \
+         company's locale from the entry's template: `{field}` is a field of the error \
+         (`{details.x}` one under `details`; lists are joined with \", \"), `{field:q}` a \
+         value the caller sent, quoted and cut to 60 characters, `{details.errors:problems}` \
+         the failing arguments (the first five, then \"and N more\"), and `[ … ]` a part \
+         left out when a field it names is absent. The templates below are the English ones.\n",
     );
     for (title, channel) in [
         ("Protocol and guard errors (JSON-RPC)", Channel::JsonRpc),
@@ -622,6 +728,12 @@ pub fn render_markdown() -> String {
             ));
         }
     }
+    out.push_str(
+        "\n## Guardrail sentences\n\n`mcp_guardrail_violation` reads the sentence of its `subcode`:\n\n| subcode | hint |\n|---|---|\n",
+    );
+    for (subcode, en, _) in guardrails::SENTENCES {
+        out.push_str(&format!("| `{subcode}` | {en} |\n"));
+    }
     out
 }
 
@@ -640,10 +752,23 @@ pub fn render_json() -> Value {
                 "channel": match s.channel { Channel::JsonRpc => "jsonrpc", Channel::ToolResult => "tool_result" },
                 "when": s.when,
                 "hint": { "en": s.hint_en, "es": s.hint_es },
+                "subcodes": subcode_templates(*kind),
             })
         })
         .collect();
     Value::Array(entries)
+}
+
+/// The per-subcode templates of an entry (only the guardrail entry has them).
+fn subcode_templates(kind: ErrorKind) -> Value {
+    if kind != ErrorKind::GuardrailViolation {
+        return Value::Null;
+    }
+    let map: Map<String, Value> = guardrails::SENTENCES
+        .iter()
+        .map(|(subcode, en, es)| ((*subcode).to_owned(), json!({ "en": en, "es": es })))
+        .collect();
+    Value::Object(map)
 }
 
 #[cfg(test)]
@@ -665,7 +790,7 @@ mod tests {
     }
 
     #[test]
-    fn hints_exist_in_both_locales_and_differ() {
+    fn templates_exist_in_both_locales_and_differ() {
         for kind in ErrorKind::ALL {
             let s = kind.spec();
             assert!(!s.hint_en.is_empty() && !s.hint_es.is_empty(), "{}", s.code);
@@ -675,16 +800,89 @@ mod tests {
 
     #[test]
     fn tool_result_puts_hint_in_text_and_envelope_in_meta() {
-        let result = McpError::validation("amount").to_tool_result(Locale::Es);
+        let result = McpError::validation("amount", "range", Expect::Range(Some(1.into()), None))
+            .to_tool_result(Locale::Es);
         assert_eq!(result["isError"], true);
         let hint = result["content"][0]["text"].as_str().unwrap_or_default();
-        assert!(hint.starts_with("Un argumento"));
+        assert_eq!(
+            hint,
+            "Los argumentos no cumplen el esquema de entrada de la herramienta: `amount` está fuera de rango: debe ser un número de al menos 1."
+        );
         assert_eq!(
             result["_meta"]["dev.tollgate/error"]["code"],
             "validation_error"
         );
         assert_eq!(result["_meta"]["dev.tollgate/error"]["param"], "amount");
         assert_eq!(result["_meta"]["dev.tollgate/error"]["hint"], hint);
+    }
+
+    #[test]
+    fn every_entry_renders_its_example_without_a_gap_in_both_locales() {
+        for kind in ErrorKind::ALL {
+            let example = McpError::example(*kind);
+            for locale in [Locale::En, Locale::Es] {
+                let missing = example.unfilled_placeholders(locale);
+                assert!(
+                    missing.is_empty(),
+                    "{:?} {locale:?} lacks {missing:?}",
+                    kind
+                );
+                let hint = example.hint(locale);
+                assert!(
+                    !hint.contains('{') && !hint.contains('['),
+                    "{kind:?}: {hint}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_guardrail_sentence_renders_with_its_rule_fields() {
+        let base = McpError::new(ErrorKind::GuardrailViolation)
+            .with("rule_id", "some-rule")
+            .with("guardrail_uri", "tollgate://guardrails/some-rule")
+            .param("lines.0.vat_rate");
+        let details = json!({"vat_rate": 7, "allowed_rates": [21, 10, 4, 0], "country": "ES",
+            "ceiling_cents": 40000, "total_with_vat_cents": 48400, "issue_date": "2026-01-01",
+            "last_issue_date": "2026-02-01", "series": "A", "client_id": "cli_1",
+            "invoice_id": "inv_1", "status": "issued"});
+        for (subcode, en, es) in guardrails::SENTENCES {
+            let mut err = base.clone().with("subcode", *subcode);
+            err.fields.insert("details".into(), details.clone());
+            assert_eq!(err.template(Locale::En), *en);
+            assert_eq!(err.template(Locale::Es), *es);
+            for locale in [Locale::En, Locale::Es] {
+                assert!(err.unfilled_placeholders(locale).is_empty(), "{subcode}");
+            }
+        }
+        let vat = McpError::example(ErrorKind::GuardrailViolation);
+        assert_eq!(
+            vat.hint(Locale::En),
+            "The VAT rate 7 in `lines.0.vat_rate` is not a legal rate in ES; use one of 21, 10, 4, 0 (rule legal-vat-rates, guide tollgate://guardrails/legal-vat-rates)."
+        );
+    }
+
+    #[test]
+    fn a_suggestion_is_rendered_in_the_envelope_locale() {
+        let err = McpError::new(ErrorKind::InvoiceNotIssued).suggest(Suggestion::IssueFirst);
+        assert_eq!(
+            err.envelope(Locale::Es)["suggestion"],
+            "Emita antes la factura con issue_invoice."
+        );
+        assert_eq!(
+            err.envelope(Locale::En)["suggestion"],
+            "Issue the invoice with issue_invoice first."
+        );
+    }
+
+    #[test]
+    fn a_missing_field_is_reported_and_visible_in_a_debug_build() {
+        let err = McpError::new(ErrorKind::RateLimited).with("bucket", "tool");
+        assert_eq!(
+            err.unfilled_placeholders(Locale::En),
+            vec!["limit".to_owned(), "retry_after".to_owned()]
+        );
+        assert!(err.hint(Locale::En).contains("{retry_after}"));
     }
 
     #[test]

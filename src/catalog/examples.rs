@@ -1,0 +1,118 @@
+//! A representative occurrence of every entry ([`super::McpError::example`]): plausible
+//! values for every field its template names, for the catalog's own test, the generated
+//! documentation and anyone who needs a sample error.
+
+use serde_json::json;
+
+use super::{ErrorKind as K, Expect, McpError, Problem};
+
+/// An occurrence of `kind` with sample fields.
+pub fn example(kind: K) -> McpError {
+    match kind {
+        K::InvalidRequest => McpError::invalid_request("batch_not_allowed"),
+        K::MethodNotFound => McpError::method_not_found("tools/run"),
+        K::InvalidParams => McpError::invalid_params("cursor"),
+        K::UnknownTool => McpError::unknown_tool("create_invoices"),
+        K::ToolRetired => McpError::tool_retired("list_clients", "search_clients"),
+        K::ResourceNotFound => McpError::resource_not_found("tollgate://guardrails/none"),
+        K::UnsupportedProtocolVersion => McpError::new(kind)
+            .with("supported", ["2025-06-18", "2025-11-25"])
+            .with("requested", "2024-01-01"),
+        K::UnsupportedProtocolVersionModern => {
+            McpError::unsupported_version_modern("2024-01-01", &["2026-07-28"])
+        }
+        K::HeaderMismatch => McpError::header_mismatch("Mcp-Method"),
+        K::MissingClientCapability => {
+            McpError::missing_client_capability(json!({ "elicitation": {} }))
+        }
+        K::PayloadTooLarge => McpError::new(kind).detail("max_bytes", 1_048_576),
+        K::InvalidTokenType => McpError::new(kind).detail("reason", "test_key_on_live"),
+        K::PlanUpgradeRequired => McpError::new(kind)
+            .with("required_plan", "pro")
+            .detail("current_plan", "starter")
+            .detail("tool", "export_invoices"),
+        K::PlanLimitExceeded => McpError::new(kind)
+            .with("limit", 3)
+            .with("required_plan", "pro")
+            .detail("allowance", "active_keys")
+            .detail("active", 4)
+            .detail("current_plan", "starter"),
+        K::InsufficientScope => {
+            McpError::insufficient_scope("invoices:write", &["invoices:read".to_owned()])
+        }
+        K::RateLimited => McpError::rate_limited("tool", 60, 1_764_464_460, 17),
+        K::IdempotencyKeyRequired => McpError::new(kind)
+            .param("idempotency_key")
+            .detail("tool", "issue_invoice"),
+        K::IdempotencyKeyInvalid => McpError::new(kind)
+            .detail("reason", "too_long")
+            .detail("source", "arguments"),
+        K::IdempotencyKeyReused => McpError::new(kind)
+            .param("idempotency_key")
+            .detail("tool", "create_invoice"),
+        K::IdempotencyKeyInUse => McpError::new(kind).with("retry_after", 1),
+        K::GuardrailViolation => McpError::new(kind)
+            .with("rule_id", "legal-vat-rates")
+            .with("subcode", "vat_rate_not_allowed")
+            .with("guardrail_uri", "tollgate://guardrails/legal-vat-rates")
+            .param("lines.0.vat_rate")
+            .detail("vat_rate", 7)
+            .detail("allowed_rates", [21, 10, 4, 0])
+            .detail("country", "ES"),
+        K::ValidationError => McpError::invalid_arguments(&[
+            Problem::new("lines.0.vat_rate", "type", Expect::Type("integer".into()))
+                .value(&json!("21%")),
+            Problem::new(
+                "limit",
+                "range",
+                Expect::Range(Some(1.into()), Some(100.into())),
+            )
+            .value(&json!(500)),
+        ]),
+        K::MissingRequiredField => McpError::invalid_arguments(&[
+            Problem::new("client_id", "missing", Expect::Named("client_id")),
+            Problem::new("issue_date", "format", Expect::Format("date".into()))
+                .value(&json!("2026-13-01")),
+        ]),
+        K::InvalidFormat => McpError::invalid_format(
+            "tax_id",
+            "checksum",
+            Expect::Named("tax_id"),
+            &json!("12345678A"),
+        ),
+        K::Timeout => McpError::new(kind).detail("waiting_for", "elicitation/create"),
+        K::AdapterError => McpError::new(kind).detail("original_error", "ERP-504"),
+        K::ClientNotFound => McpError::new(kind)
+            .param("client_id")
+            .detail("id", "cli_0000000000000000"),
+        K::InvoiceNotFound => McpError::new(kind)
+            .param("invoice_id")
+            .detail("id", "inv_0000000000000000"),
+        K::TaxIdAlreadyExists => McpError::new(kind)
+            .param("tax_id")
+            .detail("existing_resource_id", "cli_8f3a2b1c4d5e6f70"),
+        K::InvoiceCannotBeModified => McpError::new(kind)
+            .param("status")
+            .detail("status", "issued")
+            .detail("number", "A-2026-0007"),
+        K::PaymentExceedsBalance => McpError::new(kind)
+            .param("amount_cents")
+            .detail("amount_cents", 150_000)
+            .detail("balance_cents", 121_000),
+        K::ClientHasInvoices => McpError::new(kind)
+            .param("client_id")
+            .detail("invoice_count", 3),
+        K::RecipientHasNoEmail => McpError::new(kind)
+            .param("to")
+            .detail("client_id", "cli_8f3a2b1c4d5e6f70"),
+        K::InvoiceNotIssued => McpError::new(kind)
+            .param("invoice_id")
+            .detail("status", "draft")
+            .detail("invoice_id", "inv_8f3a2b1c4d5e6f70"),
+        K::InvoiceVoid => McpError::new(kind)
+            .param("invoice_id")
+            .detail("invoice_id", "inv_8f3a2b1c4d5e6f70")
+            .detail("rectified_by_id", "inv_1a2b3c4d5e6f7081"),
+        _ => McpError::new(kind),
+    }
+}
