@@ -86,8 +86,11 @@ async def run_agent(
     script: list[Any],
     unlisted: tuple[str, ...] = (),
     max_steps: int = 5,
+    record_calls: bool = False,
 ) -> tuple[ScriptedChatModel, BaseException | None, SentArguments]:
-    """One `MCPAgent.run` with the scripted model; the model, what the run raised, what was sent."""
+    """One `MCPAgent.run` with the scripted model; the model, what the run raised, and (with
+    `record_calls`) what mcp-use sent. Unrecorded runs leave mcp-use's call path untouched, so
+    the traceback the model receives is mcp-use's own."""
     client = MCPClient.from_dict(client_config(tg, token, transport))
     model = ScriptedChatModel(script=script)
     agent = MCPAgent(llm=model, client=client, max_steps=max_steps, memory_enabled=False)
@@ -95,7 +98,8 @@ async def run_agent(
     try:
         await asyncio.wait_for(agent.initialize(), RUN_TIMEOUT)
         connector = client.get_session(SERVER).connector
-        sent.wrap(connector)
+        if record_calls:
+            sent.wrap(connector)
         listed = {tool.name for tool in agent._tools}
         for name in unlisted:
             assert name not in listed, f"{name} is listed; the scenario expects it hidden"
@@ -131,14 +135,13 @@ def test_failure_reaches_the_model(
     token = tollgate.prepare_call(scenario, channel)
     call = {"name": scenario.tool, "args": tollgate.arguments(scenario, channel)}
     unlisted = () if scenario.listed else (scenario.tool,)
-    model, raised, sent = asyncio.run(run_agent(tollgate, token, transport, [call], unlisted))
+    model, raised, _ = asyncio.run(run_agent(tollgate, token, transport, [call], unlisted))
     received = Received(raised=raised)
     if raised is None:
         received.text = text_of(last_tool_message(model))
     observe(FRAMEWORK, scenario, channel, transport, received)
     assert raised is None, f"the agent run aborted: {received.describe()}"
     assert len(model.turns) == 2
-    assert [name for name, _ in sent.calls] == [scenario.tool], "mcp-use did not send the call"
     assert last_tool_message(model).name == scenario.tool
     error = formatted_error(received.text)
     assert error["tool"] == scenario.tool
@@ -233,7 +236,9 @@ def test_every_built_in_tool_runs_with_its_optional_arguments_left_out(
     script = every_tool_script(tollgate, transport)
     token = tollgate.token(SUCCESS, "jsonrpc")
     # mcp-use's graph takes four steps per tool call; its recursion limit is twice max_steps.
-    model, raised, sent = asyncio.run(run_agent(tollgate, token, transport, script, max_steps=3 * len(script)))
+    model, raised, sent = asyncio.run(
+        run_agent(tollgate, token, transport, script, max_steps=3 * len(script), record_calls=True)
+    )
     refused = [(name, result.content[0].text) for name, result in sent.results if result.isError]
     summary = f"{len(sent.results)} calls of {len({n for n, _ in sent.calls})} tools, {len(refused)} refused"
     summary += "".join(f"; {name}: {text}" for name, text in refused)
