@@ -207,8 +207,15 @@ def every_tool_script(tg: Tollgate, transport: str) -> list[Any]:
         call("create_invoice", {"client_id": "{client_id}", "lines": [LINE]}),
         call("delete_invoice", {"invoice_id": "{deleted}"}, remember=("deleted", "inv")),
         call("create_invoice", {"client_id": "{client_id}", "lines": [LINE]}),
-        call("issue_invoice", {"invoice_id": "{voided}", "idempotency_key": f"{key}-issue-voided"}, remember=("voided", "inv")),
-        call("void_invoice", {"invoice_id": "{voided}", "reason": "Issued by mistake", "idempotency_key": f"{key}-void"}),
+        call(
+            "issue_invoice",
+            {"invoice_id": "{voided}", "idempotency_key": f"{key}-issue-voided"},
+            remember=("voided", "inv"),
+        ),
+        call(
+            "void_invoice",
+            {"invoice_id": "{voided}", "reason": "Issued by mistake", "idempotency_key": f"{key}-void"},
+        ),
         call("search_invoices", {}),
         call("export_invoices", {"from": "2026-01-01", "to": "2026-12-31"}),
         call("delete_client", {"client_id": "{new_client}"}),
