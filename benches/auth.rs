@@ -42,6 +42,7 @@ fn main() {
         expires_in: None,
         client_id: None,
         mode: Mode::Live,
+        guard_channel: None,
     };
     let key = auth::create_key(&store, &new).expect("key");
     let token = key.token.expose();

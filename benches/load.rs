@@ -120,10 +120,11 @@ const SCENARIOS: [&str; 7] = [
 ];
 /// The steps of the guard chain a `bench-switches` build can leave out (`Step::name` in
 /// `src/guards/steps.rs`; resolving the tool and running it stay).
-const GUARDS: [&str; 7] = [
+const GUARDS: [&str; 8] = [
     "authenticate",
     "charge",
     "access",
+    "rehearse",
     "replay",
     "guardrails",
     "claim",

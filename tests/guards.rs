@@ -766,6 +766,7 @@ fn ten_thousand_bad_tokens_cost_only_the_throttled_argon2_runs() {
         expires_in: None,
         client_id: None,
         mode: Mode::Live,
+        guard_channel: None,
     };
     let valid = auth::create_key(&store, &new).expect("key");
     // One fixed instant: the whole flood lands in one throttle window, however slow argon2 is.

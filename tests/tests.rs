@@ -17,6 +17,7 @@ mod floods;
 #[cfg(feature = "conformance-pack")]
 mod fuzz;
 mod golden;
+mod guard_channel;
 mod guards;
 mod hardening_auth;
 mod hardening_store;
@@ -27,6 +28,7 @@ mod listener;
 mod optional_args;
 #[cfg(feature = "conformance-pack")]
 mod ratelimit;
+mod rehearsal;
 mod sandbox;
 mod side_doors;
 mod stdio_protocol;

@@ -683,6 +683,40 @@ impl std::fmt::Display for McpError {
 
 impl std::error::Error for McpError {}
 
+impl ErrorKind {
+    /// Whether a guard's refusal of this entry is one a model can act on (call another
+    /// tool, wait, ask for a scope or a plan, fix an argument or a key) — the refusals that
+    /// the `tool_result` guard channel answers as `isError` results. The authentication
+    /// entries are not: nothing can be done without a credential.
+    pub fn model_can_act(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::UnknownTool
+                | ErrorKind::ToolRetired
+                | ErrorKind::RateLimited
+                | ErrorKind::PlanUpgradeRequired
+                | ErrorKind::PlanLimitExceeded
+                | ErrorKind::InsufficientScope
+                | ErrorKind::IdempotencyKeyRequired
+                | ErrorKind::IdempotencyKeyInvalid
+                | ErrorKind::IdempotencyKeyReused
+                | ErrorKind::IdempotencyKeyInUse
+                | ErrorKind::GuardrailViolation
+        )
+    }
+}
+
+impl McpError {
+    /// [`ErrorKind::model_can_act`] for this occurrence: the authentication throttle's
+    /// `rate_limited` (bucket `auth`) is an authentication failure, not a rate limit of
+    /// the call.
+    pub fn model_can_act(&self) -> bool {
+        let auth_throttle = self.kind == ErrorKind::RateLimited
+            && self.fields.get("bucket").and_then(Value::as_str) == Some("auth");
+        self.kind.model_can_act() && !auth_throttle
+    }
+}
+
 /// The catalog as Markdown, the text of `docs/errors.md` and `tollgate errors`.
 pub fn render_markdown() -> String {
     let mut out = String::from(

@@ -159,6 +159,18 @@ word_enum!(
 );
 
 word_enum!(
+    /// How a `tools/call` refused by a guard the model can act on (unknown or retired tool,
+    /// rate limit, scope, plan, guardrail, idempotency) is answered.
+    GuardChannel, "guard_channel", {
+        /// A JSON-RPC error (ERRORS.md, "Two channels"): the default contract.
+        JsonRpc => "jsonrpc",
+        /// An `isError` tool result carrying the same envelope and the JSON-RPC code it
+        /// would have had, which agent hosts hand to the model.
+        ToolResult => "tool_result",
+    }
+);
+
+word_enum!(
     /// The header a trusted reverse proxy names the client address in.
     ClientAddressHeader, "client_address_header", {
         /// `X-Forwarded-For: client, proxy1, …` (nginx, HAProxy, most load balancers).
@@ -311,6 +323,16 @@ pub struct Config {
     pub auth: AuthConfig,
     /// `[audit]`
     pub audit: AuditConfig,
+    /// `[errors]`
+    pub errors: ErrorsConfig,
+}
+
+/// `[errors]`: how errors reach the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorsConfig {
+    /// The channel of guard refusals a model can act on, for credentials without an
+    /// override of their own.
+    pub guard_channel: GuardChannel,
 }
 
 /// `[auth]`: credential verification.
@@ -451,6 +473,9 @@ impl Default for Config {
             audit: AuditConfig {
                 retention_days: DEFAULT_AUDIT_RETENTION_DAYS as u32,
             },
+            errors: ErrorsConfig {
+                guard_channel: GuardChannel::JsonRpc,
+            },
         }
     }
 }
@@ -537,6 +562,9 @@ impl Config {
             },
             audit: RawAudit {
                 retention_days: Some(u64::from(self.audit.retention_days)),
+            },
+            errors: RawErrors {
+                guard_channel: Some(self.errors.guard_channel),
             },
         }
     }
@@ -1021,6 +1049,29 @@ mod tests {
         );
         assert!(
             err.message().contains("TOLLGATE_AUDIT_RETENTION_DAYS"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_guard_channel_defaults_to_jsonrpc_and_takes_two_words() {
+        let config = Config::load(None, &[], &Overrides::default()).expect("defaults");
+        assert_eq!(config.errors.guard_channel, GuardChannel::JsonRpc);
+        let result = env(&[("TOLLGATE_ERRORS_GUARD_CHANNEL", "tool_result")]);
+        let config = Config::load(None, &result, &Overrides::default()).expect("tool_result");
+        assert_eq!(config.errors.guard_channel, GuardChannel::ToolResult);
+        assert!(
+            config
+                .describe()
+                .contains("[errors]\nguard_channel = \"tool_result\"")
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[errors]\nguard_channel = \"result\"\n").expect("write");
+        let err = Config::load(Some(&path), &[], &Overrides::default()).expect_err("bad word");
+        assert!(
+            err.message()
+                .contains("invalid guard_channel \"result\": expected one of jsonrpc, tool_result"),
             "{err}"
         );
     }

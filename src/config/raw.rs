@@ -25,6 +25,14 @@ pub(super) struct RawConfig {
     pub(super) auth: RawAuth,
     #[serde(default)]
     pub(super) audit: RawAudit,
+    #[serde(default)]
+    pub(super) errors: RawErrors,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawErrors {
+    pub(super) guard_channel: Option<GuardChannel>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -272,6 +280,10 @@ pub(super) const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
     }),
     ("TOLLGATE_AUDIT_RETENTION_DAYS", |raw, v| {
         raw.audit.retention_days = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_ERRORS_GUARD_CHANNEL", |raw, v| {
+        raw.errors.guard_channel = Some(parse_word(v)?);
         Ok(())
     }),
 ];

@@ -29,6 +29,9 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         store: validate_store(raw.store)?,
         auth: validate_auth(raw.auth)?,
         audit: validate_audit(raw.audit)?,
+        errors: ErrorsConfig {
+            guard_channel: raw.errors.guard_channel.unwrap_or(GuardChannel::JsonRpc),
+        },
     };
     check_dev_mode_is_local(&config)?;
     Ok(config)

@@ -456,6 +456,8 @@ mod tests {
             client_id: None,
             scopes: vec![],
             mode: crate::guards::auth::Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
         };
         let limited = McpError::new(ErrorKind::RateLimited);
         for (id, outcome) in [(1, Verdict::Ok), (2, Verdict::Rejected(&limited))] {
@@ -553,6 +555,8 @@ mod tests {
             client_id: None,
             scopes: vec![],
             mode: crate::guards::auth::Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
         };
         let scope = Err(McpError::new(ErrorKind::InsufficientScope));
         let mut entry = refusal(&id, "search_clients", &scope, "http:10.0.0.1");

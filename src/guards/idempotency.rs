@@ -145,7 +145,7 @@ fn hex(bytes: &[u8]) -> String {
         })
 }
 
-fn in_use() -> McpError {
+pub(crate) fn in_use() -> McpError {
     McpError::new(ErrorKind::IdempotencyKeyInUse).with("retry_after", IN_USE_RETRY_AFTER)
 }
 
@@ -372,7 +372,7 @@ fn canonical(value: &Value, out: &mut String) {
     }
 }
 
-fn invalid(reason: &'static str, source: &'static str) -> McpError {
+pub(crate) fn invalid(reason: &'static str, source: &'static str) -> McpError {
     McpError::new(ErrorKind::IdempotencyKeyInvalid)
         .detail("reason", reason)
         .detail("source", source)
@@ -590,6 +590,8 @@ mod tests {
             client_id: None,
             scopes: vec!["*".to_owned()],
             mode: crate::guards::auth::Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
         }
     }
 

@@ -6,6 +6,8 @@
 //! 3. charge the rate counters ([`crate::guards::ratelimit`]) — before anything else is
 //!    checked, so calls refused later still consume quota,
 //! 4. access: scopes and plan ([`crate::guards::auth`]),
+//!    then, on a test-mode installation only, the failures the operator rehearses
+//!    ([`faults`]),
 //! 5. replay the stored result of a completed call with the same idempotency key
 //!    ([`crate::guards::idempotency`]),
 //! 6. fiscal guardrails (each tool's [`Tool::guardrails`](crate::tools::Tool::guardrails)),
@@ -30,6 +32,7 @@
 pub mod audit;
 pub mod auth;
 pub mod charging;
+pub mod faults;
 pub mod idempotency;
 pub mod metrics;
 pub mod outcome;
@@ -43,14 +46,14 @@ use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 use crate::clock::Clock;
-use crate::config::Locale;
+use crate::config::{GuardChannel, Locale};
 use crate::guards::audit::{AuditEntry, Auditor};
 use crate::guards::auth::{
     AccessFacts, Authenticator, CallAuth, CredentialRef, Principal, Recheck,
 };
 use crate::guards::charging::CallCharge;
 use crate::guards::idempotency::{Ledger, Reservation};
-use crate::guards::outcome::{CallOutcome, Verdict};
+use crate::guards::outcome::{Addressee, CallOutcome, Verdict};
 use crate::guards::ratelimit::{Budget, ChargeRequest, Limiter};
 #[cfg(feature = "bench-switches")]
 use crate::guards::steps::Step;
@@ -148,6 +151,10 @@ pub struct Guards {
     ledger: Ledger,
     auditor: Auditor,
     chain: Chain,
+    /// The guard channel of credentials without one of their own.
+    guard_channel: GuardChannel,
+    /// What rehearsed faults with a probability below 1 roll.
+    dice: std::sync::Arc<faults::Dice>,
     /// What a chain without [`Step::Authenticate`] runs as: the first caller,
     /// authenticated once.
     #[cfg(feature = "bench-switches")]
@@ -168,6 +175,8 @@ impl Guards {
             auditor: Auditor::new(store, clock.clone()),
             clock,
             chain: Chain::of(&CHAIN),
+            guard_channel: GuardChannel::JsonRpc,
+            dice: faults::system_dice(),
             #[cfg(feature = "bench-switches")]
             stand_in: std::sync::OnceLock::new(),
         };
@@ -185,6 +194,21 @@ impl Guards {
             .filter(|step| !steps.contains(step) || matches!(step, Step::Resolve | Step::Run))
             .collect();
         self.chain = Chain::of(&kept);
+        self
+    }
+
+    /// The same guards answering the refusals of credentials without a guard channel of
+    /// their own on `channel` (`[errors] guard_channel`; [`GuardChannel::JsonRpc`] unless
+    /// set).
+    pub fn with_guard_channel(mut self, channel: GuardChannel) -> Guards {
+        self.guard_channel = channel;
+        self
+    }
+
+    /// The same guards rolling `dice` for rehearsed faults with a probability below 1 (the
+    /// system's random source unless set).
+    pub fn with_fault_dice(mut self, dice: std::sync::Arc<faults::Dice>) -> Guards {
+        self.dice = dice;
         self
     }
 
@@ -431,6 +455,10 @@ impl Guards {
         done: &CallDone<'_>,
     ) {
         let call = passage.call;
+        let outcome = match &passage.principal {
+            Some(principal) => outcome.addressed(|| self.addressee(principal, &passage.budget)),
+            None => outcome,
+        };
         let verdict = outcome.verdict();
         metrics::global().observe_tool_call(cx.registry, call.name, verdict, started.elapsed());
         self.audit(
@@ -442,6 +470,16 @@ impl Guards {
             verdict,
         );
         done(passage.index, outcome);
+    }
+
+    /// Where a refusal of `principal`'s call goes: its credential's guard channel (or the
+    /// setting), its book, and the budget left when the call was charged.
+    fn addressee(&self, principal: &Principal, budget: &Budget) -> Addressee {
+        Addressee {
+            channel: principal.guard_channel.unwrap_or(self.guard_channel),
+            book: Book::from(principal.mode),
+            budget: (!budget.buckets().is_empty()).then(|| budget.clone()),
+        }
     }
 
     /// [`steps::Step::Audit`]: the audit row of a finished call named `name`.
@@ -495,7 +533,9 @@ impl Guards {
         let record = match steps::ledger_record(outcome, self) {
             Some(result) => Ok(result),
             None => match outcome {
-                CallOutcome::Rejected(err) => Err(err.clone()),
+                CallOutcome::Rejected(err) | CallOutcome::Refused { error: err, .. } => {
+                    Err(err.clone())
+                }
                 _ => Err(McpError::internal()),
             },
         };

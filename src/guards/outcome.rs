@@ -7,11 +7,17 @@
 //! The class of the error's catalog entry decides which end a failure of a running tool
 //! is: a tool-class entry is a tool failure, reported as an `isError` result; any other (a
 //! server fault, a guard entry such as a lost idempotency lease, a protocol entry such as a
-//! missing client capability) ends the call as a JSON-RPC error.
+//! missing client capability) ends the call as a refusal.
+//!
+//! A refusal of a caller the chain knows is [`CallOutcome::Refused`]: it carries the
+//! caller's [`GuardChannel`], its book and, once charged, its budget, so that the renderer
+//! can answer a refusal the model can act on as an `isError` result when that channel is
+//! `tool_result`. Either way the audit log and the metrics read the same [`Verdict`].
 
 use serde_json::Value;
 
 use crate::catalog::{Class, ErrorKind, McpError};
+use crate::config::GuardChannel;
 use crate::guards::ratelimit::Budget;
 use crate::tools::{Book, ToolOutput};
 
@@ -36,8 +42,29 @@ pub enum CallOutcome {
         /// The book that served it.
         book: Book,
     },
-    /// A guard refused the call, or the server could not serve it: a JSON-RPC error.
+    /// A guard refused the call, or the server could not serve it, before the caller was
+    /// known (or before the chain handed the refusal its [`Addressee`]): a JSON-RPC error.
     Rejected(McpError),
+    /// A guard refused the call of a known caller, or the server could not serve it:
+    /// answered on the caller's guard channel when the model can act on it, otherwise a
+    /// JSON-RPC error.
+    Refused {
+        /// The refusal (or the fault).
+        error: McpError,
+        /// Whom it goes to.
+        to: Addressee,
+    },
+}
+
+/// The caller a refusal goes to, as far as its rendering needs.
+#[derive(Debug, Clone)]
+pub struct Addressee {
+    /// The caller's guard channel (its credential's own, or the setting).
+    pub channel: GuardChannel,
+    /// The book of its credential.
+    pub book: Book,
+    /// The rate budget left after the call's charge, when it was charged.
+    pub budget: Option<Budget>,
 }
 
 /// What an admitted call answers.
@@ -102,13 +129,23 @@ impl CallOutcome {
         }
     }
 
-    /// The rate budget left after the call's charge; `None` for a rejected call.
+    /// The same outcome addressed to a known caller: a refusal becomes
+    /// [`CallOutcome::Refused`]; any other outcome is unchanged.
+    pub fn addressed(self, to: impl FnOnce() -> Addressee) -> CallOutcome {
+        match self {
+            CallOutcome::Rejected(error) => CallOutcome::Refused { error, to: to() },
+            other => other,
+        }
+    }
+
+    /// The rate budget left after the call's charge, for the rate-limit headers of an
+    /// answered call; `None` for a refusal (whose headers come from its error).
     pub fn budget(&self) -> Option<&Budget> {
         match self {
             CallOutcome::Admitted { budget, .. } | CallOutcome::ToolFailed { budget, .. } => {
                 Some(budget)
             }
-            CallOutcome::Rejected(_) => None,
+            CallOutcome::Rejected(_) | CallOutcome::Refused { .. } => None,
         }
     }
 
@@ -121,7 +158,9 @@ impl CallOutcome {
             } => stored.failure.map_or(Verdict::Ok, Verdict::Failed),
             CallOutcome::Admitted { .. } => Verdict::Ok,
             CallOutcome::ToolFailed { error, .. } => Verdict::Failed(error.kind().spec().code),
-            CallOutcome::Rejected(error) => Verdict::Rejected(error),
+            CallOutcome::Rejected(error) | CallOutcome::Refused { error, .. } => {
+                Verdict::Rejected(error)
+            }
         }
     }
 }

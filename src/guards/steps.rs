@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
-use crate::guards::auth::{AccessFacts, CallAuth, Principal};
+use crate::guards::auth::{AccessFacts, CallAuth, Mode, Principal};
 use crate::guards::idempotency::{Claim as LedgerClaim, Reservation, extract_key};
 use crate::guards::outcome::{CallOutcome, Output, Stored};
 use crate::guards::ratelimit::Budget;
@@ -37,6 +37,10 @@ pub enum Step {
     Charge,
     /// The scope and the plan the tool needs.
     Access,
+    /// A failure the operator rehearses on a test-mode installation (`tollgate faults`),
+    /// after the charge and the access check (so it is charged and audited like any call)
+    /// and before the idempotency ledger and the tool, which it never reaches.
+    Rehearse,
     /// A call whose idempotency key completed earlier is answered with the stored result,
     /// before the guardrails: a retry must not trip the rule its first call's own effects
     /// now trip (voiding an invoice twice, say).
@@ -54,11 +58,12 @@ pub enum Step {
 }
 
 /// The chain, in order: the product contract's order of the guards.
-pub const CHAIN: [Step; 9] = [
+pub const CHAIN: [Step; 10] = [
     Step::Authenticate,
     Step::Resolve,
     Step::Charge,
     Step::Access,
+    Step::Rehearse,
     Step::Replay,
     Step::Guardrails,
     Step::Claim,
@@ -74,6 +79,7 @@ impl Step {
             Step::Resolve => "resolve",
             Step::Charge => "charge",
             Step::Access => "access",
+            Step::Rehearse => "rehearse",
             Step::Replay => "replay",
             Step::Guardrails => "guardrails",
             Step::Claim => "claim",
@@ -93,6 +99,7 @@ impl Step {
             Step::Authenticate => Some(&Authenticate),
             Step::Resolve => Some(&Resolve),
             Step::Access => Some(&Access),
+            Step::Rehearse => Some(&Rehearse),
             Step::Replay => Some(&Replay),
             Step::Guardrails => Some(&Guardrails),
             Step::Claim => Some(&Claim),
@@ -353,6 +360,31 @@ impl CallStep for Access {
     }
 }
 
+/// [`Step::Rehearse`]: a fault of the call's tool and credential, looked up only while the
+/// company is in test mode, ends the call with its catalog error (a tool failure for a
+/// tool-class entry).
+#[derive(Debug)]
+struct Rehearse;
+
+impl CallStep for Rehearse {
+    fn pass<'r>(&self, guards: &Guards, passage: &mut Passage<'_, 'r>, _: &Cx<'_, 'r>) -> Flow {
+        let (Ok(principal), Ok(tool)) = (passage.principal(), passage.tool()) else {
+            return Flow::End(CallOutcome::Rejected(McpError::internal()));
+        };
+        if principal.installation != Mode::Test {
+            return Flow::Next;
+        }
+        match guards.rehearsed_failure(principal, tool, &passage.budget) {
+            None => Flow::Next,
+            Some(error) => {
+                let book = Book::from(principal.mode);
+                let budget = passage.budget.clone();
+                Flow::End(CallOutcome::of_run(Err(error), budget, book))
+            }
+        }
+    }
+}
+
 /// [`Step::Replay`]: the stored result of a completed call with the same key, tool and
 /// arguments, read without reserving anything, for a tool with guardrails (for any other
 /// the claim replays it). A malformed key is left to the claim.
@@ -481,7 +513,7 @@ pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Va
             ..
         } => Some(stored.result.clone()),
         CallOutcome::ToolFailed { error, .. } => Some(error.to_tool_result(guards.locale)),
-        CallOutcome::Rejected(_) => None,
+        CallOutcome::Rejected(_) | CallOutcome::Refused { .. } => None,
     }
 }
 
@@ -503,7 +535,7 @@ mod tests {
         assert_eq!(names(&chain.before), ["authenticate", "resolve"]);
         assert_eq!(
             names(&chain.after),
-            ["access", "replay", "guardrails", "claim", "run"]
+            ["access", "rehearse", "replay", "guardrails", "claim", "run"]
         );
         assert!(chain.charges() && chain.audits());
     }

@@ -104,6 +104,9 @@ enum Command {
     Sandbox(crate::ops::admin::SandboxCommand),
     /// List recent tool calls from the audit log.
     Audit(crate::ops::admin::AuditArgs),
+    /// Rehearse failures on a test-mode installation: make chosen calls fail on purpose.
+    #[command(subcommand)]
+    Faults(crate::ops::admin::FaultsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -222,6 +225,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Company(command) => crate::ops::admin::company(&config, &command),
         Command::Sandbox(command) => crate::ops::admin::sandbox(&config, &command),
         Command::Audit(args) => crate::ops::admin::audit(&config, &args),
+        Command::Faults(command) => crate::ops::admin::faults(&config, &command),
     }
 }
 
@@ -339,20 +343,7 @@ pub fn build_server_with_clock(
     store: Store,
     clock: Clock,
 ) -> Result<Server, String> {
-    // The invoicing back office is the embedded default: always registered.
-    let mut tools = crate::tools::invoicing::tools();
-    let mut resources = crate::tools::invoicing::resources();
-    let mut prompts = crate::tools::invoicing::prompts(store.clone(), clock.clone());
-    if config.tools.conformance_pack {
-        add_conformance_pack(&mut tools, &mut resources, &mut prompts)?;
-    }
-    let registry = Registry::new(
-        tools,
-        crate::tools::invoicing::retired::RETIRED_TOOLS,
-        resources,
-        prompts,
-    )
-    .map_err(|e| e.to_string())?;
+    let registry = build_registry(config, &store, &clock)?;
     let locale = match config.locale {
         Some(locale) => locale,
         None => company_locale(&store),
@@ -361,13 +352,32 @@ pub fn build_server_with_clock(
         .server_secret("request_state")
         .map(crate::tools::request_state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
-    let guards = Guards::new(store.clone(), locale, clock.clone());
+    let guards = Guards::new(store.clone(), locale, clock.clone())
+        .with_guard_channel(config.errors.guard_channel);
     guards
         .authenticator()
         .limit_argon2_per_second(config.auth.argon2_per_second);
     Ok(Server::new(
         registry, store, guards, locale, state_key, clock,
     ))
+}
+
+/// The registry of the configured tool packs: the invoicing back office (the embedded
+/// default, always registered) and, when configured, the conformance fixtures.
+pub fn build_registry(config: &Config, store: &Store, clock: &Clock) -> Result<Registry, String> {
+    let mut tools = crate::tools::invoicing::tools();
+    let mut resources = crate::tools::invoicing::resources();
+    let mut prompts = crate::tools::invoicing::prompts(store.clone(), clock.clone());
+    if config.tools.conformance_pack {
+        add_conformance_pack(&mut tools, &mut resources, &mut prompts)?;
+    }
+    Registry::new(
+        tools,
+        crate::tools::invoicing::retired::RETIRED_TOOLS,
+        resources,
+        prompts,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The tools, resources and prompts of the official conformance suite's fixtures.

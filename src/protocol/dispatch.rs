@@ -201,10 +201,9 @@ impl Server {
             &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
             &|i, outcome| {
                 let request = &requests[i];
-                let budget = outcome.budget().cloned();
-                let outcome = render_call_outcome(outcome, self.locale).map(|result| Answer {
-                    result: finish_result(result, request.era, "tools/call"),
-                    budget,
+                let outcome = render_call_outcome(outcome, self.locale).map(|answer| Answer {
+                    result: finish_result(answer.result, request.era, "tools/call"),
+                    ..answer
                 });
                 send_updates(outcome.is_ok(), env);
                 respond(
@@ -309,6 +308,7 @@ impl Server {
         match outcome {
             Ok(answer) => Response {
                 budget: answer.budget,
+                refusal: answer.refusal,
                 ..Response::of(jsonrpc::success(id, answer.result))
             },
             Err(err) => self.error_response(Some(id), err),
@@ -624,6 +624,7 @@ impl Server {
         Ok(Answer {
             result,
             budget: Some(budget),
+            refusal: None,
         })
     }
 }
@@ -714,6 +715,9 @@ fn send_updates(succeeded: bool, env: &Env<'_>) {
 pub(super) struct Answer {
     pub(super) result: Value,
     pub(super) budget: Option<Budget>,
+    /// A guard refusal answered as an `isError` result (the `tool_result` guard channel):
+    /// the transport sends its rate-limit headers, not a status of its own.
+    pub(super) refusal: Option<McpError>,
 }
 
 impl Answer {
@@ -722,6 +726,7 @@ impl Answer {
         Answer {
             result,
             budget: None,
+            refusal: None,
         }
     }
 }

@@ -133,6 +133,9 @@ pub struct Response {
     pub initialized: Option<&'static str>,
     /// What is left of the caller's rate budget, when the request was charged.
     pub budget: Option<Budget>,
+    /// A guard refusal answered as an `isError` result (the `tool_result` guard channel):
+    /// the body is a result and the status 200, but a rate limit's headers still go out.
+    pub refusal: Option<McpError>,
 }
 
 impl Response {
@@ -144,6 +147,7 @@ impl Response {
             error: None,
             initialized: None,
             budget: None,
+            refusal: None,
         }
     }
 

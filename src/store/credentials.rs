@@ -8,6 +8,7 @@ use rusqlite::{OptionalExtension, params};
 use super::SqlResult;
 use super::plans::{PerMinute, to_count};
 use super::{Conn, Store, StoreError, Tx};
+use crate::config::GuardChannel;
 
 /// What one indexed read tells about a credential, on every call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,11 +37,13 @@ pub struct CredentialRow {
     pub client_revoked_at: Option<i64>,
     /// The installation's mode (`company.mode`), `None` before `tollgate init`.
     pub installation_mode: Option<String>,
+    /// The credential's own guard channel, `None` to follow the setting.
+    pub guard_channel: Option<GuardChannel>,
 }
 
 const CREDENTIAL_SELECT: &str = "SELECT c.kind, c.mode, c.secret_hash, c.scopes, c.client_id, \
      c.expires_at, c.revoked_at, c.previous_secret_hash, c.previous_secret_expires_at, \
-     c.last_used_at, o.revoked_at, (SELECT mode FROM company WHERE id = 1) \
+     c.last_used_at, o.revoked_at, (SELECT mode FROM company WHERE id = 1), c.guard_channel \
      FROM credentials c LEFT JOIN oauth_clients o ON o.client_id = c.client_id \
      WHERE c.public_id = ?1";
 
@@ -51,6 +54,11 @@ fn string_list(text: &str) -> Vec<String> {
         tracing::warn!(cause = %e, "a stored JSON list is unreadable; treating it as empty");
         Vec::new()
     })
+}
+
+/// A stored guard channel; the column's CHECK admits only the words of [`GuardChannel`].
+fn stored_channel(word: Option<String>) -> Option<GuardChannel> {
+    word.and_then(|w| w.parse().ok())
 }
 
 fn to_json(list: &[String]) -> String {
@@ -79,6 +87,7 @@ pub fn credential_on(
                 last_used_at: row.get(9)?,
                 client_revoked_at: row.get(10)?,
                 installation_mode: row.get(11)?,
+                guard_channel: stored_channel(row.get(12)?),
             })
         })
         .optional()
@@ -130,6 +139,8 @@ pub struct NewCredential<'a> {
     pub expires_at: Option<i64>,
     /// Unix seconds.
     pub created_at: i64,
+    /// Its own guard channel (`None`: follow the setting).
+    pub guard_channel: Option<GuardChannel>,
 }
 
 /// Inserts a credential inside `tx`.
@@ -137,7 +148,7 @@ pub fn insert_credential(tx: &Tx<'_>, new: &NewCredential<'_>) -> Result<(), Sto
     tx.sql()
         .prepare_cached(
             "INSERT INTO credentials (public_id, kind, mode, name, secret_hash, scopes, client_id, \
-             expires_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             expires_at, created_at, guard_channel) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )
         .or_store()?
         .execute(params![
@@ -149,10 +160,39 @@ pub fn insert_credential(tx: &Tx<'_>, new: &NewCredential<'_>) -> Result<(), Sto
             to_json(new.scopes),
             new.client_id,
             new.expires_at,
-            new.created_at
+            new.created_at,
+            new.guard_channel.map(GuardChannel::as_str)
         ])
         .or_store()?;
     Ok(())
+}
+
+/// Sets the guard channel of the credential `public_id` inside `tx` (`None`: follow the
+/// setting); `false` when there is no such credential.
+pub fn set_guard_channel(
+    tx: &Tx<'_>,
+    public_id: &str,
+    channel: Option<GuardChannel>,
+) -> Result<bool, StoreError> {
+    let changed = tx
+        .sql()
+        .prepare_cached("UPDATE credentials SET guard_channel = ?1 WHERE public_id = ?2")
+        .or_store()?
+        .execute(params![channel.map(GuardChannel::as_str), public_id])
+        .or_store()?;
+    Ok(changed > 0)
+}
+
+/// Whether a credential with `public_id` exists (of any kind or standing).
+pub fn credential_exists(conn: &Conn<'_>, public_id: &str) -> Result<bool, StoreError> {
+    let found: Option<i64> = conn
+        .sql()
+        .prepare_cached("SELECT 1 FROM credentials WHERE public_id = ?1")
+        .or_store()?
+        .query_row([public_id], |row| row.get(0))
+        .optional()
+        .or_store()?;
+    Ok(found.is_some())
 }
 
 /// Deletes the OAuth access tokens that expired before `before`.
@@ -281,6 +321,8 @@ pub struct KeyRow {
     pub last_used_at: Option<i64>,
     /// Until when the rotated-out secret still works, if a rotation grace is running.
     pub previous_secret_until: Option<i64>,
+    /// Its own guard channel, `None` when it follows the setting.
+    pub guard_channel: Option<GuardChannel>,
 }
 
 impl KeyRow {
@@ -411,7 +453,7 @@ impl Store {
             let mut stmt = conn
                 .prepare_cached(
                     "SELECT public_id, name, mode, scopes, client_id, created_at, expires_at, \
-                 revoked_at, last_used_at, previous_secret_expires_at FROM credentials \
+                 revoked_at, last_used_at, previous_secret_expires_at, guard_channel FROM credentials \
                  WHERE kind = 'api_key' ORDER BY created_at, public_id",
                 )
                 .or_store()?;
@@ -428,6 +470,7 @@ impl Store {
                         revoked_at: row.get(7)?,
                         last_used_at: row.get(8)?,
                         previous_secret_until: row.get(9)?,
+                        guard_channel: stored_channel(row.get(10)?),
                     })
                 })
                 .or_store()?

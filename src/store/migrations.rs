@@ -16,7 +16,7 @@ use super::SqlResult;
 use super::{StoreError, StoreOptions, configure_connection, open_flags};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -44,12 +44,33 @@ const AUDIT_SUMMARY_SQL: &str = "
     ALTER TABLE audit_log ADD COLUMN source TEXT;
 ";
 
+/// Version 5: a credential may choose the channel of its guard refusals (`guard_channel`,
+/// NULL: follow the `[errors] guard_channel` setting), and a test-mode installation keeps
+/// the failures its operator rehearses (`faults`, read only while the company is in test
+/// mode; `remaining` NULL fires without end).
+const GUARD_CHANNEL_AND_FAULTS_SQL: &str = "
+    ALTER TABLE credentials ADD COLUMN guard_channel TEXT
+        CHECK (guard_channel IN ('jsonrpc', 'tool_result'));
+    CREATE TABLE faults (
+        id INTEGER PRIMARY KEY,
+        tool TEXT NOT NULL,
+        credential_id TEXT,
+        code TEXT NOT NULL,
+        probability REAL NOT NULL CHECK (probability > 0 AND probability <= 1),
+        remaining INTEGER CHECK (remaining IS NULL OR remaining >= 0),
+        retry_after INTEGER CHECK (retry_after IS NULL OR retry_after >= 0),
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX faults_by_tool ON faults (tool);
+";
+
 /// Ordered migration steps: (version reached, SQL). Never edit a released step; append one.
 const MIGRATIONS: &[(u32, &str)] = &[
     (1, SCHEMA_SQL),
     (2, AUDIT_INDEXES_SQL),
     (3, BOOKS_SQL),
     (4, AUDIT_SUMMARY_SQL),
+    (5, GUARD_CHANNEL_AND_FAULTS_SQL),
 ];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.

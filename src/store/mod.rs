@@ -12,6 +12,7 @@
 //! [`migrations`] (the schema, its steps and the shape check), [`plans`] (`plans`,
 //! `company`), [`credentials`] (`credentials`, `oauth_clients`), [`counters`]
 //! (`rate_counters`), [`idempotency`] (`idempotency_keys`), [`audit`] (`audit_log`),
+//! [`faults`] (`faults`, the failures rehearsed on a test-mode installation),
 //! [`invoicing`] (the invoicing pack's tables), [`backup`] (copies and the integrity
 //! check); `server_secrets` is written here.
 //!
@@ -30,6 +31,7 @@ pub mod audit;
 pub mod backup;
 pub mod counters;
 pub mod credentials;
+pub mod faults;
 pub mod idempotency;
 pub mod invoicing;
 pub mod migrations;

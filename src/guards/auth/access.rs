@@ -174,6 +174,25 @@ impl Authenticator {
         }
     }
 
+    /// A plan refusal of `kind` (`plan_upgrade_required` or `plan_limit_exceeded`) for a
+    /// call of `tool`, with the fields a real one has on the company's plan now, whether or
+    /// not the plan refuses it: what a rehearsed plan failure answers (for the allowance,
+    /// one key more than the plan allows).
+    pub fn plan_refusal_of(&self, kind: ErrorKind, tool: &str) -> McpError {
+        let plan = match self.read_access_facts() {
+            Ok(AccessFacts {
+                plan: Some(plan), ..
+            }) => plan,
+            Ok(_) => return McpError::new(kind),
+            Err(err) => return err,
+        };
+        if kind == ErrorKind::PlanUpgradeRequired {
+            return self.upgrade_required(&plan, tool);
+        }
+        let limit = plan.max_active_keys.unwrap_or(1);
+        self.limit_exceeded(&plan, limit, limit + 1)
+    }
+
     pub(super) fn check_allowances(
         &self,
         plan: &Plan,
@@ -185,16 +204,25 @@ impl Authenticator {
         if active <= limit {
             return Ok(());
         }
-        let plans = self.store.plans().map_err(|e| store_failure(e, false))?;
+        Err(self.limit_exceeded(plan, limit, active))
+    }
+
+    /// `plan_limit_exceeded`: `active` keys where `plan` allows `limit`, naming the smallest
+    /// larger plan that allows them.
+    fn limit_exceeded(&self, plan: &Plan, limit: i64, active: i64) -> McpError {
+        let plans = match self.store.plans() {
+            Ok(plans) => plans,
+            Err(e) => return store_failure(e, false),
+        };
         let fits = |p: &Plan| p.max_active_keys.is_none_or(|max| max >= active);
         let err = McpError::new(ErrorKind::PlanLimitExceeded)
             .with("limit", limit)
             .detail("allowance", "active_keys")
             .detail("active", active)
             .detail("current_plan", plan.slug.clone());
-        Err(match smallest_plan_above(&plans, plan.rank, fits) {
+        match smallest_plan_above(&plans, plan.rank, fits) {
             Some(slug) => err.with("required_plan", slug),
             None => err,
-        })
+        }
     }
 }

@@ -136,6 +136,8 @@ pub struct NewKey {
     pub client_id: Option<String>,
     /// Live or test key.
     pub mode: Mode,
+    /// Its own guard channel (`None`: follow the `[errors] guard_channel` setting).
+    pub guard_channel: Option<GuardChannel>,
 }
 
 /// A newly issued credential: its public id and the token, shown once.
@@ -191,6 +193,7 @@ pub fn create_key(store: &Store, new: &NewKey) -> Result<IssuedKey, CredentialEr
                 client_id: new.client_id.as_deref(),
                 expires_at,
                 created_at: now,
+                guard_channel: new.guard_channel,
             },
         )?;
         Ok(())
@@ -252,6 +255,22 @@ pub fn revoke_key(store: &Store, public_id: &str) -> Result<bool, CredentialErro
     write_tx(store, |tx| {
         credentials::revoke(tx, Revocable::Credential, public_id, now)?
             .ok_or_else(|| CredentialError::UnknownKey(public_id.to_owned()))
+    })
+}
+
+/// Sets the guard channel of a key or access token (`None`: follow the setting). Running
+/// servers answer its next call on the new channel: they read the row on every call.
+pub fn set_guard_channel(
+    store: &Store,
+    public_id: &str,
+    channel: Option<GuardChannel>,
+) -> Result<(), CredentialError> {
+    write_tx(store, |tx| {
+        if credentials::set_guard_channel(tx, public_id, channel)? {
+            Ok(())
+        } else {
+            Err(CredentialError::UnknownKey(public_id.to_owned()))
+        }
     })
 }
 
@@ -389,6 +408,7 @@ pub fn issue_access_token(
                 client_id: Some(&client.client_id),
                 expires_at: Some(expires_at),
                 created_at: now,
+                guard_channel: None,
             },
         )?;
         Ok(())

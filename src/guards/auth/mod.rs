@@ -48,6 +48,7 @@ use subtle::ConstantTimeEq;
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::clock::Clock;
+use crate::config::GuardChannel;
 pub use crate::store::credentials::OAuthClient;
 use crate::store::credentials::{self, NewClient, NewCredential, Revocable};
 use crate::store::plans::{self, Plan};
@@ -64,6 +65,7 @@ pub use access::{AccessFacts, SUPER_SCOPE, Visibility, grants, parse_scope, pars
 pub use keys::{
     CredentialError, IssuedClient, IssuedKey, KeyInfo, NewKey, create_client, create_key,
     issue_access_token, list_clients, list_keys, revoke_client, revoke_key, rotate_key,
+    set_guard_channel,
 };
 pub use token::{CLIENT_SECRET_PREFIX, LIVE_PREFIX, Mode, Secret, TEST_PREFIX, hash_secret};
 use {throttle::*, token::*};
@@ -90,6 +92,11 @@ pub struct Principal {
     /// Whether it is a `tg_live_` or a `tg_test_` credential (OAuth access tokens are
     /// live): decides which book of the business data its calls work on.
     pub mode: Mode,
+    /// The credential's own guard channel (`None`: the `[errors] guard_channel` setting).
+    pub guard_channel: Option<GuardChannel>,
+    /// The installation's mode when the credential was read: rehearsed failures are
+    /// looked up only in test mode.
+    pub installation: Mode,
 }
 
 /// Why a presented credential was refused (kept apart from [`McpError`] until the end so
@@ -145,6 +152,7 @@ struct CredentialRow {
     last_used_at: Option<i64>,
     client_revoked_at: Option<i64>,
     installation_mode: Mode,
+    guard_channel: Option<GuardChannel>,
 }
 
 impl CredentialRow {
@@ -172,6 +180,7 @@ impl From<credentials::CredentialRow> for CredentialRow {
             last_used_at: row.last_used_at,
             client_revoked_at: row.client_revoked_at,
             installation_mode: Mode::from_stored(&row.installation_mode.unwrap_or_default()),
+            guard_channel: row.guard_channel,
         }
     }
 }
@@ -288,6 +297,8 @@ impl CallChecks {
                         client_id: row.client_id.clone(),
                         scopes: row.scopes.clone(),
                         mode: row.mode,
+                        guard_channel: row.guard_channel,
+                        installation: row.installation_mode,
                     })
                 }
             },
@@ -722,6 +733,8 @@ impl Authenticator {
             client_id: row.client_id,
             scopes: row.scopes,
             mode: row.mode,
+            guard_channel: row.guard_channel,
+            installation: row.installation_mode,
         }
     }
 
@@ -855,6 +868,7 @@ pub(crate) mod testing {
             expires_in: None,
             client_id: None,
             mode: Mode::Live,
+            guard_channel: None,
         };
         create_key(store, &new).expect("create key")
     }
@@ -1086,6 +1100,7 @@ mod tests {
             expires_in,
             client_id: None,
             mode,
+            guard_channel: None,
         };
         let revoked = key(&store, &["*"]);
         assert!(revoke_key(&store, &revoked.public_id).expect("revoke"));
@@ -1198,6 +1213,8 @@ mod tests {
             client_id: None,
             scopes: vec!["invoices:read".into()],
             mode: Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
         };
         let err = auth
             .check_access(&reader, &tool("create_invoice", "invoices:write"))
@@ -1233,6 +1250,7 @@ mod tests {
                 expires_in: None,
                 client_id: None,
                 mode: Mode::Live,
+                guard_channel: None,
             },
         )
         .expect_err("allowance");
@@ -1352,6 +1370,7 @@ mod tests {
             expires_in: Some(Duration::from_secs(60)),
             client_id: None,
             mode: Mode::Test,
+            guard_channel: None,
         };
         let issued = create_key(&store, &new).expect("test key");
         assert!(issued.token.expose().starts_with("tg_test_"));

@@ -618,6 +618,7 @@ mod tests {
                     client_id: client,
                     expires_at: None,
                     created_at: 0,
+                    guard_channel: None,
                 };
                 crate::store::credentials::insert_credential(tx, &new)
             })

@@ -10,6 +10,7 @@ pub fn key(config: &Config, command: &KeyCommand) -> ExitCode {
         KeyCommand::List(args) => key_list(&store, args.json),
         KeyCommand::Revoke(args) => key_revoke(&store, args),
         KeyCommand::Rotate(args) => key_rotate(&store, args),
+        KeyCommand::Set(args) => key_set(&store, args),
     }))
 }
 
@@ -29,6 +30,7 @@ pub fn first_admin_key(store: &Store) -> Result<Option<IssuedKey>, CredentialErr
         expires_in: None,
         client_id: None,
         mode: Mode::Live,
+        guard_channel: None,
     };
     auth::create_key(store, &new).map(Some)
 }
@@ -40,12 +42,17 @@ pub(super) fn key_create(store: &Store, args: &KeyCreateArgs) -> Result<(), Fail
         None => None,
     };
     let mode = if args.test { Mode::Test } else { Mode::Live };
+    let guard_channel = match &args.guard_channel {
+        Some(word) => Some(parse_channel(word)?),
+        None => None,
+    };
     let new = NewKey {
         name: args.name.clone(),
         scopes,
         expires_in,
         client_id: args.client.clone(),
         mode,
+        guard_channel,
     };
     let issued = auth::create_key(store, &new)?;
     if mode == Mode::Test && company_mode(store)? == Mode::Live {
@@ -59,7 +66,7 @@ pub(super) fn key_create(store: &Store, args: &KeyCreateArgs) -> Result<(), Fail
             "{}",
             json!({ "id": issued.public_id, "token": issued.token.expose(), "name": new.name.trim(),
                     "scopes": new.scopes, "mode": mode.as_str(), "client_id": new.client_id,
-                    "expires_at": issued.expires_at })
+                    "expires_at": issued.expires_at, "guard_channel": channel_word(guard_channel) })
         );
     } else {
         println!(
@@ -83,7 +90,58 @@ pub(super) fn key_json(key: &KeyInfo, now: i64) -> Value {
         "scopes": key.scopes, "client_id": key.client_id, "created_at": key.created_at,
         "expires_at": key.expires_at, "revoked_at": key.revoked_at,
         "last_used_at": key.last_used_at, "previous_secret_until": key.previous_secret_until,
+        "guard_channel": channel_word(key.guard_channel),
     })
+}
+
+/// A key's guard channel as `key list` and `key set` show it: its own, or `default`.
+fn channel_word(channel: Option<GuardChannel>) -> &'static str {
+    channel.map_or("default", GuardChannel::as_str)
+}
+
+/// `--guard-channel` of `key create`: `tool_result` or `jsonrpc`.
+fn parse_channel(word: &str) -> Result<GuardChannel, Failed> {
+    word.parse::<GuardChannel>().map_err(|_| {
+        Failed::from(format!(
+            "--guard-channel: expected tool_result or jsonrpc, got {word:?}"
+        ))
+    })
+}
+
+/// `--guard-channel` of `key set`: a channel, or `default` (follow the setting).
+fn parse_channel_or_default(word: &str) -> Result<Option<GuardChannel>, Failed> {
+    if word.trim().eq_ignore_ascii_case("default") {
+        return Ok(None);
+    }
+    word.parse::<GuardChannel>().map(Some).map_err(|_| {
+        Failed::from(format!(
+            "--guard-channel: expected tool_result, jsonrpc or default, got {word:?}"
+        ))
+    })
+}
+
+pub(super) fn key_set(store: &Store, args: &KeySetArgs) -> Result<(), Failed> {
+    let channel = parse_channel_or_default(&args.guard_channel)?;
+    auth::set_guard_channel(store, &args.id, channel)?;
+    if args.json {
+        println!(
+            "{}",
+            json!({ "id": args.id, "guard_channel": channel_word(channel) })
+        );
+    } else {
+        match channel {
+            Some(channel) => println!(
+                "Key {} now gets guard refusals as {}, from its next call.",
+                args.id,
+                channel.as_str()
+            ),
+            None => println!(
+                "Key {} now follows the [errors] guard_channel setting, from its next call.",
+                args.id
+            ),
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn key_list(store: &Store, as_json: bool) -> Result<(), Failed> {
@@ -99,8 +157,8 @@ pub(super) fn key_list(store: &Store, as_json: bool) -> Result<(), Failed> {
         return Ok(());
     }
     println!(
-        "{:<20}  {:<8}  {:<4}  {:<20}  {:<20}  {:<20}  SCOPES",
-        "ID", "STATUS", "MODE", "NAME", "EXPIRES", "LAST USED"
+        "{:<20}  {:<8}  {:<4}  {:<20}  {:<20}  {:<20}  {:<11}  SCOPES",
+        "ID", "STATUS", "MODE", "NAME", "EXPIRES", "LAST USED", "CHANNEL"
     );
     for k in &keys {
         let expires = k.expires_at.map_or_else(|| "never".to_owned(), format_time);
@@ -113,13 +171,14 @@ pub(super) fn key_list(store: &Store, as_json: bool) -> Result<(), Failed> {
             .map(|c| format!(" (client {c})"))
             .unwrap_or_default();
         println!(
-            "{:<20}  {:<8}  {:<4}  {:<20}  {:<20}  {:<20}  {}{client}",
+            "{:<20}  {:<8}  {:<4}  {:<20}  {:<20}  {:<20}  {:<11}  {}{client}",
             k.public_id,
             k.status(now),
             k.mode.as_str(),
             k.name,
             expires,
             used,
+            channel_word(k.guard_channel),
             k.scopes.join(",")
         );
     }

@@ -1,6 +1,7 @@
-//! The operator's commands: `key`, `client`, `plan`, `company`, `sandbox` and `audit`, with
-//! their arguments (here) and handlers (`credentials` for keys and clients, `company` for
-//! plans, the company and the sandbox; `audit` here). `cli` routes to them; the credential
+//! The operator's commands: `key`, `client`, `plan`, `company`, `sandbox`, `faults` and
+//! `audit`, with their arguments (here; `faults` keeps its own) and handlers (`credentials`
+//! for keys and clients, `company` for plans, the company and the sandbox, `faults` for
+//! rehearsed failures; `audit` here). `cli` routes to them; the credential
 //! model they drive lives in [`crate::guards::auth`], the audit log in
 //! [`crate::guards::audit`], their rows in [`crate::store`].
 //!
@@ -14,7 +15,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use crate::config::{Config, Locale};
+use crate::config::{Config, GuardChannel, Locale};
 use crate::guards::audit::{self, AuditFilter};
 use crate::guards::auth::{self, CredentialError, IssuedKey, KeyInfo, Mode, NewKey, OAuthClient};
 use crate::store::{Store, StoreError};
@@ -23,11 +24,13 @@ use crate::tools::invoicing::sandbox::{self, Filled, Seed};
 
 mod company;
 mod credentials;
+mod faults;
 mod text;
 
 use company::company_mode;
 pub use company::{company, plan, sandbox};
 pub use credentials::{client, first_admin_key, key};
+pub use faults::{FaultsCommand, faults};
 use text::format_time_ms;
 pub use text::{escape_for_terminal, format_time, parse_duration};
 
@@ -50,6 +53,22 @@ pub enum KeyCommand {
     Revoke(KeyIdArgs),
     /// Give a key a new secret; the old secret keeps working for the grace period.
     Rotate(KeyRotateArgs),
+    /// Change a key's settings: running servers apply them from its next call.
+    Set(KeySetArgs),
+}
+
+/// `tollgate key set`
+#[derive(Debug, Args)]
+pub struct KeySetArgs {
+    /// The key's id, as `tollgate key list` shows it.
+    id: String,
+    /// How the guard refusals of its calls that a model can act on are answered:
+    /// `tool_result`, `jsonrpc`, or `default` to follow `[errors] guard_channel`.
+    #[arg(long, value_name = "CHANNEL")]
+    guard_channel: String,
+    /// Print machine-readable JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `tollgate key create`
@@ -70,6 +89,10 @@ pub struct KeyCreateArgs {
     /// Create a `tg_test_` key (accepted only while the company is in test mode).
     #[arg(long)]
     test: bool,
+    /// How the guard refusals of its calls that a model can act on are answered,
+    /// `tool_result` or `jsonrpc` (default: follow `[errors] guard_channel`).
+    #[arg(long, value_name = "CHANNEL")]
+    guard_channel: Option<String>,
     /// Print machine-readable JSON.
     #[arg(long)]
     json: bool,

@@ -1,12 +1,13 @@
 //! The `tools/call` handler: a request taken apart ([`ToolRequest`]), run through the guard
 //! chain with its tool's context around the admitted call, and its typed outcome rendered
-//! once ([`render_call_outcome`]).
+//! once ([`render_call_outcome`]): the one place that decides whether a refusal travels as
+//! a JSON-RPC error or, on the `tool_result` guard channel, as an `isError` result.
 
 use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
-use crate::config::Locale;
-use crate::guards::outcome::{CallOutcome, Output};
+use crate::config::{GuardChannel, Locale};
+use crate::guards::outcome::{Addressee, CallOutcome, Output};
 use crate::guards::ratelimit::Budget;
 use crate::guards::{META_MODE, META_RATELIMIT, META_REPLAY, ToolCall};
 use crate::protocol::client::RequestClient;
@@ -29,9 +30,7 @@ impl Server {
             &env.caller(),
             &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
         );
-        let budget = outcome.budget().cloned();
-        let result = render_call_outcome(outcome, self.locale)?;
-        Ok(Answer { result, budget })
+        render_call_outcome(outcome, self.locale)
     }
 
     /// Runs an admitted tool in the context of its request.
@@ -132,39 +131,78 @@ impl<'q> ToolRequest<'q> {
     }
 }
 
-/// Renders the outcome of a `tools/call`: a JSON-RPC error for a refusal or a server
-/// fault; otherwise the tool's result (fresh, replayed as stored, or the `isError` result
-/// of its failure) with the budget left and the book that served it in `_meta`.
-pub(super) fn render_call_outcome(outcome: CallOutcome, locale: Locale) -> Result<Value, McpError> {
-    let (mut result, budget, book) = match outcome {
+/// Renders the outcome of a `tools/call`: the tool's result (fresh, replayed as stored, or
+/// the `isError` result of its failure) with the budget left and the book that served it in
+/// `_meta`; for a refusal, a JSON-RPC error — or, when its caller's guard channel is
+/// `tool_result` and the model can act on it ([`McpError::model_can_act`]), an `isError`
+/// result whose envelope also names the JSON-RPC code it would have had.
+pub(super) fn render_call_outcome(
+    outcome: CallOutcome,
+    locale: Locale,
+) -> Result<Answer, McpError> {
+    let budget = outcome.budget().cloned();
+    let (mut result, book) = match outcome {
         CallOutcome::Rejected(err) => return Err(err),
+        CallOutcome::Refused { error, to } => return render_refusal(error, to, locale),
         CallOutcome::Admitted {
             output: Output::Fresh(output),
-            budget,
             book,
-        } => (output.into_result(), budget, book),
+            ..
+        } => (output.into_result(), book),
         CallOutcome::Admitted {
             output: Output::Replayed(stored),
-            budget,
             book,
+            ..
         } => {
             let mut result = stored.result;
             mark(&mut result, META_REPLAY, Value::Bool(true));
-            (result, budget, book)
+            (result, book)
         }
-        CallOutcome::ToolFailed {
-            error,
-            budget,
-            book,
-        } => (error.to_tool_result(locale), budget, book),
+        CallOutcome::ToolFailed { error, book, .. } => (error.to_tool_result(locale), book),
     };
-    mark_call(&mut result, &budget, book);
-    Ok(result)
+    mark_call(&mut result, budget.as_ref(), book);
+    Ok(Answer {
+        result,
+        budget,
+        refusal: None,
+    })
 }
 
-/// The `_meta` every answered `tools/call` carries: the budget left, then the book.
-fn mark_call(result: &mut Value, budget: &Budget, book: Book) {
-    mark(result, META_RATELIMIT, budget.to_meta());
+/// A refusal of a known caller, on its guard channel. As an `isError` result it carries
+/// what a tool failure carries (the budget when the call was charged, the book) and keeps
+/// the error beside it for the transport's rate-limit headers.
+fn render_refusal(error: McpError, to: Addressee, locale: Locale) -> Result<Answer, McpError> {
+    if to.channel != GuardChannel::ToolResult || !error.model_can_act() {
+        return Err(error);
+    }
+    let mut result = error.to_tool_result(locale);
+    if let Some(envelope) = result
+        .pointer_mut("/_meta/dev.tollgate~1error")
+        .and_then(Value::as_object_mut)
+    {
+        envelope.insert(
+            META_JSONRPC_CODE.to_owned(),
+            error.kind().spec().rpc_code.into(),
+        );
+    }
+    mark_call(&mut result, to.budget.as_ref(), to.book);
+    Ok(Answer {
+        result,
+        budget: None,
+        refusal: Some(error),
+    })
+}
+
+/// The envelope field of a refusal answered as an `isError` result that names the
+/// JSON-RPC code it would have had.
+pub const META_JSONRPC_CODE: &str = "jsonrpc_code";
+
+/// The `_meta` every answered `tools/call` carries: the budget left (when it was charged),
+/// then the book.
+fn mark_call(result: &mut Value, budget: Option<&Budget>, book: Book) {
+    if let Some(budget) = budget {
+        mark(result, META_RATELIMIT, budget.to_meta());
+    }
     mark(result, META_MODE, Value::from(book.as_str()));
 }
 

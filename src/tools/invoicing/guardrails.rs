@@ -129,6 +129,35 @@ pub const RULES: [&Rule; 6] = [
     &SIMPLIFIED_INVOICE_CEILING,
 ];
 
+/// The violation that the guardrails of `tool` report most often, with the fields a real
+/// occurrence has (a VAT rate outside the Spanish set, a full invoice to a client without
+/// a tax id, an issued invoice deleted or voided twice): what a rehearsed
+/// `mcp_guardrail_violation` of that tool answers. `None` for a tool without guardrails.
+pub fn example_violation(tool: &str) -> Option<McpError> {
+    const INVOICE: &str = "inv_01a2b3c4-0000-7000-8000-000000000001";
+    let example = match tool {
+        "create_invoice" | "update_invoice" => check_vat_rate("ES", 0, 7).err()?,
+        "issue_invoice" => FULL_INVOICE_TAX_ID
+            .violation("client_tax_id_missing")
+            .detail("client_id", "cli_01a2b3c4-0000-7000-8000-000000000001")
+            .suggest(Suggestion::AddTaxIdOrSimplify),
+        "delete_invoice" => ISSUED_INVOICE_IMMUTABLE
+            .violation("invoice_issued")
+            .param("invoice_id")
+            .detail("invoice_id", INVOICE)
+            .detail("status", InvoiceStatus::Issued.as_str())
+            .suggest(Suggestion::VoidInstead),
+        "void_invoice" => NO_DOUBLE_VOID
+            .violation("invoice_already_void")
+            .param("invoice_id")
+            .detail("invoice_id", INVOICE)
+            .detail("status", InvoiceStatus::Void.as_str())
+            .detail("kind", InvoiceKind::Full.as_str()),
+        _ => return None,
+    };
+    Some(example)
+}
+
 /// The legal VAT rates of `country`, if it is known.
 pub fn allowed_vat_rates(country: &str) -> Option<&'static [i64]> {
     LEGAL_VAT_RATES

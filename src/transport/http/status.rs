@@ -59,7 +59,8 @@ impl Reply {
 
 impl App {
     /// The reply carrying a dispatcher's response: its status from the typed error, the
-    /// rate-limit headers from the typed budget or refusal, and the `WWW-Authenticate`
+    /// rate-limit headers from the typed budget or refusal (also a refusal answered as an
+    /// `isError` result, whose status is 200), and the `WWW-Authenticate`
     /// challenge of a 401 or of a 403 for a missing scope.
     pub(super) fn response_reply(&self, response: inbound::Response) -> Reply {
         let modern = response.era.is_some_and(|era| era.is_modern());
@@ -67,7 +68,8 @@ impl App {
             .error
             .as_ref()
             .map_or(200, |err| self.status_of(err, modern));
-        let mut headers = match (&response.error, &response.budget) {
+        let refusal = response.error.as_ref().or(response.refusal.as_ref());
+        let mut headers = match (refusal, &response.budget) {
             (Some(err), _) => ratelimit_headers::refusal(err),
             (None, Some(budget)) => {
                 ratelimit_headers::budget(budget, self.server.clock().unix_secs())
