@@ -452,11 +452,13 @@ def table(observations: Path, width: int = 110) -> str:
     """A markdown table of `observe` records: one row per framework and scenario, one
     column per channel; a cell says what the model received (both transports, when they
     differ)."""
-    cells: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+    cells: dict[str, dict[str, dict[str, dict[str, str]]]] = {}
     for line in observations.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        cell = cells.setdefault((row["framework"], row["scenario"]), {}).setdefault(row["channel"], {})
-        cell[row["transport"]] = row["received"]
+        by_scenario = cells.setdefault(row["framework"], {})
+        cell = by_scenario.setdefault(row["scenario"], {}).setdefault(row["channel"], {})
+        # The seconds to wait differ from one call to the next: not a difference to show.
+        cell[row["transport"]] = re.sub(r"\bwait \d+ seconds\b", "wait N seconds", row["received"])
 
     def shorten(text: str) -> str:
         text = " ".join(text.split()).replace("|", "\\|")
@@ -471,8 +473,10 @@ def table(observations: Path, width: int = 110) -> str:
         return "; ".join(f"{t}: {shorten(x)}" for t, x in sorted(by_transport.items()))
 
     out = ["| framework | failure | jsonrpc | tool_result |", "|---|---|---|---|"]
-    for (framework, scenario), channels in cells.items():
-        out.append(f"| {framework} | {scenario} | {render(channels.get('jsonrpc'))} | {render(channels.get('tool_result'))} |")
+    for framework in sorted(cells, key=lambda f: (f.startswith("fastmcp"), f)):
+        for scenario, channels in cells[framework].items():
+            jsonrpc, tool_result = render(channels.get("jsonrpc")), render(channels.get("tool_result"))
+            out.append(f"| {framework} | {scenario} | {jsonrpc} | {tool_result} |")
     return "\n".join(out)
 
 
