@@ -181,8 +181,16 @@ fn settle(name: &str, lines: &[String]) {
 ///   timestamps → `<timestamp>`; unix-second fields (`created_at`, `expires_at`, …) →
 ///   `<unix-time>`.
 /// - Rate-limit `reset` (body) and `X-RateLimit-Reset` → `<reset>`; `retry_after` of a
-///   `rate_limited` error and its `Retry-After` header → `<seconds>`; the `t=` of a
+///   `rate_limited` error, the wait its hint names, and its `Retry-After` header →
+///   `<seconds>`; the `t=` of a
 ///   `RateLimit` header → `t=<seconds>`.
+/// The hint of a `rate_limited` error says how many seconds to wait, like its
+/// `retry_after`: that count → `<seconds>`.
+fn mask_wait(hint: &str, seconds: u64) -> String {
+    hint.replace(&format!("wait {seconds} "), "wait <seconds> ")
+        .replace(&format!("espere {seconds} "), "espere <seconds> ")
+}
+
 struct Normaliser {
     named: Vec<(String, String)>,
     seen: HashMap<String, String>,
@@ -229,12 +237,19 @@ impl Normaliser {
             Value::Array(items) => Value::Array(items.iter().map(|i| self.value(i)).collect()),
             Value::Object(map) => {
                 let rate_limited = map.get("code") == Some(&json!("rate_limited"));
+                let wait = map
+                    .get("retry_after")
+                    .and_then(Value::as_u64)
+                    .filter(|_| rate_limited);
                 let mut out = Map::with_capacity(map.len());
                 for (key, item) in map {
                     let replaced = match (key.as_str(), item) {
                         ("reset", Value::Number(_)) => Some(json!("<reset>")),
                         ("retry_after", Value::Number(_)) if rate_limited => {
                             Some(json!("<seconds>"))
+                        }
+                        ("hint", Value::String(s)) if wait.is_some() => {
+                            Some(Value::String(self.text(&mask_wait(s, wait.unwrap_or(0)))))
                         }
                         ("requestState", Value::String(s)) => {
                             Some(Value::String(self.placeholder("request-state", s)))
