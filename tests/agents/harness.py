@@ -81,7 +81,10 @@ class Received:
     def describe(self) -> str:
         """One line for reports: the text, or the exception's type and message."""
         if self.raised is not None:
+            # mcp 2.x keeps the JSON-RPC error's data on the exception, mcp 1.x on its `.error`.
             data = getattr(self.raised, "data", None)
+            if data is None:
+                data = getattr(getattr(self.raised, "error", None), "data", None)
             hint = f" (data.hint: {data['hint']})" if isinstance(data, dict) and "hint" in data else ""
             return f"raises {type(self.raised).__name__}: {self.raised}{hint}"
         return self.text or ""
