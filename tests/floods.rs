@@ -215,21 +215,7 @@ pub fn proc_status(pid: u32, field: &str) -> u64 {
 /// Raises every category limit of a credential so a load is never refused by a bucket.
 pub fn raise_limits(db: &TestDb, credential: &str) {
     for category in ["read", "write", "destructive", "send", "generate"] {
-        let out = db.run(&[
-            "limits",
-            "set",
-            "--credential",
-            credential,
-            "--category",
-            category,
-            "--per-minute",
-            "100000",
-        ]);
-        assert!(
-            out.status.success(),
-            "limits set: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        db.limit_per_minute(credential, category, 100_000);
     }
 }
 

@@ -246,21 +246,7 @@ fn shared_db() -> &'static TestDb {
         let db = TestDb::new();
         let id = db.admin_key_id();
         for category in ["read", "write", "destructive", "send", "generate"] {
-            let out = db.run(&[
-                "limits",
-                "set",
-                "--credential",
-                &id,
-                "--category",
-                category,
-                "--per-minute",
-                "1000000",
-            ]);
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            db.limit_per_minute(&id, category, 1_000_000);
         }
         db
     })

@@ -8,8 +8,6 @@ use serde_json::{Value, json};
 
 use crate::util::{HttpResponse, HttpServer, StdioServer, TestDb, assert_error, merge_modern_meta};
 
-const MODERN: &str = "2026-07-28";
-
 /// Which keys a case calls with.
 #[derive(Clone, Copy)]
 enum Who {
@@ -70,21 +68,7 @@ fn keys(db: &TestDb, channel: &str) -> Keys {
             .token
     };
     let limited = db.create_key("limited", "*", &["--guard-channel", channel]);
-    let out = db.run(&[
-        "limits",
-        "set",
-        "--credential",
-        &limited.id,
-        "--category",
-        "read",
-        "--per-minute",
-        "0",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    db.limit_per_minute(&limited.id, "read", 0);
     Keys {
         all: key("all", "*"),
         reader: key("reader", "invoices:read"),
@@ -456,22 +440,6 @@ fn every_refusal_a_model_can_act_on_over_stdio_in_both_channels() {
     }
 }
 
-/// A 2026-07-28 `tools/call` over HTTP with the headers a conforming client sends.
-fn modern_call(server: &HttpServer, token: &str, tool: &str, args: &Value) -> HttpResponse {
-    let mut params = json!({"name": tool, "arguments": args});
-    merge_modern_meta(&mut params);
-    let auth = format!("Bearer {token}");
-    server.post_mcp(
-        &[
-            ("Authorization", auth.as_str()),
-            ("MCP-Protocol-Version", MODERN),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", tool),
-        ],
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}),
-    )
-}
-
 #[test]
 fn every_refusal_a_model_can_act_on_over_http_in_both_channels_and_status_modes() {
     let world = world();
@@ -486,12 +454,12 @@ fn every_refusal_a_model_can_act_on_over_http_in_both_channels_and_status_modes(
             let tag = format!("http-{mode}-{channel}");
             prepare_keys(
                 &world,
-                &mut |tool, args| modern_call(&server, &keys.all, tool, &args).json(),
+                &mut |tool, args| server.modern_tool_call(&keys.all, tool, &args).json(),
                 &tag,
             );
             let mut seen = Vec::new();
             for case in cases(&world, &tag) {
-                let response = modern_call(&server, keys.token(case.who), case.tool, &case.args);
+                let response = server.modern_tool_call(keys.token(case.who), case.tool, &case.args);
                 let body = response.json();
                 let (envelope, status) = if channel == "jsonrpc" {
                     let status = if mode == "semantic" {
@@ -540,7 +508,8 @@ fn the_setting_applies_to_keys_without_their_own_channel_and_key_set_changes_a_r
     let pinned = db.create_key("pinned", "invoices:read", &["--guard-channel", "jsonrpc"]);
     let env = [("TOLLGATE_ERRORS_GUARD_CHANNEL", "tool_result")];
     let server = HttpServer::start_with_env(&db, &[], &env);
-    let scope = |token: &str| modern_call(&server, token, "create_client", &json!({"name": "N"}));
+    let scope =
+        |token: &str| server.modern_tool_call(token, "create_client", &json!({"name": "N"}));
     let refused = |response: &HttpResponse| response.json()["result"]["isError"] == json!(true);
 
     assert!(
@@ -624,11 +593,13 @@ fn authentication_failures_stay_jsonrpc_errors_on_the_tool_result_channel() {
     let env = [("TOLLGATE_ERRORS_GUARD_CHANNEL", "tool_result")];
     let server = HttpServer::start_with_env(&db, &[], &env);
     assert_eq!(
-        modern_call(&server, &key.token, "search_invoices", &json!({})).json()["result"]["isError"],
+        server
+            .modern_tool_call(&key.token, "search_invoices", &json!({}))
+            .json()["result"]["isError"],
         json!(false)
     );
     db.run_json(&["key", "revoke", &key.id, "--json"]);
-    let revoked = modern_call(&server, &key.token, "search_invoices", &json!({}));
+    let revoked = server.modern_tool_call(&key.token, "search_invoices", &json!({}));
     assert_eq!(revoked.status, 401);
     assert_error(&revoked.json(), -32001, "invalid_token", 401, 1101, false);
 
@@ -636,12 +607,7 @@ fn authentication_failures_stay_jsonrpc_errors_on_the_tool_result_channel() {
     let mut last = None;
     for n in 0..11 {
         let stranger = format!("tg_live_{:020}_{}", n, "x".repeat(43));
-        last = Some(modern_call(
-            &server,
-            &stranger,
-            "search_invoices",
-            &json!({}),
-        ));
+        last = Some(server.modern_tool_call(&stranger, "search_invoices", &json!({})));
     }
     let throttled = last.expect("calls").json();
     assert_error(&throttled, -32006, "rate_limited", 429, 3001, true);
@@ -668,8 +634,8 @@ fn the_channel_changes_neither_the_audit_outcome_nor_the_quota_nor_other_methods
     );
     let server = HttpServer::start_with_env(&db, &[], &[("TOLLGATE_HTTP_METRICS", "true")]);
     for key in [&rpc, &result] {
-        modern_call(&server, &key.token, "create_client", &json!({"name": "N"}));
-        modern_call(&server, &key.token, "no_such_tool", &json!({}));
+        server.modern_tool_call(&key.token, "create_client", &json!({"name": "N"}));
+        server.modern_tool_call(&key.token, "no_such_tool", &json!({}));
     }
     let metrics = String::from_utf8_lossy(&server.get("/metrics").body).into_owned();
     drop(server);
@@ -725,7 +691,7 @@ fn plan_limits_reach_the_model_on_the_tool_result_channel() {
     let rpc = db.create_key("rpc", "*", &["--guard-channel", "jsonrpc"]);
     db.create_key("third", "*", &[]);
     let server = HttpServer::start(&db, &[]);
-    let call = |token: &str| modern_call(&server, token, "search_clients", &json!({}));
+    let call = |token: &str| server.modern_tool_call(token, "search_clients", &json!({}));
     let out = db.run(&["limits", "set", "--plan", "pro", "--per-hour", "0"]);
     assert!(
         out.status.success(),

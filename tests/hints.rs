@@ -213,21 +213,7 @@ fn a_rate_limit_names_the_bucket_its_limit_and_the_seconds_to_wait() {
     for locale in ["en", "es"] {
         let db = db_in(locale);
         let key = db.create_key("reader", "clients:read", &[]);
-        let out = db.run(&[
-            "limits",
-            "set",
-            "--credential",
-            &key.id,
-            "--category",
-            "read",
-            "--per-minute",
-            "1",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        db.limit_per_minute(&key.id, "read", 1);
         for mut wire in Wire::both(&db, &key.token) {
             let mut response = wire.call("search_clients", json!({}));
             if response.get("error").is_none() {

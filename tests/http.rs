@@ -28,21 +28,7 @@ const MODERN: &str = "2026-07-28";
 /// A key whose `read` bucket allows one call per minute.
 fn one_read_per_minute_key(db: &TestDb) -> Key {
     let key = create_key(db, "conformance:use");
-    let out = db.run(&[
-        "limits",
-        "set",
-        "--credential",
-        &key.id,
-        "--category",
-        "read",
-        "--per-minute",
-        "1",
-    ]);
-    assert!(
-        out.status.success(),
-        "limits set: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    db.limit_per_minute(&key.id, "read", 1);
     key
 }
 

@@ -6,9 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::util::{HttpResponse, HttpServer, Key, StdioServer, TestDb, merge_modern_meta};
-
-const MODERN: &str = "2026-07-28";
+use crate::util::{HttpServer, Key, StdioServer, TestDb};
 
 /// A test-mode installation.
 fn test_mode_db() -> TestDb {
@@ -26,21 +24,6 @@ fn add_fault(db: &TestDb, args: &[&str]) -> Value {
     let mut argv = vec!["faults", "add", "--json"];
     argv.extend_from_slice(args);
     db.run_json(&argv)
-}
-
-fn modern_call(server: &HttpServer, token: &str, tool: &str, args: &Value) -> HttpResponse {
-    let mut params = json!({"name": tool, "arguments": args});
-    merge_modern_meta(&mut params);
-    let auth = format!("Bearer {token}");
-    server.post_mcp(
-        &[
-            ("Authorization", auth.as_str()),
-            ("MCP-Protocol-Version", MODERN),
-            ("Mcp-Method", "tools/call"),
-            ("Mcp-Name", tool),
-        ],
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}),
-    )
 }
 
 /// The catalog entry of `code` as `tollgate errors --format json` prints it (for
@@ -243,7 +226,7 @@ fn every_rehearsable_error_is_rendered_like_the_real_one_over_both_transports_an
             let envelope = assert_rendered(entry, channel, &body);
             assert_context(code, &envelope, tool);
             for (mode, server) in [("compatible", &compatible), ("semantic", &semantic)] {
-                let response = modern_call(server, &key.token, tool, &args);
+                let response = server.modern_tool_call(&key.token, tool, &args);
                 let body = response.json();
                 let envelope = assert_rendered(entry, channel, &body);
                 assert_context(code, &envelope, tool);
@@ -289,7 +272,11 @@ fn a_counted_fault_is_used_up_and_a_fault_can_target_one_credential() {
     let target = db.create_key("target", "*", &[]);
     let other = db.create_key("other", "*", &[]);
     let server = HttpServer::start(&db, &[]);
-    let call = |key: &Key| modern_call(&server, &key.token, "search_clients", &json!({})).json();
+    let call = |key: &Key| {
+        server
+            .modern_tool_call(&key.token, "search_clients", &json!({}))
+            .json()
+    };
     let failed = |body: &Value| body["result"]["_meta"]["dev.tollgate/error"]["code"].clone();
 
     let fault = add_fault(
@@ -551,7 +538,11 @@ fn faults_are_refused_on_a_live_installation_and_checked_when_added() {
     let key = db.create_key("k", "*", &[]);
     add_fault(&db, &["--tool", "search_clients", "--error", "timeout"]);
     let server = HttpServer::start(&db, &[]);
-    let call = || modern_call(&server, &key.token, "search_clients", &json!({})).json();
+    let call = || {
+        server
+            .modern_tool_call(&key.token, "search_clients", &json!({}))
+            .json()
+    };
     assert_eq!(
         call()["result"]["_meta"]["dev.tollgate/error"]["code"],
         json!("timeout")

@@ -34,22 +34,7 @@ const BUDGET: &str = "dev.tollgate/ratelimit";
 
 /// `tollgate limits set --credential <id> --category read --per-minute <n>`.
 fn limit_reads(db: &TestDb, key: &Key, per_minute: u32) {
-    let per_minute = per_minute.to_string();
-    let out = db.run(&[
-        "limits",
-        "set",
-        "--credential",
-        &key.id,
-        "--category",
-        "read",
-        "--per-minute",
-        &per_minute,
-    ]);
-    assert!(
-        out.status.success(),
-        "limits set: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    db.limit_per_minute(&key.id, "read", per_minute.into());
 }
 
 /// `(tool, outcome)` of the audit rows of `key`, newest first.

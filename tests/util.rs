@@ -667,6 +667,22 @@ impl HttpServer {
         )
     }
 
+    /// A 2026-07-28 `tools/call` (id 1) with the headers a conforming client sends.
+    pub fn modern_tool_call(&self, token: &str, tool: &str, args: &Value) -> HttpResponse {
+        let mut params = json!({"name": tool, "arguments": args});
+        merge_modern_meta(&mut params);
+        let auth = format!("Bearer {token}");
+        self.post_mcp(
+            &[
+                ("Authorization", auth.as_str()),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", tool),
+            ],
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}),
+        )
+    }
+
     /// Sends SIGTERM (through `kill(1)`) and waits for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         self.signal_term();
@@ -759,6 +775,26 @@ impl TestDb {
             id: printed["id"].as_str().expect("id").to_owned(),
             token: printed["token"].as_str().expect("token").to_owned(),
         }
+    }
+
+    /// `tollgate limits set --credential ID --category CATEGORY --per-minute N`.
+    pub fn limit_per_minute(&self, credential: &str, category: &str, per_minute: u64) {
+        let per_minute = per_minute.to_string();
+        let out = self.run(&[
+            "limits",
+            "set",
+            "--credential",
+            credential,
+            "--category",
+            category,
+            "--per-minute",
+            &per_minute,
+        ]);
+        assert!(
+            out.status.success(),
+            "limits set: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
