@@ -3071,8 +3071,20 @@ fn conformance_transcript() {
 }
 
 /// The hint of a `rate_limited` error says how many seconds to wait, like its
-/// `retry_after`: that count → `<seconds>`.
+/// `retry_after`: that count and its unit → `<seconds>`.
 fn mask_wait(hint: &str, seconds: u64) -> String {
-    hint.replace(&format!("wait {seconds} "), "wait <seconds> ")
-        .replace(&format!("espere {seconds} "), "espere <seconds> ")
+    // The unit follows the count ("1 second", "2 seconds"), so it is masked with it.
+    [
+        ("wait", "seconds"),
+        ("wait", "second"),
+        ("espere", "segundos"),
+        ("espere", "segundo"),
+    ]
+    .iter()
+    .fold(hint.to_owned(), |hint, (verb, unit)| {
+        hint.replace(
+            &format!("{verb} {seconds} {unit}"),
+            &format!("{verb} <seconds>"),
+        )
+    })
 }

@@ -255,7 +255,9 @@ fn without_volatile(envelope: &Value) -> Value {
             map.get("retry_after").and_then(Value::as_u64),
             map.get_mut("hint"),
         ) {
-            *hint = hint.replace(&format!("wait {wait} "), "wait <seconds> ");
+            *hint = hint
+                .replace(&format!("wait {wait} seconds"), "wait <seconds>")
+                .replace(&format!("wait {wait} second"), "wait <seconds>");
         }
         for field in VOLATILE {
             map.remove(field);
