@@ -181,8 +181,8 @@ fn a_validation_failure_lists_every_bad_argument_with_what_it_must_be() {
         assert_eq!(errors[1]["value"], json!("12.50"));
         let expected = pick(
             locale,
-            "A required argument is missing: `client_id` is missing: it must be a client id as returned by search_clients (cli_…); `lines.0.unit_price_cents` (\"12.50\") has the wrong type: it must be an integer number of cents; `colour` is not an argument of this tool: it must be left out (the tool's arguments are client_id, kind, series, issue_date, due_date, notes, lines, currency, idempotency_key).",
-            "Falta un argumento obligatorio: `client_id` falta: debe ser un identificador de cliente como los que devuelve search_clients (cli_…); `lines.0.unit_price_cents` (\"12.50\") tiene un tipo incorrecto: debe ser un número entero de céntimos; `colour` no es un argumento de esta herramienta: debe ser omitido (los argumentos de la herramienta son client_id, kind, series, issue_date, due_date, notes, lines, currency, idempotency_key).",
+            "Fix these arguments and call again: `client_id` is missing: it must be a client id as returned by search_clients (cli_…); `lines.0.unit_price_cents` (\"12.50\") has the wrong type: it must be an integer number of cents; `colour` is not an argument of this tool: it must be left out (the tool's arguments are client_id, kind, series, issue_date, due_date, notes, lines, currency, idempotency_key).",
+            "Corrija estos argumentos y vuelva a llamar: `client_id` falta: debe ser un identificador de cliente como los que devuelve search_clients (cli_…); `lines.0.unit_price_cents` (\"12.50\") tiene un tipo incorrecto: debe ser un número entero de céntimos; `colour` no es un argumento de esta herramienta: debe ser omitido (los argumentos de la herramienta son client_id, kind, series, issue_date, due_date, notes, lines, currency, idempotency_key).",
         );
         assert_eq!(result_text(&response), expected);
     });
@@ -201,8 +201,8 @@ fn a_tax_id_with_a_wrong_check_letter_says_so_and_what_is_accepted() {
         assert_eq!(envelope["details"]["reason"], json!("checksum_mismatch"));
         let expected = pick(
             locale,
-            "An argument is malformed: `tax_id` (\"12345678A\") has a control character that does not match its digits: it must be a Spanish NIF (8 digits and a letter), NIE (X, Y or Z, 7 digits and a letter) or CIF (a letter, 7 digits and a control character) whose control character matches its digits.",
-            "Un argumento está mal formado: `tax_id` (\"12345678A\") tiene un carácter de control que no corresponde a sus dígitos: debe ser un NIF español (8 dígitos y una letra), NIE (X, Y o Z, 7 dígitos y una letra) o CIF (una letra, 7 dígitos y un carácter de control) cuyo carácter de control corresponda a sus dígitos.",
+            "Fix these arguments and call again: `tax_id` (\"12345678A\") has a control character that does not match its digits: it must be a Spanish NIF (8 digits and a letter), NIE (X, Y or Z, 7 digits and a letter) or CIF (a letter, 7 digits and a control character) whose control character matches its digits.",
+            "Corrija estos argumentos y vuelva a llamar: `tax_id` (\"12345678A\") tiene un carácter de control que no corresponde a sus dígitos: debe ser un NIF español (8 dígitos y una letra), NIE (X, Y o Z, 7 dígitos y una letra) o CIF (una letra, 7 dígitos y un carácter de control) cuyo carácter de control corresponda a sus dígitos.",
         );
         assert_eq!(result_text(&response), expected);
     });

@@ -340,13 +340,13 @@ catalog! {
         "arguments fail the input schema; `param` names the first field, `details.errors` lists each failing argument"),
     /// A required argument is absent.
     MissingRequiredField => (-32602, "missing_required_field", 400, 2002, false, Tool, Ok,
-        "A required argument is missing: {details.errors:problems}.",
-        "Falta un argumento obligatorio: {details.errors:problems}.",
+        "Fix these arguments and call again: {details.errors:problems}.",
+        "Corrija estos argumentos y vuelva a llamar: {details.errors:problems}.",
         "a required argument is absent; `param`, `details.errors`"),
     /// A date, tax id, amount or id is malformed.
     InvalidFormat => (-32602, "invalid_format", 400, 2003, false, Tool, Ok,
-        "An argument is malformed: {details.errors:problems}.",
-        "Un argumento está mal formado: {details.errors:problems}.",
+        "Fix these arguments and call again: {details.errors:problems}.",
+        "Corrija estos argumentos y vuelva a llamar: {details.errors:problems}.",
         "a date, tax id, amount or id is malformed; `param`, `details.errors`"),
     /// The tool or its backend exceeded its time limit.
     Timeout => (-32603, "timeout", 504, 3002, true, Tool, Ok,
