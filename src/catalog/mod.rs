@@ -415,6 +415,10 @@ catalog! {
         "paying or sending a voided invoice"),
 }
 
+/// The envelope field of a refusal answered as an `isError` result that names the JSON-RPC
+/// code it would have had.
+pub const JSONRPC_CODE_FIELD: &str = "jsonrpc_code";
+
 /// One occurrence of a catalog entry, with the optional fields that apply to it.
 #[derive(Debug, Clone)]
 pub struct McpError {
@@ -608,13 +612,18 @@ impl McpError {
     /// The `data` envelope of a JSON-RPC error, or `_meta["dev.tollgate/error"]` of an
     /// `isError` result: the fixed identities, the localized hint, then the optional fields.
     pub fn envelope(&self, locale: Locale) -> Value {
+        self.envelope_with(self.hint(locale), locale)
+    }
+
+    /// [`McpError::envelope`] around an already rendered `hint`.
+    fn envelope_with(&self, hint: String, locale: Locale) -> Value {
         let spec = self.kind.spec();
         let mut map = Map::with_capacity(6 + self.fields.len());
         map.insert("code".into(), spec.code.into());
         map.insert("http_status".into(), spec.http_status.into());
         map.insert("error_code".into(), spec.error_code.into());
         map.insert("retryable".into(), spec.retryable.into());
-        map.insert("hint".into(), self.hint(locale).into());
+        map.insert("hint".into(), hint.into());
         for (name, value) in &self.fields {
             map.insert(name.clone(), value.clone());
         }
@@ -665,12 +674,30 @@ impl McpError {
         json!({ "code": spec.rpc_code, "message": spec.code, "data": self.envelope(locale) })
     }
 
-    /// The `isError: true` tool result.
+    /// The `isError: true` tool result (the hint rendered once, for the text and the
+    /// envelope).
     pub fn to_tool_result(&self, locale: Locale) -> Value {
+        let hint = self.hint(locale);
         json!({
             "isError": true,
-            "content": [{ "type": "text", "text": self.hint(locale) }],
-            "_meta": { "dev.tollgate/error": self.envelope(locale) },
+            "content": [{ "type": "text", "text": hint }],
+            "_meta": { "dev.tollgate/error": self.envelope_with(hint.clone(), locale) },
+        })
+    }
+
+    /// A guard's refusal answered as an `isError` result (the `tool_result` guard
+    /// channel): [`McpError::to_tool_result`] whose envelope also names, as
+    /// [`JSONRPC_CODE_FIELD`], the JSON-RPC code the refusal would have had.
+    pub fn to_refusal_result(&self, locale: Locale) -> Value {
+        let hint = self.hint(locale);
+        let mut envelope = self.envelope_with(hint.clone(), locale);
+        if let Value::Object(map) = &mut envelope {
+            map.insert(JSONRPC_CODE_FIELD.into(), self.kind.spec().rpc_code.into());
+        }
+        json!({
+            "isError": true,
+            "content": [{ "type": "text", "text": hint }],
+            "_meta": { "dev.tollgate/error": envelope },
         })
     }
 }

@@ -142,8 +142,11 @@ pub(super) fn render_call_outcome(
 ) -> Result<Answer, McpError> {
     let budget = outcome.budget().cloned();
     let (mut result, book) = match outcome {
-        CallOutcome::Rejected(err) => return Err(err),
-        CallOutcome::Refused { error, to } => return render_refusal(error, to, locale),
+        CallOutcome::Rejected { error, to: None } => return Err(error),
+        CallOutcome::Rejected {
+            error,
+            to: Some(to),
+        } => return render_refusal(error, to, locale),
         CallOutcome::Admitted {
             output: Output::Fresh(output),
             book,
@@ -175,16 +178,7 @@ fn render_refusal(error: McpError, to: Addressee, locale: Locale) -> Result<Answ
     if to.channel != GuardChannel::ToolResult || !error.model_can_act() {
         return Err(error);
     }
-    let mut result = error.to_tool_result(locale);
-    if let Some(envelope) = result
-        .pointer_mut("/_meta/dev.tollgate~1error")
-        .and_then(Value::as_object_mut)
-    {
-        envelope.insert(
-            META_JSONRPC_CODE.to_owned(),
-            error.kind().spec().rpc_code.into(),
-        );
-    }
+    let mut result = error.to_refusal_result(locale);
     mark_call(&mut result, to.budget.as_ref(), to.book);
     Ok(Answer {
         result,
@@ -192,10 +186,6 @@ fn render_refusal(error: McpError, to: Addressee, locale: Locale) -> Result<Answ
         refusal: Some(error),
     })
 }
-
-/// The envelope field of a refusal answered as an `isError` result that names the
-/// JSON-RPC code it would have had.
-pub const META_JSONRPC_CODE: &str = "jsonrpc_code";
 
 /// The `_meta` every answered `tools/call` carries: the budget left (when it was charged),
 /// then the book.
