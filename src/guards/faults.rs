@@ -132,11 +132,8 @@ impl Guards {
                 crate::tools::invoicing::guardrails::example_violation(spec.name)
                     .unwrap_or_else(|| McpError::new(kind))
             }
-            ErrorKind::IdempotencyKeyRequired | ErrorKind::IdempotencyKeyReused => {
-                McpError::new(kind)
-                    .param(idempotency::ARGUMENT)
-                    .detail("tool", spec.name)
-            }
+            ErrorKind::IdempotencyKeyRequired => idempotency::required(spec.name),
+            ErrorKind::IdempotencyKeyReused => idempotency::reused(spec.name),
             ErrorKind::IdempotencyKeyInvalid => idempotency::invalid("too_long", "argument"),
             ErrorKind::IdempotencyKeyInUse => idempotency::in_use(),
             // A tool's own failure names what a real one would (the id not found, the

@@ -145,6 +145,20 @@ fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// `idempotency_key_required` for a call of `tool` without a key.
+pub(crate) fn required(tool: &str) -> McpError {
+    McpError::new(ErrorKind::IdempotencyKeyRequired)
+        .param(ARGUMENT)
+        .detail("tool", tool)
+}
+
+/// `idempotency_key_reused`: the key was first used with `first_tool` (or other arguments).
+pub(crate) fn reused(first_tool: &str) -> McpError {
+    McpError::new(ErrorKind::IdempotencyKeyReused)
+        .param(ARGUMENT)
+        .detail("tool", first_tool)
+}
+
 pub(crate) fn in_use() -> McpError {
     McpError::new(ErrorKind::IdempotencyKeyInUse).with("retry_after", IN_USE_RETRY_AFTER)
 }
@@ -174,9 +188,7 @@ impl Ledger {
                 return Ok(Claim::NotApplicable);
             }
             (Idempotency::Required, None) => {
-                return Err(McpError::new(ErrorKind::IdempotencyKeyRequired)
-                    .param(ARGUMENT)
-                    .detail("tool", tool.name));
+                return Err(required(tool.name));
             }
             (_, Some(key)) => key,
         };
@@ -269,9 +281,7 @@ fn decide_existing(
     fingerprint: &str,
 ) -> Result<Claim, McpError> {
     if record.tool != tool || record.fingerprint != fingerprint {
-        return Err(McpError::new(ErrorKind::IdempotencyKeyReused)
-            .param(ARGUMENT)
-            .detail("tool", record.tool.clone()));
+        return Err(reused(&record.tool));
     }
     if !record.completed {
         return Err(in_use());
