@@ -260,7 +260,7 @@ impl Guards {
             &|_, done| *outcome.lock().unwrap_or_else(PoisonError::into_inner) = Some(done),
         );
         let outcome = outcome.into_inner().unwrap_or_else(PoisonError::into_inner);
-        outcome.unwrap_or_else(|| CallOutcome::Rejected(McpError::internal()))
+        outcome.unwrap_or_else(|| CallOutcome::rejected(McpError::internal()))
     }
 
     /// Runs several `tools/call`s (those of one stdio read) through the chain: each passes
@@ -297,7 +297,7 @@ impl Guards {
             let _span = passage.call.span.map(tracing::Span::enter);
             let outcome = match charge {
                 Ok(()) => self.chain.after_charge(self, &mut passage, &cx),
-                Err(err) => CallOutcome::Rejected(err),
+                Err(err) => CallOutcome::rejected(err),
             };
             self.finish(&cx, &passage, started, outcome, done);
         };
@@ -533,9 +533,7 @@ impl Guards {
         let record = match steps::ledger_record(outcome, self) {
             Some(result) => Ok(result),
             None => match outcome {
-                CallOutcome::Rejected(err) | CallOutcome::Refused { error: err, .. } => {
-                    Err(err.clone())
-                }
+                CallOutcome::Rejected { error, .. } => Err(error.clone()),
                 _ => Err(McpError::internal()),
             },
         };

@@ -9,7 +9,7 @@
 //! server fault, a guard entry such as a lost idempotency lease, a protocol entry such as a
 //! missing client capability) ends the call as a refusal.
 //!
-//! A refusal of a caller the chain knows is [`CallOutcome::Refused`]: it carries the
+//! A refusal of a caller the chain knows is addressed ([`CallOutcome::addressed`]): it carries the
 //! caller's [`GuardChannel`], its book and, once charged, its budget, so that the renderer
 //! can answer a refusal the model can act on as an `isError` result when that channel is
 //! `tool_result`. Either way the audit log and the metrics read the same [`Verdict`].
@@ -42,17 +42,15 @@ pub enum CallOutcome {
         /// The book that served it.
         book: Book,
     },
-    /// A guard refused the call, or the server could not serve it, before the caller was
-    /// known (or before the chain handed the refusal its [`Addressee`]): a JSON-RPC error.
-    Rejected(McpError),
-    /// A guard refused the call of a known caller, or the server could not serve it:
-    /// answered on the caller's guard channel when the model can act on it, otherwise a
-    /// JSON-RPC error.
-    Refused {
+    /// A guard refused the call, or the server could not serve it. Once the caller is
+    /// known the chain addresses the refusal ([`CallOutcome::addressed`]): it is then
+    /// answered on the caller's guard channel when the model can act on it; otherwise, and
+    /// for a caller never known, it is a JSON-RPC error.
+    Rejected {
         /// The refusal (or the fault).
         error: McpError,
-        /// Whom it goes to.
-        to: Addressee,
+        /// Whom it goes to, once the caller is known.
+        to: Option<Addressee>,
     },
 }
 
@@ -125,15 +123,23 @@ impl CallOutcome {
                 budget,
                 book,
             },
-            Err(error) => CallOutcome::Rejected(error),
+            Err(error) => CallOutcome::rejected(error),
         }
     }
 
-    /// The same outcome addressed to a known caller: a refusal becomes
-    /// [`CallOutcome::Refused`]; any other outcome is unchanged.
+    /// A refusal not yet addressed to a caller.
+    pub fn rejected(error: McpError) -> CallOutcome {
+        CallOutcome::Rejected { error, to: None }
+    }
+
+    /// The same outcome addressed to a known caller: a refusal learns whom it goes to;
+    /// any other outcome is unchanged.
     pub fn addressed(self, to: impl FnOnce() -> Addressee) -> CallOutcome {
         match self {
-            CallOutcome::Rejected(error) => CallOutcome::Refused { error, to: to() },
+            CallOutcome::Rejected { error, .. } => CallOutcome::Rejected {
+                error,
+                to: Some(to()),
+            },
             other => other,
         }
     }
@@ -145,7 +151,7 @@ impl CallOutcome {
             CallOutcome::Admitted { budget, .. } | CallOutcome::ToolFailed { budget, .. } => {
                 Some(budget)
             }
-            CallOutcome::Rejected(_) | CallOutcome::Refused { .. } => None,
+            CallOutcome::Rejected { .. } => None,
         }
     }
 
@@ -158,9 +164,7 @@ impl CallOutcome {
             } => stored.failure.map_or(Verdict::Ok, Verdict::Failed),
             CallOutcome::Admitted { .. } => Verdict::Ok,
             CallOutcome::ToolFailed { error, .. } => Verdict::Failed(error.kind().spec().code),
-            CallOutcome::Rejected(error) | CallOutcome::Refused { error, .. } => {
-                Verdict::Rejected(error)
-            }
+            CallOutcome::Rejected { error, .. } => Verdict::Rejected(error),
         }
     }
 }

@@ -176,7 +176,7 @@ impl Chain {
         cx: &Cx<'_, 'r>,
     ) -> CallOutcome {
         pass(&self.after, guards, passage, cx)
-            .unwrap_or_else(|| CallOutcome::Rejected(McpError::internal()))
+            .unwrap_or_else(|| CallOutcome::rejected(McpError::internal()))
     }
 }
 
@@ -270,7 +270,7 @@ impl From<Result<(), McpError>> for Flow {
     fn from(result: Result<(), McpError>) -> Flow {
         match result {
             Ok(()) => Flow::Next,
-            Err(err) => Flow::End(CallOutcome::Rejected(err)),
+            Err(err) => Flow::End(CallOutcome::rejected(err)),
         }
     }
 }
@@ -368,19 +368,21 @@ struct Rehearse;
 
 impl CallStep for Rehearse {
     fn pass<'r>(&self, guards: &Guards, passage: &mut Passage<'_, 'r>, _: &Cx<'_, 'r>) -> Flow {
-        let (Ok(principal), Ok(tool)) = (passage.principal(), passage.tool()) else {
-            return Flow::End(CallOutcome::Rejected(McpError::internal()));
+        let (Ok(principal), Ok(tool), Ok(book)) =
+            (passage.principal(), passage.tool(), passage.book())
+        else {
+            return Flow::End(CallOutcome::rejected(McpError::internal()));
         };
         if principal.installation != Mode::Test {
             return Flow::Next;
         }
         match guards.rehearsed_failure(principal, tool, &passage.budget) {
             None => Flow::Next,
-            Some(error) => {
-                let book = Book::from(principal.mode);
-                let budget = passage.budget.clone();
-                Flow::End(CallOutcome::of_run(Err(error), budget, book))
-            }
+            Some(error) => Flow::End(CallOutcome::of_run(
+                Err(error),
+                passage.budget.clone(),
+                book,
+            )),
         }
     }
 }
@@ -397,7 +399,7 @@ impl CallStep for Replay {
             return Flow::Next;
         };
         let (Ok(principal), Ok(tool)) = (passage.principal(), passage.tool()) else {
-            return Flow::End(CallOutcome::Rejected(McpError::internal()));
+            return Flow::End(CallOutcome::rejected(McpError::internal()));
         };
         // Without guardrails nothing stands between here and the claim, which replays a
         // completed key itself: looking the key up here too would read it twice.
@@ -422,7 +424,7 @@ fn replayed(passage: &mut Passage<'_, '_>, stored: Value) -> CallOutcome {
             budget: std::mem::take(&mut passage.budget),
             book,
         },
-        Err(err) => CallOutcome::Rejected(err),
+        Err(err) => CallOutcome::rejected(err),
     }
 }
 
@@ -462,7 +464,7 @@ impl CallStep for Claim {
                 Flow::Next
             }
             Ok(LedgerClaim::NotApplicable) => Flow::Next,
-            Err(err) => Flow::End(CallOutcome::Rejected(err)),
+            Err(err) => Flow::End(CallOutcome::rejected(err)),
         }
     }
 }
@@ -476,7 +478,7 @@ impl CallStep for Run {
     fn pass<'r>(&self, guards: &Guards, passage: &mut Passage<'_, 'r>, cx: &Cx<'_, 'r>) -> Flow {
         let (tool, book) = match (passage.tool(), passage.book()) {
             (Ok(tool), Ok(book)) => (tool, book),
-            (Err(err), _) | (_, Err(err)) => return Flow::End(CallOutcome::Rejected(err)),
+            (Err(err), _) | (_, Err(err)) => return Flow::End(CallOutcome::rejected(err)),
         };
         let args: &Map<String, Value> = &passage.args;
         let hook = passage.reservation.as_ref().map(|r| r as &dyn CommitHook);
@@ -513,7 +515,7 @@ pub(crate) fn ledger_record(outcome: &CallOutcome, guards: &Guards) -> Option<Va
             ..
         } => Some(stored.result.clone()),
         CallOutcome::ToolFailed { error, .. } => Some(error.to_tool_result(guards.locale)),
-        CallOutcome::Rejected(_) | CallOutcome::Refused { .. } => None,
+        CallOutcome::Rejected { .. } => None,
     }
 }
 
