@@ -81,7 +81,37 @@ pub fn example(kind: K) -> McpError {
             &json!("12345678A"),
         ),
         K::Timeout => McpError::new(kind).detail("waiting_for", "elicitation/create"),
-        K::AdapterError => McpError::new(kind).detail("original_error", "ERP-504"),
+        K::AdapterError => McpError::new(kind)
+            .detail("backend", "erp")
+            .detail("original_error", "ERP-504")
+            .detail("message", "the ledger is closed"),
+        K::AdapterErrorRetryable => McpError::new(kind)
+            .detail("backend", "erp")
+            .detail("original_error", 503),
+        K::BackendCredentialRefused => McpError::new(kind)
+            .detail("backend", "crm")
+            .detail("status", 401),
+        K::ToolBackendUnavailable => McpError::new(kind)
+            .detail("backend", "crm")
+            .detail("reason", "connection refused"),
+        K::NotImplemented => McpError::new(kind)
+            .detail("backend", "crm")
+            .detail("status", 501),
+        K::BackendNotFound => McpError::new(kind)
+            .detail("backend", "crm")
+            .detail("original_error", "order_not_found")
+            .detail("message", "no order 42"),
+        K::BackendConflict => McpError::new(kind)
+            .detail("backend", "crm")
+            .detail("original_error", "duplicate_sku")
+            .detail("message", "an order with this reference exists"),
+        K::BackendRejected => McpError::new(kind)
+            .detail("backend", "crm")
+            .detail("original_error", "quantity_too_large")
+            .detail("message", "quantity must be at most 100"),
+        K::BackendRateLimited => McpError::new(kind)
+            .with("retry_after", 30)
+            .detail("backend", "crm"),
         K::ClientNotFound => McpError::new(kind)
             .param("client_id")
             .detail("id", "cli_0000000000000000"),

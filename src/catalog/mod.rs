@@ -350,24 +350,54 @@ catalog! {
         "a date, tax id, amount or id is malformed; `param`, `details.errors`"),
     /// The tool or its backend exceeded its time limit.
     Timeout => (-32603, "timeout", 504, 3002, true, Tool, Ok,
-        "The operation took too long and was stopped[ while waiting for the client's answer to {details.waiting_for}]; retry with backoff.",
-        "La operación tardó demasiado y se detuvo[ mientras esperaba la respuesta del cliente a {details.waiting_for}]; reintente con espera.",
+        "The operation took too long and was stopped[ while waiting for the client's answer to {details.waiting_for}][: the {details.backend} system did not answer within {details.timeout_ms} ms]; retry with backoff.",
+        "La operación tardó demasiado y se detuvo[ mientras esperaba la respuesta del cliente a {details.waiting_for}][: el sistema {details.backend} no respondió en {details.timeout_ms} ms]; reintente con espera.",
         "the tool or its backend exceeded its time limit"),
-    /// The backend answered with an error.
+    /// The backend answered with an error (not worth retrying as it is).
     AdapterError => (-32603, "adapter_error", 502, 4001, false, Tool, Ok,
-        "The business backend answered with an error[ ({details.original_error})]; the call did not complete.",
-        "El sistema de negocio respondió con un error[ ({details.original_error})]; la llamada no se completó.",
+        "The business backend[ {details.backend}] answered with an error[ ({details.original_error})][: {details.message}]; the call did not complete.",
+        "El sistema de negocio[ {details.backend}] respondió con un error[ ({details.original_error})][: {details.message}]; la llamada no se completó.",
         "the backend answered with an error; its own id in `details.original_error`"),
+    /// The backend answered with a temporary error (HTTP 502, 503, 504).
+    AdapterErrorRetryable => (-32603, "adapter_error", 502, 4001, true, Tool, Ok,
+        "The business backend[ {details.backend}] answered with a temporary error[ ({details.original_error})]; the call did not complete, retry with backoff.",
+        "El sistema de negocio[ {details.backend}] respondió con un error temporal[ ({details.original_error})]; la llamada no se completó, reintente con espera.",
+        "the backend answered with a temporary error (HTTP 502, 503, 504); retry with backoff"),
+    /// The backend refused tollgate's own credential for it (HTTP 401 or 403).
+    BackendCredentialRefused => (-32603, "adapter_error", 502, 4001, false, Tool, Ok,
+        "The {details.backend} system refused the gateway's own credential for it (HTTP {details.status}); your credential is fine, this is for the operator to fix, so do not retry: tell the user the {details.backend} connection needs attention.",
+        "El sistema {details.backend} rechazó la credencial propia de la pasarela (HTTP {details.status}); su credencial es correcta, debe arreglarlo el operador, así que no reintente: diga al usuario que la conexión con {details.backend} necesita atención.",
+        "the backend refused tollgate's own credential (401/403): an operator problem, not the caller's"),
     /// The tool's backend cannot be reached.
     ToolBackendUnavailable => (-32603, "backend_unavailable", 503, 4002, true, Tool, Ok,
-        "The business backend cannot be reached right now; retry with backoff.",
-        "No se puede contactar con el sistema de negocio ahora; reintente con espera.",
+        "The business backend[ {details.backend}] cannot be reached right now[ ({details.reason})]; retry with backoff.",
+        "No se puede contactar con el sistema de negocio[ {details.backend}] ahora[ ({details.reason})]; reintente con espera.",
         "the backend cannot be reached"),
     /// The backend does not support this tool.
     NotImplemented => (-32603, "not_implemented", 501, 5001, false, Tool, Ok,
-        "The business backend does not support this tool.",
-        "El sistema de negocio no admite esta herramienta.",
+        "The business backend[ {details.backend}] does not support this operation[ (HTTP {details.status})]; use another tool.",
+        "El sistema de negocio[ {details.backend}] no admite esta operación[ (HTTP {details.status})]; use otra herramienta.",
         "the backend does not support this tool"),
+    /// The backend found nothing at what the arguments name (HTTP 404).
+    BackendNotFound => (-32603, "not_found", 404, 3101, false, Tool, Ok,
+        "The {details.backend} system found nothing for these arguments[: {details.message}]; check the ids you passed, for example by listing or searching first.",
+        "El sistema {details.backend} no encontró nada para estos argumentos[: {details.message}]; compruebe los identificadores, por ejemplo listando o buscando antes.",
+        "the backend has nothing at what the arguments name (HTTP 404); `details.original_error`"),
+    /// The call conflicts with the backend's current state (HTTP 409).
+    BackendConflict => (-32603, "conflict", 409, 3102, false, Tool, Ok,
+        "The {details.backend} system refused the call because it conflicts with what it already holds[: {details.message}]; read the current state before trying again.",
+        "El sistema {details.backend} rechazó la llamada porque choca con lo que ya contiene[: {details.message}]; consulte el estado actual antes de volver a intentarlo.",
+        "the call conflicts with the backend's state (HTTP 409); `details.original_error`"),
+    /// The backend rejected the arguments by one of its own rules (HTTP 400, 422).
+    BackendRejected => (-32603, "business_rule_violation", 422, 3103, false, Tool, Ok,
+        "The {details.backend} system rejected the call[: {details.message}]; change the arguments and call again.",
+        "El sistema {details.backend} rechazó la llamada[: {details.message}]; cambie los argumentos y vuelva a llamar.",
+        "the backend rejected the arguments by a rule of its own (HTTP 400, 422); its message as the hint, its id in `details.original_error`"),
+    /// The backend limits its callers and this call was over its limit (HTTP 429).
+    BackendRateLimited => (-32603, "rate_limited", 429, 3001, true, Tool, Ok,
+        "The {details.backend} system is limiting calls right now; wait[ {retry_after:seconds}] before calling it again.",
+        "El sistema {details.backend} está limitando las llamadas; espere[ {retry_after:seconds}] antes de volver a llamarlo.",
+        "the backend's own rate limit (HTTP 429); `retry_after` from its `Retry-After`, `details.backend`"),
     /// No client has the given id.
     ClientNotFound => (-32602, "client_not_found", 404, 3101, false, Tool, Ok,
         "No client has the id {details.id:q} given in `{param}`; find the right one with search_clients.",

@@ -15,8 +15,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod backends;
 mod raw;
 mod validate;
+
+pub use backends::{
+    BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, HeaderValue, IdempotencyPolicy,
+    McpTransport, OpenApiBackend, ToolOverride, read_secret, valid_backend_name,
+};
 
 use raw::*;
 use validate::{duration_millis, validate};
@@ -325,6 +331,8 @@ pub struct Config {
     pub audit: AuditConfig,
     /// `[errors]`
     pub errors: ErrorsConfig,
+    /// `[[backends]]`: the company's REST APIs and MCP servers behind the gate.
+    pub backends: Vec<BackendConfig>,
 }
 
 /// `[errors]`: how errors reach the client.
@@ -476,6 +484,7 @@ impl Default for Config {
             errors: ErrorsConfig {
                 guard_channel: GuardChannel::JsonRpc,
             },
+            backends: Vec::new(),
         }
     }
 }
@@ -497,7 +506,10 @@ impl Config {
         };
         apply_env(&mut raw, env)?;
         apply_flags(&mut raw, flags)?;
+        let base = file.as_deref().and_then(Path::parent).map(Path::to_path_buf);
+        let backends = std::mem::take(&mut raw.backends);
         let mut config = validate(raw)?;
+        config.backends = backends::validate_backends(backends, base.as_deref())?;
         config.file = file;
         Ok(config)
     }
@@ -566,6 +578,7 @@ impl Config {
             errors: RawErrors {
                 guard_channel: Some(self.errors.guard_channel),
             },
+            backends: self.backends.iter().map(BackendConfig::to_raw).collect(),
         }
     }
 }

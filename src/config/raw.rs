@@ -27,6 +27,8 @@ pub(super) struct RawConfig {
     pub(super) audit: RawAudit,
     #[serde(default)]
     pub(super) errors: RawErrors,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) backends: Vec<super::backends::RawBackend>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -32,6 +32,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         errors: ErrorsConfig {
             guard_channel: raw.errors.guard_channel.unwrap_or(GuardChannel::JsonRpc),
         },
+        backends: Vec::new(),
     };
     check_dev_mode_is_local(&config)?;
     Ok(config)

@@ -116,6 +116,10 @@ impl CommitHook for Reservation {
             Err(e) => Err(store_failure(e, true)),
         }
     }
+
+    fn key(&self) -> Option<&str> {
+        Some(&self.key)
+    }
 }
 
 /// Identifies this process's reservations: `<pid>:<random>:<counter>`.

@@ -145,6 +145,12 @@ impl InputRequired {
 pub trait CommitHook: Send + Sync {
     /// Called inside the tool's write transaction with the result about to be returned.
     fn on_commit(&self, tx: &crate::store::Tx<'_>, result: &Value) -> Result<(), McpError>;
+
+    /// The idempotency key the call holds, which a tool forwarding the call to another
+    /// system passes on (as the `Idempotency-Key` header of a REST backend).
+    fn key(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl ToolContext<'_> {
@@ -225,6 +231,11 @@ impl ToolContext<'_> {
             }
         };
         self.client.ask(method, params, &give_up)
+    }
+
+    /// The idempotency key of the call, when it holds one.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.commit_hook.and_then(|hook| hook.key())
     }
 
     /// True once the caller has cancelled the request.

@@ -10,6 +10,7 @@
 //! [`invoicing`] and, with the `conformance-pack` feature, `conformance`.
 
 pub mod absent;
+pub mod backends;
 #[cfg(feature = "conformance-pack")]
 pub mod conformance;
 pub mod context;
@@ -17,6 +18,7 @@ pub mod invoicing;
 pub mod prompts;
 pub mod request_state;
 pub mod resources;
+pub mod schema;
 pub mod validate;
 
 use std::collections::HashMap;

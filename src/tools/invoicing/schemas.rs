@@ -24,16 +24,7 @@ pub const MAX_PAYMENT_CENTS: i64 = 1_000_000_000_000_000;
 /// Currencies accepted (the company's books are kept in euros).
 pub const CURRENCIES: &[&str] = &["EUR"];
 
-/// The sentence every key-taking tool's description, and its `idempotency_key` property,
-/// tells the model: a model told only that a key is "unique" mints a new one on each retry,
-/// and the retry then acts twice. A macro, so that descriptions can be `concat!`enated.
-macro_rules! reuse_key {
-    () => {
-        "Reuse the same idempotency_key when you retry this same operation (after an error or \
-         a timeout); use a new key only for a different operation."
-    };
-}
-pub(crate) use reuse_key;
+pub(crate) use crate::tools::schema::reuse_key;
 
 /// A closed input object schema with these properties and required names; every optional
 /// property, here and in the objects nested in it, admits `null`.
@@ -44,77 +35,16 @@ pub fn object(properties: Value, required: &[&str]) -> Value {
         "required": required,
         "additionalProperties": false,
     });
-    optional_admits_null(&mut schema);
+    crate::tools::schema::optional_admits_null(&mut schema);
     schema
-}
-
-/// Makes every property `schema` does not require admit `null`, recursively through nested
-/// objects' properties and arrays' items.
-fn optional_admits_null(schema: &mut Value) {
-    let required: Vec<String> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|names| {
-            names
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
-        for (name, property) in properties.iter_mut() {
-            if !required.contains(name) {
-                admit_null(property);
-            }
-            optional_admits_null(property);
-        }
-    }
-    if let Some(items) = schema.get_mut("items") {
-        optional_admits_null(items);
-    }
-}
-
-/// Adds `null` to a property's `type` and `enum`.
-fn admit_null(property: &mut Value) {
-    match property.get_mut("type") {
-        Some(Value::String(kind)) if kind != "null" => {
-            let kind = std::mem::take(kind);
-            property["type"] = json!([kind, "null"]);
-        }
-        Some(Value::Array(kinds)) if !kinds.contains(&json!("null")) => kinds.push(json!("null")),
-        _ => {}
-    }
-    if let Some(Value::Array(values)) = property.get_mut("enum") {
-        if !values.contains(&Value::Null) {
-            values.push(Value::Null);
-        }
-    }
 }
 
 /// `object` plus the optional `idempotency_key` of state-changing tools.
 pub fn object_with_key(mut properties: Value, required: &[&str], required_key: bool) -> Value {
-    let description = if required_key {
-        concat!(
-            "Required. A key you choose for this operation (1-255 printable ASCII, e.g. a \
-             UUID). ",
-            reuse_key!(),
-            " With the same key and arguments a retry returns the first result instead of \
-             acting twice; the same key with other arguments is refused."
-        )
-    } else {
-        concat!(
-            "Optional. A key you choose for this operation (1-255 printable ASCII, e.g. a \
-             UUID). ",
-            reuse_key!(),
-            " With the same key and arguments a retry returns the first result instead of \
-             acting twice."
-        )
-    };
     if let Value::Object(map) = &mut properties {
         map.insert(
-            "idempotency_key".into(),
-            json!({ "type": "string", "minLength": 1, "maxLength": 255, "description": description }),
+            crate::tools::schema::KEY_ARGUMENT.into(),
+            crate::tools::schema::key_property(required_key),
         );
     }
     object(properties, required)

@@ -1,0 +1,644 @@
+//! `[[backends]]`: the company's own systems put behind the gate — REST APIs described by
+//! an OpenAPI document (`kind = "openapi"`) and existing MCP servers (`kind = "mcp"`, over
+//! stdio or Streamable HTTP) — with the operator's per-tool overrides.
+//!
+//! Secrets never sit in the configuration text: a backend credential or a secret header
+//! names a file that holds it. Relative paths (`spec`, secret files, `cwd`) are relative to
+//! the directory of the configuration file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+
+/// A backend's deadline per call unless configured (`timeout_ms`).
+pub const DEFAULT_BACKEND_TIMEOUT_MS: u64 = 30_000;
+/// The largest response body an OpenAPI backend may send unless configured.
+pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 4 * 1024 * 1024;
+/// Where the backend's own error id is looked for in a JSON error body, first match wins.
+pub const DEFAULT_ERROR_ID_POINTERS: &[&str] = &[
+    "/code",
+    "/error/code",
+    "/error_code",
+    "/type",
+    "/error/type",
+    "/detail/0/type",
+];
+/// Where the backend's own error message is looked for in a JSON error body.
+pub const DEFAULT_ERROR_MESSAGE_POINTERS: &[&str] = &[
+    "/message",
+    "/error/message",
+    "/detail/0/msg",
+    "/detail",
+    "/title",
+    "/error",
+];
+
+/// One configured backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Its name: the prefix of its tools' names (`crm` → `crm_create_order`) and of their
+    /// default scopes (`crm:write`). Lower-case letters, digits and `_`, starting with a
+    /// letter, at most 32 characters.
+    pub name: String,
+    /// How it is reached.
+    pub kind: BackendKind,
+    /// The deadline of one call (`timeout_ms`): past it the call is `timeout`.
+    pub timeout: Duration,
+    /// The operator's overrides, by the tool's full name (`crm_create_order`).
+    pub tools: BTreeMap<String, ToolOverride>,
+}
+
+/// How a backend is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendKind {
+    /// A REST API described by an OpenAPI document.
+    OpenApi(OpenApiBackend),
+    /// An MCP server.
+    Mcp(McpTransport),
+}
+
+impl BackendKind {
+    /// `"openapi"` or `"mcp"`, as written in the configuration.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            BackendKind::OpenApi(_) => "openapi",
+            BackendKind::Mcp(_) => "mcp",
+        }
+    }
+}
+
+/// `kind = "openapi"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenApiBackend {
+    /// The OpenAPI 3.0 or 3.1 document, JSON or YAML.
+    pub spec: PathBuf,
+    /// Where requests go (`http(s)://host[:port][/base]`); by default the document's first
+    /// server URL.
+    pub base_url: Option<String>,
+    /// The backend's own credential for tollgate.
+    pub auth: Option<BackendAuth>,
+    /// A larger response body is refused (`adapter_error`, reason `response_too_large`).
+    pub max_response_bytes: u64,
+    /// JSON pointers to the backend's own error id in an error body, first match wins.
+    pub error_id_pointers: Vec<String>,
+    /// JSON pointers to the backend's own error message in an error body.
+    pub error_message_pointers: Vec<String>,
+}
+
+/// The credential tollgate presents to an OpenAPI backend, read from a file at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendAuth {
+    /// `auth = { header = "X-Api-Key", value_file = "…" }`: the file's content (trailing
+    /// newline removed) as the value of `header`.
+    Header {
+        /// The header name.
+        name: String,
+        /// The file holding its value.
+        value_file: PathBuf,
+    },
+    /// `auth = { bearer_file = "…" }`: `Authorization: Bearer <file content>`.
+    Bearer {
+        /// The file holding the token.
+        token_file: PathBuf,
+    },
+    /// `auth = { basic_file = "…" }`: the file holds `user:password`.
+    Basic {
+        /// The file holding `user:password`.
+        file: PathBuf,
+    },
+}
+
+/// `kind = "mcp"`: how the upstream MCP server is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpTransport {
+    /// `command` (with `args`, `env`, `cwd`): a stdio server tollgate starts and restarts.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Variables added to its environment (the rest of tollgate's is not passed on,
+        /// except `PATH`, `HOME`, `LANG` and `TZ`).
+        env: BTreeMap<String, String>,
+        /// Its working directory.
+        cwd: Option<PathBuf>,
+    },
+    /// `url` (with `headers`): a Streamable HTTP server.
+    Http {
+        /// The MCP endpoint.
+        url: String,
+        /// Headers sent with every request; a secret one names a file.
+        headers: BTreeMap<String, HeaderValue>,
+    },
+}
+
+/// A header value: plain text, or `{ file = "…" }` for a secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HeaderValue {
+    /// The value itself (not a secret).
+    Plain(String),
+    /// The file holding the value.
+    File {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+/// How an override sets a tool's idempotency policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencyPolicy {
+    /// A call without a key is refused.
+    Required,
+    /// A key is honoured when given.
+    Optional,
+    /// Keys are ignored (a tool that changes nothing).
+    None,
+}
+
+/// The operator's override of one backend tool; every field left out keeps the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOverride {
+    /// The rate category: `read`, `write`, `destructive`, `send` or `generate`.
+    pub category: Option<String>,
+    /// The scope a credential needs (default `<backend>:<category>`).
+    pub scope: Option<String>,
+    /// The title shown to clients.
+    pub title: Option<String>,
+    /// The description shown to models.
+    pub description: Option<String>,
+    /// `false` hides the tool and refuses calls to it as unknown.
+    pub enabled: Option<bool>,
+    /// Whether an idempotency key is required.
+    pub idempotency: Option<IdempotencyPolicy>,
+}
+
+/// The categories an override may name.
+pub const CATEGORY_WORDS: &[&str] = &["read", "write", "destructive", "send", "generate"];
+
+/// The raw form of one `[[backends]]` entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackend {
+    name: Option<String>,
+    kind: Option<String>,
+    timeout_ms: Option<u64>,
+    // openapi
+    spec: Option<PathBuf>,
+    base_url: Option<String>,
+    auth: Option<RawAuth>,
+    max_response_bytes: Option<u64>,
+    error_id_pointers: Option<Vec<String>>,
+    error_message_pointers: Option<Vec<String>>,
+    // mcp
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    headers: Option<BTreeMap<String, HeaderValue>>,
+    #[serde(default)]
+    tools: BTreeMap<String, ToolOverride>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAuth {
+    header: Option<String>,
+    value_file: Option<PathBuf>,
+    bearer_file: Option<PathBuf>,
+    basic_file: Option<PathBuf>,
+}
+
+fn backend_error(index: usize, name: Option<&str>, what: impl std::fmt::Display) -> ConfigError {
+    match name {
+        Some(name) => ConfigError::new(format!("backends[{index}] ({name}): {what}")),
+        None => ConfigError::new(format!("backends[{index}]: {what}")),
+    }
+}
+
+/// Whether `name` is a valid backend name.
+pub fn valid_backend_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && name.len() <= 32
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn is_http_url(url: &str) -> bool {
+    (url.starts_with("http://") || url.starts_with("https://")) && url.len() > "https://".len()
+}
+
+/// Validates the raw entries; relative paths are resolved against `base` (the directory of
+/// the configuration file).
+pub(super) fn validate_backends(
+    raw: Vec<RawBackend>,
+    base: Option<&Path>,
+) -> Result<Vec<BackendConfig>, ConfigError> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for (index, entry) in raw.into_iter().enumerate() {
+        let backend = validate_one(index, entry, base)?;
+        if !seen.insert(backend.name.clone()) {
+            return Err(backend_error(
+                index,
+                Some(&backend.name),
+                "another backend already has this name",
+            ));
+        }
+        out.push(backend);
+    }
+    Ok(out)
+}
+
+fn resolve(base: Option<&Path>, path: PathBuf) -> PathBuf {
+    match base {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
+    }
+}
+
+fn validate_one(
+    index: usize,
+    raw: RawBackend,
+    base: Option<&Path>,
+) -> Result<BackendConfig, ConfigError> {
+    let name = raw
+        .name
+        .clone()
+        .ok_or_else(|| backend_error(index, None, "`name` is required"))?;
+    let err = |what: &str| backend_error(index, Some(&name), what);
+    if !valid_backend_name(&name) {
+        return Err(err(
+            "`name` must be 1 to 32 lower-case letters, digits or `_`, starting with a letter",
+        ));
+    }
+    let timeout_ms = raw.timeout_ms.unwrap_or(DEFAULT_BACKEND_TIMEOUT_MS);
+    if !(100..=600_000).contains(&timeout_ms) {
+        return Err(err("`timeout_ms` must be between 100 and 600000"));
+    }
+    for (tool, over) in &raw.tools {
+        if !tool.starts_with(&format!("{name}_")) {
+            return Err(err(&format!(
+                "tools.{tool}: an override names the tool's full name, which starts with `{name}_`"
+            )));
+        }
+        if let Some(category) = &over.category
+            && !CATEGORY_WORDS.contains(&category.as_str())
+        {
+            return Err(err(&format!(
+                "tools.{tool}.category: {category:?} is not one of {}",
+                CATEGORY_WORDS.join(", ")
+            )));
+        }
+        if over.scope.as_deref().is_some_and(|s| s.trim().is_empty()) {
+            return Err(err(&format!("tools.{tool}.scope must not be empty")));
+        }
+    }
+    let kind = match raw.kind.as_deref() {
+        Some("openapi") => {
+            let stray = [
+                ("command", raw.command.is_some()),
+                ("args", raw.args.is_some()),
+                ("env", raw.env.is_some()),
+                ("cwd", raw.cwd.is_some()),
+                ("url", raw.url.is_some()),
+                ("headers", raw.headers.is_some()),
+            ];
+            if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
+                return Err(err(&format!(
+                    "`{key}` belongs to kind = \"mcp\"; an openapi backend takes spec, base_url, auth, timeout_ms, max_response_bytes, error_id_pointers, error_message_pointers and tools"
+                )));
+            }
+            let spec = raw
+                .spec
+                .ok_or_else(|| err("`spec` (the OpenAPI document) is required"))?;
+            if let Some(url) = &raw.base_url
+                && !is_http_url(url)
+            {
+                return Err(err("`base_url` must be an http:// or https:// URL"));
+            }
+            let max_response_bytes = raw
+                .max_response_bytes
+                .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES);
+            if !(1024..=1024 * 1024 * 1024).contains(&max_response_bytes) {
+                return Err(err("`max_response_bytes` must be between 1024 and 1073741824"));
+            }
+            let pointers = |given: Option<Vec<String>>, default: &[&str], key: &str| {
+                let list = given.unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect());
+                match list.iter().find(|p| !p.is_empty() && !p.starts_with('/')) {
+                    Some(bad) => Err(err(&format!(
+                        "`{key}`: {bad:?} is not a JSON pointer (it starts with `/`)"
+                    ))),
+                    None => Ok(list),
+                }
+            };
+            BackendKind::OpenApi(OpenApiBackend {
+                spec: resolve(base, spec),
+                base_url: raw.base_url.map(|u| u.trim_end_matches('/').to_owned()),
+                auth: raw.auth.map(|a| validate_auth(a, base)).transpose().map_err(|e| err(&e))?,
+                max_response_bytes,
+                error_id_pointers: pointers(
+                    raw.error_id_pointers,
+                    DEFAULT_ERROR_ID_POINTERS,
+                    "error_id_pointers",
+                )?,
+                error_message_pointers: pointers(
+                    raw.error_message_pointers,
+                    DEFAULT_ERROR_MESSAGE_POINTERS,
+                    "error_message_pointers",
+                )?,
+            })
+        }
+        Some("mcp") => {
+            let stray = [
+                ("spec", raw.spec.is_some()),
+                ("base_url", raw.base_url.is_some()),
+                ("auth", raw.auth.is_some()),
+                ("max_response_bytes", raw.max_response_bytes.is_some()),
+                ("error_id_pointers", raw.error_id_pointers.is_some()),
+                ("error_message_pointers", raw.error_message_pointers.is_some()),
+            ];
+            if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
+                return Err(err(&format!(
+                    "`{key}` belongs to kind = \"openapi\"; an mcp backend takes command, args, env, cwd (stdio) or url, headers (Streamable HTTP), timeout_ms and tools"
+                )));
+            }
+            match (raw.command, raw.url) {
+                (Some(command), None) => {
+                    if raw.headers.is_some() {
+                        return Err(err("`headers` go with `url`, not with `command`"));
+                    }
+                    if command.trim().is_empty() {
+                        return Err(err("`command` must not be empty"));
+                    }
+                    BackendKind::Mcp(McpTransport::Stdio {
+                        command,
+                        args: raw.args.unwrap_or_default(),
+                        env: raw.env.unwrap_or_default(),
+                        cwd: raw.cwd.map(|c| resolve(base, c)),
+                    })
+                }
+                (None, Some(url)) => {
+                    if raw.args.is_some() || raw.env.is_some() || raw.cwd.is_some() {
+                        return Err(err("`args`, `env` and `cwd` go with `command`, not with `url`"));
+                    }
+                    if !is_http_url(&url) {
+                        return Err(err("`url` must be an http:// or https:// URL"));
+                    }
+                    let headers = raw
+                        .headers
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| match v {
+                            HeaderValue::File { file } => (
+                                k,
+                                HeaderValue::File {
+                                    file: resolve(base, file),
+                                },
+                            ),
+                            plain => (k, plain),
+                        })
+                        .collect();
+                    BackendKind::Mcp(McpTransport::Http { url, headers })
+                }
+                (Some(_), Some(_)) => {
+                    return Err(err("give either `command` (stdio) or `url` (Streamable HTTP), not both"));
+                }
+                (None, None) => {
+                    return Err(err("`command` (stdio) or `url` (Streamable HTTP) is required"));
+                }
+            }
+        }
+        Some(other) => {
+            return Err(err(&format!(
+                "`kind` {other:?} is not one of openapi, mcp"
+            )));
+        }
+        None => return Err(err("`kind` is required: openapi or mcp")),
+    };
+    Ok(BackendConfig {
+        name,
+        kind,
+        timeout: Duration::from_millis(timeout_ms),
+        tools: raw.tools,
+    })
+}
+
+fn validate_auth(raw: RawAuth, base: Option<&Path>) -> Result<BackendAuth, String> {
+    match (raw.header, raw.value_file, raw.bearer_file, raw.basic_file) {
+        (Some(name), Some(file), None, None) => {
+            if name.trim().is_empty() || !name.bytes().all(|b| b.is_ascii_graphic() && b != b':') {
+                return Err(format!("auth.header {name:?} is not a header name"));
+            }
+            Ok(BackendAuth::Header {
+                name,
+                value_file: resolve(base, file),
+            })
+        }
+        (None, None, Some(file), None) => Ok(BackendAuth::Bearer {
+            token_file: resolve(base, file),
+        }),
+        (None, None, None, Some(file)) => Ok(BackendAuth::Basic {
+            file: resolve(base, file),
+        }),
+        _ => Err("`auth` is one of { header, value_file }, { bearer_file } or { basic_file }; \
+                  the secret itself is read from the file, never written here"
+            .to_owned()),
+    }
+}
+
+impl BackendConfig {
+    /// The raw form (for `check-config`'s effective configuration); secrets are paths.
+    pub(super) fn to_raw(&self) -> RawBackend {
+        let mut raw = RawBackend {
+            name: Some(self.name.clone()),
+            kind: Some(self.kind.as_str().to_owned()),
+            timeout_ms: Some(self.timeout.as_millis() as u64),
+            tools: self.tools.clone(),
+            ..RawBackend::default()
+        };
+        match &self.kind {
+            BackendKind::OpenApi(o) => {
+                raw.spec = Some(o.spec.clone());
+                raw.base_url = o.base_url.clone();
+                raw.auth = o.auth.as_ref().map(|a| match a {
+                    BackendAuth::Header { name, value_file } => RawAuth {
+                        header: Some(name.clone()),
+                        value_file: Some(value_file.clone()),
+                        bearer_file: None,
+                        basic_file: None,
+                    },
+                    BackendAuth::Bearer { token_file } => RawAuth {
+                        header: None,
+                        value_file: None,
+                        bearer_file: Some(token_file.clone()),
+                        basic_file: None,
+                    },
+                    BackendAuth::Basic { file } => RawAuth {
+                        header: None,
+                        value_file: None,
+                        bearer_file: None,
+                        basic_file: Some(file.clone()),
+                    },
+                });
+                raw.max_response_bytes = Some(o.max_response_bytes);
+                raw.error_id_pointers = Some(o.error_id_pointers.clone());
+                raw.error_message_pointers = Some(o.error_message_pointers.clone());
+            }
+            BackendKind::Mcp(McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            }) => {
+                raw.command = Some(command.clone());
+                raw.args = Some(args.clone());
+                raw.env = Some(env.clone());
+                raw.cwd = cwd.clone();
+            }
+            BackendKind::Mcp(McpTransport::Http { url, headers }) => {
+                raw.url = Some(url.clone());
+                raw.headers = Some(headers.clone());
+            }
+        }
+        raw
+    }
+}
+
+/// Reads a secret file: its content without the trailing newline. The error names the file
+/// but never its content.
+pub fn read_secret(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the secret file {}: {e}", path.display()))?;
+    let value = text.trim_end_matches(['\r', '\n']).to_owned();
+    if value.is_empty() {
+        return Err(format!("the secret file {} is empty", path.display()));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Vec<BackendConfig>, ConfigError> {
+        #[derive(Deserialize)]
+        struct Doc {
+            backends: Vec<RawBackend>,
+        }
+        let doc: Doc = toml::from_str(text).map_err(|e| ConfigError::new(e.to_string()))?;
+        validate_backends(doc.backends, Some(Path::new("/etc/tollgate")))
+    }
+
+    #[test]
+    fn an_openapi_backend_with_overrides_and_a_header_credential() {
+        let backends = parse(
+            r#"
+            [[backends]]
+            name = "crm"
+            kind = "openapi"
+            spec = "crm.yaml"
+            base_url = "http://127.0.0.1:9000/api/"
+            auth = { header = "X-Api-Key", value_file = "crm.key" }
+            [backends.tools.crm_delete_order]
+            idempotency = "required"
+            category = "destructive"
+            "#,
+        )
+        .expect("valid");
+        let crm = &backends[0];
+        assert_eq!(crm.timeout, Duration::from_millis(DEFAULT_BACKEND_TIMEOUT_MS));
+        let BackendKind::OpenApi(o) = &crm.kind else {
+            panic!("openapi")
+        };
+        assert_eq!(o.spec, PathBuf::from("/etc/tollgate/crm.yaml"));
+        assert_eq!(o.base_url.as_deref(), Some("http://127.0.0.1:9000/api"));
+        assert_eq!(
+            o.auth,
+            Some(BackendAuth::Header {
+                name: "X-Api-Key".into(),
+                value_file: PathBuf::from("/etc/tollgate/crm.key")
+            })
+        );
+        assert_eq!(
+            crm.tools["crm_delete_order"].idempotency,
+            Some(IdempotencyPolicy::Required)
+        );
+    }
+
+    #[test]
+    fn mcp_backends_over_stdio_and_http() {
+        let backends = parse(
+            r#"
+            [[backends]]
+            name = "files"
+            kind = "mcp"
+            command = "node"
+            args = ["server.js", "stdio"]
+            env = { LOG = "1" }
+
+            [[backends]]
+            name = "vendor"
+            kind = "mcp"
+            url = "http://127.0.0.1:9001/mcp"
+            headers = { "X-Tenant" = "acme", "Authorization" = { file = "vendor.token" } }
+            timeout_ms = 5000
+            "#,
+        )
+        .expect("valid");
+        assert!(matches!(&backends[0].kind, BackendKind::Mcp(McpTransport::Stdio { args, .. }) if args.len() == 2));
+        let BackendKind::Mcp(McpTransport::Http { headers, .. }) = &backends[1].kind else {
+            panic!("http")
+        };
+        assert_eq!(headers["X-Tenant"], HeaderValue::Plain("acme".into()));
+        assert_eq!(
+            headers["Authorization"],
+            HeaderValue::File {
+                file: PathBuf::from("/etc/tollgate/vendor.token")
+            }
+        );
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_what_to_fix() {
+        let cases = [
+            ("name = \"Bad-Name\"\nkind = \"mcp\"\ncommand = \"x\"", "`name` must be"),
+            ("name = \"a\"\nkind = \"soap\"", "`kind` \"soap\" is not one of openapi, mcp"),
+            ("name = \"a\"\nkind = \"openapi\"", "`spec` (the OpenAPI document) is required"),
+            ("name = \"a\"\nkind = \"mcp\"", "`command` (stdio) or `url`"),
+            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nurl = \"http://h/mcp\"", "not both"),
+            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nspec = \"s.json\"", "`spec` belongs to kind = \"openapi\""),
+            ("name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\", value = \"secret\" }", "unknown field `value`"),
+            ("name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\" }", "the secret itself is read from the file"),
+            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\ntimeout_ms = 5", "`timeout_ms` must be"),
+            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.b_x]\nenabled = false", "starts with `a_`"),
+            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.a_x]\ncategory = \"delete\"", "is not one of read, write"),
+            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.a_x]\ncolour = \"red\"", "unknown field `colour`"),
+            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nflavour = 1", "unknown field `flavour`"),
+        ];
+        for (entry, expected) in cases {
+            let err = parse(&format!("[[backends]]\n{entry}")).expect_err(entry);
+            assert!(err.message().contains(expected), "{entry}: {}", err.message());
+        }
+        let twice = "[[backends]]\nname = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n".repeat(2);
+        assert!(parse(&twice).expect_err("twice").message().contains("already has this name"));
+    }
+
+    #[test]
+    fn a_secret_file_is_read_without_its_newline_and_never_echoed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("k");
+        std::fs::write(&path, "s3cret\n").expect("write");
+        assert_eq!(read_secret(&path).expect("read"), "s3cret");
+        std::fs::write(&path, "\n").expect("write");
+        let err = read_secret(&path).expect_err("empty");
+        assert!(err.contains("is empty") && !err.contains("s3cret"));
+    }
+}
