@@ -157,11 +157,14 @@ struct Entry {
     counters: Arc<BackendCounters>,
 }
 
+/// What is called when a backend's list of tools changed.
+pub type ChangeListener = Arc<dyn Fn() + Send + Sync>;
+
 /// Every configured backend, connected, with the runtime they run on.
 pub struct Backends {
     runtime: Option<tokio::runtime::Runtime>,
     entries: Vec<Entry>,
-    listener: Arc<Mutex<Option<Arc<dyn Fn() + Send + Sync>>>>,
+    listener: Arc<Mutex<Option<ChangeListener>>>,
 }
 
 /// One backend's line in `/healthz` and `tollgate backends check`.
@@ -210,7 +213,7 @@ impl Backends {
                     message: format!("cannot start the outbound runtime: {e}"),
                 }]
             })?;
-        let listener: Arc<Mutex<Option<Arc<dyn Fn() + Send + Sync>>>> = Arc::new(Mutex::new(None));
+        let listener: Arc<Mutex<Option<ChangeListener>>> = Arc::new(Mutex::new(None));
         let changed: Arc<dyn Fn() + Send + Sync> = {
             let listener = Arc::clone(&listener);
             Arc::new(move || {
