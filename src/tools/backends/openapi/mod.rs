@@ -131,28 +131,39 @@ impl OpenApi {
 
 /// The header the credential is sent in, read from its file.
 fn credential_of(auth: &BackendAuth) -> Result<Credential, String> {
-    let (name, value, file) = match auth {
-        BackendAuth::Header { name, value_file } => {
-            (name.clone(), read_secret(value_file)?, value_file)
-        }
-        BackendAuth::Bearer { token_file } => (
-            "Authorization".to_owned(),
-            format!("Bearer {}", read_secret(token_file)?),
-            token_file,
+    let (name, value, parts, file) = match auth {
+        BackendAuth::Header { name, value_file } => (
+            name.clone(),
+            read_secret(value_file)?,
+            Vec::new(),
+            value_file,
         ),
+        BackendAuth::Bearer { token_file } => {
+            let token = read_secret(token_file)?;
+            let value = format!("Bearer {token}");
+            ("Authorization".to_owned(), value, vec![token], token_file)
+        }
         BackendAuth::Basic { file } => {
             let pair = read_secret(file)?;
-            if !pair.contains(':') {
+            let Some((_, password)) = pair.split_once(':') else {
                 return Err(format!(
                     "the basic credential file {} must hold user:password",
                     file.display()
                 ));
-            }
-            let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
-            ("Authorization".to_owned(), format!("Basic {encoded}"), file)
+            };
+            let password = password.to_owned();
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&pair);
+            let value = format!("Basic {encoded}");
+            (
+                "Authorization".to_owned(),
+                value,
+                vec![pair, encoded, password],
+                file,
+            )
         }
     };
-    Credential::new(&name, &value).ok_or_else(|| {
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    Credential::new(&name, &value, &parts).ok_or_else(|| {
         format!(
             "the credential in {} cannot be sent as an HTTP header (a line break or a control character?)",
             file.display()
@@ -215,13 +226,32 @@ impl OpenApi {
         let waited = self.wait(self.exchange(outgoing), timeout, cancelled);
         self.note(&waited);
         match waited {
-            Ok(answer) => Mapper {
-                backend: &self.name,
-                id_pointers: &self.id_pointers,
-                message_pointers: &self.message_pointers,
+            Ok(answer) => {
+                let mapped = Mapper {
+                    backend: &self.name,
+                    id_pointers: &self.id_pointers,
+                    message_pointers: &self.message_pointers,
+                }
+                .map(&answer, now);
+                self.scrubbed(mapped)
             }
-            .map(&answer, now),
             Err(failure) => Err(self.failure_error(failure, timeout)),
+        }
+    }
+
+    /// A result or error with the credential taken out of whatever the backend repeated of
+    /// it (a backend that echoes its key must not make the gate leak it).
+    fn scrubbed(&self, mapped: Result<ToolOutput, McpError>) -> Result<ToolOutput, McpError> {
+        let Some(credential) = &self.credential else {
+            return mapped;
+        };
+        match mapped {
+            Ok(output) => Ok(response::scrub_output(
+                output,
+                &|t| credential.scrub(t),
+                &|t| credential.appears_in(t),
+            )),
+            Err(err) => Err(response::scrub_error(err, &|t| credential.scrub(t))),
         }
     }
 

@@ -19,13 +19,26 @@ const PATH_VALUE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-/// The backend credential: one header, marked sensitive so it is never printed.
+/// A secret text (a credential, or the secret part of one) whose `Debug` prints nothing.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// The backend credential: one header, marked sensitive so it is never printed, and the
+/// secret texts it is made of, so a backend that repeats them is not repeated.
 #[derive(Clone)]
 pub(super) struct Credential {
     /// The header it is sent in.
     pub name: HeaderName,
     /// Its value.
     pub value: HeaderValue,
+    /// The texts that must never leave towards a caller (the value, the token, the password).
+    pub secrets: Vec<Secret>,
 }
 
 impl std::fmt::Debug for Credential {
@@ -35,12 +48,36 @@ impl std::fmt::Debug for Credential {
 }
 
 impl Credential {
-    /// `name: value`, the value marked sensitive; `None` when either is not a valid header.
-    pub(super) fn new(name: &str, value: &str) -> Option<Credential> {
-        let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
-        let mut value = HeaderValue::from_str(value).ok()?;
-        value.set_sensitive(true);
-        Some(Credential { name, value })
+    /// `name: value`, the value marked sensitive, with the secret parts it is made of;
+    /// `None` when either is not a valid header.
+    pub(super) fn new(name: &str, value: &str, parts: &[&str]) -> Option<Credential> {
+        let header = HeaderName::from_bytes(name.as_bytes()).ok()?;
+        let mut sent = HeaderValue::from_str(value).ok()?;
+        sent.set_sensitive(true);
+        let mut secrets: Vec<Secret> = std::iter::once(value)
+            .chain(parts.iter().copied())
+            .filter(|s| s.len() >= 4)
+            .map(|s| Secret(s.to_owned()))
+            .collect();
+        // The longest first, so a part inside a longer secret never leaves a remainder.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
+        Some(Credential {
+            name: header,
+            value: sent,
+            secrets,
+        })
+    }
+
+    /// `text` with every secret replaced by `<redacted>`.
+    pub(super) fn scrub(&self, text: &str) -> String {
+        self.secrets
+            .iter()
+            .fold(text.to_owned(), |t, s| t.replace(&s.0, "<redacted>"))
+    }
+
+    /// Whether `text` holds one of the secrets.
+    pub(super) fn appears_in(&self, text: &str) -> bool {
+        self.secrets.iter().any(|s| text.contains(&s.0))
     }
 }
 
@@ -265,7 +302,8 @@ mod tests {
             vec![],
             Body::Merged(vec!["name".into(), "tag".into()]),
         );
-        let credential = Credential::new("X-Api-Key", "s3cret").expect("valid");
+        let credential = Credential::new("X-Api-Key", "s3cret", &[]).expect("valid");
+        assert_eq!(credential.scrub("key s3cret!"), "key <redacted>!");
         let out = build(
             "http://h",
             &ep,

@@ -138,6 +138,55 @@ struct Found {
     message: String,
 }
 
+/// `output` with `scrub` applied to every string it holds, when `found` sees a secret in it.
+pub(super) fn scrub_output(
+    mut output: ToolOutput,
+    scrub: &dyn Fn(&str) -> String,
+    found: &dyn Fn(&str) -> bool,
+) -> ToolOutput {
+    let text = serde_json::to_string(&(&output.content, &output.structured)).unwrap_or_default();
+    if !found(&text) {
+        return output;
+    }
+    output
+        .content
+        .iter_mut()
+        .for_each(|block| scrub_strings(block, scrub));
+    if let Some(structured) = output.structured.as_mut() {
+        scrub_strings(structured, scrub);
+    }
+    output
+}
+
+/// `err` with `scrub` applied to what the backend said of itself.
+pub(super) fn scrub_error(err: McpError, scrub: &dyn Fn(&str) -> String) -> McpError {
+    let said = |name: &str| {
+        err.fields()
+            .get("details")
+            .and_then(|d| d.get(name))
+            .and_then(Value::as_str)
+            .map(scrub)
+    };
+    let (message, original) = (said("message"), said("original_error"));
+    let err = match message {
+        Some(message) => err.detail("message", message),
+        None => err,
+    };
+    match original {
+        Some(original) => err.detail("original_error", original),
+        None => err,
+    }
+}
+
+fn scrub_strings(value: &mut Value, scrub: &dyn Fn(&str) -> String) {
+    match value {
+        Value::String(text) => *text = scrub(text),
+        Value::Array(items) => items.iter_mut().for_each(|v| scrub_strings(v, scrub)),
+        Value::Object(object) => object.values_mut().for_each(|v| scrub_strings(v, scrub)),
+        _ => {}
+    }
+}
+
 fn content_type(headers: &HeaderMap) -> Option<&str> {
     headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
 }

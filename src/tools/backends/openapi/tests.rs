@@ -520,3 +520,30 @@ fn the_credential_is_never_printed() {
     let h = Harness::on(port);
     assert!(!format!("{:?}", h.backend).contains("k-123"));
 }
+
+#[test]
+fn a_backend_that_repeats_the_credential_is_not_repeated() {
+    let (port, _seen) = serve_once(respond(
+        "422 Unprocessable Entity",
+        "content-type: application/json\r\n",
+        r#"{"error":{"code":"bad k-123","message":"refused for key k-123"}}"#,
+    ));
+    let h = Harness::on(port);
+    let err = h
+        .call("add_pet", json!({"name": "Rex"}), None, false)
+        .expect_err("422");
+    assert_eq!(details(&err)["message"], "refused for key <redacted>");
+    assert_eq!(details(&err)["original_error"], "bad <redacted>");
+    let (port, _seen) = serve_once(respond("200 OK", "", r#"{"id":1,"name":"k-123"}"#));
+    let h = Harness::on(port);
+    let out = h
+        .call("get_pet_by_id", json!({"petId": 1}), None, false)
+        .expect("ok");
+    assert_eq!(out.structured, Some(json!({"id": 1, "name": "<redacted>"})));
+    assert!(
+        !out.content[0]["text"]
+            .as_str()
+            .expect("text")
+            .contains("k-123")
+    );
+}
