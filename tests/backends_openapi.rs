@@ -81,7 +81,11 @@ fn backend(slow: mpsc::Receiver<()>) -> RestBackend {
                 vec![("Location".to_owned(), "http://127.0.0.1:1/".to_owned())],
                 Vec::new(),
             ),
-            _ => (status, json, own_error(&format!("E_{status}"), "its own words")),
+            _ => (
+                status,
+                json,
+                own_error(&format!("E_{status}"), "its own words"),
+            ),
         }
     })
 }
@@ -114,6 +118,17 @@ auth = {{ bearer_file = "probe.token" }}
     (db, server)
 }
 
+/// One row of the mapping: the probe's case, then `code`, `http_status`, `error_code`,
+/// `retryable` and `details.original_error` of what it becomes.
+type Row = (
+    &'static str,
+    &'static str,
+    u64,
+    u64,
+    bool,
+    Option<&'static str>,
+);
+
 fn envelope(reply: &Value) -> &Value {
     &reply["result"]["_meta"]["dev.tollgate/error"]
 }
@@ -132,11 +147,31 @@ fn every_answer_of_the_backend_maps_to_its_catalog_entry() {
     let ok = probe("ok");
     assert_eq!(ok["result"]["isError"], json!(false), "{ok}");
     assert_eq!(ok["result"]["structuredContent"], json!({"pets": [1, 2]}));
-    // case, code, http_status, error_code, retryable, original_error
-    let rows: &[(&str, &str, u64, u64, bool, Option<&str>)] = &[
-        ("400", "business_rule_violation", 422, 3103, false, Some("E_400")),
-        ("422", "business_rule_violation", 422, 3103, false, Some("E_422")),
-        ("fastapi422", "business_rule_violation", 422, 3103, false, Some("missing")),
+    let rows: &[Row] = &[
+        (
+            "400",
+            "business_rule_violation",
+            422,
+            3103,
+            false,
+            Some("E_400"),
+        ),
+        (
+            "422",
+            "business_rule_violation",
+            422,
+            3103,
+            false,
+            Some("E_422"),
+        ),
+        (
+            "fastapi422",
+            "business_rule_violation",
+            422,
+            3103,
+            false,
+            Some("missing"),
+        ),
         ("401", "adapter_error", 502, 4001, false, Some("E_401")),
         ("403", "adapter_error", 502, 4001, false, Some("E_403")),
         ("404", "not_found", 404, 3101, false, Some("E_404")),
@@ -161,7 +196,9 @@ fn every_answer_of_the_backend_maps_to_its_catalog_entry() {
         assert_eq!(envelope["retryable"], json!(retryable), "{case}: {reply}");
         assert_eq!(envelope["details"]["backend"], "probe", "{case}");
         assert_eq!(
-            envelope["details"].get("original_error").and_then(Value::as_str),
+            envelope["details"]
+                .get("original_error")
+                .and_then(Value::as_str),
             original,
             "{case}: {reply}"
         );
@@ -174,16 +211,28 @@ fn every_answer_of_the_backend_maps_to_its_catalog_entry() {
         fastapi["result"]["content"][0]["text"],
         "The probe system rejected the call: Field required; change the arguments and call again."
     );
-    assert_eq!(envelope(&probe("html500"))["details"]["message"], "Internal Server Error");
-    assert_eq!(envelope(&probe("301"))["details"]["reason"], "redirect not followed");
-    assert_eq!(envelope(&probe("big"))["details"]["reason"], "response_too_large");
+    assert_eq!(
+        envelope(&probe("html500"))["details"]["message"],
+        "Internal Server Error"
+    );
+    assert_eq!(
+        envelope(&probe("301"))["details"]["reason"],
+        "redirect not followed"
+    );
+    assert_eq!(
+        envelope(&probe("big"))["details"]["reason"],
+        "response_too_large"
+    );
     assert_eq!(envelope(&probe("slow"))["details"]["timeout_ms"], 300);
     assert!(
         rest.received()
             .iter()
             .all(|r| r.header("authorization") == Some(&format!("Bearer {SECRET}")))
     );
-    assert!(!server.log_text().contains(SECRET), "the credential is never logged");
+    assert!(
+        !server.log_text().contains(SECRET),
+        "the credential is never logged"
+    );
 }
 
 #[test]
@@ -196,11 +245,17 @@ fn a_write_forwards_the_idempotency_key_and_a_replay_stays_in_the_gate() {
     let first = server
         .modern_tool_call(&admin, "probe_create_thing", &args)
         .json();
-    assert_eq!(first["result"]["structuredContent"], json!({"id": 1, "name": "made"}));
+    assert_eq!(
+        first["result"]["structuredContent"],
+        json!({"id": 1, "name": "made"})
+    );
     let again = server
         .modern_tool_call(&admin, "probe_create_thing", &args)
         .json();
-    assert_eq!(again["result"]["structuredContent"], first["result"]["structuredContent"]);
+    assert_eq!(
+        again["result"]["structuredContent"],
+        first["result"]["structuredContent"]
+    );
     let writes: Vec<_> = rest
         .received()
         .into_iter()
