@@ -356,17 +356,8 @@ fn unreachable_reason(err: &reqwest::Error) -> &'static str {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
     let mut texts = Vec::new();
     while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            match io.kind() {
-                std::io::ErrorKind::ConnectionRefused => return "connection refused",
-                std::io::ErrorKind::ConnectionReset
-                | std::io::ErrorKind::ConnectionAborted
-                | std::io::ErrorKind::BrokenPipe
-                | std::io::ErrorKind::UnexpectedEof => {
-                    return "connection closed before the response";
-                }
-                _ => {}
-            }
+        if let Some(reason) = cause.downcast_ref::<std::io::Error>().and_then(io_reason) {
+            return reason;
         }
         if cause.downcast_ref::<rustls::Error>().is_some() {
             return "TLS handshake failed";
@@ -384,6 +375,28 @@ fn unreachable_reason(err: &reqwest::Error) -> &'static str {
     } else {
         "connection closed before the response"
     }
+}
+
+/// The reason an I/O error stands for, looking through the errors it wraps (an I/O
+/// error's `source` skips the one it holds; TLS failures come wrapped twice).
+fn io_reason(io: &std::io::Error) -> Option<&'static str> {
+    let inner = io.get_ref();
+    if inner.is_some_and(|e| e.downcast_ref::<rustls::Error>().is_some()) {
+        return Some("TLS handshake failed");
+    }
+    match io.kind() {
+        std::io::ErrorKind::ConnectionRefused => return Some("connection refused"),
+        std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::ConnectionAborted
+        | std::io::ErrorKind::BrokenPipe
+        | std::io::ErrorKind::UnexpectedEof => {
+            return Some("connection closed before the response");
+        }
+        _ => {}
+    }
+    inner
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .and_then(io_reason)
 }
 
 impl Backend for OpenApi {

@@ -547,3 +547,51 @@ fn a_backend_that_repeats_the_credential_is_not_repeated() {
             .contains("k-123")
     );
 }
+
+#[test]
+fn a_tls_failure_is_backend_unavailable() {
+    let (port, _seen) = serve_once(respond("200 OK", "", "{}"));
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("dir");
+    let spec = write(dir.path(), "pets.yaml", PETS);
+    let base = Some(format!("https://127.0.0.1:{port}/v1"));
+    let backend = OpenApi::open(&config(&spec, base, None), &env(&rt)).expect("open");
+    let Value::Object(args) = json!({"petId": 1}) else {
+        panic!("object")
+    };
+    let err = backend
+        .invoke(
+            "get_pet_by_id",
+            &args,
+            None,
+            Duration::from_secs(5),
+            &|| false,
+            0,
+        )
+        .expect_err("tls");
+    assert_eq!(err.kind(), ErrorKind::ToolBackendUnavailable);
+    assert_eq!(details(&err)["reason"], "TLS handshake failed");
+}
+
+#[test]
+fn a_body_that_is_not_json_is_a_problem_unless_the_tool_is_disabled() {
+    let doc = "openapi: 3.1.0\ninfo: {title: t, version: '1'}\nservers: [{url: 'http://h'}]\npaths:\n  /pet/{id}/image:\n    post:\n      operationId: uploadFile\n      parameters: [{name: id, in: path, required: true, schema: {type: integer}}]\n      requestBody: {content: {application/octet-stream: {schema: {type: string, format: binary}}}}\n      responses: {}\n";
+    let problem = open_problem(doc);
+    assert!(
+        problem.starts_with("operation POST /pet/{id}/image (upload_file): its request body is application/octet-stream"),
+        "{problem}"
+    );
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("dir");
+    let spec = write(dir.path(), "doc.yaml", doc);
+    let mut config = config(&spec, None, None);
+    config.tools.insert(
+        "shop_upload_file".into(),
+        crate::config::ToolOverride {
+            enabled: Some(false),
+            ..Default::default()
+        },
+    );
+    let backend = OpenApi::open(&config, &env(&rt)).expect("opens");
+    assert!(backend.operations().is_empty());
+}
