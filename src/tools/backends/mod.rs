@@ -480,6 +480,10 @@ impl Tool for BackendTool {
         &self.spec
     }
 
+    fn backend(&self) -> Option<&str> {
+        Some(self.backend.name())
+    }
+
     /// A backend call waits on the network: it gets a worker of its own.
     fn waits(&self) -> bool {
         true
