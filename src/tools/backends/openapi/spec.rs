@@ -222,6 +222,15 @@ impl Reader<'_> {
             required: Vec::new(),
         };
         let params = self.parameters(shared, &op.parameters, &mut defs, &mut args)?;
+        if let Some(unfilled) = template_names(path).find(|name| {
+            !params
+                .iter()
+                .any(|p| p.location == Location::Path && p.name == *name)
+        }) {
+            return Err(format!(
+                "its path names {{{unfilled}}}, which no path parameter declares; declare it in the document"
+            ));
+        }
         let body = self.body(op, &mut defs, &mut args)?;
         let mut input_schema = json!({
             "type": "object",
@@ -398,6 +407,13 @@ impl Reader<'_> {
         }
         Ok(None)
     }
+}
+
+/// The names a path template leaves to fill (`/pets/{petId}` → `petId`).
+fn template_names(path: &str) -> impl Iterator<Item = &str> {
+    path.split('{')
+        .skip(1)
+        .filter_map(|part| part.split_once('}').map(|(name, _)| name))
 }
 
 /// The JSON media type of a content map (`application/json`, `…+json`), if any.
