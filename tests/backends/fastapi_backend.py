@@ -10,9 +10,10 @@ Run: `python -m uvicorn fastapi_backend:app --host 127.0.0.1 --port N` from this
   Every request it receives is recorded with its `Idempotency-Key` and `X-Api-Key`.
 - `GET /items/{item_id}`: 404 (own body) for an unknown id, 400 `{"detail": "…"}` for 0.
 - `GET /limited`: 429 with `Retry-After: 30`. `GET /broken`: 500. `GET /busy`: 503.
-- `GET /slow`: answers after 5 seconds. `GET /drop`: the connection is closed before any
+- `GET /slow`: answers after 5 seconds, unless the client goes away first (recorded). `GET /drop`: the connection is closed before any
   answer.
-- `GET /received` (not in the document): what `POST /items` received, for the tests.
+- `GET /received` (not in the document): what `POST /items` received and what `/slow`
+  saw, for the tests.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ api = FastAPI(title="Items", version="1")
 
 ITEMS: dict[int, dict] = {}
 RECEIVED: list[dict] = []
+EVENTS: list[str] = []
 
 
 def expected_key() -> str:
@@ -94,8 +96,14 @@ async def busy():
 
 
 @api.get("/slow", operation_id="slow", summary="Answers after five seconds.")
-async def slow():
-    await asyncio.sleep(5)
+async def slow(request: Request):
+    EVENTS.append("slow started")
+    for _ in range(50):
+        if await request.is_disconnected():
+            EVENTS.append("slow disconnected")
+            return {"late": False}
+        await asyncio.sleep(0.1)
+    EVENTS.append("slow answered")
     return {"late": True}
 
 
@@ -106,7 +114,7 @@ async def drop():
 
 @api.get("/received", include_in_schema=False)
 async def received():
-    return {"received": RECEIVED}
+    return {"received": RECEIVED, "events": EVENTS}
 
 
 async def app(scope, receive, send):

@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
@@ -294,3 +295,41 @@ async def test_a_credential_the_fastapi_backend_refuses_is_adapter_error(
     envelope = envelope_of(refused, "adapter_error", 4001, False, "bad_key")
     assert envelope["details"]["status"] == 401
     assert "not-the-key" not in json.dumps(refused.model_dump(by_alias=True))
+
+
+async def events_of(base: str) -> list[str]:
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(5)) as http:
+        return (await http.get(f"{base}/received")).json()["events"]
+
+
+async def wait_for_event(base: str, event: str) -> None:
+    """Polls the backend's record until `event` is in it (at most 20 seconds)."""
+    with anyio.fail_after(20):
+        while event not in await events_of(base):
+            await anyio.sleep(0.05)
+
+
+async def test_a_cancelled_call_stops_the_request_to_the_fastapi_backend(
+    fastapi_backend: tuple[str, Path], tollgate_db, serve_http, tmp_path: Path
+) -> None:
+    base, document = fastapi_backend
+    key_file = tmp_path / "shop.key"
+    key_file.write_text(SECRET + "\n")
+    config = items_config(base, document, key_file).replace("timeout_ms = 500", "timeout_ms = 60000")
+    server = serve_http(tollgate_db, config=config)
+    async with client_of(server.url, tollgate_db.admin_key) as client:
+        scope = anyio.CancelScope()
+
+        async def call_slow() -> None:
+            with scope:
+                await client.call_tool("shop_slow", {})
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call_slow)
+            await wait_for_event(base, "slow started")
+            scope.cancel()
+        await wait_for_event(base, "slow disconnected")
+        # The session goes on: the next call is answered.
+        made = await client.call_tool("shop_create_item", {"name": "chair", "price": 4})
+        assert made.is_error is False, made
+    assert "slow answered" not in await events_of(base)
