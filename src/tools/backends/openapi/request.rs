@@ -220,12 +220,16 @@ fn body_of(body: &Body, args: &Map<String, Value>) -> Result<Option<Vec<u8>>, Mc
             Some(value) => value.clone(),
             None => return Ok(None),
         },
-        Body::Merged(names) => Value::Object(
-            names
+        Body::Merged { names, required } => {
+            let given: Map<String, Value> = names
                 .iter()
                 .filter_map(|name| args.get(name).map(|v| (name.clone(), v.clone())))
-                .collect(),
-        ),
+                .collect();
+            if given.is_empty() && !required {
+                return Ok(None);
+            }
+            Value::Object(given)
+        }
     };
     serde_json::to_vec(&value)
         .map(Some)
@@ -300,7 +304,10 @@ mod tests {
             Method::POST,
             "/pets",
             vec![],
-            Body::Merged(vec!["name".into(), "tag".into()]),
+            Body::Merged {
+                names: vec!["name".into(), "tag".into()],
+                required: true,
+            },
         );
         let credential = Credential::new("X-Api-Key", "s3cret", &[]).expect("valid");
         assert_eq!(credential.scrub("key s3cret!"), "key <redacted>!");
@@ -317,6 +324,17 @@ mod tests {
         assert_eq!(out.headers["content-type"], "application/json");
         assert!(out.headers["x-api-key"].is_sensitive());
         assert!(!format!("{credential:?}").contains("s3cret"));
+        let optional = endpoint(
+            Method::PATCH,
+            "/pets",
+            vec![],
+            Body::Merged {
+                names: vec!["tag".into()],
+                required: false,
+            },
+        );
+        let out = build("http://h", &optional, &Map::new(), None, None).expect("built");
+        assert!(out.body.is_none() && out.headers.get("content-type").is_none());
         let wrapped = endpoint(Method::PUT, "/tags", vec![], Body::Wrapped);
         let out = build(
             "http://h",

@@ -56,8 +56,14 @@ pub(super) struct Param {
 pub(super) enum Body {
     /// The operation takes no body.
     None,
-    /// The body object's properties are arguments of their own, at the top level.
-    Merged(Vec<String>),
+    /// The body object's properties are arguments of their own, at the top level; an
+    /// optional body none of whose properties is given is not sent.
+    Merged {
+        /// The properties.
+        names: Vec<String>,
+        /// Whether the body is sent even when empty.
+        required: bool,
+    },
     /// The whole body is the `body` argument.
     Wrapped,
 }
@@ -363,7 +369,7 @@ impl Reader<'_> {
                 )?;
                 names.push(name.clone());
             }
-            return Ok(Body::Merged(names));
+            return Ok(Body::Merged { names, required });
         }
         let mut property = defs.rewrite(&declared)?;
         if let (Some(text), Value::Object(object)) = (&body.description, &mut property)
