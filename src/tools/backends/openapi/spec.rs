@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 use super::schema::{self, Components, Defs};
 use crate::tools::Category;
 use crate::tools::backends::{Operation, snake_case};
+use crate::tools::schema::KEY_ARGUMENT;
 
 /// The longest description a tool gets from its operation's summary and description.
 const MAX_DESCRIPTION_CHARS: usize = 2000;
@@ -201,6 +202,11 @@ struct Arguments {
 
 impl Arguments {
     fn add(&mut self, name: &str, schema: Value, required: bool) -> Result<(), String> {
+        if name == KEY_ARGUMENT {
+            return Err(format!(
+                "a parameter is named {name:?}, the argument tollgate's own idempotency key takes; rename it in the document"
+            ));
+        }
         if self.properties.insert(name.to_owned(), schema).is_some() {
             return Err(format!(
                 "two of its parameters would both be the argument {name:?}"
@@ -352,7 +358,9 @@ impl Reader<'_> {
             schema::is_object(target)
                 && !open
                 && !p.is_empty()
-                && !p.keys().any(|k| args.properties.contains_key(k))
+                && !p
+                    .keys()
+                    .any(|k| args.properties.contains_key(k) || k == KEY_ARGUMENT)
         }) {
             let body_required: Vec<&str> = target
                 .get("required")
