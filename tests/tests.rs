@@ -8,6 +8,8 @@
 mod util;
 
 mod architecture;
+mod backends_guards;
+mod backends_openapi;
 mod backup;
 mod capabilities;
 mod clock;
