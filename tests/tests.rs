@@ -8,6 +8,7 @@
 mod util;
 
 mod architecture;
+mod backends_config;
 mod backends_guards;
 mod backends_openapi;
 mod backup;
