@@ -324,11 +324,11 @@ fn validate_one(
             {
                 return Err(err("`base_url` must be an http:// or https:// URL"));
             }
-            let max_response_bytes = raw
-                .max_response_bytes
-                .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES);
+            let max_response_bytes = raw.max_response_bytes.unwrap_or(DEFAULT_MAX_RESPONSE_BYTES);
             if !(1024..=1024 * 1024 * 1024).contains(&max_response_bytes) {
-                return Err(err("`max_response_bytes` must be between 1024 and 1073741824"));
+                return Err(err(
+                    "`max_response_bytes` must be between 1024 and 1073741824",
+                ));
             }
             let pointers = |given: Option<Vec<String>>, default: &[&str], key: &str| {
                 let list = given.unwrap_or_else(|| default.iter().map(|s| s.to_string()).collect());
@@ -342,7 +342,11 @@ fn validate_one(
             BackendKind::OpenApi(OpenApiBackend {
                 spec: resolve(base, spec),
                 base_url: raw.base_url.map(|u| u.trim_end_matches('/').to_owned()),
-                auth: raw.auth.map(|a| validate_auth(a, base)).transpose().map_err(|e| err(&e))?,
+                auth: raw
+                    .auth
+                    .map(|a| validate_auth(a, base))
+                    .transpose()
+                    .map_err(|e| err(&e))?,
                 max_response_bytes,
                 error_id_pointers: pointers(
                     raw.error_id_pointers,
@@ -363,7 +367,10 @@ fn validate_one(
                 ("auth", raw.auth.is_some()),
                 ("max_response_bytes", raw.max_response_bytes.is_some()),
                 ("error_id_pointers", raw.error_id_pointers.is_some()),
-                ("error_message_pointers", raw.error_message_pointers.is_some()),
+                (
+                    "error_message_pointers",
+                    raw.error_message_pointers.is_some(),
+                ),
             ];
             if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
                 return Err(err(&format!(
@@ -387,7 +394,9 @@ fn validate_one(
                 }
                 (None, Some(url)) => {
                     if raw.args.is_some() || raw.env.is_some() || raw.cwd.is_some() {
-                        return Err(err("`args`, `env` and `cwd` go with `command`, not with `url`"));
+                        return Err(err(
+                            "`args`, `env` and `cwd` go with `command`, not with `url`",
+                        ));
                     }
                     if !is_http_url(&url) {
                         return Err(err("`url` must be an http:// or https:// URL"));
@@ -409,17 +418,19 @@ fn validate_one(
                     BackendKind::Mcp(McpTransport::Http { url, headers })
                 }
                 (Some(_), Some(_)) => {
-                    return Err(err("give either `command` (stdio) or `url` (Streamable HTTP), not both"));
+                    return Err(err(
+                        "give either `command` (stdio) or `url` (Streamable HTTP), not both",
+                    ));
                 }
                 (None, None) => {
-                    return Err(err("`command` (stdio) or `url` (Streamable HTTP) is required"));
+                    return Err(err(
+                        "`command` (stdio) or `url` (Streamable HTTP) is required",
+                    ));
                 }
             }
         }
         Some(other) => {
-            return Err(err(&format!(
-                "`kind` {other:?} is not one of openapi, mcp"
-            )));
+            return Err(err(&format!("`kind` {other:?} is not one of openapi, mcp")));
         }
         None => return Err(err("`kind` is required: openapi or mcp")),
     };
@@ -448,9 +459,11 @@ fn validate_auth(raw: RawAuth, base: Option<&Path>) -> Result<BackendAuth, Strin
         (None, None, None, Some(file)) => Ok(BackendAuth::Basic {
             file: resolve(base, file),
         }),
-        _ => Err("`auth` is one of { header, value_file }, { bearer_file } or { basic_file }; \
+        _ => Err(
+            "`auth` is one of { header, value_file }, { bearer_file } or { basic_file }; \
                   the secret itself is read from the file, never written here"
-            .to_owned()),
+                .to_owned(),
+        ),
     }
 }
 
@@ -554,7 +567,10 @@ mod tests {
         )
         .expect("valid");
         let crm = &backends[0];
-        assert_eq!(crm.timeout, Duration::from_millis(DEFAULT_BACKEND_TIMEOUT_MS));
+        assert_eq!(
+            crm.timeout,
+            Duration::from_millis(DEFAULT_BACKEND_TIMEOUT_MS)
+        );
         let BackendKind::OpenApi(o) = &crm.kind else {
             panic!("openapi")
         };
@@ -593,7 +609,9 @@ mod tests {
             "#,
         )
         .expect("valid");
-        assert!(matches!(&backends[0].kind, BackendKind::Mcp(McpTransport::Stdio { args, .. }) if args.len() == 2));
+        assert!(
+            matches!(&backends[0].kind, BackendKind::Mcp(McpTransport::Stdio { args, .. }) if args.len() == 2)
+        );
         let BackendKind::Mcp(McpTransport::Http { headers, .. }) = &backends[1].kind else {
             panic!("http")
         };
@@ -609,26 +627,71 @@ mod tests {
     #[test]
     fn mistakes_are_refused_with_what_to_fix() {
         let cases = [
-            ("name = \"Bad-Name\"\nkind = \"mcp\"\ncommand = \"x\"", "`name` must be"),
-            ("name = \"a\"\nkind = \"soap\"", "`kind` \"soap\" is not one of openapi, mcp"),
-            ("name = \"a\"\nkind = \"openapi\"", "`spec` (the OpenAPI document) is required"),
+            (
+                "name = \"Bad-Name\"\nkind = \"mcp\"\ncommand = \"x\"",
+                "`name` must be",
+            ),
+            (
+                "name = \"a\"\nkind = \"soap\"",
+                "`kind` \"soap\" is not one of openapi, mcp",
+            ),
+            (
+                "name = \"a\"\nkind = \"openapi\"",
+                "`spec` (the OpenAPI document) is required",
+            ),
             ("name = \"a\"\nkind = \"mcp\"", "`command` (stdio) or `url`"),
-            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nurl = \"http://h/mcp\"", "not both"),
-            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nspec = \"s.json\"", "`spec` belongs to kind = \"openapi\""),
-            ("name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\", value = \"secret\" }", "unknown field `value`"),
-            ("name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\" }", "the secret itself is read from the file"),
-            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\ntimeout_ms = 5", "`timeout_ms` must be"),
-            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.b_x]\nenabled = false", "starts with `a_`"),
-            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.a_x]\ncategory = \"delete\"", "is not one of read, write"),
-            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.a_x]\ncolour = \"red\"", "unknown field `colour`"),
-            ("name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nflavour = 1", "unknown field `flavour`"),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nurl = \"http://h/mcp\"",
+                "not both",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nspec = \"s.json\"",
+                "`spec` belongs to kind = \"openapi\"",
+            ),
+            (
+                "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\", value = \"secret\" }",
+                "unknown field `value`",
+            ),
+            (
+                "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\" }",
+                "the secret itself is read from the file",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\ntimeout_ms = 5",
+                "`timeout_ms` must be",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.b_x]\nenabled = false",
+                "starts with `a_`",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.a_x]\ncategory = \"delete\"",
+                "is not one of read, write",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.a_x]\ncolour = \"red\"",
+                "unknown field `colour`",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nflavour = 1",
+                "unknown field `flavour`",
+            ),
         ];
         for (entry, expected) in cases {
             let err = parse(&format!("[[backends]]\n{entry}")).expect_err(entry);
-            assert!(err.message().contains(expected), "{entry}: {}", err.message());
+            assert!(
+                err.message().contains(expected),
+                "{entry}: {}",
+                err.message()
+            );
         }
         let twice = "[[backends]]\nname = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n".repeat(2);
-        assert!(parse(&twice).expect_err("twice").message().contains("already has this name"));
+        assert!(
+            parse(&twice)
+                .expect_err("twice")
+                .message()
+                .contains("already has this name")
+        );
     }
 
     #[test]

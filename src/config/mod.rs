@@ -506,7 +506,10 @@ impl Config {
         };
         apply_env(&mut raw, env)?;
         apply_flags(&mut raw, flags)?;
-        let base = file.as_deref().and_then(Path::parent).map(Path::to_path_buf);
+        let base = file
+            .as_deref()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf);
         let backends = std::mem::take(&mut raw.backends);
         let mut config = validate(raw)?;
         config.backends = backends::validate_backends(backends, base.as_deref())?;

@@ -83,4 +83,3 @@ fn admit_null(property: &mut Value) {
         }
     }
 }
-

@@ -210,8 +210,7 @@ impl Backends {
                     message: format!("cannot start the outbound runtime: {e}"),
                 }]
             })?;
-        let listener: Arc<Mutex<Option<Arc<dyn Fn() + Send + Sync>>>> =
-            Arc::new(Mutex::new(None));
+        let listener: Arc<Mutex<Option<Arc<dyn Fn() + Send + Sync>>>> = Arc::new(Mutex::new(None));
         let changed: Arc<dyn Fn() + Send + Sync> = {
             let listener = Arc::clone(&listener);
             Arc::new(move || {
@@ -439,10 +438,7 @@ fn add_key_argument(input_schema: &mut Value, required: bool) {
         .entry("properties")
         .or_insert_with(|| Value::Object(Map::new()));
     if let Value::Object(properties) = properties {
-        properties.insert(
-            schema::KEY_ARGUMENT.into(),
-            schema::key_property(required),
-        );
+        properties.insert(schema::KEY_ARGUMENT.into(), schema::key_property(required));
     }
     if required {
         let names = object
@@ -571,7 +567,8 @@ mod tests {
 
     #[test]
     fn the_key_argument_is_added_and_required_when_the_policy_says_so() {
-        let mut schema = serde_json::json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        let mut schema =
+            serde_json::json!({"type": "object", "properties": {"a": {"type": "string"}}});
         add_key_argument(&mut schema, true);
         assert_eq!(schema["required"], serde_json::json!(["idempotency_key"]));
         assert_eq!(schema["properties"]["idempotency_key"]["maxLength"], 255);
