@@ -838,3 +838,149 @@ pub fn merge_modern_meta(params: &mut Value) {
         meta.entry(k.clone()).or_insert(v.clone());
     }
 }
+
+/// One request a [`RestBackend`] received.
+#[derive(Debug, Clone)]
+pub struct ReceivedRequest {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The path with its query.
+    pub target: String,
+    /// Header names lower-cased, with their values.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl ReceivedRequest {
+    /// The value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What a [`RestBackend`] answers: status, extra headers, body.
+pub type RestAnswer = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// A REST backend served by the test on 127.0.0.1: every request is recorded and answered
+/// by `answer`, one request per connection (`Connection: close`). It stops when dropped.
+pub struct RestBackend {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    received: std::sync::Arc<std::sync::Mutex<Vec<ReceivedRequest>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RestBackend {
+    /// Starts serving; `answer` sees each request.
+    pub fn start<F>(answer: F) -> RestBackend
+    where
+        F: Fn(&ReceivedRequest) -> RestAnswer + Send + Sync + 'static,
+    {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("addr");
+        let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let answer = std::sync::Arc::new(answer);
+        let (seen, stopping) = (received.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stopping.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let (seen, answer) = (seen.clone(), answer.clone());
+                        std::thread::spawn(move || serve_one(stream, &seen, answer.as_ref()));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        RestBackend {
+            addr,
+            received,
+            stop,
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request received so far.
+    pub fn received(&self) -> Vec<ReceivedRequest> {
+        self.received.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for RestBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn serve_one(
+    stream: std::net::TcpStream,
+    seen: &std::sync::Mutex<Vec<ReceivedRequest>>,
+    answer: &(dyn Fn(&ReceivedRequest) -> RestAnswer + Send + Sync),
+) {
+    use std::io::Read;
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(READ_TIMEOUT));
+    let mut reader = std::io::BufReader::new(stream);
+    let mut line = String::new();
+    if reader.read_line(&mut line).is_err() {
+        return;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or_default().to_owned();
+    let target = parts.next().unwrap_or_default().to_owned();
+    let mut headers = Vec::new();
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).is_err() || header.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.trim_end().split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+    let length = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let request = ReceivedRequest {
+        method,
+        target,
+        headers,
+        body,
+    };
+    let (status, extra, reply) = answer(&request);
+    seen.lock().expect("lock").push(request);
+    let mut head = format!(
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+        reply.len()
+    );
+    if !extra
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    {
+        head.push_str("Content-Type: application/json\r\n");
+    }
+    for (name, value) in extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut stream = reader.into_inner();
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(&reply);
+}

@@ -449,6 +449,49 @@ fn seconds(micros: u64) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
+/// Appends the backends' families to `page`: calls forwarded and failed per backend, and
+/// each backend's state (1 when ready). Nothing when no backend is configured.
+pub fn render_backends(page: &mut String, backends: &crate::tools::backends::Backends) {
+    if backends.is_empty() {
+        return;
+    }
+    let counters = backends.counters();
+    for (name, help, pick) in [
+        (
+            "tollgate_backend_calls_total",
+            "Calls forwarded to a backend, by backend.",
+            0,
+        ),
+        (
+            "tollgate_backend_failures_total",
+            "Forwarded calls that failed (any catalog error), by backend.",
+            1,
+        ),
+    ] {
+        header(page, name, "counter", help);
+        for (backend, calls, failures) in &counters {
+            let value = if pick == 0 { *calls } else { *failures };
+            sample(page, name, &[("backend", backend)], value);
+        }
+    }
+    let name = "tollgate_backend_up";
+    header(
+        page,
+        name,
+        "gauge",
+        "Whether a backend can be called now (1) or not (0), by backend and kind.",
+    );
+    for status in backends.status() {
+        let up = u64::from(status.health == crate::tools::backends::Health::Ready);
+        sample(
+            page,
+            name,
+            &[("backend", &status.name), ("kind", status.kind)],
+            up,
+        );
+    }
+}
+
 fn header(page: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(page, "# HELP {name} {}", escape_help(help));
     let _ = writeln!(page, "# TYPE {name} {kind}");

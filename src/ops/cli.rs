@@ -107,6 +107,9 @@ enum Command {
     /// Rehearse failures on a test-mode installation: make chosen calls fail on purpose.
     #[command(subcommand)]
     Faults(crate::ops::admin::FaultsCommand),
+    /// The REST APIs and MCP servers behind the gate: check what they yield.
+    #[command(subcommand)]
+    Backends(crate::ops::backends::BackendsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -226,6 +229,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Sandbox(command) => crate::ops::admin::sandbox(&config, &command),
         Command::Audit(args) => crate::ops::admin::audit(&config, &args),
         Command::Faults(command) => crate::ops::admin::faults(&config, &command),
+        Command::Backends(command) => crate::ops::backends::backends(&config, &command),
     }
 }
 
@@ -343,7 +347,8 @@ pub fn build_server_with_clock(
     store: Store,
     clock: Clock,
 ) -> Result<Server, String> {
-    let registry = build_registry(config, &store, &clock)?;
+    let backends = crate::ops::backends::open(config)?;
+    let registry = build_registry_with(config, &store, &clock, backends.tools())?;
     let locale = match config.locale {
         Some(locale) => locale,
         None => company_locale(&store),
@@ -357,20 +362,30 @@ pub fn build_server_with_clock(
     guards
         .authenticator()
         .limit_argon2_per_second(config.auth.argon2_per_second);
-    Ok(Server::new(
-        registry, store, guards, locale, state_key, clock,
-    ))
+    Ok(Server::new(registry, store, guards, locale, state_key, clock).with_backends(backends))
 }
 
 /// The registry of the configured tool packs: the invoicing back office (the embedded
 /// default, always registered) and, when configured, the conformance fixtures.
 pub fn build_registry(config: &Config, store: &Store, clock: &Clock) -> Result<Registry, String> {
+    build_registry_with(config, store, clock, Vec::new())
+}
+
+/// [`build_registry`] with the tools of the configured backends beside the packs'; a
+/// backend tool named like another tool is refused by name.
+pub fn build_registry_with(
+    config: &Config,
+    store: &Store,
+    clock: &Clock,
+    backend_tools: Vec<Arc<dyn crate::tools::Tool>>,
+) -> Result<Registry, String> {
     let mut tools = crate::tools::invoicing::tools();
     let mut resources = crate::tools::invoicing::resources();
     let mut prompts = crate::tools::invoicing::prompts(store.clone(), clock.clone());
     if config.tools.conformance_pack {
         add_conformance_pack(&mut tools, &mut resources, &mut prompts)?;
     }
+    tools.extend(backend_tools);
     Registry::new(
         tools,
         crate::tools::invoicing::retired::RETIRED_TOOLS,
@@ -416,13 +431,14 @@ fn company_locale(store: &Store) -> Locale {
 fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
     let store = open_store(config, false)?;
     store.checkpoint_in_background();
-    let server = build_server(config, store.clone()).map_err(|e| fail(&e))?;
+    let server = Arc::new(build_server(config, store.clone()).map_err(|e| fail(&e))?);
     crate::guards::audit::prune_in_background(
         &store,
         config.audit.retention_days,
         server.clock().clone(),
     );
-    Ok(Arc::new(server))
+    crate::ops::backends::follow_changes(&server, config);
+    Ok(server)
 }
 
 fn stdio(config: &Config) -> ExitCode {
@@ -435,7 +451,10 @@ fn stdio(config: &Config) -> ExitCode {
         Err(e) => return fail(&e),
     };
     tracing::info!(database = %config.database.display(), "serving MCP on stdio");
-    match crate::transport::stdio::serve(server, token, config.stdio.max_line_bytes) {
+    let served =
+        crate::transport::stdio::serve(Arc::clone(&server), token, config.stdio.max_line_bytes);
+    server.backends().stop();
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&format!("stdin: {e}")),
     }
@@ -473,9 +492,10 @@ fn serve(config: &Config) -> ExitCode {
         Ok(server) => server,
         Err(code) => return code,
     };
-    let served = crate::transport::http::serve(server, config);
+    let served = crate::transport::http::serve(Arc::clone(&server), config);
     // Idle keep-alive connections may still hold the server (and its audit writer).
     crate::guards::audit::flush_all();
+    server.backends().stop();
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&format!("cannot serve HTTP: {e}")),

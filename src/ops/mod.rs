@@ -4,6 +4,7 @@
 //! and process logging. The top layer: it may use every other.
 
 pub mod admin;
+pub mod backends;
 pub mod backup;
 pub mod cli;
 pub mod healthcheck;

@@ -15,7 +15,8 @@
 
 mod tool_call;
 
-use std::sync::PoisonError;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use serde_json::{Map, Value, json};
 
@@ -34,6 +35,7 @@ use crate::protocol::revisions::{
     self, Era, Session, Subscribers, client_capabilities, finish_result, select_era, server_info,
 };
 use crate::store::Store;
+use crate::tools::backends::Backends;
 use crate::tools::request_state::StateKey;
 use crate::tools::{Book, DataAccess, InputContext, LogLevel, PromptReply, PromptSpec, Registry};
 
@@ -90,7 +92,14 @@ impl Env<'_> {
 
 /// The MCP server: registry, guards and store behind one entry point.
 pub struct Server {
-    registry: Registry,
+    /// What the server offers now: replaced whole when a backend's list of tools changes,
+    /// so a request works on one snapshot from start to end.
+    registry: RwLock<Arc<Registry>>,
+    /// How many times the registry was replaced; a session told of an older one is sent
+    /// `notifications/tools/list_changed`.
+    generation: AtomicU64,
+    /// The company's systems behind the gate (none by default).
+    backends: Arc<Backends>,
     store: Store,
     guards: Guards,
     locale: Locale,
@@ -118,7 +127,9 @@ impl Server {
             `_meta[\"dev.tollgate/error\"]`. Read `retry_after` before retrying."
             .to_owned();
         Server {
-            registry,
+            registry: RwLock::new(Arc::new(registry)),
+            generation: AtomicU64::new(0),
+            backends: Arc::new(Backends::none()),
             store,
             guards,
             locale,
@@ -134,9 +145,34 @@ impl Server {
         &self.clock
     }
 
-    /// The registry.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
+    /// The same server, with the tools of `backends` already in its registry.
+    pub fn with_backends(mut self, backends: Arc<Backends>) -> Server {
+        self.backends = backends;
+        self
+    }
+
+    /// The registry now (a snapshot: a later change replaces it, never alters it).
+    pub fn registry(&self) -> Arc<Registry> {
+        match self.registry.read() {
+            Ok(current) => Arc::clone(&current),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Replaces the registry (a backend's list of tools changed); every session is told
+    /// with `notifications/tools/list_changed` on its next stream that can carry it.
+    pub fn replace_registry(&self, registry: Registry) {
+        let mut current = match self.registry.write() {
+            Ok(current) => current,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *current = Arc::new(registry);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The backends behind the gate.
+    pub fn backends(&self) -> &Backends {
+        &self.backends
     }
 
     /// The guard chain.
@@ -195,7 +231,7 @@ impl Server {
         }
         let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
         self.guards.call_tools(
-            &self.registry,
+            &self.registry(),
             &tool_calls,
             &env.caller(),
             &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
@@ -205,7 +241,7 @@ impl Server {
                     result: finish_result(answer.result, request.era, "tools/call"),
                     ..answer
                 });
-                send_updates(outcome.is_ok(), env);
+                self.send_updates(outcome.is_ok(), env);
                 respond(
                     self.response(request.id.clone(), outcome)
                         .in_era(Some(request.era)),
@@ -295,7 +331,7 @@ impl Server {
             .then(|| env.session.negotiated())
             .flatten();
         let id = req.id?;
-        send_updates(outcome.is_ok(), env);
+        self.send_updates(outcome.is_ok(), env);
         let response = self.response(id, outcome).in_era(served);
         Some(Response {
             initialized,
@@ -339,7 +375,7 @@ impl Server {
                 Ok(Value::Null)
             }
             "server/discover" if era.is_modern() => Ok(self.discover()),
-            "logging/setLevel" if self.registry.has_logging_tools() => {
+            "logging/setLevel" if self.registry().has_logging_tools() => {
                 self.authenticate(env)?;
                 set_log_level(req, env.session)
             }
@@ -353,7 +389,7 @@ impl Server {
             }
             "resources/templates/list" => {
                 self.authenticate(env)?;
-                let templates = self.registry.resource_templates();
+                let templates = self.registry().resource_templates();
                 let (page, next) = paginate(templates, req, "templates")?;
                 Ok(with_cursor(json!({ "resourceTemplates": page }), next))
             }
@@ -363,7 +399,7 @@ impl Server {
             }
             // Announced, and answered, only when some resource can change.
             "resources/subscribe" | "resources/unsubscribe"
-                if self.registry.has_changing_resources() =>
+                if self.registry().has_changing_resources() =>
             {
                 self.authenticate(env)?;
                 self.subscription(req, env.session)
@@ -397,7 +433,7 @@ impl Server {
         }
         Ok(json!({
             "protocolVersion": version,
-            "capabilities": capabilities(Era::Legacy(version), &self.registry),
+            "capabilities": self.capabilities(Era::Legacy(version)),
             "serverInfo": server_info(),
             "instructions": self.instructions,
         }))
@@ -416,7 +452,7 @@ impl Server {
         supported.extend(revisions::LEGACY_VERSIONS.iter().rev());
         json!({
             "supportedVersions": supported,
-            "capabilities": capabilities(Era::Modern(revisions::MODERN_VERSIONS[0]), &self.registry),
+            "capabilities": self.capabilities(Era::Modern(revisions::MODERN_VERSIONS[0])),
             "serverInfo": server_info(),
             "instructions": self.instructions,
         })
@@ -425,7 +461,7 @@ impl Server {
     fn list_tools(&self, req: &Request, principal: &Principal) -> Result<Value, McpError> {
         let visibility = self.guards.visibility(principal);
         let visible: Vec<Value> = self
-            .registry
+            .registry()
             .tools()
             .iter()
             .filter(|t| visibility.can_see(t.spec()))
@@ -437,7 +473,7 @@ impl Server {
 
     fn list_resources(&self, req: &Request) -> Result<Value, McpError> {
         let all: Vec<Value> = self
-            .registry
+            .registry()
             .resources()
             .into_iter()
             .map(|r| {
@@ -456,7 +492,7 @@ impl Server {
             .and_then(Value::as_str)
             .ok_or_else(|| McpError::invalid_params("uri"))?;
         let (mime, body) = self
-            .registry
+            .registry()
             .read_resource(uri)
             .ok_or_else(|| McpError::resource_not_found(uri).with("uri", uri))?;
         let mut content = json!({ "uri": uri, "mimeType": mime });
@@ -477,11 +513,11 @@ impl Server {
             .and_then(Value::as_str)
             .ok_or_else(|| McpError::invalid_params("uri"))?;
         if req.method == "resources/subscribe" {
-            if self.registry.read_resource(uri).is_none() {
+            if self.registry().read_resource(uri).is_none() {
                 return Err(McpError::resource_not_found(uri).with("uri", uri));
             }
             // A resource that never changes will never be updated: nothing to record.
-            if self.registry.resource_changes(uri) {
+            if self.registry().resource_changes(uri) {
                 session.subscribe(uri, &self.subscribers);
             }
         } else {
@@ -494,13 +530,13 @@ impl Server {
     /// data's read tool it would see in `tools/list`.
     fn list_prompts(&self, req: &Request, principal: &Principal) -> Result<Value, McpError> {
         let visibility = self.guards.visibility(principal);
-        let all: Vec<Value> = self
-            .registry
+        let registry = self.registry();
+        let all: Vec<Value> = registry
             .prompts()
             .iter()
             .filter(|p| {
                 p.spec().reads.is_none_or(|access| {
-                    self.registry
+                    registry
                         .reader(&access)
                         .is_some_and(|tool| visibility.can_see(tool.spec()))
                 })
@@ -528,7 +564,8 @@ impl Server {
         let args = args.clone();
         let (responses, request_state) = input_params(req)?;
         let client_capabilities = client_capabilities(req, era, env.session);
-        let prompt = self.registry.prompt(name);
+        let registry = self.registry();
+        let prompt = registry.prompt(name);
         let render = |principal: &Principal| {
             let prompt = prompt.ok_or_else(|| {
                 McpError::invalid_params("name").detail("reason", "unknown_prompt")
@@ -583,7 +620,8 @@ impl Server {
             _ => return Err(McpError::invalid_params("ref.type")),
         }
         let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
-        let prompt = self.registry.prompt(name);
+        let registry = self.registry();
+        let prompt = registry.prompt(name);
         let declared = prompt.and_then(|p| p.spec().arguments.iter().find(|a| a.name == arg_name));
         let values = |principal: &Principal| {
             let prompt = prompt.ok_or_else(|| McpError::invalid_params("ref.name"))?;
@@ -619,7 +657,7 @@ impl Server {
         };
         let (mut result, budget) =
             self.guards
-                .read_data(&self.registry, &read, &env.caller(), run)?;
+                .read_data(&self.registry(), &read, &env.caller(), run)?;
         mark(&mut result, META_RATELIMIT, budget.to_meta());
         Ok(Answer {
             result,
@@ -676,36 +714,48 @@ fn set_log_level(req: &Request, session: &Session) -> Result<Value, McpError> {
     Ok(json!({}))
 }
 
-/// What the server announces. No list changes while a process runs (the registry is built
-/// once), so no `listChanged`; `resources.subscribe` (handshake era only: 2026-07-28 removed
-/// the method) only when some resource can change, for nothing else is ever updated; and
-/// `logging` only when some tool sends log messages, for otherwise a level would govern
-/// nothing.
-fn capabilities(era: Era, registry: &Registry) -> Value {
-    let resources = if !era.is_modern() && registry.has_changing_resources() {
-        json!({ "subscribe": true, "listChanged": false })
-    } else {
-        json!({ "listChanged": false })
-    };
-    let mut capabilities = json!({
-        "tools": { "listChanged": false },
-        "resources": resources,
-        "prompts": { "listChanged": false },
-        "completions": {},
-    });
-    if registry.has_logging_tools() {
-        capabilities["logging"] = json!({});
+impl Server {
+    /// What the server announces. Tools change while the process runs only when an
+    /// upstream MCP server is behind the gate (its list can change), so `tools.listChanged`
+    /// is announced only then; nothing else changes its list; `resources.subscribe`
+    /// (handshake era only: 2026-07-28 removed the method) only when some resource can
+    /// change, for nothing else is ever updated; and `logging` only when some tool sends log
+    /// messages, for otherwise a level would govern nothing.
+    fn capabilities(&self, era: Era) -> Value {
+        let registry = self.registry();
+        let resources = if !era.is_modern() && registry.has_changing_resources() {
+            json!({ "subscribe": true, "listChanged": false })
+        } else {
+            json!({ "listChanged": false })
+        };
+        let mut capabilities = json!({
+            "tools": { "listChanged": self.backends.tools_can_change() },
+            "resources": resources,
+            "prompts": { "listChanged": false },
+            "completions": {},
+        });
+        if registry.has_logging_tools() {
+            capabilities["logging"] = json!({});
+        }
+        capabilities
     }
-    capabilities
-}
 
-/// Sends the session's queued `notifications/resources/updated` ahead of a successful
-/// response, on a stream that can carry them; otherwise they wait for a later one (an error
-/// keeps its plain reply and HTTP status).
-fn send_updates(succeeded: bool, env: &Env<'_>) {
-    if succeeded && env.notifier.delivers() {
-        for update in env.session.take_updates() {
-            env.notifier.notify(update);
+    /// Sends the session's queued `notifications/resources/updated`, and
+    /// `notifications/tools/list_changed` when the registry was replaced since the session
+    /// was last told, ahead of a successful response, on a stream that can carry them;
+    /// otherwise they wait for a later one (an error keeps its plain reply and HTTP status).
+    fn send_updates(&self, succeeded: bool, env: &Env<'_>) {
+        if succeeded && env.notifier.delivers() {
+            for update in env.session.take_updates() {
+                env.notifier.notify(update);
+            }
+            let generation = self.generation.load(Ordering::Acquire);
+            if env.session.tools_changed_since(generation) {
+                env.notifier.notify(jsonrpc::notification(
+                    "notifications/tools/list_changed",
+                    json!({}),
+                ));
+            }
         }
     }
 }

@@ -238,19 +238,37 @@ impl Subscribers {
     }
 }
 
+/// A session that has not looked at the registry generation yet.
+const UNSEEN: u64 = u64::MAX;
+
 /// State of one handshake-era connection: the stdio process, or one HTTP session.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Session {
     state: Mutex<SessionState>,
     watch: Arc<Mutex<Watch>>,
     in_flight: Mutex<HashMap<String, Arc<AtomicBool>>>,
     outgoing: Mutex<HashMap<String, SyncSender<Value>>>,
     next_outgoing: AtomicU64,
+    /// The registry generation this session was last told of (`u64::MAX`: not yet looked).
+    tools_seen: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks cannot leave the plain data inconsistent.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Default for Session {
+    fn default() -> Session {
+        Session {
+            state: Mutex::default(),
+            watch: Arc::default(),
+            in_flight: Mutex::default(),
+            outgoing: Mutex::default(),
+            next_outgoing: AtomicU64::new(0),
+            tools_seen: AtomicU64::new(UNSEEN),
+        }
+    }
 }
 
 impl Session {
@@ -340,6 +358,13 @@ impl Session {
         let mut watch = lock(&self.watch);
         watch.uris.remove(uri);
         watch.pending.retain(|p| p != uri);
+    }
+
+    /// Whether the registry was replaced since this session last looked (`generation` is
+    /// the server's now); the first look only records it.
+    pub fn tools_changed_since(&self, generation: u64) -> bool {
+        let seen = self.tools_seen.swap(generation, Ordering::AcqRel);
+        seen != UNSEEN && seen != generation
     }
 
     /// Takes the queued `notifications/resources/updated` messages of this session.

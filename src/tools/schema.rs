@@ -77,9 +77,9 @@ fn admit_null(property: &mut Value) {
         Some(Value::Array(kinds)) if !kinds.contains(&json!("null")) => kinds.push(json!("null")),
         _ => {}
     }
-    if let Some(Value::Array(values)) = property.get_mut("enum") {
-        if !values.contains(&Value::Null) {
-            values.push(Value::Null);
-        }
+    if let Some(Value::Array(values)) = property.get_mut("enum")
+        && !values.contains(&Value::Null)
+    {
+        values.push(Value::Null);
     }
 }

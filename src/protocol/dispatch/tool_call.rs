@@ -25,7 +25,7 @@ impl Server {
     ) -> Result<Answer, McpError> {
         let request = ToolRequest::parse(req, era, env)?;
         let outcome = self.guards.call_tool(
-            &self.registry,
+            &self.registry(),
             &request.call(),
             &env.caller(),
             &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),

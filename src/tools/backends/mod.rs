@@ -157,11 +157,14 @@ struct Entry {
     counters: Arc<BackendCounters>,
 }
 
+/// What is called when a backend's list of tools changed.
+pub type ChangeListener = Arc<dyn Fn() + Send + Sync>;
+
 /// Every configured backend, connected, with the runtime they run on.
 pub struct Backends {
     runtime: Option<tokio::runtime::Runtime>,
     entries: Vec<Entry>,
-    listener: Arc<Mutex<Option<Arc<dyn Fn() + Send + Sync>>>>,
+    listener: Arc<Mutex<Option<ChangeListener>>>,
 }
 
 /// One backend's line in `/healthz` and `tollgate backends check`.
@@ -210,7 +213,7 @@ impl Backends {
                     message: format!("cannot start the outbound runtime: {e}"),
                 }]
             })?;
-        let listener: Arc<Mutex<Option<Arc<dyn Fn() + Send + Sync>>>> = Arc::new(Mutex::new(None));
+        let listener: Arc<Mutex<Option<ChangeListener>>> = Arc::new(Mutex::new(None));
         let changed: Arc<dyn Fn() + Send + Sync> = {
             let listener = Arc::clone(&listener);
             Arc::new(move || {
@@ -289,6 +292,20 @@ impl Backends {
             .collect()
     }
 
+    /// The overrides that name no tool their backend yields (most likely a mistyped
+    /// name), as `(backend, tool name)`.
+    pub fn unmatched_overrides(&self) -> Vec<(String, String)> {
+        self.entries
+            .iter()
+            .flat_map(|e| {
+                unmatched_overrides(&e.config, &e.backend.operations())
+                    .into_iter()
+                    .map(|name| (e.config.name.clone(), name))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
     /// Every backend's state and tool count.
     pub fn status(&self) -> Vec<BackendStatus> {
         self.entries
@@ -319,6 +336,14 @@ impl Backends {
                 )
             })
             .collect()
+    }
+
+    /// Stops what every backend runs (child processes, sessions); the server calls it as
+    /// it stops.
+    pub fn stop(&self) {
+        for entry in &self.entries {
+            entry.backend.shutdown();
+        }
     }
 
     /// Stops every backend, then the runtime.
@@ -453,6 +478,10 @@ fn add_key_argument(input_schema: &mut Value, required: bool) {
 impl Tool for BackendTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn backend(&self) -> Option<&str> {
+        Some(self.backend.name())
     }
 
     /// A backend call waits on the network: it gets a worker of its own.

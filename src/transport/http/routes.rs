@@ -159,7 +159,26 @@ impl App {
     /// catalog code `backend_unavailable` and the reason (`disk_full`, …).
     pub(super) fn healthz(&self) -> Reply {
         match self.server.store().health() {
-            Ok(version) => Reply::json(200, json!({"status": "ok", "schema_version": version})),
+            Ok(version) => {
+                let mut body = json!({"status": "ok", "schema_version": version});
+                let backends = self.server.backends().status();
+                if !backends.is_empty() {
+                    body["backends"] = backends
+                        .iter()
+                        .map(|b| {
+                            let mut line = json!({
+                                "name": b.name, "kind": b.kind,
+                                "state": b.health.as_str(), "tools": b.tools,
+                            });
+                            if let Some(reason) = b.health.reason() {
+                                line["reason"] = reason.into();
+                            }
+                            line
+                        })
+                        .collect();
+                }
+                Reply::json(200, body)
+            }
             Err(reason) => {
                 tracing::warn!(reason = reason.code(), "health check failed: {reason}");
                 let code = ErrorKind::BackendUnavailable.spec().code;
@@ -180,7 +199,11 @@ impl App {
                     "Content-Type".into(),
                     crate::guards::metrics::CONTENT_TYPE.into(),
                 )],
-                body: Body::Bytes(metrics.render().into_bytes()),
+                body: Body::Bytes({
+                    let mut page = metrics.render();
+                    crate::guards::metrics::render_backends(&mut page, self.server.backends());
+                    page.into_bytes()
+                }),
             },
             (Err(err), _) => self.error_reply(None, err),
             (Ok(()), None) => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),

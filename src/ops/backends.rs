@@ -1,0 +1,220 @@
+//! The backends at start and while serving: opening them for `serve` and `stdio`, keeping
+//! the server's registry in step with their tools (an upstream MCP server's list can
+//! change), and `tollgate backends check`, which opens every configured backend and
+//! prints the tools each yields, or every problem found.
+
+use std::process::ExitCode;
+use std::sync::{Arc, Weak};
+
+use clap::Subcommand;
+
+use crate::config::{BackendConfig, Config};
+use crate::protocol::dispatch::Server;
+use crate::tools::backends::{BackendProblem, Backends};
+use crate::tools::{Idempotency, Tool};
+
+/// `tollgate backends …`
+#[derive(Debug, Subcommand)]
+pub enum BackendsCommand {
+    /// Open every configured backend, print the tools it yields (name, category, scope,
+    /// idempotency) and its state; exit 1 with one line per problem found.
+    Check {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn problems_text(problems: &[BackendProblem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Opens the configured backends (none: nothing is started).
+pub fn open(config: &Config) -> Result<Arc<Backends>, String> {
+    Backends::open(&config.backends)
+        .map(Arc::new)
+        .map_err(|problems| problems_text(&problems))
+}
+
+/// Rebuilds the server's registry whenever a backend's list of tools changes. A list that
+/// cannot be registered (a new tool named like another) is logged, and the last good
+/// registry stays.
+pub fn follow_changes(server: &Arc<Server>, config: &Config) {
+    if !server.backends().tools_can_change() {
+        return;
+    }
+    let weak: Weak<Server> = Arc::downgrade(server);
+    let config = config.clone();
+    server.backends().on_change(Arc::new(move || {
+        let Some(server) = weak.upgrade() else {
+            return;
+        };
+        let rebuilt = crate::ops::cli::build_registry_with(
+            &config,
+            server.store(),
+            server.clock(),
+            server.backends().tools(),
+        );
+        match rebuilt {
+            Ok(registry) => {
+                tracing::info!(tools = registry.tools().len(), "a backend's tools changed");
+                server.replace_registry(registry);
+            }
+            Err(cause) => {
+                tracing::warn!(%cause, "a backend's new list of tools cannot be registered; the previous one stays");
+            }
+        }
+    }));
+}
+
+/// `tollgate backends …`
+pub fn backends(config: &Config, command: &BackendsCommand) -> ExitCode {
+    match command {
+        BackendsCommand::Check { json } => check(config, *json),
+    }
+}
+
+/// One backend as `backends check` found it.
+struct Checked {
+    config: BackendConfig,
+    opened: Result<Backends, Vec<BackendProblem>>,
+}
+
+fn idempotency_word(policy: Idempotency) -> &'static str {
+    match policy {
+        Idempotency::NotApplicable => "none",
+        Idempotency::Optional => "optional",
+        Idempotency::Required => "required",
+    }
+}
+
+fn check(config: &Config, json: bool) -> ExitCode {
+    if config.backends.is_empty() {
+        println!("no backends are configured ([[backends]] in the configuration file)");
+        return ExitCode::SUCCESS;
+    }
+    let checked: Vec<Checked> = config
+        .backends
+        .iter()
+        .map(|backend| Checked {
+            config: backend.clone(),
+            opened: Backends::open(std::slice::from_ref(backend)),
+        })
+        .collect();
+    let mut problems: Vec<String> = Vec::new();
+    // Every name already taken: the built-in tools, the retired names, then each
+    // backend's tools in configuration order.
+    let mut taken: std::collections::BTreeMap<String, String> = crate::tools::invoicing::tools()
+        .iter()
+        .map(|t| (t.spec().name.to_owned(), "the built-in tools".to_owned()))
+        .chain(
+            crate::tools::invoicing::retired::RETIRED_TOOLS
+                .iter()
+                .map(|r| (r.name.to_owned(), "a retired built-in tool".to_owned())),
+        )
+        .collect();
+    let mut report = Vec::new();
+    for item in &checked {
+        let name = &item.config.name;
+        match &item.opened {
+            Err(found) => {
+                problems.extend(found.iter().map(ToString::to_string));
+                report.push(serde_json::json!({
+                    "name": name, "kind": item.config.kind.as_str(), "state": "down",
+                    "problems": found.iter().map(|p| p.message.clone()).collect::<Vec<_>>(),
+                    "tools": [],
+                }));
+            }
+            Ok(backends) => {
+                for (backend, tool) in backends.unmatched_overrides() {
+                    problems.push(format!(
+                        "backend {backend}: the override [backends.tools.{tool}] names no tool this backend yields; check the name against the list above"
+                    ));
+                }
+                let tools: Vec<Arc<dyn Tool>> = backends.tools();
+                for tool in &tools {
+                    let spec = tool.spec();
+                    if let Some(owner) =
+                        taken.insert(spec.name.to_owned(), format!("backend {name}"))
+                    {
+                        problems.push(format!(
+                            "backend {name}: the tool {} is already named by {owner}; rename it with an override or disable one of them",
+                            spec.name
+                        ));
+                    }
+                }
+                let status = backends.status();
+                let state = status.first().map(|s| s.health.as_str()).unwrap_or("down");
+                report.push(serde_json::json!({
+                    "name": name, "kind": item.config.kind.as_str(), "state": state,
+                    "tools": tools.iter().map(|t| {
+                        let spec = t.spec();
+                        serde_json::json!({
+                            "name": spec.name, "category": spec.category.as_str(),
+                            "scope": spec.scope, "idempotency": idempotency_word(spec.idempotency),
+                        })
+                    }).collect::<Vec<_>>(),
+                }));
+            }
+        }
+    }
+    for item in checked {
+        if let Ok(backends) = item.opened {
+            backends.shutdown();
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "backends": report, "problems": problems })
+        );
+    } else {
+        print_table(&report);
+        for problem in &problems {
+            eprintln!("problem: {problem}");
+        }
+    }
+    if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn print_table(report: &[serde_json::Value]) {
+    for backend in report {
+        let field = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        println!(
+            "backend {} ({}): {}",
+            field(&backend["name"]),
+            field(&backend["kind"]),
+            field(&backend["state"])
+        );
+        let tools = backend["tools"].as_array().cloned().unwrap_or_default();
+        let width = tools
+            .iter()
+            .map(|t| field(&t["name"]).len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        if !tools.is_empty() {
+            println!(
+                "  {:<width$}  {:<11}  {:<24}  idempotency",
+                "tool", "category", "scope"
+            );
+        }
+        for tool in tools {
+            println!(
+                "  {:<width$}  {:<11}  {:<24}  {}",
+                field(&tool["name"]),
+                field(&tool["category"]),
+                field(&tool["scope"]),
+                field(&tool["idempotency"])
+            );
+        }
+    }
+}
