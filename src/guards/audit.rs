@@ -50,6 +50,8 @@ pub struct AuditEntry<'a> {
     pub principal: Option<&'a Principal>,
     /// The tool name as sent.
     pub tool: &'a str,
+    /// The backend the tool forwards to, when it is a backend tool.
+    pub backend: Option<&'a str>,
     /// How it ended.
     pub outcome: Verdict<'a>,
     /// Time spent.
@@ -258,6 +260,7 @@ impl Auditor {
             outcome: entry.outcome.code().to_owned(),
             duration_us: i64::try_from(entry.duration.as_micros()).unwrap_or(i64::MAX),
             transport: entry.transport,
+            backend: entry.backend.map(str::to_owned),
         };
         let mut buffer = self.shared.lock();
         if let Some(outcome) = summarised(entry) {
@@ -465,6 +468,7 @@ mod tests {
                 request_id: &json!(id),
                 principal: Some(&principal),
                 tool: "test_simple_text",
+                backend: None,
                 outcome,
                 duration: Duration::from_micros(1500),
                 transport: "stdio",
@@ -514,6 +518,7 @@ mod tests {
             request_id,
             principal: None,
             tool,
+            backend: None,
             outcome,
             duration: Duration::from_micros(10),
             transport: "http",
@@ -611,6 +616,7 @@ mod tests {
             outcome: "invalid_token".into(),
             duration_us: 0,
             transport: "http",
+            backend: None,
         };
         for i in 0..SUMMARY_SOURCES + 50 {
             buffer.summarise(row(60_000), "invalid_token", &format!("http:10.0.{i}"));

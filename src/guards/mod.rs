@@ -396,7 +396,7 @@ impl Guards {
         let principal = principal[0].take();
         self.audit(
             read.request_id,
-            read.audit_name,
+            (read.audit_name, None),
             caller,
             started,
             principal.as_ref(),
@@ -463,7 +463,7 @@ impl Guards {
         metrics::global().observe_tool_call(cx.registry, call.name, verdict, started.elapsed());
         self.audit(
             call.request_id,
-            call.name,
+            (call.name, passage.tool.and_then(|t| t.tool.backend())),
             cx.caller,
             started,
             passage.principal.as_ref(),
@@ -482,11 +482,12 @@ impl Guards {
         }
     }
 
-    /// [`steps::Step::Audit`]: the audit row of a finished call named `name`.
+    /// [`steps::Step::Audit`]: the audit row of a finished call of the tool `name`, with
+    /// the backend it forwards to.
     fn audit(
         &self,
         request_id: &Value,
-        name: &str,
+        (name, backend): (&str, Option<&str>),
         caller: &Caller<'_>,
         started: Instant,
         principal: Option<&Principal>,
@@ -497,6 +498,7 @@ impl Guards {
                 request_id,
                 principal,
                 tool: name,
+                backend,
                 outcome,
                 duration: started.elapsed(),
                 transport: caller.transport,

@@ -25,6 +25,8 @@ pub struct AuditRow {
     pub duration_us: i64,
     /// `stdio` or `http`.
     pub transport: &'static str,
+    /// The backend the tool forwards to (`None` for a built-in tool).
+    pub backend: Option<String>,
 }
 
 /// Inserts one row standing for `calls` calls (with the `source` of a summary row);
@@ -39,8 +41,8 @@ pub fn insert_row(
     let mut stmt = conn
         .prepare_cached(
             "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
-         duration_us, transport, calls, source) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         duration_us, transport, calls, source, backend) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )
         .or_store()?;
     stmt.execute(params![
@@ -53,7 +55,8 @@ pub fn insert_row(
         row.duration_us,
         row.transport,
         calls,
-        source
+        source,
+        row.backend
     ])
     .or_store()?;
     Ok(conn.last_insert_rowid())
@@ -122,6 +125,8 @@ pub struct AuditRecord {
     pub calls: i64,
     /// Where a summary row's refusals came from (`None` on the row of a single call).
     pub source: Option<String>,
+    /// The backend the tool forwards to (`None` for a built-in tool).
+    pub backend: Option<String>,
 }
 
 impl Store {
@@ -165,12 +170,12 @@ impl Store {
             // second keeps one parameter list.)
             let mut stmt = conn.prepare_cached(if filter.credential_id.is_some() {
                 "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport, calls, source FROM audit_log WHERE credential_id = ?1 \
+             transport, calls, source, backend FROM audit_log WHERE credential_id = ?1 \
              AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
              ORDER BY at DESC, id DESC LIMIT ?4 + 0"
             } else {
                 "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport, calls, source FROM audit_log WHERE ?1 IS NULL \
+             transport, calls, source, backend FROM audit_log WHERE ?1 IS NULL \
              AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
              ORDER BY id DESC LIMIT ?4 + 0"
             }).or_store()?;
@@ -195,6 +200,7 @@ impl Store {
                             transport: row.get(8)?,
                             calls: row.get(9)?,
                             source: row.get(10)?,
+                            backend: row.get(11)?,
                         })
                     },
                 )

@@ -16,7 +16,7 @@ use super::SqlResult;
 use super::{StoreError, StoreOptions, configure_connection, open_flags};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -64,6 +64,10 @@ const GUARD_CHANNEL_AND_FAULTS_SQL: &str = "
     CREATE INDEX faults_by_tool ON faults (tool);
 ";
 
+/// Version 6: the backend a call was forwarded to, on its audit row (`NULL` for the
+/// built-in tools).
+const AUDIT_BACKEND_SQL: &str = "ALTER TABLE audit_log ADD COLUMN backend TEXT;";
+
 /// Ordered migration steps: (version reached, SQL). Never edit a released step; append one.
 const MIGRATIONS: &[(u32, &str)] = &[
     (1, SCHEMA_SQL),
@@ -71,6 +75,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (3, BOOKS_SQL),
     (4, AUDIT_SUMMARY_SQL),
     (5, GUARD_CHANNEL_AND_FAULTS_SQL),
+    (6, AUDIT_BACKEND_SQL),
 ];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.

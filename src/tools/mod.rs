@@ -263,6 +263,12 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// The backend it forwards calls to (its configured name), for a tool of one of the
+    /// company's own systems; `None` for a built-in tool.
+    fn backend(&self) -> Option<&str> {
+        None
+    }
+
     /// Runs it with arguments already validated against the input schema.
     fn call(
         &self,

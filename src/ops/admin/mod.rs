@@ -354,7 +354,7 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
                         "request_id": r.request_id, "credential_id": r.credential_id,
                         "client_id": r.client_id, "tool": r.tool, "outcome": r.outcome,
                         "duration_us": r.duration_us, "transport": r.transport,
-                        "calls": r.calls, "source": r.source })
+                        "calls": r.calls, "source": r.source, "backend": r.backend })
             })
             .collect();
         println!("{}", Value::Array(list));
