@@ -8,6 +8,7 @@
 mod util;
 
 mod architecture;
+mod backends_upstream;
 mod backup;
 mod capabilities;
 mod clock;

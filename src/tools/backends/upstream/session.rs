@@ -478,6 +478,9 @@ pub(super) async fn supervise(
         };
         let reason = match attempt {
             Ok(session) => {
+                // The tools are in place before `open` returns: the server builds its
+                // first registry from them.
+                shared.connected(session.link.clone(), session.pid, &session.tools);
                 if let Some(first) = first.take() {
                     let _ = first.send(Ok(()));
                 }
@@ -535,7 +538,6 @@ async fn watch_session(
         link,
         tools,
     } = session;
-    shared.connected(link.clone(), pid, &tools);
     tracing::info!(backend = %shared.name, tools = tools.len(), "upstream connected");
     let cancel = running.cancellation_token();
     let mut waiting = Box::pin(running.waiting());
