@@ -41,25 +41,39 @@ pub const SCOPES: &[&str] = &[
     "reports:generate",
 ];
 
-/// RFC 9728 metadata for the MCP endpoint at `base`/mcp.
-pub fn protected_resource_metadata(base: &str) -> Value {
+/// The scopes the metadata names: the built-in ones, then those of the backend tools
+/// (`extra`), each once.
+fn supported(extra: &[String]) -> Vec<String> {
+    let mut all: Vec<String> = SCOPES.iter().map(|s| (*s).to_owned()).collect();
+    for scope in extra {
+        if !all.contains(scope) {
+            all.push(scope.clone());
+        }
+    }
+    all
+}
+
+/// RFC 9728 metadata for the MCP endpoint at `base`/mcp; `extra` are the scopes of the
+/// backend tools.
+pub fn protected_resource_metadata(base: &str, extra: &[String]) -> Value {
     json!({
         "resource": format!("{base}/mcp"),
         "authorization_servers": [base],
-        "scopes_supported": SCOPES,
+        "scopes_supported": supported(extra),
         "bearer_methods_supported": ["header"],
         "resource_name": "tollgate",
     })
 }
 
-/// RFC 8414 metadata of the built-in authorization server.
-pub fn authorization_server_metadata(base: &str) -> Value {
+/// RFC 8414 metadata of the built-in authorization server; `extra` are the scopes of the
+/// backend tools.
+pub fn authorization_server_metadata(base: &str, extra: &[String]) -> Value {
     json!({
         "issuer": base,
         "token_endpoint": format!("{base}/oauth/token"),
         "grant_types_supported": ["client_credentials"],
         "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
-        "scopes_supported": SCOPES,
+        "scopes_supported": supported(extra),
         "response_types_supported": [],
     })
 }
@@ -432,10 +446,14 @@ mod tests {
 
     #[test]
     fn metadata_points_at_this_server() {
-        let prm = protected_resource_metadata("http://127.0.0.1:8787");
+        let extra = ["crm:read".to_owned(), "invoices:read".to_owned()];
+        let prm = protected_resource_metadata("http://127.0.0.1:8787", &extra);
         assert_eq!(prm["resource"], "http://127.0.0.1:8787/mcp");
         assert_eq!(prm["authorization_servers"][0], "http://127.0.0.1:8787");
-        let asm = authorization_server_metadata("http://127.0.0.1:8787");
+        let scopes = prm["scopes_supported"].as_array().expect("scopes");
+        assert_eq!(scopes.len(), SCOPES.len() + 1);
+        assert_eq!(scopes[SCOPES.len()], "crm:read");
+        let asm = authorization_server_metadata("http://127.0.0.1:8787", &[]);
         assert_eq!(asm["token_endpoint"], "http://127.0.0.1:8787/oauth/token");
     }
 }

@@ -125,14 +125,27 @@ impl App {
             return self.error_reply(None, err);
         }
         let base = self.base_url();
+        let mut backend_scopes: Vec<String> = self
+            .server
+            .registry()
+            .tools()
+            .iter()
+            .filter(|t| t.tool.backend().is_some())
+            .map(|t| t.spec().scope.to_owned())
+            .collect();
+        backend_scopes.sort();
+        backend_scopes.dedup();
         match head.path.as_str() {
             p if p.starts_with("/.well-known/oauth-protected-resource") => Reply::json(
                 200,
-                crate::transport::http::oauth::protected_resource_metadata(&base),
+                crate::transport::http::oauth::protected_resource_metadata(&base, &backend_scopes),
             ),
             "/.well-known/oauth-authorization-server" => Reply::json(
                 200,
-                crate::transport::http::oauth::authorization_server_metadata(&base),
+                crate::transport::http::oauth::authorization_server_metadata(
+                    &base,
+                    &backend_scopes,
+                ),
             ),
             _ => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
         }
