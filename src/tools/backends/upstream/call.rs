@@ -36,6 +36,8 @@ use super::session::Link;
 
 /// How often the waiting thread looks at the caller's cancellation.
 const POLL: Duration = Duration::from_millis(50);
+/// How long a call that relays progress waits after its result for progress still on its way.
+const PROGRESS_SETTLE: Duration = Duration::from_millis(10);
 /// How much of the upstream's own message `details.message` keeps.
 const MESSAGE_MAX_CHARS: usize = 300;
 
@@ -176,6 +178,12 @@ async fn run(
         }
     };
     if relay {
+        // rmcp hands each notification to a task of its own, so the last progress
+        // notification, sent before the result, may still be on its way: give it a moment
+        // to reach the caller ahead of the result.
+        if outcome.is_ok() {
+            tokio::time::sleep(PROGRESS_SETTLE).await;
+        }
         link.progress.unregister(&token);
     }
     if let Err(e) = &outcome
