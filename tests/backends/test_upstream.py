@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -372,3 +373,28 @@ async def test_fastmcp_a_cancellation_is_forwarded_to_the_upstream(fastmcp_gate,
         # The session goes on serving.
         greeted = await client.call_tool("fm_greet", {"name": "again"})
         assert greeted.structured_content == {"greeting": "Hello, again!"}
+
+
+async def test_a_secret_header_never_leaves_towards_the_caller_or_the_log(everything_http, serve_http, tollgate_db, tmp_path) -> None:
+    secret = "Bearer sekrit-upstream-header-5d1e"
+    secret_file = tmp_path / "upstream.auth"
+    secret_file.write_text(secret + "\n")
+    config = (
+        '[log]\nlevel = "debug"\n\n'
+        f'[[backends]]\nname = "ev"\nkind = "mcp"\nurl = "{everything_http.url}"\n'
+        f'headers = {{ "Authorization" = {{ file = {json.dumps(str(secret_file))} }}, "X-Tenant" = "acme" }}\n'
+    )
+    server = serve_http(tollgate_db, config=config)
+    seen: list[str] = []
+    async with connect(server, tollgate_db.admin_key) as client:
+        seen.append(str(await client.list_tools()))
+        seen.append(str(await client.call_tool("ev_get_sum", {"a": 1, "b": 1})))
+        seen.append(str(await client.call_tool("ev_gzip_file_as_resource", {"data": "ftp://example.invalid/x"})))
+        everything_http.kill()
+        seen.append(str(await client.call_tool("ev_get_sum", {"a": 1, "b": 1})))
+    with urllib.request.urlopen(f"{server.base}/healthz", timeout=10) as health:
+        seen.append(health.read().decode())
+    assert "sekrit" not in "\n".join(seen)
+    log = server.log_text()
+    assert "ev_get_sum" in log or "upstream" in log, log[-2000:]
+    assert "sekrit" not in log
