@@ -2,8 +2,8 @@
 
 Its tools cover each outcome tollgate must map: one that succeeds with structured content,
 one that raises, one that returns `isError: true` itself, one that answers with a JSON-RPC
-error, one that is slow (and writes `CANCEL_MARKER` when its request is cancelled), and one
-that reports progress.
+error, one that is slow (and writes `CANCEL_MARKER` when its request is cancelled), one that
+reports progress, and one that adds a tool and sends `notifications/tools/list_changed`.
 
     python fastmcp_upstream.py        # stdio
 """
@@ -16,9 +16,10 @@ from pathlib import Path
 
 from fastmcp import Context, FastMCP
 from fastmcp.server.middleware import Middleware
+from fastmcp.tools import Tool
 from fastmcp.tools.base import ToolResult
 from mcp.shared.exceptions import MCPError
-from mcp.types import TextContent
+from mcp.types import TextContent, ToolListChangedNotification
 
 mcp = FastMCP("fastmcp-upstream", mask_error_details=False)
 
@@ -80,6 +81,18 @@ async def count(steps: int, ctx: Context) -> str:
         await ctx.report_progress(step, steps, f"step {step}")
         await asyncio.sleep(0.05)
     return f"counted {steps}"
+
+
+@mcp.tool
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool named `name` and tells the client its list of tools changed."""
+
+    def added() -> str:
+        return f"{name} is here"
+
+    mcp.add_tool(Tool.from_function(added, name=name, description="A tool added at run time."))
+    await ctx.send_notification(ToolListChangedNotification())
+    return f"added {name}"
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ official Python SDK client (`mcp` 2.3.0, handshake era over Streamable HTTP):
   on a free port, `PORT`): its tools under the prefix, calls, a tool that raises, a call
   past the deadline, progress relayed, and the upstream killed mid-session then restarted;
 - a FastMCP server (PyPI, `fastmcp_upstream.py`): a tool that raises, one that returns
-  `isError`, a JSON-RPC error, progress, and a cancellation forwarded to it.
+  `isError`, a JSON-RPC error, progress, a cancellation forwarded to it, and a tool added
+  at run time (`notifications/tools/list_changed`) offered by the gate.
+
+A secret header of an HTTP upstream never reaches a response, `/healthz` or the log.
 
 Every failure is asserted on the catalog envelope in `_meta["dev.tollgate/error"]`.
 """
@@ -398,3 +401,16 @@ async def test_a_secret_header_never_leaves_towards_the_caller_or_the_log(everyt
     log = server.log_text()
     assert "ev_get_sum" in log or "upstream" in log, log[-2000:]
     assert "sekrit" not in log
+
+
+async def test_fastmcp_a_changed_list_of_tools_is_read_again(fastmcp_gate, tollgate_db) -> None:
+    server, _ = fastmcp_gate
+    async with connect(server, tollgate_db.admin_key) as client:
+        grown = await client.call_tool("fm_grow", {"name": "fresh"})
+        assert text_of(grown) == "added fresh"
+        deadline = time.monotonic() + WAIT
+        while "fm_fresh" not in {tool.name for tool in (await client.list_tools()).tools}:
+            assert time.monotonic() < deadline, "the new tool never appeared"
+            await anyio.sleep(0.1)
+        fresh = await client.call_tool("fm_fresh", {})
+        assert text_of(fresh) == "fresh is here"
