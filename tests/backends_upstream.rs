@@ -272,3 +272,49 @@ fn stopping_the_gate_stops_the_upstream() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn an_upstream_that_cannot_be_reached_is_a_problem_saying_what_happened() {
+    let db = TestDb::new();
+    let port = crate::util::free_port();
+    let config = format!(
+        r#"
+[[backends]]
+name = "gone"
+kind = "mcp"
+command = "/nonexistent/mcp-server"
+
+[[backends]]
+name = "quits"
+kind = "mcp"
+command = "sh"
+args = ["-c", "exit 3"]
+
+[[backends]]
+name = "web"
+kind = "mcp"
+url = "http://127.0.0.1:{port}/mcp"
+"#
+    );
+    let path = db.dir.path().join("tollgate.toml");
+    std::fs::write(&path, config).expect("write config");
+    let out = db.run(&[
+        "--config",
+        path.to_str().expect("utf-8"),
+        "backends",
+        "check",
+    ]);
+    assert!(!out.status.success());
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "backend gone: the upstream did not start: /nonexistent/mcp-server: No such file or directory".to_owned(),
+        "backend quits: the upstream did not start: sh: it exited or closed its output before answering initialize".to_owned(),
+        format!("backend web: no MCP server answered at http://127.0.0.1:{port}/mcp: Connection refused"),
+    ] {
+        assert!(printed.contains(&expected), "{expected} in {printed}");
+    }
+}

@@ -34,9 +34,12 @@ use crate::tools::{Category, ToolOutput};
 
 use session::{Link, Target};
 
-/// The longest `open` waits for the first connection (the backend's own deadline when
-/// shorter); an upstream still starting after that goes on connecting in the background.
-const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(15);
+/// The longest `open` waits for the first connection: a little longer than one attempt may
+/// take, so that the first attempt's outcome is nearly always known (a failure is reported
+/// at start); an upstream still starting after that goes on connecting in the background.
+/// The backend's per-call deadline does not shorten it: starting a server can take longer
+/// than answering a call.
+const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(16);
 
 /// The longest `shutdown` waits for the upstream to stop before killing what is left of it.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -72,7 +75,7 @@ pub fn open(config: &BackendConfig, env: &BackendEnv) -> Result<Arc<dyn Backend>
         done: Mutex::new(Some(done_rx)),
         stopping: AtomicBool::new(false),
     };
-    let wait = config.timeout.min(FIRST_CONNECT_WAIT);
+    let wait = FIRST_CONNECT_WAIT;
     match first_rx.recv_timeout(wait) {
         Ok(Ok(())) => Ok(Arc::new(upstream)),
         Ok(Err(message)) => {

@@ -23,8 +23,12 @@ use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest,
     ProgressNotificationParam, ProgressToken, ProtocolVersion, Tool as UpstreamTool,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, QuitReason, RunningService};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::service::{
+    ClientInitializeError, NotificationContext, PeerRequestOptions, QuitReason, RunningService,
+};
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
@@ -307,7 +311,7 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
             let running = handler
                 .serve(transport)
                 .await
-                .map_err(|e| format!("no MCP server answered at {url}: {e}"))?;
+                .map_err(|e| format!("no MCP server answered at {url}: {}", cause_of(&e)))?;
             (running, None)
         }
     };
@@ -373,7 +377,35 @@ async fn start_child(
         Ok(running) => Ok((running, pid)),
         Err(e) => {
             kill_group(pid);
-            Err(format!("the upstream did not start: {command}: {e}"))
+            Err(format!(
+                "the upstream did not start: {command}: {}",
+                cause_of(&e)
+            ))
+        }
+    }
+}
+
+/// What went wrong at the bottom of `error`'s chain (a refused connection, a closed pipe),
+/// without the layers of the transport above it.
+fn cause_of(error: &ClientInitializeError) -> String {
+    if let ClientInitializeError::ConnectionClosed(_) = error {
+        return "it exited or closed its output before answering initialize".into();
+    }
+    let mut cause: &dyn std::error::Error = match error {
+        ClientInitializeError::TransportError { error, .. } => error.error.as_ref(),
+        other => other,
+    };
+    loop {
+        // The HTTP client's own error is held, not chained, by the transport's error.
+        if let Some(StreamableHttpError::Client(client)) =
+            cause.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            cause = client;
+            continue;
+        }
+        match cause.source() {
+            Some(source) => cause = source,
+            None => return cause.to_string(),
         }
     }
 }
@@ -509,7 +541,7 @@ pub(super) async fn supervise(
         tracing::warn!(backend = %shared.name, reason, wait_ms = wait.as_millis() as u64, "upstream unavailable; reconnecting");
         let health = if backoff.at_cap() {
             Health::Down(format!(
-                "{reason}; retrying every {} s",
+                "{reason}; next attempt in {} s",
                 wait.as_secs().max(1)
             ))
         } else {
