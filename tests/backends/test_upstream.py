@@ -6,7 +6,8 @@ official Python SDK client (`mcp` 2.3.0, handshake era over Streamable HTTP):
   on a free port, `PORT`): its tools under the prefix, calls, a tool that raises, a call
   past the deadline, progress relayed, and the upstream killed mid-session then restarted;
 - a FastMCP server (PyPI, `fastmcp_upstream.py`): a tool that raises, one that returns
-  `isError`, a JSON-RPC error, progress, a cancellation forwarded to it, and a tool added
+  `isError`, a JSON-RPC error, progress, a cancellation forwarded to it, a call past the
+  deadline cancelled upstream, and a tool added
   at run time (`notifications/tools/list_changed`) offered by the gate.
 
 A secret header of an HTTP upstream never reaches a response, `/healthz` or the log.
@@ -414,3 +415,16 @@ async def test_fastmcp_a_changed_list_of_tools_is_read_again(fastmcp_gate, tollg
             await anyio.sleep(0.1)
         fresh = await client.call_tool("fm_fresh", {})
         assert text_of(fresh) == "fresh is here"
+
+
+async def test_fastmcp_a_call_past_the_deadline_is_cancelled_upstream(serve_http, tollgate_db, tmp_path) -> None:
+    marker = tmp_path / "cancelled-at-deadline"
+    config = stdio_backend("fm", sys.executable, [str(FASTMCP_UPSTREAM)], env={"CANCEL_MARKER": str(marker)}, timeout_ms=1000)
+    server = serve_http(tollgate_db, config=config)
+    async with connect(server, tollgate_db.admin_key) as client:
+        late = envelope(await client.call_tool("fm_slow", {"seconds": 30}))
+    assert late["code"] == "timeout"
+    assert late["error_code"] == 3002
+    assert late["retryable"] is True
+    assert late["details"] == {"backend": "fm", "timeout_ms": 1000}
+    wait_for(marker.exists, "the upstream to be told the call was cancelled")
