@@ -7,8 +7,8 @@ official Python SDK client (`mcp` 2.3.0, handshake era over Streamable HTTP):
   past the deadline, progress relayed, and the upstream killed mid-session then restarted;
 - a FastMCP server (PyPI, `fastmcp_upstream.py`): a tool that raises, one that returns
   `isError`, a JSON-RPC error, progress, a cancellation forwarded to it, a call past the
-  deadline cancelled upstream, and a tool added
-  at run time (`notifications/tools/list_changed`) offered by the gate.
+  deadline cancelled upstream, and a tool added at run time
+  (`notifications/tools/list_changed`) offered by the gate.
 
 A secret header of an HTTP upstream never reaches a response, `/healthz` or the log.
 
