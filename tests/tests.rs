@@ -8,6 +8,8 @@
 mod util;
 
 mod architecture;
+mod backends_guards;
+mod backends_openapi;
 mod backends_upstream;
 mod backup;
 mod capabilities;

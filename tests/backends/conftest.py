@@ -21,7 +21,7 @@ _INTEROP = Path(__file__).resolve().parents[1] / "interop" / "conftest.py"
 _spec = importlib.util.spec_from_file_location("interop_conftest", _INTEROP)
 assert _spec is not None and _spec.loader is not None
 interop = importlib.util.module_from_spec(_spec)
-# dataclasses look their module up in sys.modules.
+# A dataclass looks its module up in sys.modules while it is being defined.
 sys.modules[_spec.name] = interop
 _spec.loader.exec_module(interop)
 
