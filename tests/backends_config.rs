@@ -27,10 +27,22 @@ fn document(operation_id: &str) -> String {
 fn a_mistake_in_a_backend_entry_is_refused_with_what_to_fix() {
     let db = TestDb::new();
     let cases = [
-        ("[[backends]]\nname = \"crm\"\nkind = \"openapi\"\nspec = \"x.json\"\nauth = { header = \"X-Key\", value = \"inline-secret\" }\n", "unknown field `value`"),
-        ("[[backends]]\nname = \"crm\"\nkind = \"grpc\"\n", "`kind` \"grpc\" is not one of openapi, mcp"),
-        ("[[backends]]\nname = \"crm\"\nkind = \"mcp\"\n", "`command` (stdio) or `url` (Streamable HTTP) is required"),
-        ("[[backends]]\nname = \"crm\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.other_tool]\nenabled = false\n", "starts with `crm_`"),
+        (
+            "[[backends]]\nname = \"crm\"\nkind = \"openapi\"\nspec = \"x.json\"\nauth = { header = \"X-Key\", value = \"inline-secret\" }\n",
+            "unknown field `value`",
+        ),
+        (
+            "[[backends]]\nname = \"crm\"\nkind = \"grpc\"\n",
+            "`kind` \"grpc\" is not one of openapi, mcp",
+        ),
+        (
+            "[[backends]]\nname = \"crm\"\nkind = \"mcp\"\n",
+            "`command` (stdio) or `url` (Streamable HTTP) is required",
+        ),
+        (
+            "[[backends]]\nname = \"crm\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.other_tool]\nenabled = false\n",
+            "starts with `crm_`",
+        ),
     ];
     for (text, expected) in cases {
         let config = write(&db, "bad.toml", text);
@@ -56,7 +68,11 @@ fn backends_check_lists_each_tool_with_its_category_scope_and_idempotency() {
         ),
     );
     let out = db.run(&["--config", &config, "backends", "check", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(report["problems"], json!([]));
     assert_eq!(
@@ -84,7 +100,9 @@ fn a_tool_named_like_a_built_in_one_fails_the_check_and_the_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("problem: backend create: the tool create_client is already named by the built-in tools"),
+        stderr.contains(
+            "problem: backend create: the tool create_client is already named by the built-in tools"
+        ),
         "{stderr}"
     );
     assert!(

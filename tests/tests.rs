@@ -8,6 +8,10 @@
 mod util;
 
 mod architecture;
+mod backends_config;
+mod backends_guards;
+mod backends_openapi;
+mod backends_upstream;
 mod backup;
 mod capabilities;
 mod clock;

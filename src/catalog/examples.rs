@@ -85,6 +85,13 @@ pub fn example(kind: K) -> McpError {
             .detail("backend", "erp")
             .detail("original_error", "ERP-504")
             .detail("message", "the ledger is closed"),
+        K::UpstreamRpcError => McpError::new(kind)
+            .detail("backend", "files")
+            .detail(
+                "original_error",
+                json!({"code": -32602, "message": "Unknown tool: search"}),
+            )
+            .detail("message", "Unknown tool: search"),
         K::AdapterErrorRetryable => McpError::new(kind)
             .detail("backend", "erp")
             .detail("original_error", 503),

@@ -358,6 +358,11 @@ catalog! {
         "The business backend[ {details.backend}] answered with an error[ ({details.original_error})][: {details.message}]; the call did not complete.",
         "El sistema de negocio[ {details.backend}] respondió con un error[ ({details.original_error})][: {details.message}]; la llamada no se completó.",
         "the backend answered with an error; its own id in `details.original_error`"),
+    /// An upstream MCP server answered the forwarded call with a JSON-RPC error.
+    UpstreamRpcError => (-32603, "adapter_error", 502, 4001, false, Tool, Ok,
+        "The business backend {details.backend} answered with error {details.original_error.code}[: {details.message}]; the call did not complete.",
+        "El sistema de negocio {details.backend} respondió con el error {details.original_error.code}[: {details.message}]; la llamada no se completó.",
+        "an upstream MCP server answered with a JSON-RPC error; its code and message in `details.original_error`"),
     /// The backend answered with a temporary error (HTTP 502, 503, 504).
     AdapterErrorRetryable => (-32603, "adapter_error", 502, 4001, true, Tool, Ok,
         "The business backend[ {details.backend}] answered with a temporary error[ ({details.original_error})]; the call did not complete, retry with backoff.",

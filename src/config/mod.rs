@@ -20,8 +20,9 @@ mod raw;
 mod validate;
 
 pub use backends::{
-    BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, HeaderValue, IdempotencyPolicy,
-    McpTransport, OpenApiBackend, ToolOverride, read_secret, valid_backend_name,
+    BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_ERROR_ID_POINTERS,
+    DEFAULT_ERROR_MESSAGE_POINTERS, HeaderValue, IdempotencyPolicy, McpTransport, OpenApiBackend,
+    ToolOverride, read_secret, valid_backend_name,
 };
 
 use raw::*;

@@ -155,8 +155,30 @@ pub(super) fn read_file(path: &Path) -> Result<RawConfig, ConfigError> {
             ConfigError::new(format!("cannot read config file {}: {e}", path.display()))
         }
     })?;
-    toml::from_str(&text)
-        .map_err(|e| ConfigError::new(format!("config file {}: {e}", path.display())))
+    toml::from_str(&text).map_err(|e| {
+        ConfigError::new(format!(
+            "config file {}{}: {}",
+            path.display(),
+            e.span()
+                .map(|span| place(&text, span.start))
+                .unwrap_or_default(),
+            e.message().trim_end()
+        ))
+    })
+}
+
+/// Where a parse error is: `, line N (key = …)`. The line's key is named and its value
+/// left out: a line of a config file may hold a secret an operator wrote inline by
+/// mistake, and this message reaches the journal.
+fn place(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let number = before.matches('\n').count() + 1;
+    let line = text.lines().nth(number - 1).unwrap_or_default().trim();
+    match line.split_once('=') {
+        Some((key, _)) => format!(", line {number} ({} = …)", key.trim()),
+        None if line.starts_with('[') => format!(", line {number} ({line})"),
+        None => format!(", line {number}"),
+    }
 }
 
 /// The last value of `name` in `env`.

@@ -51,14 +51,19 @@ pub fn rehearsable(code: &str) -> Option<ErrorKind> {
         .find(|kind| kind.spec().code == code)
 }
 
-/// Every code [`rehearsable`] accepts, in catalog order.
+/// Every code [`rehearsable`] accepts, each once, in catalog order.
 pub fn rehearsable_codes() -> Vec<&'static str> {
-    ErrorKind::ALL
+    let mut codes: Vec<&'static str> = Vec::new();
+    for kind in ErrorKind::ALL
         .iter()
         .copied()
-        .filter(|kind| is_rehearsable(*kind))
-        .map(|kind| kind.spec().code)
-        .collect()
+        .filter(|k| is_rehearsable(*k))
+    {
+        if !codes.contains(&kind.spec().code) {
+            codes.push(kind.spec().code);
+        }
+    }
+    codes
 }
 
 fn is_rehearsable(kind: ErrorKind) -> bool {

@@ -102,8 +102,14 @@ impl Drop for LogGuard {
 
 /// Installs the global subscriber; `RUST_LOG` refines the configured level when set.
 pub fn init(config: &LogConfig) -> LogGuard {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(config.level.as_str()));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        // The MCP client library logs every message of an upstream session at info: at the
+        // default level only its warnings are kept.
+        match config.level.as_str() {
+            "info" => EnvFilter::new("info,rmcp=warn"),
+            level => EnvFilter::new(level),
+        }
+    });
     let (queue, lines) = sync_channel(BUFFERED_LINES);
     let format = config.format;
     let writer = std::thread::Builder::new()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ _INTEROP = Path(__file__).resolve().parents[1] / "interop" / "conftest.py"
 _spec = importlib.util.spec_from_file_location("interop_conftest", _INTEROP)
 assert _spec is not None and _spec.loader is not None
 interop = importlib.util.module_from_spec(_spec)
+# A dataclass looks its module up in sys.modules while it is being defined.
+sys.modules[_spec.name] = interop
 _spec.loader.exec_module(interop)
 
 # The interop fixtures, under their own names.

@@ -1,14 +1,440 @@
-//! Placeholder while the openapi backend is written.
+//! `kind = "openapi"`: a REST API described by an OpenAPI 3.0 or 3.1 document, each of its
+//! operations a tool ([`spec`] reads the document, [`schema`] makes its JSON Schemas).
+//!
+//! A call builds the HTTP request from the arguments ([`request`]), sends it with the
+//! backend's one `reqwest` client on the outbound runtime — redirects not followed, no
+//! proxy from the environment — and waits for it with the backend's deadline, checking the
+//! caller's cancellation every few milliseconds; the body is read up to
+//! `max_response_bytes`. The answer becomes a result or a catalog error ([`response`]);
+//! a backend that cannot be reached is `backend_unavailable`, one that does not answer in
+//! time is `timeout`.
+//!
+//! The credential is read once, when the backend is opened, and kept in a header value
+//! marked sensitive; no error, log line or `Debug` print carries it, nor the base URL, nor
+//! a file path.
+//!
+//! Health: `ready` once the document is read (there is no connection to keep); after a
+//! call that could not reach the backend, `down` with that reason, until a call reaches
+//! it again.
 
-use std::sync::Arc;
+mod request;
+mod response;
+mod schema;
+mod spec;
 
-use crate::config::BackendConfig;
-use crate::tools::backends::{Backend, BackendEnv, BackendProblem};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// Opens the backend `config` describes.
-pub fn open(config: &BackendConfig, _env: &BackendEnv) -> Result<Arc<dyn Backend>, BackendProblem> {
-    Err(BackendProblem {
-        backend: config.name.clone(),
-        message: "this kind of backend is not available in this build".into(),
+use base64::Engine as _;
+use reqwest::{Client, redirect};
+use serde_json::{Map, Value};
+
+use self::request::{Credential, Outgoing};
+use self::response::{Answer, Mapper};
+use self::spec::Endpoint;
+use crate::catalog::{ErrorKind, McpError};
+use crate::config::{BackendAuth, BackendConfig, BackendKind, OpenApiBackend, read_secret};
+use crate::tools::ToolOutput;
+use crate::tools::backends::{
+    Backend, BackendEnv, BackendProblem, Call, Health, Operation, tool_name,
+};
+
+/// How often a waiting call looks at the caller's cancellation.
+const CANCEL_POLL: Duration = Duration::from_millis(25);
+
+/// One OpenAPI backend, its document read.
+pub struct OpenApi {
+    name: String,
+    base_url: String,
+    client: Client,
+    credential: Option<Credential>,
+    operations: Vec<Operation>,
+    endpoints: HashMap<String, Endpoint>,
+    max_response_bytes: u64,
+    id_pointers: Vec<String>,
+    message_pointers: Vec<String>,
+    runtime: tokio::runtime::Handle,
+    last_failure: Mutex<Option<&'static str>>,
+}
+
+impl std::fmt::Debug for OpenApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenApi")
+            .field("name", &self.name)
+            .field("operations", &self.operations.len())
+            .field("credential", &self.credential)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens the backend `config` describes: reads its credential and its document.
+pub fn open(config: &BackendConfig, env: &BackendEnv) -> Result<Arc<dyn Backend>, BackendProblem> {
+    Ok(Arc::new(OpenApi::open(config, env)?))
+}
+
+impl OpenApi {
+    fn open(config: &BackendConfig, env: &BackendEnv) -> Result<OpenApi, BackendProblem> {
+        let problem = |message: String| BackendProblem {
+            backend: config.name.clone(),
+            message,
+        };
+        let BackendKind::OpenApi(openapi) = &config.kind else {
+            return Err(problem("not an openapi backend".into()));
+        };
+        let credential = openapi
+            .auth
+            .as_ref()
+            .map(credential_of)
+            .transpose()
+            .map_err(problem)?;
+        let credential_header = credential.as_ref().map(|c| c.name.as_str().to_owned());
+        let disabled = |operation: &str| {
+            config
+                .tools
+                .get(&tool_name(&config.name, operation))
+                .and_then(|o| o.enabled)
+                == Some(false)
+        };
+        let document =
+            spec::load(&openapi.spec, credential_header.as_deref(), &disabled).map_err(problem)?;
+        let base_url = base_url_of(openapi, document.server_url.as_deref()).map_err(problem)?;
+        let client = {
+            let _entered = env.runtime.enter();
+            Client::builder()
+                .redirect(redirect::Policy::none())
+                .no_proxy()
+                .build()
+                .map_err(|e| problem(format!("cannot build the HTTP client: {e}")))?
+        };
+        let (operations, endpoints) = document
+            .operations
+            .into_iter()
+            .map(|(op, endpoint)| (op.clone(), (op.name, endpoint)))
+            .unzip();
+        Ok(OpenApi {
+            name: config.name.clone(),
+            base_url,
+            client,
+            credential,
+            operations,
+            endpoints,
+            max_response_bytes: openapi.max_response_bytes,
+            id_pointers: openapi.error_id_pointers.clone(),
+            message_pointers: openapi.error_message_pointers.clone(),
+            runtime: env.runtime.clone(),
+            last_failure: Mutex::new(None),
+        })
+    }
+}
+
+/// The header the credential is sent in, read from its file.
+fn credential_of(auth: &BackendAuth) -> Result<Credential, String> {
+    let (name, value, parts, file) = match auth {
+        BackendAuth::Header { name, value_file } => (
+            name.clone(),
+            read_secret(value_file)?,
+            Vec::new(),
+            value_file,
+        ),
+        BackendAuth::Bearer { token_file } => {
+            let token = read_secret(token_file)?;
+            let value = format!("Bearer {token}");
+            ("Authorization".to_owned(), value, vec![token], token_file)
+        }
+        BackendAuth::Basic { file } => {
+            let pair = read_secret(file)?;
+            let Some((_, password)) = pair.split_once(':') else {
+                return Err(format!(
+                    "the basic credential file {} must hold user:password",
+                    file.display()
+                ));
+            };
+            let password = password.to_owned();
+            let encoded = base64::engine::general_purpose::STANDARD.encode(&pair);
+            let value = format!("Basic {encoded}");
+            (
+                "Authorization".to_owned(),
+                value,
+                vec![pair, encoded, password],
+                file,
+            )
+        }
+    };
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    Credential::new(&name, &value, &parts).ok_or_else(|| {
+        format!(
+            "the credential in {} cannot be sent as an HTTP header (a line break or a control character?)",
+            file.display()
+        )
     })
 }
+
+/// The configured base URL, else the document's first server URL when it is absolute.
+fn base_url_of(config: &OpenApiBackend, server_url: Option<&str>) -> Result<String, String> {
+    if let Some(url) = &config.base_url {
+        return Ok(url.clone());
+    }
+    match server_url {
+        Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+            Ok(url.to_owned())
+        }
+        Some(url) => Err(format!(
+            "the document's first server URL {url:?} is relative; set base_url to where the API is served"
+        )),
+        None => Err("the document names no server; set base_url to where the API is served".into()),
+    }
+}
+
+/// Why a call got no answer to map.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// No connection, or it broke before the whole answer came (the short reason).
+    Unreachable(&'static str),
+    /// The body is larger than `max_response_bytes`.
+    TooLarge(u16),
+    /// The deadline passed.
+    TimedOut,
+    /// The caller cancelled.
+    Cancelled,
+}
+
+impl OpenApi {
+    /// One call of `operation`; `cancelled` is looked at while it waits, `now` (Unix
+    /// seconds) reads an HTTP-date `Retry-After`.
+    fn invoke(
+        &self,
+        operation: &str,
+        args: &Map<String, Value>,
+        idempotency_key: Option<&str>,
+        timeout: Duration,
+        cancelled: &dyn Fn() -> bool,
+        now: i64,
+    ) -> Result<ToolOutput, McpError> {
+        let endpoint = self
+            .endpoints
+            .get(operation)
+            .ok_or_else(|| McpError::unknown_tool(&tool_name(&self.name, operation)))?;
+        let outgoing = request::build(
+            &self.base_url,
+            endpoint,
+            args,
+            self.credential.as_ref(),
+            idempotency_key,
+        )?;
+        let waited = self.wait(self.exchange(outgoing), timeout, cancelled);
+        self.note(&waited);
+        match waited {
+            Ok(answer) => {
+                let mapped = Mapper {
+                    backend: &self.name,
+                    id_pointers: &self.id_pointers,
+                    message_pointers: &self.message_pointers,
+                }
+                .map(&answer, now);
+                self.scrubbed(mapped)
+            }
+            Err(failure) => Err(self.failure_error(failure, timeout)),
+        }
+    }
+
+    /// A result or error with the credential taken out of whatever the backend repeated of
+    /// it (a backend that echoes its key must not make the gate leak it).
+    fn scrubbed(&self, mapped: Result<ToolOutput, McpError>) -> Result<ToolOutput, McpError> {
+        let Some(credential) = &self.credential else {
+            return mapped;
+        };
+        match mapped {
+            Ok(output) => Ok(response::scrub_output(
+                output,
+                &|t| credential.scrub(t),
+                &|t| credential.appears_in(t),
+            )),
+            Err(err) => Err(response::scrub_error(err, &|t| credential.scrub(t))),
+        }
+    }
+
+    /// Runs `exchange` on the outbound runtime until it ends, the deadline passes or the
+    /// caller cancels (dropping it then closes the connection).
+    fn wait(
+        &self,
+        exchange: impl Future<Output = Result<Answer, Failure>>,
+        timeout: Duration,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Answer, Failure> {
+        self.runtime.block_on(async {
+            tokio::pin!(exchange);
+            let deadline = tokio::time::sleep(timeout);
+            tokio::pin!(deadline);
+            let mut poll = tokio::time::interval(CANCEL_POLL);
+            loop {
+                tokio::select! {
+                    biased;
+                    answer = &mut exchange => return answer,
+                    () = &mut deadline => return Err(Failure::TimedOut),
+                    _ = poll.tick() => if cancelled() { return Err(Failure::Cancelled) },
+                }
+            }
+        })
+    }
+
+    /// Sends the request and reads the body within the size cap.
+    async fn exchange(&self, outgoing: Outgoing) -> Result<Answer, Failure> {
+        let mut builder = self
+            .client
+            .request(outgoing.method, outgoing.url)
+            .headers(outgoing.headers);
+        if let Some(body) = outgoing.body {
+            builder = builder.body(body);
+        }
+        let mut response = builder
+            .send()
+            .await
+            .map_err(|e| Failure::Unreachable(unreachable_reason(&e)))?;
+        let status = response.status();
+        if response
+            .content_length()
+            .is_some_and(|n| n > self.max_response_bytes)
+        {
+            return Err(Failure::TooLarge(status.as_u16()));
+        }
+        let headers = response.headers().clone();
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|_| Failure::Unreachable("connection closed during the response"))?
+        {
+            if (body.len() + chunk.len()) as u64 > self.max_response_bytes {
+                return Err(Failure::TooLarge(status.as_u16()));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// Remembers whether the backend was reached, for [`Backend::health`].
+    fn note(&self, waited: &Result<Answer, Failure>) {
+        let failure = match waited {
+            Err(Failure::Unreachable(reason)) => Some(*reason),
+            Ok(_) | Err(Failure::TooLarge(_)) => None,
+            Err(Failure::TimedOut | Failure::Cancelled) => return,
+        };
+        if let Ok(mut last) = self.last_failure.lock() {
+            *last = failure;
+        }
+        if let Some(reason) = failure {
+            tracing::warn!(backend = %self.name, reason, "backend call could not reach the backend");
+        }
+    }
+
+    fn failure_error(&self, failure: Failure, timeout: Duration) -> McpError {
+        let err = |kind| McpError::new(kind).detail("backend", self.name.as_str());
+        match failure {
+            Failure::Unreachable(reason) => {
+                err(ErrorKind::ToolBackendUnavailable).detail("reason", reason)
+            }
+            Failure::TooLarge(status) => err(ErrorKind::AdapterError)
+                .detail("status", status)
+                .detail("reason", "response_too_large"),
+            Failure::TimedOut => err(ErrorKind::Timeout).detail(
+                "timeout_ms",
+                u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            ),
+            Failure::Cancelled => err(ErrorKind::Timeout).detail("reason", "cancelled"),
+        }
+    }
+}
+
+/// A short reason for a request that got no answer: what failed, never the URL.
+fn unreachable_reason(err: &reqwest::Error) -> &'static str {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    let mut texts = Vec::new();
+    while let Some(cause) = source {
+        if let Some(reason) = cause.downcast_ref::<std::io::Error>().and_then(io_reason) {
+            return reason;
+        }
+        if cause.downcast_ref::<rustls::Error>().is_some() {
+            return "TLS handshake failed";
+        }
+        texts.push(cause.to_string().to_ascii_lowercase());
+        source = cause.source();
+    }
+    let said = |what: &str| texts.iter().any(|t| t.contains(what));
+    if said("dns error") || said("failed to lookup address") {
+        "host name not resolved"
+    } else if said("certificate") || said("tls") {
+        "TLS handshake failed"
+    } else if err.is_connect() {
+        "connection failed"
+    } else {
+        "connection closed before the response"
+    }
+}
+
+/// The reason an I/O error stands for, looking through the errors it wraps (an I/O
+/// error's `source` skips the one it holds; TLS failures come wrapped twice).
+fn io_reason(io: &std::io::Error) -> Option<&'static str> {
+    let inner = io.get_ref();
+    if inner.is_some_and(|e| e.downcast_ref::<rustls::Error>().is_some()) {
+        return Some("TLS handshake failed");
+    }
+    match io.kind() {
+        std::io::ErrorKind::ConnectionRefused => return Some("connection refused"),
+        std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::ConnectionAborted
+        | std::io::ErrorKind::BrokenPipe
+        | std::io::ErrorKind::UnexpectedEof => {
+            return Some("connection closed before the response");
+        }
+        _ => {}
+    }
+    inner
+        .and_then(|e| e.downcast_ref::<std::io::Error>())
+        .and_then(io_reason)
+}
+
+impl Backend for OpenApi {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kind(&self) -> &'static str {
+        "openapi"
+    }
+
+    fn operations(&self) -> Vec<Operation> {
+        self.operations.clone()
+    }
+
+    fn health(&self) -> Health {
+        match self.last_failure.lock().ok().and_then(|last| *last) {
+            Some(reason) => Health::Down(reason.to_owned()),
+            None => Health::Ready,
+        }
+    }
+
+    fn call(
+        &self,
+        operation: &str,
+        args: &Map<String, Value>,
+        call: &Call<'_>,
+    ) -> Result<ToolOutput, McpError> {
+        self.invoke(
+            operation,
+            args,
+            call.idempotency_key,
+            call.timeout,
+            &|| call.ctx.is_cancelled(),
+            call.ctx.clock.unix_secs(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,396 @@
+//! Forwarding one call to the upstream and mapping its outcome into the catalog.
+//!
+//! The call runs on the outbound runtime; the tool's worker thread waits for it with the
+//! backend's deadline, relays the upstream's progress to the caller (rmcp puts a progress
+//! token of its own on every request; its notifications are relayed when the caller asked
+//! for progress) and watches the caller's cancellation. Past the deadline, or when the
+//! caller cancels, the upstream is sent `notifications/cancelled` for the request.
+//!
+//! Outcomes: the upstream's result is returned as it is (content blocks, and
+//! `structuredContent`); its `isError: true` result is `adapter_error` whose
+//! `details.message` is the upstream's own text (an MCP tool failure has no error id, so
+//! there is no `details.original_error`); a JSON-RPC error is `adapter_error` with
+//! `details.original_error = {code, message}`; a session that is not up, or that failed
+//! during the call, is `backend_unavailable`; the deadline is `timeout`, and a cancellation
+//! `timeout` with `details.reason = "cancelled"`.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceError;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, ProgressNotificationParam, ServerResult,
+};
+use rmcp::service::PeerRequestOptions;
+use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
+
+use crate::catalog::{ErrorKind, McpError};
+use crate::tools::ToolOutput;
+use crate::tools::backends::Call;
+
+use super::Shared;
+use super::session::Link;
+
+/// How often the waiting thread looks at the caller's cancellation.
+const POLL: Duration = Duration::from_millis(50);
+/// How long a call that relays progress waits after its result for progress still on its way.
+const PROGRESS_SETTLE: Duration = Duration::from_millis(10);
+/// How much of the upstream's own message `details.message` keeps.
+const MESSAGE_MAX_CHARS: usize = 300;
+
+/// What the call on the runtime tells the waiting thread.
+pub(super) enum Event {
+    /// An upstream progress notification for the call.
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    },
+    /// The upstream's answer, or why there is none.
+    Done(Box<Result<ServerResult, ServiceError>>),
+}
+
+impl Event {
+    pub(super) fn progress(params: ProgressNotificationParam) -> Event {
+        Event::Progress {
+            progress: params.progress,
+            total: params.total,
+            message: params.message,
+        }
+    }
+}
+
+/// Why the waiting thread gave up.
+enum GiveUp {
+    Deadline,
+    Cancelled,
+}
+
+/// Forwards `operation` with `args` and waits for the outcome.
+pub(super) fn forward(
+    shared: &Arc<Shared>,
+    runtime: &tokio::runtime::Handle,
+    operation: &str,
+    args: &Map<String, Value>,
+    call: &Call<'_>,
+) -> Result<ToolOutput, McpError> {
+    let backend = shared.name.as_str();
+    let Some(upstream_name) = shared.upstream_name(operation) else {
+        return Err(McpError::new(ErrorKind::NotImplemented).detail("backend", backend));
+    };
+    let Some(link) = shared.link() else {
+        return Err(unavailable(backend, "not connected"));
+    };
+    let (events_tx, events) = std::sync::mpsc::channel();
+    let (give_up_tx, give_up) = oneshot::channel();
+    let params = CallToolRequestParams::new(upstream_name).with_arguments(args.clone());
+    let relay = call.ctx.progress_token.is_some();
+    runtime.spawn(run(link, params, call.timeout, relay, events_tx, give_up));
+    wait(backend, call, &events, give_up_tx)
+}
+
+/// Waits on the tool's thread for the call's events until its outcome, the deadline or
+/// the caller's cancellation.
+fn wait(
+    backend: &str,
+    call: &Call<'_>,
+    events: &Receiver<Event>,
+    give_up: oneshot::Sender<GiveUp>,
+) -> Result<ToolOutput, McpError> {
+    let deadline = Instant::now() + call.timeout;
+    let mut last_progress: Option<f64> = None;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left.min(POLL)) {
+            Ok(Event::Progress {
+                progress,
+                total,
+                message,
+            }) => {
+                // Notifications are handled concurrently; one that arrives behind a later
+                // one is dropped, so the caller sees progress only increase.
+                if last_progress.is_none_or(|last| progress > last) {
+                    last_progress = Some(progress);
+                    call.ctx.progress(progress, total, message.as_deref());
+                }
+            }
+            Ok(Event::Done(outcome)) => return outcome_of(backend, call.timeout, *outcome),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(unavailable(backend, "connection lost"));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if call.ctx.is_cancelled() {
+                    let _ = give_up.send(GiveUp::Cancelled);
+                    return Err(McpError::new(ErrorKind::Timeout)
+                        .detail("backend", backend)
+                        .detail("reason", "cancelled"));
+                }
+                if Instant::now() >= deadline {
+                    let _ = give_up.send(GiveUp::Deadline);
+                    return Err(timeout(backend, call.timeout));
+                }
+            }
+        }
+    }
+}
+
+/// The call on the runtime: sends it, routes its progress, and sends
+/// `notifications/cancelled` when the waiting thread gives up.
+async fn run(
+    link: Link,
+    params: CallToolRequestParams,
+    deadline: Duration,
+    relay: bool,
+    events: Sender<Event>,
+    give_up: oneshot::Receiver<GiveUp>,
+) {
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    // rmcp's own timeout sends `notifications/cancelled` ("request timeout") when it fires.
+    let options = PeerRequestOptions::with_timeout(deadline);
+    let handle = match link.peer.send_request_with_option(request, options).await {
+        Ok(handle) => handle,
+        Err(e) => {
+            if transport_failed(&e) {
+                link.break_off();
+            }
+            let _ = events.send(Event::Done(Box::new(Err(e))));
+            return;
+        }
+    };
+    let id = handle.id.clone();
+    let token = handle.progress_token.clone();
+    if relay {
+        link.progress.register(token.clone(), events.clone());
+    }
+    let outcome = tokio::select! {
+        outcome = handle.await_response() => outcome,
+        why = give_up => {
+            let reason = match why {
+                Ok(GiveUp::Cancelled) => "cancelled by the client",
+                Ok(GiveUp::Deadline) | Err(_) => "request timeout",
+            };
+            let cancel = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
+            let _ = link.peer.notify_cancelled(cancel).await;
+            Err(ServiceError::Cancelled { reason: Some(reason.to_owned()) })
+        }
+    };
+    if relay {
+        // rmcp hands each notification to a task of its own, so the last progress
+        // notification, sent before the result, may still be on its way: give it a moment
+        // to reach the caller ahead of the result.
+        if outcome.is_ok() {
+            tokio::time::sleep(PROGRESS_SETTLE).await;
+        }
+        link.progress.unregister(&token);
+    }
+    if let Err(e) = &outcome
+        && transport_failed(e)
+    {
+        link.break_off();
+    }
+    let _ = events.send(Event::Done(Box::new(outcome)));
+}
+
+/// Whether an error means the session itself is failing.
+fn transport_failed(error: &ServiceError) -> bool {
+    matches!(
+        error,
+        ServiceError::TransportClosed | ServiceError::TransportSend(_)
+    )
+}
+
+/// The tool's outcome for the upstream's answer.
+fn outcome_of(
+    backend: &str,
+    deadline: Duration,
+    outcome: Result<ServerResult, ServiceError>,
+) -> Result<ToolOutput, McpError> {
+    match outcome {
+        Ok(ServerResult::CallToolResult(result)) => result_of(backend, result),
+        Ok(_) => Err(McpError::new(ErrorKind::AdapterError)
+            .detail("backend", backend)
+            .detail("original_error", "unexpected_response")),
+        Err(e) => Err(error_of(backend, deadline, e)),
+    }
+}
+
+/// The upstream's result as the tool's output; its `isError` result as `adapter_error`.
+fn result_of(backend: &str, result: CallToolResult) -> Result<ToolOutput, McpError> {
+    let content: Vec<Value> = result
+        .content
+        .iter()
+        .filter_map(|block| serde_json::to_value(block).ok())
+        .collect();
+    if result.is_error == Some(true) {
+        let text = content
+            .iter()
+            .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|block| block.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let err = McpError::new(ErrorKind::AdapterError).detail("backend", backend);
+        return Err(match text.trim() {
+            "" => err,
+            text => err.detail("message", cut(text)),
+        });
+    }
+    Ok(ToolOutput {
+        content,
+        structured: result.structured_content,
+        input_required: None,
+    })
+}
+
+/// The catalog error of a failed request.
+fn error_of(backend: &str, deadline: Duration, error: ServiceError) -> McpError {
+    match error {
+        ServiceError::McpError(data) => McpError::new(ErrorKind::UpstreamRpcError)
+            .detail("backend", backend)
+            .detail(
+                "original_error",
+                json!({ "code": data.code.0, "message": cut(&data.message) }),
+            )
+            .detail("message", cut(&data.message)),
+        ServiceError::Timeout { .. } => timeout(backend, deadline),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+            unavailable(backend, "connection lost")
+        }
+        ServiceError::Cancelled { .. } => unavailable(backend, "cancelled by the upstream"),
+        _ => McpError::new(ErrorKind::AdapterError)
+            .detail("backend", backend)
+            .detail("original_error", "unexpected_response"),
+    }
+}
+
+fn unavailable(backend: &str, reason: &'static str) -> McpError {
+    McpError::new(ErrorKind::ToolBackendUnavailable)
+        .detail("backend", backend)
+        .detail("reason", reason)
+}
+
+fn timeout(backend: &str, deadline: Duration) -> McpError {
+    McpError::new(ErrorKind::Timeout)
+        .detail("backend", backend)
+        .detail("timeout_ms", deadline.as_millis() as u64)
+}
+
+/// `text` cut to [`MESSAGE_MAX_CHARS`] characters.
+fn cut(text: &str) -> String {
+    let mut out: String = text.chars().take(MESSAGE_MAX_CHARS).collect();
+    if text.chars().count() > MESSAGE_MAX_CHARS {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Locale;
+    use rmcp::model::{ErrorCode, ErrorData};
+
+    fn result(value: Value) -> CallToolResult {
+        serde_json::from_value(value).expect("a result")
+    }
+
+    #[test]
+    fn a_result_is_returned_as_the_upstream_gave_it() {
+        let output = result_of(
+            "files",
+            result(json!({
+                "content": [{"type": "text", "text": "3"}, {"type": "image", "data": "AA==", "mimeType": "image/png"}],
+                "structuredContent": {"sum": 3}
+            })),
+        )
+        .expect("ok");
+        assert_eq!(output.content.len(), 2);
+        assert_eq!(output.content[0], json!({"type": "text", "text": "3"}));
+        assert_eq!(output.content[1]["mimeType"], "image/png");
+        assert_eq!(output.structured, Some(json!({"sum": 3})));
+    }
+
+    #[test]
+    fn an_is_error_result_is_an_adapter_error_with_the_upstream_text() {
+        let err = result_of(
+            "files",
+            result(json!({"isError": true, "content": [{"type": "text", "text": "disk on fire"}]})),
+        )
+        .expect_err("is an error");
+        assert_eq!(err.kind(), ErrorKind::AdapterError);
+        let envelope = err.envelope(Locale::En);
+        assert_eq!(envelope["code"], "adapter_error");
+        assert_eq!(envelope["error_code"], 4001);
+        assert_eq!(envelope["retryable"], false);
+        assert_eq!(
+            envelope["details"],
+            json!({"backend": "files", "message": "disk on fire"})
+        );
+        assert_eq!(
+            err.hint(Locale::En),
+            "The business backend files answered with an error: disk on fire; the call did not complete."
+        );
+        assert!(err.unfilled_placeholders(Locale::Es).is_empty());
+    }
+
+    #[test]
+    fn a_json_rpc_error_keeps_its_code_and_message() {
+        let data = ErrorData::new(ErrorCode(-32602), "Unknown tool: nope", None);
+        let err = error_of(
+            "files",
+            Duration::from_secs(5),
+            ServiceError::McpError(data),
+        );
+        assert_eq!(err.kind(), ErrorKind::UpstreamRpcError);
+        let envelope = err.envelope(Locale::En);
+        assert_eq!(envelope["code"], "adapter_error");
+        assert_eq!(envelope["error_code"], 4001);
+        assert_eq!(
+            envelope["details"]["original_error"],
+            json!({"code": -32602, "message": "Unknown tool: nope"})
+        );
+        assert_eq!(
+            err.hint(Locale::En),
+            "The business backend files answered with error -32602: Unknown tool: nope; the call did not complete."
+        );
+        assert!(err.unfilled_placeholders(Locale::Es).is_empty());
+    }
+
+    #[test]
+    fn transport_failures_and_deadlines_map_to_their_entries() {
+        let closed = error_of(
+            "files",
+            Duration::from_secs(5),
+            ServiceError::TransportClosed,
+        );
+        assert_eq!(closed.kind(), ErrorKind::ToolBackendUnavailable);
+        assert_eq!(
+            closed.envelope(Locale::En)["details"]["reason"],
+            "connection lost"
+        );
+        let late = error_of(
+            "files",
+            Duration::from_millis(1500),
+            ServiceError::Timeout {
+                timeout: Duration::from_millis(1500),
+            },
+        );
+        assert_eq!(late.kind(), ErrorKind::Timeout);
+        assert_eq!(
+            late.envelope(Locale::En)["details"],
+            json!({"backend": "files", "timeout_ms": 1500})
+        );
+        assert!(late.unfilled_placeholders(Locale::En).is_empty());
+    }
+
+    #[test]
+    fn long_messages_are_cut() {
+        let long = "x".repeat(MESSAGE_MAX_CHARS + 10);
+        let kept = cut(&long);
+        assert_eq!(kept.chars().count(), MESSAGE_MAX_CHARS + 1);
+        assert!(kept.ends_with('…'));
+        assert_eq!(cut("short"), "short");
+    }
+}

@@ -1,0 +1,99 @@
+"""A FastMCP server (from PyPI) used as an upstream MCP server behind tollgate, over stdio.
+
+Its tools cover each outcome tollgate must map: one that succeeds with structured content,
+one that raises, one that returns `isError: true` itself, one that answers with a JSON-RPC
+error, one that is slow (and writes `CANCEL_MARKER` when its request is cancelled), one that
+reports progress, and one that adds a tool and sends `notifications/tools/list_changed`.
+
+    python fastmcp_upstream.py        # stdio
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from fastmcp import Context, FastMCP
+from fastmcp.server.middleware import Middleware
+from fastmcp.tools import Tool
+from fastmcp.tools.base import ToolResult
+from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent, ToolListChangedNotification
+
+mcp = FastMCP("fastmcp-upstream", mask_error_details=False)
+
+
+@mcp.tool(annotations={"readOnlyHint": True})
+def greet(name: str) -> dict:
+    """Greets someone."""
+    return {"greeting": f"Hello, {name}!"}
+
+
+@mcp.tool
+def explode(reason: str) -> str:
+    """Raises an exception with the given reason."""
+    raise ValueError(f"exploded: {reason}")
+
+
+@mcp.tool
+def refuse(reason: str) -> ToolResult:
+    """Returns a tool result with isError set."""
+    return ToolResult(content=[TextContent(type="text", text=f"refused: {reason}")], is_error=True)
+
+
+class RpcFailure(Middleware):
+    """Answers a call of `rpc_fail` with a JSON-RPC error (a tool's own exception would
+    become an `isError` result)."""
+
+    async def on_call_tool(self, context, call_next):
+        if context.message.name == "rpc_fail":
+            raise MCPError(-32042, "the ledger is locked")
+        return await call_next(context)
+
+
+mcp.add_middleware(RpcFailure())
+
+
+@mcp.tool
+def rpc_fail() -> str:
+    """Answers with a JSON-RPC error (see RpcFailure)."""
+    return "unreachable"
+
+
+@mcp.tool(annotations={"readOnlyHint": True})
+async def slow(seconds: float) -> str:
+    """Sleeps; records in CANCEL_MARKER when its request is cancelled."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        marker = os.environ.get("CANCEL_MARKER")
+        if marker:
+            Path(marker).write_text("cancelled")
+        raise
+    return f"slept {seconds}"
+
+
+@mcp.tool(annotations={"readOnlyHint": True})
+async def count(steps: int, ctx: Context) -> str:
+    """Reports progress once per step."""
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step}")
+        await asyncio.sleep(0.05)
+    return f"counted {steps}"
+
+
+@mcp.tool
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool named `name` and tells the client its list of tools changed."""
+
+    def added() -> str:
+        return f"{name} is here"
+
+    mcp.add_tool(Tool.from_function(added, name=name, description="A tool added at run time."))
+    await ctx.send_notification(ToolListChangedNotification())
+    return f"added {name}"
+
+
+if __name__ == "__main__":
+    mcp.run(show_banner=False)
