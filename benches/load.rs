@@ -1197,6 +1197,16 @@ fn print_group_commit(addr: SocketAddr) {
         println!("  (no /metrics page)");
         return;
     };
+    if let Some((charges, transactions)) = charge_totals(&page) {
+        println!(
+            "  group commit: {:.1} calls per charging transaction",
+            charges / transactions.max(1.0)
+        );
+    }
+}
+
+/// The calls charged and the charging transactions so far, from a `/metrics` page.
+fn charge_totals(page: &str) -> Option<(f64, f64)> {
     let value = |name: &str| {
         page.lines().find_map(|l| {
             l.strip_prefix(name)?
@@ -1206,15 +1216,10 @@ fn print_group_commit(addr: SocketAddr) {
                 .ok()
         })
     };
-    if let (Some(charges), Some(transactions)) = (
-        value("tollgate_rate_charges_total"),
-        value("tollgate_rate_charge_transactions_total"),
-    ) {
-        println!(
-            "  group commit: {:.1} calls per charging transaction",
-            charges / transactions.max(1.0)
-        );
-    }
+    Some((
+        value("tollgate_rate_charges_total")?,
+        value("tollgate_rate_charge_transactions_total")?,
+    ))
 }
 
 /// The body of `GET path`, on a connection of its own.
@@ -1570,7 +1575,15 @@ fn backend_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
             }
         };
         let on_upstream = Requests::fixed(&pair.upstream_token, &tool_call("test_simple_text"));
+        let before = upstream_charges(&pair);
         direct.record(http_load(&pair.upstream, &on_upstream, s).summarise());
+        let after_direct = upstream_charges(&pair);
+        println!(
+            "  {:<46} {:<9} upstream group commit {}",
+            "",
+            "",
+            calls_per_transaction(before, after_direct)
+        );
         let through_gate = Requests::fixed(
             &pair.gate_token,
             &tool_call(&format!("{BACKEND_NAME}_test_simple_text")),
@@ -1581,6 +1594,15 @@ fn backend_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
         forwarded.record(figures);
         let upstream_us = others.first().copied().flatten();
         print_forwarded_cpu(upstream_us, &figures);
+        let after_forwarded = upstream_charges(&pair);
+        let gate = http_get(pair.gate.addr, "/metrics").and_then(|p| charge_totals(&p));
+        println!(
+            "  {:<46} {:<9} upstream group commit {}   gate group commit {}",
+            "",
+            "",
+            calls_per_transaction(after_direct, after_forwarded),
+            calls_per_transaction(Some((0.0, 0.0)), gate)
+        );
         upstream_cpu.extend(upstream_us);
         pair.stop();
     }
@@ -1611,6 +1633,24 @@ fn print_forwarded_cpu(upstream_us: Option<f64>, forwarded: &RunFigures) {
         us_or_dash(upstream_us),
         us_or_dash(both)
     );
+}
+
+/// The upstream's charge totals so far (see [`charge_totals`]).
+fn upstream_charges(pair: &GatePair) -> Option<(f64, f64)> {
+    http_get(pair.upstream.addr, "/metrics").and_then(|page| charge_totals(&page))
+}
+
+/// Calls per charging transaction between two readings of [`charge_totals`].
+fn calls_per_transaction(from: Option<(f64, f64)>, to: Option<(f64, f64)>) -> String {
+    match from.zip(to) {
+        Some(((c0, t0), (c1, t1))) => {
+            format!(
+                "{:.1} calls per charging transaction",
+                (c1 - c0) / (t1 - t0).max(1.0)
+            )
+        }
+        None => "–".to_owned(),
+    }
 }
 
 /// `12.3`, or `–` when the figure could not be read.
