@@ -93,13 +93,7 @@ idempotency = "required"
 "#,
         backend.url()
     );
-    let path = dir.join("tollgate.toml");
-    std::fs::write(&path, config).expect("write config");
-    let server = HttpServer::start_with_env(
-        &db,
-        &["--config", path.to_str().expect("utf-8")],
-        &[("RUST_LOG", "debug")],
-    );
+    let server = HttpServer::start_with_config(&db, &config, &[("RUST_LOG", "debug")]);
     (db, server)
 }
 
@@ -113,22 +107,8 @@ fn backend_tools_are_listed_under_the_prefix_with_their_category_and_scope() {
     let (db, server) = gate(&backend);
     let reader = db.create_key("reader", "crm:read", &[]);
     let listed = |token: &str| -> Vec<Value> {
-        let mut params = json!({});
-        crate::util::merge_modern_meta(&mut params);
-        let auth = format!("Bearer {token}");
-        let reply = server
-            .post_mcp(
-                &[
-                    ("Authorization", auth.as_str()),
-                    ("MCP-Protocol-Version", "2026-07-28"),
-                    ("Mcp-Method", "tools/list"),
-                ],
-                &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}),
-            )
-            .json();
-        reply["result"]["tools"]
-            .as_array()
-            .expect("tools")
+        server
+            .modern_tools_list(token)
             .iter()
             .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("crm_")))
             .cloned()

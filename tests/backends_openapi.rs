@@ -108,13 +108,7 @@ max_response_bytes = 2048
 auth = {{ bearer_file = "probe.token" }}
 "#
     );
-    let path = dir.join("tollgate.toml");
-    std::fs::write(&path, config).expect("write config");
-    let server = HttpServer::start_with_env(
-        &db,
-        &["--config", path.to_str().expect("utf-8")],
-        &[("RUST_LOG", "debug")],
-    );
+    let server = HttpServer::start_with_config(&db, &config, &[("RUST_LOG", "debug")]);
     (db, server)
 }
 

@@ -44,9 +44,7 @@ timeout_ms = 10000
             updb = upstream.path.display(),
             token = upstream_key.token,
         );
-        let path = db.dir.path().join("tollgate.toml");
-        std::fs::write(&path, config).expect("write config");
-        let server = HttpServer::start(&db, &["--config", path.to_str().expect("utf-8")]);
+        let server = HttpServer::start_with_config(&db, &config, &[]);
         Gate {
             upstream,
             upstream_key,
@@ -136,26 +134,12 @@ fn rename(from: &Path, to: &PathBuf) {
 #[test]
 fn the_upstream_tools_are_offered_under_the_prefix_and_calls_go_through() {
     let gate = Gate::start();
-    let mut params = json!({});
-    crate::util::merge_modern_meta(&mut params);
-    let auth = format!("Bearer {}", gate.admin());
-    let listed = gate
-        .server
-        .post_mcp(
-            &[
-                ("Authorization", auth.as_str()),
-                ("MCP-Protocol-Version", "2026-07-28"),
-                ("Mcp-Method", "tools/list"),
-            ],
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}),
-        )
-        .json();
-    let tools = listed["result"]["tools"].as_array().expect("tools");
+    let tools = gate.server.modern_tools_list(gate.admin());
     let find = |name: &str| {
         tools
             .iter()
             .find(|t| t["name"] == name)
-            .unwrap_or_else(|| panic!("{name} in {listed}"))
+            .unwrap_or_else(|| panic!("{name} in {tools:?}"))
     };
     assert_eq!(
         find("up_search_clients")["annotations"]["readOnlyHint"],

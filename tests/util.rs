@@ -667,6 +667,35 @@ impl HttpServer {
         )
     }
 
+    /// Writes `config` to `tollgate.toml` beside `db` and starts `tollgate serve --config`
+    /// on it, with extra environment variables.
+    pub fn start_with_config(db: &TestDb, config: &str, env: &[(&str, &str)]) -> HttpServer {
+        let path = db.dir.path().join("tollgate.toml");
+        std::fs::write(&path, config).expect("write config");
+        Self::start_with_env(db, &["--config", path.to_str().expect("utf-8")], env)
+    }
+
+    /// The `tools` of a 2026-07-28 `tools/list` (id 1) by `token`.
+    pub fn modern_tools_list(&self, token: &str) -> Vec<Value> {
+        let mut params = json!({});
+        merge_modern_meta(&mut params);
+        let auth = format!("Bearer {token}");
+        let reply = self
+            .post_mcp(
+                &[
+                    ("Authorization", auth.as_str()),
+                    ("MCP-Protocol-Version", "2026-07-28"),
+                    ("Mcp-Method", "tools/list"),
+                ],
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}),
+            )
+            .json();
+        reply["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("tools in {reply}"))
+            .clone()
+    }
+
     /// A 2026-07-28 `tools/call` (id 1) with the headers a conforming client sends.
     pub fn modern_tool_call(&self, token: &str, tool: &str, args: &Value) -> HttpResponse {
         let mut params = json!({"name": tool, "arguments": args});

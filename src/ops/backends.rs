@@ -49,26 +49,41 @@ pub fn follow_changes(server: &Arc<Server>, config: &Config) {
     }
     let weak: Weak<Server> = Arc::downgrade(server);
     let config = config.clone();
-    server.backends().on_change(Arc::new(move || {
-        let Some(server) = weak.upgrade() else {
-            return;
-        };
-        let rebuilt = crate::ops::cli::build_registry_with(
-            &config,
-            server.store(),
-            server.clock(),
-            server.backends().tools(),
-        );
-        match rebuilt {
-            Ok(registry) => {
-                tracing::info!(tools = registry.tools().len(), "a backend's tools changed");
-                server.replace_registry(registry);
-            }
-            Err(cause) => {
-                tracing::warn!(%cause, "a backend's new list of tools cannot be registered; the previous one stays");
-            }
+    let rebuild: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+        if let Some(server) = weak.upgrade() {
+            rebuild_registry(&server, &config);
         }
-    }));
+    });
+    server.backends().on_change(Arc::clone(&rebuild));
+    // An upstream that finished connecting in the background between the server's build
+    // and the line above changed its tools with no one listening: look once more.
+    rebuild();
+}
+
+/// Builds the registry anew from the backends' tools now, and puts it in place when its
+/// tools differ from the current ones.
+fn rebuild_registry(server: &Server, config: &Config) {
+    let rebuilt = crate::ops::cli::build_registry_with(
+        config,
+        server.store(),
+        server.clock(),
+        server.backends().tools(),
+    );
+    match rebuilt {
+        Ok(registry) => {
+            let listed = |r: &crate::tools::Registry| -> Vec<serde_json::Value> {
+                r.tools().iter().map(|t| t.spec().to_list_entry()).collect()
+            };
+            if listed(&registry) == listed(&server.registry()) {
+                return;
+            }
+            tracing::info!(tools = registry.tools().len(), "a backend's tools changed");
+            server.replace_registry(registry);
+        }
+        Err(cause) => {
+            tracing::warn!(%cause, "a backend's new list of tools cannot be registered; the previous one stays");
+        }
+    }
 }
 
 /// `tollgate backends …`

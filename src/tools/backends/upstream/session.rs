@@ -405,6 +405,14 @@ fn cause_of(error: &ClientInitializeError) -> String {
         }
         match cause.source() {
             Some(source) => cause = source,
+            // Writing `initialize` to a child that already exited fails before reading
+            // its closed output would: the same event, said the same way.
+            None if cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+            {
+                return "it exited or closed its output before answering initialize".into();
+            }
             None => return cause.to_string(),
         }
     }
