@@ -53,6 +53,21 @@
 //! - `coldstart` — `--starts` times: spawn `tollgate serve` (not pinned, not wrapped) on an
 //!   initialised database and poll `GET /healthz` (a new connection every ~1 ms) until it
 //!   answers 200; median and max.
+//! - `backend` — a forwarded call against the same upstream called directly. The upstream
+//!   MCP server is a `tollgate serve --conformance-pack` on a fresh database, as in `http`;
+//!   the gate is a second `tollgate serve` on a database of its own whose configuration has
+//!   one backend, `up` (`kind = "mcp"`, Streamable HTTP to the upstream's `/mcp`, the
+//!   upstream key as its `Authorization` header, read from a file). The gate's key has the
+//!   scope `up:read` (`test_simple_text` is read-only, so `up_test_simple_text` is in the
+//!   read category); both keys have their limits raised so nothing is refused. The run
+//!   waits (at most 30 s) for the gate's `/healthz` to report the backend `ready`, then
+//!   measures the guarded `tools/call test_simple_text` on the upstream (direct), then
+//!   `tools/call up_test_simple_text` on the gate (forwarded: the gate's guards, then the
+//!   upstream's). Prints calls/s, p50, p99 and errors of both; the upstream's CPU µs per
+//!   call during each; the gate's CPU µs per call and peak RSS; and what the gate adds: the
+//!   forwarded p50 and p99 minus the direct ones. Both servers are pinned to CPU 0, so the
+//!   added latency includes the gate's share of the one core. When the gate does not
+//!   report the backend ready (it could not open it), prints `skipped:` and why.
 //! - `guards` — the guarded HTTP and stdio loads once with the whole guard chain and once
 //!   with the chain built without each step in turn (`TG_BENCH_SKIP_GUARDS=<step>`), so the
 //!   CPU each step costs per call is the difference. Needs `--features bench-switches` (only
@@ -109,12 +124,13 @@ fn bin() -> String {
 /// The variable a `bench-switches` build reads to switch guards off.
 const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "http",
     "stdio",
     "invoice",
     "bigdb",
     "coldstart",
+    "backend",
     "guards",
     "limiter",
 ];
@@ -293,6 +309,12 @@ impl RunFigures {
     }
 
     fn line(&self) -> String {
+        self.line_of(None)
+    }
+
+    /// The figures; the CPU and peak RSS named after `process` (else "server CPU" and
+    /// "peak RSS").
+    fn line_of(&self, process: Option<&str>) -> String {
         let mut line = format!(
             "{:>9.0} calls/s   p50 {:>7.3} ms   p99 {:>7.3} ms   errors {}",
             self.calls_per_sec,
@@ -300,11 +322,18 @@ impl RunFigures {
             ms(self.p99),
             self.errors
         );
+        let (cpu, rss) = match process {
+            None => (Cow::Borrowed("server CPU"), Cow::Borrowed("peak RSS")),
+            Some(p) => (
+                Cow::Owned(format!("{p} CPU")),
+                Cow::Owned(format!("{p} peak RSS")),
+            ),
+        };
         if let Some(us) = self.cpu_us {
-            line.push_str(&format!("   server CPU {us:.1} µs/call"));
+            line.push_str(&format!("   {cpu} {us:.1} µs/call"));
         }
         if let Some(kib) = self.rss_kib {
-            line.push_str(&format!("   peak RSS {:.1} MiB", mib(kib)));
+            line.push_str(&format!("   {rss} {:.1} MiB", mib(kib)));
         }
         line
     }
@@ -314,6 +343,8 @@ impl RunFigures {
 struct Series {
     label: String,
     runs: Vec<RunFigures>,
+    /// Whose CPU and peak RSS the figures are, when not "the server's".
+    process: Option<&'static str>,
 }
 
 impl Series {
@@ -321,13 +352,24 @@ impl Series {
         Series {
             label: label.into(),
             runs: Vec::new(),
+            process: None,
         }
+    }
+
+    /// The CPU and peak RSS are `process`'s (printed as "`process` CPU").
+    fn of(mut self, process: &'static str) -> Series {
+        self.process = Some(process);
+        self
     }
 
     fn record(&mut self, figures: RunFigures) {
         self.runs.push(figures);
         let tag = format!("run {}", self.runs.len());
-        println!("  {:<46} {tag:<9} {}", self.label, figures.line());
+        println!(
+            "  {:<46} {tag:<9} {}",
+            self.label,
+            figures.line_of(self.process)
+        );
     }
 
     fn median(&self) -> RunFigures {
@@ -338,7 +380,11 @@ impl Series {
     fn print_median(&self) {
         if self.runs.len() > 1 {
             let tag = format!("median {}", self.runs.len());
-            println!("  {:<46} {tag:<9} {}", self.label, self.median().line());
+            println!(
+                "  {:<46} {tag:<9} {}",
+                self.label,
+                self.median().line_of(self.process)
+            );
         }
     }
 }
@@ -658,17 +704,8 @@ struct HttpServer {
 impl HttpServer {
     /// Starts `tollgate serve <extra>` on `db` and waits until it accepts connections.
     fn start(db: &Path, extra: &[&str], skip: Option<&str>, s: &Settings) -> HttpServer {
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let mut cmd = server_command(db, skip, s.pin);
-        cmd.arg("serve")
-            .args(extra)
-            .args(["--listen", &addr.to_string()])
-            .env("TOLLGATE_HTTP_METRICS", "true")
-            .stdout(Stdio::null());
-        let server = HttpServer {
-            process: Running(cmd.spawn().expect("spawn tollgate serve")),
-            addr,
-        };
+        let server = HttpServer::spawn(db, extra, skip, s, Stdio::inherit());
+        let addr = server.addr;
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(addr).is_err() {
             if Instant::now() > deadline {
@@ -677,6 +714,34 @@ impl HttpServer {
             std::thread::sleep(Duration::from_millis(20));
         }
         server
+    }
+
+    /// Spawns `tollgate serve <extra>` on `db` with its standard error to `stderr`, without
+    /// waiting for it.
+    fn spawn(
+        db: &Path,
+        extra: &[&str],
+        skip: Option<&str>,
+        s: &Settings,
+        stderr: Stdio,
+    ) -> HttpServer {
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let mut cmd = server_command(db, skip, s.pin);
+        cmd.arg("serve")
+            .args(extra)
+            .args(["--listen", &addr.to_string()])
+            .env("TOLLGATE_HTTP_METRICS", "true")
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        HttpServer {
+            process: Running(cmd.spawn().expect("spawn tollgate serve")),
+            addr,
+        }
+    }
+
+    /// Whether the process has ended, and how.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.process.0.try_wait().ok().flatten()
     }
 
     fn pid(&self) -> u32 {
@@ -701,8 +766,13 @@ fn stateless_meta() -> Value {
 }
 
 fn guarded_call() -> Value {
+    tool_call("test_simple_text")
+}
+
+/// A stateless `tools/call` of `tool` without arguments.
+fn tool_call(tool: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-           "params": {"name": "test_simple_text", "arguments": {}, "_meta": stateless_meta()}})
+           "params": {"name": tool, "arguments": {}, "_meta": stateless_meta()}})
 }
 
 fn discover() -> Value {
@@ -873,6 +943,17 @@ fn read_chunked(reader: &mut BufReader<TcpStream>, line: &mut String) -> Option<
 
 /// `--connections` clients on `server` for the warm-up and the measurement.
 fn http_load(server: &HttpServer, requests: &Arc<Requests>, s: &Settings) -> LoadFigures {
+    http_load_watching(server, requests, s, &[]).0
+}
+
+/// [`http_load`], also measuring the CPU time the processes `others` spent during the
+/// measurement, per call answered by `server` (µs), in their order.
+fn http_load_watching(
+    server: &HttpServer,
+    requests: &Arc<Requests>,
+    s: &Settings,
+    others: &[u32],
+) -> (LoadFigures, Vec<Option<f64>>) {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let clients: Vec<_> = (0..s.connections)
@@ -885,8 +966,10 @@ fn http_load(server: &HttpServer, requests: &Arc<Requests>, s: &Settings) -> Loa
     let measure_to = measure_from + s.measure;
     std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
     let cpu0 = cpu_time(server.pid());
+    let others0: Vec<Option<Duration>> = others.iter().map(|&pid| cpu_time(pid)).collect();
     std::thread::sleep(measure_to.saturating_duration_since(Instant::now()));
     let cpu1 = cpu_time(server.pid());
+    let others1: Vec<Option<Duration>> = others.iter().map(|&pid| cpu_time(pid)).collect();
     let rss = peak_rss_kib(server.pid());
     stop.store(true, Ordering::Relaxed);
     let mut figures = LoadFigures::new(s.measure.as_secs_f64());
@@ -906,10 +989,19 @@ fn http_load(server: &HttpServer, requests: &Arc<Requests>, s: &Settings) -> Loa
     if broken > 0 {
         println!("  warning: the server closed {broken} connections during the load");
     }
-    if let (Some(t0), Some(t1)) = (cpu0, cpu1) {
-        figures.cpu_per_call_us = Some((t1 - t0).as_secs_f64() * 1e6 / figures.calls.max(1) as f64);
-    }
-    figures
+    let per_call = |t0: Option<Duration>, t1: Option<Duration>| match (t0, t1) {
+        (Some(t0), Some(t1)) => {
+            Some(t1.saturating_sub(t0).as_secs_f64() * 1e6 / figures.calls.max(1) as f64)
+        }
+        _ => None,
+    };
+    let others_per_call = others0
+        .into_iter()
+        .zip(others1)
+        .map(|(t0, t1)| per_call(t0, t1))
+        .collect();
+    figures.cpu_per_call_us = per_call(cpu0, cpu1);
+    (figures, others_per_call)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1094,6 +1186,8 @@ struct Headlines {
     bigdb: Option<(RunFigures, RunFigures)>,
     /// Median and max of the starts that answered, and how many starts were tried.
     coldstart: Option<(Duration, Duration, usize)>,
+    /// Direct and forwarded.
+    backend: Option<BackendFigures>,
 }
 
 /// Prints how many calls the server's charging transactions held on average so far, from
@@ -1103,6 +1197,16 @@ fn print_group_commit(addr: SocketAddr) {
         println!("  (no /metrics page)");
         return;
     };
+    if let Some((charges, transactions)) = charge_totals(&page) {
+        println!(
+            "  group commit: {:.1} calls per charging transaction",
+            charges / transactions.max(1.0)
+        );
+    }
+}
+
+/// The calls charged and the charging transactions so far, from a `/metrics` page.
+fn charge_totals(page: &str) -> Option<(f64, f64)> {
     let value = |name: &str| {
         page.lines().find_map(|l| {
             l.strip_prefix(name)?
@@ -1112,20 +1216,16 @@ fn print_group_commit(addr: SocketAddr) {
                 .ok()
         })
     };
-    if let (Some(charges), Some(transactions)) = (
-        value("tollgate_rate_charges_total"),
-        value("tollgate_rate_charge_transactions_total"),
-    ) {
-        println!(
-            "  group commit: {:.1} calls per charging transaction",
-            charges / transactions.max(1.0)
-        );
-    }
+    Some((
+        value("tollgate_rate_charges_total")?,
+        value("tollgate_rate_charge_transactions_total")?,
+    ))
 }
 
 /// The body of `GET path`, on a connection of its own.
 fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
     let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
@@ -1293,6 +1393,269 @@ fn bigdb_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
     );
     headlines.bigdb = Some((f, l));
     remove_database(&big);
+}
+
+// ---------------------------------------------------------------------------------------
+// backend: a call forwarded to an upstream MCP server against the same upstream called
+// directly
+
+/// The gate's one backend: the prefix of its tools and of their scopes.
+const BACKEND_NAME: &str = "up";
+/// How long the gate may take to listen and report its backend `ready`.
+const BACKEND_READY_WAIT: Duration = Duration::from_secs(30);
+
+/// The backend scenario's medians, for the summary.
+#[derive(Clone, Copy)]
+struct BackendFigures {
+    /// The upstream called directly (its CPU is the upstream's).
+    direct: RunFigures,
+    /// The same call through the gate (its CPU and peak RSS are the gate's).
+    forwarded: RunFigures,
+    /// The upstream's CPU µs per call during the forwarded load.
+    upstream_cpu_us: Option<f64>,
+}
+
+impl BackendFigures {
+    /// Forwarded minus direct, p50 and p99, in ms (negative when the gate came out ahead,
+    /// which is noise).
+    fn added_ms(&self) -> (f64, f64) {
+        (
+            ms(self.forwarded.p50) - ms(self.direct.p50),
+            ms(self.forwarded.p99) - ms(self.direct.p99),
+        )
+    }
+}
+
+/// The upstream and the gate in front of it, both running.
+struct GatePair {
+    upstream: HttpServer,
+    gate: HttpServer,
+    /// The upstream key (the gate's credential for the upstream, and the direct load's).
+    upstream_token: String,
+    /// The gate's key, scope `up:read`.
+    gate_token: String,
+    databases: [PathBuf; 2],
+}
+
+impl GatePair {
+    /// Starts the upstream, writes the gate's configuration and starts the gate; `Err`
+    /// (why) when the gate does not report its backend ready within
+    /// [`BACKEND_READY_WAIT`].
+    fn start(dir: &Path, run: usize, s: &Settings) -> Result<GatePair, String> {
+        let upstream_db = dir.join(format!("backend-upstream-{run}.db"));
+        prepare_database(&upstream_db);
+        let client = create_key(&upstream_db, "bench-gate", "conformance:use");
+        let upstream = HttpServer::start(&upstream_db, &["--conformance-pack"], None, s);
+        let gate_db = dir.join(format!("backend-gate-{run}.db"));
+        prepare_database(&gate_db);
+        let agent = create_key(&gate_db, "bench-agent", &format!("{BACKEND_NAME}:read"));
+        let config = write_gate_config(dir, run, upstream.addr, &client.token);
+        let log = dir.join(format!("backend-gate-{run}.log"));
+        let stderr = std::fs::File::create(&log).expect("create the gate's log");
+        let config_arg = config.to_string_lossy().into_owned();
+        let mut gate = HttpServer::spawn(
+            &gate_db,
+            &["--config", &config_arg],
+            None,
+            s,
+            Stdio::from(stderr),
+        );
+        wait_backend_ready(&mut gate, BACKEND_NAME, &log)?;
+        Ok(GatePair {
+            upstream,
+            gate,
+            upstream_token: client.token,
+            gate_token: agent.token,
+            databases: [upstream_db, gate_db],
+        })
+    }
+
+    /// Stops both servers (the gate first) and removes their databases.
+    fn stop(self) {
+        let GatePair {
+            upstream,
+            gate,
+            databases,
+            ..
+        } = self;
+        drop(gate);
+        drop(upstream);
+        for db in &databases {
+            remove_database(db);
+        }
+    }
+}
+
+/// Writes the gate's configuration (one `kind = "mcp"` backend over Streamable HTTP to
+/// `upstream`, whose `Authorization` header is read from a file beside it) and that file.
+fn write_gate_config(dir: &Path, run: usize, upstream: SocketAddr, token: &str) -> PathBuf {
+    let token_file = dir.join(format!("backend-{run}.token"));
+    std::fs::write(&token_file, format!("Bearer {token}")).expect("write the token file");
+    let quoted = |text: &str| toml::Value::String(text.to_owned()).to_string();
+    let config = format!(
+        "[[backends]]\nname = {name}\nkind = \"mcp\"\nurl = {url}\n\
+         headers = {{ \"Authorization\" = {{ file = {file} }} }}\ntimeout_ms = 30000\n",
+        name = quoted(BACKEND_NAME),
+        url = quoted(&format!("http://{upstream}/mcp")),
+        file = quoted(&token_file.to_string_lossy()),
+    );
+    let path = dir.join(format!("backend-gate-{run}.toml"));
+    std::fs::write(&path, config).expect("write the gate's configuration");
+    path
+}
+
+/// Polls the gate's `/healthz` until it reports `backend` ready; `Err` with what was seen
+/// when the gate exits first (with the last line it logged, from `log`) or the wait ends.
+fn wait_backend_ready(gate: &mut HttpServer, backend: &str, log: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + BACKEND_READY_WAIT;
+    let mut seen = String::from("the gate did not answer GET /healthz");
+    while Instant::now() < deadline {
+        if let Some(status) = gate.exited() {
+            return Err(format!(
+                "the gate exited at start ({status}): {}",
+                last_line(log).unwrap_or_else(|| "it logged nothing".into())
+            ));
+        }
+        if let Some(state) =
+            http_get(gate.addr, "/healthz").and_then(|b| backend_state(&b, backend))
+        {
+            if state == "ready" {
+                return Ok(());
+            }
+            seen = format!("the gate's /healthz reports backend `{backend}` {state}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!(
+        "{seen} after {} s, not ready",
+        BACKEND_READY_WAIT.as_secs()
+    ))
+}
+
+/// `backend`'s state in a `/healthz` body (with its reason when it has one).
+fn backend_state(body: &str, backend: &str) -> Option<String> {
+    let health: Value = serde_json::from_str(body).ok()?;
+    let line = health["backends"]
+        .as_array()?
+        .iter()
+        .find(|b| b["name"] == backend)?;
+    let state = line["state"].as_str()?;
+    Some(match line["reason"].as_str() {
+        Some(reason) if state != "ready" => format!("{state} ({reason})"),
+        _ => state.to_owned(),
+    })
+}
+
+/// The last line of text in `path` that is not blank.
+fn last_line(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_owned())
+}
+
+fn backend_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
+    println!(
+        "\n== backend: tools/call forwarded by a gate (tollgate serve with one upstream MCP \
+         backend over Streamable HTTP) against the upstream (tollgate serve --conformance-pack) \
+         called directly, {} keep-alive connections; {}",
+        s.connections,
+        s.timing()
+    );
+    let mut direct = Series::new("direct: test_simple_text on the upstream").of("upstream");
+    let mut forwarded = Series::new("forwarded: up_test_simple_text via the gate").of("gate");
+    let mut upstream_cpu = Vec::new();
+    for run in 1..=s.runs {
+        let pair = match GatePair::start(dir, run, s) {
+            Ok(pair) => pair,
+            Err(why) => {
+                println!("  skipped: {why}");
+                return;
+            }
+        };
+        let on_upstream = Requests::fixed(&pair.upstream_token, &tool_call("test_simple_text"));
+        let before = upstream_charges(&pair);
+        direct.record(http_load(&pair.upstream, &on_upstream, s).summarise());
+        let after_direct = upstream_charges(&pair);
+        println!(
+            "  {:<46} {:<9} upstream group commit {}",
+            "",
+            "",
+            calls_per_transaction(before, after_direct)
+        );
+        let through_gate = Requests::fixed(
+            &pair.gate_token,
+            &tool_call(&format!("{BACKEND_NAME}_test_simple_text")),
+        );
+        let (figures, others) =
+            http_load_watching(&pair.gate, &through_gate, s, &[pair.upstream.pid()]);
+        let figures = figures.summarise();
+        forwarded.record(figures);
+        let upstream_us = others.first().copied().flatten();
+        print_forwarded_cpu(upstream_us, &figures);
+        let after_forwarded = upstream_charges(&pair);
+        let gate = http_get(pair.gate.addr, "/metrics").and_then(|p| charge_totals(&p));
+        println!(
+            "  {:<46} {:<9} upstream group commit {}   gate group commit {}",
+            "",
+            "",
+            calls_per_transaction(after_direct, after_forwarded),
+            calls_per_transaction(Some((0.0, 0.0)), gate)
+        );
+        upstream_cpu.extend(upstream_us);
+        pair.stop();
+    }
+    direct.print_median();
+    forwarded.print_median();
+    let figures = BackendFigures {
+        direct: direct.median(),
+        forwarded: forwarded.median(),
+        upstream_cpu_us: (!upstream_cpu.is_empty()).then(|| median(upstream_cpu.into_iter())),
+    };
+    let (p50, p99) = figures.added_ms();
+    println!(
+        "  added by the gate: p50 {p50:+.3} ms, p99 {p99:+.3} ms; gate CPU {} µs/call (upstream {} µs/call forwarded, {} direct)",
+        us_or_dash(figures.forwarded.cpu_us),
+        us_or_dash(figures.upstream_cpu_us),
+        us_or_dash(figures.direct.cpu_us),
+    );
+    headlines.backend = Some(figures);
+}
+
+/// The upstream's CPU per call during a forwarded run, and the two servers' together.
+fn print_forwarded_cpu(upstream_us: Option<f64>, forwarded: &RunFigures) {
+    let both = upstream_us.zip(forwarded.cpu_us).map(|(u, g)| u + g);
+    println!(
+        "  {:<46} {:<9} upstream CPU {} µs/call   gate + upstream {} µs/call",
+        "",
+        "",
+        us_or_dash(upstream_us),
+        us_or_dash(both)
+    );
+}
+
+/// The upstream's charge totals so far (see [`charge_totals`]).
+fn upstream_charges(pair: &GatePair) -> Option<(f64, f64)> {
+    http_get(pair.upstream.addr, "/metrics").and_then(|page| charge_totals(&page))
+}
+
+/// Calls per charging transaction between two readings of [`charge_totals`].
+fn calls_per_transaction(from: Option<(f64, f64)>, to: Option<(f64, f64)>) -> String {
+    match from.zip(to) {
+        Some(((c0, t0), (c1, t1))) => {
+            format!(
+                "{:.1} calls per charging transaction",
+                (c1 - c0) / (t1 - t0).max(1.0)
+            )
+        }
+        None => "–".to_owned(),
+    }
+}
+
+/// `12.3`, or `–` when the figure could not be read.
+fn us_or_dash(us: Option<f64>) -> String {
+    us.map_or_else(|| "–".to_owned(), |us| format!("{us:.1}"))
 }
 
 fn coldstart_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
@@ -2077,6 +2440,23 @@ fn print_summary(h: &Headlines, s: &Settings) {
             ms(*median) <= TARGET_COLD_START_MS,
         );
     }
+    if let Some(b) = &h.backend {
+        let (p50, p99) = b.added_ms();
+        rows.push([
+            "HTTP, tools/call forwarded to an upstream MCP server: added by the gate".into(),
+            format!(
+                "p50 {p50:+.3} ms, p99 {p99:+.3} ms; gate CPU {} µs/call, upstream {} µs/call \
+                 ({} calls/s forwarded vs {} direct){}",
+                us_or_dash(b.forwarded.cpu_us),
+                us_or_dash(b.upstream_cpu_us),
+                thousands(b.forwarded.calls_per_sec),
+                thousands(b.direct.calls_per_sec),
+                errors_note(&b.forwarded)
+            ),
+            "–".into(),
+            "–".into(),
+        ]);
+    }
     if rows.is_empty() {
         return;
     }
@@ -2101,13 +2481,13 @@ fn main() {
     let s = Settings::from_args();
     // These scenarios call the conformance fixtures (`test_simple_text` and friends), which
     // a binary carries only when built with the `conformance-pack` feature.
-    let needs_fixtures = ["http", "stdio", "bigdb", "guards"];
+    let needs_fixtures = ["http", "stdio", "bigdb", "backend", "guards"];
     if !tollgate::HAS_CONFORMANCE_PACK
         && std::env::var_os("TG_BENCH_BIN").is_none()
         && needs_fixtures.iter().any(|name| s.wants(name))
     {
         eprintln!(
-            "load: the http, stdio, bigdb and guards scenarios need the conformance fixtures: \
+            "load: the http, stdio, bigdb, backend and guards scenarios need the conformance fixtures: \
              run `cargo bench --features conformance-pack --bench load` (with \
              `--only invoice,coldstart,limiter` they are not needed)"
         );
@@ -2130,6 +2510,9 @@ fn main() {
     }
     if s.wants("coldstart") {
         coldstart_scenario(dir.path(), &s, &mut headlines);
+    }
+    if s.wants("backend") {
+        backend_scenario(dir.path(), &s, &mut headlines);
     }
     if s.wants("guards") {
         guards_scenario(dir.path(), &s);
