@@ -27,8 +27,14 @@ struct Gate {
 impl Gate {
     /// `tollgate serve` with `tollgate stdio` as the backend `up`.
     fn start() -> Gate {
+        Self::start_with(|_| {})
+    }
+
+    /// [`Gate::start`], with `before` done to the upstream's database first.
+    fn start_with(before: impl FnOnce(&TestDb)) -> Gate {
         let upstream = TestDb::new();
         let upstream_key = upstream.create_key("gate", "*", &[]);
+        before(&upstream);
         let db = TestDb::new();
         let config = format!(
             r#"
@@ -240,6 +246,38 @@ fn a_killed_upstream_is_unavailable_until_it_is_restarted() {
     let again = gate.call("up_search_clients", json!({}));
     assert_eq!(again["result"]["isError"], false, "{again}");
     assert_ne!(gate.upstream_pid(), first_pid);
+}
+
+#[test]
+fn an_upstream_down_at_start_leaves_the_rest_served_and_its_tools_appear_once_it_answers() {
+    // The upstream cannot start while its database is away.
+    let gate = Gate::start_with(|upstream| {
+        rename(&upstream.path, &upstream.dir.path().join("away.db"));
+    });
+    let away = gate.upstream.dir.path().join("away.db");
+    let down = gate.wait_for_state(&["connecting", "down"]);
+    assert!(down["reason"].is_string(), "{down}");
+    let upstream_tools = |tools: &[Value]| {
+        tools
+            .iter()
+            .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("up_")))
+            .count()
+    };
+    let tools = gate.server.modern_tools_list(gate.admin());
+    assert!(tools.iter().any(|t| t["name"] == "search_clients"));
+    assert_eq!(upstream_tools(&tools), 0);
+    let builtin = gate.call("search_clients", json!({}));
+    assert_eq!(builtin["result"]["isError"], false, "{builtin}");
+
+    rename(&away, &gate.upstream.path);
+    gate.wait_for_state(&["ready"]);
+    let deadline = Instant::now() + STATE_WAIT;
+    while upstream_tools(&gate.server.modern_tools_list(gate.admin())) == 0 {
+        assert!(Instant::now() < deadline, "{}", gate.server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let forwarded = gate.call("up_search_clients", json!({}));
+    assert_eq!(forwarded["result"]["isError"], false, "{forwarded}");
 }
 
 #[test]

@@ -35,7 +35,7 @@ fn problems_text(problems: &[BackendProblem]) -> String {
 
 /// Opens the configured backends (none: nothing is started).
 pub fn open(config: &Config) -> Result<Arc<Backends>, String> {
-    Backends::open(&config.backends)
+    Backends::open(&config.backends, false)
         .map(Arc::new)
         .map_err(|problems| problems_text(&problems))
 }
@@ -117,7 +117,7 @@ fn check(config: &Config, json: bool) -> ExitCode {
         .iter()
         .map(|backend| Checked {
             config: backend.clone(),
-            opened: Backends::open(std::slice::from_ref(backend)),
+            opened: Backends::open(std::slice::from_ref(backend), true),
         })
         .collect();
     let mut problems: Vec<String> = Vec::new();
@@ -164,6 +164,9 @@ fn check(config: &Config, json: bool) -> ExitCode {
                 }
                 let status = backends.status();
                 let state = status.first().map(|s| s.health.as_str()).unwrap_or("down");
+                if let Some(reason) = status.first().and_then(|s| s.health.reason()) {
+                    problems.push(format!("backend {name}: not ready ({state}): {reason}"));
+                }
                 report.push(serde_json::json!({
                     "name": name, "kind": item.config.kind.as_str(), "state": state,
                     "tools": tools.iter().map(|t| {

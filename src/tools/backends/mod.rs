@@ -124,6 +124,10 @@ pub struct BackendEnv {
     /// Called when the backend's list of operations changed (an upstream's
     /// `notifications/tools/list_changed`, a reconnect that listed other tools).
     pub changed: Arc<dyn Fn() + Send + Sync>,
+    /// Whether a backend that cannot be reached at start is a problem (`backends check`),
+    /// rather than connected in the background while the rest is served (`serve`,
+    /// `stdio`: its tools appear once it answers).
+    pub strict: bool,
 }
 
 /// A backend that could not be opened: what is wrong, for the operator.
@@ -194,8 +198,9 @@ impl Backends {
     /// document is read and its operations listed; an upstream MCP server is started or
     /// connected (waiting a bounded time for its first list of tools, then connecting in
     /// the background). Every backend that cannot be opened is a problem; all are
-    /// reported together.
-    pub fn open(configs: &[BackendConfig]) -> Result<Backends, Vec<BackendProblem>> {
+    /// reported together. With `strict`, so is an upstream that cannot be reached at start;
+    /// otherwise it is connected in the background (see [`BackendEnv::strict`]).
+    pub fn open(configs: &[BackendConfig], strict: bool) -> Result<Backends, Vec<BackendProblem>> {
         if configs.is_empty() {
             return Ok(Backends::none());
         }
@@ -226,6 +231,7 @@ impl Backends {
         let env = BackendEnv {
             runtime: runtime.handle().clone(),
             changed,
+            strict,
         };
         let mut entries = Vec::new();
         let mut problems = Vec::new();

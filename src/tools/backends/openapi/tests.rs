@@ -78,6 +78,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn env(runtime: &tokio::runtime::Runtime) -> BackendEnv {
     BackendEnv {
+        strict: true,
         runtime: runtime.handle().clone(),
         changed: Arc::new(|| {}),
     }

@@ -64,7 +64,7 @@ pub fn open(config: &BackendConfig, env: &BackendEnv) -> Result<Arc<dyn Backend>
         Arc::clone(&shared),
         target,
         stopped,
-        first_tx,
+        (first_tx, !env.strict),
         done_tx,
     ));
     let upstream = Upstream {
@@ -78,9 +78,18 @@ pub fn open(config: &BackendConfig, env: &BackendEnv) -> Result<Arc<dyn Backend>
     let wait = FIRST_CONNECT_WAIT;
     match first_rx.recv_timeout(wait) {
         Ok(Ok(())) => Ok(Arc::new(upstream)),
-        Ok(Err(message)) => {
+        Ok(Err(message)) if env.strict => {
             upstream.shutdown();
             Err(problem(message))
+        }
+        Ok(Err(message)) => {
+            // The rest is served meanwhile; the upstream's tools appear once it answers.
+            tracing::warn!(
+                backend = %config.name,
+                reason = %message,
+                "upstream not reachable at start; connecting in the background"
+            );
+            Ok(Arc::new(upstream))
         }
         Err(RecvTimeoutError::Timeout) => {
             tracing::warn!(

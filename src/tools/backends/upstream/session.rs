@@ -498,12 +498,13 @@ enum Ended {
 }
 
 /// Keeps the upstream connected until `stop` is set. The first attempt's outcome goes
-/// to `first` (while `open` still waits for it); `done` is dropped when it returns.
+/// to `first` (while `open` still waits for it), and a first attempt that fails ends the
+/// supervisor unless `keep_trying`; `done` is dropped when it returns.
 pub(super) async fn supervise(
     shared: Arc<Shared>,
     target: Target,
     mut stop: watch::Receiver<bool>,
-    first: std::sync::mpsc::Sender<Result<(), String>>,
+    (first, keep_trying): (std::sync::mpsc::Sender<Result<(), String>>, bool),
     done: std::sync::mpsc::Sender<()>,
 ) {
     let mut first = Some(first);
@@ -538,6 +539,7 @@ pub(super) async fn supervise(
             Err(reason) => {
                 if let Some(first) = first.take()
                     && first.send(Err(reason.clone())).is_ok()
+                    && !keep_trying
                 {
                     // `open` reports it and stops the backend.
                     break;
