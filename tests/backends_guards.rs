@@ -81,6 +81,9 @@ fn gate(backend: &RestBackend) -> (TestDb, HttpServer) {
     std::fs::write(dir.join("crm.key"), format!("{SECRET}\n")).expect("write key");
     let config = format!(
         r#"
+[http]
+metrics = true
+
 [[backends]]
 name = "crm"
 kind = "openapi"
@@ -175,6 +178,15 @@ fn the_rate_counters_charge_backend_calls_and_refuse_past_the_limit() {
     assert_error(&third, -32006, "rate_limited", 429, 3001, true);
     assert_eq!(third["error"]["data"]["limit"], 2);
     assert_eq!(backend.received().len(), 2);
+    // The refused call never reached the backend, so its counters say two calls.
+    let metrics = String::from_utf8_lossy(&server.get("/metrics").body).into_owned();
+    for line in [
+        "tollgate_backend_calls_total{backend=\"crm\"} 2",
+        "tollgate_backend_failures_total{backend=\"crm\"} 0",
+        "tollgate_backend_up{backend=\"crm\",kind=\"openapi\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
 }
 
 #[test]
@@ -275,6 +287,11 @@ fn the_backend_credential_appears_in_no_response_log_line_or_audit_row() {
             .all(|r| r.header("x-api-key") == Some(SECRET))
     );
     let health = String::from_utf8_lossy(&server.get("/healthz").body).into_owned();
+    let metrics = String::from_utf8_lossy(&server.get("/metrics").body).into_owned();
+    assert!(
+        metrics.contains("tollgate_backend_failures_total{backend=\"crm\"} 1"),
+        "{metrics}"
+    );
     let audit = String::from_utf8_lossy(&db.run(&["audit", "--json"]).stdout).into_owned();
     let check = db.run(&[
         "--config",
@@ -286,6 +303,7 @@ fn the_backend_credential_appears_in_no_response_log_line_or_audit_row() {
     let texts = [
         serde_json::to_string(&seen).expect("json"),
         health,
+        metrics,
         audit,
         String::from_utf8_lossy(&check.stdout).into_owned(),
         String::from_utf8_lossy(&check.stderr).into_owned(),

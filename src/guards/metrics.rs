@@ -456,22 +456,22 @@ pub fn render_backends(page: &mut String, backends: &crate::tools::backends::Bac
         return;
     }
     let counters = backends.counters();
-    for (name, help, pick) in [
+    let families: [(&str, &str, fn(&(String, u64, u64)) -> u64); 2] = [
         (
             "tollgate_backend_calls_total",
             "Calls forwarded to a backend, by backend.",
-            0,
+            |(_, calls, _)| *calls,
         ),
         (
             "tollgate_backend_failures_total",
             "Forwarded calls that failed (any catalog error), by backend.",
-            1,
+            |(_, _, failures)| *failures,
         ),
-    ] {
+    ];
+    for (name, help, value) in families {
         header(page, name, "counter", help);
-        for (backend, calls, failures) in &counters {
-            let value = if pick == 0 { *calls } else { *failures };
-            sample(page, name, &[("backend", backend)], value);
+        for counter in &counters {
+            sample(page, name, &[("backend", &counter.0)], value(counter));
         }
     }
     let name = "tollgate_backend_up";

@@ -16,7 +16,7 @@
 pub mod openapi;
 pub mod upstream;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -102,9 +102,10 @@ pub trait Backend: Send + Sync {
     /// Its state now.
     fn health(&self) -> Health;
 
-    /// Forwards one call of `operation` with `args` (already validated against the
-    /// operation's input schema, `idempotency_key` removed). Every failure is a catalog
-    /// error of the tool class.
+    /// Forwards one call of `operation` with `args`, already validated against the
+    /// operation's input schema. `args` may hold tollgate's own `idempotency_key`
+    /// ([`schema::KEY_ARGUMENT`]), which is never forwarded as an argument (its value is
+    /// [`Call::idempotency_key`]). Every failure is a catalog error of the tool class.
     fn call(
         &self,
         operation: &str,
@@ -352,11 +353,9 @@ impl Backends {
         }
     }
 
-    /// Stops every backend, then the runtime.
+    /// Stops every backend, then the runtime, waiting for it a little.
     pub fn shutdown(mut self) {
-        for entry in &self.entries {
-            entry.backend.shutdown();
-        }
+        self.stop();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_timeout(Duration::from_secs(2));
         }
@@ -365,9 +364,7 @@ impl Backends {
 
 impl Drop for Backends {
     fn drop(&mut self) {
-        for entry in &self.entries {
-            entry.backend.shutdown();
-        }
+        self.stop();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
@@ -500,15 +497,13 @@ impl Tool for BackendTool {
         ctx: &ToolContext<'_>,
         args: &Map<String, Value>,
     ) -> Result<ToolOutput, McpError> {
-        let mut forwarded = args.clone();
-        forwarded.remove(schema::KEY_ARGUMENT);
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let call = Call {
             ctx,
             idempotency_key: ctx.idempotency_key(),
             timeout: self.timeout,
         };
-        let outcome = self.backend.call(&self.operation, &forwarded, &call);
+        let outcome = self.backend.call(&self.operation, args, &call);
         if outcome.is_err() {
             self.counters.failures.fetch_add(1, Ordering::Relaxed);
         }
@@ -562,14 +557,14 @@ pub fn snake_case(id: &str) -> String {
 
 /// Overrides that name no tool a backend yields: the operator most likely mistyped a name.
 pub fn unmatched_overrides(config: &BackendConfig, operations: &[Operation]) -> Vec<String> {
-    let names: BTreeMap<String, ()> = operations
+    let names: HashSet<String> = operations
         .iter()
-        .map(|op| (tool_name(&config.name, &op.name), ()))
+        .map(|op| tool_name(&config.name, &op.name))
         .collect();
     config
         .tools
         .keys()
-        .filter(|name| !names.contains_key(*name))
+        .filter(|name| !names.contains(*name))
         .cloned()
         .collect()
 }

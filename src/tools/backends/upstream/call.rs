@@ -86,7 +86,11 @@ pub(super) fn forward(
     };
     let (events_tx, events) = std::sync::mpsc::channel();
     let (give_up_tx, give_up) = oneshot::channel();
-    let params = CallToolRequestParams::new(upstream_name).with_arguments(args.clone());
+    // The one copy of the arguments a call makes: rmcp's request owns them, without
+    // tollgate's own idempotency key.
+    let mut arguments = args.clone();
+    arguments.remove(crate::tools::schema::KEY_ARGUMENT);
+    let params = CallToolRequestParams::new(upstream_name).with_arguments(arguments);
     let relay = call.ctx.progress_token.is_some();
     runtime.spawn(run(link, params, call.timeout, relay, events_tx, give_up));
     wait(backend, call, &events, give_up_tx)
