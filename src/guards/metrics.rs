@@ -452,28 +452,29 @@ fn seconds(micros: u64) -> String {
 /// Appends the backends' families to `page`: calls forwarded and failed per backend, and
 /// each backend's state (1 when ready). Nothing when no backend is configured.
 pub fn render_backends(page: &mut String, backends: &crate::tools::backends::Backends) {
+    use crate::tools::backends::BackendCount;
     if backends.is_empty() {
         return;
     }
     let counters = backends.counters();
-    let families: [(&str, &str, fn(&(String, u64, u64)) -> u64); 2] = [
-        (
-            "tollgate_backend_calls_total",
-            "Calls forwarded to a backend, by backend.",
-            |(_, calls, _)| *calls,
-        ),
-        (
-            "tollgate_backend_failures_total",
-            "Forwarded calls that failed (any catalog error), by backend.",
-            |(_, _, failures)| *failures,
-        ),
-    ];
-    for (name, help, value) in families {
+    let family = |page: &mut String, name: &str, help: &str, value: fn(&BackendCount) -> u64| {
         header(page, name, "counter", help);
-        for counter in &counters {
-            sample(page, name, &[("backend", &counter.0)], value(counter));
+        for count in &counters {
+            sample(page, name, &[("backend", &count.name)], value(count));
         }
-    }
+    };
+    family(
+        page,
+        "tollgate_backend_calls_total",
+        "Calls forwarded to a backend, by backend.",
+        |c| c.calls,
+    );
+    family(
+        page,
+        "tollgate_backend_failures_total",
+        "Forwarded calls that failed (any catalog error), by backend.",
+        |c| c.failures,
+    );
     let name = "tollgate_backend_up";
     header(
         page,

@@ -155,6 +155,17 @@ pub struct BackendCounters {
     pub failures: AtomicU64,
 }
 
+/// One backend's [`BackendCounters`] read at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendCount {
+    /// The backend's name.
+    pub name: String,
+    /// Calls forwarded.
+    pub calls: u64,
+    /// Of those, the ones that failed.
+    pub failures: u64,
+}
+
 /// One backend with its configuration and counters.
 struct Entry {
     config: BackendConfig,
@@ -331,16 +342,14 @@ impl Backends {
             .collect()
     }
 
-    /// Every backend's `(name, calls, failures)`.
-    pub fn counters(&self) -> Vec<(String, u64, u64)> {
+    /// Every backend's calls and failures so far.
+    pub fn counters(&self) -> Vec<BackendCount> {
         self.entries
             .iter()
-            .map(|e| {
-                (
-                    e.config.name.clone(),
-                    e.counters.calls.load(Ordering::Relaxed),
-                    e.counters.failures.load(Ordering::Relaxed),
-                )
+            .map(|e| BackendCount {
+                name: e.config.name.clone(),
+                calls: e.counters.calls.load(Ordering::Relaxed),
+                failures: e.counters.failures.load(Ordering::Relaxed),
             })
             .collect()
     }
