@@ -310,8 +310,9 @@ pub struct Overrides {
 pub struct Config {
     /// The config file that was read, if any.
     pub file: Option<PathBuf>,
-    /// The SQLite file (relative paths are relative to the working directory).
-    pub database: PathBuf,
+    /// The database: an SQLite file (relative paths are relative to the working
+    /// directory) or a PostgreSQL URL.
+    pub database: Database,
     /// Language of error hints; `None` means the company's locale.
     pub locale: Option<Locale>,
     /// `[stdio]`
@@ -427,7 +428,113 @@ pub struct DevConfig {
     pub unauthenticated_credential: Option<String>,
 }
 
-/// `[store]`: the SQLite pool.
+/// Where the state lives: the `database` setting (`--database`, `TOLLGATE_DATABASE`, or
+/// `[store] url`). A path, or `sqlite:<path>`, is an SQLite file; `postgres://…` or
+/// `postgresql://…` a PostgreSQL database.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// One SQLite file: the embedded default.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database shared by several nodes (the URL, password included).
+    Postgres(PostgresUrl),
+}
+
+impl Database {
+    /// Reads a `database` value: a PostgreSQL URL, `sqlite:<path>`, or a path.
+    pub fn parse(text: &str) -> Result<Database, String> {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Database::Postgres(PostgresUrl(text.to_owned())));
+        }
+        let path = text.strip_prefix("sqlite://").or_else(|| text.strip_prefix("sqlite:"));
+        let path = path.unwrap_or(text);
+        if path.is_empty() {
+            return Err("the path must not be empty".to_owned());
+        }
+        Ok(Database::Sqlite(PathBuf::from(path)))
+    }
+
+    /// The SQLite file, when the database is one.
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Database::Sqlite(path) => Some(path),
+            Database::Postgres(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Database {
+    /// The path, or the URL with its password replaced by `***`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "{}", path.display()),
+            Database::Postgres(url) => url.fmt(f),
+        }
+    }
+}
+
+impl serde::Serialize for Database {
+    /// As it displays: a PostgreSQL URL without its password.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Database({self})")
+    }
+}
+
+/// A PostgreSQL connection URL. It displays without its password; only
+/// [`PostgresUrl::secret_text`] gives the whole text, to connect with.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresUrl(String);
+
+impl PostgresUrl {
+    /// The URL as given, password included (only for connecting).
+    pub fn secret_text(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact_password(&self.0))
+    }
+}
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PostgresUrl({self})")
+    }
+}
+
+/// `scheme://user:secret@host…` → `scheme://user:***@host…`; a `password=` parameter too.
+fn redact_password(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+            let userinfo = &out[rest_start..rest_start + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest_start + colon + 1..rest_start + at, "***");
+            }
+        }
+    }
+    if let Some(start) = out.find("password=") {
+        let value_start = start + "password=".len();
+        let end = out[value_start..]
+            .find('&')
+            .map_or(out.len(), |i| value_start + i);
+        out.replace_range(value_start..end, "***");
+    }
+    out
+}
+
+/// `[store]`: the database pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
     /// How long a write waits for another writer's lock.
@@ -441,7 +548,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             file: None,
-            database: PathBuf::from(DEFAULT_DATABASE),
+            database: Database::Sqlite(PathBuf::from(DEFAULT_DATABASE)),
             locale: None,
             stdio: StdioConfig {
                 max_line_bytes: DEFAULT_MAX_BYTES as usize,
@@ -531,7 +638,7 @@ impl Config {
     fn to_raw(&self) -> RawConfig {
         let http = &self.http;
         RawConfig {
-            database: Some(self.database.clone()),
+            database: Some(PathBuf::from(self.database.to_string())),
             locale: self.locale,
             stdio: RawStdio {
                 max_line_bytes: Some(self.stdio.max_line_bytes as u64),
@@ -570,6 +677,7 @@ impl Config {
                 ),
             },
             store: RawStore {
+                url: None,
                 busy_timeout_ms: Some(duration_millis(self.store.busy_timeout)),
                 pool_size: Some(u64::from(self.store.pool_size)),
             },
@@ -631,7 +739,7 @@ mod tests {
     fn defaults_with_no_file() {
         let config = Config::load(None, &[], &Overrides::default()).expect("load");
         assert_eq!(config, Config::default());
-        assert_eq!(config.database, PathBuf::from("tollgate.db"));
+        assert_eq!(config.database, Database::Sqlite(PathBuf::from("tollgate.db")));
         assert_eq!(config.http.listen.to_string(), "127.0.0.1:8787");
         assert_eq!(config.stdio.max_line_bytes, 4_194_304);
         assert_eq!(config.http.workers, 16);
@@ -721,7 +829,7 @@ mod tests {
         );
         let config = Config::load(Some(&path), &[], &Overrides::default()).expect("load");
         assert_eq!(config.file.as_deref(), Some(path.as_path()));
-        assert_eq!(config.database, PathBuf::from("/var/lib/tollgate/t.db"));
+        assert_eq!(config.database, Database::Sqlite(PathBuf::from("/var/lib/tollgate/t.db")));
         assert_eq!(config.locale, Some(Locale::Es));
         assert_eq!(config.stdio.max_line_bytes, 2048);
         assert_eq!(config.http.listen.to_string(), "0.0.0.0:9000");
@@ -752,7 +860,7 @@ mod tests {
         assert_eq!(config.locale, Some(Locale::Es));
         assert_eq!(config.log.level, LogLevel::Trace);
         assert_eq!(config.http.workers, 8);
-        assert_eq!(config.database, PathBuf::from("from-env.db"));
+        assert_eq!(config.database, Database::Sqlite(PathBuf::from("from-env.db")));
 
         let flags = Overrides {
             database: Some(PathBuf::from("from-flag.db")),
@@ -763,7 +871,7 @@ mod tests {
         let config = Config::load(Some(&path), &vars, &flags).expect("load");
         assert_eq!(config.locale, Some(Locale::En));
         assert_eq!(config.log.level, LogLevel::Error);
-        assert_eq!(config.database, PathBuf::from("from-flag.db"));
+        assert_eq!(config.database, Database::Sqlite(PathBuf::from("from-flag.db")));
         assert_eq!(
             config.http.workers, 8,
             "env still applies where no flag is given"

@@ -99,6 +99,8 @@ pub(super) struct RawAudit {
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStore {
+    /// The database, as `database` names it (a PostgreSQL URL, usually).
+    pub(super) url: Option<String>,
     pub(super) busy_timeout_ms: Option<u64>,
     pub(super) pool_size: Option<u64>,
 }
@@ -155,7 +157,7 @@ pub(super) fn read_file(path: &Path) -> Result<RawConfig, ConfigError> {
             ConfigError::new(format!("cannot read config file {}: {e}", path.display()))
         }
     })?;
-    toml::from_str(&text).map_err(|e| {
+    let raw: RawConfig = toml::from_str(&text).map_err(|e| {
         ConfigError::new(format!(
             "config file {}{}: {}",
             path.display(),
@@ -164,7 +166,14 @@ pub(super) fn read_file(path: &Path) -> Result<RawConfig, ConfigError> {
                 .unwrap_or_default(),
             e.message().trim_end()
         ))
-    })
+    })?;
+    if raw.database.is_some() && raw.store.url.is_some() {
+        return Err(ConfigError::new(format!(
+            "config file {}: database and store.url both name the database; keep one of them",
+            path.display()
+        )));
+    }
+    Ok(raw)
 }
 
 /// Where a parse error is: `, line N (key = …)`. The line's key is named and its value

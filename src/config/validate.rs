@@ -4,13 +4,13 @@
 use super::raw::*;
 use super::*;
 
-pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
-    let database = match raw.database {
-        Some(path) if path.as_os_str().is_empty() => {
-            return Err(ConfigError::new("database: the path must not be empty"));
-        }
-        Some(path) => path,
-        None => PathBuf::from(DEFAULT_DATABASE),
+pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
+    // `database` (from the file, the environment or a flag) wins over `[store] url`; the
+    // file may not set both (`raw::read_file`).
+    let database = match (raw.database.take(), raw.store.url.take()) {
+        (Some(text), _) => parse_database("database", &text)?,
+        (None, Some(url)) => parse_database("store.url", &PathBuf::from(url))?,
+        (None, None) => Database::Sqlite(PathBuf::from(DEFAULT_DATABASE)),
     };
     let config = Config {
         file: None,
@@ -294,4 +294,11 @@ pub(super) fn validate_audit(raw: RawAudit) -> Result<AuditConfig, ConfigError> 
 
 pub(super) fn duration_millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn parse_database(key: &str, text: &Path) -> Result<Database, ConfigError> {
+    let text = text
+        .to_str()
+        .ok_or_else(|| ConfigError::new(format!("{key}: the value is not valid UTF-8")))?;
+    Database::parse(text).map_err(|e| ConfigError::new(format!("{key}: {e}")))
 }

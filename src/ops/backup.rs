@@ -174,6 +174,16 @@ pub struct RestoreReport {
 
 /// Handler of `tollgate backup`.
 pub fn backup(store: &Store, args: &BackupArgs) -> ExitCode {
+    if store.path().is_none() {
+        eprintln!(
+            "tollgate: backup copies an SQLite file; this installation's state is in \
+             PostgreSQL ({}). Back it up with the server's own tools: `pg_dump --format=custom \
+             --file=tollgate.dump <database>` (restore with `pg_restore`), or continuous \
+             archiving with a standby.",
+            store.location()
+        );
+        return ExitCode::from(crate::ops::cli::EXIT_REFUSED);
+    }
     match write_backup(store, &args.file) {
         Ok(report) => {
             if args.json {
@@ -203,7 +213,16 @@ pub fn backup(store: &Store, args: &BackupArgs) -> ExitCode {
 
 /// Handler of `tollgate restore`: restores over the configured database.
 pub fn restore(config: &Config, args: &RestoreArgs) -> ExitCode {
-    match restore_backup(&args.backup, &config.database, args.force) {
+    let Some(database) = config.database.file() else {
+        eprintln!(
+            "tollgate: restore replaces an SQLite file; this installation's state is in \
+             PostgreSQL ({}). Restore a `pg_dump` with `pg_restore`, or move an SQLite backup \
+             into it with `tollgate store copy --from <backup.db> --to <database>`.",
+            config.database
+        );
+        return ExitCode::from(crate::ops::cli::EXIT_REFUSED);
+    };
+    match restore_backup(&args.backup, database, args.force) {
         Ok(report) => {
             if args.json {
                 println!(

@@ -4,7 +4,7 @@
 //! opens the store when it needs one, and returns an [`ExitCode`]; operator mistakes get a
 //! message on stderr that says how to fix them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -244,7 +244,7 @@ fn fail(message: &str) -> ExitCode {
 }
 
 fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
-    Store::open(
+    Store::open_database(
         &config.database,
         &crate::store::StoreOptions::from_config(config, create),
     )
@@ -319,7 +319,7 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
         }
         println!(
             "Created {} for {} on the {} plan.",
-            config.database.display(),
+            config.database,
             company.name,
             company.plan_slug
         );
@@ -450,7 +450,7 @@ fn stdio(config: &Config) -> ExitCode {
         Ok(token) => token,
         Err(e) => return fail(&e),
     };
-    tracing::info!(database = %config.database.display(), "serving MCP on stdio");
+    tracing::info!(database = %config.database, "serving MCP on stdio");
     let served =
         crate::transport::stdio::serve(Arc::clone(&server), token, config.stdio.max_line_bytes);
     server.backends().stop();
@@ -461,10 +461,10 @@ fn stdio(config: &Config) -> ExitCode {
 }
 
 fn quickstart(config: &Config) -> ExitCode {
-    if config.database.exists() {
+    if config.database.file().is_none_or(Path::exists) {
         println!(
             "Using the existing database {}; create a key with `tollgate key create` if you need one.",
-            config.database.display()
+            config.database
         );
     } else {
         let args = InitArgs {
@@ -522,13 +522,13 @@ fn healthcheck(config: &Config) -> ExitCode {
         Ok(version) => {
             println!(
                 "ok: {} (schema version {version})",
-                config.database.display()
+                config.database
             );
             ExitCode::SUCCESS
         }
         Err(reason) => fail(&format!(
             "unhealthy: {}: {reason} ({})",
-            config.database.display(),
+            config.database,
             reason.code()
         )),
     }

@@ -1,9 +1,7 @@
 //! The `rate_counters` table and its only writer: fixed-window counters keyed by bucket,
 //! key and window start, the limits a charge reads in its transaction, and pruning.
 
-use rusqlite::{OptionalExtension, params};
-
-use super::SqlResult;
+use super::sql::args;
 use super::plans::{PerMinute, to_count};
 use super::{Conn, Store, StoreError, Tx};
 
@@ -48,19 +46,19 @@ pub fn limits_for(
     client_id: Option<&str>,
     category: PerMinute,
 ) -> Result<StoredLimits, StoreError> {
-    let mut stmt = conn.sql().prepare_cached(LIMITS_SQL).or_store()?;
-    let limits = stmt
-        .query_row(params![credential_id, client_id, category.word()], |row| {
+    conn.query_one(
+        LIMITS_SQL,
+        args![credential_id, client_id, category.word()],
+        |row| {
             Ok(StoredLimits {
                 plan_slug: row.get(0)?,
-                hourly: row.get::<_, Option<i64>>(1)?.map(to_count),
-                per_minute: row.get::<_, Option<i64>>(2)?.map(to_count),
+                hourly: row.get::<Option<i64>>(1)?.map(to_count),
+                per_minute: row.get::<Option<i64>>(2)?.map(to_count),
                 client_id: row.get(3)?,
-                client_per_minute: row.get::<_, Option<i64>>(4)?.map(to_count),
+                client_per_minute: row.get::<Option<i64>>(4)?.map(to_count),
             })
-        })
-        .or_store()?;
-    Ok(limits)
+        },
+    )
 }
 
 // Two statements rather than one upsert with `RETURNING`: SQLite buffers the rows a
@@ -82,21 +80,13 @@ pub fn increment(
     by: usize,
 ) -> Result<u64, StoreError> {
     let by = i64::try_from(by).unwrap_or(i64::MAX);
-    let conn = tx.sql();
-    let count: i64 = conn
-        .prepare_cached(COUNTER_SQL)
-        .or_store()?
-        .query_row(params![bucket, key, window_start], |row| {
-            row.get::<_, i64>(0)
-        })
-        .optional()
-        .or_store()?
+    let count: i64 = tx
+        .query_opt(COUNTER_SQL, args![bucket, key, window_start], |row| {
+            row.get::<i64>(0)
+        })?
         .unwrap_or(0)
         .saturating_add(by);
-    conn.prepare_cached(SET_COUNTER_SQL)
-        .or_store()?
-        .execute(params![bucket, key, window_start, count])
-        .or_store()?;
+    tx.execute(SET_COUNTER_SQL, args![bucket, key, window_start, count])?;
     Ok(to_count(count))
 }
 
@@ -117,38 +107,32 @@ impl Store {
     /// Deletes up to `chunk` counter windows that started before `cutoff`, in one short
     /// transaction; returns how many went.
     pub fn prune_counters(&self, cutoff: i64, chunk: i64) -> Result<usize, StoreError> {
-        self.write(|tx| {
-            let mut stmt = tx
-                .prepare_cached(
-                    "DELETE FROM rate_counters WHERE (bucket, key, window_start) IN (
-                     SELECT bucket, key, window_start FROM rate_counters
-                      WHERE window_start < ?1 LIMIT ?2)",
-                )
-                .or_store()?;
-            stmt.execute(params![cutoff, chunk]).or_store()
+        self.in_transaction(|tx| {
+            tx.execute(
+                "DELETE FROM rate_counters WHERE (bucket, key, window_start) IN (
+                 SELECT bucket, key, window_start FROM rate_counters
+                  WHERE window_start < ?1 LIMIT ?2)",
+                args![cutoff, chunk],
+            )
         })
     }
 
     /// Every counter whose window started after `after`, by bucket, key and window.
     pub fn counters_since(&self, after: i64) -> Result<Vec<CounterRow>, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT bucket, key, window_start, count FROM rate_counters
+        self.with_conn(|conn| {
+            conn.query_all(
+                "SELECT bucket, key, window_start, count FROM rate_counters
                   WHERE window_start > ?1 ORDER BY bucket, key, window_start",
-                )
-                .or_store()?;
-            let rows = stmt
-                .query_map([after], |r| {
+                args![after],
+                |r| {
                     Ok(CounterRow {
                         bucket: r.get(0)?,
                         key: r.get(1)?,
                         window_start: r.get(2)?,
                         count: to_count(r.get(3)?),
                     })
-                })
-                .or_store()?;
-            rows.collect::<Result<Vec<_>, _>>().or_store()
+                },
+            )
         })
     }
 }

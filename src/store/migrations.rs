@@ -98,7 +98,7 @@ pub(super) fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), Store
         ));
     }
     if found == 0 && !opts.create {
-        return Err(StoreError::Missing(path.to_path_buf()));
+        return Err(StoreError::Missing(path.display().to_string()));
     }
     if found > 0 {
         check_shape(&shape, found)?;

@@ -36,7 +36,10 @@ pub mod idempotency;
 pub mod invoicing;
 pub mod migrations;
 pub mod plans;
+pub mod postgres;
+pub mod sql;
 
+use std::cell::RefCell;
 use std::fmt;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -45,26 +48,42 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 pub use migrations::SCHEMA_VERSION;
 use migrations::{prepare_file, user_version};
 pub use plans::{Company, Plan};
+pub use sql::Dialect;
+
+use crate::config::Database;
+use postgres::{PgConn, PgManager};
 
 /// A connection of the store, in or out of a transaction. Opaque outside the store: it
-/// only travels from [`Store::with_conn`] (or a [`Tx`]) to the store's functions.
+/// only travels from [`Store::with_conn`] (or a [`Tx`]) to the store's functions, which
+/// write their statements once for both engines (`sql.rs`).
 pub struct Conn<'c> {
-    inner: &'c Connection,
+    inner: Inner<'c>,
+}
+
+/// The engine's connection behind a [`Conn`].
+#[derive(Clone, Copy)]
+enum Inner<'c> {
+    Sqlite(&'c Connection),
+    Postgres(&'c RefCell<&'c mut PgConn>),
 }
 
 impl<'c> Conn<'c> {
-    /// The SQLite connection, for the store's own modules.
+    /// The SQLite connection, for the modules still written against rusqlite.
     fn sql(&self) -> &'c Connection {
-        self.inner
+        match self.inner {
+            Inner::Sqlite(conn) => conn,
+            Inner::Postgres(_) => panic!("an SQLite statement on a PostgreSQL store"),
+        }
     }
 }
 
-/// An open `BEGIN IMMEDIATE` transaction of the store (what [`Store::in_transaction`]
+/// An open write transaction of the store (`BEGIN IMMEDIATE` on SQLite; on PostgreSQL a
+/// transaction holding the store's write lock) (what [`Store::in_transaction`]
 /// hands out and a tool's commit writes through). It reads like a [`Conn`].
 pub struct Tx<'c> {
     conn: Conn<'c>,
@@ -101,14 +120,19 @@ pub enum StoreError {
         /// The highest version this binary supports ([`SCHEMA_VERSION`]).
         supported: u32,
     },
-    /// There is no (initialised) database at this path and creation was not requested.
-    Missing(PathBuf),
+    /// There is no (initialised) database there and creation was not requested (the text
+    /// says where).
+    Missing(String),
     /// The database stayed locked by another writer past the busy timeout.
     Busy,
     /// The disk holding the database is full.
     Full,
-    /// Any other database error.
+    /// Any other SQLite error.
     Sqlite(SqliteError),
+    /// Any other PostgreSQL error (the server's message).
+    Database(String),
+    /// The database server cannot be reached or is restarting (PostgreSQL).
+    Unavailable(String),
     /// A stored value the reader does not understand (a damaged row).
     Corrupt(String),
     /// No pooled connection could be obtained in time.
@@ -124,7 +148,10 @@ pub enum StoreError {
 impl StoreError {
     /// True when retrying later may succeed (locked or full database, exhausted pool).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Busy | Self::Full | Self::Pool(_))
+        matches!(
+            self,
+            Self::Busy | Self::Full | Self::Pool(_) | Self::Unavailable(_)
+        )
     }
 
     /// What this failure says about the storage under the database, when it says
@@ -133,6 +160,7 @@ impl StoreError {
         use rusqlite::ErrorCode;
         match self {
             Self::Full => Some(Unhealthy::DiskFull),
+            Self::Unavailable(_) => Some(Unhealthy::Unreachable),
             Self::Sqlite(SqliteError(e)) => match e.sqlite_error_code() {
                 Some(ErrorCode::ReadOnly) => Some(Unhealthy::ReadOnly),
                 Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
@@ -151,7 +179,8 @@ impl StoreError {
             Self::Missing(_) => "the database has not been initialised",
             Self::Busy => "the database is busy; retry shortly",
             Self::Full => "the server's disk is full; retry later",
-            Self::Sqlite(_) | Self::Corrupt(_) => "internal database error",
+            Self::Sqlite(_) | Self::Database(_) | Self::Corrupt(_) => "internal database error",
+            Self::Unavailable(_) => "the database cannot be reached; retry shortly",
             Self::Pool(_) => "no database connection is available; retry shortly",
             Self::Io(_) => "database storage error",
             Self::RolledBack => "the change was rolled back",
@@ -168,16 +197,14 @@ impl fmt::Display for StoreError {
                 "database schema version {found} is newer than this tollgate supports \
                  ({supported}); upgrade tollgate or restore a backup"
             ),
-            Self::Missing(path) => write!(
-                f,
-                "no database at {}; run `tollgate init` first",
-                path.display()
-            ),
+            Self::Missing(place) => write!(f, "no database at {place}; run `tollgate init` first"),
             Self::Busy => f.write_str(
                 "the database is locked by another writer and stayed locked past the busy timeout",
             ),
             Self::Full => f.write_str("the disk holding the database is full"),
             Self::Sqlite(e) => write!(f, "database error: {e}"),
+            Self::Database(e) => write!(f, "database error: {e}"),
+            Self::Unavailable(e) => write!(f, "the database server cannot be reached: {e}"),
             Self::Corrupt(what) => write!(f, "database error: a stored row is damaged: {what}"),
             Self::Pool(e) => write!(f, "no database connection available: {e}"),
             Self::Io(e) => write!(f, "database file error: {e}"),
@@ -295,24 +322,58 @@ impl Default for StoreOptions {
     }
 }
 
-/// A handle on the database file: a pool of configured connections. Clones share the pool.
+/// A handle on the database: a pool of configured connections to the file (SQLite) or to
+/// the server (PostgreSQL). Clones share the pool.
 #[derive(Debug, Clone)]
 pub struct Store {
-    pool: r2d2::Pool<SqliteConnectionManager>,
-    path: Arc<Path>,
+    engine: Engine,
+    location: Arc<Database>,
     /// The storage failure of the last write, if it failed (shared by clones).
     last_write: Arc<LastWrite>,
 }
 
+/// The pool of one engine.
+#[derive(Clone)]
+enum Engine {
+    Sqlite(r2d2::Pool<SqliteConnectionManager>),
+    Postgres(r2d2::Pool<PgManager>),
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Sqlite(_) => "Engine::Sqlite",
+            Self::Postgres(_) => "Engine::Postgres",
+        })
+    }
+}
+
 impl Store {
-    /// Opens (and with `opts.create`, creates) the database at `path` and brings its schema
-    /// up to [`SCHEMA_VERSION`]. Refuses a database newer than this binary.
+    /// Opens the configured database: an SQLite file ([`Store::open`]) or a PostgreSQL
+    /// database (created or migrated under an advisory lock). Refuses a database newer
+    /// than this binary.
+    pub fn open_database(database: &Database, opts: &StoreOptions) -> Result<Store, StoreError> {
+        match database {
+            Database::Sqlite(path) => Store::open(path, opts),
+            Database::Postgres(url) => {
+                let pool = postgres::open(url, opts)?;
+                Ok(Store {
+                    engine: Engine::Postgres(pool),
+                    location: Arc::new(database.clone()),
+                    last_write: Arc::new(LastWrite::default()),
+                })
+            }
+        }
+    }
+
+    /// Opens (and with `opts.create`, creates) the SQLite database at `path` and brings its
+    /// schema up to [`SCHEMA_VERSION`]. Refuses a database newer than this binary.
     pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
         if opts.create {
             create_parent_dir(path)?;
             create_private_file(path)?;
         } else if !path.exists() {
-            return Err(StoreError::Missing(path.to_path_buf()));
+            return Err(StoreError::Missing(path.display().to_string()));
         }
         tighten_permissions(path);
         // Two processes creating the same file at once can meet SQLite's lock-upgrade
@@ -330,24 +391,42 @@ impl Store {
         }
         let pool = build_pool(path, opts)?;
         Ok(Store {
-            pool,
-            path: Arc::from(path),
+            engine: Engine::Sqlite(pool),
+            location: Arc::new(Database::Sqlite(path.to_path_buf())),
             last_write: Arc::new(LastWrite::default()),
         })
     }
 
+    /// The engine this store runs on.
+    pub fn dialect(&self) -> Dialect {
+        match self.engine {
+            Engine::Sqlite(_) => Dialect::Sqlite,
+            Engine::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// Where this store lives (for operator messages, never for clients; a PostgreSQL
+    /// URL displays without its password).
+    pub fn location(&self) -> &Database {
+        &self.location
+    }
+
     /// Starts a thread that checkpoints the WAL for as long as the process runs (servers
-    /// call this). SQLite otherwise checkpoints inside whichever commit takes the WAL past
-    /// 1 000 pages, and that call waits for the copy and its `fsync`; copied often, the WAL
-    /// never gets there, and no call pays for it. The thread looks every
-    /// [`CHECKPOINT_EVERY`] while the WAL grows and backs off to [`CHECKPOINT_IDLE`] while
-    /// nothing is written, so an idle server stays idle.
+    /// call this; a PostgreSQL store has no WAL of its own to look after). SQLite otherwise
+    /// checkpoints inside whichever commit takes the WAL past 1 000 pages, and that call
+    /// waits for the copy and its `fsync`; copied often, the WAL never gets there, and no
+    /// call pays for it. The thread looks every [`CHECKPOINT_EVERY`] while the WAL grows
+    /// and backs off to [`CHECKPOINT_IDLE`] while nothing is written, so an idle server
+    /// stays idle.
     pub fn checkpoint_in_background(&self) {
+        let Some(path) = self.path().map(Path::to_path_buf) else {
+            return;
+        };
         let store = self.clone();
         let spawned = std::thread::Builder::new()
             .name("wal-checkpoint".to_owned())
             .spawn(move || {
-                let mut wal = store.path.as_os_str().to_owned();
+                let mut wal = path.into_os_string();
                 wal.push("-wal");
                 let wal = std::path::PathBuf::from(wal);
                 let mut pause = CHECKPOINT_EVERY;
@@ -363,9 +442,9 @@ impl Store {
                     }
                     last_write = written;
                     pause = CHECKPOINT_EVERY;
-                    let outcome = store.read(|conn| {
-                        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-                            .or_store()
+                    let outcome = store.read_conn(|conn| {
+                        conn.query_opt("PRAGMA wal_checkpoint(PASSIVE)", sql::args![], |_| Ok(()))
+                            .map(|_| ())
                     });
                     if let Err(e) = outcome
                         && !e.is_transient()
@@ -379,9 +458,12 @@ impl Store {
         }
     }
 
-    /// The path this store was opened at (for operator messages, never for clients).
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The SQLite file this store was opened at; `None` on PostgreSQL.
+    pub fn path(&self) -> Option<&Path> {
+        match &*self.location {
+            Database::Sqlite(path) => Some(path),
+            Database::Postgres(_) => None,
+        }
     }
 
     /// Runs `f` on a pooled connection outside any explicit transaction.
@@ -389,46 +471,85 @@ impl Store {
         &self,
         f: impl FnOnce(&Conn<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.read(|conn| f(&Conn { inner: conn }))
+        self.read_conn(f)
     }
 
-    /// Runs `f` inside a `BEGIN IMMEDIATE` transaction: commits when `f` returns `Ok`,
-    /// rolls back when it returns `Err` (return [`StoreError::RolledBack`] to abort on
-    /// purpose while keeping your own error aside).
+    /// Runs `f` inside a write transaction (`BEGIN IMMEDIATE` on SQLite; on PostgreSQL a
+    /// transaction that first takes the store's write lock, so writers on every node take
+    /// turns as they do on one file): commits when `f` returns `Ok`, rolls back when it
+    /// returns `Err` (return [`StoreError::RolledBack`] to abort on purpose while keeping
+    /// your own error aside).
     pub fn in_transaction<T>(
         &self,
         f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.write(|tx| {
-            f(&Tx {
-                conn: Conn { inner: tx },
-            })
-        })
+        self.write_tx(f)
     }
 
-    /// [`Store::with_conn`] on the SQLite connection itself, for the store's modules.
+    /// The SQLite connection of [`Store::with_conn`], for the modules still written
+    /// against rusqlite.
     pub(in crate::store) fn read<T>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let conn = self.pool.get().or_store()?;
-        f(&conn)
+        self.read_conn(|conn| f(conn.sql()))
     }
 
-    /// [`Store::in_transaction`] on the SQLite transaction itself, for the store's modules.
+    /// The SQLite connection of [`Store::in_transaction`], for the modules still written
+    /// against rusqlite.
     pub(in crate::store) fn write<T>(
         &self,
-        f: impl FnOnce(&Transaction) -> Result<T, StoreError>,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let outcome = (|| {
-            let mut conn = self.pool.get().or_store()?;
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .or_store()?;
-            let value = f(&tx)?;
-            tx.commit().or_store()?;
-            Ok(value)
-        })();
+        self.write_tx(|tx| f(tx.sql()))
+    }
+
+    /// [`Store::with_conn`], for the store's modules.
+    fn read_conn<T>(
+        &self,
+        f: impl FnOnce(&Conn<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match &self.engine {
+            Engine::Sqlite(pool) => {
+                let conn = pool.get().or_store()?;
+                f(&Conn {
+                    inner: Inner::Sqlite(&conn),
+                })
+            }
+            Engine::Postgres(pool) => {
+                let mut conn = pool.get().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let cell = RefCell::new(&mut *conn);
+                f(&Conn {
+                    inner: Inner::Postgres(&cell),
+                })
+            }
+        }
+    }
+
+    /// [`Store::in_transaction`], for the store's modules.
+    fn write_tx<T>(
+        &self,
+        f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let outcome = match &self.engine {
+            Engine::Sqlite(pool) => (|| {
+                let mut conn = pool.get().or_store()?;
+                let tx = conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .or_store()?;
+                let value = f(&Tx {
+                    conn: Conn {
+                        inner: Inner::Sqlite(&tx),
+                    },
+                })?;
+                tx.commit().or_store()?;
+                Ok(value)
+            })(),
+            Engine::Postgres(pool) => (|| {
+                let mut conn = pool.get().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                pg_transaction(&mut conn, f)
+            })(),
+        };
         self.last_write.observe(&outcome);
         outcome
     }
@@ -441,19 +562,28 @@ impl Store {
     pub fn health(&self) -> Result<u32, Unhealthy> {
         let version = self.schema_version().map_err(|e| {
             tracing::warn!(cause = %e, "health check: the database cannot be read");
-            Unhealthy::Unreadable
+            if matches!(e, StoreError::Unavailable(_) | StoreError::Pool(_))
+                && self.dialect() == Dialect::Postgres
+            {
+                Unhealthy::Unreachable
+            } else {
+                Unhealthy::Unreadable
+            }
         })?;
-        check_room(&self.path)?;
+        if let Some(path) = self.path() {
+            check_room(path)?;
+        }
         if let Some(failure) = self.last_write.failure() {
-            self.write(|tx| {
+            self.write_tx(|tx| {
                 tx.execute(
                     "INSERT INTO server_secrets (name, value, created_at) \
-                     VALUES ('health-probe', zeroblob(32), 0) ON CONFLICT (name) DO NOTHING",
-                    [],
-                )
-                .or_store()?;
-                tx.execute("DELETE FROM server_secrets WHERE name = 'health-probe'", [])
-                    .or_store()?;
+                     VALUES ('health-probe', ?1, 0) ON CONFLICT (name) DO NOTHING",
+                    sql::args![[0u8; 32]],
+                )?;
+                tx.execute(
+                    "DELETE FROM server_secrets WHERE name = 'health-probe'",
+                    sql::args![],
+                )?;
                 Ok(())
             })
             .map_err(|e| e.storage_failure().unwrap_or(failure))?;
@@ -461,29 +591,76 @@ impl Store {
         Ok(version)
     }
 
-    /// The schema version stored in the file (`PRAGMA user_version`).
+    /// The schema version stored in the database (`PRAGMA user_version` of the file, or
+    /// the row of `tollgate_schema` on PostgreSQL).
     pub fn schema_version(&self) -> Result<u32, StoreError> {
-        self.read(user_version)
+        self.read_conn(|conn| match conn.inner {
+            Inner::Sqlite(sqlite) => user_version(sqlite),
+            Inner::Postgres(cell) => Ok(postgres::recorded_version(&mut cell.borrow_mut().client)?
+                .unwrap_or(0)),
+        })
     }
 
     /// A 32-byte secret of this installation, created on first use (e.g. the key that
-    /// signs multi-round `requestState`). Every process on the file gets the same bytes.
+    /// signs multi-round `requestState`). Every process on the database gets the same
+    /// bytes.
     pub fn server_secret(&self, name: &str) -> Result<Vec<u8>, StoreError> {
         let mut fresh = [0u8; 32];
         getrandom::fill(&mut fresh)
             .map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?;
-        self.write(|tx| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        self.write_tx(|tx| {
             tx.execute(
-                "INSERT OR IGNORE INTO server_secrets (name, value, created_at) VALUES (?1, ?2, unixepoch())",
-                rusqlite::params![name, &fresh[..]],
-            ).or_store()?;
-            let value: Vec<u8> = tx.query_row(
+                "INSERT INTO server_secrets (name, value, created_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (name) DO NOTHING",
+                sql::args![name, fresh, now],
+            )?;
+            tx.query_one(
                 "SELECT value FROM server_secrets WHERE name = ?1",
-                [name],
+                sql::args![name],
                 |row| row.get(0),
-            ).or_store()?;
-            Ok(value)
+            )
         })
+    }
+}
+
+/// One PostgreSQL write transaction: `BEGIN`, the write lock, `f`, then `COMMIT` on `Ok`
+/// or `ROLLBACK` on `Err`. A connection whose rollback fails is closed by the server or
+/// left broken, and the pool discards it.
+fn pg_transaction<T>(
+    conn: &mut PgConn,
+    f: impl FnOnce(&Tx<'_>) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    conn.client
+        .batch_execute("BEGIN")
+        .map_err(StoreError::from_postgres)?;
+    let outcome = (|| {
+        conn.client
+            .execute("SELECT pg_advisory_xact_lock($1)", &[&postgres::WRITE_LOCK])
+            .map_err(StoreError::from_postgres)?;
+        let cell = RefCell::new(&mut *conn);
+        let value = f(&Tx {
+            conn: Conn {
+                inner: Inner::Postgres(&cell),
+            },
+        })?;
+        Ok(value)
+    })();
+    match outcome {
+        Ok(value) => {
+            conn.client
+                .batch_execute("COMMIT")
+                .map_err(StoreError::from_postgres)?;
+            Ok(value)
+        }
+        Err(e) => {
+            if let Err(rollback) = conn.client.batch_execute("ROLLBACK") {
+                tracing::debug!(cause = %rollback, "rollback failed; the connection is dropped");
+            }
+            Err(e)
+        }
     }
 }
 
@@ -500,7 +677,7 @@ impl Store {
 
     pub(crate) fn sql_write<T>(
         &self,
-        f: impl FnOnce(&Transaction) -> rusqlite::Result<T>,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
         self.write(|tx| f(tx).or_store())
     }
@@ -522,15 +699,18 @@ pub enum Unhealthy {
     DiskFull,
     /// Writes fail with an I/O error.
     WriteFailed,
+    /// The database server cannot be reached (PostgreSQL).
+    Unreachable,
 }
 
 impl Unhealthy {
     /// Every reason, in order of their codes (1..).
-    const ALL: [Unhealthy; 4] = [
+    const ALL: [Unhealthy; 5] = [
         Self::Unreadable,
         Self::ReadOnly,
         Self::DiskFull,
         Self::WriteFailed,
+        Self::Unreachable,
     ];
 
     /// The stable machine word of this reason.
@@ -540,6 +720,7 @@ impl Unhealthy {
             Self::ReadOnly => "database_read_only",
             Self::DiskFull => "disk_full",
             Self::WriteFailed => "write_failed",
+            Self::Unreachable => "database_unreachable",
         }
     }
 
@@ -549,6 +730,7 @@ impl Unhealthy {
             Self::ReadOnly => 2,
             Self::DiskFull => 3,
             Self::WriteFailed => 4,
+            Self::Unreachable => 5,
         }
     }
 }
@@ -563,6 +745,7 @@ impl fmt::Display for Unhealthy {
                  failed for lack of space)"
             }
             Self::WriteFailed => "writes to the database fail with an I/O error",
+            Self::Unreachable => "the database server cannot be reached",
         })
     }
 }
@@ -746,6 +929,76 @@ struct TracingErrorHandler;
 impl r2d2::HandleError<rusqlite::Error> for TracingErrorHandler {
     fn handle_error(&self, error: rusqlite::Error) {
         tracing::warn!(%error, "could not open a pooled database connection");
+    }
+}
+
+/// Stores for the unit tests: each test that should hold on both engines runs on a fresh
+/// SQLite file and, when `TOLLGATE_TEST_POSTGRES` names a server (a URL without a database,
+/// e.g. `postgres://postgres@127.0.0.1:5432`), on a fresh PostgreSQL database dropped
+/// afterwards.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A scratch database on one engine; dropping it removes it.
+    pub(crate) struct Scratch {
+        pub(crate) store: Store,
+        _dir: Option<tempfile::TempDir>,
+        postgres: Option<(String, String)>,
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            if let Some((server, name)) = self.postgres.take() {
+                // FORCE ends the pool's connections still open.
+                if let Ok(mut admin) = ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls) {
+                    let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+                }
+            }
+        }
+    }
+
+    /// A fresh, created store on each engine available (SQLite always).
+    pub(crate) fn stores() -> Vec<Scratch> {
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("tollgate.db"), &opts).expect("open sqlite");
+        let mut out = vec![Scratch {
+            store,
+            _dir: Some(dir),
+            postgres: None,
+        }];
+        if let Some(scratch) = postgres_store(&opts) {
+            out.push(scratch);
+        }
+        out
+    }
+
+    /// A fresh PostgreSQL store, when `TOLLGATE_TEST_POSTGRES` names a server.
+    pub(crate) fn postgres_store(opts: &StoreOptions) -> Option<Scratch> {
+        let server = std::env::var("TOLLGATE_TEST_POSTGRES").ok()?;
+        let server = server.trim_end_matches('/').to_owned();
+        let mut bytes = [0u8; 6];
+        getrandom::fill(&mut bytes).expect("random");
+        let name = format!(
+            "tg_unit_{}",
+            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        let mut admin = ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
+            .expect("TOLLGATE_TEST_POSTGRES: cannot connect");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create database");
+        let database = crate::config::Database::parse(&format!("{server}/{name}")).expect("url");
+        let store = Store::open_database(&database, opts).expect("open postgres");
+        Some(Scratch {
+            store,
+            _dir: None,
+            postgres: Some((server, name)),
+        })
     }
 }
 

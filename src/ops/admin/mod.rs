@@ -315,7 +315,7 @@ fn finish(outcome: Result<(), Failed>) -> ExitCode {
 }
 
 fn open(config: &Config) -> Result<Store, Failed> {
-    Store::open(
+    Store::open_database(
         &config.database,
         &crate::store::StoreOptions::from_config(config, false),
     )
