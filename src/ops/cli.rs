@@ -319,9 +319,7 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
         }
         println!(
             "Created {} for {} on the {} plan.",
-            config.database,
-            company.name,
-            company.plan_slug
+            config.database, company.name, company.plan_slug
         );
         match &admin_key {
             Some(key) => println!(
@@ -520,10 +518,7 @@ fn healthcheck(config: &Config) -> ExitCode {
     };
     match store.health() {
         Ok(version) => {
-            println!(
-                "ok: {} (schema version {version})",
-                config.database
-            );
+            println!("ok: {} (schema version {version})", config.database);
             ExitCode::SUCCESS
         }
         Err(reason) => fail(&format!(
