@@ -5,6 +5,7 @@
 //! the `conformance-pack` feature (`cargo test --features conformance-pack`), as are the
 //! two modules made of nothing else (`fuzz`, `ratelimit`).
 
+mod multinode;
 mod util;
 
 mod architecture;
