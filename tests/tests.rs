@@ -6,6 +6,7 @@
 //! two modules made of nothing else (`fuzz`, `ratelimit`).
 
 mod multinode;
+mod postgres_faults;
 mod util;
 
 mod architecture;

@@ -146,9 +146,18 @@ impl TestDb {
 
     /// A fresh database with extra `tollgate init` flags.
     pub fn with_init_args(extra: &[&str]) -> TestDb {
+        Self::init_on(postgres_server(), extra)
+    }
+
+    /// A fresh database on the PostgreSQL server `server` (a URL without a database).
+    pub fn on_postgres(server: &str) -> TestDb {
+        Self::init_on(Some(server.to_owned()), &[])
+    }
+
+    fn init_on(server: Option<String>, extra: &[&str]) -> TestDb {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("tollgate.db");
-        let postgres = postgres_server().map(|server| {
+        let postgres = server.map(|server| {
             let (url, name) = create_postgres_database(&server, "tg_test");
             (server, url, name)
         });
