@@ -149,10 +149,6 @@ fn sample(page: &str, series: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-fn open(db: &Path) -> Connection {
-    Connection::open(db).expect("open the database")
-}
-
 fn now_ms() -> i64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
     i64::try_from(since.as_millis()).expect("ms")
@@ -331,7 +327,7 @@ fn a_full_disk_makes_healthz_503_and_healthcheck_fail_until_space_returns() {
     );
     assert_eq!(
         health.json(),
-        json!({"status": "unavailable", "code": "backend_unavailable", "reason": "disk_full"})
+        json!({"status": "unavailable", "store": "sqlite", "code": "backend_unavailable", "reason": "disk_full"})
     );
     let out = healthcheck(&db);
     assert!(!out.status.success());
