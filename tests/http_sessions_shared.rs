@@ -3,9 +3,8 @@
 //!
 //! Both nodes on one SQLite file already share sessions only through the store (neither
 //! sees the other's memory). When `TOLLGATE_TEST_POSTGRES` names a PostgreSQL server (a URL
-//! without a database), the same runs on a fresh database of its own, dropped afterwards.
-
-use std::path::PathBuf;
+//! without a database), the harness gives the test a fresh database there instead, dropped
+//! afterwards, and the same runs on PostgreSQL.
 
 use serde_json::{Value, json};
 
@@ -107,62 +106,7 @@ fn a_session_opened_on_one_node_is_served_by_the_other(db: &TestDb) {
 }
 
 #[test]
-fn two_nodes_on_one_sqlite_file_share_handshake_sessions() {
+fn two_nodes_on_one_database_share_handshake_sessions() {
     let db = TestDb::new();
-    a_session_opened_on_one_node_is_served_by_the_other(&db);
-}
-
-/// A fresh PostgreSQL database `tg_sess_<random>` on the server of
-/// `TOLLGATE_TEST_POSTGRES`, dropped with it.
-struct PostgresDb {
-    server: String,
-    name: String,
-}
-
-impl PostgresDb {
-    fn create(server: &str) -> PostgresDb {
-        let server = server.trim_end_matches('/').to_owned();
-        let mut bytes = [0u8; 6];
-        getrandom::fill(&mut bytes).expect("random");
-        let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let name = format!("tg_sess_{suffix}");
-        admin(&server)
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create database");
-        PostgresDb { server, name }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/{}", self.server, self.name)
-    }
-}
-
-impl Drop for PostgresDb {
-    fn drop(&mut self) {
-        let _ = admin(&self.server).batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
-    }
-}
-
-fn admin(server: &str) -> postgres::Client {
-    postgres::Client::connect(&format!("{server}/postgres"), postgres::NoTls)
-        .expect("TOLLGATE_TEST_POSTGRES: cannot connect")
-}
-
-#[test]
-fn two_nodes_on_one_postgres_database_share_handshake_sessions() {
-    let Ok(server) = std::env::var("TOLLGATE_TEST_POSTGRES") else {
-        return;
-    };
-    let pg = PostgresDb::create(&server);
-    let mut db = TestDb {
-        dir: tempfile::tempdir().expect("tempdir"),
-        path: PathBuf::from(pg.url()),
-        admin_key: None,
-    };
-    let printed = db.run_json(&["init", "--json", "--company", "Test Co"]);
-    db.admin_key = printed["admin_key"].as_str().map(str::to_owned);
     a_session_opened_on_one_node_is_served_by_the_other(&db);
 }
