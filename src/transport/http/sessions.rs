@@ -33,9 +33,9 @@
 //! **When the store fails** nothing panics and nothing is answered "unknown" that is not:
 //! a lookup this node can answer from its cache (it holds the session and saw it within
 //! the expiry) is served from memory; any other lookup, a DELETE or an `initialize` that
-//! cannot be stored answers the store failure from the catalog (`backend_unavailable`,
-//! retryable, for an outage or a lock held past its timeout) and the client retries with
-//! the same session id. A refresh or a log level that cannot be written is logged and
+//! cannot be stored answers the store failure from the catalog — `backend_unavailable`
+//! (503, retryable) for an outage or a lock held past its timeout, after which the client
+//! retries with the same session id; `internal_error` for a damaged database. A refresh or a log level that cannot be written is logged and
 //! retried on the next request.
 //!
 //! The table is bounded twice: one owner — the anonymous one included, so unauthenticated
@@ -105,6 +105,14 @@ struct Entry {
     /// [`Clock::monotonic`] at its last use on this node.
     last_seen: Duration,
     kept: Kept,
+}
+
+/// A copy of what the table holds of one session, taken without holding its lock across
+/// a store call.
+struct Cached {
+    session: Arc<Session>,
+    owner: SessionOwner,
+    last_seen: Duration,
 }
 
 /// The session table of one HTTP listener, over the store every node shares.
@@ -280,10 +288,7 @@ impl Sessions {
             return Ok(self.get_kept_here(id, owner));
         }
         let cached = self.cached(id);
-        if cached
-            .as_ref()
-            .is_some_and(|(_, cached_owner, _)| cached_owner != owner)
-        {
+        if cached.as_ref().is_some_and(|c| c.owner != *owner) {
             return Ok(None);
         }
         let now_ms = self.clock.unix_millis();
@@ -296,16 +301,11 @@ impl Sessions {
             Some(row) if row.owner != owner.0 => return Ok(None),
             Some(row) if row.last_seen_at_ms > cutoff => row,
             expired => {
-                self.lock().remove(id);
-                if expired.is_some()
-                    && let Err(err) = self.store.delete_expired_http_session(id, cutoff)
-                {
-                    tracing::warn!(cause = %err, "cannot delete an expired session; pruned later");
-                }
+                self.forget(id, expired.is_some().then_some(cutoff));
                 return Ok(None);
             }
         };
-        let Some(session) = cached.map(|(s, _, _)| s).or_else(|| restore(&row)) else {
+        let Some(session) = cached.map(|c| c.session).or_else(|| restore(&row)) else {
             return Ok(None);
         };
         let level = row.log_level.as_deref().and_then(LogLevel::parse);
@@ -315,12 +315,28 @@ impl Sessions {
         {
             session.set_log_level(level);
         }
-        if now_ms.saturating_sub(row.last_seen_at_ms) >= millis(self.refresh_interval())
+        self.refresh(id, row.last_seen_at_ms, now_ms);
+        Ok(Some(session))
+    }
+
+    /// Drops `id` from this table and, when the store holds it expired (last seen at or
+    /// before `expired_cutoff`), from the store too, so that it stays gone.
+    fn forget(&self, id: &str, expired_cutoff: Option<i64>) {
+        self.lock().remove(id);
+        if let Some(cutoff) = expired_cutoff
+            && let Err(err) = self.store.delete_expired_http_session(id, cutoff)
+        {
+            tracing::warn!(cause = %err, "cannot delete an expired session; pruned later");
+        }
+    }
+
+    /// Records a use of `id` at `now_ms` when the stored one is a refresh interval old.
+    fn refresh(&self, id: &str, stored_ms: i64, now_ms: i64) {
+        if now_ms.saturating_sub(stored_ms) >= millis(self.refresh_interval())
             && let Err(err) = self.store.touch_http_session(id, now_ms)
         {
             tracing::warn!(cause = %err, "cannot refresh a session's last use; retried on its next request");
         }
-        Ok(Some(session))
     }
 
     /// An anonymous session, which only this node's memory holds.
@@ -341,11 +357,13 @@ impl Sessions {
         }
     }
 
-    /// What this table holds of `id`: its session, owner and last use here.
-    fn cached(&self, id: &str) -> Option<(Arc<Session>, SessionOwner, Duration)> {
-        self.lock()
-            .get(id)
-            .map(|e| (Arc::clone(&e.session), e.owner.clone(), e.last_seen))
+    /// What this table holds of `id`.
+    fn cached(&self, id: &str) -> Option<Cached> {
+        self.lock().get(id).map(|e| Cached {
+            session: Arc::clone(&e.session),
+            owner: e.owner.clone(),
+            last_seen: e.last_seen,
+        })
     }
 
     /// A lookup the store could not answer: the session this node holds, when it saw it
@@ -353,13 +371,15 @@ impl Sessions {
     fn without_store(
         &self,
         id: &str,
-        cached: Option<(Arc<Session>, SessionOwner, Duration)>,
+        cached: Option<Cached>,
         err: StoreError,
     ) -> Result<Option<Arc<Session>>, McpError> {
         let now = self.clock.monotonic();
         let lifetime = self.lifetime(Kept::Stored { log_level: None });
         match cached {
-            Some((session, _, seen)) if now.saturating_sub(seen) < lifetime => {
+            Some(Cached {
+                session, last_seen, ..
+            }) if now.saturating_sub(last_seen) < lifetime => {
                 tracing::warn!(cause = %err, "the session store cannot be read; answering from this node's memory");
                 if let Some(entry) = self.lock().get_mut(id) {
                     entry.last_seen = now;
