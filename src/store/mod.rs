@@ -517,7 +517,9 @@ impl Store {
                 })
             }
             Engine::Postgres(pool) => {
-                let mut conn = pool.get().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let mut conn = pool
+                    .get()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
                 let cell = RefCell::new(&mut *conn);
                 f(&Conn {
                     inner: Inner::Postgres(&cell),
@@ -546,7 +548,9 @@ impl Store {
                 Ok(value)
             })(),
             Engine::Postgres(pool) => (|| {
-                let mut conn = pool.get().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let mut conn = pool
+                    .get()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
                 pg_transaction(&mut conn, f)
             })(),
         };
@@ -596,8 +600,33 @@ impl Store {
     pub fn schema_version(&self) -> Result<u32, StoreError> {
         self.read_conn(|conn| match conn.inner {
             Inner::Sqlite(sqlite) => user_version(sqlite),
-            Inner::Postgres(cell) => Ok(postgres::recorded_version(&mut cell.borrow_mut().client)?
-                .unwrap_or(0)),
+            Inner::Postgres(cell) => {
+                Ok(postgres::recorded_version(&mut cell.borrow_mut().client)?.unwrap_or(0))
+            }
+        })
+    }
+
+    /// How far the database server's clock is ahead of this machine's, in milliseconds
+    /// (negative when behind), measured at the midpoint of one round trip; `None` on SQLite,
+    /// whose file has no clock of its own.
+    pub fn clock_offset_millis(&self) -> Result<Option<i64>, StoreError> {
+        if self.dialect() == Dialect::Sqlite {
+            return Ok(None);
+        }
+        let local = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        };
+        self.read_conn(|conn| {
+            let before = local();
+            let database: i64 = conn.query_one(
+                "SELECT CAST(floor(extract(epoch FROM clock_timestamp()) * 1000) AS BIGINT)",
+                sql::args![],
+                |row| row.get(0),
+            )?;
+            let after = local();
+            Ok(Some(database - (before + (after - before) / 2)))
         })
     }
 
@@ -951,8 +980,11 @@ pub(crate) mod testing {
         fn drop(&mut self) {
             if let Some((server, name)) = self.postgres.take() {
                 // FORCE ends the pool's connections still open.
-                if let Ok(mut admin) = ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls) {
-                    let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+                if let Ok(mut admin) =
+                    ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
+                {
+                    let _ = admin
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
                 }
             }
         }
@@ -987,8 +1019,9 @@ pub(crate) mod testing {
             "tg_unit_{}",
             bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
         );
-        let mut admin = ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
-            .expect("TOLLGATE_TEST_POSTGRES: cannot connect");
+        let mut admin =
+            ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
+                .expect("TOLLGATE_TEST_POSTGRES: cannot connect");
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .expect("create database");
