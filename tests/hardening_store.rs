@@ -393,6 +393,7 @@ fn restore_and_healthcheck_refuse_a_foreign_database_and_a_genuine_backup_restor
     let out = Command::new(bin())
         .args(["--database", foreign_str, "healthcheck"])
         .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -613,6 +614,7 @@ fn permissive(db: &Path, args: &[&str]) -> Command {
         .arg(db)
         .args(args)
         .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .env_remove("TOLLGATE_TOKEN")
         .env("RUST_LOG", "warn");
     cmd
