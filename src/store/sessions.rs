@@ -35,20 +35,21 @@ CREATE INDEX http_sessions_by_owner ON http_sessions (owner, last_seen_at_ms);
 CREATE INDEX http_sessions_by_last_seen ON http_sessions (last_seen_at_ms);
 ";
 
-/// Step 7 of PostgreSQL's schema: the same table in its types.
-pub(super) const POSTGRES_SCHEMA_STEP: &str = "
+/// Step 7 of PostgreSQL's schema: the same table in its types (text in byte order, as
+/// SQLite compares it, so both engines pick the same session to end).
+pub(super) const POSTGRES_SCHEMA_STEP: &str = r#"
 CREATE TABLE http_sessions (
-    id                  TEXT   PRIMARY KEY,
-    owner               TEXT   NOT NULL,
-    protocol_version    TEXT   NOT NULL,
-    client_capabilities TEXT   NOT NULL,
-    log_level           TEXT,
+    id                  TEXT COLLATE "C" PRIMARY KEY,
+    owner               TEXT COLLATE "C" NOT NULL,
+    protocol_version    TEXT COLLATE "C" NOT NULL,
+    client_capabilities TEXT COLLATE "C" NOT NULL,
+    log_level           TEXT COLLATE "C",
     created_at_ms       BIGINT NOT NULL,
     last_seen_at_ms     BIGINT NOT NULL
 );
 CREATE INDEX http_sessions_by_owner ON http_sessions (owner, last_seen_at_ms);
 CREATE INDEX http_sessions_by_last_seen ON http_sessions (last_seen_at_ms);
-";
+"#;
 
 /// Expired rows one new session prunes at most.
 const PRUNE_BATCH: i64 = 64;
