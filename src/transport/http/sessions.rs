@@ -13,7 +13,8 @@
 //!
 //! **Across nodes.** A credentialed session is written to the store (`http_sessions`) when
 //! its `initialize` succeeds — never before, so requests that fail or present no
-//! credential write nothing — and every request naming it reads its row, so any node behind
+//! credential write nothing — and every request naming it reads its row (one read by
+//! primary key; cheaper than what a guarded call costs anyway), so any node behind
 //! a load balancer without stickiness answers it as the node that opened it would: same
 //! owner, negotiated revision, client capabilities and `logging/setLevel` level; a DELETE on
 //! one node ends it on all. This table is then the node's cache of the live [`Session`]
@@ -35,8 +36,8 @@
 //! the expiry) is served from memory; any other lookup, a DELETE or an `initialize` that
 //! cannot be stored answers the store failure from the catalog — `backend_unavailable`
 //! (503, retryable) for an outage or a lock held past its timeout, after which the client
-//! retries with the same session id; `internal_error` for a damaged database. A refresh or a log level that cannot be written is logged and
-//! retried on the next request.
+//! retries with the same session id; `internal_error` for a damaged database. A refresh
+//! or a log level that cannot be written is logged and retried on the next request.
 //!
 //! The table is bounded twice: one owner — the anonymous one included, so unauthenticated
 //! sessions form a pool of their own — keeps at most [`MAX_SESSIONS_PER_OWNER`] (its least
