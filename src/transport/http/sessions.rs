@@ -14,7 +14,7 @@
 //! **Across nodes.** A credentialed session is written to the store (`http_sessions`) when
 //! its `initialize` succeeds — never before, so requests that fail or present no
 //! credential write nothing — and every request naming it reads its row (one read by
-//! primary key; cheaper than what a guarded call costs anyway), so any node behind
+//! primary key), so any node behind
 //! a load balancer without stickiness answers it as the node that opened it would: same
 //! owner, negotiated revision, client capabilities and `logging/setLevel` level; a DELETE on
 //! one node ends it on all. This table is then the node's cache of the live [`Session`]
