@@ -154,6 +154,11 @@ impl TestDb {
         Self::init_on(Some(server.to_owned()), &[])
     }
 
+    /// A fresh SQLite file with extra `tollgate init` flags, whichever store the suite runs on.
+    pub fn on_sqlite(extra: &[&str]) -> TestDb {
+        Self::init_on(None, extra)
+    }
+
     fn init_on(server: Option<String>, extra: &[&str]) -> TestDb {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("tollgate.db");
