@@ -396,7 +396,7 @@ fn configured_origins_and_hosts_are_allowed() {
 }
 
 // Idle expiry itself is decided by the session table on the server's clock
-// (`sessions::tests::an_idle_session_expires_exactly_after_its_ttl_and_use_keeps_it_alive`);
+// (`sessions::tests::a_stored_session_lives_its_ttl_after_its_last_use_and_refreshes_once_per_quarter`);
 // an expired session answers exactly as a deleted one does (below).
 
 // ---- body, Accept, Content-Type --------------------------------------------------------

@@ -29,6 +29,7 @@ mod hardening_auth;
 mod hardening_store;
 mod hints;
 mod http;
+mod http_sessions_shared;
 mod invoicing;
 mod listener;
 mod optional_args;

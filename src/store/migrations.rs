@@ -17,7 +17,7 @@ use super::sqlite::{configure_connection, open_flags};
 use super::{StoreError, StoreOptions};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -77,6 +77,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (4, AUDIT_SUMMARY_SQL),
     (5, GUARD_CHANNEL_AND_FAULTS_SQL),
     (6, AUDIT_BACKEND_SQL),
+    (7, super::sessions::SQLITE_SCHEMA_STEP),
 ];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.

@@ -13,7 +13,8 @@
 //! `company`), [`credentials`] (`credentials`, `oauth_clients`), [`counters`]
 //! (`rate_counters`), [`idempotency`] (`idempotency_keys`), [`audit`] (`audit_log`),
 //! [`faults`] (`faults`, the failures rehearsed on a test-mode installation),
-//! [`invoicing`] (the invoicing pack's tables), [`backup`] (copies and the integrity
+//! [`invoicing`] (the invoicing pack's tables), [`sessions`] (`http_sessions`, the
+//! handshake-era HTTP sessions every node shares), [`backup`] (copies and the integrity
 //! check); `server_secrets` is written here.
 //!
 //! The file is created `0600` whatever the umask (it holds argon2 hashes and the key that
@@ -38,6 +39,7 @@ pub mod invoicing;
 pub mod migrations;
 pub mod plans;
 pub mod postgres;
+pub mod sessions;
 pub mod sql;
 mod sqlite;
 #[cfg(test)]

@@ -43,7 +43,10 @@ const BASELINE_SQL: &str = include_str!("../../migrations/postgres.sql");
 /// Ordered migration steps on PostgreSQL: (version reached, SQL). The first creates the
 /// schema at version 6 in one step (no PostgreSQL database predates it); every later
 /// version appends a step here beside its SQLite step.
-const MIGRATIONS: &[(u32, &str)] = &[(6, BASELINE_SQL)];
+const MIGRATIONS: &[(u32, &str)] = &[
+    (6, BASELINE_SQL),
+    (7, super::sessions::POSTGRES_SCHEMA_STEP),
+];
 
 /// One pooled connection and the statements it has prepared.
 pub struct PgConn {

@@ -31,8 +31,8 @@ impl App {
         }
     }
 
-    /// Ends a session; only its owner's credential may (another credential gets the 404 of
-    /// an unknown id, a request without a valid one its `invalid_token`).
+    /// Ends a session, on every node; only its owner's credential may (another credential
+    /// gets the 404 of an unknown id, a request without a valid one its `invalid_token`).
     fn mcp_delete(&self, head: &HttpHead) -> Reply {
         let Some(id) = head.header("mcp-session-id") else {
             return self
@@ -40,8 +40,11 @@ impl App {
                 .header("Allow", "POST");
         };
         let err = match self.caller_with_refusal(head) {
-            Ok((owner, _)) if self.sessions.remove(id, &owner) => return Reply::empty(204),
-            Ok((_, refusal)) => Self::not_the_callers(refusal),
+            Ok((owner, refusal)) => match self.sessions.remove(id, &owner) {
+                Ok(true) => return Reply::empty(204),
+                Ok(false) => Self::not_the_callers(refusal),
+                Err(err) => err,
+            },
             Err(err) => err,
         };
         self.error_reply(None, err)
@@ -103,7 +106,12 @@ impl App {
         } else {
             None
         };
-        let Some(response) = self.server.handle_one(message, &env) else {
+        let handled = self.server.handle_one(message, &env);
+        // A `logging/setLevel` may have changed the session: every node must see it.
+        if let Some(sid) = head.header("mcp-session-id") {
+            self.sessions.record_log_level(sid, &session);
+        }
+        let Some(response) = handled else {
             return Outgoing::Reply(Reply::empty(202));
         };
         if stream.is_streaming() {
@@ -116,10 +124,7 @@ impl App {
         {
             match self.sessions.create(session, owner) {
                 Ok(sid) => reply = reply.header("Mcp-Session-Id", sid),
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot create a session id");
-                    return Outgoing::Reply(self.error_reply(id, McpError::internal()));
-                }
+                Err(err) => return Outgoing::Reply(self.error_reply(id, err)),
             }
         }
         Outgoing::Reply(reply)
@@ -139,7 +144,8 @@ impl App {
     /// A named session must be the caller's: another credential's session answers
     /// `session_not_found` exactly like an unknown id; for a request without a valid
     /// credential, every session but an anonymous one answers that credential's
-    /// `invalid_token` (see [`App::not_the_callers`]).
+    /// `invalid_token` (see [`App::not_the_callers`]). A session store that cannot answer
+    /// is its failure (`backend_unavailable` when it may pass), never "unknown".
     fn legacy_session(&self, head: &HttpHead) -> Result<Arc<Session>, McpError> {
         let Some(id) = head.header("mcp-session-id") else {
             return Ok(Arc::new(Session::new()));
@@ -147,7 +153,7 @@ impl App {
         let (owner, refusal) = self.caller_with_refusal(head)?;
         let session = self
             .sessions
-            .get(id, &owner)
+            .get(id, &owner)?
             .ok_or_else(|| Self::not_the_callers(refusal))?;
         if let Some(version) = head.header("mcp-protocol-version") {
             let known = revisions::LEGACY_VERSIONS.contains(&version);

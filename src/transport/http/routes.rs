@@ -63,9 +63,10 @@ impl App {
     /// The transport's state, from `[http]` and `[dev]`.
     pub(super) fn new(server: Arc<Server>, config: &Config) -> App {
         let clock = server.clock().clone();
+        let store = server.store().clone();
         App {
             server,
-            sessions: Sessions::new(config.http.session_ttl, clock.clone()),
+            sessions: Sessions::new(config.http.session_ttl, clock.clone(), store),
             origins: OriginPolicy::new(&config.http.allowed_hosts, &config.http.allowed_origins),
             max_body: config.http.max_body_bytes,
             mode: config.http.error_status,
