@@ -29,6 +29,7 @@
 
 pub mod audit;
 pub mod backup;
+pub mod copy;
 pub mod counters;
 pub mod credentials;
 pub mod faults;
@@ -517,7 +518,9 @@ impl Store {
                 })
             }
             Engine::Postgres(pool) => {
-                let mut conn = pool.get().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let mut conn = pool
+                    .get()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
                 let cell = RefCell::new(&mut *conn);
                 f(&Conn {
                     inner: Inner::Postgres(&cell),
@@ -546,7 +549,9 @@ impl Store {
                 Ok(value)
             })(),
             Engine::Postgres(pool) => (|| {
-                let mut conn = pool.get().map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let mut conn = pool
+                    .get()
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
                 pg_transaction(&mut conn, f)
             })(),
         };
@@ -596,8 +601,9 @@ impl Store {
     pub fn schema_version(&self) -> Result<u32, StoreError> {
         self.read_conn(|conn| match conn.inner {
             Inner::Sqlite(sqlite) => user_version(sqlite),
-            Inner::Postgres(cell) => Ok(postgres::recorded_version(&mut cell.borrow_mut().client)?
-                .unwrap_or(0)),
+            Inner::Postgres(cell) => {
+                Ok(postgres::recorded_version(&mut cell.borrow_mut().client)?.unwrap_or(0))
+            }
         })
     }
 
@@ -951,8 +957,11 @@ pub(crate) mod testing {
         fn drop(&mut self) {
             if let Some((server, name)) = self.postgres.take() {
                 // FORCE ends the pool's connections still open.
-                if let Ok(mut admin) = ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls) {
-                    let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+                if let Ok(mut admin) =
+                    ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
+                {
+                    let _ = admin
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
                 }
             }
         }
@@ -987,8 +996,9 @@ pub(crate) mod testing {
             "tg_unit_{}",
             bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
         );
-        let mut admin = ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
-            .expect("TOLLGATE_TEST_POSTGRES: cannot connect");
+        let mut admin =
+            ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
+                .expect("TOLLGATE_TEST_POSTGRES: cannot connect");
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .expect("create database");
