@@ -445,7 +445,9 @@ impl Database {
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             return Ok(Database::Postgres(PostgresUrl(text.to_owned())));
         }
-        let path = text.strip_prefix("sqlite://").or_else(|| text.strip_prefix("sqlite:"));
+        let path = text
+            .strip_prefix("sqlite://")
+            .or_else(|| text.strip_prefix("sqlite:"));
         let path = path.unwrap_or(text);
         if path.is_empty() {
             return Err("the path must not be empty".to_owned());
@@ -739,7 +741,10 @@ mod tests {
     fn defaults_with_no_file() {
         let config = Config::load(None, &[], &Overrides::default()).expect("load");
         assert_eq!(config, Config::default());
-        assert_eq!(config.database, Database::Sqlite(PathBuf::from("tollgate.db")));
+        assert_eq!(
+            config.database,
+            Database::Sqlite(PathBuf::from("tollgate.db"))
+        );
         assert_eq!(config.http.listen.to_string(), "127.0.0.1:8787");
         assert_eq!(config.stdio.max_line_bytes, 4_194_304);
         assert_eq!(config.http.workers, 16);
@@ -829,7 +834,10 @@ mod tests {
         );
         let config = Config::load(Some(&path), &[], &Overrides::default()).expect("load");
         assert_eq!(config.file.as_deref(), Some(path.as_path()));
-        assert_eq!(config.database, Database::Sqlite(PathBuf::from("/var/lib/tollgate/t.db")));
+        assert_eq!(
+            config.database,
+            Database::Sqlite(PathBuf::from("/var/lib/tollgate/t.db"))
+        );
         assert_eq!(config.locale, Some(Locale::Es));
         assert_eq!(config.stdio.max_line_bytes, 2048);
         assert_eq!(config.http.listen.to_string(), "0.0.0.0:9000");
@@ -860,7 +868,10 @@ mod tests {
         assert_eq!(config.locale, Some(Locale::Es));
         assert_eq!(config.log.level, LogLevel::Trace);
         assert_eq!(config.http.workers, 8);
-        assert_eq!(config.database, Database::Sqlite(PathBuf::from("from-env.db")));
+        assert_eq!(
+            config.database,
+            Database::Sqlite(PathBuf::from("from-env.db"))
+        );
 
         let flags = Overrides {
             database: Some(PathBuf::from("from-flag.db")),
@@ -871,7 +882,10 @@ mod tests {
         let config = Config::load(Some(&path), &vars, &flags).expect("load");
         assert_eq!(config.locale, Some(Locale::En));
         assert_eq!(config.log.level, LogLevel::Error);
-        assert_eq!(config.database, Database::Sqlite(PathBuf::from("from-flag.db")));
+        assert_eq!(
+            config.database,
+            Database::Sqlite(PathBuf::from("from-flag.db"))
+        );
         assert_eq!(
             config.http.workers, 8,
             "env still applies where no flag is given"

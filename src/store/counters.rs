@@ -1,8 +1,8 @@
 //! The `rate_counters` table and its only writer: fixed-window counters keyed by bucket,
 //! key and window start, the limits a charge reads in its transaction, and pruning.
 
-use super::sql::args;
 use super::plans::{PerMinute, to_count};
+use super::sql::args;
 use super::{Conn, Store, StoreError, Tx};
 
 /// The limits that apply to one charge, as stored (the limiter supplies the fallbacks

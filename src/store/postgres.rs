@@ -291,4 +291,3 @@ fn describe(e: &postgres::Error) -> String {
         None => e.to_string(),
     }
 }
-

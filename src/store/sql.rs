@@ -306,8 +306,10 @@ impl Conn<'_> {
         match self.inner {
             Inner::Sqlite(conn) => {
                 let mut stmt = conn.prepare_cached(sql).or_store()?;
-                stmt.execute(rusqlite::params_from_iter(args.iter().map(|a| SqliteParam(a.value()))))
-                    .or_store()
+                stmt.execute(rusqlite::params_from_iter(
+                    args.iter().map(|a| SqliteParam(a.value())),
+                ))
+                .or_store()
             }
             Inner::Postgres(cell) => {
                 let mut pg = cell.borrow_mut();
@@ -333,7 +335,9 @@ impl Conn<'_> {
             Inner::Sqlite(conn) => {
                 let mut stmt = conn.prepare_cached(sql).or_store()?;
                 let mut rows = stmt
-                    .query(rusqlite::params_from_iter(args.iter().map(|a| SqliteParam(a.value()))))
+                    .query(rusqlite::params_from_iter(
+                        args.iter().map(|a| SqliteParam(a.value())),
+                    ))
                     .or_store()?;
                 match rows.next().or_store()? {
                     Some(row) => f(&Row::Sqlite(row)).map(Some),
@@ -379,7 +383,9 @@ impl Conn<'_> {
             Inner::Sqlite(conn) => {
                 let mut stmt = conn.prepare_cached(sql).or_store()?;
                 let mut rows = stmt
-                    .query(rusqlite::params_from_iter(args.iter().map(|a| SqliteParam(a.value()))))
+                    .query(rusqlite::params_from_iter(
+                        args.iter().map(|a| SqliteParam(a.value())),
+                    ))
                     .or_store()?;
                 let mut out = Vec::new();
                 while let Some(row) = rows.next().or_store()? {
