@@ -1,0 +1,374 @@
+//! `tollgate store copy`: an SQLite installation with rows in every table moved into a
+//! PostgreSQL database — the report's counts and checksums, each table's rows counted
+//! independently on both sides, the audit log row for row, a second copy refused without
+//! `--replace` and accepted with it, and every key authenticating on the copy.
+//!
+//! These tests need a PostgreSQL server: `TOLLGATE_TEST_POSTGRES` names one (a URL without
+//! a database, e.g. `postgres://postgres@127.0.0.1:5432`); without it they print a note and
+//! pass. Each test creates its own database and drops it.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::util::{Key, StdioServer, TestDb, bin};
+
+/// Every table of an installation, as this test counts them.
+const TABLES: &[&str] = &[
+    "server_secrets",
+    "plans",
+    "company",
+    "oauth_clients",
+    "credentials",
+    "rate_counters",
+    "idempotency_keys",
+    "audit_log",
+    "faults",
+    "clients",
+    "invoice_series",
+    "invoices",
+    "invoice_lines",
+    "payments",
+    "outbox",
+];
+
+/// A scratch PostgreSQL database, dropped with its connections when the test ends.
+struct PgDb {
+    server: String,
+    name: String,
+}
+
+impl PgDb {
+    /// A fresh database, or `None` (with a note) when no server is configured.
+    fn create(test: &str) -> Option<PgDb> {
+        let Ok(server) = std::env::var("TOLLGATE_TEST_POSTGRES") else {
+            eprintln!("{test}: TOLLGATE_TEST_POSTGRES is not set; skipped");
+            return None;
+        };
+        let server = server.trim_end_matches('/').to_owned();
+        let mut bytes = [0u8; 6];
+        getrandom::fill(&mut bytes).expect("random");
+        let name = format!(
+            "tg_copy_{}",
+            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        admin(&server)
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create database");
+        Some(PgDb { server, name })
+    }
+
+    fn url(&self) -> String {
+        format!("{}/{}", self.server, self.name)
+    }
+
+    fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url(), postgres::NoTls).expect("connect to the copy")
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        let _ = admin(&self.server).batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
+}
+
+fn admin(server: &str) -> postgres::Client {
+    postgres::Client::connect(&format!("{server}/postgres"), postgres::NoTls)
+        .expect("TOLLGATE_TEST_POSTGRES: cannot connect")
+}
+
+/// The keys of the installation, in the order they were made.
+struct Installation {
+    db: TestDb,
+    keys: Vec<Key>,
+}
+
+/// An SQLite installation with rows in every table, made with the binary: `init --demo`
+/// (company, plans, an admin key, clients, series, invoices, lines, payments), a second
+/// key, an OAuth client, a rehearsed fault, and calls that fill the counters, the
+/// idempotency ledger, the audit log, the outbox and the server secret.
+fn installation() -> Installation {
+    let db = TestDb::with_init_args(&["--demo"]);
+    let admin = Key {
+        id: db.admin_key_id(),
+        token: db.admin_key.clone().expect("admin key"),
+    };
+    let reader = db.create_key("reader", "clients:read,invoices:read", &[]);
+    db.run_json(&["client", "create", "--name", "agent", "--scopes", "*", "--json"]);
+    for args in [
+        &["company", "set", "--mode", "test"][..],
+        &[
+            "faults",
+            "add",
+            "--tool",
+            "export_invoices",
+            "--error",
+            "timeout",
+            "--count",
+            "2",
+            "--json",
+        ],
+        &["company", "set", "--mode", "live"],
+    ] {
+        let out = db.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let issued = issued_invoice(&db);
+    let mut s = StdioServer::start(&db, &[]);
+    s.initialize("2025-11-25");
+    ok(&s.call_tool("search_clients", json!({})));
+    ok(&s.call_tool(
+        "create_client",
+        json!({"name": "Copied SL", "idempotency_key": "copy-1"}),
+    ));
+    ok(&s.call_tool(
+        "send_invoice",
+        json!({"invoice_id": issued, "to": "ap@copied.example", "idempotency_key": "send-1"}),
+    ));
+    s.close();
+    let keys = vec![admin, reader];
+    Installation { db, keys }
+}
+
+/// The id of an issued invoice of the live book.
+fn issued_invoice(db: &TestDb) -> String {
+    let conn = rusqlite::Connection::open(&db.path).expect("open the source");
+    conn.query_row(
+        "SELECT id FROM invoices WHERE book = 'live' AND status = 'issued' ORDER BY id LIMIT 1",
+        [],
+        |row| row.get(0),
+    )
+    .expect("an issued demo invoice")
+}
+
+/// Asserts a tool call succeeded; gives its result.
+fn ok(response: &Value) -> Value {
+    assert!(response.get("error").is_none(), "{response}");
+    assert_ne!(response["result"]["isError"], json!(true), "{response}");
+    response["result"].clone()
+}
+
+/// Rows per table in the SQLite source.
+fn sqlite_counts(db: &TestDb) -> Vec<(String, i64)> {
+    let conn = rusqlite::Connection::open(&db.path).expect("open the source");
+    TABLES
+        .iter()
+        .map(|t| {
+            let n: i64 = conn
+                .query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
+                .expect("count");
+            ((*t).to_owned(), n)
+        })
+        .collect()
+}
+
+/// Rows per table in the PostgreSQL copy.
+fn postgres_counts(pg: &PgDb) -> Vec<(String, i64)> {
+    let mut client = pg.client();
+    TABLES
+        .iter()
+        .map(|t| {
+            let n: i64 = client
+                .query_one(&format!("SELECT count(*) FROM {t}"), &[])
+                .expect("count")
+                .get(0);
+            ((*t).to_owned(), n)
+        })
+        .collect()
+}
+
+/// `tollgate store copy --from <source> --to <copy> --json EXTRA…`.
+fn store_copy(inst: &Installation, pg: &PgDb, extra: &[&str]) -> std::process::Output {
+    let url = pg.url();
+    let mut args = vec![
+        "store",
+        "copy",
+        "--from",
+        inst.db.path_str(),
+        "--to",
+        url.as_str(),
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    inst.db.run(&args)
+}
+
+#[test]
+fn a_whole_installation_is_copied_verified_and_not_copied_twice() {
+    let Some(pg) = PgDb::create("store copy") else {
+        return;
+    };
+    let inst = installation();
+    let source = sqlite_counts(&inst.db);
+    for (table, rows) in &source {
+        assert!(*rows > 0, "the source has no {table} row: {source:?}");
+    }
+
+    let out = store_copy(&inst, &pg, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
+    assert_eq!(report["verified"], json!(true), "{report}");
+    assert_eq!(report["replaced"], json!(false));
+    assert_eq!(report["from"], json!(inst.db.path_str()));
+    assert_eq!(report["to"], json!(pg.url()));
+    let reported: Vec<(String, i64)> = report["tables"]
+        .as_array()
+        .expect("tables")
+        .iter()
+        .map(|t| {
+            assert_eq!(t["source_rows"], t["target_rows"], "{t}");
+            assert_eq!(t["source_sha256"], t["target_sha256"], "{t}");
+            assert_eq!(t["matches"], json!(true), "{t}");
+            (
+                t["table"].as_str().expect("name").to_owned(),
+                t["target_rows"].as_i64().expect("rows"),
+            )
+        })
+        .collect();
+    assert_eq!(reported, source, "the report counts every table");
+    assert_eq!(postgres_counts(&pg), source, "the copy holds every row");
+    assert_eq!(audit_rows_sqlite(&inst.db), audit_rows_postgres(&pg));
+
+    let again = store_copy(&inst, &pg, &[]);
+    assert_eq!(again.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains("the target already holds an installation (server_secrets: 1, company: 1, ")
+            && stderr.contains("copying into it would mix two companies' keys, counters and books")
+            && stderr.contains("--replace"),
+        "{stderr}"
+    );
+    assert!(again.stdout.is_empty());
+    assert_eq!(postgres_counts(&pg), source, "the refused copy changed nothing");
+
+    let replaced = store_copy(&inst, &pg, &["--replace"]);
+    assert!(
+        replaced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replaced.stderr)
+    );
+    let replaced: Value = serde_json::from_slice(&replaced.stdout).expect("JSON report");
+    assert_eq!(replaced["replaced"], json!(true));
+    assert_eq!(replaced["verified"], json!(true));
+    assert_eq!(replaced["tables"], report["tables"]);
+    assert_eq!(postgres_counts(&pg), source);
+}
+
+/// Every audit row, as the operator reads them.
+type AuditRow = (i64, i64, String, Option<String>, String, String, i64);
+
+fn audit_rows_sqlite(db: &TestDb) -> Vec<AuditRow> {
+    let conn = rusqlite::Connection::open(&db.path).expect("open the source");
+    let mut stmt = conn
+        .prepare(
+            "SELECT id, at, request_id, credential_id, tool, outcome, calls FROM audit_log \
+             ORDER BY id",
+        )
+        .expect("prepare");
+    stmt.query_map([], |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+        ))
+    })
+    .expect("query")
+    .collect::<Result<_, _>>()
+    .expect("rows")
+}
+
+fn audit_rows_postgres(pg: &PgDb) -> Vec<AuditRow> {
+    pg.client()
+        .query(
+            "SELECT id, at, request_id, credential_id, tool, outcome, calls FROM audit_log \
+             ORDER BY id",
+            &[],
+        )
+        .expect("query")
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                r.get(1),
+                r.get(2),
+                r.get(3),
+                r.get(4),
+                r.get(5),
+                r.get(6),
+            )
+        })
+        .collect()
+}
+
+/// `tollgate stdio` on the PostgreSQL copy with `token`.
+fn stdio_on(pg: &PgDb, token: &str) -> StdioServer {
+    let mut cmd = Command::new(bin());
+    cmd.arg("--database")
+        .arg(pg.url())
+        .arg("stdio")
+        .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_GOLDEN")
+        .env("TOLLGATE_TOKEN", token)
+        .env("RUST_LOG", "warn");
+    StdioServer::spawn(cmd)
+}
+
+#[test]
+fn every_key_authenticates_on_the_copy_and_an_idempotent_call_replays() {
+    let Some(pg) = PgDb::create("store copy, keys") else {
+        return;
+    };
+    let inst = installation();
+    let out = store_copy(&inst, &pg, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for key in &inst.keys {
+        let mut s = stdio_on(&pg, &key.token);
+        s.initialize("2025-11-25");
+        let found = ok(&s.call_tool("search_clients", json!({"query": "Copied"})));
+        assert!(found.to_string().contains("Copied SL"), "{}: {found}", key.id);
+        s.close();
+    }
+    // The idempotency record came along: the same key and arguments replay the first
+    // call's result instead of creating a second client.
+    let mut s = stdio_on(&pg, &inst.keys[0].token);
+    s.initialize("2025-11-25");
+    let before = postgres_counts(&pg);
+    let replay = ok(&s.call_tool(
+        "create_client",
+        json!({"name": "Copied SL", "idempotency_key": "copy-1"}),
+    ));
+    s.close();
+    let clients = |counts: &[(String, i64)]| counts.iter().find(|(t, _)| t == "clients").map(|c| c.1);
+    assert_eq!(clients(&postgres_counts(&pg)), clients(&before), "{replay}");
+    // A new audit row gets an id past the copied ones.
+    let mut client = pg.client();
+    let ids: Vec<i64> = client
+        .query("SELECT id FROM audit_log ORDER BY id", &[])
+        .expect("ids")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let copied = audit_rows_sqlite(&inst.db).len();
+    assert!(ids.len() > copied, "{ids:?}");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+}
