@@ -53,6 +53,11 @@
 //! - `coldstart` — `--starts` times: spawn `tollgate serve` (not pinned, not wrapped) on an
 //!   initialised database and poll `GET /healthz` (a new connection every ~1 ms) until it
 //!   answers 200; median and max.
+//! - `postgres` — the guarded HTTP load of `http` on an SQLite file, then on a PostgreSQL
+//!   database with one `tollgate serve` node, then with two nodes on one database (the
+//!   connections split between them; CPU per call is both nodes' together), in the same
+//!   run. The server is `TG_BENCH_POSTGRES` (a URL without a database) when set, else a
+//!   private one started by `tests/postgres/cluster.sh`; without either it is skipped.
 //! - `backend` — a forwarded call against the same upstream called directly. The upstream
 //!   MCP server is a `tollgate serve --conformance-pack` on a fresh database, as in `http`;
 //!   the gate is a second `tollgate serve` on a database of its own whose configuration has
@@ -89,6 +94,9 @@
 //! directory that is removed at the end. The load generator runs wherever the OS puts it.
 //! Figures are printed, never asserted.
 
+#[path = "load/postgres.rs"]
+mod postgres;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -124,13 +132,14 @@ fn bin() -> String {
 /// The variable a `bench-switches` build reads to switch guards off.
 const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "http",
     "stdio",
     "invoice",
     "bigdb",
     "coldstart",
     "backend",
+    "postgres",
     "guards",
     "limiter",
 ];
@@ -954,23 +963,43 @@ fn http_load_watching(
     s: &Settings,
     others: &[u32],
 ) -> (LoadFigures, Vec<Option<f64>>) {
+    http_load_spread(&[server], requests, s, others)
+}
+
+/// `--connections` clients spread over `servers` (connection `i` on server `i mod n`) for
+/// the warm-up and the measurement; the CPU per call is that of all of `servers`
+/// together, the peak RSS the largest of theirs, and the processes `others` are measured
+/// as in [`http_load_watching`].
+fn http_load_spread(
+    servers: &[&HttpServer],
+    requests: &Arc<Requests>,
+    s: &Settings,
+    others: &[u32],
+) -> (LoadFigures, Vec<Option<f64>>) {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let clients: Vec<_> = (0..s.connections)
         .map(|i| {
-            let (requests, stop, addr) = (Arc::clone(requests), Arc::clone(&stop), server.addr);
+            let addr = servers[i % servers.len()].addr;
+            let (requests, stop) = (Arc::clone(requests), Arc::clone(&stop));
             std::thread::spawn(move || http_client(addr, &requests, &stop, i as u64 + 1))
         })
         .collect();
     let measure_from = started + s.warmup;
     let measure_to = measure_from + s.measure;
+    let cpu_of = |pids: &mut dyn Iterator<Item = u32>| -> Option<Duration> {
+        pids.map(cpu_time).sum::<Option<Duration>>()
+    };
     std::thread::sleep(measure_from.saturating_duration_since(Instant::now()));
-    let cpu0 = cpu_time(server.pid());
+    let cpu0 = cpu_of(&mut servers.iter().map(|server| server.pid()));
     let others0: Vec<Option<Duration>> = others.iter().map(|&pid| cpu_time(pid)).collect();
     std::thread::sleep(measure_to.saturating_duration_since(Instant::now()));
-    let cpu1 = cpu_time(server.pid());
+    let cpu1 = cpu_of(&mut servers.iter().map(|server| server.pid()));
     let others1: Vec<Option<Duration>> = others.iter().map(|&pid| cpu_time(pid)).collect();
-    let rss = peak_rss_kib(server.pid());
+    let rss = servers
+        .iter()
+        .filter_map(|server| peak_rss_kib(server.pid()))
+        .max();
     stop.store(true, Ordering::Relaxed);
     let mut figures = LoadFigures::new(s.measure.as_secs_f64());
     figures.peak_rss_kib = rss;
@@ -1188,6 +1217,8 @@ struct Headlines {
     coldstart: Option<(Duration, Duration, usize)>,
     /// Direct and forwarded.
     backend: Option<BackendFigures>,
+    /// SQLite, PostgreSQL with one node and with two.
+    postgres: Option<postgres::PostgresFigures>,
 }
 
 /// Prints how many calls the server's charging transactions held on average so far, from
@@ -2457,6 +2488,27 @@ fn print_summary(h: &Headlines, s: &Settings) {
             "–".into(),
         ]);
     }
+    if let Some(p) = &h.postgres {
+        for (label, f) in [
+            ("SQLite file, one node", &p.sqlite),
+            ("PostgreSQL, one node", &p.one_node),
+            ("PostgreSQL, two nodes on one database", &p.two_nodes),
+        ] {
+            rows.push([
+                format!("HTTP, guarded tools/call on {label}"),
+                format!(
+                    "{} calls/s, p50 {:.3} ms, p99 {:.3} ms, CPU {} µs/call{}",
+                    thousands(f.calls_per_sec),
+                    ms(f.p50),
+                    ms(f.p99),
+                    us_or_dash(f.cpu_us),
+                    errors_note(f)
+                ),
+                "–".into(),
+                "–".into(),
+            ]);
+        }
+    }
     if rows.is_empty() {
         return;
     }
@@ -2481,13 +2533,13 @@ fn main() {
     let s = Settings::from_args();
     // These scenarios call the conformance fixtures (`test_simple_text` and friends), which
     // a binary carries only when built with the `conformance-pack` feature.
-    let needs_fixtures = ["http", "stdio", "bigdb", "backend", "guards"];
+    let needs_fixtures = ["http", "stdio", "bigdb", "backend", "postgres", "guards"];
     if !tollgate::HAS_CONFORMANCE_PACK
         && std::env::var_os("TG_BENCH_BIN").is_none()
         && needs_fixtures.iter().any(|name| s.wants(name))
     {
         eprintln!(
-            "load: the http, stdio, bigdb, backend and guards scenarios need the conformance fixtures: \
+            "load: the http, stdio, bigdb, backend, postgres and guards scenarios need the conformance fixtures: \
              run `cargo bench --features conformance-pack --bench load` (with \
              `--only invoice,coldstart,limiter` they are not needed)"
         );
@@ -2513,6 +2565,9 @@ fn main() {
     }
     if s.wants("backend") {
         backend_scenario(dir.path(), &s, &mut headlines);
+    }
+    if s.wants("postgres") {
+        headlines.postgres = postgres::postgres_scenario(dir.path(), &s);
     }
     if s.wants("guards") {
         guards_scenario(dir.path(), &s);

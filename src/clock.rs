@@ -19,8 +19,45 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub enum Clock {
     /// The operating system's clocks.
     System,
+    /// The operating system's clock corrected to a reference that several processes share
+    /// (the database server's, on a PostgreSQL store), so that nodes whose own clocks are
+    /// skewed still read one time: one rate window, one expiry.
+    Shared(SharedClock),
     /// A clock that moves only when it is set or advanced.
     Manual(ManualClock),
+}
+
+/// The correction of a [`Clock::Shared`]: how far the reference is ahead of this
+/// machine's clock, in milliseconds (negative when behind), re-measured while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct SharedClock(Arc<AtomicI64>);
+
+impl SharedClock {
+    /// A correction of `offset_millis`.
+    pub fn with_offset(offset_millis: i64) -> SharedClock {
+        SharedClock(Arc::new(AtomicI64::new(offset_millis)))
+    }
+
+    /// The [`Clock`] that reads the system clock with this correction.
+    pub fn clock(&self) -> Clock {
+        Clock::Shared(self.clone())
+    }
+
+    /// The correction now, in milliseconds.
+    pub fn offset_millis(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Replaces the correction (a new measurement).
+    pub fn set_offset_millis(&self, offset_millis: i64) {
+        self.0.store(offset_millis, Ordering::Relaxed);
+    }
+}
+
+fn system_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The start of [`Clock::monotonic`] on the system clock.
@@ -29,20 +66,14 @@ static MONOTONIC_ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
 impl Clock {
     /// Unix seconds now (whole seconds, rounded down).
     pub fn unix_secs(&self) -> i64 {
-        match self {
-            Clock::System => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
-            Clock::Manual(manual) => manual.unix_millis().div_euclid(1000),
-        }
+        self.unix_millis().div_euclid(1000)
     }
 
     /// Unix milliseconds now.
     pub fn unix_millis(&self) -> i64 {
         match self {
-            Clock::System => SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            Clock::System => system_millis(),
+            Clock::Shared(shared) => system_millis().saturating_add(shared.offset_millis()),
             Clock::Manual(manual) => manual.unix_millis(),
         }
     }
@@ -52,7 +83,7 @@ impl Clock {
     /// memory. On a manual clock it is the time set, so both readings move together.
     pub fn monotonic(&self) -> Duration {
         match self {
-            Clock::System => MONOTONIC_ORIGIN.elapsed(),
+            Clock::System | Clock::Shared(_) => MONOTONIC_ORIGIN.elapsed(),
             Clock::Manual(manual) => {
                 Duration::from_millis(u64::try_from(manual.unix_millis()).unwrap_or(0))
             }
@@ -117,6 +148,17 @@ mod tests {
         manual.set_unix_millis(-1);
         assert_eq!(clock.unix_secs(), -1);
         assert_eq!(clock.monotonic(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_shared_clock_is_the_system_clock_moved_by_its_correction() {
+        let shared = SharedClock::with_offset(3_600_000);
+        let clock = shared.clock();
+        let system = Clock::System.unix_secs();
+        assert!((clock.unix_secs() - system - 3_600).abs() <= 1);
+        shared.set_offset_millis(-60_000);
+        assert!((clock.unix_secs() - system + 60).abs() <= 1);
+        assert_eq!(shared.offset_millis(), -60_000);
     }
 
     #[test]

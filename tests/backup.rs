@@ -76,6 +76,7 @@ fn leftovers(dir: &Path) -> Vec<String> {
 #[test]
 fn backup_while_serving_is_complete_and_restores() {
     let db = TestDb::new();
+    crate::sqlite_only!(db, "backup and restore copy an SQLite file");
     // The default 120 reads a minute would refuse the load below.
     let out = db.run(&[
         "limits",
@@ -188,6 +189,7 @@ fn backup_while_serving_is_complete_and_restores() {
 #[test]
 fn backup_never_overwrites_an_existing_file() {
     let db = TestDb::new();
+    crate::sqlite_only!(db, "backup and restore copy an SQLite file");
     let target = db.dir.path().join("taken.db");
     std::fs::write(&target, b"keep me").expect("write");
     let out = db.run(&["backup", target.to_str().expect("utf-8")]);
@@ -207,6 +209,7 @@ fn backup_never_overwrites_an_existing_file() {
 #[test]
 fn backup_prints_a_human_summary() {
     let db = TestDb::new();
+    crate::sqlite_only!(db, "backup and restore copy an SQLite file");
     let target = db.dir.path().join("human.db");
     let out = db.run(&["backup", target.to_str().expect("utf-8")]);
     assert!(out.status.success(), "{}", stderr_of(&out));
@@ -224,6 +227,7 @@ fn backup_prints_a_human_summary() {
 #[test]
 fn restore_refuses_a_file_that_is_not_a_database() {
     let db = TestDb::new();
+    crate::sqlite_only!(db, "backup and restore copy an SQLite file");
     let junk = db.dir.path().join("notes.txt");
     std::fs::write(&junk, b"these are not invoices").expect("write");
     let before = std::fs::read(&db.path).expect("read db");
@@ -244,6 +248,7 @@ fn restore_refuses_a_file_that_is_not_a_database() {
 #[test]
 fn restore_creates_a_missing_database() {
     let db = TestDb::new();
+    crate::sqlite_only!(db, "backup and restore copy an SQLite file");
     let backup = db.dir.path().join("b.db");
     db.run_json(&["backup", backup.to_str().expect("utf-8"), "--json"]);
     let fresh = db.dir.path().join("elsewhere").join("new.db");

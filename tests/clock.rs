@@ -44,7 +44,7 @@ impl InProcess {
     /// client presenting `token`.
     pub fn start(db: &TestDb, token: Option<&str>, start: i64) -> InProcess {
         let flags = Overrides {
-            database: Some(db.path.clone()),
+            database: Some(db.database_arg().into()),
             conformance_pack: Some(true),
             ..Overrides::default()
         };
@@ -547,34 +547,24 @@ fn the_audit_retention_counts_back_from_the_server_clock() {
     let db = TestDb::new();
     let client = InProcess::start(&db, None, T0);
     let now_ms = T0 * 1000;
-    {
-        let conn = rusqlite::Connection::open(&db.path).expect("open");
-        let mut insert = conn
-            .prepare(
-                "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
-                 VALUES (?1, '1', ?2, 'ok', 1, 'stdio')",
-            )
-            .expect("prepare");
-        // Just past 30 days before the clock, exactly 30 days, and within.
-        for (at, tool) in [
-            (now_ms - 30 * DAY_MS - 1, "past"),
-            (now_ms - 30 * DAY_MS, "edge"),
-            (now_ms - DAY_MS, "recent"),
-        ] {
-            insert.execute(rusqlite::params![at, tool]).expect("insert");
-        }
+    // Just past 30 days before the clock, exactly 30 days, and within.
+    for (at, tool) in [
+        (now_ms - 30 * DAY_MS - 1, "past"),
+        (now_ms - 30 * DAY_MS, "edge"),
+        (now_ms - DAY_MS, "recent"),
+    ] {
+        db.sql(&format!(
+            "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
+             VALUES ({at}, '1', '{tool}', 'ok', 1, 'stdio')"
+        ));
     }
     let store = client.server().store().clone();
     tollgate::guards::audit::prune_in_background(&store, 30, client.server().clock().clone());
     let tools = || -> Vec<String> {
-        rusqlite::Connection::open(&db.path)
-            .expect("open")
-            .prepare("SELECT tool FROM audit_log ORDER BY id")
-            .expect("prepare")
-            .query_map([], |r| r.get(0))
-            .expect("query")
-            .collect::<Result<_, _>>()
-            .expect("rows")
+        db.sql_rows("SELECT tool FROM audit_log ORDER BY id")
+            .into_iter()
+            .filter_map(|row| row.into_iter().next().flatten())
+            .collect()
     };
     // The pruner's first pass starts at once, on a thread of its own: poll for its result.
     let deadline = std::time::Instant::now() + crate::util::READ_TIMEOUT;

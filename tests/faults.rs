@@ -614,6 +614,9 @@ fn init_at(dir: &Path) -> TestDb {
         dir: tempfile::tempdir().expect("tempdir"),
         path: dir.join("tollgate.db"),
         admin_key: None,
+        // What these faults test is the SQLite file under the process; PostgreSQL's own
+        // faults are tested beside the multi-node tests.
+        postgres: None,
     };
     let printed = db.run_json(&["init", "--json", "--company", "Test Co"]);
     db.admin_key = printed["admin_key"].as_str().map(str::to_owned);

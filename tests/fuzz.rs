@@ -32,13 +32,13 @@ impl Notifier for Sink {
 
 fn server(db: &TestDb) -> Server {
     let flags = Overrides {
-        database: Some(db.path.clone()),
+        database: Some(db.database_arg().into()),
         conformance_pack: Some(true),
         ..Overrides::default()
     };
     let config = Config::load(None, &[], &flags).expect("config");
-    let store = Store::open(
-        &db.path,
+    let store = Store::open_database(
+        &db.database(),
         &tollgate::store::StoreOptions::from_config(&config, false),
     )
     .expect("store");

@@ -233,15 +233,11 @@ fn prepare_keys(world: &World, call: &mut dyn FnMut(&str, Value) -> Value, tag: 
         );
         assert_eq!(first["result"]["isError"], json!(false), "{first}");
     }
-    let conn = rusqlite::Connection::open(&world.db.path).expect("open the database");
-    conn.busy_timeout(std::time::Duration::from_secs(10))
-        .expect("busy timeout");
-    conn.execute(
+    world.db.sql(&format!(
         "UPDATE idempotency_keys SET state = 'in_flight', owner = 'another-process', \
-         result = NULL, expires_at = unixepoch() + 3600 WHERE key = ?1",
-        [format!("held-{tag}")],
-    )
-    .expect("hold the key");
+         result = NULL, expires_at = {} WHERE key = 'held-{tag}'",
+        crate::util::unix_now() + 3600
+    ));
 }
 
 /// Fields that move between two calls of the same refusal (a window's reset, the wait).

@@ -124,7 +124,7 @@ fn with_wrong_secret(token: &str) -> String {
 }
 
 fn open_store(db: &TestDb) -> Store {
-    Store::open(&db.path, &StoreOptions::default()).expect("open the test database")
+    Store::open_database(&db.database(), &StoreOptions::default()).expect("open the test database")
 }
 
 #[cfg(feature = "conformance-pack")]
@@ -160,14 +160,11 @@ fn malformed_unknown_expired_and_revoked_tokens_are_invalid_token() {
     }
     let expiring = create_key(&db, "conformance:use", &["--expires-in", "30d"]);
     let revoked = create_key(&db, "conformance:use", &[]);
-    rusqlite::Connection::open(&db.path)
-        .and_then(|conn| {
-            conn.execute(
-                "UPDATE credentials SET expires_at = unixepoch() - 1 WHERE public_id = ?1",
-                [&expiring.id],
-            )
-        })
-        .expect("expire the key");
+    db.sql(&format!(
+        "UPDATE credentials SET expires_at = {} WHERE public_id = '{}'",
+        crate::util::unix_now() - 1,
+        expiring.id
+    ));
     run_ok(&db, &["key", "revoke", &revoked.id]);
     assert_invalid_token(
         &call_simple(&mut server(&db, Some(&expiring.token))),
@@ -205,13 +202,7 @@ fn a_key_revoked_by_another_process_is_refused_on_the_next_call() {
 
 /// The sum of every rate counter in the database.
 fn total_charged(db: &TestDb) -> i64 {
-    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
-    conn.query_row(
-        "SELECT COALESCE(SUM(count), 0) FROM rate_counters",
-        [],
-        |r| r.get(0),
-    )
-    .expect("sum the counters")
+    db.sql_i64("SELECT COALESCE(SUM(count), 0) FROM rate_counters")
 }
 
 #[cfg(feature = "conformance-pack")]
@@ -696,6 +687,19 @@ fn no_secret_reaches_the_database_file_or_the_logs() {
     ));
 
     let mut files = Vec::new();
+    if db.is_postgres() {
+        // Every row of every table, as PostgreSQL renders a whole row as text.
+        let tables =
+            db.sql_rows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()");
+        for table in tables
+            .into_iter()
+            .filter_map(|row| row.into_iter().next().flatten())
+        {
+            let rows = db.sql_rows(&format!("SELECT CAST(t AS TEXT) FROM {table} t"));
+            let text: String = rows.into_iter().flatten().flatten().collect();
+            files.push((table, text.into_bytes()));
+        }
+    }
     for suffix in ["", "-wal", "-shm"] {
         let path = format!("{}{suffix}", db.path_str());
         if let Ok(bytes) = std::fs::read(&path) {

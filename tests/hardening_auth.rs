@@ -597,13 +597,9 @@ fn wrong_secrets_on_revoked_expired_and_test_keys_answer_as_unknown_ids_do() {
     let (revoked_id, revoked) = create_key(&db, "*", &[]);
     assert!(db.run(&["key", "revoke", &revoked_id]).status.success());
     let (expired_id, expired) = create_key(&db, "*", &["--expires-in", "30d"]);
-    let conn = rusqlite::Connection::open(db.path_str()).expect("open database");
-    conn.execute(
-        "UPDATE credentials SET expires_at = 1 WHERE public_id = ?1",
-        [&expired_id],
-    )
-    .expect("expire the key");
-    drop(conn);
+    db.sql(&format!(
+        "UPDATE credentials SET expires_at = 1 WHERE public_id = '{expired_id}'"
+    ));
     let (_, test_key) = create_key(&db, "*", &["--test"]);
     let wrong_secret = |token: &str| {
         let parts: Vec<&str> = token.splitn(4, '_').collect();

@@ -208,27 +208,32 @@ fn a_token_less_flood_leaves_a_bounded_number_of_audit_rows_and_every_call_in_me
     assert_eq!(calls("rate_limited"), Some(throttled), "{page}");
 
     drop(server); // SIGTERM: the audit writer flushes.
-    let conn = open(&db.path);
-    let rows: Vec<(String, i64, Option<String>, Option<String>)> = conn
-        .prepare("SELECT outcome, calls, source, credential_id FROM audit_log")
-        .expect("prepare")
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
+    let number = |cell: &Option<String>| -> i64 {
+        cell.as_deref().expect("not null").parse().expect("integer")
+    };
+    let rows: Vec<(String, i64, Option<String>, Option<String>)> = db
+        .sql_rows("SELECT outcome, CAST(calls AS TEXT), source, credential_id FROM audit_log")
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].clone().expect("outcome"),
+                number(&r[1]),
+                r[2].clone(),
+                r[3].clone(),
+            )
+        })
+        .collect();
     println!(
         "[hardening] {} calls without a valid token left {} audit rows",
         FLOOD + BAD_TOKENS,
         rows.len()
     );
     // One row per outcome and summary window, whichever windows the flood fell in.
-    let windows: Vec<(String, i64)> = conn
-        .prepare("SELECT outcome, at / 60000 FROM audit_log")
-        .expect("prepare")
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
+    let windows: Vec<(String, i64)> = db
+        .sql_rows("SELECT outcome, CAST(at / 60000 AS TEXT) FROM audit_log")
+        .into_iter()
+        .map(|r| (r[0].clone().expect("outcome"), number(&r[1])))
+        .collect();
     let distinct: std::collections::BTreeSet<&(String, i64)> = windows.iter().collect();
     assert_eq!(distinct.len(), windows.len(), "{windows:?}");
     let counted =
@@ -255,19 +260,12 @@ fn a_server_prunes_audit_rows_older_than_the_retention_and_keeps_newer_ones() {
     let db = TestDb::new();
     let now = now_ms();
     let day = 86_400_000;
-    {
-        let conn = open(&db.path);
-        let mut insert = conn
-            .prepare(
-                "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
-                 VALUES (?1, '1', ?2, 'ok', 1, 'stdio')",
-            )
-            .expect("prepare");
-        for (age_days, tool) in [(400, "ancient"), (31, "old"), (29, "recent"), (0, "today")] {
-            insert
-                .execute(rusqlite::params![now - age_days * day, tool])
-                .expect("insert");
-        }
+    for (age_days, tool) in [(400, "ancient"), (31, "old"), (29, "recent"), (0, "today")] {
+        db.sql(&format!(
+            "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport) \
+             VALUES ({}, '1', '{tool}', 'ok', 1, 'stdio')",
+            now - age_days * day
+        ));
     }
     // 30 days kept: the server's pruner runs as it starts, in the background.
     let mut cmd = db.command(&["stdio"]);
@@ -276,13 +274,10 @@ fn a_server_prunes_audit_rows_older_than_the_retention_and_keeps_newer_ones() {
     let mut server = StdioServer::spawn(cmd);
     server.initialize("2025-11-25");
     let tools = || -> Vec<String> {
-        open(&db.path)
-            .prepare("SELECT tool FROM audit_log ORDER BY id")
-            .expect("prepare")
-            .query_map([], |r| r.get(0))
-            .expect("query")
-            .collect::<Result<_, _>>()
-            .expect("rows")
+        db.sql_rows("SELECT tool FROM audit_log ORDER BY id")
+            .into_iter()
+            .filter_map(|row| row.into_iter().next().flatten())
+            .collect()
     };
     let deadline = Instant::now() + READ_TIMEOUT;
     while tools().len() > 2 {
@@ -317,6 +312,7 @@ fn a_full_disk_makes_healthz_503_and_healthcheck_fail_until_space_returns() {
         dir: tempfile::tempdir().expect("tempdir"),
         path: disk.mount.join("tollgate.db"),
         admin_key: None,
+        postgres: None,
     };
     let printed = db.run_json(&["init", "--json", "--company", "Test Co"]);
     db.admin_key = printed["admin_key"].as_str().map(str::to_owned);
@@ -372,6 +368,7 @@ fn a_full_disk_makes_healthz_503_and_healthcheck_fail_until_space_returns() {
 #[test]
 fn restore_and_healthcheck_refuse_a_foreign_database_and_a_genuine_backup_restores() {
     let db = TestDb::new();
+    crate::sqlite_only!(db, "restore replaces an SQLite file");
     let foreign = db.dir.path().join("foreign.db");
     Connection::open(&foreign)
         .and_then(|c| c.execute_batch("CREATE TABLE foo(x); PRAGMA user_version = 2;"))

@@ -245,6 +245,12 @@ fn healthz_answers_ok_without_a_credential() {
     let body = health.json();
     assert_eq!(body["status"], json!("ok"), "{body}");
     assert!(body["schema_version"].is_u64(), "{body}");
+    let engine = if db.is_postgres() {
+        "postgres"
+    } else {
+        "sqlite"
+    };
+    assert_eq!(body["store"], json!(engine), "{body}");
 }
 
 #[cfg(feature = "conformance-pack")]

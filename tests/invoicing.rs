@@ -148,13 +148,9 @@ fn envelope(response: &Value) -> &Value {
 }
 
 fn payment_rows(db: &TestDb, invoice: &str) -> i64 {
-    let conn = rusqlite::Connection::open(&db.path).expect("open db");
-    conn.query_row(
-        "SELECT count(*) FROM payments WHERE invoice_id = ?1",
-        [invoice],
-        |r| r.get(0),
-    )
-    .expect("count payments")
+    db.sql_i64(&format!(
+        "SELECT count(*) FROM payments WHERE invoice_id = '{invoice}'"
+    ))
 }
 
 /// An issued invoice of 1 × 100.00 EUR + 21 % VAT = 121.00 EUR.
@@ -891,14 +887,10 @@ fn sending_needs_an_address_and_only_queues_to_the_outbox() {
             json!("F-000001")
         )
     );
-    let conn = rusqlite::Connection::open(&db.path).expect("open db");
-    let (recipient, subject, body, state): (String, String, String, String) = conn
-        .query_row(
-            "SELECT recipient, subject, body, state FROM outbox",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .expect("one outbox row");
+    let rows = db.sql_rows("SELECT recipient, subject, body, state FROM outbox");
+    assert_eq!(rows.len(), 1, "one outbox row");
+    let cell = |i: usize| rows[0][i].clone().expect("not null");
+    let (recipient, subject, body, state) = (cell(0), cell(1), cell(2), cell(3));
     assert_eq!(
         (recipient.as_str(), subject.as_str(), state.as_str()),
         ("ap@nomail.example", "Invoice F-000001", "pending")
@@ -1250,14 +1242,10 @@ fn a_key_held_by_a_running_call_is_in_use_until_its_lease_ends() {
     assert_eq!(payment_rows(&db, &invoice), 0);
 
     // The holder never committed; once its lease has run out the key is free again.
-    rusqlite::Connection::open(&db.path)
-        .and_then(|conn| {
-            conn.execute(
-                "UPDATE idempotency_keys SET expires_at = unixepoch() - 1 WHERE key = 'held'",
-                [],
-            )
-        })
-        .expect("end the lease");
+    db.sql(&format!(
+        "UPDATE idempotency_keys SET expires_at = {} WHERE key = 'held'",
+        crate::util::unix_now() - 1
+    ));
     s.ok("record_payment", args.clone());
     let again = s.call("record_payment", args);
     assert_eq!(

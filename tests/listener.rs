@@ -548,7 +548,7 @@ fn run_out_of_threads() {
         ])
         .arg(crate::util::bin())
         .arg("--database")
-        .arg(&db.path)
+        .arg(db.database_arg())
         .args(["serve", "--listen", &addr.to_string()])
         .env_remove("TOLLGATE_TOKEN")
         .env_remove("TOLLGATE_CONFIG")

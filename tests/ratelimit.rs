@@ -353,27 +353,37 @@ fn two_processes_on_one_database_admit_exactly_the_limit() {
         refused += a_no + b_no;
     }
 
-    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
-    let outcomes: HashMap<String, i64> = conn
-        .prepare("SELECT outcome, count(*) FROM audit_log WHERE tool = 'test_simple_text' GROUP BY outcome")
-        .expect("prepare")
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
+    let outcomes: HashMap<String, i64> = db
+        .sql_rows(
+            "SELECT outcome, CAST(count(*) AS TEXT) FROM audit_log \
+             WHERE tool = 'test_simple_text' GROUP BY outcome",
+        )
+        .into_iter()
+        .map(|row| {
+            let outcome = row[0].clone().expect("outcome");
+            let count = row[1].as_deref().expect("count").parse().expect("integer");
+            (outcome, count)
+        })
+        .collect();
     assert_eq!(outcomes.get("rate_limited"), Some(&refused), "{outcomes:?}");
     assert_eq!(outcomes.get("ok"), Some(&admitted), "{outcomes:?}");
 }
 
 /// Every counter row: (bucket, key, window_start) → count.
 fn counters(db: &TestDb) -> HashMap<(String, String, i64), i64> {
-    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
-    conn.prepare("SELECT bucket, key, window_start, count FROM rate_counters")
-        .expect("prepare")
-        .query_map([], |r| Ok(((r.get(0)?, r.get(1)?, r.get(2)?), r.get(3)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows")
+    let number = |cell: &Option<String>| -> i64 {
+        cell.as_deref().expect("not null").parse().expect("integer")
+    };
+    db.sql_rows(
+        "SELECT bucket, key, CAST(window_start AS TEXT), CAST(count AS TEXT) FROM rate_counters",
+    )
+    .into_iter()
+    .map(|row| {
+        let bucket = row[0].clone().expect("bucket");
+        let key = row[1].clone().expect("key");
+        ((bucket, key, number(&row[2])), number(&row[3]))
+    })
+    .collect()
 }
 
 #[test]
@@ -415,12 +425,13 @@ fn a_process_killed_mid_load_loses_no_committed_increment() {
     );
     assert!(charged <= total, "{charged} charged > {total} sent");
 
-    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
-    let check: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .expect("check");
-    assert_eq!(check, "ok");
-    drop(conn);
+    if !db.is_postgres() {
+        let conn = rusqlite::Connection::open(&db.path).expect("open the database");
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .expect("check");
+        assert_eq!(check, "ok");
+    }
 
     // A new process goes on counting from there.
     let mut again = process_for(&db, &token);

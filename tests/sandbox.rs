@@ -465,15 +465,16 @@ fn sandbox_messages_are_never_pending_for_a_relay() {
         );
         assert_eq!(sent["status"], "queued");
     }
-    let conn = rusqlite::Connection::open(&db.path).expect("open");
-    let mut stmt = conn
-        .prepare("SELECT book, state FROM outbox ORDER BY book")
-        .expect("prepare");
-    let rows: Vec<(String, String)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
+    let rows: Vec<(String, String)> = db
+        .sql_rows("SELECT book, state FROM outbox ORDER BY book")
+        .into_iter()
+        .map(|row| {
+            (
+                row[0].clone().expect("book"),
+                row[1].clone().expect("state"),
+            )
+        })
+        .collect();
     let expect = [("live", "pending"), ("test", "sandboxed")];
     let expect: Vec<(String, String)> = expect
         .iter()
@@ -534,6 +535,7 @@ fn a_database_of_the_previous_schema_keeps_its_rows_in_the_live_book() {
         path: dir.path().join("old.db"),
         dir,
         admin_key: None,
+        postgres: None,
     };
     version_2_database(&db.path);
     let printed = db.run_json(&[

@@ -548,13 +548,10 @@ fn backend_unavailable_row_when_the_database_stays_locked() {
     let ok = server.call_tool("test_simple_text", json!({}));
     assert_eq!(ok["result"]["isError"], json!(false), "{ok}");
 
-    let lock = rusqlite::Connection::open(&db.path).expect("open the database");
-    lock.execute_batch("BEGIN EXCLUSIVE")
-        .expect("lock the database");
+    let lock = db.hold_write_lock();
     let locked = server.call_tool("test_simple_text", json!({}));
     assert_error(&locked, -32603, "backend_unavailable", 503, 4002, true);
-    lock.execute_batch("ROLLBACK").expect("unlock");
-    drop(lock);
+    lock.release();
 
     let again = server.call_tool("test_simple_text", json!({}));
     assert_eq!(again["result"]["isError"], json!(false), "{again}");
@@ -862,6 +859,9 @@ fn stdout_carries_only_json_rpc_messages() {
 // ---- The database -------------------------------------------------------------------------
 
 fn user_version(db: &TestDb) -> u32 {
+    if db.is_postgres() {
+        return u32::try_from(db.sql_i64("SELECT version FROM tollgate_schema")).expect("u32");
+    }
     let conn = rusqlite::Connection::open(&db.path).expect("open the database");
     conn.pragma_query_value(None, "user_version", |row| row.get(0))
         .expect("user_version")
@@ -893,10 +893,13 @@ fn a_database_created_by_this_version_opens() {
 #[test]
 fn a_newer_database_is_refused_with_exit_code_2() {
     let db = TestDb::new();
-    let conn = rusqlite::Connection::open(&db.path).expect("open the database");
-    conn.pragma_update(None, "user_version", 99)
-        .expect("bump user_version");
-    drop(conn);
+    if db.is_postgres() {
+        db.sql("UPDATE tollgate_schema SET version = 99");
+    } else {
+        let conn = rusqlite::Connection::open(&db.path).expect("open the database");
+        conn.pragma_update(None, "user_version", 99)
+            .expect("bump user_version");
+    }
     let health = db.run(&["healthcheck"]);
     let stdio = db
         .command(&["stdio"])

@@ -5,6 +5,8 @@
 //! the `conformance-pack` feature (`cargo test --features conformance-pack`), as are the
 //! two modules made of nothing else (`fuzz`, `ratelimit`).
 
+mod multinode;
+mod postgres_faults;
 mod util;
 
 mod architecture;

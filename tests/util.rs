@@ -28,14 +28,108 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tollgate")
 }
 
-/// A scratch directory holding a database created by `tollgate init`.
+/// The PostgreSQL server the suite runs against instead of SQLite, when
+/// `TOLLGATE_TEST_POSTGRES` names one (a URL without a database name, e.g.
+/// `postgres://postgres@127.0.0.1:5432`): every [`TestDb`] is then a fresh database on it.
+pub fn postgres_server() -> Option<String> {
+    std::env::var("TOLLGATE_TEST_POSTGRES")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('/').to_owned())
+}
+
+/// A connection to the PostgreSQL server's maintenance database (creating and dropping
+/// the test databases).
+pub fn postgres_admin(server: &str) -> postgres::Client {
+    postgres::Client::connect(&format!("{server}/postgres"), postgres::NoTls)
+        .expect("TOLLGATE_TEST_POSTGRES: cannot connect to the server")
+}
+
+/// A fresh, empty PostgreSQL database on `server`, named `<prefix>_<random>`; returns
+/// its URL and name.
+pub fn create_postgres_database(server: &str, prefix: &str) -> (String, String) {
+    let mut bytes = [0u8; 6];
+    getrandom::fill(&mut bytes).expect("random");
+    let name = format!(
+        "{prefix}_{}",
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    postgres_admin(server)
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .expect("create the test database");
+    (format!("{server}/{name}"), name)
+}
+
+/// Drops a test database, ending its connections still open.
+pub fn drop_postgres_database(server: &str, name: &str) {
+    if let Ok(mut admin) = postgres::Client::connect(&format!("{server}/postgres"), postgres::NoTls)
+    {
+        let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+    }
+}
+
+/// Unix seconds now, for SQL a test runs (the same on both engines, unlike `unixepoch()`).
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// The store's write lock, held by the test from another connection until dropped: the
+/// file's `BEGIN EXCLUSIVE` on SQLite, the store's advisory write lock on PostgreSQL.
+pub enum WriteLock {
+    /// An SQLite connection inside `BEGIN EXCLUSIVE`.
+    Sqlite(rusqlite::Connection),
+    /// A PostgreSQL session holding the advisory lock.
+    Postgres(postgres::Client),
+}
+
+impl WriteLock {
+    /// Releases the lock.
+    pub fn release(self) {
+        match self {
+            WriteLock::Sqlite(conn) => conn.execute_batch("COMMIT").expect("unlock"),
+            WriteLock::Postgres(mut client) => client
+                .batch_execute("SELECT pg_advisory_unlock_all()")
+                .expect("unlock"),
+        }
+    }
+}
+
+/// The key of the store's write lock on PostgreSQL (`store::postgres::WRITE_LOCK`).
+pub const POSTGRES_WRITE_LOCK: i64 = 0x7467_0001;
+
+/// Ends a test that checks what only an SQLite file has (its file, PRAGMAs, its locks),
+/// when the suite runs on PostgreSQL.
+#[macro_export]
+macro_rules! sqlite_only {
+    ($db:expr, $why:literal) => {
+        if $db.is_postgres() {
+            eprintln!(concat!("not on PostgreSQL: ", $why));
+            return;
+        }
+    };
+}
+
+/// A scratch database created by `tollgate init`: an SQLite file in a scratch directory,
+/// or, when the suite runs on PostgreSQL ([`postgres_server`]), a fresh database there.
 pub struct TestDb {
     /// The scratch directory (removed on drop).
     pub dir: tempfile::TempDir,
-    /// The database file.
+    /// The database file (on PostgreSQL: unused, inside `dir`).
     pub path: PathBuf,
     /// The first admin key printed by `init`, when it prints one.
     pub admin_key: Option<String>,
+    /// On PostgreSQL: the server, the database's URL and its name.
+    pub postgres: Option<(String, String, String)>,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((server, _, name)) = &self.postgres {
+            drop_postgres_database(server, name);
+        }
+    }
 }
 
 impl Default for TestDb {
@@ -52,12 +146,26 @@ impl TestDb {
 
     /// A fresh database with extra `tollgate init` flags.
     pub fn with_init_args(extra: &[&str]) -> TestDb {
+        Self::init_on(postgres_server(), extra)
+    }
+
+    /// A fresh database on the PostgreSQL server `server` (a URL without a database).
+    pub fn on_postgres(server: &str) -> TestDb {
+        Self::init_on(Some(server.to_owned()), &[])
+    }
+
+    fn init_on(server: Option<String>, extra: &[&str]) -> TestDb {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("tollgate.db");
+        let postgres = server.map(|server| {
+            let (url, name) = create_postgres_database(&server, "tg_test");
+            (server, url, name)
+        });
         let mut db = TestDb {
             dir,
             path,
             admin_key: None,
+            postgres,
         };
         let mut args = vec!["init", "--json", "--company", "Test Co"];
         args.extend_from_slice(extra);
@@ -83,7 +191,7 @@ impl TestDb {
     /// A `tollgate --database <db> <args>` command, for custom stdio or env.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(bin());
-        cmd.arg("--database").arg(&self.path).args(args);
+        cmd.arg("--database").arg(self.database_arg()).args(args);
         // TOLLGATE_GOLDEN is the golden test's own switch: the server refuses unknown
         // TOLLGATE_* variables.
         cmd.env_remove("TOLLGATE_TOKEN")
@@ -107,6 +215,103 @@ impl TestDb {
     /// The database path as a string.
     pub fn path_str(&self) -> &str {
         self.path.to_str().expect("utf-8 path")
+    }
+
+    /// Whether this database is on PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.postgres.is_some()
+    }
+
+    /// What `--database` names: the PostgreSQL URL, or the file.
+    pub fn database_arg(&self) -> String {
+        match &self.postgres {
+            Some((_, url, _)) => url.clone(),
+            None => self.path_str().to_owned(),
+        }
+    }
+
+    /// The configured database, for tests that build a server in-process.
+    pub fn database(&self) -> tollgate::config::Database {
+        tollgate::config::Database::parse(&self.database_arg()).expect("database")
+    }
+
+    /// Runs SQL statements (no parameters) directly on the database, on either engine.
+    pub fn sql(&self, statements: &str) {
+        match &self.postgres {
+            Some((_, url, _)) => postgres::Client::connect(url, postgres::NoTls)
+                .and_then(|mut c| c.batch_execute(statements))
+                .expect("run SQL on the PostgreSQL test database"),
+            None => rusqlite::Connection::open(&self.path)
+                .and_then(|c| {
+                    c.busy_timeout(Duration::from_secs(10))?;
+                    c.execute_batch(statements)
+                })
+                .expect("run SQL on the test database"),
+        }
+    }
+
+    /// Takes the store's write lock from a connection of the test's own.
+    pub fn hold_write_lock(&self) -> WriteLock {
+        match &self.postgres {
+            Some((_, url, _)) => {
+                let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+                client
+                    .execute("SELECT pg_advisory_lock($1)", &[&POSTGRES_WRITE_LOCK])
+                    .expect("take the write lock");
+                WriteLock::Postgres(client)
+            }
+            None => {
+                let conn = rusqlite::Connection::open(&self.path).expect("open the database");
+                conn.execute_batch("BEGIN EXCLUSIVE")
+                    .expect("lock the database");
+                WriteLock::Sqlite(conn)
+            }
+        }
+    }
+
+    /// The rows of a query, each cell as text (`NULL` as `None`), on either engine. Cast
+    /// what is not text in the query itself: `CAST(x AS TEXT)` reads the same on both.
+    pub fn sql_rows(&self, query: &str) -> Vec<Vec<Option<String>>> {
+        match &self.postgres {
+            Some((_, url, _)) => {
+                let mut client = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+                client
+                    .query(query, &[])
+                    .expect("query the PostgreSQL test database")
+                    .iter()
+                    .map(|row| {
+                        (0..row.len())
+                            .map(|i| row.get::<_, Option<String>>(i))
+                            .collect()
+                    })
+                    .collect()
+            }
+            None => {
+                let conn = rusqlite::Connection::open(&self.path).expect("open");
+                conn.busy_timeout(Duration::from_secs(10))
+                    .expect("busy timeout");
+                let mut stmt = conn.prepare(query).expect("prepare");
+                let columns = stmt.column_count();
+                stmt.query_map([], |row| {
+                    (0..columns)
+                        .map(|i| row.get::<_, Option<String>>(i))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .expect("query")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("rows")
+            }
+        }
+    }
+
+    /// The one integer a query returns (`CAST(… AS TEXT)` not needed), on either engine.
+    pub fn sql_i64(&self, query: &str) -> i64 {
+        let wrapped = format!("SELECT CAST(({query}) AS TEXT)");
+        let rows = self.sql_rows(&wrapped);
+        rows.first()
+            .and_then(|row| row.first().cloned().flatten())
+            .map(|text| text.parse().expect("an integer"))
+            .unwrap_or_else(|| panic!("no value from {query}"))
     }
 }
 

@@ -337,9 +337,68 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Builds the server for the configured database and tool packs, on the system clock.
+/// Builds the server for the configured database and tool packs, on the system clock — on
+/// a PostgreSQL store corrected to the database server's clock, so that every node reads
+/// one time ([`database_clock`]).
 pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
-    build_server_with_clock(config, store, Clock::System)
+    let clock = database_clock(&store);
+    build_server_with_clock(config, store, clock)
+}
+
+/// Measures the database server's clock into `shared`, warning when this machine's clock
+/// is more than [`CLOCK_SKEW_WARNING_MS`] off it and the skew moved; a failed measurement
+/// keeps the last correction.
+fn remeasure_clock(store: &Store, shared: &crate::clock::SharedClock) {
+    match store.clock_offset_millis() {
+        Ok(Some(offset)) => {
+            if offset.abs() > CLOCK_SKEW_WARNING_MS
+                && (offset - shared.offset_millis()).abs() > CLOCK_SKEW_WARNING_MS / 2
+            {
+                tracing::warn!(
+                    offset_ms = offset,
+                    "this machine's clock is off the database server's; tollgate follows the database's"
+                );
+            }
+            shared.set_offset_millis(offset);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(
+            cause = %e,
+            "cannot read the database server's clock; keeping the last correction"
+        ),
+    }
+}
+
+/// How often a node re-measures its clock against the database server's.
+const CLOCK_REMEASURE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A node's skew beyond which it warns (windows and expiries follow the database anyway).
+const CLOCK_SKEW_WARNING_MS: i64 = 1_000;
+
+/// The system clock, or on a PostgreSQL store the system clock corrected to the database
+/// server's: rate windows, leases and expiries of every node then start and end together
+/// however far apart the machines' own clocks drift. The correction is measured at start
+/// and again every [`CLOCK_REMEASURE`] on a thread of its own.
+fn database_clock(store: &Store) -> Clock {
+    if store.dialect() == crate::store::Dialect::Sqlite {
+        return Clock::System;
+    }
+    let shared = crate::clock::SharedClock::default();
+    remeasure_clock(store, &shared);
+    let follow = shared.clone();
+    let store = store.clone();
+    let spawned = std::thread::Builder::new()
+        .name("database-clock".to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(CLOCK_REMEASURE);
+                remeasure_clock(&store, &follow);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(cause = %e, "cannot start the clock follower; the correction measured at start stays");
+    }
+    shared.clock()
 }
 
 /// Builds the server with every component reading the time from `clock` (tests drive

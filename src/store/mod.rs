@@ -607,6 +607,30 @@ impl Store {
         })
     }
 
+    /// How far the database server's clock is ahead of this machine's, in milliseconds
+    /// (negative when behind), measured at the midpoint of one round trip; `None` on SQLite,
+    /// whose file has no clock of its own.
+    pub fn clock_offset_millis(&self) -> Result<Option<i64>, StoreError> {
+        if self.dialect() == Dialect::Sqlite {
+            return Ok(None);
+        }
+        let local = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        };
+        self.read_conn(|conn| {
+            let before = local();
+            let database: i64 = conn.query_one(
+                "SELECT CAST(floor(extract(epoch FROM clock_timestamp()) * 1000) AS BIGINT)",
+                sql::args![],
+                |row| row.get(0),
+            )?;
+            let after = local();
+            Ok(Some(database - (before + (after - before) / 2)))
+        })
+    }
+
     /// A 32-byte secret of this installation, created on first use (e.g. the key that
     /// signs multi-round `requestState`). Every process on the database gets the same
     /// bytes.

@@ -19,6 +19,7 @@ environment stripped of them; only `TOLLGATE_TOKEN`, `TOLLGATE_TOKEN_FILE` and
 from __future__ import annotations
 
 import json
+import secrets
 import os
 import socket
 import subprocess
@@ -42,7 +43,7 @@ ALLOWED_TOLLGATE_VARS = frozenset({"TOLLGATE_TOKEN", "TOLLGATE_TOKEN_FILE", "TOL
 class TollgateDb:
     """A scratch database created by `tollgate init --json`."""
 
-    path: Path
+    path: Path | str
     admin_key: str | None
     init_output: dict
 
@@ -96,14 +97,34 @@ def run_tollgate(tollgate_bin: Path) -> Callable[..., subprocess.CompletedProces
     return run
 
 
+def _psql(server: str, statement: str) -> None:
+    subprocess.run(
+        ["psql", "-q", "-v", "ON_ERROR_STOP=1", f"{server}/postgres", "-c", statement],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
 @pytest.fixture
-def tollgate_db(tmp_path: Path, run_tollgate) -> TollgateDb:
-    """A fresh database in a temporary directory, created by `tollgate init --json`."""
-    path = tmp_path / "tollgate.db"
+def tollgate_db(tmp_path: Path, run_tollgate):
+    """A fresh database created by `tollgate init --json`: a file in a temporary directory,
+    or, when `TG_POSTGRES` names a PostgreSQL server (a URL without a database), a fresh
+    database on it, dropped afterwards."""
+    server = os.environ.get("TG_POSTGRES", "").rstrip("/")
+    name = None
+    if server:
+        name = f"tg_interop_{secrets.token_hex(6)}"
+        _psql(server, f"CREATE DATABASE {name}")
+        path = f"{server}/{name}"
+    else:
+        path = tmp_path / "tollgate.db"
     done = run_tollgate("--database", str(path), "init", "--json", "--company", "Interop Co")
     assert done.returncode == 0, f"tollgate init failed ({done.returncode}): {done.stderr}"
     printed = json.loads(done.stdout)
-    return TollgateDb(path=path, admin_key=printed.get("admin_key"), init_output=printed)
+    yield TollgateDb(path=path, admin_key=printed.get("admin_key"), init_output=printed)
+    if name is not None:
+        _psql(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture

@@ -169,11 +169,17 @@ impl App {
     }
 
     /// `GET /healthz`: 200 while the store can read and write; otherwise 503 with the
-    /// catalog code `backend_unavailable` and the reason (`disk_full`, …).
+    /// catalog code `backend_unavailable` and the reason (`disk_full`,
+    /// `database_unreachable`, …). Both name the store (`sqlite` or `postgres`).
     pub(super) fn healthz(&self) -> Reply {
-        match self.server.store().health() {
+        let store = self.server.store();
+        let engine = match store.dialect() {
+            crate::store::Dialect::Sqlite => "sqlite",
+            crate::store::Dialect::Postgres => "postgres",
+        };
+        match store.health() {
             Ok(version) => {
-                let mut body = json!({"status": "ok", "schema_version": version});
+                let mut body = json!({"status": "ok", "store": engine, "schema_version": version});
                 let backends = self.server.backends().status();
                 if !backends.is_empty() {
                     body["backends"] = backends
@@ -197,7 +203,8 @@ impl App {
                 let code = ErrorKind::BackendUnavailable.spec().code;
                 Reply::json(
                     503,
-                    json!({"status": "unavailable", "code": code, "reason": reason.code()}),
+                    json!({"status": "unavailable", "store": engine, "code": code,
+                           "reason": reason.code()}),
                 )
             }
         }
