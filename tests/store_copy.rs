@@ -11,7 +11,10 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::util::{Key, StdioServer, TestDb, bin};
+use crate::util::{
+    Key, StdioServer, TestDb, bin, create_postgres_database, drop_postgres_database,
+    postgres_server,
+};
 
 /// Every table of an installation, as this test counts them.
 const TABLES: &[&str] = &[
@@ -35,50 +38,34 @@ const TABLES: &[&str] = &[
 /// A scratch PostgreSQL database, dropped with its connections when the test ends.
 struct PgDb {
     server: String,
+    url: String,
     name: String,
 }
 
 impl PgDb {
     /// A fresh database, or `None` (with a note) when no server is configured.
     fn create(test: &str) -> Option<PgDb> {
-        let Ok(server) = std::env::var("TOLLGATE_TEST_POSTGRES") else {
+        let Some(server) = postgres_server() else {
             eprintln!("{test}: TOLLGATE_TEST_POSTGRES is not set; skipped");
             return None;
         };
-        let server = server.trim_end_matches('/').to_owned();
-        let mut bytes = [0u8; 6];
-        getrandom::fill(&mut bytes).expect("random");
-        let name = format!(
-            "tg_copy_{}",
-            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        );
-        admin(&server)
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create database");
-        Some(PgDb { server, name })
+        let (url, name) = create_postgres_database(&server, "tg_copy");
+        Some(PgDb { server, url, name })
     }
 
     fn url(&self) -> String {
-        format!("{}/{}", self.server, self.name)
+        self.url.clone()
     }
 
     fn client(&self) -> postgres::Client {
-        postgres::Client::connect(&self.url(), postgres::NoTls).expect("connect to the copy")
+        postgres::Client::connect(&self.url, postgres::NoTls).expect("connect to the copy")
     }
 }
 
 impl Drop for PgDb {
     fn drop(&mut self) {
-        let _ = admin(&self.server).batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
+        drop_postgres_database(&self.server, &self.name);
     }
-}
-
-fn admin(server: &str) -> postgres::Client {
-    postgres::Client::connect(&format!("{server}/postgres"), postgres::NoTls)
-        .expect("TOLLGATE_TEST_POSTGRES: cannot connect")
 }
 
 /// The keys of the installation, in the order they were made.
@@ -92,7 +79,7 @@ struct Installation {
 /// key, an OAuth client, a rehearsed fault, and calls that fill the counters, the
 /// idempotency ledger, the audit log, the outbox and the server secret.
 fn installation() -> Installation {
-    let db = TestDb::with_init_args(&["--demo"]);
+    let db = TestDb::on_sqlite(&["--demo"]);
     let admin = Key {
         id: db.admin_key_id(),
         token: db.admin_key.clone().expect("admin key"),
@@ -324,6 +311,7 @@ fn stdio_on(pg: &PgDb, token: &str) -> StdioServer {
         .arg("stdio")
         .env_remove("TOLLGATE_CONFIG")
         .env_remove("TOLLGATE_GOLDEN")
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .env("TOLLGATE_TOKEN", token)
         .env("RUST_LOG", "warn");
     StdioServer::spawn(cmd)

@@ -154,6 +154,11 @@ impl TestDb {
         Self::init_on(Some(server.to_owned()), &[])
     }
 
+    /// A fresh SQLite file with extra `tollgate init` flags, whichever store the suite runs on.
+    pub fn on_sqlite(extra: &[&str]) -> TestDb {
+        Self::init_on(None, extra)
+    }
+
     fn init_on(server: Option<String>, extra: &[&str]) -> TestDb {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("tollgate.db");
@@ -196,7 +201,8 @@ impl TestDb {
         // TOLLGATE_* variables.
         cmd.env_remove("TOLLGATE_TOKEN")
             .env_remove("TOLLGATE_CONFIG")
-            .env_remove("TOLLGATE_GOLDEN");
+            .env_remove("TOLLGATE_GOLDEN")
+            .env_remove("TOLLGATE_TEST_POSTGRES");
         cmd.env("RUST_LOG", "warn");
         cmd
     }
