@@ -85,7 +85,9 @@ fn installation() -> Installation {
         token: db.admin_key.clone().expect("admin key"),
     };
     let reader = db.create_key("reader", "clients:read,invoices:read", &[]);
-    db.run_json(&["client", "create", "--name", "agent", "--scopes", "*", "--json"]);
+    db.run_json(&[
+        "client", "create", "--name", "agent", "--scopes", "*", "--json",
+    ]);
     for args in [
         &["company", "set", "--mode", "test"][..],
         &[
@@ -232,13 +234,18 @@ fn a_whole_installation_is_copied_verified_and_not_copied_twice() {
     assert_eq!(again.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(
-        stderr.contains("the target already holds an installation (server_secrets: 1, company: 1, ")
+        stderr
+            .contains("the target already holds an installation (server_secrets: 1, company: 1, ")
             && stderr.contains("copying into it would mix two companies' keys, counters and books")
             && stderr.contains("--replace"),
         "{stderr}"
     );
     assert!(again.stdout.is_empty());
-    assert_eq!(postgres_counts(&pg), source, "the refused copy changed nothing");
+    assert_eq!(
+        postgres_counts(&pg),
+        source,
+        "the refused copy changed nothing"
+    );
 
     let replaced = store_copy(&inst, &pg, &["--replace"]);
     assert!(
@@ -333,7 +340,11 @@ fn every_key_authenticates_on_the_copy_and_an_idempotent_call_replays() {
         let mut s = stdio_on(&pg, &key.token);
         s.initialize("2025-11-25");
         let found = ok(&s.call_tool("search_clients", json!({"query": "Copied"})));
-        assert!(found.to_string().contains("Copied SL"), "{}: {found}", key.id);
+        assert!(
+            found.to_string().contains("Copied SL"),
+            "{}: {found}",
+            key.id
+        );
         s.close();
     }
     // The idempotency record came along: the same key and arguments replay the first
@@ -346,7 +357,8 @@ fn every_key_authenticates_on_the_copy_and_an_idempotent_call_replays() {
         json!({"name": "Copied SL", "idempotency_key": "copy-1"}),
     ));
     s.close();
-    let clients = |counts: &[(String, i64)]| counts.iter().find(|(t, _)| t == "clients").map(|c| c.1);
+    let clients =
+        |counts: &[(String, i64)]| counts.iter().find(|(t, _)| t == "clients").map(|c| c.1);
     assert_eq!(clients(&postgres_counts(&pg)), clients(&before), "{replay}");
     // A new audit row gets an id past the copied ones.
     let mut client = pg.client();
