@@ -7,13 +7,10 @@
 //! a database, e.g. `postgres://postgres@127.0.0.1:5432`); without it they print a note and
 //! pass. Each test creates its own database and drops it.
 
-use std::process::Command;
-
 use serde_json::{Value, json};
 
 use crate::util::{
-    Key, StdioServer, TestDb, bin, create_postgres_database, drop_postgres_database,
-    postgres_server,
+    HttpServer, Key, StdioServer, TestDb, create_postgres_database, postgres_server,
 };
 
 /// Every table of an installation, as this test counts them.
@@ -35,43 +32,36 @@ const TABLES: &[&str] = &[
     "outbox",
 ];
 
-/// A scratch PostgreSQL database, dropped with its connections when the test ends.
-struct PgDb {
-    server: String,
-    url: String,
-    name: String,
+/// A fresh, empty PostgreSQL database as a [`TestDb`] (dropped with it), or `None` (with
+/// a note) when no server is configured.
+fn empty_postgres(test: &str) -> Option<TestDb> {
+    let Some(server) = postgres_server() else {
+        eprintln!("{test}: TOLLGATE_TEST_POSTGRES is not set; skipped");
+        return None;
+    };
+    let (url, name) = create_postgres_database(&server, "tg_copy");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("unused.db");
+    Some(TestDb {
+        dir,
+        path,
+        admin_key: None,
+        postgres: Some((server, url, name)),
+    })
 }
 
-impl PgDb {
-    /// A fresh database, or `None` (with a note) when no server is configured.
-    fn create(test: &str) -> Option<PgDb> {
-        let Some(server) = postgres_server() else {
-            eprintln!("{test}: TOLLGATE_TEST_POSTGRES is not set; skipped");
-            return None;
-        };
-        let (url, name) = create_postgres_database(&server, "tg_copy");
-        Some(PgDb { server, url, name })
-    }
-
-    fn url(&self) -> String {
-        self.url.clone()
-    }
-
-    fn client(&self) -> postgres::Client {
-        postgres::Client::connect(&self.url, postgres::NoTls).expect("connect to the copy")
-    }
+/// A connection to a PostgreSQL [`TestDb`].
+fn pg_client(pg: &TestDb) -> postgres::Client {
+    postgres::Client::connect(&pg.database_arg(), postgres::NoTls).expect("connect to the copy")
 }
 
-impl Drop for PgDb {
-    fn drop(&mut self) {
-        drop_postgres_database(&self.server, &self.name);
-    }
-}
-
-/// The keys of the installation, in the order they were made.
+/// An SQLite installation and its secrets.
 struct Installation {
     db: TestDb,
+    /// Its API keys, in the order they were made.
     keys: Vec<Key>,
+    /// Its OAuth client: id and secret.
+    oauth: (String, String),
 }
 
 /// An SQLite installation with rows in every table, made with the binary: `init --demo`
@@ -85,9 +75,16 @@ fn installation() -> Installation {
         token: db.admin_key.clone().expect("admin key"),
     };
     let reader = db.create_key("reader", "clients:read,invoices:read", &[]);
-    db.run_json(&[
+    let client = db.run_json(&[
         "client", "create", "--name", "agent", "--scopes", "*", "--json",
     ]);
+    let oauth = (
+        client["client_id"].as_str().expect("client_id").to_owned(),
+        client["client_secret"]
+            .as_str()
+            .expect("client_secret")
+            .to_owned(),
+    );
     for args in [
         &["company", "set", "--mode", "test"][..],
         &[
@@ -124,7 +121,7 @@ fn installation() -> Installation {
     ));
     s.close();
     let keys = vec![admin, reader];
-    Installation { db, keys }
+    Installation { db, keys, oauth }
 }
 
 /// The id of an issued invoice of the live book.
@@ -160,8 +157,8 @@ fn sqlite_counts(db: &TestDb) -> Vec<(String, i64)> {
 }
 
 /// Rows per table in the PostgreSQL copy.
-fn postgres_counts(pg: &PgDb) -> Vec<(String, i64)> {
-    let mut client = pg.client();
+fn postgres_counts(pg: &TestDb) -> Vec<(String, i64)> {
+    let mut client = pg_client(pg);
     TABLES
         .iter()
         .map(|t| {
@@ -175,8 +172,8 @@ fn postgres_counts(pg: &PgDb) -> Vec<(String, i64)> {
 }
 
 /// `tollgate store copy --from <source> --to <copy> --json EXTRA…`.
-fn store_copy(inst: &Installation, pg: &PgDb, extra: &[&str]) -> std::process::Output {
-    let url = pg.url();
+fn store_copy(inst: &Installation, pg: &TestDb, extra: &[&str]) -> std::process::Output {
+    let url = pg.database_arg();
     let mut args = vec![
         "store",
         "copy",
@@ -192,7 +189,7 @@ fn store_copy(inst: &Installation, pg: &PgDb, extra: &[&str]) -> std::process::O
 
 #[test]
 fn a_whole_installation_is_copied_verified_and_not_copied_twice() {
-    let Some(pg) = PgDb::create("store copy") else {
+    let Some(pg) = empty_postgres("store copy") else {
         return;
     };
     let inst = installation();
@@ -211,7 +208,7 @@ fn a_whole_installation_is_copied_verified_and_not_copied_twice() {
     assert_eq!(report["verified"], json!(true), "{report}");
     assert_eq!(report["replaced"], json!(false));
     assert_eq!(report["from"], json!(inst.db.path_str()));
-    assert_eq!(report["to"], json!(pg.url()));
+    assert_eq!(report["to"], json!(pg.database_arg()));
     let reported: Vec<(String, i64)> = report["tables"]
         .as_array()
         .expect("tables")
@@ -287,8 +284,8 @@ fn audit_rows_sqlite(db: &TestDb) -> Vec<AuditRow> {
     .expect("rows")
 }
 
-fn audit_rows_postgres(pg: &PgDb) -> Vec<AuditRow> {
-    pg.client()
+fn audit_rows_postgres(pg: &TestDb) -> Vec<AuditRow> {
+    pg_client(pg)
         .query(
             "SELECT id, at, request_id, credential_id, tool, outcome, calls FROM audit_log \
              ORDER BY id",
@@ -310,23 +307,9 @@ fn audit_rows_postgres(pg: &PgDb) -> Vec<AuditRow> {
         .collect()
 }
 
-/// `tollgate stdio` on the PostgreSQL copy with `token`.
-fn stdio_on(pg: &PgDb, token: &str) -> StdioServer {
-    let mut cmd = Command::new(bin());
-    cmd.arg("--database")
-        .arg(pg.url())
-        .arg("stdio")
-        .env_remove("TOLLGATE_CONFIG")
-        .env_remove("TOLLGATE_GOLDEN")
-        .env_remove("TOLLGATE_TEST_POSTGRES")
-        .env("TOLLGATE_TOKEN", token)
-        .env("RUST_LOG", "warn");
-    StdioServer::spawn(cmd)
-}
-
 #[test]
-fn every_key_authenticates_on_the_copy_and_an_idempotent_call_replays() {
-    let Some(pg) = PgDb::create("store copy, keys") else {
+fn every_key_and_client_authenticates_on_the_copy_and_an_idempotent_call_replays() {
+    let Some(pg) = empty_postgres("store copy, keys") else {
         return;
     };
     let inst = installation();
@@ -337,7 +320,7 @@ fn every_key_authenticates_on_the_copy_and_an_idempotent_call_replays() {
         String::from_utf8_lossy(&out.stderr)
     );
     for key in &inst.keys {
-        let mut s = stdio_on(&pg, &key.token);
+        let mut s = StdioServer::start_with_token(&pg, Some(&key.token), &[]);
         s.initialize("2025-11-25");
         let found = ok(&s.call_tool("search_clients", json!({"query": "Copied"})));
         assert!(
@@ -349,26 +332,64 @@ fn every_key_authenticates_on_the_copy_and_an_idempotent_call_replays() {
     }
     // The idempotency record came along: the same key and arguments replay the first
     // call's result instead of creating a second client.
-    let mut s = stdio_on(&pg, &inst.keys[0].token);
+    let clients = || {
+        pg_client(&pg)
+            .query_one("SELECT count(*) FROM clients", &[])
+            .expect("count")
+            .get::<_, i64>(0)
+    };
+    let before = clients();
+    let mut s = StdioServer::start_with_token(&pg, Some(&inst.keys[0].token), &[]);
     s.initialize("2025-11-25");
-    let before = postgres_counts(&pg);
     let replay = ok(&s.call_tool(
         "create_client",
         json!({"name": "Copied SL", "idempotency_key": "copy-1"}),
     ));
     s.close();
-    let clients =
-        |counts: &[(String, i64)]| counts.iter().find(|(t, _)| t == "clients").map(|c| c.1);
-    assert_eq!(clients(&postgres_counts(&pg)), clients(&before), "{replay}");
-    // A new audit row gets an id past the copied ones.
-    let mut client = pg.client();
-    let ids: Vec<i64> = client
+    assert_eq!(clients(), before, "{replay}");
+    // The OAuth client's secret verifies on the copy: it is granted a token that calls.
+    let server = HttpServer::start(&pg, &[]);
+    let form = format!(
+        "grant_type=client_credentials&client_id={}&client_secret={}",
+        inst.oauth.0, inst.oauth.1
+    );
+    let granted = crate::util::http_request(
+        server.addr,
+        "POST",
+        "/oauth/token",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        form.as_bytes(),
+    );
+    assert_eq!(
+        granted.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&granted.body)
+    );
+    let token = granted.json()["access_token"]
+        .as_str()
+        .expect("access_token")
+        .to_owned();
+    let called = server.modern_tool_call(&token, "search_clients", &json!({}));
+    assert_eq!(called.status, 200);
+    assert_ne!(
+        called.json()["result"]["isError"],
+        json!(true),
+        "{}",
+        called.json()
+    );
+    drop(server);
+    // New audit rows get ids past the copied ones.
+    let ids: Vec<i64> = pg_client(&pg)
         .query("SELECT id FROM audit_log ORDER BY id", &[])
         .expect("ids")
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let copied = audit_rows_sqlite(&inst.db).len();
-    assert!(ids.len() > copied, "{ids:?}");
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let copied = audit_rows_sqlite(&inst.db);
+    assert!(ids.len() > copied.len(), "{ids:?}");
+    assert_eq!(
+        ids[..copied.len()],
+        copied.iter().map(|r| r.0).collect::<Vec<_>>()[..]
+    );
 }
