@@ -393,3 +393,38 @@ fn every_key_and_client_authenticates_on_the_copy_and_an_idempotent_call_replays
         copied.iter().map(|r| r.0).collect::<Vec<_>>()[..]
     );
 }
+
+#[test]
+fn a_source_newer_than_the_binary_or_a_target_that_is_not_postgres_is_refused() {
+    let db = TestDb::on_sqlite(&[]);
+    let to_sqlite = db.run(&["store", "copy", "--from", db.path_str(), "--to", "other.db"]);
+    assert_eq!(to_sqlite.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&to_sqlite.stderr),
+        "tollgate: --to: other.db is not a PostgreSQL URL (postgres://…); to copy an SQLite \
+         file, use `tollgate backup`\n"
+    );
+    rusqlite::Connection::open(&db.path)
+        .and_then(|c| c.pragma_update(None, "user_version", 99))
+        .expect("a newer schema version");
+    // The source is opened first: the target is never contacted.
+    let newer = db.run(&[
+        "store",
+        "copy",
+        "--from",
+        db.path_str(),
+        "--to",
+        "postgres://tollgate@127.0.0.1:1/unused",
+    ]);
+    assert_eq!(newer.status.code(), Some(2));
+    let schema = tollgate::store::SCHEMA_VERSION;
+    assert_eq!(
+        String::from_utf8_lossy(&newer.stderr),
+        format!(
+            "tollgate: --from {}: database schema version 99 is newer than this tollgate \
+             supports ({schema}); upgrade tollgate or restore a backup\n",
+            db.path_str()
+        )
+    );
+    assert!(newer.stdout.is_empty());
+}
