@@ -257,6 +257,7 @@ fn restore_creates_a_missing_database() {
         .arg(&fresh)
         .args(["restore", backup.to_str().expect("utf-8"), "--json"])
         .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .output()
         .expect("run restore");
     assert!(out.status.success(), "{}", stderr_of(&out));

@@ -13,6 +13,7 @@ fn docs_errors_md_is_the_generated_catalog() {
     let out = std::process::Command::new(bin())
         .args(["errors", "--format", "markdown"])
         .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .output()
         .expect("run tollgate errors");
     assert!(

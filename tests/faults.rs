@@ -558,6 +558,7 @@ fn full_by_file_size_limit(dir: &Path) {
     .arg(&db.path)
     .arg("stdio")
     .env_remove("TOLLGATE_CONFIG")
+    .env_remove("TOLLGATE_TEST_POSTGRES")
     .env("RUST_LOG", "warn")
     .env(
         "TOLLGATE_TOKEN",

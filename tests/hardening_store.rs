@@ -149,10 +149,6 @@ fn sample(page: &str, series: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-fn open(db: &Path) -> Connection {
-    Connection::open(db).expect("open the database")
-}
-
 fn now_ms() -> i64 {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
     i64::try_from(since.as_millis()).expect("ms")
@@ -331,7 +327,7 @@ fn a_full_disk_makes_healthz_503_and_healthcheck_fail_until_space_returns() {
     );
     assert_eq!(
         health.json(),
-        json!({"status": "unavailable", "code": "backend_unavailable", "reason": "disk_full"})
+        json!({"status": "unavailable", "store": "sqlite", "code": "backend_unavailable", "reason": "disk_full"})
     );
     let out = healthcheck(&db);
     assert!(!out.status.success());
@@ -397,6 +393,7 @@ fn restore_and_healthcheck_refuse_a_foreign_database_and_a_genuine_backup_restor
     let out = Command::new(bin())
         .args(["--database", foreign_str, "healthcheck"])
         .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -617,6 +614,7 @@ fn permissive(db: &Path, args: &[&str]) -> Command {
         .arg(db)
         .args(args)
         .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .env_remove("TOLLGATE_TOKEN")
         .env("RUST_LOG", "warn");
     cmd

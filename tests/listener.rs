@@ -552,6 +552,7 @@ fn run_out_of_threads() {
         .args(["serve", "--listen", &addr.to_string()])
         .env_remove("TOLLGATE_TOKEN")
         .env_remove("TOLLGATE_CONFIG")
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -197,8 +197,8 @@ impl TestDb {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(bin());
         cmd.arg("--database").arg(self.database_arg()).args(args);
-        // TOLLGATE_GOLDEN and TOLLGATE_TEST_POSTGRES are the tests' own switches: the
-        // server refuses unknown TOLLGATE_* variables.
+        // TOLLGATE_GOLDEN and TOLLGATE_TEST_POSTGRES are switches of the tests: the server refuses unknown
+        // TOLLGATE_* variables.
         cmd.env_remove("TOLLGATE_TOKEN")
             .env_remove("TOLLGATE_CONFIG")
             .env_remove("TOLLGATE_GOLDEN")

@@ -3,9 +3,7 @@
 //! call's tool only while the company is in test mode; a fault with a count is used up one
 //! firing at a time, atomically, and deleted with its last firing.
 
-use rusqlite::{OptionalExtension, params};
-
-use super::SqlResult;
+use super::sql::{Row, args};
 use super::{Conn, Store, StoreError, Tx};
 
 /// One rehearsed failure.
@@ -48,10 +46,14 @@ pub struct NewFault<'a> {
     pub created_at: i64,
 }
 
-const FAULT_COLUMNS: &str =
-    "id, tool, credential_id, code, probability, remaining, retry_after, created_at";
+// A macro rather than a `const`, so the statements built on it are literals (`concat!`).
+macro_rules! fault_columns {
+    () => {
+        "id, tool, credential_id, code, probability, remaining, retry_after, created_at"
+    };
+}
 
-fn fault_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Fault> {
+fn fault_from_row(row: &Row<'_>) -> Result<Fault, StoreError> {
     Ok(Fault {
         id: row.get(0)?,
         tool: row.get(1)?,
@@ -66,23 +68,19 @@ fn fault_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Fault> {
 
 /// Inserts a fault inside `tx`; gives its id.
 pub fn insert_fault(tx: &Tx<'_>, new: &NewFault<'_>) -> Result<i64, StoreError> {
-    let conn = tx.sql();
-    conn.prepare_cached(
+    tx.insert_returning_id(
         "INSERT INTO faults (tool, credential_id, code, probability, remaining, retry_after, \
          created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        args![
+            new.tool,
+            new.credential_id,
+            new.code,
+            new.probability,
+            new.count,
+            new.retry_after,
+            new.created_at
+        ],
     )
-    .or_store()?
-    .execute(params![
-        new.tool,
-        new.credential_id,
-        new.code,
-        new.probability,
-        new.count,
-        new.retry_after,
-        new.created_at
-    ])
-    .or_store()?;
-    Ok(conn.last_insert_rowid())
 }
 
 /// The faults that may fail a call of `tool` by `credential_id`, oldest first (a hot-path
@@ -92,43 +90,33 @@ pub fn faults_for_call(
     tool: &str,
     credential_id: &str,
 ) -> Result<Vec<Fault>, StoreError> {
-    let mut stmt = conn
-        .sql()
-        .prepare_cached(&format!(
-            "SELECT {FAULT_COLUMNS} FROM faults WHERE tool = ?1 \
+    conn.query_all(
+        concat!(
+            "SELECT ",
+            fault_columns!(),
+            " FROM faults WHERE tool = ?1 \
              AND (credential_id IS NULL OR credential_id = ?2) \
              AND (remaining IS NULL OR remaining > 0) ORDER BY id"
-        ))
-        .or_store()?;
-    let faults = stmt
-        .query_map(params![tool, credential_id], fault_from_row)
-        .or_store()?
-        .collect::<Result<Vec<_>, _>>()
-        .or_store()?;
-    Ok(faults)
+        ),
+        args![tool, credential_id],
+        fault_from_row,
+    )
 }
 
 /// Uses one firing of fault `id` inside `tx`: `true` when it had one left (a fault without
 /// a count always has), `false` when another call took its last one or it was cleared. A
 /// fault's last firing deletes it.
 pub fn take_firing(tx: &Tx<'_>, id: i64) -> Result<bool, StoreError> {
-    let conn = tx.sql();
-    let remaining: Option<Option<i64>> = conn
-        .prepare_cached(
-            "UPDATE faults SET remaining = remaining - 1 \
-             WHERE id = ?1 AND (remaining IS NULL OR remaining > 0) RETURNING remaining",
-        )
-        .or_store()?
-        .query_row([id], |row| row.get(0))
-        .optional()
-        .or_store()?;
+    let remaining: Option<Option<i64>> = tx.query_opt(
+        "UPDATE faults SET remaining = remaining - 1 \
+         WHERE id = ?1 AND (remaining IS NULL OR remaining > 0) RETURNING remaining",
+        args![id],
+        |row| row.get(0),
+    )?;
     match remaining {
         None => Ok(false),
         Some(Some(0)) => {
-            conn.prepare_cached("DELETE FROM faults WHERE id = ?1")
-                .or_store()?
-                .execute([id])
-                .or_store()?;
+            tx.execute("DELETE FROM faults WHERE id = ?1", args![id])?;
             Ok(true)
         }
         Some(_) => Ok(true),
@@ -138,36 +126,24 @@ pub fn take_firing(tx: &Tx<'_>, id: i64) -> Result<bool, StoreError> {
 impl Store {
     /// Every fault with firings left, oldest first.
     pub fn faults(&self) -> Result<Vec<Fault>, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(&format!(
-                    "SELECT {FAULT_COLUMNS} FROM faults \
-                     WHERE remaining IS NULL OR remaining > 0 ORDER BY id"
-                ))
-                .or_store()?;
-            let faults = stmt
-                .query_map([], fault_from_row)
-                .or_store()?
-                .collect::<Result<Vec<_>, _>>()
-                .or_store()?;
-            Ok(faults)
+        self.with_conn(|conn| {
+            conn.query_all(
+                concat!(
+                    "SELECT ",
+                    fault_columns!(),
+                    " FROM faults WHERE remaining IS NULL OR remaining > 0 ORDER BY id"
+                ),
+                args![],
+                fault_from_row,
+            )
         })
     }
 
     /// Deletes fault `id` (`None`: every fault); gives how many were deleted.
     pub fn clear_faults(&self, id: Option<i64>) -> Result<usize, StoreError> {
-        self.write(|tx| {
-            let deleted = match id {
-                Some(id) => tx
-                    .prepare_cached("DELETE FROM faults WHERE id = ?1")
-                    .or_store()?
-                    .execute([id]),
-                None => tx
-                    .prepare_cached("DELETE FROM faults")
-                    .or_store()?
-                    .execute([]),
-            };
-            deleted.or_store()
+        self.in_transaction(|tx| match id {
+            Some(id) => tx.execute("DELETE FROM faults WHERE id = ?1", args![id]),
+            None => tx.execute("DELETE FROM faults", args![]),
         })
     }
 }
@@ -175,17 +151,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoreOptions;
-
-    fn store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let opts = StoreOptions {
-            create: true,
-            ..StoreOptions::default()
-        };
-        let store = Store::open(&dir.path().join("t.db"), &opts).expect("open");
-        (dir, store)
-    }
+    use crate::store::testing::stores;
 
     fn add(store: &Store, credential: Option<&str>, count: Option<i64>) -> i64 {
         store
@@ -196,9 +162,9 @@ mod tests {
                         tool: "get_invoice",
                         credential_id: credential,
                         code: "timeout",
-                        probability: 1.0,
+                        probability: 0.25,
                         count,
-                        retry_after: None,
+                        retry_after: Some(7),
                         created_at: 1,
                     },
                 )
@@ -207,43 +173,102 @@ mod tests {
     }
 
     #[test]
+    fn a_fault_reads_back_as_it_was_added() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let first = add(store, Some("abc"), Some(3));
+            let second = add(store, None, None);
+            assert_ne!(first, second);
+            assert_eq!(
+                store.faults().expect("list"),
+                [
+                    Fault {
+                        id: first,
+                        tool: "get_invoice".into(),
+                        credential_id: Some("abc".into()),
+                        code: "timeout".into(),
+                        probability: 0.25,
+                        remaining: Some(3),
+                        retry_after: Some(7),
+                        created_at: 1,
+                    },
+                    Fault {
+                        id: second,
+                        tool: "get_invoice".into(),
+                        credential_id: None,
+                        code: "timeout".into(),
+                        probability: 0.25,
+                        remaining: None,
+                        retry_after: Some(7),
+                        created_at: 1,
+                    },
+                ]
+            );
+        }
+    }
+
+    #[test]
     fn a_counted_fault_is_used_up_and_then_gone() {
-        let (_dir, store) = store();
-        let id = add(&store, None, Some(2));
-        let take = || {
-            store
-                .in_transaction(|tx| take_firing(tx, id))
-                .expect("take")
-        };
-        assert!(take());
-        assert_eq!(store.faults().expect("list")[0].remaining, Some(1));
-        assert!(take());
-        assert!(store.faults().expect("list").is_empty());
-        assert!(!take());
+        for scratch in stores() {
+            let store = &scratch.store;
+            let id = add(store, None, Some(2));
+            let take = || {
+                store
+                    .in_transaction(|tx| take_firing(tx, id))
+                    .expect("take")
+            };
+            assert!(take());
+            assert_eq!(store.faults().expect("list")[0].remaining, Some(1));
+            assert!(take());
+            assert!(store.faults().expect("list").is_empty());
+            assert!(!take());
+        }
+    }
+
+    #[test]
+    fn a_fault_without_a_count_fires_without_end() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let id = add(store, None, None);
+            for _ in 0..3 {
+                assert!(
+                    store
+                        .in_transaction(|tx| take_firing(tx, id))
+                        .expect("take")
+                );
+            }
+            assert_eq!(store.faults().expect("list")[0].remaining, None);
+        }
     }
 
     #[test]
     fn a_call_sees_the_faults_of_its_tool_and_credential_only() {
-        let (_dir, store) = store();
-        let everyone = add(&store, None, None);
-        let mine = add(&store, Some("abc"), None);
-        let ids = |credential: &str| -> Vec<i64> {
-            store
-                .with_conn(|conn| faults_for_call(conn, "get_invoice", credential))
-                .expect("read")
-                .iter()
-                .map(|f| f.id)
-                .collect()
-        };
-        assert_eq!(ids("abc"), [everyone, mine]);
-        assert_eq!(ids("xyz"), [everyone]);
-        assert!(
-            store
-                .with_conn(|conn| faults_for_call(conn, "get_client", "abc"))
-                .expect("read")
-                .is_empty()
-        );
-        assert_eq!(store.clear_faults(Some(mine)).expect("clear"), 1);
-        assert_eq!(store.clear_faults(None).expect("clear"), 1);
+        for scratch in stores() {
+            let store = &scratch.store;
+            let everyone = add(store, None, None);
+            let mine = add(store, Some("abc"), None);
+            let ids = |credential: &str| -> Vec<i64> {
+                store
+                    .with_conn(|conn| faults_for_call(conn, "get_invoice", credential))
+                    .expect("read")
+                    .iter()
+                    .map(|f| f.id)
+                    .collect()
+            };
+            assert_eq!(ids("abc"), [everyone, mine]);
+            assert_eq!(ids("xyz"), [everyone]);
+            assert!(
+                store
+                    .with_conn(|conn| faults_for_call(conn, "get_client", "abc"))
+                    .expect("read")
+                    .is_empty()
+            );
+            assert_eq!(store.clear_faults(Some(mine)).expect("clear"), 1);
+            assert_eq!(store.clear_faults(Some(mine)).expect("clear"), 0);
+            assert_eq!(ids("abc"), [everyone]);
+            add(store, Some("abc"), Some(1));
+            assert_eq!(store.clear_faults(None).expect("clear"), 2);
+            assert!(store.faults().expect("list").is_empty());
+        }
     }
 }

@@ -13,7 +13,8 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use super::SqlResult;
-use super::{StoreError, StoreOptions, configure_connection, open_flags};
+use super::sqlite::{configure_connection, open_flags};
+use super::{StoreError, StoreOptions};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: u32 = 6;

@@ -33,28 +33,38 @@ pub mod copy;
 pub mod counters;
 pub mod credentials;
 pub mod faults;
+mod health;
 pub mod idempotency;
 pub mod invoicing;
 pub mod migrations;
 pub mod plans;
 pub mod postgres;
 pub mod sql;
+mod sqlite;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::cell::RefCell;
 use std::fmt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use r2d2_sqlite::SqliteConnectionManager;
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, TransactionBehavior};
 
+pub use health::{MIN_FREE_BYTES, Unhealthy};
 pub use migrations::SCHEMA_VERSION;
 use migrations::{prepare_file, user_version};
 pub use plans::{Company, Plan};
 pub use sql::Dialect;
+pub use sqlite::{CHECKPOINT_EVERY, CHECKPOINT_IDLE};
+
+use health::{LastWrite, check_room};
+use sqlite::{
+    OPEN_RETRIES, OPEN_RETRY_PAUSE, build_pool, create_parent_dir, create_private_file,
+    tighten_permissions,
+};
 
 use crate::config::Database;
 use postgres::{PgConn, PgManager};
@@ -713,331 +723,11 @@ impl Store {
     }
 }
 
-/// Free space below which the store reports itself unhealthy: a large tool call writes
-/// a few hundred KiB, and SQLite needs room for WAL frames and checkpoints.
-pub const MIN_FREE_BYTES: u64 = 1024 * 1024;
-
-/// Why a store cannot serve (the `reason` of an unhealthy `/healthz`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unhealthy {
-    /// The database cannot be read.
-    Unreadable,
-    /// The database file or its file system is read-only.
-    ReadOnly,
-    /// The disk is full: less than [`MIN_FREE_BYTES`] free, or a write failed for lack of
-    /// space.
-    DiskFull,
-    /// Writes fail with an I/O error.
-    WriteFailed,
-    /// The database server cannot be reached (PostgreSQL).
-    Unreachable,
-}
-
-impl Unhealthy {
-    /// Every reason, in order of their codes (1..).
-    const ALL: [Unhealthy; 5] = [
-        Self::Unreadable,
-        Self::ReadOnly,
-        Self::DiskFull,
-        Self::WriteFailed,
-        Self::Unreachable,
-    ];
-
-    /// The stable machine word of this reason.
-    pub fn code(self) -> &'static str {
-        match self {
-            Self::Unreadable => "database_unreadable",
-            Self::ReadOnly => "database_read_only",
-            Self::DiskFull => "disk_full",
-            Self::WriteFailed => "write_failed",
-            Self::Unreachable => "database_unreachable",
-        }
-    }
-
-    fn as_u8(self) -> u8 {
-        match self {
-            Self::Unreadable => 1,
-            Self::ReadOnly => 2,
-            Self::DiskFull => 3,
-            Self::WriteFailed => 4,
-            Self::Unreachable => 5,
-        }
-    }
-}
-
-impl fmt::Display for Unhealthy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Unreadable => "the database cannot be read",
-            Self::ReadOnly => "the database file or its file system is read-only",
-            Self::DiskFull => {
-                "the disk holding the database is full (less than 1 MiB free, or a write \
-                 failed for lack of space)"
-            }
-            Self::WriteFailed => "writes to the database fail with an I/O error",
-            Self::Unreachable => "the database server cannot be reached",
-        })
-    }
-}
-
-/// The storage failure of the last write (0 = none), kept with one atomic per write.
-#[derive(Debug, Default)]
-struct LastWrite(AtomicU8);
-
-impl LastWrite {
-    fn observe<T>(&self, outcome: &Result<T, StoreError>) {
-        let code = match outcome {
-            Ok(_) => 0,
-            Err(e) => match e.storage_failure() {
-                Some(failure) => failure.as_u8(),
-                // A busy lock or a caller's rollback says nothing about the storage.
-                None => return,
-            },
-        };
-        // Most writes succeed after a success: read first, so they leave the line shared.
-        if self.0.load(Ordering::Relaxed) != code {
-            self.0.store(code, Ordering::Relaxed);
-        }
-    }
-
-    fn failure(&self) -> Option<Unhealthy> {
-        let code = self.0.load(Ordering::Relaxed);
-        Unhealthy::ALL.into_iter().find(|u| u.as_u8() == code)
-    }
-}
-
-/// The file system of `db` is writable and has [`MIN_FREE_BYTES`] free; the file itself is
-/// writable by this process.
-fn check_room(db: &Path) -> Result<(), Unhealthy> {
-    use rustix::fs::{Access, StatVfsMountFlags};
-    let dir = match db.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let stats = rustix::fs::statvfs(dir).map_err(|e| {
-        tracing::warn!(error = %e, "health check: cannot read the file system's free space");
-        Unhealthy::Unreadable
-    })?;
-    if stats.f_flag.contains(StatVfsMountFlags::RDONLY)
-        || rustix::fs::access(db, Access::WRITE_OK).is_err()
-    {
-        return Err(Unhealthy::ReadOnly);
-    }
-    if stats.f_bavail.saturating_mul(stats.f_frsize) < MIN_FREE_BYTES {
-        return Err(Unhealthy::DiskFull);
-    }
-    Ok(())
-}
-
-fn create_parent_dir(path: &Path) -> Result<(), StoreError> {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir)
-            .map_err(|e| {
-                StoreError::Io(std::io::Error::new(
-                    e.kind(),
-                    format!("cannot create directory {}: {e}", dir.display()),
-                ))
-            }),
-        _ => Ok(()),
-    }
-}
-
-/// Creates the database file `0600` (whatever the umask) before SQLite opens it; SQLite
-/// then gives the `-wal` and `-shm` files the same mode. An existing file is left alone.
-fn create_private_file(path: &Path) -> Result<(), StoreError> {
-    let created = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path);
-    let io = |e: std::io::Error| {
-        StoreError::Io(std::io::Error::new(
-            e.kind(),
-            format!("cannot create {}: {e}", path.display()),
-        ))
-    };
-    match created {
-        // The umask may have taken bits away: set the mode itself.
-        Ok(file) => file
-            .set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(io),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(io(e)),
-    }
-}
-
-/// The database file and its `-wal` and `-shm`, as paths.
-fn database_files(path: &Path) -> [PathBuf; 3] {
-    let with = |suffix: &str| {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        PathBuf::from(name)
-    };
-    [path.to_path_buf(), with("-wal"), with("-shm")]
-}
-
-/// Makes the database files `0600` when group or others may read them (an older tollgate
-/// created them `0644`): they hold credential hashes and the request-state key. A file
-/// this process may not change is only warned about.
-fn tighten_permissions(path: &Path) {
-    for file in database_files(path) {
-        let Ok(meta) = std::fs::metadata(&file) else {
-            continue;
-        };
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 == 0 {
-            continue;
-        }
-        match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
-            Ok(()) => tracing::warn!(
-                file = %file.display(), was = format!("{mode:o}"),
-                "the database file was readable by other users; its mode is now 600"
-            ),
-            Err(e) => tracing::warn!(
-                file = %file.display(), mode = format!("{mode:o}"), error = %e,
-                "the database file is readable by other users; run `chmod 600` on it"
-            ),
-        }
-    }
-}
-
-/// How often opening retries after a lock-upgrade deadlock, and how long it pauses.
-const OPEN_RETRIES: u32 = 50;
-const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(20);
-
-fn open_flags(create: bool) -> OpenFlags {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    if create {
-        flags | OpenFlags::SQLITE_OPEN_CREATE
-    } else {
-        flags
-    }
-}
-
-/// How often a server's background thread checkpoints a WAL that is being written.
-pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(50);
-/// How often it looks at a WAL nothing has been written to.
-pub const CHECKPOINT_IDLE: Duration = Duration::from_secs(2);
-
-/// The PRAGMAs every connection gets once, when the pool opens it. `busy_timeout` comes
-/// first so that switching a new file to WAL waits for a concurrent opener.
-fn configure_connection(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
-    conn.busy_timeout(busy_timeout)?;
-    let mode: String =
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        tracing::warn!(journal_mode = %mode, "SQLite refused WAL mode; concurrency will suffer");
-    }
-    conn.pragma_update(None, "foreign_keys", "ON")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.pragma_update(None, "temp_store", "MEMORY")?;
-    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-    Ok(())
-}
-
-fn build_pool(
-    path: &Path,
-    opts: &StoreOptions,
-) -> Result<r2d2::Pool<SqliteConnectionManager>, StoreError> {
-    let busy_timeout = opts.busy_timeout;
-    let manager = SqliteConnectionManager::file(path)
-        .with_flags(open_flags(false))
-        .with_init(move |conn| configure_connection(conn, busy_timeout));
-    let pool = r2d2::Pool::builder()
-        .max_size(opts.pool_size.max(1))
-        .connection_timeout(busy_timeout.max(Duration::from_secs(1)))
-        .error_handler(Box::new(TracingErrorHandler))
-        .build(manager)
-        .or_store()?;
-    Ok(pool)
-}
-
-/// Reports pool connection failures through `tracing` (r2d2's default uses `log`).
-#[derive(Debug)]
-struct TracingErrorHandler;
-
-impl r2d2::HandleError<rusqlite::Error> for TracingErrorHandler {
-    fn handle_error(&self, error: rusqlite::Error) {
-        tracing::warn!(%error, "could not open a pooled database connection");
-    }
-}
-
-/// Stores for the unit tests: each test that should hold on both engines runs on a fresh
-/// SQLite file and, when `TOLLGATE_TEST_POSTGRES` names a server (a URL without a database,
-/// e.g. `postgres://postgres@127.0.0.1:5432`), on a fresh PostgreSQL database dropped
-/// afterwards.
-#[cfg(test)]
-pub(crate) mod testing {
-    use super::*;
-
-    /// A scratch database on one engine; dropping it removes it.
-    pub(crate) struct Scratch {
-        pub(crate) store: Store,
-        _dir: Option<tempfile::TempDir>,
-        postgres: Option<(String, String)>,
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            if let Some((server, name)) = self.postgres.take() {
-                // FORCE ends the pool's connections still open.
-                if let Ok(mut admin) =
-                    ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
-                {
-                    let _ = admin
-                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
-                }
-            }
-        }
-    }
-
-    /// A fresh, created store on each engine available (SQLite always).
-    pub(crate) fn stores() -> Vec<Scratch> {
-        let opts = StoreOptions {
-            create: true,
-            ..StoreOptions::default()
-        };
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&dir.path().join("tollgate.db"), &opts).expect("open sqlite");
-        let mut out = vec![Scratch {
-            store,
-            _dir: Some(dir),
-            postgres: None,
-        }];
-        if let Some(scratch) = postgres_store(&opts) {
-            out.push(scratch);
-        }
-        out
-    }
-
-    /// A fresh PostgreSQL store, when `TOLLGATE_TEST_POSTGRES` names a server.
-    pub(crate) fn postgres_store(opts: &StoreOptions) -> Option<Scratch> {
-        let server = std::env::var("TOLLGATE_TEST_POSTGRES").ok()?;
-        let server = server.trim_end_matches('/').to_owned();
-        let mut bytes = [0u8; 6];
-        getrandom::fill(&mut bytes).expect("random");
-        let name = format!(
-            "tg_unit_{}",
-            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        );
-        let mut admin =
-            ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
-                .expect("TOLLGATE_TEST_POSTGRES: cannot connect");
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .expect("create database");
-        let database = crate::config::Database::parse(&format!("{server}/{name}")).expect("url");
-        let store = Store::open_database(&database, opts).expect("open postgres");
-        Some(Scratch {
-            store,
-            _dir: None,
-            postgres: Some((server, name)),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    use super::sqlite::database_files;
     use super::*;
 
     pub(super) fn creating() -> StoreOptions {

@@ -1,9 +1,7 @@
 //! The `invoices` and `invoice_lines` tables: an invoice with its lines, summaries for the
 //! lists and the export, and the changes of an invoice's life (draft, issue, void).
 
-use rusqlite::{OptionalExtension, Row, params};
-
-use super::super::SqlResult;
+use super::super::sql::{Row, args};
 use super::super::{Conn, Tx};
 use super::{DbResult, limit_param};
 
@@ -87,18 +85,26 @@ pub struct InvoiceRow {
     pub lines: Vec<LineRow>,
 }
 
-const INVOICE_SELECT: &str = "SELECT i.id, i.client_id, c.name, i.kind, i.status, i.series,
+// A macro rather than a `const`, so the statements built on it are literals (`concat!`).
+macro_rules! invoice_select {
+    () => {
+        "SELECT i.id, i.client_id, c.name, i.kind, i.status, i.series,
         i.number, i.issue_date, i.due_date, i.currency, i.notes, i.gross_cents,
         i.discount_cents, i.subtotal_cents, i.vat_cents, i.withholding_cents, i.total_cents,
         i.paid_cents, i.recipient_name, i.recipient_tax_id, i.rectifies_id, i.rectified_by_id,
         i.void_reason
-     FROM invoices i JOIN clients c ON c.book = i.book AND c.id = i.client_id";
+     FROM invoices i JOIN clients c ON c.book = i.book AND c.id = i.client_id"
+    };
+}
 
-// Paginated queries end in `LIMIT ?N + 0`, not `LIMIT ?N`: SQLite plans `ORDER BY … LIMIT`
-// with the bound limit's value and so prepares such a statement anew on every run, which
-// made reading one invoice cost more than the rest of the call.
+// Paginated queries end in `LIMIT CAST(?N AS BIGINT) + 0`, not `LIMIT ?N`: SQLite plans
+// `ORDER BY … LIMIT` with the bound limit's value and so prepares such a statement anew on
+// every run, which made reading one invoice cost more than the rest of the call (an
+// expression keeps the value out of the plan; the CAST gives PostgreSQL its type). An
+// optional filter is tested as `CAST(?N AS TEXT) IS NULL` for the same reason: PostgreSQL
+// cannot infer the type of a bare parameter under `IS NULL`.
 
-fn amounts(row: &Row<'_>, first: usize) -> rusqlite::Result<AmountColumns> {
+fn amounts(row: &Row<'_>, first: usize) -> DbResult<AmountColumns> {
     Ok(AmountColumns {
         gross_cents: row.get(first)?,
         discount_cents: row.get(first + 1)?,
@@ -109,7 +115,7 @@ fn amounts(row: &Row<'_>, first: usize) -> rusqlite::Result<AmountColumns> {
     })
 }
 
-fn invoice_from_row(row: &Row<'_>) -> rusqlite::Result<InvoiceRow> {
+fn invoice_from_row(row: &Row<'_>) -> DbResult<InvoiceRow> {
     Ok(InvoiceRow {
         id: row.get(0)?,
         client_id: row.get(1)?,
@@ -133,7 +139,7 @@ fn invoice_from_row(row: &Row<'_>) -> rusqlite::Result<InvoiceRow> {
     })
 }
 
-fn line_from_row(row: &Row<'_>) -> rusqlite::Result<LineRow> {
+fn line_from_row(row: &Row<'_>) -> DbResult<LineRow> {
     Ok(LineRow {
         description: row.get(0)?,
         quantity: row.get(1)?,
@@ -147,76 +153,62 @@ fn line_from_row(row: &Row<'_>) -> rusqlite::Result<LineRow> {
 
 /// One invoice with its lines.
 pub fn invoice(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<InvoiceRow>> {
-    let conn = conn.sql();
-    let mut stmt = conn
-        .prepare_cached(&format!("{INVOICE_SELECT} WHERE i.book = ?1 AND i.id = ?2"))
-        .or_store()?;
-    let found = stmt
-        .query_row([book, id], invoice_from_row)
-        .optional()
-        .or_store()?;
+    let found = conn.query_opt(
+        concat!(invoice_select!(), " WHERE i.book = ?1 AND i.id = ?2"),
+        args![book, id],
+        invoice_from_row,
+    )?;
     let Some(mut invoice) = found else {
         return Ok(None);
     };
-    let mut lines = conn
-        .prepare_cached(
-            "SELECT description, quantity, unit_price_cents, discount_percent, vat_rate,
-                withholding_rate, gross_cents, discount_cents, net_cents, vat_cents,
-                withholding_cents, total_cents
+    invoice.lines = conn.query_all(
+        "SELECT description, quantity, unit_price_cents, discount_percent, vat_rate,
+            withholding_rate, gross_cents, discount_cents, net_cents, vat_cents,
+            withholding_cents, total_cents
          FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2 ORDER BY position",
-        )
-        .or_store()?;
-    invoice.lines = lines
-        .query_map([book, id], line_from_row)
-        .or_store()?
-        .collect::<Result<_, _>>()
-        .or_store()?;
+        args![book, id],
+        line_from_row,
+    )?;
     Ok(Some(invoice))
 }
 
 /// The number of an invoice, if it exists and is numbered.
 pub fn invoice_number(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<String>> {
-    let mut stmt = conn
-        .sql()
-        .prepare_cached("SELECT number FROM invoices WHERE book = ?1 AND id = ?2")
-        .or_store()?;
-    Ok(stmt
-        .query_row([book, id], |r| r.get::<_, Option<String>>(0))
-        .optional()
-        .or_store()?
+    Ok(conn
+        .query_opt(
+            "SELECT number FROM invoices WHERE book = ?1 AND id = ?2",
+            args![book, id],
+            |r| r.get::<Option<String>>(0),
+        )?
         .flatten())
 }
 
 fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResult<()> {
-    let mut stmt = tx
-        .sql()
-        .prepare_cached(
-            "INSERT INTO invoice_lines (book, invoice_id, position, description, quantity,
-            unit_price_cents, discount_percent, vat_rate, withholding_rate, gross_cents,
-            discount_cents, net_cents, vat_cents, withholding_cents, total_cents)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-        )
-        .or_store()?;
     for (i, line) in lines.iter().enumerate() {
         let a = &line.amounts;
-        stmt.execute(params![
-            book,
-            id,
-            limit_param(i + 1),
-            line.description,
-            line.quantity,
-            line.unit_price_cents,
-            line.discount_percent,
-            line.vat_rate,
-            line.withholding_rate,
-            a.gross_cents,
-            a.discount_cents,
-            a.net_cents,
-            a.vat_cents,
-            a.withholding_cents,
-            a.total_cents
-        ])
-        .or_store()?;
+        tx.execute(
+            "INSERT INTO invoice_lines (book, invoice_id, position, description, quantity,
+                unit_price_cents, discount_percent, vat_rate, withholding_rate, gross_cents,
+                discount_cents, net_cents, vat_cents, withholding_cents, total_cents)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            args![
+                book,
+                id,
+                limit_param(i + 1),
+                line.description,
+                line.quantity,
+                line.unit_price_cents,
+                line.discount_percent,
+                line.vat_rate,
+                line.withholding_rate,
+                a.gross_cents,
+                a.discount_cents,
+                a.net_cents,
+                a.vat_cents,
+                a.withholding_cents,
+                a.total_cents
+            ],
+        )?;
     }
     Ok(())
 }
@@ -226,17 +218,14 @@ fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResul
 pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
     let t = &inv.totals;
     let issued_at = (inv.status != "draft").then_some(now);
-    tx.sql()
-        .prepare_cached(
-            "INSERT INTO invoices (book, id, client_id, kind, status, series, number, issue_date,
-                due_date, currency, notes, gross_cents, discount_cents, subtotal_cents,
-                vat_cents, withholding_cents, total_cents, paid_cents, recipient_name,
-                recipient_tax_id, rectifies_id, issued_at, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                     ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?23)",
-        )
-        .or_store()?
-        .execute(params![
+    tx.execute(
+        "INSERT INTO invoices (book, id, client_id, kind, status, series, number, issue_date,
+            due_date, currency, notes, gross_cents, discount_cents, subtotal_cents,
+            vat_cents, withholding_cents, total_cents, paid_cents, recipient_name,
+            recipient_tax_id, rectifies_id, issued_at, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                 ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?23)",
+        args![
             book,
             inv.id,
             inv.client_id,
@@ -260,58 +249,52 @@ pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> Db
             inv.rectifies_id,
             issued_at,
             now
-        ])
-        .or_store()?;
+        ],
+    )?;
     insert_lines(tx, book, &inv.id, &inv.lines)
 }
 
 /// Rewrites a draft: its editable fields, totals and lines.
 pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
     let t = &inv.totals;
-    let conn = tx.sql();
-    conn.prepare_cached(
+    tx.execute(
         "UPDATE invoices SET client_id = ?3, kind = ?4, series = ?5, issue_date = ?6,
             due_date = ?7, notes = ?8, gross_cents = ?9, discount_cents = ?10,
             subtotal_cents = ?11, vat_cents = ?12, withholding_cents = ?13, total_cents = ?14,
             updated_at = ?15
          WHERE book = ?1 AND id = ?2 AND status = 'draft'",
-    )
-    .or_store()?
-    .execute(params![
-        book,
-        inv.id,
-        inv.client_id,
-        inv.kind,
-        inv.series,
-        inv.issue_date,
-        inv.due_date,
-        inv.notes,
-        t.gross_cents,
-        t.discount_cents,
-        t.net_cents,
-        t.vat_cents,
-        t.withholding_cents,
-        t.total_cents,
-        now
-    ])
-    .or_store()?;
-    conn.prepare_cached("DELETE FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2")
-        .or_store()?
-        .execute([book, inv.id.as_str()])
-        .or_store()?;
+        args![
+            book,
+            inv.id,
+            inv.client_id,
+            inv.kind,
+            inv.series,
+            inv.issue_date,
+            inv.due_date,
+            inv.notes,
+            t.gross_cents,
+            t.discount_cents,
+            t.net_cents,
+            t.vat_cents,
+            t.withholding_cents,
+            t.total_cents,
+            now
+        ],
+    )?;
+    tx.execute(
+        "DELETE FROM invoice_lines WHERE book = ?1 AND invoice_id = ?2",
+        args![book, inv.id],
+    )?;
     insert_lines(tx, book, &inv.id, &inv.lines)
 }
 
 /// Turns a draft into an issued invoice with its number, dates and recipient snapshot.
 pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
-    tx.sql()
-        .prepare_cached(
-            "UPDATE invoices SET status = 'issued', number = ?3, issue_date = ?4, due_date = ?5,
-                recipient_name = ?6, recipient_tax_id = ?7, issued_at = ?8, updated_at = ?8
-             WHERE book = ?1 AND id = ?2 AND status = 'draft'",
-        )
-        .or_store()?
-        .execute(params![
+    tx.execute(
+        "UPDATE invoices SET status = 'issued', number = ?3, issue_date = ?4, due_date = ?5,
+            recipient_name = ?6, recipient_tax_id = ?7, issued_at = ?8, updated_at = ?8
+         WHERE book = ?1 AND id = ?2 AND status = 'draft'",
+        args![
             book,
             inv.id,
             inv.number,
@@ -320,8 +303,8 @@ pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbRes
             inv.recipient_name,
             inv.recipient_tax_id,
             now
-        ])
-        .or_store()?;
+        ],
+    )?;
     Ok(())
 }
 
@@ -334,25 +317,21 @@ pub fn mark_void(
     by: &str,
     now: i64,
 ) -> DbResult<()> {
-    tx.sql()
-        .prepare_cached(
-            "UPDATE invoices SET status = 'void', void_reason = ?3, rectified_by_id = ?4,
-                voided_at = ?5, updated_at = ?5
-             WHERE book = ?1 AND id = ?2",
-        )
-        .or_store()?
-        .execute(params![book, id, reason, by, now])
-        .or_store()?;
+    tx.execute(
+        "UPDATE invoices SET status = 'void', void_reason = ?3, rectified_by_id = ?4,
+            voided_at = ?5, updated_at = ?5
+         WHERE book = ?1 AND id = ?2",
+        args![book, id, reason, by, now],
+    )?;
     Ok(())
 }
 
 /// Deletes a draft and its lines.
 pub fn delete_draft(tx: &Tx<'_>, book: &str, id: &str) -> DbResult<()> {
-    tx.sql()
-        .prepare_cached("DELETE FROM invoices WHERE book = ?1 AND id = ?2 AND status = 'draft'")
-        .or_store()?
-        .execute([book, id])
-        .or_store()?;
+    tx.execute(
+        "DELETE FROM invoices WHERE book = ?1 AND id = ?2 AND status = 'draft'",
+        args![book, id],
+    )?;
     Ok(())
 }
 
@@ -379,37 +358,32 @@ pub fn search_invoices(
     starting_after: Option<&str>,
     limit: usize,
 ) -> DbResult<Vec<InvoiceRow>> {
-    let mut stmt = conn
-        .sql()
-        .prepare_cached(&format!(
-            "{INVOICE_SELECT}
+    conn.query_all(
+        concat!(
+            invoice_select!(),
+            "
          WHERE i.book = ?8
-           AND (?1 IS NULL OR i.status = ?1)
-           AND (?2 IS NULL OR i.client_id = ?2)
-           AND (?3 IS NULL OR i.issue_date >= ?3)
-           AND (?4 IS NULL OR i.issue_date <= ?4)
-           AND (?5 IS NULL OR (i.status = 'issued' AND i.total_cents > i.paid_cents
-                               AND i.due_date < ?5))
-           AND (?6 IS NULL OR i.id < ?6)
-         ORDER BY i.id DESC LIMIT ?7 + 0"
-        ))
-        .or_store()?;
-    let rows = stmt
-        .query_map(
-            params![
-                filter.status,
-                filter.client_id,
-                filter.date_from,
-                filter.date_to,
-                filter.overdue_on,
-                starting_after,
-                limit_param(limit),
-                book
-            ],
-            invoice_from_row,
-        )
-        .or_store()?;
-    rows.collect::<Result<_, _>>().or_store()
+           AND (CAST(?1 AS TEXT) IS NULL OR i.status = ?1)
+           AND (CAST(?2 AS TEXT) IS NULL OR i.client_id = ?2)
+           AND (CAST(?3 AS TEXT) IS NULL OR i.issue_date >= ?3)
+           AND (CAST(?4 AS TEXT) IS NULL OR i.issue_date <= ?4)
+           AND (CAST(?5 AS TEXT) IS NULL OR (i.status = 'issued'
+                AND i.total_cents > i.paid_cents AND i.due_date < ?5))
+           AND (CAST(?6 AS TEXT) IS NULL OR i.id < ?6)
+         ORDER BY i.id DESC LIMIT CAST(?7 AS BIGINT) + 0"
+        ),
+        args![
+            filter.status,
+            filter.client_id,
+            filter.date_from,
+            filter.date_to,
+            filter.overdue_on,
+            starting_after,
+            limit_param(limit),
+            book
+        ],
+        invoice_from_row,
+    )
 }
 
 /// Every non-draft invoice issued within `[from, to]`, by number, with an optional status.
@@ -420,17 +394,15 @@ pub fn invoices_issued_between(
     to: &str,
     status: Option<&str>,
 ) -> DbResult<Vec<InvoiceRow>> {
-    let mut stmt = conn
-        .sql()
-        .prepare_cached(&format!(
-            "{INVOICE_SELECT}
+    conn.query_all(
+        concat!(
+            invoice_select!(),
+            "
          WHERE i.book = ?4 AND i.status <> 'draft' AND i.issue_date >= ?1
-           AND i.issue_date <= ?2 AND (?3 IS NULL OR i.status = ?3)
+           AND i.issue_date <= ?2 AND (CAST(?3 AS TEXT) IS NULL OR i.status = ?3)
          ORDER BY i.series, i.number"
-        ))
-        .or_store()?;
-    let rows = stmt
-        .query_map(params![from, to, status, book], invoice_from_row)
-        .or_store()?;
-    rows.collect::<Result<_, _>>().or_store()
+        ),
+        args![from, to, status, book],
+        invoice_from_row,
+    )
 }
