@@ -2,8 +2,10 @@
 -- SQLite's schema after its migration steps 1 to 6 (`schema.sql` and
 -- `src/store/migrations.rs`), in PostgreSQL's types — INTEGER is BIGINT, BLOB is BYTEA,
 -- REAL is DOUBLE PRECISION, an `id INTEGER PRIMARY KEY` an identity column — and its
--- spelling of the checks (regular expressions for GLOB, jsonb for json_valid). Later
--- versions add a step beside each SQLite step.
+-- spelling of the checks (regular expressions for GLOB, jsonb for json_valid). Text
+-- columns compare and sort byte by byte (COLLATE "C"), as SQLite's do, whatever the
+-- database's own collation: keys, cursors and ORDER BY give the same order on both
+-- engines. Later versions add a step beside each SQLite step.
 
 CREATE TABLE tollgate_schema (
     id      BIGINT PRIMARY KEY CHECK (id = 1),
@@ -11,16 +13,16 @@ CREATE TABLE tollgate_schema (
 );
 
 CREATE TABLE server_secrets (
-    name       TEXT    PRIMARY KEY,
+    name       TEXT COLLATE "C"    PRIMARY KEY,
     value      BYTEA    NOT NULL CHECK (octet_length(value) >= 32),
     created_at BIGINT NOT NULL
 );
 
 CREATE TABLE plans (
-    slug                   TEXT    PRIMARY KEY
+    slug                   TEXT COLLATE "C"    PRIMARY KEY
                                    CHECK (length(slug) BETWEEN 1 AND 32
                                           AND slug ~ '^[a-z0-9_-]*$'),
-    name                   TEXT    NOT NULL CHECK (length(name) > 0),
+    name                   TEXT COLLATE "C"    NOT NULL CHECK (length(name) > 0),
     -- Orders plans from smallest to largest (free < starter < pro < enterprise); used to
     -- name the smallest plan that includes a tool (`required_plan`).
     rank                   BIGINT NOT NULL UNIQUE,
@@ -35,7 +37,7 @@ CREATE TABLE plans (
     -- Default per-OAuth-client limit (all the client's tokens together, per minute).
     client_per_minute      BIGINT NOT NULL DEFAULT 1000 CHECK (client_per_minute >= 0),
     -- The plan includes every tool except these (JSON array of tool names or feature tags).
-    excluded_tools         TEXT    NOT NULL DEFAULT '[]'
+    excluded_tools         TEXT COLLATE "C"    NOT NULL DEFAULT '[]'
                                    CHECK (jsonb_typeof(excluded_tools::jsonb) = 'array'),
     -- Allowance: API keys that may be active at once (not revoked, not expired); NULL =
     -- unlimited. `key create` refuses one more; after a downgrade, calls answer
@@ -51,26 +53,26 @@ INSERT INTO plans (slug, name, rank, hourly_call_limit, excluded_tools, max_acti
 
 CREATE TABLE company (
     id         BIGINT PRIMARY KEY CHECK (id = 1),
-    name       TEXT    NOT NULL CHECK (length(trim(name)) > 0),
+    name       TEXT COLLATE "C"    NOT NULL CHECK (length(trim(name)) > 0),
     -- Fiscal id (NIF/CIF in Spain); optional until the first invoice needs it.
-    tax_id     TEXT    CHECK (tax_id IS NULL OR length(trim(tax_id)) > 0),
-    plan_slug  TEXT    NOT NULL REFERENCES plans (slug) ON UPDATE CASCADE,
+    tax_id     TEXT COLLATE "C"    CHECK (tax_id IS NULL OR length(trim(tax_id)) > 0),
+    plan_slug  TEXT COLLATE "C"    NOT NULL REFERENCES plans (slug) ON UPDATE CASCADE,
     -- Language of error hints unless the config overrides it.
-    locale     TEXT    NOT NULL DEFAULT 'en' CHECK (locale IN ('en', 'es')),
+    locale     TEXT COLLATE "C"    NOT NULL DEFAULT 'en' CHECK (locale IN ('en', 'es')),
     -- ISO 3166-1 alpha-2; decides the legal VAT rates.
-    country    TEXT    NOT NULL DEFAULT 'ES'
+    country    TEXT COLLATE "C"    NOT NULL DEFAULT 'ES'
                        CHECK (length(country) = 2 AND country ~ '^[A-Z]*$'),
     -- 'live', or 'test' for a development installation: `tg_test_` keys are refused
     -- (`invalid_token_type`) unless the mode is 'test'; live keys work in both modes.
-    mode       TEXT    NOT NULL DEFAULT 'live' CHECK (mode IN ('live', 'test')),
+    mode       TEXT COLLATE "C"    NOT NULL DEFAULT 'live' CHECK (mode IN ('live', 'test')),
     created_at BIGINT NOT NULL
 );
 
 CREATE TABLE oauth_clients (
-    client_id        TEXT    PRIMARY KEY CHECK (length(client_id) BETWEEN 1 AND 128),
-    name             TEXT    NOT NULL,
-    secret_hash      TEXT    NOT NULL CHECK (secret_hash LIKE '$argon2id$%'),
-    allowed_scopes   TEXT    NOT NULL DEFAULT '[]'
+    client_id        TEXT COLLATE "C"    PRIMARY KEY CHECK (length(client_id) BETWEEN 1 AND 128),
+    name             TEXT COLLATE "C"    NOT NULL,
+    secret_hash      TEXT COLLATE "C"    NOT NULL CHECK (secret_hash LIKE '$argon2id$%'),
+    allowed_scopes   TEXT COLLATE "C"    NOT NULL DEFAULT '[]'
                              CHECK (jsonb_typeof(allowed_scopes::jsonb) = 'array'),
     -- Overrides the plan's client_per_minute; NULL = inherit.
     per_minute_limit BIGINT CHECK (per_minute_limit IS NULL OR per_minute_limit >= 0),
@@ -80,17 +82,17 @@ CREATE TABLE oauth_clients (
 
 CREATE TABLE credentials (
     -- No '_' allowed: the token format uses '_' as its separator.
-    public_id                  TEXT    PRIMARY KEY
+    public_id                  TEXT COLLATE "C"    PRIMARY KEY
                                        CHECK (length(public_id) BETWEEN 8 AND 64
                                               AND public_id ~ '^[A-Za-z0-9]*$'),
-    kind                       TEXT    NOT NULL DEFAULT 'api_key'
+    kind                       TEXT COLLATE "C"    NOT NULL DEFAULT 'api_key'
                                        CHECK (kind IN ('api_key', 'oauth_access')),
-    mode                       TEXT    NOT NULL DEFAULT 'live' CHECK (mode IN ('live', 'test')),
-    name                       TEXT    NOT NULL,
-    secret_hash                TEXT    NOT NULL CHECK (length(secret_hash) > 0),
-    scopes                     TEXT    NOT NULL DEFAULT '[]'
+    mode                       TEXT COLLATE "C"    NOT NULL DEFAULT 'live' CHECK (mode IN ('live', 'test')),
+    name                       TEXT COLLATE "C"    NOT NULL,
+    secret_hash                TEXT COLLATE "C"    NOT NULL CHECK (length(secret_hash) > 0),
+    scopes                     TEXT COLLATE "C"    NOT NULL DEFAULT '[]'
                                        CHECK (jsonb_typeof(scopes::jsonb) = 'array'),
-    client_id                  TEXT    REFERENCES oauth_clients (client_id),
+    client_id                  TEXT COLLATE "C"    REFERENCES oauth_clients (client_id),
     expires_at                 BIGINT,
     created_at                 BIGINT NOT NULL,
     revoked_at                 BIGINT,
@@ -104,8 +106,8 @@ CREATE TABLE credentials (
     generate_per_minute        BIGINT CHECK (generate_per_minute IS NULL
                                               OR generate_per_minute >= 0),
     -- Rotation: the previous secret stays valid until previous_secret_expires_at.
-    previous_secret_hash       TEXT,
-    previous_secret_expires_at BIGINT, guard_channel TEXT
+    previous_secret_hash       TEXT COLLATE "C",
+    previous_secret_expires_at BIGINT, guard_channel TEXT COLLATE "C"
         CHECK (guard_channel IN ('jsonrpc', 'tool_result')),
     -- API-key secrets are argon2id PHC strings (PRODUCT.md section 3), never plain text.
     CHECK (kind <> 'api_key' OR secret_hash LIKE '$argon2id$%'),
@@ -116,22 +118,22 @@ CREATE TABLE credentials (
 );
 
 CREATE TABLE rate_counters (
-    bucket       TEXT    NOT NULL CHECK (length(bucket) > 0),
-    key          TEXT    NOT NULL,
+    bucket       TEXT COLLATE "C"    NOT NULL CHECK (length(bucket) > 0),
+    key          TEXT COLLATE "C"    NOT NULL,
     window_start BIGINT NOT NULL,
     count        BIGINT NOT NULL DEFAULT 0 CHECK (count >= 0),
     PRIMARY KEY (bucket, key, window_start)
 );
 
 CREATE TABLE idempotency_keys (
-    credential_id TEXT    NOT NULL,
-    key           TEXT    NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
-    tool          TEXT    NOT NULL,
-    fingerprint   TEXT    NOT NULL CHECK (length(fingerprint) = 64),
-    state         TEXT    NOT NULL CHECK (state IN ('in_flight', 'completed')),
-    owner         TEXT,
+    credential_id TEXT COLLATE "C"    NOT NULL,
+    key           TEXT COLLATE "C"    NOT NULL CHECK (length(key) BETWEEN 1 AND 255),
+    tool          TEXT COLLATE "C"    NOT NULL,
+    fingerprint   TEXT COLLATE "C"    NOT NULL CHECK (length(fingerprint) = 64),
+    state         TEXT COLLATE "C"    NOT NULL CHECK (state IN ('in_flight', 'completed')),
+    owner         TEXT COLLATE "C",
     -- The stored tools/call result (JSON), present once completed.
-    result        TEXT    CHECK (result IS NULL OR result::jsonb IS NOT NULL),
+    result        TEXT COLLATE "C"    CHECK (result IS NULL OR result::jsonb IS NOT NULL),
     created_at    BIGINT NOT NULL,
     expires_at    BIGINT NOT NULL,
     CHECK (state <> 'completed' OR result IS NOT NULL),
@@ -142,22 +144,22 @@ CREATE TABLE idempotency_keys (
 CREATE TABLE audit_log (
     id            BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
     at            BIGINT NOT NULL,                -- unix milliseconds UTC
-    request_id    TEXT    NOT NULL,
-    credential_id TEXT,
-    client_id     TEXT,
-    tool          TEXT    NOT NULL,
-    outcome       TEXT    NOT NULL CHECK (length(outcome) > 0), -- 'ok' or a catalog code
+    request_id    TEXT COLLATE "C"    NOT NULL,
+    credential_id TEXT COLLATE "C",
+    client_id     TEXT COLLATE "C",
+    tool          TEXT COLLATE "C"    NOT NULL,
+    outcome       TEXT COLLATE "C"    NOT NULL CHECK (length(outcome) > 0), -- 'ok' or a catalog code
     duration_us   BIGINT NOT NULL CHECK (duration_us >= 0),
-    transport     TEXT    NOT NULL CHECK (transport IN ('stdio', 'http'))
-, calls BIGINT NOT NULL DEFAULT 1 CHECK (calls >= 1), source TEXT, backend TEXT);
+    transport     TEXT COLLATE "C"    NOT NULL CHECK (transport IN ('stdio', 'http'))
+, calls BIGINT NOT NULL DEFAULT 1 CHECK (calls >= 1), source TEXT COLLATE "C", backend TEXT COLLATE "C");
 
 CREATE TABLE clients (
-    book       TEXT    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
-    id         TEXT    NOT NULL CHECK (id LIKE 'cli\_%'),
-    name       TEXT    NOT NULL CHECK (length(trim(name)) > 0),
-    tax_id     TEXT    CHECK (tax_id IS NULL OR length(tax_id) = 9),
-    email      TEXT,
-    address    TEXT,
+    book       TEXT COLLATE "C"    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
+    id         TEXT COLLATE "C"    NOT NULL CHECK (id LIKE 'cli\_%'),
+    name       TEXT COLLATE "C"    NOT NULL CHECK (length(trim(name)) > 0),
+    tax_id     TEXT COLLATE "C"    CHECK (tax_id IS NULL OR length(tax_id) = 9),
+    email      TEXT COLLATE "C",
+    address    TEXT COLLATE "C",
     created_at BIGINT NOT NULL,
     updated_at BIGINT NOT NULL,
     PRIMARY KEY (book, id),
@@ -165,26 +167,26 @@ CREATE TABLE clients (
 );
 
 CREATE TABLE invoice_series (
-    book            TEXT    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
-    code            TEXT    NOT NULL
+    book            TEXT COLLATE "C"    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
+    code            TEXT COLLATE "C"    NOT NULL
                             CHECK (length(code) BETWEEN 1 AND 10 AND code ~ '^[A-Z0-9]*$'),
     last_number     BIGINT NOT NULL DEFAULT 0 CHECK (last_number >= 0),
-    last_issue_date TEXT,
+    last_issue_date TEXT COLLATE "C",
     PRIMARY KEY (book, code)
 );
 
 CREATE TABLE invoices (
-    book              TEXT    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
-    id                TEXT    NOT NULL CHECK (id LIKE 'inv\_%'),
-    client_id         TEXT    NOT NULL,
-    kind              TEXT    NOT NULL CHECK (kind IN ('full', 'simplified', 'rectifying')),
-    status            TEXT    NOT NULL CHECK (status IN ('draft', 'issued', 'paid', 'void')),
-    series            TEXT    NOT NULL,
-    number            TEXT,
-    issue_date        TEXT,
-    due_date          TEXT,
-    currency          TEXT    NOT NULL CHECK (length(currency) = 3),
-    notes             TEXT,
+    book              TEXT COLLATE "C"    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
+    id                TEXT COLLATE "C"    NOT NULL CHECK (id LIKE 'inv\_%'),
+    client_id         TEXT COLLATE "C"    NOT NULL,
+    kind              TEXT COLLATE "C"    NOT NULL CHECK (kind IN ('full', 'simplified', 'rectifying')),
+    status            TEXT COLLATE "C"    NOT NULL CHECK (status IN ('draft', 'issued', 'paid', 'void')),
+    series            TEXT COLLATE "C"    NOT NULL,
+    number            TEXT COLLATE "C",
+    issue_date        TEXT COLLATE "C",
+    due_date          TEXT COLLATE "C",
+    currency          TEXT COLLATE "C"    NOT NULL CHECK (length(currency) = 3),
+    notes             TEXT COLLATE "C",
     gross_cents       BIGINT NOT NULL,
     discount_cents    BIGINT NOT NULL,
     subtotal_cents    BIGINT NOT NULL,
@@ -192,11 +194,11 @@ CREATE TABLE invoices (
     withholding_cents BIGINT NOT NULL,
     total_cents       BIGINT NOT NULL,
     paid_cents        BIGINT NOT NULL DEFAULT 0 CHECK (paid_cents >= 0),
-    recipient_name    TEXT,
-    recipient_tax_id  TEXT,
-    rectifies_id      TEXT,
-    rectified_by_id   TEXT,
-    void_reason       TEXT,
+    recipient_name    TEXT COLLATE "C",
+    recipient_tax_id  TEXT COLLATE "C",
+    rectifies_id      TEXT COLLATE "C",
+    rectified_by_id   TEXT COLLATE "C",
+    void_reason       TEXT COLLATE "C",
     issued_at         BIGINT,
     voided_at         BIGINT,
     created_at        BIGINT NOT NULL,
@@ -213,10 +215,10 @@ CREATE TABLE invoices (
 );
 
 CREATE TABLE invoice_lines (
-    book              TEXT    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
-    invoice_id        TEXT    NOT NULL,
+    book              TEXT COLLATE "C"    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
+    invoice_id        TEXT COLLATE "C"    NOT NULL,
     position          BIGINT NOT NULL CHECK (position >= 1),
-    description       TEXT    NOT NULL,
+    description       TEXT COLLATE "C"    NOT NULL,
     quantity          BIGINT NOT NULL CHECK (quantity > 0),
     unit_price_cents  BIGINT NOT NULL,
     discount_percent  BIGINT NOT NULL CHECK (discount_percent BETWEEN 0 AND 100),
@@ -233,28 +235,28 @@ CREATE TABLE invoice_lines (
 );
 
 CREATE TABLE payments (
-    book         TEXT    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
-    id           TEXT    NOT NULL CHECK (id LIKE 'pay\_%'),
-    invoice_id   TEXT    NOT NULL,
+    book         TEXT COLLATE "C"    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
+    id           TEXT COLLATE "C"    NOT NULL CHECK (id LIKE 'pay\_%'),
+    invoice_id   TEXT COLLATE "C"    NOT NULL,
     amount_cents BIGINT NOT NULL CHECK (amount_cents > 0),
-    currency     TEXT    NOT NULL CHECK (length(currency) = 3),
-    paid_on      TEXT    NOT NULL,
-    method       TEXT    NOT NULL
+    currency     TEXT COLLATE "C"    NOT NULL CHECK (length(currency) = 3),
+    paid_on      TEXT COLLATE "C"    NOT NULL,
+    method       TEXT COLLATE "C"    NOT NULL
                          CHECK (method IN ('transfer', 'card', 'cash', 'direct_debit', 'other')),
-    reference    TEXT,
+    reference    TEXT COLLATE "C",
     created_at   BIGINT NOT NULL,
     PRIMARY KEY (book, id),
     FOREIGN KEY (book, invoice_id) REFERENCES invoices (book, id)
 );
 
 CREATE TABLE outbox (
-    book       TEXT    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
-    id         TEXT    NOT NULL CHECK (id LIKE 'out\_%'),
-    invoice_id TEXT    NOT NULL,
-    recipient  TEXT    NOT NULL,
-    subject    TEXT    NOT NULL,
-    body       TEXT    NOT NULL,
-    state      TEXT    NOT NULL DEFAULT 'pending'
+    book       TEXT COLLATE "C"    NOT NULL DEFAULT 'live' CHECK (book IN ('live', 'test')),
+    id         TEXT COLLATE "C"    NOT NULL CHECK (id LIKE 'out\_%'),
+    invoice_id TEXT COLLATE "C"    NOT NULL,
+    recipient  TEXT COLLATE "C"    NOT NULL,
+    subject    TEXT COLLATE "C"    NOT NULL,
+    body       TEXT COLLATE "C"    NOT NULL,
+    state      TEXT COLLATE "C"    NOT NULL DEFAULT 'pending'
                        CHECK (state IN ('pending', 'delivered', 'failed', 'sandboxed')),
     created_at BIGINT NOT NULL,
     PRIMARY KEY (book, id),
@@ -264,9 +266,9 @@ CREATE TABLE outbox (
 
 CREATE TABLE faults (
         id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        tool TEXT NOT NULL,
-        credential_id TEXT,
-        code TEXT NOT NULL,
+        tool TEXT COLLATE "C" NOT NULL,
+        credential_id TEXT COLLATE "C",
+        code TEXT COLLATE "C" NOT NULL,
         probability DOUBLE PRECISION NOT NULL CHECK (probability > 0 AND probability <= 1),
         remaining BIGINT CHECK (remaining IS NULL OR remaining >= 0),
         retry_after BIGINT CHECK (retry_after IS NULL OR retry_after >= 0),
