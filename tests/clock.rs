@@ -49,8 +49,8 @@ impl InProcess {
             ..Overrides::default()
         };
         let config = Config::load(None, &[], &flags).expect("config");
-        let store = Store::open(
-            &db.path,
+        let store = Store::open_database(
+            &db.database(),
             &tollgate::store::StoreOptions::from_config(&config, false),
         )
         .expect("store");

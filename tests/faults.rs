@@ -264,7 +264,9 @@ fn assert_exactly_once(path: &Path) {
 
 #[test]
 fn sigkill_under_write_load_loses_nothing_and_applies_nothing_twice() {
-    let db = TestDb::new();
+    // The killed process's file, read back with SQLite; the PostgreSQL store's faults are in
+    // postgres_faults.rs.
+    let db = TestDb::on_sqlite(&[]);
     raise_limits(&db, &db.admin_key_id());
     let token = db.admin_key.clone().expect("admin key");
     let mut server = HttpServer::start(&db, &[]);
@@ -401,7 +403,7 @@ fn sigkill_under_write_load_loses_nothing_and_applies_nothing_twice() {
 
 #[test]
 fn a_database_locked_past_the_busy_timeout_gives_backend_unavailable_then_recovers() {
-    let db = TestDb::new();
+    let db = TestDb::on_sqlite(&[]);
     raise_limits(&db, &db.admin_key_id());
     let mut cmd = db.command(&["stdio"]);
     cmd.env(

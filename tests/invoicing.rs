@@ -1208,8 +1208,11 @@ fn a_key_held_by_a_running_call_is_in_use_until_its_lease_ends() {
     let invoice = issued_121(&mut s, "issue");
     let args = json!({ "invoice_id": invoice, "amount_cents": 500, "idempotency_key": "held" });
     // Another process has claimed the key and is still running (or was killed mid-call).
-    let store = tollgate::store::Store::open(&db.path, &tollgate::store::StoreOptions::default())
-        .expect("open");
+    let store = tollgate::store::Store::open_database(
+        &db.database(),
+        &tollgate::store::StoreOptions::default(),
+    )
+    .expect("open");
     let tools = tollgate::tools::invoicing::tools();
     let spec = tools
         .iter()

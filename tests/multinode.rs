@@ -113,9 +113,8 @@ fn refusal(response: &Value) -> Option<String> {
     }
     let result = &response["result"];
     if result["isError"] == json!(true) {
-        let code = result["structuredContent"]["error"]["code"]
+        let code = result["_meta"]["dev.tollgate/error"]["code"]
             .as_str()
-            .or_else(|| result["structuredContent"]["code"].as_str())
             .unwrap_or("tool_error");
         return Some(code.to_owned());
     }

@@ -76,9 +76,8 @@ fn outcome(response: &Value) -> Result<String, String> {
     }
     let result = &response["result"];
     if result["isError"] == json!(true) {
-        let code = result["structuredContent"]["error"]["code"]
+        let code = result["_meta"]["dev.tollgate/error"]["code"]
             .as_str()
-            .or_else(|| result["structuredContent"]["code"].as_str())
             .unwrap_or("?");
         return Err(code.to_owned());
     }

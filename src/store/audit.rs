@@ -1,9 +1,7 @@
 //! The `audit_log` table and its only writer: rows of single calls, summary rows that
 //! stand for many refusals, retention, and the `tollgate audit` query.
 
-use rusqlite::params;
-
-use super::SqlResult;
+use super::sql::args;
 use super::{Store, StoreError, Tx};
 
 /// One audit row to write.
@@ -37,29 +35,24 @@ pub fn insert_row(
     calls: i64,
     source: Option<&str>,
 ) -> Result<i64, StoreError> {
-    let conn = tx.sql();
-    let mut stmt = conn
-        .prepare_cached(
-            "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
+    tx.insert_returning_id(
+        "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
          duration_us, transport, calls, source, backend) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )
-        .or_store()?;
-    stmt.execute(params![
-        row.at,
-        row.request_id,
-        row.credential_id,
-        row.client_id,
-        row.tool,
-        row.outcome,
-        row.duration_us,
-        row.transport,
-        calls,
-        source,
-        row.backend
-    ])
-    .or_store()?;
-    Ok(conn.last_insert_rowid())
+        args![
+            row.at,
+            row.request_id,
+            row.credential_id,
+            row.client_id,
+            row.tool,
+            row.outcome,
+            row.duration_us,
+            row.transport,
+            calls,
+            source,
+            row.backend
+        ],
+    )
 }
 
 /// Adds `calls` calls to the summary row `id` (its tool becomes `*` when `several_tools`
@@ -71,16 +64,11 @@ pub fn add_to_summary(
     several_tools: bool,
     tool: &str,
 ) -> Result<bool, StoreError> {
-    let mut stmt = tx
-        .sql()
-        .prepare_cached(
-            "UPDATE audit_log SET calls = calls + ?2, \
+    let changed = tx.execute(
+        "UPDATE audit_log SET calls = calls + ?2, \
          tool = CASE WHEN ?3 OR tool <> ?4 THEN '*' ELSE tool END WHERE id = ?1",
-        )
-        .or_store()?;
-    let changed = stmt
-        .execute(params![id, calls, several_tools, tool])
-        .or_store()?;
+        args![id, calls, several_tools, tool],
+    )?;
     Ok(changed > 0)
 }
 
@@ -129,6 +117,26 @@ pub struct AuditRecord {
     pub backend: Option<String>,
 }
 
+/// A row limit as both engines bind it: PostgreSQL reads `?N + 0` as a 32-bit integer,
+/// and no listing or chunk is anywhere near that large.
+fn row_limit(limit: impl TryInto<i32>) -> i64 {
+    i64::from(limit.try_into().unwrap_or(i32::MAX))
+}
+
+// Both list the same columns; the limit is bound as `?4 + 0` (see `invoicing`: SQLite
+// prepares `ORDER BY … LIMIT ?N` anew on every run). A parameter that is only tested for
+// NULL is cast, so PostgreSQL knows its type.
+const RECENT_BY_CREDENTIAL_SQL: &str = "SELECT id, at, request_id, credential_id, client_id, \
+     tool, outcome, duration_us, transport, calls, source, backend FROM audit_log \
+     WHERE credential_id = ?1 \
+     AND (CAST(?2 AS TEXT) IS NULL OR tool = ?2) AND (CAST(?3 AS TEXT) IS NULL OR outcome = ?3) \
+     ORDER BY at DESC, id DESC LIMIT ?4 + 0";
+const RECENT_SQL: &str = "SELECT id, at, request_id, credential_id, client_id, \
+     tool, outcome, duration_us, transport, calls, source, backend FROM audit_log \
+     WHERE CAST(?1 AS TEXT) IS NULL \
+     AND (CAST(?2 AS TEXT) IS NULL OR tool = ?2) AND (CAST(?3 AS TEXT) IS NULL OR outcome = ?3) \
+     ORDER BY id DESC LIMIT ?4 + 0";
+
 impl Store {
     /// In one transaction, looks at up to `chunk` rows with an id above `after` and
     /// deletes those written before `cutoff_ms`.
@@ -138,25 +146,15 @@ impl Store {
         cutoff_ms: i64,
         chunk: i64,
     ) -> Result<PruneStep, StoreError> {
-        self.write(|tx| {
-            let mut next = tx
-                .prepare_cached(
-                    "SELECT id, at FROM audit_log WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
-                )
-                .or_store()?;
-            let rows = next
-                .query_map(params![after, chunk], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-                })
-                .or_store()?
-                .collect::<Result<Vec<_>, _>>()
-                .or_store()?;
-            let mut delete = tx
-                .prepare_cached("DELETE FROM audit_log WHERE id = ?1")
-                .or_store()?;
+        self.in_transaction(|tx| {
+            let rows = tx.query_all(
+                "SELECT id, at FROM audit_log WHERE id > ?1 ORDER BY id LIMIT ?2 + 0",
+                args![after, row_limit(chunk)],
+                |r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)?)),
+            )?;
             let mut deleted = 0;
             for (id, _) in rows.iter().filter(|(_, at)| *at < cutoff_ms) {
-                deleted += delete.execute([id]).or_store()?;
+                deleted += tx.execute("DELETE FROM audit_log WHERE id = ?1", args![id])?;
             }
             Ok((deleted, rows.last().map(|(id, _)| *id), rows.len()))
         })
@@ -164,50 +162,216 @@ impl Store {
 
     /// The most recent rows matching `filter`, newest first.
     pub fn recent_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
-        self.read(|conn| {
-            // With a credential, through `audit_log_by_credential` (newest first in that
-            // index); otherwise newest first by id, stopping at the limit. (`?1 IS NULL` in the
-            // second keeps one parameter list.)
-            let mut stmt = conn.prepare_cached(if filter.credential_id.is_some() {
-                "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport, calls, source, backend FROM audit_log WHERE credential_id = ?1 \
-             AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
-             ORDER BY at DESC, id DESC LIMIT ?4 + 0"
-            } else {
-                "SELECT id, at, request_id, credential_id, client_id, tool, outcome, duration_us, \
-             transport, calls, source, backend FROM audit_log WHERE ?1 IS NULL \
-             AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR outcome = ?3) \
-             ORDER BY id DESC LIMIT ?4 + 0"
-            }).or_store()?;
-            let rows = stmt
-                .query_map(
-                    params![
-                        filter.credential_id,
-                        filter.tool,
-                        filter.outcome,
-                        filter.limit
-                    ],
-                    |row| {
-                        Ok(AuditRecord {
-                            id: row.get(0)?,
-                            at_ms: row.get(1)?,
-                            request_id: row.get(2)?,
-                            credential_id: row.get(3)?,
-                            client_id: row.get(4)?,
-                            tool: row.get(5)?,
-                            outcome: row.get(6)?,
-                            duration_us: row.get(7)?,
-                            transport: row.get(8)?,
-                            calls: row.get(9)?,
-                            source: row.get(10)?,
-                            backend: row.get(11)?,
-                        })
-                    },
-                )
-                .or_store()?
-                .collect::<Result<Vec<_>, _>>()
-                .or_store()?;
-            Ok(rows)
+        // With a credential, through `audit_log_by_credential` (newest first in that
+        // index); otherwise newest first by id, stopping at the limit. (`?1 IS NULL` in the
+        // second keeps one parameter list for both.)
+        let sql = if filter.credential_id.is_some() {
+            RECENT_BY_CREDENTIAL_SQL
+        } else {
+            RECENT_SQL
+        };
+        self.with_conn(|conn| {
+            conn.query_all(
+                sql,
+                args![
+                    filter.credential_id,
+                    filter.tool,
+                    filter.outcome,
+                    row_limit(filter.limit)
+                ],
+                |row| {
+                    Ok(AuditRecord {
+                        id: row.get(0)?,
+                        at_ms: row.get(1)?,
+                        request_id: row.get(2)?,
+                        credential_id: row.get(3)?,
+                        client_id: row.get(4)?,
+                        tool: row.get(5)?,
+                        outcome: row.get(6)?,
+                        duration_us: row.get(7)?,
+                        transport: row.get(8)?,
+                        calls: row.get(9)?,
+                        source: row.get(10)?,
+                        backend: row.get(11)?,
+                    })
+                },
+            )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing::stores;
+
+    fn call(at: i64, credential: Option<&str>, tool: &str, outcome: &str) -> AuditRow {
+        AuditRow {
+            at,
+            request_id: format!("{at}"),
+            credential_id: credential.map(str::to_owned),
+            client_id: None,
+            tool: tool.to_owned(),
+            outcome: outcome.to_owned(),
+            duration_us: 250,
+            transport: "http",
+            backend: None,
+        }
+    }
+
+    fn write(store: &Store, row: &AuditRow, calls: i64, source: Option<&str>) -> i64 {
+        store
+            .in_transaction(|tx| insert_row(tx, row, calls, source))
+            .expect("insert")
+    }
+
+    fn listed(store: &Store, filter: AuditFilter) -> Vec<(i64, String, i64)> {
+        store
+            .recent_audit(&filter)
+            .expect("recent")
+            .into_iter()
+            .map(|r| (r.id, r.tool, r.calls))
+            .collect()
+    }
+
+    fn all() -> AuditFilter {
+        AuditFilter {
+            limit: 100,
+            ..AuditFilter::default()
+        }
+    }
+
+    #[test]
+    fn rows_are_written_with_increasing_ids_and_read_back_whole() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let mut first = call(1_000, Some("AbCdEf12"), "list_invoices", "ok");
+            first.client_id = Some("partner".into());
+            first.backend = Some("crm".into());
+            let one = write(store, &first, 1, None);
+            let two = write(store, &call(2_000, None, "x", "unauthorized"), 1, None);
+            assert!(two > one, "{one} then {two}");
+            let records = store.recent_audit(&all()).expect("recent");
+            assert_eq!(records.len(), 2);
+            assert_eq!(
+                records[1],
+                AuditRecord {
+                    id: one,
+                    at_ms: 1_000,
+                    request_id: "1000".into(),
+                    credential_id: Some("AbCdEf12".into()),
+                    client_id: Some("partner".into()),
+                    tool: "list_invoices".into(),
+                    outcome: "ok".into(),
+                    duration_us: 250,
+                    transport: "http".into(),
+                    calls: 1,
+                    source: None,
+                    backend: Some("crm".into()),
+                }
+            );
+            assert_eq!(records[0].id, two);
+        }
+    }
+
+    #[test]
+    fn a_summary_row_counts_calls_and_turns_to_any_tool() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let id = write(
+                store,
+                &call(1_000, None, "list_invoices", "unauthorized"),
+                3,
+                Some("203.0.113.7"),
+            );
+            let add = |id, calls, several, tool: &str| {
+                store
+                    .in_transaction(|tx| add_to_summary(tx, id, calls, several, tool))
+                    .expect("add")
+            };
+            assert!(add(id, 2, false, "list_invoices"));
+            assert_eq!(listed(store, all()), vec![(id, "list_invoices".into(), 5)]);
+            assert!(add(id, 1, false, "get_invoice"));
+            assert_eq!(listed(store, all()), vec![(id, "*".into(), 6)]);
+
+            let other = write(store, &call(2_000, None, "a", "unauthorized"), 1, Some("x"));
+            assert!(add(other, 1, true, "a"));
+            assert_eq!(listed(store, all())[0], (other, "*".into(), 2));
+            assert!(!add(other + 100, 1, false, "a"));
+            let record = &store.recent_audit(&all()).expect("recent")[1];
+            assert_eq!(record.source.as_deref(), Some("203.0.113.7"));
+        }
+    }
+
+    #[test]
+    fn the_query_filters_and_stops_at_the_limit() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let a = write(store, &call(3_000, Some("KeyAAAAA"), "list", "ok"), 1, None);
+            let b = write(
+                store,
+                &call(1_000, Some("KeyAAAAA"), "send", "rate_limited"),
+                1,
+                None,
+            );
+            let c = write(store, &call(2_000, Some("KeyBBBBB"), "list", "ok"), 1, None);
+            let d = write(store, &call(4_000, None, "list", "unauthorized"), 1, None);
+            let ids = |filter| -> Vec<i64> {
+                listed(store, filter)
+                    .into_iter()
+                    .map(|(id, _, _)| id)
+                    .collect()
+            };
+            assert_eq!(ids(all()), [d, c, b, a]);
+            // By credential: newest first by time, not by id.
+            let by_a = AuditFilter {
+                credential_id: Some("KeyAAAAA".into()),
+                ..all()
+            };
+            assert_eq!(ids(by_a.clone()), [a, b]);
+            let sent = AuditFilter {
+                tool: Some("send".into()),
+                ..by_a.clone()
+            };
+            assert_eq!(ids(sent), [b]);
+            let ok = AuditFilter {
+                outcome: Some("ok".into()),
+                ..all()
+            };
+            assert_eq!(ids(ok), [c, a]);
+            let listing = AuditFilter {
+                tool: Some("list".into()),
+                limit: 2,
+                ..all()
+            };
+            assert_eq!(ids(listing), [d, c]);
+            let huge = AuditFilter {
+                limit: u32::MAX,
+                ..by_a
+            };
+            assert_eq!(ids(huge), [a, b]);
+        }
+    }
+
+    #[test]
+    fn pruning_looks_at_a_chunk_and_deletes_the_old_rows_in_it() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let ids: Vec<i64> = [100, 900, 200, 1_500, 300]
+                .into_iter()
+                .map(|at| write(store, &call(at, None, "t", "ok"), 1, None))
+                .collect();
+            let step = store.prune_audit_chunk(0, 1_000, 3).expect("prune");
+            assert_eq!(step, (3, Some(ids[2]), 3));
+            let step = store.prune_audit_chunk(ids[2], 1_000, 3).expect("prune");
+            assert_eq!(step, (1, Some(ids[4]), 2));
+            let step = store.prune_audit_chunk(ids[4], 1_000, 3).expect("prune");
+            assert_eq!(step, (0, None, 0));
+            let left: Vec<i64> = listed(store, all())
+                .into_iter()
+                .map(|(id, _, _)| id)
+                .collect();
+            assert_eq!(left, [ids[3]]);
+        }
     }
 }

@@ -12,7 +12,7 @@ impl Store {
     /// Runs `PRAGMA integrity_check`; returns `"ok"` for a healthy file, otherwise the
     /// problems found, one per line.
     pub fn integrity_check(&self) -> Result<String, StoreError> {
-        self.read(|conn| {
+        self.sqlite_read("PRAGMA integrity_check", |conn| {
             let mut stmt = conn.prepare("PRAGMA integrity_check").or_store()?;
             let lines = stmt
                 .query_map([], |row| row.get::<_, String>(0))
@@ -38,7 +38,7 @@ impl Store {
                 format!("backup target {} is not valid UTF-8", dest.display()),
             ))
         })?;
-        self.read(|conn| {
+        self.sqlite_read("a backup with VACUUM INTO", |conn| {
             conn.execute("VACUUM INTO ?1", [target]).or_store()?;
             Ok(())
         })
@@ -48,7 +48,7 @@ impl Store {
     /// file lock fails ([`StoreError::Busy`]) while any process has it open in WAL mode
     /// (each such connection keeps a shared lock).
     pub fn probe_exclusive(&self) -> Result<(), StoreError> {
-        self.read(|conn| {
+        self.sqlite_read("the exclusive file lock", |conn| {
             conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
                 .or_store()?;
             conn.execute_batch("BEGIN EXCLUSIVE; COMMIT;").or_store()?;

@@ -3,11 +3,9 @@
 //! rotation, and the per-credential and per-client limit overrides. Secrets never reach
 //! this module: it stores and returns hashes, which the guards verify.
 
-use rusqlite::{OptionalExtension, params};
-
-use super::SqlResult;
 use super::plans::{PerMinute, to_count};
-use super::{Conn, Store, StoreError, Tx};
+use super::sql::{Row, args};
+use super::{Conn, SqlResult, Store, StoreError, Tx};
 use crate::config::GuardChannel;
 
 /// What one indexed read tells about a credential, on every call.
@@ -71,51 +69,49 @@ pub fn credential_on(
     conn: &Conn<'_>,
     public_id: &str,
 ) -> Result<Option<CredentialRow>, StoreError> {
-    let mut stmt = conn.sql().prepare_cached(CREDENTIAL_SELECT).or_store()?;
-    let row = stmt
-        .query_row([public_id], |row| {
-            Ok(CredentialRow {
-                kind: row.get(0)?,
-                mode: row.get(1)?,
-                secret_hash: row.get(2)?,
-                scopes: string_list(&row.get::<_, String>(3)?),
-                client_id: row.get(4)?,
-                expires_at: row.get(5)?,
-                revoked_at: row.get(6)?,
-                previous_hash: row.get(7)?,
-                previous_expires_at: row.get(8)?,
-                last_used_at: row.get(9)?,
-                client_revoked_at: row.get(10)?,
-                installation_mode: row.get(11)?,
-                guard_channel: stored_channel(row.get(12)?),
-            })
+    conn.query_opt(CREDENTIAL_SELECT, args![public_id], |row| {
+        Ok(CredentialRow {
+            kind: row.get(0)?,
+            mode: row.get(1)?,
+            secret_hash: row.get(2)?,
+            scopes: string_list(&row.get::<String>(3)?),
+            client_id: row.get(4)?,
+            expires_at: row.get(5)?,
+            revoked_at: row.get(6)?,
+            previous_hash: row.get(7)?,
+            previous_expires_at: row.get(8)?,
+            last_used_at: row.get(9)?,
+            client_revoked_at: row.get(10)?,
+            installation_mode: row.get(11)?,
+            guard_channel: stored_channel(row.get(12)?),
         })
-        .optional()
-        .or_store()?;
-    Ok(row)
+    })
 }
 
 /// Records inside `tx` that the credential was used at `now`.
 pub fn touch_last_used(tx: &Tx<'_>, public_id: &str, now: i64) -> Result<(), StoreError> {
-    tx.sql()
-        .prepare_cached("UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2")
-        .or_store()?
-        .execute(params![now, public_id])
-        .or_store()?;
+    tx.execute(TOUCH_SQL, args![now, public_id])?;
     Ok(())
 }
 
+const TOUCH_SQL: &str = "UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2";
+
+// PostgreSQL locks the row an `UPDATE` writes, so a plain one would wait for a charging
+// transaction that touches the same credential; `SKIP LOCKED` finds no row then, and the
+// update writes nothing, as SQLite's does when it cannot get the file's write lock at once.
+const TOUCH_UNLESS_LOCKED_SQL: &str = "UPDATE credentials SET last_used_at = ?1 \
+     WHERE public_id = (SELECT public_id FROM credentials WHERE public_id = ?2 \
+     FOR UPDATE SKIP LOCKED)";
+
 /// API keys that count against the plan's allowance: not revoked, not expired.
 pub fn count_active_keys(conn: &Conn<'_>, now: i64) -> Result<i64, StoreError> {
-    conn.sql()
-        .prepare_cached(
-            "SELECT count(*) FROM credentials \
-             WHERE kind = 'api_key' AND revoked_at IS NULL \
-             AND (expires_at IS NULL OR expires_at > ?1)",
-        )
-        .or_store()?
-        .query_row([now], |row| row.get(0))
-        .or_store()
+    conn.query_one(
+        "SELECT count(*) FROM credentials \
+         WHERE kind = 'api_key' AND revoked_at IS NULL \
+         AND (expires_at IS NULL OR expires_at > ?1)",
+        args![now],
+        |row| row.get(0),
+    )
 }
 
 /// A credential to insert.
@@ -145,13 +141,10 @@ pub struct NewCredential<'a> {
 
 /// Inserts a credential inside `tx`.
 pub fn insert_credential(tx: &Tx<'_>, new: &NewCredential<'_>) -> Result<(), StoreError> {
-    tx.sql()
-        .prepare_cached(
-            "INSERT INTO credentials (public_id, kind, mode, name, secret_hash, scopes, client_id, \
-             expires_at, created_at, guard_channel) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )
-        .or_store()?
-        .execute(params![
+    tx.execute(
+        "INSERT INTO credentials (public_id, kind, mode, name, secret_hash, scopes, client_id, \
+         expires_at, created_at, guard_channel) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        args![
             new.public_id,
             new.kind,
             new.mode,
@@ -162,8 +155,8 @@ pub fn insert_credential(tx: &Tx<'_>, new: &NewCredential<'_>) -> Result<(), Sto
             new.expires_at,
             new.created_at,
             new.guard_channel.map(GuardChannel::as_str)
-        ])
-        .or_store()?;
+        ],
+    )?;
     Ok(())
 }
 
@@ -174,34 +167,29 @@ pub fn set_guard_channel(
     public_id: &str,
     channel: Option<GuardChannel>,
 ) -> Result<bool, StoreError> {
-    let changed = tx
-        .sql()
-        .prepare_cached("UPDATE credentials SET guard_channel = ?1 WHERE public_id = ?2")
-        .or_store()?
-        .execute(params![channel.map(GuardChannel::as_str), public_id])
-        .or_store()?;
+    let changed = tx.execute(
+        "UPDATE credentials SET guard_channel = ?1 WHERE public_id = ?2",
+        args![channel.map(GuardChannel::as_str), public_id],
+    )?;
     Ok(changed > 0)
 }
 
 /// Whether a credential with `public_id` exists (of any kind or standing).
 pub fn credential_exists(conn: &Conn<'_>, public_id: &str) -> Result<bool, StoreError> {
-    let found: Option<i64> = conn
-        .sql()
-        .prepare_cached("SELECT 1 FROM credentials WHERE public_id = ?1")
-        .or_store()?
-        .query_row([public_id], |row| row.get(0))
-        .optional()
-        .or_store()?;
+    let found = conn.query_opt(
+        "SELECT 1 FROM credentials WHERE public_id = ?1",
+        args![public_id],
+        |_| Ok(()),
+    )?;
     Ok(found.is_some())
 }
 
 /// Deletes the OAuth access tokens that expired before `before`.
 pub fn delete_access_tokens_expired_before(tx: &Tx<'_>, before: i64) -> Result<(), StoreError> {
-    tx.sql()
-        .prepare_cached("DELETE FROM credentials WHERE kind = 'oauth_access' AND expires_at < ?1")
-        .or_store()?
-        .execute([before])
-        .or_store()?;
+    tx.execute(
+        "DELETE FROM credentials WHERE kind = 'oauth_access' AND expires_at < ?1",
+        args![before],
+    )?;
     Ok(())
 }
 
@@ -220,21 +208,18 @@ pub struct KeyStanding {
 
 /// The standing of the credential `public_id`, read inside `tx`.
 pub fn key_standing(tx: &Tx<'_>, public_id: &str) -> Result<Option<KeyStanding>, StoreError> {
-    tx.sql()
-        .prepare_cached(
-            "SELECT kind, mode, revoked_at, expires_at FROM credentials WHERE public_id = ?1",
-        )
-        .or_store()?
-        .query_row([public_id], |r| {
+    tx.query_opt(
+        "SELECT kind, mode, revoked_at, expires_at FROM credentials WHERE public_id = ?1",
+        args![public_id],
+        |r| {
             Ok(KeyStanding {
                 kind: r.get(0)?,
                 mode: r.get(1)?,
                 revoked_at: r.get(2)?,
                 expires_at: r.get(3)?,
             })
-        })
-        .optional()
-        .or_store()
+        },
+    )
 }
 
 /// Replaces the secret hash of `public_id`; the old one keeps working until
@@ -245,15 +230,12 @@ pub fn replace_secret(
     hash: &str,
     previous_until: Option<i64>,
 ) -> Result<(), StoreError> {
-    tx.sql()
-        .prepare_cached(
-            "UPDATE credentials SET previous_secret_hash = CASE WHEN ?1 IS NULL THEN NULL \
-             ELSE secret_hash END, previous_secret_expires_at = ?1, secret_hash = ?2 \
-             WHERE public_id = ?3",
-        )
-        .or_store()?
-        .execute(params![previous_until, hash, public_id])
-        .or_store()?;
+    tx.execute(
+        "UPDATE credentials SET previous_secret_hash = CASE WHEN CAST(?1 AS BIGINT) IS NULL \
+         THEN NULL ELSE secret_hash END, previous_secret_expires_at = ?1, secret_hash = ?2 \
+         WHERE public_id = ?3",
+        args![previous_until, hash, public_id],
+    )?;
     Ok(())
 }
 
@@ -274,28 +256,21 @@ pub fn revoke(
     id: &str,
     now: i64,
 ) -> Result<Option<bool>, StoreError> {
-    let (table, column) = match what {
-        Revocable::Credential => ("credentials", "public_id"),
-        Revocable::Client => ("oauth_clients", "client_id"),
+    let (revoke, exists) = match what {
+        Revocable::Credential => (
+            "UPDATE credentials SET revoked_at = ?1 WHERE public_id = ?2 AND revoked_at IS NULL",
+            "SELECT 1 FROM credentials WHERE public_id = ?1",
+        ),
+        Revocable::Client => (
+            "UPDATE oauth_clients SET revoked_at = ?1 WHERE client_id = ?2 AND revoked_at IS NULL",
+            "SELECT 1 FROM oauth_clients WHERE client_id = ?1",
+        ),
     };
-    let conn = tx.sql();
-    let changed = conn
-        .prepare_cached(&format!(
-            "UPDATE {table} SET revoked_at = ?1 WHERE {column} = ?2 AND revoked_at IS NULL"
-        ))
-        .or_store()?
-        .execute(params![now, id])
-        .or_store()?;
-    if changed > 0 {
+    if tx.execute(revoke, args![now, id])? > 0 {
         return Ok(Some(true));
     }
-    let exists: Option<i64> = conn
-        .prepare_cached(&format!("SELECT 1 FROM {table} WHERE {column} = ?1"))
-        .or_store()?
-        .query_row([id], |row| row.get(0))
-        .optional()
-        .or_store()?;
-    Ok(exists.map(|_| false))
+    let exists = tx.query_opt(exists, args![id], |_| Ok(()))?;
+    Ok(exists.map(|()| false))
 }
 
 /// One API key as `tollgate key list` shows it (never its secret or hash).
@@ -355,17 +330,20 @@ pub struct OAuthClient {
     pub revoked: bool,
 }
 
-const CLIENT_SELECT: &str = "SELECT client_id, name, allowed_scopes, per_minute_limit, created_at, \
-     revoked_at, secret_hash FROM oauth_clients";
+const CLIENTS_SQL: &str = "SELECT client_id, name, allowed_scopes, per_minute_limit, created_at, \
+     revoked_at, secret_hash FROM oauth_clients ORDER BY created_at, client_id";
 
-fn client_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(OAuthClient, String)> {
+const CLIENT_BY_ID_SQL: &str = "SELECT client_id, name, allowed_scopes, per_minute_limit, \
+     created_at, revoked_at, secret_hash FROM oauth_clients WHERE client_id = ?1";
+
+fn client_from_row(row: &Row<'_>) -> Result<(OAuthClient, String), StoreError> {
     let client = OAuthClient {
         client_id: row.get(0)?,
         name: row.get(1)?,
-        allowed_scopes: string_list(&row.get::<_, String>(2)?),
+        allowed_scopes: string_list(&row.get::<String>(2)?),
         per_minute_limit: row.get(3)?,
         created_at: row.get(4)?,
-        revoked: row.get::<_, Option<i64>>(5)?.is_some(),
+        revoked: row.get::<Option<i64>>(5)?.is_some(),
     };
     Ok((client, row.get(6)?))
 }
@@ -375,13 +353,7 @@ pub fn client_on(
     conn: &Conn<'_>,
     client_id: &str,
 ) -> Result<Option<(OAuthClient, String)>, StoreError> {
-    let mut stmt = conn
-        .sql()
-        .prepare_cached(&format!("{CLIENT_SELECT} WHERE client_id = ?1"))
-        .or_store()?;
-    stmt.query_row([client_id], client_from_row)
-        .optional()
-        .or_store()
+    conn.query_opt(CLIENT_BY_ID_SQL, args![client_id], client_from_row)
 }
 
 /// An OAuth client to insert.
@@ -428,42 +400,42 @@ impl Store {
     }
 
     /// Records that the credential was used at `now`, without waiting for another writer:
-    /// on contention nothing is written (`Busy`; the next call tries again).
+    /// on contention nothing is written (`Busy` on SQLite; on PostgreSQL the update skips a
+    /// row another transaction holds; the next call tries again).
     pub fn touch_last_used_unless_busy(&self, public_id: &str, now: i64) -> Result<(), StoreError> {
-        self.read(|conn| {
-            let previous: i64 = conn
-                .pragma_query_value(None, "busy_timeout", |row| row.get(0))
-                .or_store()?;
-            conn.busy_timeout(std::time::Duration::ZERO).or_store()?;
-            let updated = conn
-                .prepare_cached("UPDATE credentials SET last_used_at = ?1 WHERE public_id = ?2")
-                .and_then(|mut stmt| stmt.execute(params![now, public_id]));
-            conn.busy_timeout(std::time::Duration::from_millis(
-                u64::try_from(previous).unwrap_or(0),
-            ))
-            .or_store()?;
-            updated.or_store()?;
-            Ok(())
+        self.with_conn(|conn| match conn.sqlite() {
+            Some(sqlite) => {
+                let previous: i64 =
+                    conn.query_one("PRAGMA busy_timeout", args![], |row| row.get(0))?;
+                sqlite.busy_timeout(std::time::Duration::ZERO).or_store()?;
+                let updated = conn.execute(TOUCH_SQL, args![now, public_id]);
+                sqlite
+                    .busy_timeout(std::time::Duration::from_millis(
+                        u64::try_from(previous).unwrap_or(0),
+                    ))
+                    .or_store()?;
+                updated.map(|_| ())
+            }
+            None => conn
+                .execute(TOUCH_UNLESS_LOCKED_SQL, args![now, public_id])
+                .map(|_| ()),
         })
     }
 
     /// Every API key, oldest first (OAuth access tokens are not listed).
     pub fn api_keys(&self) -> Result<Vec<KeyRow>, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT public_id, name, mode, scopes, client_id, created_at, expires_at, \
-                 revoked_at, last_used_at, previous_secret_expires_at, guard_channel FROM credentials \
-                 WHERE kind = 'api_key' ORDER BY created_at, public_id",
-                )
-                .or_store()?;
-            let keys = stmt
-                .query_map([], |row| {
+        self.with_conn(|conn| {
+            conn.query_all(
+                "SELECT public_id, name, mode, scopes, client_id, created_at, expires_at, \
+                 revoked_at, last_used_at, previous_secret_expires_at, guard_channel \
+                 FROM credentials WHERE kind = 'api_key' ORDER BY created_at, public_id",
+                args![],
+                |row| {
                     Ok(KeyRow {
                         public_id: row.get(0)?,
                         name: row.get(1)?,
                         mode: row.get(2)?,
-                        scopes: string_list(&row.get::<_, String>(3)?),
+                        scopes: string_list(&row.get::<String>(3)?),
                         client_id: row.get(4)?,
                         created_at: row.get(5)?,
                         expires_at: row.get(6)?,
@@ -472,11 +444,8 @@ impl Store {
                         previous_secret_until: row.get(9)?,
                         guard_channel: stored_channel(row.get(10)?),
                     })
-                })
-                .or_store()?
-                .collect::<Result<Vec<_>, _>>()
-                .or_store()?;
-            Ok(keys)
+                },
+            )
         })
     }
 
@@ -490,55 +459,44 @@ impl Store {
 
     /// Every OAuth client, oldest first.
     pub fn clients(&self) -> Result<Vec<OAuthClient>, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(&format!("{CLIENT_SELECT} ORDER BY created_at, client_id"))
-                .or_store()?;
-            let clients = stmt
-                .query_map([], |row| client_from_row(row).map(|(client, _)| client))
-                .or_store()?
-                .collect::<Result<Vec<_>, _>>()
-                .or_store()?;
-            Ok(clients)
+        self.with_conn(|conn| {
+            conn.query_all(CLIENTS_SQL, args![], |row| {
+                client_from_row(row).map(|(client, _)| client)
+            })
         })
     }
 
     /// Inserts an OAuth client.
     pub fn insert_client(&self, new: &NewClient<'_>) -> Result<(), StoreError> {
-        self.write(|tx| {
-            tx.prepare_cached(
+        self.in_transaction(|tx| {
+            tx.execute(
                 "INSERT INTO oauth_clients (client_id, name, secret_hash, allowed_scopes, \
                  created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .or_store()?
-            .execute(params![
-                new.client_id,
-                new.name,
-                new.secret_hash,
-                to_json(new.allowed_scopes),
-                new.created_at
-            ])
-            .or_store()?;
+                args![
+                    new.client_id,
+                    new.name,
+                    new.secret_hash,
+                    to_json(new.allowed_scopes),
+                    new.created_at
+                ],
+            )?;
             Ok(())
         })
     }
 
     /// The credentials with at least one limit override, by public id.
     pub fn credential_limits(&self) -> Result<Vec<CredentialLimits>, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT public_id, name, read_per_minute, write_per_minute, \
+        let opt = |v: Option<i64>| v.map(to_count);
+        self.with_conn(|conn| {
+            conn.query_all(
+                "SELECT public_id, name, read_per_minute, write_per_minute, \
                         destructive_per_minute, send_per_minute, generate_per_minute
                    FROM credentials
                   WHERE COALESCE(read_per_minute, write_per_minute, destructive_per_minute,
                                  send_per_minute, generate_per_minute) IS NOT NULL
                   ORDER BY public_id",
-                )
-                .or_store()?;
-            let opt = |v: Option<i64>| v.map(to_count);
-            let rows = stmt
-                .query_map([], |r| {
+                args![],
+                |r| {
                     Ok(CredentialLimits {
                         credential_id: r.get(0)?,
                         name: r.get(1)?,
@@ -550,31 +508,26 @@ impl Store {
                             opt(r.get(6)?),
                         ],
                     })
-                })
-                .or_store()?;
-            rows.collect::<Result<Vec<_>, _>>().or_store()
+                },
+            )
         })
     }
 
     /// The OAuth clients with a limit override, by client id.
     pub fn client_limits(&self) -> Result<Vec<ClientLimit>, StoreError> {
-        self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT client_id, name, per_minute_limit FROM oauth_clients
+        self.with_conn(|conn| {
+            conn.query_all(
+                "SELECT client_id, name, per_minute_limit FROM oauth_clients
                   WHERE per_minute_limit IS NOT NULL ORDER BY client_id",
-                )
-                .or_store()?;
-            let rows = stmt
-                .query_map([], |r| {
+                args![],
+                |r| {
                     Ok(ClientLimit {
                         client_id: r.get(0)?,
                         name: r.get(1)?,
                         per_minute: to_count(r.get(2)?),
                     })
-                })
-                .or_store()?;
-            rows.collect::<Result<Vec<_>, _>>().or_store()
+                },
+            )
         })
     }
 
@@ -590,7 +543,7 @@ impl Store {
             "UPDATE credentials SET {} = ?1 WHERE public_id = ?2",
             of.column()
         );
-        let changed = self.write(|tx| tx.execute(&sql, params![value, public_id]).or_store())?;
+        let changed = self.in_transaction(|tx| tx.execute(&sql, args![value, public_id]))?;
         Ok(changed > 0)
     }
 
@@ -601,13 +554,454 @@ impl Store {
         client_id: &str,
         value: Option<i64>,
     ) -> Result<bool, StoreError> {
-        let changed = self.write(|tx| {
+        let changed = self.in_transaction(|tx| {
             tx.execute(
                 "UPDATE oauth_clients SET per_minute_limit = ?1 WHERE client_id = ?2",
-                params![value, client_id],
+                args![value, client_id],
             )
-            .or_store()
         })?;
         Ok(changed > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sql::Dialect;
+    use crate::store::testing::stores;
+
+    const HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA";
+
+    fn scopes(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn key<'a>(public_id: &'a str, scopes: &'a [String], created_at: i64) -> NewCredential<'a> {
+        NewCredential {
+            public_id,
+            kind: "api_key",
+            mode: "live",
+            name: "ci",
+            secret_hash: HASH,
+            scopes,
+            client_id: None,
+            expires_at: None,
+            created_at,
+            guard_channel: None,
+        }
+    }
+
+    fn insert(store: &Store, new: &NewCredential<'_>) {
+        store
+            .in_transaction(|tx| insert_credential(tx, new))
+            .expect("insert credential");
+    }
+
+    fn client<'a>(client_id: &'a str, allowed_scopes: &'a [String]) -> NewClient<'a> {
+        NewClient {
+            client_id,
+            name: "Partner",
+            secret_hash: HASH,
+            allowed_scopes,
+            created_at: 50,
+        }
+    }
+
+    #[test]
+    fn a_created_credential_is_found_with_what_was_stored() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let granted = scopes(&["invoices:read", "clients:write"]);
+            let mut new = key("AbCdEf12", &granted, 100);
+            new.expires_at = Some(5_000);
+            new.guard_channel = Some(GuardChannel::ToolResult);
+            insert(store, &new);
+            let row = store.credential("AbCdEf12").expect("read").expect("found");
+            assert_eq!(
+                row,
+                CredentialRow {
+                    kind: "api_key".into(),
+                    mode: "live".into(),
+                    secret_hash: HASH.into(),
+                    scopes: granted.clone(),
+                    client_id: None,
+                    expires_at: Some(5_000),
+                    revoked_at: None,
+                    previous_hash: None,
+                    previous_expires_at: None,
+                    last_used_at: None,
+                    client_revoked_at: None,
+                    installation_mode: None,
+                    guard_channel: Some(GuardChannel::ToolResult),
+                }
+            );
+            assert_eq!(store.credential("Missing1").expect("read"), None);
+            let exists = |id: &str| {
+                store
+                    .with_conn(|c| credential_exists(c, id))
+                    .expect("exists")
+            };
+            assert!(exists("AbCdEf12"));
+            assert!(!exists("Missing1"));
+        }
+    }
+
+    #[test]
+    fn the_installation_mode_is_read_with_the_credential() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            store
+                .set_company(&crate::store::Company {
+                    name: "Acme SL".into(),
+                    tax_id: None,
+                    plan_slug: "pro".into(),
+                    locale: "en".into(),
+                    country: "ES".into(),
+                })
+                .expect("company");
+            insert(store, &key("AbCdEf12", &[], 100));
+            let mode = |s: &Store| s.credential("AbCdEf12").expect("read").expect("row");
+            assert_eq!(mode(store).installation_mode.as_deref(), Some("live"));
+            store
+                .in_transaction(|tx| crate::store::plans::set_company_mode(tx, "test"))
+                .expect("mode");
+            assert_eq!(mode(store).installation_mode.as_deref(), Some("test"));
+        }
+    }
+
+    #[test]
+    fn active_keys_leave_out_revoked_expired_and_access_tokens() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            insert(store, &key("Active01", &[], 1));
+            let mut expiring = key("Expires1", &[], 2);
+            expiring.expires_at = Some(1_000);
+            insert(store, &expiring);
+            insert(store, &key("Revoked1", &[], 3));
+            store
+                .insert_client(&client("partner", &[]))
+                .expect("client");
+            let mut token = key("Token001", &[], 4);
+            token.kind = "oauth_access";
+            token.secret_hash = "sha256$00";
+            token.client_id = Some("partner");
+            insert(store, &token);
+            store
+                .in_transaction(|tx| revoke(tx, Revocable::Credential, "Revoked1", 10))
+                .expect("revoke");
+            let active = |now| {
+                store
+                    .with_conn(|c| count_active_keys(c, now))
+                    .expect("count")
+            };
+            assert_eq!(active(999), 2);
+            assert_eq!(active(1_000), 1);
+            let listed: Vec<(String, &str)> = store
+                .api_keys()
+                .expect("keys")
+                .into_iter()
+                .map(|k| {
+                    let status = k.status(1_000);
+                    (k.public_id, status)
+                })
+                .collect();
+            assert_eq!(
+                listed,
+                vec![
+                    ("Active01".to_owned(), "active"),
+                    ("Expires1".to_owned(), "expired"),
+                    ("Revoked1".to_owned(), "revoked")
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn revoking_answers_whether_it_was_active() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            insert(store, &key("AbCdEf12", &[], 1));
+            store
+                .insert_client(&client("partner", &[]))
+                .expect("client");
+            let revoked = |what, id: &str, now| {
+                store
+                    .in_transaction(|tx| revoke(tx, what, id, now))
+                    .expect("revoke")
+            };
+            assert_eq!(revoked(Revocable::Credential, "AbCdEf12", 10), Some(true));
+            assert_eq!(revoked(Revocable::Credential, "AbCdEf12", 20), Some(false));
+            assert_eq!(revoked(Revocable::Credential, "Missing1", 20), None);
+            assert_eq!(revoked(Revocable::Client, "partner", 30), Some(true));
+            assert_eq!(revoked(Revocable::Client, "partner", 40), Some(false));
+            assert_eq!(revoked(Revocable::Client, "nobody", 40), None);
+            let row = store.credential("AbCdEf12").expect("read").expect("row");
+            assert_eq!(row.revoked_at, Some(10));
+            let (partner, _) = store
+                .client_with_hash("partner")
+                .expect("read")
+                .expect("row");
+            assert!(partner.revoked);
+        }
+    }
+
+    #[test]
+    fn rotation_keeps_the_old_hash_for_the_grace_or_not_at_all() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            insert(store, &key("AbCdEf12", &[], 1));
+            let standing = store
+                .in_transaction(|tx| key_standing(tx, "AbCdEf12"))
+                .expect("standing");
+            assert_eq!(
+                standing,
+                Some(KeyStanding {
+                    kind: "api_key".into(),
+                    mode: "live".into(),
+                    revoked_at: None,
+                    expires_at: None,
+                })
+            );
+            assert_eq!(
+                store
+                    .in_transaction(|tx| key_standing(tx, "Missing1"))
+                    .expect("standing"),
+                None
+            );
+            let second = "$argon2id$second";
+            store
+                .in_transaction(|tx| replace_secret(tx, "AbCdEf12", second, Some(900)))
+                .expect("rotate");
+            let row = store.credential("AbCdEf12").expect("read").expect("row");
+            assert_eq!(
+                (row.secret_hash.as_str(), row.previous_hash.as_deref()),
+                (second, Some(HASH))
+            );
+            assert_eq!(row.previous_expires_at, Some(900));
+            assert_eq!(
+                store.api_keys().expect("keys")[0].previous_secret_until,
+                Some(900)
+            );
+            let third = "$argon2id$third";
+            store
+                .in_transaction(|tx| replace_secret(tx, "AbCdEf12", third, None))
+                .expect("rotate");
+            let row = store.credential("AbCdEf12").expect("read").expect("row");
+            assert_eq!(
+                (
+                    row.secret_hash.as_str(),
+                    row.previous_hash,
+                    row.previous_expires_at
+                ),
+                (third, None, None)
+            );
+        }
+    }
+
+    #[test]
+    fn last_use_is_recorded_in_a_transaction_and_outside_one() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            insert(store, &key("AbCdEf12", &[], 1));
+            let last_used = || {
+                store
+                    .credential("AbCdEf12")
+                    .expect("read")
+                    .expect("row")
+                    .last_used_at
+            };
+            store
+                .in_transaction(|tx| touch_last_used(tx, "AbCdEf12", 60))
+                .expect("touch");
+            assert_eq!(last_used(), Some(60));
+            store
+                .touch_last_used_unless_busy("AbCdEf12", 120)
+                .expect("touch");
+            assert_eq!(last_used(), Some(120));
+        }
+    }
+
+    #[test]
+    fn recording_last_use_never_waits_for_a_writer() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            insert(store, &key("AbCdEf12", &[], 1));
+            let dialect = store.dialect();
+            store
+                .in_transaction(|tx| {
+                    touch_last_used(tx, "AbCdEf12", 60)?;
+                    let outcome = store.touch_last_used_unless_busy("AbCdEf12", 120);
+                    match dialect {
+                        // The file's write lock is held: refused at once, not waited for.
+                        Dialect::Sqlite => assert!(matches!(outcome, Err(StoreError::Busy))),
+                        // The row is held: skipped at once, nothing written.
+                        Dialect::Postgres => assert!(outcome.is_ok(), "{outcome:?}"),
+                    }
+                    Ok(())
+                })
+                .expect("transaction");
+            let row = store.credential("AbCdEf12").expect("read").expect("row");
+            assert_eq!(row.last_used_at, Some(60));
+            // The connection waits for writers again afterwards.
+            store
+                .touch_last_used_unless_busy("AbCdEf12", 180)
+                .expect("touch");
+            assert_eq!(
+                store
+                    .credential("AbCdEf12")
+                    .expect("read")
+                    .expect("row")
+                    .last_used_at,
+                Some(180)
+            );
+        }
+    }
+
+    #[test]
+    fn guard_channels_and_expired_access_tokens() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            insert(store, &key("AbCdEf12", &[], 1));
+            let set = |id: &str, channel| {
+                store
+                    .in_transaction(|tx| set_guard_channel(tx, id, channel))
+                    .expect("set")
+            };
+            assert!(set("AbCdEf12", Some(GuardChannel::JsonRpc)));
+            let channel = || store.api_keys().expect("keys")[0].guard_channel;
+            assert_eq!(channel(), Some(GuardChannel::JsonRpc));
+            assert!(set("AbCdEf12", None));
+            assert_eq!(channel(), None);
+            assert!(!set("Missing1", None));
+
+            store
+                .insert_client(&client("partner", &[]))
+                .expect("client");
+            for (id, expires_at) in [("Token001", 100), ("Token002", 200)] {
+                let mut token = key(id, &[], 1);
+                token.kind = "oauth_access";
+                token.secret_hash = "sha256$00";
+                token.client_id = Some("partner");
+                token.expires_at = Some(expires_at);
+                insert(store, &token);
+            }
+            store
+                .in_transaction(|tx| delete_access_tokens_expired_before(tx, 150))
+                .expect("delete");
+            let exists = |id: &str| {
+                store
+                    .with_conn(|c| credential_exists(c, id))
+                    .expect("exists")
+            };
+            assert_eq!(
+                (exists("Token001"), exists("Token002"), exists("AbCdEf12")),
+                (false, true, true)
+            );
+            let token = store.credential("Token002").expect("read").expect("row");
+            assert_eq!(token.client_id.as_deref(), Some("partner"));
+            assert_eq!(token.client_revoked_at, None);
+            store
+                .in_transaction(|tx| revoke(tx, Revocable::Client, "partner", 77))
+                .expect("revoke");
+            let token = store.credential("Token002").expect("read").expect("row");
+            assert_eq!(token.client_revoked_at, Some(77));
+        }
+    }
+
+    #[test]
+    fn clients_are_stored_and_listed_without_their_hash() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let allowed = scopes(&["invoices:read"]);
+            store
+                .insert_client(&client("zeta", &allowed))
+                .expect("zeta");
+            let mut alpha = client("alpha", &[]);
+            alpha.created_at = 60;
+            store.insert_client(&alpha).expect("alpha");
+            let (found, hash) = store
+                .with_conn(|c| client_on(c, "zeta"))
+                .expect("read")
+                .expect("row");
+            assert_eq!(
+                found,
+                OAuthClient {
+                    client_id: "zeta".into(),
+                    name: "Partner".into(),
+                    allowed_scopes: allowed.clone(),
+                    per_minute_limit: None,
+                    created_at: 50,
+                    revoked: false,
+                }
+            );
+            assert_eq!(hash, HASH);
+            assert_eq!(store.client_with_hash("nobody").expect("read"), None);
+            let ids: Vec<String> = store
+                .clients()
+                .expect("clients")
+                .into_iter()
+                .map(|c| c.client_id)
+                .collect();
+            assert_eq!(ids, ["zeta", "alpha"]);
+        }
+    }
+
+    #[test]
+    fn limit_overrides_are_set_listed_and_cleared() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            insert(store, &key("AbCdEf12", &[], 1));
+            insert(store, &key("Plain001", &[], 2));
+            store
+                .insert_client(&client("partner", &[]))
+                .expect("client");
+            assert!(
+                store
+                    .set_credential_limit("AbCdEf12", PerMinute::Write, Some(7))
+                    .expect("set")
+            );
+            assert!(
+                store
+                    .set_credential_limit("AbCdEf12", PerMinute::Generate, Some(0))
+                    .expect("set")
+            );
+            assert!(
+                !store
+                    .set_credential_limit("Missing1", PerMinute::Read, Some(1))
+                    .expect("set")
+            );
+            assert_eq!(
+                store.credential_limits().expect("limits"),
+                vec![CredentialLimits {
+                    credential_id: "AbCdEf12".into(),
+                    name: "ci".into(),
+                    per_minute: [None, Some(7), None, None, Some(0)],
+                }]
+            );
+            assert!(store.set_client_limit("partner", Some(42)).expect("set"));
+            assert!(!store.set_client_limit("nobody", Some(42)).expect("set"));
+            assert_eq!(
+                store.client_limits().expect("limits"),
+                vec![ClientLimit {
+                    client_id: "partner".into(),
+                    name: "Partner".into(),
+                    per_minute: 42,
+                }]
+            );
+            let (partner, _) = store
+                .client_with_hash("partner")
+                .expect("read")
+                .expect("row");
+            assert_eq!(partner.per_minute_limit, Some(42));
+
+            for of in [PerMinute::Write, PerMinute::Generate] {
+                store
+                    .set_credential_limit("AbCdEf12", of, None)
+                    .expect("clear");
+            }
+            store.set_client_limit("partner", None).expect("clear");
+            assert_eq!(store.credential_limits().expect("limits"), vec![]);
+            assert_eq!(store.client_limits().expect("limits"), vec![]);
+        }
     }
 }

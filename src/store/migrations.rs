@@ -277,7 +277,7 @@ mod tests {
         let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         let audit_indexes: Vec<String> = store
-            .read(|c| {
+            .raw_read(|c| {
                 let mut stmt = c
                     .prepare(
                         "SELECT name FROM sqlite_master WHERE type = 'index' \
@@ -337,7 +337,7 @@ mod tests {
         let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
         assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
         let books: Vec<(String, String, i64)> = store
-            .read(|c| {
+            .raw_read(|c| {
                 let mut stmt = c
                     .prepare(
                         "SELECT 'clients', book, count(*) FROM clients GROUP BY book
@@ -371,7 +371,7 @@ mod tests {
         assert_eq!(books, expect);
         // The same tax id and invoice number may now exist once per book, not twice in one.
         store
-            .write(|tx| {
+            .raw_write(|tx| {
                 tx.execute_batch(
                     "INSERT INTO clients VALUES ('test', 'cli_1', 'Acme SL', 'B12345674',
                          NULL, NULL, 1, 1);",
@@ -380,7 +380,7 @@ mod tests {
                 Ok(())
             })
             .expect("same id and tax id in the test book");
-        let twice = store.write(|tx| {
+        let twice = store.raw_write(|tx| {
             tx.execute_batch(
                 "INSERT INTO clients VALUES ('live', 'cli_9', 'Other', 'B12345674', NULL,
                      NULL, 1, 1);",
@@ -390,7 +390,7 @@ mod tests {
         });
         assert!(matches!(twice, Err(StoreError::Sqlite(_))), "{twice:?}");
         // A row cannot point at a row of the other book.
-        let across = store.write(|tx| {
+        let across = store.raw_write(|tx| {
             tx.execute_batch(
                 "INSERT INTO payments VALUES ('test', 'pay_2', 'inv_2', 5, 'EUR',
                      '2026-01-12', 'cash', NULL, 1);",
@@ -400,7 +400,7 @@ mod tests {
         });
         assert!(matches!(across, Err(StoreError::Sqlite(_))), "{across:?}");
         let indexes: Vec<String> = store
-            .read(|c| {
+            .raw_read(|c| {
                 let mut stmt = c
                     .prepare(
                         "SELECT sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL

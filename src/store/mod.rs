@@ -83,16 +83,6 @@ enum Inner<'c> {
     Postgres(&'c RefCell<&'c mut PgConn>),
 }
 
-impl<'c> Conn<'c> {
-    /// The SQLite connection, for the modules still written against rusqlite.
-    fn sql(&self) -> &'c Connection {
-        match self.inner {
-            Inner::Sqlite(conn) => conn,
-            Inner::Postgres(_) => panic!("an SQLite statement on a PostgreSQL store"),
-        }
-    }
-}
-
 /// An open write transaction of the store (`BEGIN IMMEDIATE` on SQLite; on PostgreSQL a
 /// transaction holding the store's write lock) (what [`Store::in_transaction`]
 /// hands out and a tool's commit writes through). It reads like a [`Conn`].
@@ -152,6 +142,8 @@ pub enum StoreError {
     Io(std::io::Error),
     /// The caller's closure chose to roll the transaction back; its own outcome says why.
     RolledBack,
+    /// What was asked exists only on an SQLite store (the text names it).
+    SqliteOnly(&'static str),
     /// The file is an SQLite database, but not tollgate's (or not of the version it claims).
     Foreign(String),
 }
@@ -195,6 +187,7 @@ impl StoreError {
             Self::Pool(_) => "no database connection is available; retry shortly",
             Self::Io(_) => "database storage error",
             Self::RolledBack => "the change was rolled back",
+            Self::SqliteOnly(_) => "not available on this store",
             Self::Foreign(_) => "the database is not a tollgate database",
         }
     }
@@ -220,6 +213,10 @@ impl fmt::Display for StoreError {
             Self::Pool(e) => write!(f, "no database connection available: {e}"),
             Self::Io(e) => write!(f, "database file error: {e}"),
             Self::RolledBack => f.write_str("the transaction was rolled back by its caller"),
+            Self::SqliteOnly(what) => write!(
+                f,
+                "{what} exists only on an SQLite store; this one is PostgreSQL"
+            ),
             Self::Foreign(reason) => write!(f, "not a tollgate database: {reason}"),
         }
     }
@@ -497,22 +494,17 @@ impl Store {
         self.write_tx(f)
     }
 
-    /// The SQLite connection of [`Store::with_conn`], for the modules still written
-    /// against rusqlite.
-    pub(in crate::store) fn read<T>(
+    /// The SQLite connection itself, for what only the file has (its PRAGMAs, `VACUUM
+    /// INTO`, its integrity check); on PostgreSQL it is [`StoreError::SqliteOnly`].
+    pub(in crate::store) fn sqlite_read<T>(
         &self,
+        what: &'static str,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.read_conn(|conn| f(conn.sql()))
-    }
-
-    /// The SQLite connection of [`Store::in_transaction`], for the modules still written
-    /// against rusqlite.
-    pub(in crate::store) fn write<T>(
-        &self,
-        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        self.write_tx(|tx| f(tx.sql()))
+        self.read_conn(|conn| match conn.sqlite() {
+            Some(sqlite) => f(sqlite),
+            None => Err(StoreError::SqliteOnly(what)),
+        })
     }
 
     /// [`Store::with_conn`], for the store's modules.
@@ -708,18 +700,34 @@ fn pg_transaction<T>(
 /// the program.
 #[cfg(test)]
 impl Store {
+    /// A read on the raw SQLite connection, with the store's errors (SQLite stores only).
+    pub(in crate::store) fn raw_read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.sqlite_read("a test's raw SQL", f)
+    }
+
+    /// A write transaction on the raw SQLite connection (SQLite stores only).
+    pub(in crate::store) fn raw_write<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.write_tx(|tx| f(tx.sqlite().expect("an SQLite store")))
+    }
+
     pub(crate) fn sql_read<T>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
-        self.read(|conn| f(conn).or_store())
+        self.sqlite_read("a test's raw SQL", |conn| f(conn).or_store())
     }
 
     pub(crate) fn sql_write<T>(
         &self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
-        self.write(|tx| f(tx).or_store())
+        self.write_tx(|tx| f(tx.sqlite().expect("an SQLite store")).or_store())
     }
 }
 
@@ -746,7 +754,7 @@ mod tests {
 
     pub(super) fn pragma_text(store: &Store, name: &str) -> String {
         store
-            .read(|c| {
+            .raw_read(|c| {
                 c.pragma_query_value(None, name, |r| r.get::<_, rusqlite::types::Value>(0))
                     .or_store()
             })
@@ -796,7 +804,7 @@ mod tests {
     #[test]
     fn failed_write_rolls_back() {
         let (_dir, _path, store) = fresh();
-        let result: Result<(), StoreError> = store.write(|tx| {
+        let result: Result<(), StoreError> = store.raw_write(|tx| {
             tx.execute(
                 "UPDATE plans SET hourly_call_limit = 1 WHERE slug = 'free'",
                 [],
@@ -805,7 +813,7 @@ mod tests {
             Err(StoreError::Busy)
         });
         assert!(matches!(result, Err(StoreError::Busy)));
-        let aborted: Result<(), StoreError> = store.write(|tx| {
+        let aborted: Result<(), StoreError> = store.raw_write(|tx| {
             tx.execute(
                 "UPDATE plans SET hourly_call_limit = 2 WHERE slug = 'free'",
                 [],
@@ -829,7 +837,7 @@ mod tests {
         let holder = Connection::open(&path).expect("raw open");
         holder.execute_batch("BEGIN IMMEDIATE").expect("lock");
         let err = store
-            .write(|tx| tx.execute("DELETE FROM rate_counters", []).or_store())
+            .raw_write(|tx| tx.execute("DELETE FROM rate_counters", []).or_store())
             .expect_err("busy");
         assert!(matches!(err, StoreError::Busy), "{err:?}");
         assert!(err.is_transient());
@@ -912,7 +920,7 @@ mod tests {
         assert_eq!(store.health(), Ok(SCHEMA_VERSION));
         assert_eq!(store.last_write.failure(), None);
         let secrets: i64 = store
-            .read(|c| {
+            .raw_read(|c| {
                 c.query_row("SELECT count(*) FROM server_secrets", [], |r| r.get(0))
                     .or_store()
             })
