@@ -33,8 +33,8 @@ pub struct CopyArgs {
     /// The SQLite database to copy (a path or `sqlite:<path>`).
     #[arg(long, value_name = "FILE")]
     from: String,
-    /// The PostgreSQL database to copy into (`postgres://user:password@host:port/name`);
-    /// created tables and all if it has none yet.
+    /// The PostgreSQL database to copy into (`postgres://user:password@host:port/name`):
+    /// an existing database (`createdb`); tollgate's schema is created in it if missing.
     #[arg(long, value_name = "URL")]
     to: String,
     /// Delete everything the target holds first (in the same transaction as the copy).
