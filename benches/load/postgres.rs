@@ -101,7 +101,7 @@ pub(super) fn postgres_scenario(dir: &Path, s: &Settings) -> Option<PostgresFigu
     let server = Server::find_or_start()?;
     let mut sqlite = Series::new("SQLite file, one node");
     let mut one_node = Series::new("PostgreSQL, one node");
-    let mut two_nodes = Series::new("PostgreSQL, two nodes (connections split between them)");
+    let mut two_nodes = Series::new("PostgreSQL, two nodes");
     for run in 1..=s.runs {
         let file = dir.join(format!("postgres-sqlite-{run}.db"));
         let admin = prepare_database(&file);
