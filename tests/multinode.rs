@@ -11,7 +11,7 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use serde_json::{Value, json};
 
-use crate::util::{HttpServer, StdioServer, TestDb};
+use crate::util::{HttpServer, StdioServer, TestDb, refusal_code as refusal};
 
 /// A valid Spanish CIF, so full invoices can be issued to the client.
 const TAX_ID: &str = "B12345674";
@@ -104,21 +104,6 @@ where
         .into_iter()
         .flat_map(|w| w.join().expect("worker"))
         .collect()
-}
-
-/// The catalog code of a refusal in either channel (`None` for a success).
-fn refusal(response: &Value) -> Option<String> {
-    if let Some(error) = response.get("error") {
-        return Some(error["data"]["code"].as_str().expect("code").to_owned());
-    }
-    let result = &response["result"];
-    if result["isError"] == json!(true) {
-        let code = result["_meta"]["dev.tollgate/error"]["code"]
-            .as_str()
-            .unwrap_or("tool_error");
-        return Some(code.to_owned());
-    }
-    None
 }
 
 #[cfg(feature = "conformance-pack")]

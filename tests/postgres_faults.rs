@@ -71,20 +71,13 @@ impl Drop for Cluster {
 
 /// What one call got: `Ok(name)` for a client created, `Err(code)` for a refusal.
 fn outcome(response: &Value) -> Result<String, String> {
-    if let Some(error) = response.get("error") {
-        return Err(error["data"]["code"].as_str().unwrap_or("?").to_owned());
-    }
-    let result = &response["result"];
-    if result["isError"] == json!(true) {
-        let code = result["_meta"]["dev.tollgate/error"]["code"]
+    match crate::util::refusal_code(response) {
+        Some(code) => Err(code),
+        None => Ok(response["result"]["structuredContent"]["name"]
             .as_str()
-            .unwrap_or("?");
-        return Err(code.to_owned());
+            .expect("name")
+            .to_owned()),
     }
-    Ok(result["structuredContent"]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned())
 }
 
 #[test]

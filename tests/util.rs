@@ -68,6 +68,20 @@ pub fn drop_postgres_database(server: &str, name: &str) {
     }
 }
 
+/// The catalog code of a refusal in either channel — a JSON-RPC error's `data.code`, or an
+/// `isError` result's envelope code — or `None` for a success.
+pub fn refusal_code(response: &Value) -> Option<String> {
+    if let Some(error) = response.get("error") {
+        return Some(error["data"]["code"].as_str().unwrap_or("?").to_owned());
+    }
+    let result = &response["result"];
+    if result["isError"] == json!(true) {
+        let code = result["_meta"]["dev.tollgate/error"]["code"].as_str();
+        return Some(code.unwrap_or("?").to_owned());
+    }
+    None
+}
+
 /// Unix seconds now, for SQL a test runs (the same on both engines, unlike `unixepoch()`).
 pub fn unix_now() -> i64 {
     std::time::SystemTime::now()

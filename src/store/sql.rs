@@ -331,34 +331,15 @@ impl Conn<'_> {
         args: &[&dyn Param],
         f: impl FnOnce(&Row<'_>) -> Result<T, StoreError>,
     ) -> Result<Option<T>, StoreError> {
-        match self.inner {
-            Inner::Sqlite(conn) => {
-                let mut stmt = conn.prepare_cached(sql).or_store()?;
-                let mut rows = stmt
-                    .query(rusqlite::params_from_iter(
-                        args.iter().map(|a| SqliteParam(a.value())),
-                    ))
-                    .or_store()?;
-                match rows.next().or_store()? {
-                    Some(row) => f(&Row::Sqlite(row)).map(Some),
-                    None => Ok(None),
-                }
+        let mut f = Some(f);
+        let mut first = None;
+        self.visit_rows(sql, args, true, &mut |row| {
+            if let Some(f) = f.take() {
+                first = Some(f(row)?);
             }
-            Inner::Postgres(cell) => {
-                let mut pg = cell.borrow_mut();
-                let stmt = pg.statement(sql)?;
-                let params = pg_params(args);
-                let rows = pg
-                    .client
-                    .query(&stmt, &pg_refs(&params))
-                    .map_err(StoreError::from_postgres)?;
-                drop(pg);
-                match rows.first() {
-                    Some(row) => f(&Row::Postgres(row)).map(Some),
-                    None => Ok(None),
-                }
-            }
-        }
+            Ok(())
+        })?;
+        Ok(first)
     }
 
     /// The one row a query must return, mapped by `f`; no row is [`StoreError::Corrupt`].
@@ -379,6 +360,22 @@ impl Conn<'_> {
         args: &[&dyn Param],
         mut f: impl FnMut(&Row<'_>) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
+        let mut rows = Vec::new();
+        self.visit_rows(sql, args, false, &mut |row| {
+            rows.push(f(row)?);
+            Ok(())
+        })?;
+        Ok(rows)
+    }
+
+    /// Runs a query and hands each row (only the first when `first_only`) to `visit`.
+    fn visit_rows(
+        &self,
+        sql: &str,
+        args: &[&dyn Param],
+        first_only: bool,
+        visit: &mut dyn FnMut(&Row<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         match self.inner {
             Inner::Sqlite(conn) => {
                 let mut stmt = conn.prepare_cached(sql).or_store()?;
@@ -387,11 +384,13 @@ impl Conn<'_> {
                         args.iter().map(|a| SqliteParam(a.value())),
                     ))
                     .or_store()?;
-                let mut out = Vec::new();
                 while let Some(row) = rows.next().or_store()? {
-                    out.push(f(&Row::Sqlite(row))?);
+                    visit(&Row::Sqlite(row))?;
+                    if first_only {
+                        break;
+                    }
                 }
-                Ok(out)
+                Ok(())
             }
             Inner::Postgres(cell) => {
                 let mut pg = cell.borrow_mut();
@@ -402,7 +401,10 @@ impl Conn<'_> {
                     .query(&stmt, &pg_refs(&params))
                     .map_err(StoreError::from_postgres)?;
                 drop(pg);
-                rows.iter().map(|row| f(&Row::Postgres(row))).collect()
+                let take = if first_only { 1 } else { rows.len() };
+                rows.iter()
+                    .take(take)
+                    .try_for_each(|row| visit(&Row::Postgres(row)))
             }
         }
     }

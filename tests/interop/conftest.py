@@ -46,6 +46,7 @@ class TollgateDb:
     path: Path | str
     admin_key: str | None
     init_output: dict
+    workdir: Path
 
 
 def _binary() -> Path:
@@ -122,7 +123,7 @@ def tollgate_db(tmp_path: Path, run_tollgate):
     done = run_tollgate("--database", str(path), "init", "--json", "--company", "Interop Co")
     assert done.returncode == 0, f"tollgate init failed ({done.returncode}): {done.stderr}"
     printed = json.loads(done.stdout)
-    yield TollgateDb(path=path, admin_key=printed.get("admin_key"), init_output=printed)
+    yield TollgateDb(path=path, admin_key=printed.get("admin_key"), init_output=printed, workdir=tmp_path)
     if name is not None:
         _psql(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
@@ -161,7 +162,7 @@ def stdio_params(tollgate_bin: Path) -> Callable[..., StdioServerParameters]:
             command=str(tollgate_bin),
             args=["--database", str(db.path), "stdio", *extra],
             env=variables,
-            cwd=str(db.path.parent),
+            cwd=str(db.workdir),
         )
 
     return build
