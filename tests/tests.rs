@@ -39,3 +39,4 @@ mod rehearsal;
 mod sandbox;
 mod side_doors;
 mod stdio_protocol;
+mod store_copy;

@@ -110,6 +110,9 @@ enum Command {
     /// The REST APIs and MCP servers behind the gate: check what they yield.
     #[command(subcommand)]
     Backends(crate::ops::backends::BackendsCommand),
+    /// Move an installation to another store: copy an SQLite file into PostgreSQL.
+    #[command(subcommand)]
+    Store(crate::ops::store_copy::StoreCommand),
 }
 
 #[derive(Debug, Args)]
@@ -230,6 +233,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Audit(args) => crate::ops::admin::audit(&config, &args),
         Command::Faults(command) => crate::ops::admin::faults(&config, &command),
         Command::Backends(command) => crate::ops::backends::backends(&config, &command),
+        Command::Store(command) => crate::ops::store_copy::store(&config, &command),
     }
 }
 

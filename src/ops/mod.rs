@@ -1,6 +1,7 @@
 //! The operator's side: the command line and what assembles a server (`cli`), the
 //! operator's commands (keys, clients, plans, company, sandbox and audit in `admin`; rate
-//! limits and usage in `usage`; backup and restore), the health probe of a running server,
+//! limits and usage in `usage`; backup and restore; `store copy`, the move from an SQLite file
+//! to PostgreSQL, in `store_copy`), the health probe of a running server,
 //! and process logging. The top layer: it may use every other.
 
 pub mod admin;
@@ -9,4 +10,5 @@ pub mod backup;
 pub mod cli;
 pub mod healthcheck;
 pub mod logging;
+pub mod store_copy;
 pub mod usage;

@@ -30,6 +30,7 @@
 
 pub mod audit;
 pub mod backup;
+pub mod copy;
 pub mod counters;
 pub mod credentials;
 pub mod faults;

@@ -278,14 +278,6 @@ impl Row<'_> {
         };
         converted.map_err(|e| StoreError::Corrupt(format!("column {i}: {e}")))
     }
-
-    /// How many columns the row has.
-    pub(in crate::store) fn len(&self) -> usize {
-        match self {
-            Self::Sqlite(row) => row.as_ref().column_count(),
-            Self::Postgres(row) => row.len(),
-        }
-    }
 }
 
 impl Conn<'_> {
