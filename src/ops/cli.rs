@@ -237,12 +237,14 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-fn refuse(message: &str) -> ExitCode {
+/// Says why a command is refused (the operator can fix it) and gives its exit status.
+pub(super) fn refuse(message: &str) -> ExitCode {
     eprintln!("tollgate: {message}");
     ExitCode::from(EXIT_REFUSED)
 }
 
-fn fail(message: &str) -> ExitCode {
+/// Says why a command failed and gives its exit status.
+pub(super) fn fail(message: &str) -> ExitCode {
     eprintln!("tollgate: {message}");
     ExitCode::FAILURE
 }
