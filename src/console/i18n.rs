@@ -111,6 +111,7 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "Llamadas por hora, último día",
     ),
     ("calls", "calls", "llamadas"),
+    ("calls_heading", "Calls", "Llamadas"),
     ("peak", "peak", "máximo"),
     (
         "no_calls",

@@ -270,7 +270,7 @@ impl Store {
 
     /// Calls per time bucket and outcome since `since_ms`: `(bucket start in unix
     /// milliseconds, outcome, calls)`, oldest bucket first. A summary row counts the calls
-    /// it stands for.
+    /// it stands for; the rows of changes made in the console (`console:…`) are not calls.
     pub fn calls_by_outcome(
         &self,
         since_ms: i64,
@@ -279,7 +279,8 @@ impl Store {
         self.with_conn(|conn| {
             conn.query_all(
                 "SELECT (at / ?2) * ?2 AS bucket, outcome, CAST(SUM(calls) AS BIGINT) FROM audit_log \
-                 WHERE at >= ?1 GROUP BY bucket, outcome ORDER BY bucket, outcome",
+                 WHERE at >= ?1 AND tool NOT LIKE 'console:%' \
+                 GROUP BY bucket, outcome ORDER BY bucket, outcome",
                 args![since_ms, bucket_ms.max(1)],
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
@@ -533,6 +534,12 @@ mod tests {
                 Some("10.0.0.9"),
             );
             write(store, &call(120_000, None, "t", "ok"), 1, None);
+            write(
+                store,
+                &call(120_001, Some("K1"), "console:revoke_key", "ok"),
+                1,
+                None,
+            );
             let counted = store.calls_by_outcome(60_000, 60_000).expect("count");
             assert_eq!(
                 counted,
