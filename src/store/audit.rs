@@ -212,11 +212,22 @@ pub struct AuditPage {
 
 const PAGE_COLUMNS: &str = "SELECT id, at, request_id, credential_id, client_id, tool, outcome, \
      duration_us, transport, calls, source, backend FROM audit_log";
-const PAGE_WHERE: &str = " WHERE (CAST(?1 AS TEXT) IS NULL OR credential_id = ?1) \
-     AND (CAST(?2 AS TEXT) IS NULL OR tool = ?2) AND (CAST(?3 AS TEXT) IS NULL OR outcome = ?3) \
-     AND (?4 = 0 OR outcome <> 'ok') \
-     AND (CAST(?5 AS BIGINT) IS NULL OR at >= ?5) AND (CAST(?6 AS BIGINT) IS NULL OR at < ?6) \
-     AND (CAST(?7 AS BIGINT) IS NULL OR id < ?7) AND (CAST(?8 AS BIGINT) IS NULL OR id > ?8)";
+
+/// Adds `column_test` (with `param` as its next numbered parameter, if any) to a filter.
+fn add<'a>(
+    conditions: &mut Vec<String>,
+    params: &mut Vec<&'a dyn super::sql::Param>,
+    column_test: &str,
+    param: Option<&'a dyn super::sql::Param>,
+) {
+    match param {
+        Some(p) => {
+            params.push(p);
+            conditions.push(format!("{column_test} ?{}", params.len()));
+        }
+        None => conditions.push(column_test.to_owned()),
+    }
+}
 
 fn record_from_row(row: &super::sql::Row<'_>) -> Result<AuditRecord, StoreError> {
     Ok(AuditRecord {
@@ -236,32 +247,54 @@ fn record_from_row(row: &super::sql::Row<'_>) -> Result<AuditRecord, StoreError>
 }
 
 impl Store {
-    /// One page of the audit log, newest first.
+    /// One page of the audit log, newest first. The statement names only the filters that
+    /// are set, so each engine's planner sees what it can use (`audit_log_by_credential`
+    /// for one credential's rows, the primary key otherwise).
     pub fn audit_page(&self, page: &AuditPage) -> Result<Vec<AuditRecord>, StoreError> {
+        let limit = row_limit(page.limit);
+        let mut conditions: Vec<String> = Vec::new();
+        let mut params: Vec<&dyn super::sql::Param> = Vec::new();
+        if let Some(v) = &page.credential_id {
+            add(&mut conditions, &mut params, "credential_id =", Some(v));
+        }
+        if let Some(v) = &page.tool {
+            add(&mut conditions, &mut params, "tool =", Some(v));
+        }
+        if let Some(v) = &page.outcome {
+            add(&mut conditions, &mut params, "outcome =", Some(v));
+        }
+        if page.failures_only {
+            add(&mut conditions, &mut params, "outcome <> 'ok'", None);
+        }
+        if let Some(v) = &page.since_ms {
+            add(&mut conditions, &mut params, "at >=", Some(v));
+        }
+        if let Some(v) = &page.until_ms {
+            add(&mut conditions, &mut params, "at <", Some(v));
+        }
         // A page after a row is read oldest first (the rows just above it) and turned round.
-        let (order, before) = if page.after_id.is_some() {
-            ("ASC", None)
-        } else {
-            ("DESC", page.before_id)
+        let order = match (&page.after_id, &page.before_id) {
+            (Some(after), _) => {
+                add(&mut conditions, &mut params, "id >", Some(after));
+                "ASC"
+            }
+            (None, Some(before)) => {
+                add(&mut conditions, &mut params, "id <", Some(before));
+                "DESC"
+            }
+            (None, None) => "DESC",
         };
-        let sql = format!("{PAGE_COLUMNS}{PAGE_WHERE} ORDER BY id {order} LIMIT ?9 + 0");
-        let mut rows = self.with_conn(|conn| {
-            conn.query_all(
-                &sql,
-                args![
-                    page.credential_id,
-                    page.tool,
-                    page.outcome,
-                    i64::from(page.failures_only),
-                    page.since_ms,
-                    page.until_ms,
-                    before,
-                    page.after_id,
-                    row_limit(page.limit)
-                ],
-                record_from_row,
-            )
-        })?;
+        params.push(&limit);
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
+        let sql = format!(
+            "{PAGE_COLUMNS}{filter} ORDER BY id {order} LIMIT ?{} + 0",
+            params.len()
+        );
+        let mut rows = self.with_conn(|conn| conn.query_all(&sql, &params, record_from_row))?;
         if page.after_id.is_some() {
             rows.reverse();
         }
