@@ -231,12 +231,15 @@ pass "serve answers /healthz"
 # The schema version the binary was built with, from wherever the store declares it.
 SCHEMA_VERSION=$(cat "$ROOT"/src/store/*.rs | sed -n 's/^pub const SCHEMA_VERSION: u32 = \([0-9]*\);/\1/p')
 if [ -z "$SCHEMA_VERSION" ]; then fail "SCHEMA_VERSION found in src/store/"; fi
-expect "/healthz body" "{\"status\":\"ok\",\"schema_version\":$SCHEMA_VERSION}" "$(cat "$WORK/healthz.json")"
+expect "/healthz body" "{\"status\":\"ok\",\"store\":\"sqlite\",\"schema_version\":$SCHEMA_VERSION}" "$(cat "$WORK/healthz.json")"
 expect "server runs as tollgate" "tollgate" "$(ps -o user= -p "$SERVER_PID" | tr -d ' ')"
 for _ in $(seq 50); do grep -qx 'READY=1' "$WORK/notify.log" 2>/dev/null && break; sleep 0.1; done
 check "sent READY=1 to NOTIFY_SOCKET" grep -qx 'READY=1' "$WORK/notify.log"
 check "healthcheck (database) as the service user" as_service tollgate --config "$CONF" healthcheck
 check "healthcheck --url" as_service tollgate healthcheck --url "$BASE/healthz"
+# The packaged configuration listens on loopback, where the operator's console is on.
+expect "console sign-in page on loopback" "200" \
+    "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$BASE/console/sign-in")"
 
 # --- a real MCP conversation over HTTP ---------------------------------------------------
 
