@@ -128,6 +128,79 @@ impl ManualClock {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` for unix seconds.
+pub fn format_time(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for unix milliseconds.
+pub fn format_time_ms(ms: i64) -> String {
+    let base = format_time(ms.div_euclid(1000));
+    format!("{}.{:03}Z", base.trim_end_matches('Z'), ms.rem_euclid(1000))
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// A proleptic Gregorian date to days since 1970-01-01 (the inverse of
+/// `civil_from_days`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Unix seconds of a UTC time written `YYYY-MM-DDTHH:MM` (an HTML `datetime-local`
+/// value, seconds optional) or `YYYY-MM-DD` (midnight); `None` when it is not one.
+pub fn parse_utc_minute(text: &str) -> Option<i64> {
+    let text = text.trim().trim_end_matches('Z');
+    let (date, time) = text.split_once(['T', ' ']).unwrap_or((text, "00:00"));
+    let number = |part: &str, range: std::ops::RangeInclusive<i64>| {
+        let n: i64 = part.parse().ok()?;
+        (part.bytes().all(|b| b.is_ascii_digit()) && range.contains(&n)).then_some(n)
+    };
+    let mut date_parts = date.split('-');
+    let y = number(date_parts.next()?, 1970..=9999)?;
+    let m = number(date_parts.next()?, 1..=12)?;
+    let d = number(date_parts.next()?, 1..=31)?;
+    let mut time_parts = time.split(':');
+    let hh = number(time_parts.next()?, 0..=23)?;
+    let mm = number(time_parts.next()?, 0..=59)?;
+    let ss = time_parts.next().map_or(Some(0), |s| number(s, 0..=59))?;
+    if date_parts.next().is_some() || time_parts.next().is_some() {
+        return None;
+    }
+    let days = days_from_civil(y, m, d);
+    // 31 February and the like do not come back as themselves.
+    if civil_from_days(days) != (y, m, d) {
+        return None;
+    }
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +243,28 @@ mod tests {
         assert!((clock.unix_millis() / 1000 - secs).abs() <= 1);
         let first = clock.monotonic();
         assert!(clock.monotonic() >= first);
+    }
+
+    #[test]
+    fn utc_times_are_written_and_read_back() {
+        assert_eq!(format_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_time(1_709_210_096), "2024-02-29T12:34:56Z");
+        assert_eq!(
+            format_time_ms(1_709_210_096_789),
+            "2024-02-29T12:34:56.789Z"
+        );
+        assert_eq!(parse_utc_minute("2024-02-29T12:34"), Some(1_709_210_040));
+        assert_eq!(parse_utc_minute("2024-02-29T12:34:56"), Some(1_709_210_096));
+        assert_eq!(parse_utc_minute("1970-01-01"), Some(0));
+        for bad in [
+            "",
+            "2023-02-29T00:00",
+            "2024-13-01",
+            "2024-01-01T24:00",
+            "x",
+            "2024-1-1T1:1:1:1",
+        ] {
+            assert_eq!(parse_utc_minute(bad), None, "{bad}");
+        }
     }
 }

@@ -11,6 +11,7 @@
 pub mod catalog;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod guards;
 pub mod ops;
 pub mod protocol;

@@ -26,6 +26,7 @@ const LAYERS: &[&str] = &[
     "tools",     // tool declarations, their context, the packs
     "guards",    // the chain around a call, its steps, audit and metrics
     "protocol",  // JSON-RPC, revisions and eras, the dispatcher
+    "console",   // the operator's console: its pages, sign-ins and forms
     "transport", // stdio, Streamable HTTP, sessions, OAuth endpoints
     "ops",       // the command line and the operator's commands
 ];

@@ -458,6 +458,7 @@ fn token_request(
     let head = tollgate::transport::http::HttpHead {
         method: tiny_http::Method::Post,
         path: "/oauth/token".to_owned(),
+        query: String::new(),
         headers: vec![
             ("authorization".to_owned(), format!("Basic {basic}")),
             (

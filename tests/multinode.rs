@@ -54,26 +54,6 @@ fn admin(db: &TestDb) -> String {
     db.admin_key.clone().expect("init prints an admin key")
 }
 
-/// Lifts `token`'s per-minute write limit out of a test's way (the plan's default is 60).
-fn lift_write_limit(db: &TestDb, token: &str) {
-    let id = public_id(token);
-    let out = db.run(&[
-        "limits",
-        "set",
-        "--credential",
-        &id,
-        "--category",
-        "write",
-        "--per-minute",
-        "100000",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn public_id(token: &str) -> String {
     token.split('_').nth(2).expect("public id").to_owned()
 }
@@ -182,7 +162,7 @@ fn one_idempotency_key_sent_to_every_node_at_once_runs_its_call_once() {
     const KEYS: usize = 12;
     let db = TestDb::new();
     let token = admin(&db);
-    lift_write_limit(&db, &token);
+    db.limit_per_minute(&public_id(&token), "write", 100_000);
     let nodes = three_nodes(&db, &token, &[]);
     let results = Arc::new(Mutex::new(Vec::new()));
     let start = Arc::new(Barrier::new(nodes.len()));
@@ -254,7 +234,7 @@ fn invoices_issued_on_every_node_at_once_get_gapless_ordered_numbers() {
     const INVOICES: usize = 24;
     let db = TestDb::new();
     let token = admin(&db);
-    lift_write_limit(&db, &token);
+    db.limit_per_minute(&public_id(&token), "write", 100_000);
     let nodes = three_nodes(&db, &token, &[]);
     let client = nodes[0].call(
         &token,

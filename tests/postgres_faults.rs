@@ -90,21 +90,7 @@ fn a_postgres_restart_under_load_is_answered_retryably_and_the_node_recovers_by_
     let db = TestDb::on_postgres(&cluster.url);
     let token = db.admin_key.clone().expect("admin key");
     let id = token.split('_').nth(2).expect("id").to_owned();
-    let out = db.run(&[
-        "limits",
-        "set",
-        "--credential",
-        &id,
-        "--category",
-        "write",
-        "--per-minute",
-        "100000",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    db.limit_per_minute(&id, "write", 100_000);
     let server = Arc::new(HttpServer::start_with_env(
         &db,
         &[],

@@ -17,6 +17,7 @@ mod backends_upstream;
 mod backup;
 mod capabilities;
 mod clock;
+mod console;
 mod docs;
 mod faults;
 mod floods;

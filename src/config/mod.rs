@@ -57,6 +57,9 @@ const MAX_ARGON2_PER_SECOND: u64 = 10_000;
 const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 90;
 /// A hundred years: longer is a typo (0 keeps rows forever).
 const MAX_AUDIT_RETENTION_DAYS: u64 = 36_500;
+/// A console sign-in ends after this many minutes without a request.
+const DEFAULT_CONSOLE_IDLE_MINUTES: u64 = 15;
+const MAX_CONSOLE_IDLE_MINUTES: u64 = 720;
 
 /// A configuration that could not be read or is invalid; the message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,6 +336,8 @@ pub struct Config {
     pub audit: AuditConfig,
     /// `[errors]`
     pub errors: ErrorsConfig,
+    /// `[console]`
+    pub console: ConsoleConfig,
     /// `[[backends]]`: the company's REST APIs and MCP servers behind the gate.
     pub backends: Vec<BackendConfig>,
 }
@@ -351,6 +356,16 @@ pub struct AuthConfig {
     /// argon2 verifications started per second across all sources (1..=10000); beyond
     /// it, tokens that are not cached are refused `rate_limited` until the next second.
     pub argon2_per_second: u32,
+}
+
+/// `[console]`: the operator's console under `/console` on the HTTP listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleConfig {
+    /// Whether `/console` is served. Unset, it is served when the listener is on a
+    /// loopback address (reach it through an SSH tunnel) and not otherwise.
+    pub enabled: bool,
+    /// A sign-in ends after this long without a request.
+    pub idle_timeout: Duration,
 }
 
 /// `[audit]`: the audit log.
@@ -594,6 +609,10 @@ impl Default for Config {
             errors: ErrorsConfig {
                 guard_channel: GuardChannel::JsonRpc,
             },
+            console: ConsoleConfig {
+                enabled: true,
+                idle_timeout: Duration::from_secs(DEFAULT_CONSOLE_IDLE_MINUTES * 60),
+            },
             backends: Vec::new(),
         }
     }
@@ -691,6 +710,10 @@ impl Config {
             },
             errors: RawErrors {
                 guard_channel: Some(self.errors.guard_channel),
+            },
+            console: RawConsole {
+                enabled: Some(self.console.enabled),
+                idle_minutes: Some(self.console.idle_timeout.as_secs() / 60),
             },
             backends: self.backends.iter().map(BackendConfig::to_raw).collect(),
         }

@@ -27,6 +27,8 @@ pub(super) struct RawConfig {
     pub(super) audit: RawAudit,
     #[serde(default)]
     pub(super) errors: RawErrors,
+    #[serde(default)]
+    pub(super) console: RawConsole,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) backends: Vec<super::backends::RawBackend>,
 }
@@ -88,6 +90,13 @@ pub(super) struct RawTools {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDev {
     pub(super) unauthenticated_credential: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConsole {
+    pub(super) enabled: Option<bool>,
+    pub(super) idle_minutes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -309,6 +318,14 @@ pub(super) const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
     }),
     ("TOLLGATE_STORE_BUSY_TIMEOUT_MS", |raw, v| {
         raw.store.busy_timeout_ms = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_CONSOLE_ENABLED", |raw, v| {
+        raw.console.enabled = Some(parse_bool(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_CONSOLE_IDLE_MINUTES", |raw, v| {
+        raw.console.idle_minutes = Some(parse_u64(v)?);
         Ok(())
     }),
     ("TOLLGATE_AUDIT_RETENTION_DAYS", |raw, v| {

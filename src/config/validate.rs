@@ -12,12 +12,14 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
         (None, Some(url)) => parse_database("store.url", &PathBuf::from(url))?,
         (None, None) => Database::Sqlite(PathBuf::from(DEFAULT_DATABASE)),
     };
+    let http = validate_http(raw.http)?;
+    let console = validate_console(raw.console, &http)?;
     let config = Config {
         file: None,
         database,
         locale: raw.locale,
         stdio: validate_stdio(raw.stdio)?,
-        http: validate_http(raw.http)?,
+        http,
         log: LogConfig {
             level: raw.log.level.unwrap_or(LogLevel::Info),
             format: raw.log.format.unwrap_or(LogFormat::Human),
@@ -32,6 +34,7 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
         errors: ErrorsConfig {
             guard_channel: raw.errors.guard_channel.unwrap_or(GuardChannel::JsonRpc),
         },
+        console,
         backends: Vec::new(),
     };
     check_dev_mode_is_local(&config)?;
@@ -276,6 +279,24 @@ pub(super) fn validate_store(raw: RawStore) -> Result<StoreConfig, ConfigError> 
     Ok(StoreConfig {
         busy_timeout: Duration::from_millis(busy_ms),
         pool_size: u32::try_from(pool).unwrap_or(u32::MAX),
+    })
+}
+
+/// `[console]`: served by default only when the listener is on loopback.
+pub(super) fn validate_console(
+    raw: RawConsole,
+    http: &HttpConfig,
+) -> Result<ConsoleConfig, ConfigError> {
+    let minutes = in_range(
+        "console.idle_minutes",
+        Some("TOLLGATE_CONSOLE_IDLE_MINUTES"),
+        raw.idle_minutes,
+        DEFAULT_CONSOLE_IDLE_MINUTES,
+        (1, MAX_CONSOLE_IDLE_MINUTES),
+    )?;
+    Ok(ConsoleConfig {
+        enabled: raw.enabled.unwrap_or(http.listen.ip().is_loopback()),
+        idle_timeout: Duration::from_secs(minutes * 60),
     })
 }
 

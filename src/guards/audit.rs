@@ -432,6 +432,33 @@ fn truncate(text: &str) -> String {
     }
 }
 
+/// Writes, at once and in its own transaction, the row of a change an operator made in
+/// the console: `action` as its tool (`console:revoke_key`), the operator's credential,
+/// what was changed as its request id (a JSON string), and where the operator was
+/// (`source`). The row is committed when this returns `Ok`.
+pub fn record_operator_change(
+    db: &Store,
+    clock: &Clock,
+    operator: &Principal,
+    action: &str,
+    target: &str,
+    source: &str,
+) -> Result<(), StoreError> {
+    let row = AuditRow {
+        at: clock.unix_millis(),
+        request_id: truncate(&Value::from(target).to_string()),
+        credential_id: Some(operator.credential_id.clone()),
+        client_id: operator.client_id.clone(),
+        tool: truncate(action),
+        outcome: "ok".to_owned(),
+        duration_us: 0,
+        transport: "http",
+        backend: None,
+    };
+    db.in_transaction(|tx| store::insert_row(tx, &row, 1, Some(source)))
+        .map(|_| ())
+}
+
 /// The most recent rows matching `filter`, newest first.
 pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
     store.recent_audit(filter)

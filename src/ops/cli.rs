@@ -237,12 +237,14 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-fn refuse(message: &str) -> ExitCode {
+/// Says why a command is refused (the operator can fix it) and gives its exit status.
+pub(super) fn refuse(message: &str) -> ExitCode {
     eprintln!("tollgate: {message}");
     ExitCode::from(EXIT_REFUSED)
 }
 
-fn fail(message: &str) -> ExitCode {
+/// Says why a command failed and gives its exit status.
+pub(super) fn fail(message: &str) -> ExitCode {
     eprintln!("tollgate: {message}");
     ExitCode::FAILURE
 }
@@ -289,7 +291,7 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
     if let Err(e) = store.set_company(&company) {
         return fail(&format!("cannot save the company: {e}"));
     }
-    // The first admin key (scopes `*`); `None` when init runs again on a database with keys.
+    // The first admin key (scopes `*` and `admin`: every tool and the console); `None` when init runs again on a database with keys.
     let admin_key = match crate::ops::admin::first_admin_key(&store) {
         Ok(key) => key,
         Err(e) => return fail(&format!("cannot create the admin key: {e}")),
@@ -327,7 +329,7 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
         );
         match &admin_key {
             Some(key) => println!(
-                "Admin key {} (scopes *), shown once; store it now, it cannot be shown again:\n{}",
+                "Admin key {} (scopes *, admin: every tool and the console), shown once; store it now, it cannot be shown again:\n{}",
                 key.public_id,
                 key.token.expose()
             ),

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use crate::config::{Config, Database};
-use crate::ops::cli::EXIT_REFUSED;
+use crate::ops::cli::{fail, refuse};
 use crate::store::copy::{CopyError, CopyReport, copy_installation};
 use crate::store::{Store, StoreError, StoreOptions};
 
@@ -182,16 +182,6 @@ fn report_text(from: &Database, to: &Database, report: &CopyReport) -> String {
         out.push_str("Verified: every table holds the same rows on both sides.\n");
     }
     out
-}
-
-fn refuse(message: &str) -> ExitCode {
-    eprintln!("tollgate: {message}");
-    ExitCode::from(EXIT_REFUSED)
-}
-
-fn fail(message: &str) -> ExitCode {
-    eprintln!("tollgate: {message}");
-    ExitCode::FAILURE
 }
 
 #[cfg(test)]

@@ -179,22 +179,143 @@ impl Store {
                     filter.outcome,
                     row_limit(filter.limit)
                 ],
-                |row| {
-                    Ok(AuditRecord {
-                        id: row.get(0)?,
-                        at_ms: row.get(1)?,
-                        request_id: row.get(2)?,
-                        credential_id: row.get(3)?,
-                        client_id: row.get(4)?,
-                        tool: row.get(5)?,
-                        outcome: row.get(6)?,
-                        duration_us: row.get(7)?,
-                        transport: row.get(8)?,
-                        calls: row.get(9)?,
-                        source: row.get(10)?,
-                        backend: row.get(11)?,
-                    })
-                },
+                record_from_row,
+            )
+        })
+    }
+}
+
+/// A page of the audit log as the console lists it: the filters of [`AuditFilter`], a time
+/// range, only failures, and a position (keyset on the row id, so a page stays put while
+/// new rows arrive).
+#[derive(Debug, Clone, Default)]
+pub struct AuditPage {
+    /// Only this credential's calls.
+    pub credential_id: Option<String>,
+    /// Only calls of this tool.
+    pub tool: Option<String>,
+    /// Only this outcome (`ok` or a catalog code).
+    pub outcome: Option<String>,
+    /// Only rows whose outcome is not `ok`.
+    pub failures_only: bool,
+    /// Rows at or after this time (unix milliseconds).
+    pub since_ms: Option<i64>,
+    /// Rows before this time (unix milliseconds).
+    pub until_ms: Option<i64>,
+    /// The page before this row id (older rows), or the newest page.
+    pub before_id: Option<i64>,
+    /// The page after this row id (newer rows); wins over `before_id`.
+    pub after_id: Option<i64>,
+    /// At most this many rows.
+    pub limit: u32,
+}
+
+const PAGE_COLUMNS: &str = "SELECT id, at, request_id, credential_id, client_id, tool, outcome, \
+     duration_us, transport, calls, source, backend FROM audit_log";
+
+/// Adds `column_test` (with `param` as its next numbered parameter, if any) to a filter.
+fn add<'a>(
+    conditions: &mut Vec<String>,
+    params: &mut Vec<&'a dyn super::sql::Param>,
+    column_test: &str,
+    param: Option<&'a dyn super::sql::Param>,
+) {
+    match param {
+        Some(p) => {
+            params.push(p);
+            conditions.push(format!("{column_test} ?{}", params.len()));
+        }
+        None => conditions.push(column_test.to_owned()),
+    }
+}
+
+fn record_from_row(row: &super::sql::Row<'_>) -> Result<AuditRecord, StoreError> {
+    Ok(AuditRecord {
+        id: row.get(0)?,
+        at_ms: row.get(1)?,
+        request_id: row.get(2)?,
+        credential_id: row.get(3)?,
+        client_id: row.get(4)?,
+        tool: row.get(5)?,
+        outcome: row.get(6)?,
+        duration_us: row.get(7)?,
+        transport: row.get(8)?,
+        calls: row.get(9)?,
+        source: row.get(10)?,
+        backend: row.get(11)?,
+    })
+}
+
+impl Store {
+    /// One page of the audit log, newest first. The statement names only the filters that
+    /// are set, so each engine's planner sees what it can use (`audit_log_by_credential`
+    /// for one credential's rows, the primary key otherwise).
+    pub fn audit_page(&self, page: &AuditPage) -> Result<Vec<AuditRecord>, StoreError> {
+        let limit = row_limit(page.limit);
+        let mut conditions: Vec<String> = Vec::new();
+        let mut params: Vec<&dyn super::sql::Param> = Vec::new();
+        if let Some(v) = &page.credential_id {
+            add(&mut conditions, &mut params, "credential_id =", Some(v));
+        }
+        if let Some(v) = &page.tool {
+            add(&mut conditions, &mut params, "tool =", Some(v));
+        }
+        if let Some(v) = &page.outcome {
+            add(&mut conditions, &mut params, "outcome =", Some(v));
+        }
+        if page.failures_only {
+            add(&mut conditions, &mut params, "outcome <> 'ok'", None);
+        }
+        if let Some(v) = &page.since_ms {
+            add(&mut conditions, &mut params, "at >=", Some(v));
+        }
+        if let Some(v) = &page.until_ms {
+            add(&mut conditions, &mut params, "at <", Some(v));
+        }
+        // A page after a row is read oldest first (the rows just above it) and turned round.
+        let order = match (&page.after_id, &page.before_id) {
+            (Some(after), _) => {
+                add(&mut conditions, &mut params, "id >", Some(after));
+                "ASC"
+            }
+            (None, Some(before)) => {
+                add(&mut conditions, &mut params, "id <", Some(before));
+                "DESC"
+            }
+            (None, None) => "DESC",
+        };
+        params.push(&limit);
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        };
+        let sql = format!(
+            "{PAGE_COLUMNS}{filter} ORDER BY id {order} LIMIT ?{} + 0",
+            params.len()
+        );
+        let mut rows = self.with_conn(|conn| conn.query_all(&sql, &params, record_from_row))?;
+        if page.after_id.is_some() {
+            rows.reverse();
+        }
+        Ok(rows)
+    }
+
+    /// Calls per time bucket and outcome since `since_ms`: `(bucket start in unix
+    /// milliseconds, outcome, calls)`, oldest bucket first. A summary row counts the calls
+    /// it stands for; the rows of changes made in the console (`console:…`) are not calls.
+    pub fn calls_by_outcome(
+        &self,
+        since_ms: i64,
+        bucket_ms: i64,
+    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+        self.with_conn(|conn| {
+            conn.query_all(
+                "SELECT (at / ?2) * ?2 AS bucket, outcome, CAST(SUM(calls) AS BIGINT) FROM audit_log \
+                 WHERE at >= ?1 AND tool NOT LIKE 'console:%' \
+                 GROUP BY bucket, outcome ORDER BY bucket, outcome",
+                args![since_ms, bucket_ms.max(1)],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
         })
     }
@@ -372,6 +493,95 @@ mod tests {
                 .map(|(id, _, _)| id)
                 .collect();
             assert_eq!(left, [ids[3]]);
+        }
+    }
+
+    #[test]
+    fn a_page_filters_by_time_and_failure_and_moves_by_row_id_both_ways() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let ids: Vec<i64> = [
+                (1_000, "ok"),
+                (2_000, "rate_limited"),
+                (3_000, "ok"),
+                (4_000, "invalid_token"),
+                (5_000, "ok"),
+            ]
+            .into_iter()
+            .map(|(at, outcome)| write(store, &call(at, Some("K1"), "t", outcome), 1, None))
+            .collect();
+            let page = |page: AuditPage| -> Vec<i64> {
+                let rows = store.audit_page(&page).expect("page");
+                rows.into_iter().map(|r| r.id).collect()
+            };
+            let all = AuditPage {
+                limit: 100,
+                ..AuditPage::default()
+            };
+            assert_eq!(page(all.clone()), [ids[4], ids[3], ids[2], ids[1], ids[0]]);
+            let failures = AuditPage {
+                failures_only: true,
+                ..all.clone()
+            };
+            assert_eq!(page(failures), [ids[3], ids[1]]);
+            let window = AuditPage {
+                since_ms: Some(2_000),
+                until_ms: Some(4_000),
+                ..all.clone()
+            };
+            assert_eq!(page(window), [ids[2], ids[1]]);
+            let first = AuditPage {
+                limit: 2,
+                ..all.clone()
+            };
+            assert_eq!(page(first.clone()), [ids[4], ids[3]]);
+            let older = AuditPage {
+                before_id: Some(ids[3]),
+                ..first.clone()
+            };
+            assert_eq!(page(older), [ids[2], ids[1]]);
+            let newer = AuditPage {
+                after_id: Some(ids[1]),
+                ..first.clone()
+            };
+            assert_eq!(page(newer), [ids[3], ids[2]]);
+            let other = AuditPage {
+                credential_id: Some("K2".into()),
+                ..all
+            };
+            assert!(page(other).is_empty());
+        }
+    }
+
+    #[test]
+    fn calls_are_counted_per_bucket_and_outcome_with_summary_rows_whole() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            write(store, &call(59_000, None, "t", "ok"), 1, None);
+            write(store, &call(60_000, None, "t", "ok"), 1, None);
+            write(store, &call(61_000, None, "t", "ok"), 1, None);
+            write(
+                store,
+                &call(119_999, None, "t", "invalid_token"),
+                40,
+                Some("10.0.0.9"),
+            );
+            write(store, &call(120_000, None, "t", "ok"), 1, None);
+            write(
+                store,
+                &call(120_001, Some("K1"), "console:revoke_key", "ok"),
+                1,
+                None,
+            );
+            let counted = store.calls_by_outcome(60_000, 60_000).expect("count");
+            assert_eq!(
+                counted,
+                [
+                    (60_000, "invalid_token".to_owned(), 40),
+                    (60_000, "ok".to_owned(), 2),
+                    (120_000, "ok".to_owned(), 1),
+                ]
+            );
         }
     }
 }

@@ -6,6 +6,15 @@ use super::*;
 /// The super-scope: grants every tool.
 pub const SUPER_SCOPE: &str = "*";
 
+/// The operator's scope: signs in to the console under `/console`. It grants no tool, and
+/// `*` does not include it: a key an agent holds never opens the console by accident.
+pub const ADMIN_SCOPE: &str = "admin";
+
+/// Whether `held` includes the operator's scope (exactly; `*` does not).
+pub fn is_operator(held: &[String]) -> bool {
+    held.iter().any(|s| s == ADMIN_SCOPE)
+}
+
 /// The tools one principal may see: its scopes and the company's plan, read once.
 pub struct Visibility<'p> {
     pub(super) principal: &'p Principal,
@@ -80,7 +89,7 @@ pub(super) fn smallest_plan_above(
 /// `_` or `-`, starting with a letter, at most 32 characters.
 pub fn parse_scope(text: &str) -> Result<String, CredentialError> {
     let text = text.trim();
-    if text == SUPER_SCOPE {
+    if text == SUPER_SCOPE || text == ADMIN_SCOPE {
         return Ok(text.to_owned());
     }
     let part_ok = |p: &str| {

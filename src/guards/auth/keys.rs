@@ -79,7 +79,8 @@ impl fmt::Display for CredentialError {
             Self::BadScope(scope) => write!(
                 f,
                 "invalid scope {scope:?}: scopes look like resource:action in lowercase \
-                 (e.g. invoices:read, clients:write), or * for every tool; separate them with commas"
+                 (e.g. invoices:read, clients:write), * for every tool, or admin for the console; \
+                 separate them with commas"
             ),
             Self::ScopeNotAllowed { scope, client_id } => write!(
                 f,
@@ -337,6 +338,13 @@ pub fn create_client(
     let name = check_name(name)?;
     if scopes.is_empty() {
         return Err(CredentialError::BadScope(String::new()));
+    }
+    if super::is_operator(scopes) {
+        return Err(CredentialError::Invalid(
+            "the admin scope signs an operator in to the console and belongs to an API key; \
+             an OAuth client cannot be allowed it"
+                .to_owned(),
+        ));
     }
     let client_id = format!("client{}", new_public_id()?);
     let secret = Secret::new(format!("{CLIENT_SECRET_PREFIX}{}", new_secret()?));

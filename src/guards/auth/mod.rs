@@ -61,7 +61,10 @@ mod keys;
 mod throttle;
 mod token;
 
-pub use access::{AccessFacts, SUPER_SCOPE, Visibility, grants, parse_scope, parse_scope_list};
+pub use access::{
+    ADMIN_SCOPE, AccessFacts, SUPER_SCOPE, Visibility, grants, is_operator, parse_scope,
+    parse_scope_list,
+};
 pub use keys::{
     CredentialError, IssuedClient, IssuedKey, KeyInfo, NewKey, create_client, create_key,
     issue_access_token, list_clients, list_keys, revoke_client, revoke_key, rotate_key,

@@ -14,7 +14,7 @@ pub fn key(config: &Config, command: &KeyCommand) -> ExitCode {
     }))
 }
 
-/// Creates the first admin key (scopes `*`) when the installation has no active API key;
+/// Creates the first admin key (scopes `*` and `admin`: every tool and the console) when the installation has no active API key;
 /// `None` when it already has one (`tollgate init` run again).
 pub fn first_admin_key(store: &Store) -> Result<Option<IssuedKey>, CredentialError> {
     let now = crate::clock::Clock::System.unix_secs();
@@ -26,7 +26,7 @@ pub fn first_admin_key(store: &Store) -> Result<Option<IssuedKey>, CredentialErr
     }
     let new = NewKey {
         name: "admin".to_owned(),
-        scopes: vec![auth::SUPER_SCOPE.to_owned()],
+        scopes: vec![auth::SUPER_SCOPE.to_owned(), auth::ADMIN_SCOPE.to_owned()],
         expires_in: None,
         client_id: None,
         mode: Mode::Live,

@@ -1,5 +1,7 @@
-//! Text the operator's commands read and print: durations (`30d`), times (UTC, ISO 8601)
-//! and strings made safe for a terminal.
+//! Text the operator's commands read and print: durations (`30d`), times (UTC, ISO 8601,
+//! from [`crate::clock`]) and strings made safe for a terminal.
+
+pub use crate::clock::{format_time, format_time_ms};
 
 use std::time::Duration;
 
@@ -58,38 +60,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(help)
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` for unix seconds.
-pub fn format_time(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-pub(super) fn format_time_ms(ms: i64) -> String {
-    let base = format_time(ms.div_euclid(1000));
-    format!("{}.{:03}Z", base.trim_end_matches('Z'), ms.rem_euclid(1000))
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm).
-pub(super) fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,15 +87,5 @@ mod tests {
         );
         assert_eq!(escape_for_terminal("crear_factura_ñ"), "crear_factura_ñ");
         assert_eq!(escape_for_terminal("\u{7f}\u{9b}"), "\\u{7f}\\u{9b}");
-    }
-
-    #[test]
-    fn times() {
-        assert_eq!(format_time(0), "1970-01-01T00:00:00Z");
-        assert_eq!(format_time(1_709_210_096), "2024-02-29T12:34:56Z");
-        assert_eq!(
-            format_time_ms(1_709_210_096_789),
-            "2024-02-29T12:34:56.789Z"
-        );
     }
 }

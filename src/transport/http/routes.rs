@@ -35,6 +35,8 @@ pub(super) struct App {
     pub(super) oauth: crate::transport::http::oauth::Endpoints,
     /// `GET /metrics` is served (`http.metrics`).
     pub(super) metrics: Option<&'static crate::guards::metrics::Metrics>,
+    /// The operator's console under `/console` (`console.enabled`).
+    pub(super) console: Option<crate::console::Console>,
 }
 
 /// The parts of a request the handlers look at, read once.
@@ -43,6 +45,8 @@ pub struct HttpHead {
     pub method: Method,
     /// Path without the query.
     pub path: String,
+    /// The query, without `?` (empty when there is none).
+    pub query: String,
     /// Header names lowercased.
     pub headers: Vec<(String, String)>,
     /// The peer address.
@@ -64,6 +68,7 @@ impl App {
     pub(super) fn new(server: Arc<Server>, config: &Config) -> App {
         let clock = server.clock().clone();
         let store = server.store().clone();
+        let console = crate::console::Console::new(Arc::clone(&server), config);
         App {
             server,
             sessions: Sessions::new(config.http.session_ttl, clock.clone(), store),
@@ -77,14 +82,17 @@ impl App {
             dev_credential: config.dev.unauthenticated_credential.clone(),
             oauth: crate::transport::http::oauth::Endpoints::new(clock),
             metrics: config.http.metrics.then(crate::guards::metrics::global),
+            console,
         }
     }
 
     /// Serves one request whose body is read; a panic in a handler becomes a `-32603`.
     pub(super) fn handle(&self, request: Request, body: Result<Vec<u8>, McpError>) {
+        let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
         let head = HttpHead {
             method: request.method().clone(),
-            path: request.url().split('?').next().unwrap_or("/").to_owned(),
+            path: path.to_owned(),
+            query: query.to_owned(),
             headers: request
                 .headers()
                 .iter()
@@ -114,6 +122,9 @@ impl App {
             (Method::Get, p) if p.starts_with("/.well-known/") => self.oauth_metadata(head),
             (Method::Post, "/oauth/token") => self.oauth_token(head, stream),
             (_, "/mcp") => return self.mcp(head, stream),
+            (_, p) if self.console.is_some() && (p == "/console" || p.starts_with("/console/")) => {
+                self.console_page(head, stream)
+            }
             _ => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
         };
         Outgoing::Reply(reply)
@@ -211,6 +222,43 @@ impl App {
         }
     }
 
+    /// A page of the operator's console, behind the same `Host`/`Origin` policy as `/mcp`.
+    fn console_page(&self, head: &HttpHead, stream: &Stream) -> Reply {
+        let Some(console) = &self.console else {
+            return self.error_reply(None, McpError::new(ErrorKind::PathNotFound));
+        };
+        if let Err(err) = self.origins.check(head) {
+            return self.error_reply(None, err);
+        }
+        let method = match head.method {
+            Method::Get | Method::Head => crate::console::Method::Get,
+            Method::Post => crate::console::Method::Post,
+            _ => crate::console::Method::Other,
+        };
+        let body = if method == crate::console::Method::Post {
+            match stream.read_body(self.max_body) {
+                Ok(body) => body,
+                Err(err) => return self.error_reply(None, err),
+            }
+        } else {
+            Vec::new()
+        };
+        let source = self.client_source(head);
+        let response = console.handle(&crate::console::Request {
+            method,
+            path: &head.path,
+            query: &head.query,
+            headers: &head.headers,
+            body: &body,
+            source: &source,
+        });
+        Reply {
+            status: response.status,
+            headers: response.headers,
+            body: Body::Bytes(response.body),
+        }
+    }
+
     /// The Prometheus page; `Host`/`Origin` are checked as on `/mcp` (DNS rebinding).
     fn metrics_page(&self, head: &HttpHead) -> Reply {
         match (self.origins.check(head), self.metrics) {
@@ -265,6 +313,7 @@ pub(super) fn test_head(headers: &[(&str, &str)]) -> HttpHead {
     HttpHead {
         method: Method::Post,
         path: "/mcp".into(),
+        query: String::new(),
         headers: headers
             .iter()
             .map(|(n, v)| (n.to_string(), v.to_string()))

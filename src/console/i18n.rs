@@ -1,0 +1,450 @@
+//! The console's words in English and Spanish, one table; the page follows the company's
+//! locale (`tollgate init --locale`, or `locale` in the configuration).
+
+use std::sync::LazyLock;
+
+use serde_json::{Map, Value};
+
+use crate::config::Locale;
+
+/// `(key, English, Spanish)`.
+const TEXTS: &[(&str, &str, &str)] = &[
+    // Page titles.
+    ("sign_in", "Sign in", "Iniciar sesión"),
+    ("overview", "Overview", "Resumen"),
+    ("credentials", "Credentials", "Credenciales"),
+    ("limits", "Limits", "Límites"),
+    ("audit", "Audit log", "Registro de auditoría"),
+    ("backends", "Backends", "Sistemas conectados"),
+    ("refused", "Not done", "No realizado"),
+    ("confirm", "Confirm", "Confirmar"),
+    ("key_created", "Key created", "Clave creada"),
+    ("key_rotated", "Key rotated", "Clave renovada"),
+    (
+        "client_created",
+        "OAuth client created",
+        "Cliente OAuth creado",
+    ),
+    // Frame.
+    ("console", "console", "consola"),
+    ("skip_to_content", "Skip to content", "Saltar al contenido"),
+    ("nav_label", "Console sections", "Secciones de la consola"),
+    ("signed_in_as", "Signed in as", "Sesión de"),
+    ("sign_out", "Sign out", "Cerrar sesión"),
+    (
+        "back_to_console",
+        "Back to the overview",
+        "Volver al resumen",
+    ),
+    // Sign-in.
+    ("sign_in_key", "Operator key", "Clave de operador"),
+    (
+        "sign_in_help",
+        "An API key with the admin scope (the key tollgate init printed has it). It is exchanged for a session cookie and not stored in the browser.",
+        "Una clave de API con el ámbito admin (la que imprimió tollgate init lo tiene). Se cambia por una cookie de sesión y no se guarda en el navegador.",
+    ),
+    (
+        "sign_in_wrong",
+        "That key is not valid. Check it and try again.",
+        "Esa clave no es válida. Revísela e inténtelo de nuevo.",
+    ),
+    (
+        "sign_in_not_admin",
+        "That key does not have the admin scope, so it cannot sign in to the console. Create an operator key with: tollgate key create --name operator --scopes admin",
+        "Esa clave no tiene el ámbito admin y no puede entrar en la consola. Cree una clave de operador con: tollgate key create --name operator --scopes admin",
+    ),
+    (
+        "sign_in_throttled",
+        "Too many failed sign-ins from this address. Try again in {s} seconds.",
+        "Demasiados intentos fallidos desde esta dirección. Inténtelo de nuevo dentro de {s} segundos.",
+    ),
+    (
+        "sign_in_expired",
+        "The sign-in form expired or was not loaded from this console. Load it again and sign in.",
+        "El formulario caducó o no se cargó desde esta consola. Vuelva a cargarlo e inicie sesión.",
+    ),
+    (
+        "store_unavailable",
+        "The database is not answering right now; nothing was changed. Try again in a moment.",
+        "La base de datos no responde ahora mismo; no se ha cambiado nada. Inténtelo de nuevo en un momento.",
+    ),
+    (
+        "not_audited",
+        "The change was made but its audit row could not be written; check the server log and the database.",
+        "El cambio se hizo pero no se pudo escribir su registro de auditoría; revise el registro del servidor y la base de datos.",
+    ),
+    // Refusals.
+    (
+        "refused_forbidden",
+        "This form was refused: it did not come from a console page of this server, or its page is too old. Reload the page and try again.",
+        "Se rechazó el formulario: no venía de una página de esta consola o la página es demasiado antigua. Recárguela e inténtelo de nuevo.",
+    ),
+    (
+        "refused_not_found",
+        "There is no such page in the console.",
+        "Esa página no existe en la consola.",
+    ),
+    (
+        "refused_method",
+        "The console does not answer that method here.",
+        "La consola no admite ese método aquí.",
+    ),
+    (
+        "refused_too_large",
+        "The form is too large.",
+        "El formulario es demasiado grande.",
+    ),
+    (
+        "refused_internal",
+        "Something went wrong on the server; its log says what.",
+        "Algo falló en el servidor; su registro lo explica.",
+    ),
+    // Overview.
+    (
+        "chart_hour",
+        "Calls per minute, last hour",
+        "Llamadas por minuto, última hora",
+    ),
+    (
+        "chart_day",
+        "Calls per hour, last day",
+        "Llamadas por hora, último día",
+    ),
+    ("calls", "calls", "llamadas"),
+    ("calls_heading", "Calls", "Llamadas"),
+    ("peak", "peak", "máximo"),
+    (
+        "no_calls",
+        "No calls in this period.",
+        "Ninguna llamada en este periodo.",
+    ),
+    ("outcome_ok", "admitted", "admitidas"),
+    ("outcome_tool", "tool failure", "fallo de la herramienta"),
+    ("outcome_other_guards", "other refusals", "otros rechazos"),
+    (
+        "outcome_fault",
+        "server or protocol fault",
+        "fallo del servidor o del protocolo",
+    ),
+    (
+        "tightest_buckets",
+        "Closest to their limit now",
+        "Más cerca de su límite ahora",
+    ),
+    (
+        "no_buckets",
+        "No limited bucket has counted a call in its current window.",
+        "Ningún contador con límite ha contado llamadas en su ventana actual.",
+    ),
+    ("resets_in", "resets in", "se reinicia en"),
+    ("last_errors", "Last errors", "Últimos errores"),
+    (
+        "no_errors",
+        "No failed calls recorded.",
+        "No hay llamadas fallidas registradas.",
+    ),
+    (
+        "all_failures",
+        "Every failure in the audit log",
+        "Todos los fallos en el registro de auditoría",
+    ),
+    // Tables.
+    ("at", "Time (UTC)", "Hora (UTC)"),
+    ("credential", "Credential", "Credencial"),
+    ("tool", "Tool", "Herramienta"),
+    ("tools", "Tools", "Herramientas"),
+    ("outcome", "Outcome", "Resultado"),
+    ("duration", "Duration", "Duración"),
+    ("source", "Source", "Origen"),
+    ("id", "Id", "Id"),
+    ("name", "Name", "Nombre"),
+    ("mode", "Mode", "Modo"),
+    ("scopes", "Scopes", "Ámbitos"),
+    ("status", "Status", "Estado"),
+    ("state", "State", "Estado"),
+    ("kind", "Kind", "Tipo"),
+    ("last_used", "Last used (UTC)", "Último uso (UTC)"),
+    ("actions", "Actions", "Acciones"),
+    ("never", "never", "nunca"),
+    ("default_setting", "the setting", "el ajuste"),
+    ("guard_channel", "Guard channel", "Canal de los guardas"),
+    // Credentials.
+    ("company_plan", "The company's plan:", "Plan de la empresa:"),
+    ("api_keys", "API keys", "Claves de API"),
+    (
+        "no_keys",
+        "No API keys yet.",
+        "Todavía no hay claves de API.",
+    ),
+    ("oauth_clients", "OAuth clients", "Clientes OAuth"),
+    (
+        "no_clients",
+        "No OAuth clients yet.",
+        "Todavía no hay clientes OAuth.",
+    ),
+    ("create_key", "Create a key", "Crear una clave"),
+    (
+        "create_client",
+        "Create an OAuth client",
+        "Crear un cliente OAuth",
+    ),
+    (
+        "scopes_help",
+        "Comma-separated, like invoices:read,clients:write; * for every tool; admin for this console.",
+        "Separados por comas, como invoices:read,clients:write; * para todas las herramientas; admin para esta consola.",
+    ),
+    (
+        "client_scopes_help",
+        "The scopes its access tokens may carry, comma-separated (not admin).",
+        "Los ámbitos que pueden llevar sus tokens de acceso, separados por comas (no admin).",
+    ),
+    ("rotate", "Rotate", "Renovar"),
+    ("revoke", "Revoke", "Revocar"),
+    ("plan_default", "plan default", "el del plan"),
+    (
+        "secret_once",
+        "Copy the secret now: it is shown only once",
+        "Copie el secreto ahora: solo se muestra una vez",
+    ),
+    (
+        "secret_help",
+        "tollgate keeps only a hash of it. If it is lost, rotate the key or create a new one.",
+        "tollgate solo guarda un hash. Si se pierde, renueve la clave o cree una nueva.",
+    ),
+    ("key_id", "Key id:", "Id de la clave:"),
+    ("client_id", "Client id:", "Id del cliente:"),
+    ("copy", "Copy to the clipboard", "Copiar al portapapeles"),
+    ("copied", "Copied", "Copiado"),
+    (
+        "back_to_credentials",
+        "Back to the credentials",
+        "Volver a las credenciales",
+    ),
+    (
+        "confirm_revoke_key",
+        "Revoke key {id}? Every call with it is refused from the next one on, on every node. This cannot be undone.",
+        "¿Revocar la clave {id}? Todas sus llamadas se rechazan desde la siguiente, en todos los nodos. No se puede deshacer.",
+    ),
+    (
+        "confirm_rotate_key",
+        "Give key {id} a new secret? The old secret keeps working for the grace period you choose.",
+        "¿Dar un secreto nuevo a la clave {id}? El anterior sigue funcionando durante el periodo de gracia que elija.",
+    ),
+    (
+        "confirm_revoke_client",
+        "Revoke OAuth client {id}? Its tokens are refused from the next call on and it can get no new ones.",
+        "¿Revocar el cliente OAuth {id}? Sus tokens se rechazan desde la siguiente llamada y no puede obtener otros.",
+    ),
+    (
+        "grace",
+        "The old secret keeps working for",
+        "El secreto anterior sigue funcionando durante",
+    ),
+    ("grace_none", "no time: stop it now", "nada: se detiene ya"),
+    ("grace_hour", "one hour", "una hora"),
+    ("grace_day", "one day", "un día"),
+    ("cancel", "Cancel", "Cancelar"),
+    // Limits.
+    (
+        "plan_defaults",
+        "Plan defaults",
+        "Valores por defecto de los planes",
+    ),
+    ("plan", "Plan", "Plan"),
+    ("current_plan", "current", "actual"),
+    ("client_per_minute", "per client", "por cliente"),
+    ("hourly", "per hour, company", "por hora, empresa"),
+    ("unlimited", "unlimited", "sin límite"),
+    ("per_minute", "Calls per minute", "Llamadas por minuto"),
+    (
+        "per_minute_help",
+        "Per-credential calls per minute by tool category; a change applies on the next call on every node.",
+        "Llamadas por minuto y credencial según la categoría de la herramienta; un cambio se aplica en la siguiente llamada en todos los nodos.",
+    ),
+    (
+        "set_plan_limit",
+        "Change a plan's default",
+        "Cambiar el valor por defecto de un plan",
+    ),
+    (
+        "overrides",
+        "Per-credential overrides",
+        "Excepciones por credencial",
+    ),
+    (
+        "no_overrides",
+        "No credential has an override.",
+        "Ninguna credencial tiene excepciones.",
+    ),
+    (
+        "set_credential_limit",
+        "Set a credential's limit",
+        "Fijar el límite de una credencial",
+    ),
+    (
+        "override_help",
+        "Leave it empty to go back to the plan's default.",
+        "Déjelo vacío para volver al valor del plan.",
+    ),
+    ("category", "Category", "Categoría"),
+    ("save", "Save", "Guardar"),
+    (
+        "bad_per_minute",
+        "Calls per minute must be a whole number of at least 1.",
+        "Las llamadas por minuto deben ser un número entero de al menos 1.",
+    ),
+    // Audit.
+    ("since", "From", "Desde"),
+    ("until", "Until", "Hasta"),
+    (
+        "outcome_help",
+        "ok, or an error code such as rate_limited.",
+        "ok, o un código de error como rate_limited.",
+    ),
+    ("failures_only", "Failures only", "Solo fallos"),
+    ("times_utc", "Times are UTC.", "Las horas son UTC."),
+    ("filter", "Filter", "Filtrar"),
+    ("clear", "Clear", "Quitar filtros"),
+    ("export_csv", "Export as CSV", "Exportar como CSV"),
+    (
+        "export_help",
+        "(the newest {n} rows that match, at most)",
+        "(como mucho, las {n} filas más recientes que coinciden)",
+    ),
+    ("no_rows", "No rows match.", "Ninguna fila coincide."),
+    ("pages", "Pages", "Páginas"),
+    ("newer", "Newer", "Más recientes"),
+    ("older", "Older", "Más antiguas"),
+    // Backends.
+    (
+        "no_backends",
+        "No backends are configured: the built-in tools only.",
+        "No hay sistemas conectados: solo las herramientas incluidas.",
+    ),
+];
+
+/// The words of one language.
+pub struct Texts {
+    map: Value,
+}
+
+impl Texts {
+    fn of(english: bool) -> Texts {
+        let map: Map<String, Value> = TEXTS
+            .iter()
+            .map(|(k, en, es)| {
+                (
+                    (*k).to_owned(),
+                    Value::from(if english { *en } else { *es }),
+                )
+            })
+            .collect();
+        Texts {
+            map: Value::Object(map),
+        }
+    }
+
+    /// The text of `key` (the key itself when there is none: a test keeps that from
+    /// happening).
+    pub fn get<'a>(&'a self, key: &'a str) -> &'a str {
+        self.map.get(key).and_then(Value::as_str).unwrap_or(key)
+    }
+
+    /// Every text, for the templates (`tr.<key>`).
+    pub fn map(&self) -> &Value {
+        &self.map
+    }
+}
+
+static ENGLISH: LazyLock<Texts> = LazyLock::new(|| Texts::of(true));
+static SPANISH: LazyLock<Texts> = LazyLock::new(|| Texts::of(false));
+
+/// The texts of `locale`.
+pub fn texts(locale: Locale) -> &'static Texts {
+    match locale {
+        Locale::En => &ENGLISH,
+        Locale::Es => &SPANISH,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// Every `tr.<key>` of the templates and every `get("<key>")` of the console's code.
+    fn keys_used() -> BTreeSet<String> {
+        let sources = [
+            include_str!("templates/base.html"),
+            include_str!("templates/sign_in.html"),
+            include_str!("templates/overview.html"),
+            include_str!("templates/credentials.html"),
+            include_str!("templates/secret.html"),
+            include_str!("templates/confirm.html"),
+            include_str!("templates/limits.html"),
+            include_str!("templates/audit.html"),
+            include_str!("templates/backends.html"),
+            include_str!("templates/refused.html"),
+            include_str!("mod.rs"),
+            include_str!("pages.rs"),
+            include_str!("charts.rs"),
+        ];
+        let mut keys = BTreeSet::new();
+        for source in sources {
+            for marker in ["tr.", "get(\""] {
+                for (at, _) in source.match_indices(marker) {
+                    let key: String = source[at + marker.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    if !key.is_empty() {
+                        keys.insert(key);
+                    }
+                }
+            }
+        }
+        // The navigation's entries are looked up by page name.
+        keys.extend(["overview", "credentials", "limits", "audit", "backends"].map(String::from));
+        keys
+    }
+
+    #[test]
+    fn every_text_used_exists_in_both_languages_and_each_key_once() {
+        let defined: BTreeSet<&str> = TEXTS.iter().map(|(k, _, _)| *k).collect();
+        assert_eq!(defined.len(), TEXTS.len(), "a key is defined twice");
+        // Fields of the pages' data read with get() (a form's fields) are not texts.
+        let not_texts = [
+            "csrf",
+            "key",
+            "scopes",
+            "guard_channel",
+            "mode",
+            "name",
+            "grace",
+            "per_minute",
+            "credential",
+            "category",
+            "plan",
+            "retry_after",
+        ];
+        let missing: Vec<String> = keys_used()
+            .into_iter()
+            .filter(|k| !defined.contains(k.as_str()) && !not_texts.contains(&k.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "texts used but not defined: {missing:?}"
+        );
+        for (key, en, es) in TEXTS {
+            assert!(!en.is_empty() && !es.is_empty(), "{key}");
+        }
+    }
+
+    #[test]
+    fn the_language_follows_the_locale() {
+        assert_eq!(texts(Locale::En).get("sign_in"), "Sign in");
+        assert_eq!(texts(Locale::Es).get("sign_in"), "Iniciar sesión");
+        assert_eq!(texts(Locale::Es).get("no such key"), "no such key");
+    }
+}

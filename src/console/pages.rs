@@ -1,0 +1,873 @@
+//! The console's pages: what each reads, what each form changes, and the templates.
+
+use std::time::Duration;
+
+use minijinja::Environment;
+use serde_json::{Value, json};
+
+use super::charts::chart;
+use super::{Console, Form, Method, Operator, Request, Response};
+use crate::clock::{format_time, parse_utc_minute};
+use crate::config::GuardChannel;
+use crate::guards::auth::{self, CredentialError, Mode, NewKey};
+use crate::guards::ratelimit::{LimitChange, LimitsReport, usage};
+use crate::store::audit::{AuditPage, AuditRecord};
+use crate::tools::Category;
+
+/// Rows per page of the audit log.
+const AUDIT_PAGE_ROWS: u32 = 50;
+/// Rows one CSV export holds at most (the newest that match).
+pub const CSV_EXPORT_ROWS: u32 = 100_000;
+/// Buckets the overview shows.
+const TIGHTEST_BUCKETS: usize = 8;
+/// Failures the overview lists.
+const LAST_ERRORS: u32 = 10;
+
+const TEMPLATES: &[(&str, &str)] = &[
+    ("base.html", include_str!("templates/base.html")),
+    ("sign_in.html", include_str!("templates/sign_in.html")),
+    ("overview.html", include_str!("templates/overview.html")),
+    (
+        "credentials.html",
+        include_str!("templates/credentials.html"),
+    ),
+    ("secret.html", include_str!("templates/secret.html")),
+    ("confirm.html", include_str!("templates/confirm.html")),
+    ("limits.html", include_str!("templates/limits.html")),
+    ("audit.html", include_str!("templates/audit.html")),
+    ("backends.html", include_str!("templates/backends.html")),
+    ("refused.html", include_str!("templates/refused.html")),
+];
+
+/// The templates, parsed once (HTML-escaped by their `.html` names).
+pub fn templates() -> Environment<'static> {
+    let mut env = Environment::new();
+    for (name, source) in TEMPLATES {
+        if let Err(e) = env.add_template(name, source) {
+            tracing::error!(template = name, error = %e, "a console template does not parse");
+        }
+    }
+    env
+}
+
+/// The stylesheet and the script, by path: `(content type, body)`.
+pub fn asset(path: &str) -> Option<(&'static str, &'static str)> {
+    match path {
+        "/console/static/console.css" => Some((
+            "text/css; charset=utf-8",
+            include_str!("static/console.css"),
+        )),
+        "/console/static/console.js" => Some((
+            "text/javascript; charset=utf-8",
+            include_str!("static/console.js"),
+        )),
+        _ => None,
+    }
+}
+
+/// The page a signed-in `GET` asks for; `None` for an unknown path.
+pub fn get(console: &Console, request: &Request<'_>, op: &Operator) -> Option<Response> {
+    let path = request.path;
+    let page = match path {
+        "/console" | "/console/" => overview(console, op),
+        "/console/credentials" => credentials(console, op, None),
+        "/console/limits" => limits(console, op, None),
+        "/console/audit" => audit(console, request, op),
+        "/console/audit.csv" => return Some(audit_csv(console, request)),
+        "/console/backends" => backends(console, op),
+        _ => return confirm_page(console, op, path),
+    };
+    Some(page)
+}
+
+/// What a signed-in form post changes; `None` for an unknown path.
+pub fn post(
+    console: &Console,
+    request: &Request<'_>,
+    op: &Operator,
+    form: &Form,
+) -> Option<Response> {
+    debug_assert_eq!(request.method, Method::Post);
+    let response = match request.path {
+        "/console/credentials/keys" => create_key(console, request, op, form),
+        "/console/credentials/clients" => create_client(console, request, op, form),
+        "/console/limits/credential" => set_credential_limit(console, request, op, form),
+        "/console/limits/plan" => set_plan_limit(console, request, op, form),
+        path => {
+            let (kind, id, action) = action_path(path)?;
+            match (kind, action) {
+                ("keys", "revoke") => revoke_key(console, request, op, id),
+                ("keys", "rotate") => rotate_key(console, request, op, id, form),
+                ("clients", "revoke") => revoke_client(console, request, op, id),
+                _ => return None,
+            }
+        }
+    };
+    Some(response)
+}
+
+/// `/console/credentials/{keys|clients}/{id}/{revoke|rotate}` → its parts.
+fn action_path(path: &str) -> Option<(&str, &str, &str)> {
+    let rest = path.strip_prefix("/console/credentials/")?;
+    let mut parts = rest.split('/');
+    let (kind, id, action) = (parts.next()?, parts.next()?, parts.next()?);
+    let id_ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    (parts.next().is_none() && id_ok).then_some((kind, id, action))
+}
+
+fn now_secs(console: &Console) -> i64 {
+    console.server.clock().unix_secs()
+}
+
+/// The page for a failure the store or a check reported, with the message the operator
+/// can act on.
+fn failed(console: &Console, op: &Operator, message: String) -> Response {
+    let page = console.render(
+        "refused.html",
+        "refused",
+        Some(op),
+        json!({"message": message}),
+    );
+    Response::html(500, page)
+}
+
+fn store_failed(console: &Console, op: &Operator, e: &dyn std::fmt::Display) -> Response {
+    tracing::error!(error = %e, "a console page could not read the store");
+    let text = console.texts().get("store_unavailable");
+    failed(console, op, text.to_owned())
+}
+
+// ---- Overview ---------------------------------------------------------------------
+
+fn overview(console: &Console, op: &Operator) -> Response {
+    let texts = console.texts();
+    let store = console.server.store();
+    let now_ms = console.server.clock().unix_millis();
+    let minute = 60_000;
+    let hour = 60 * minute;
+    let (by_minute, by_hour) = match (
+        store.calls_by_outcome(now_ms - hour, minute),
+        store.calls_by_outcome(now_ms - 24 * hour, hour),
+    ) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return store_failed(console, op, &e),
+    };
+    let charts = [
+        chart(
+            "calls-hour",
+            texts.get("chart_hour").to_owned(),
+            texts,
+            &by_minute,
+            now_ms,
+            minute,
+            60,
+        ),
+        chart(
+            "calls-day",
+            texts.get("chart_day").to_owned(),
+            texts,
+            &by_hour,
+            now_ms,
+            hour,
+            24,
+        ),
+    ];
+    let now = now_secs(console);
+    let buckets = match usage(store, now) {
+        Ok(rows) => {
+            let mut limited: Vec<_> = rows.into_iter().filter(|r| r.limit.is_some()).collect();
+            let fill = |r: &crate::guards::ratelimit::UsageRow| {
+                r.count as f64 / r.limit.unwrap_or(1).max(1) as f64
+            };
+            limited.sort_by(|a, b| fill(b).total_cmp(&fill(a)));
+            limited
+                .into_iter()
+                .take(TIGHTEST_BUCKETS)
+                .map(|r| {
+                    json!({
+                        "bucket": r.bucket, "key": r.key, "count": r.count,
+                        "limit": r.limit, "window_secs": r.window_secs,
+                        "reset_at": format_time(r.reset), "reset_in": (r.reset - now).max(0),
+                    })
+                })
+                .collect::<Vec<_>>()
+        }
+        Err(e) => return store_failed(console, op, &e),
+    };
+    let errors = match store.audit_page(&AuditPage {
+        failures_only: true,
+        limit: LAST_ERRORS,
+        ..AuditPage::default()
+    }) {
+        Ok(rows) => rows.iter().map(audit_json).collect::<Vec<_>>(),
+        Err(e) => return store_failed(console, op, &e),
+    };
+    let page = console.render(
+        "overview.html",
+        "overview",
+        Some(op),
+        json!({"charts": charts, "buckets": buckets, "errors": errors}),
+    );
+    Response::html(200, page)
+}
+
+fn audit_json(r: &AuditRecord) -> Value {
+    json!({
+        "id": r.id, "at": crate::clock::format_time_ms(r.at_ms), "credential": r.credential_id,
+        "client": r.client_id, "tool": r.tool, "outcome": r.outcome, "calls": r.calls,
+        "duration_ms": r.duration_us as f64 / 1000.0, "transport": r.transport,
+        "source": r.source, "backend": r.backend, "request_id": r.request_id,
+    })
+}
+
+// ---- Credentials ------------------------------------------------------------------
+
+fn credentials(console: &Console, op: &Operator, error: Option<String>) -> Response {
+    let store = console.server.store();
+    let now = now_secs(console);
+    let keys = match auth::list_keys(store) {
+        Ok(keys) => keys,
+        Err(e) => return store_failed(console, op, &e),
+    };
+    let clients = match auth::list_clients(store) {
+        Ok(clients) => clients,
+        Err(e) => return store_failed(console, op, &e),
+    };
+    let plan = store.company().ok().flatten().map(|c| c.plan_slug);
+    let keys: Vec<Value> = keys
+        .iter()
+        .map(|k| {
+            json!({
+                "id": k.public_id, "name": k.name, "mode": k.mode, "scopes": k.scopes.join(", "),
+                "client": k.client_id, "status": k.status(now),
+                "created": format_time(k.created_at),
+                "expires": k.expires_at.map(format_time),
+                "last_used": k.last_used_at.map(format_time),
+                "guard_channel": k.guard_channel.map(|c| c.as_str()),
+                "active": k.status(now) == "active",
+            })
+        })
+        .collect();
+    let clients: Vec<Value> = clients
+        .iter()
+        .map(|c| {
+            json!({
+                "id": c.client_id, "name": c.name, "scopes": c.allowed_scopes.join(", "),
+                "per_minute": c.per_minute_limit, "created": format_time(c.created_at),
+                "revoked": c.revoked,
+            })
+        })
+        .collect();
+    let page = console.render(
+        "credentials.html",
+        "credentials",
+        Some(op),
+        json!({"keys": keys, "clients": clients, "plan": plan, "error": error}),
+    );
+    Response::html(if error_is_set(&page) { 422 } else { 200 }, page)
+}
+
+fn error_is_set(page: &str) -> bool {
+    page.contains("id=\"form-error\"")
+}
+
+fn create_key(console: &Console, request: &Request<'_>, op: &Operator, form: &Form) -> Response {
+    let scopes = match auth::parse_scope_list(form.get("scopes")) {
+        Ok(scopes) => scopes,
+        Err(e) => return credentials(console, op, Some(e.to_string())),
+    };
+    let guard_channel = match form.get("guard_channel") {
+        "" => None,
+        word => match word.parse::<GuardChannel>() {
+            Ok(channel) => Some(channel),
+            Err(e) => return credentials(console, op, Some(e.to_string())),
+        },
+    };
+    let mode = if form.get("mode") == "test" {
+        Mode::Test
+    } else {
+        Mode::Live
+    };
+    let new = NewKey {
+        name: form.get("name").to_owned(),
+        scopes,
+        expires_in: None,
+        client_id: None,
+        mode,
+        guard_channel,
+    };
+    let issued = match auth::create_key(console.server.store(), &new) {
+        Ok(issued) => issued,
+        Err(e) => return credential_failed(console, op, &e),
+    };
+    if !console.record(
+        &op.principal,
+        "create_key",
+        &issued.public_id,
+        request.source,
+    ) {
+        return not_audited(console, op);
+    }
+    secret_page(
+        console,
+        op,
+        "key_created",
+        &issued.public_id,
+        None,
+        issued.token.expose(),
+    )
+}
+
+fn create_client(console: &Console, request: &Request<'_>, op: &Operator, form: &Form) -> Response {
+    let scopes = match auth::parse_scope_list(form.get("scopes")) {
+        Ok(scopes) => scopes,
+        Err(e) => return credentials(console, op, Some(e.to_string())),
+    };
+    let issued = match auth::create_client(console.server.store(), form.get("name"), &scopes) {
+        Ok(issued) => issued,
+        Err(e) => return credential_failed(console, op, &e),
+    };
+    if !console.record(
+        &op.principal,
+        "create_client",
+        &issued.client_id,
+        request.source,
+    ) {
+        return not_audited(console, op);
+    }
+    secret_page(
+        console,
+        op,
+        "client_created",
+        "",
+        Some(&issued.client_id),
+        issued.secret.expose(),
+    )
+}
+
+/// A refused credential change: the operator's mistakes back on the form, the store's
+/// failures as such.
+fn credential_failed(console: &Console, op: &Operator, e: &CredentialError) -> Response {
+    match e {
+        CredentialError::Store(_) | CredentialError::Internal(_) => store_failed(console, op, e),
+        _ => credentials(console, op, Some(e.to_string())),
+    }
+}
+
+fn not_audited(console: &Console, op: &Operator) -> Response {
+    failed(console, op, console.texts().get("not_audited").to_owned())
+}
+
+/// The one page that shows a new secret.
+fn secret_page(
+    console: &Console,
+    op: &Operator,
+    what: &str,
+    public_id: &str,
+    client_id: Option<&str>,
+    secret: &str,
+) -> Response {
+    let page = console.render(
+        "secret.html",
+        what,
+        Some(op),
+        json!({"public_id": public_id, "client_id": client_id, "secret": secret}),
+    );
+    Response::html(200, page)
+}
+
+/// `GET …/{id}/{revoke|rotate}`: the confirmation the change needs.
+fn confirm_page(console: &Console, op: &Operator, path: &str) -> Option<Response> {
+    let (kind, id, action) = action_path(path)?;
+    let texts = console.texts();
+    let question = match (kind, action) {
+        ("keys", "revoke") => texts.get("confirm_revoke_key"),
+        ("keys", "rotate") => texts.get("confirm_rotate_key"),
+        ("clients", "revoke") => texts.get("confirm_revoke_client"),
+        _ => return None,
+    };
+    let page = console.render(
+        "confirm.html",
+        "confirm",
+        Some(op),
+        json!({
+            "question": question.replace("{id}", id), "action": path, "id": id,
+            "rotate": action == "rotate",
+        }),
+    );
+    Some(Response::html(200, page))
+}
+
+fn revoke_key(console: &Console, request: &Request<'_>, op: &Operator, id: &str) -> Response {
+    match auth::revoke_key(console.server.store(), id) {
+        Ok(_) => {}
+        Err(e) => return credential_failed(console, op, &e),
+    }
+    if !console.record(&op.principal, "revoke_key", id, request.source) {
+        return not_audited(console, op);
+    }
+    Response::redirect("/console/credentials")
+}
+
+fn rotate_key(
+    console: &Console,
+    request: &Request<'_>,
+    op: &Operator,
+    id: &str,
+    form: &Form,
+) -> Response {
+    let grace = match form.get("grace") {
+        "0" => Duration::ZERO,
+        "24h" => Duration::from_secs(24 * 3600),
+        _ => Duration::from_secs(3600),
+    };
+    let issued = match auth::rotate_key(console.server.store(), id, grace) {
+        Ok(issued) => issued,
+        Err(e) => return credential_failed(console, op, &e),
+    };
+    if !console.record(&op.principal, "rotate_key", id, request.source) {
+        return not_audited(console, op);
+    }
+    secret_page(
+        console,
+        op,
+        "key_rotated",
+        &issued.public_id,
+        None,
+        issued.token.expose(),
+    )
+}
+
+fn revoke_client(console: &Console, request: &Request<'_>, op: &Operator, id: &str) -> Response {
+    if let Err(e) = auth::revoke_client(console.server.store(), id) {
+        return credential_failed(console, op, &e);
+    }
+    if !console.record(&op.principal, "revoke_client", id, request.source) {
+        return not_audited(console, op);
+    }
+    Response::redirect("/console/credentials")
+}
+
+// ---- Limits -----------------------------------------------------------------------
+
+fn limits(console: &Console, op: &Operator, error: Option<String>) -> Response {
+    let store = console.server.store();
+    let report = match LimitsReport::load(store) {
+        Ok(report) => report,
+        Err(e) => return store_failed(console, op, &e),
+    };
+    let keys = match auth::list_keys(store) {
+        Ok(keys) => keys,
+        Err(e) => return store_failed(console, op, &e),
+    };
+    let now = now_secs(console);
+    let categories: Vec<&str> = Category::ALL.iter().map(|c| c.as_str()).collect();
+    let plans: Vec<Value> = report
+        .plans
+        .iter()
+        .map(|p| {
+            json!({
+                "slug": p.slug, "name": p.name, "hourly": p.hourly_call_limit,
+                "read": p.read_per_minute, "write": p.write_per_minute,
+                "destructive": p.destructive_per_minute, "send": p.send_per_minute,
+                "generate": p.generate_per_minute, "client": p.client_per_minute,
+                "current": report.company_plan.as_deref() == Some(p.slug.as_str()),
+            })
+        })
+        .collect();
+    let overrides: Vec<Value> = report
+        .credentials
+        .iter()
+        .flat_map(|c| {
+            Category::ALL.iter().filter_map(move |cat| {
+                c.per_minute.get(*cat).map(|n| {
+                    json!({"credential": c.credential_id, "name": c.name,
+                           "category": cat.as_str(), "per_minute": n})
+                })
+            })
+        })
+        .collect();
+    let keys: Vec<Value> = keys
+        .iter()
+        .filter(|k| k.status(now) == "active")
+        .map(|k| json!({"id": k.public_id, "name": k.name}))
+        .collect();
+    let page = console.render(
+        "limits.html",
+        "limits",
+        Some(op),
+        json!({"plans": plans, "overrides": overrides, "keys": keys,
+               "categories": categories, "error": error}),
+    );
+    Response::html(if error_is_set(&page) { 422 } else { 200 }, page)
+}
+
+fn category(form: &Form) -> Result<Category, String> {
+    let word = form.get("category");
+    Category::ALL
+        .iter()
+        .copied()
+        .find(|c| c.as_str() == word)
+        .ok_or_else(|| format!("unknown category {word:?}"))
+}
+
+/// A per-minute limit from the form: a whole number of at least 1, or empty for "the
+/// plan's default" where `empty_ok`.
+fn per_minute(console: &Console, form: &Form, empty_ok: bool) -> Result<Option<u64>, String> {
+    match form.get("per_minute") {
+        "" if empty_ok => Ok(None),
+        text => match text.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Some(n)),
+            _ => Err(console.texts().get("bad_per_minute").to_owned()),
+        },
+    }
+}
+
+fn set_credential_limit(
+    console: &Console,
+    request: &Request<'_>,
+    op: &Operator,
+    form: &Form,
+) -> Response {
+    let change = match (category(form), per_minute(console, form, true)) {
+        (Ok(category), Ok(per_minute)) => LimitChange::Credential {
+            credential_id: form.get("credential").to_owned(),
+            category,
+            per_minute,
+        },
+        (Err(e), _) | (_, Err(e)) => return limits(console, op, Some(e)),
+    };
+    apply_limit(
+        console,
+        request,
+        op,
+        &change,
+        "set_limit",
+        &format!(
+            "{} {}={}",
+            form.get("credential"),
+            form.get("category"),
+            form.get("per_minute")
+        ),
+    )
+}
+
+fn set_plan_limit(
+    console: &Console,
+    request: &Request<'_>,
+    op: &Operator,
+    form: &Form,
+) -> Response {
+    let change = match (category(form), per_minute(console, form, false)) {
+        (Ok(category), Ok(Some(per_minute))) => LimitChange::PlanCategory {
+            plan: form.get("plan").to_owned(),
+            category,
+            per_minute,
+        },
+        (Err(e), _) | (_, Err(e)) => return limits(console, op, Some(e)),
+        (Ok(_), Ok(None)) => {
+            return limits(
+                console,
+                op,
+                Some(console.texts().get("bad_per_minute").to_owned()),
+            );
+        }
+    };
+    apply_limit(
+        console,
+        request,
+        op,
+        &change,
+        "set_plan_limit",
+        &format!(
+            "{} {}={}",
+            form.get("plan"),
+            form.get("category"),
+            form.get("per_minute")
+        ),
+    )
+}
+
+fn apply_limit(
+    console: &Console,
+    request: &Request<'_>,
+    op: &Operator,
+    change: &LimitChange,
+    action: &str,
+    target: &str,
+) -> Response {
+    if let Err(e) = change.apply(console.server.store()) {
+        return match e {
+            crate::guards::ratelimit::LimitChangeError::Store(e) => store_failed(console, op, &e),
+            other => limits(console, op, Some(other.to_string())),
+        };
+    }
+    if !console.record(&op.principal, action, target, request.source) {
+        return not_audited(console, op);
+    }
+    Response::redirect("/console/limits")
+}
+
+// ---- Audit ------------------------------------------------------------------------
+
+/// The filters of the audit page, from its query.
+struct AuditQuery {
+    fields: Vec<(String, String)>,
+    page: AuditPage,
+}
+
+fn audit_query(request: &Request<'_>, limit: u32) -> AuditQuery {
+    let fields = request.query_fields();
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let time = |name: &str| {
+        field(name)
+            .and_then(|v| parse_utc_minute(&v))
+            .map(|s| s * 1000)
+    };
+    let id = |name: &str| field(name).and_then(|v| v.parse::<i64>().ok());
+    let page = AuditPage {
+        credential_id: field("credential"),
+        tool: field("tool"),
+        outcome: field("outcome"),
+        failures_only: field("failures").is_some(),
+        since_ms: time("since"),
+        until_ms: time("until"),
+        before_id: id("before"),
+        after_id: id("after"),
+        limit,
+    };
+    AuditQuery { fields, page }
+}
+
+/// The query string of the filters (no position), for the links of the page.
+fn filter_query(fields: &[(String, String)]) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in fields {
+        if [
+            "credential",
+            "tool",
+            "outcome",
+            "failures",
+            "since",
+            "until",
+        ]
+        .contains(&name.as_str())
+            && !value.trim().is_empty()
+        {
+            out.append_pair(name, value.trim());
+        }
+    }
+    out.finish()
+}
+
+fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> Response {
+    let query = audit_query(request, AUDIT_PAGE_ROWS + 1);
+    let rows = match console.server.store().audit_page(&query.page) {
+        Ok(rows) => rows,
+        Err(e) => return store_failed(console, op, &e),
+    };
+    // One row more than a page says whether there is another page in that direction.
+    let going_newer = query.page.after_id.is_some();
+    let more = rows.len() > AUDIT_PAGE_ROWS as usize;
+    let rows: Vec<&AuditRecord> = if going_newer && more {
+        rows.iter().skip(1).collect()
+    } else {
+        rows.iter().take(AUDIT_PAGE_ROWS as usize).collect()
+    };
+    let filters = filter_query(&query.fields);
+    let join = |extra: String| {
+        let mut q = filters.clone();
+        if !q.is_empty() && !extra.is_empty() {
+            q.push('&');
+        }
+        q.push_str(&extra);
+        if q.is_empty() {
+            String::from("/console/audit")
+        } else {
+            format!("/console/audit?{q}")
+        }
+    };
+    let older = (!going_newer && more) || (going_newer && !rows.is_empty());
+    let newer = (going_newer && more) || query.page.before_id.is_some();
+    let next = older
+        .then(|| rows.last().map(|r| join(format!("before={}", r.id))))
+        .flatten();
+    let prev = newer
+        .then(|| rows.first().map(|r| join(format!("after={}", r.id))))
+        .flatten();
+    let value = |name: &str| {
+        query
+            .fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(String::new(), |(_, v)| v.trim().to_owned())
+    };
+    let csv = if filters.is_empty() {
+        String::from("/console/audit.csv")
+    } else {
+        format!("/console/audit.csv?{filters}")
+    };
+    let page = console.render(
+        "audit.html",
+        "audit",
+        Some(op),
+        json!({
+            "rows": rows.iter().map(|r| audit_json(r)).collect::<Vec<_>>(),
+            "next": next, "prev": prev, "csv": csv,
+            "filter": {
+                "credential": value("credential"), "tool": value("tool"),
+                "outcome": value("outcome"), "since": value("since"), "until": value("until"),
+                "failures": !value("failures").is_empty(),
+            },
+            "export_rows": CSV_EXPORT_ROWS,
+        }),
+    );
+    Response::html(200, page)
+}
+
+/// `GET /console/audit.csv`: the rows the filters match, newest first, at most
+/// [`CSV_EXPORT_ROWS`].
+fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
+    let mut query = audit_query(request, CSV_EXPORT_ROWS);
+    query.page.before_id = None;
+    query.page.after_id = None;
+    let rows = match console.server.store().audit_page(&query.page) {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::error!(error = %e, "the audit export could not read the store");
+            return Response::new(
+                503,
+                "text/plain; charset=utf-8",
+                console.texts().get("store_unavailable").as_bytes().to_vec(),
+            );
+        }
+    };
+    let mut out = String::from(
+        "id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id\r\n",
+    );
+    for r in &rows {
+        let cells = [
+            r.id.to_string(),
+            crate::clock::format_time_ms(r.at_ms),
+            r.credential_id.clone().unwrap_or_default(),
+            r.client_id.clone().unwrap_or_default(),
+            r.tool.clone(),
+            r.outcome.clone(),
+            r.calls.to_string(),
+            r.duration_us.to_string(),
+            r.transport.clone(),
+            r.source.clone().unwrap_or_default(),
+            r.backend.clone().unwrap_or_default(),
+            r.request_id.clone(),
+        ];
+        let line: Vec<String> = cells.iter().map(|c| csv_cell(c)).collect();
+        out.push_str(&line.join(","));
+        out.push_str("\r\n");
+    }
+    Response::new(200, "text/csv; charset=utf-8", out.into_bytes()).with_header(
+        "Content-Disposition",
+        "attachment; filename=\"tollgate-audit.csv\"".into(),
+    )
+}
+
+/// One CSV cell (RFC 4180 quoting). A cell a spreadsheet would run as a formula (it
+/// starts with `=`, `+`, `-`, `@`, a tab or a carriage return; tool names and request ids
+/// come from clients) is prefixed with `'`.
+fn csv_cell(text: &str) -> String {
+    let guarded = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text.to_owned()
+    };
+    if guarded.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", guarded.replace('"', "\"\""))
+    } else {
+        guarded
+    }
+}
+
+// ---- Backends ---------------------------------------------------------------------
+
+fn backends(console: &Console, op: &Operator) -> Response {
+    let registry = console.server.registry();
+    let backends: Vec<Value> = console
+        .server
+        .backends()
+        .status()
+        .iter()
+        .map(|b| {
+            let mut tools: Vec<&str> = registry
+                .tools()
+                .iter()
+                .filter(|t| t.tool.backend() == Some(b.name.as_str()))
+                .map(|t| t.spec().name)
+                .collect();
+            tools.sort_unstable();
+            json!({
+                "name": b.name, "kind": b.kind, "state": b.health.as_str(),
+                "reason": b.health.reason(), "tools": tools,
+            })
+        })
+        .collect();
+    let page = console.render(
+        "backends.html",
+        "backends",
+        Some(op),
+        json!({"backends": backends}),
+    );
+    Response::html(200, page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_paths_name_a_kind_an_id_and_an_action() {
+        assert_eq!(
+            action_path("/console/credentials/keys/Ab12/revoke"),
+            Some(("keys", "Ab12", "revoke"))
+        );
+        assert_eq!(
+            action_path("/console/credentials/clients/client0f/revoke"),
+            Some(("clients", "client0f", "revoke"))
+        );
+        for bad in [
+            "/console/credentials/keys//revoke",
+            "/console/credentials/keys/a/revoke/more",
+            "/console/credentials/keys/a%2F/revoke",
+            "/console/credentials/keys/a",
+            "/console/other/keys/a/revoke",
+        ] {
+            assert_eq!(action_path(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn csv_cells_are_quoted_and_formulas_defused() {
+        assert_eq!(csv_cell("plain"), "plain");
+        assert_eq!(csv_cell("a,b"), "\"a,b\"");
+        assert_eq!(csv_cell("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_cell("=HYPERLINK(1)"), "'=HYPERLINK(1)");
+        assert_eq!(csv_cell("-1,2"), "\"'-1,2\"");
+        assert_eq!(csv_cell("line\nbreak"), "\"line\nbreak\"");
+    }
+
+    #[test]
+    fn every_template_parses() {
+        let env = templates();
+        for (name, _) in TEMPLATES {
+            assert!(env.get_template(name).is_ok(), "{name}");
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Console sign-ins: the session a cookie names, its CSRF token and its expiry.
+//!
+//! A sign-in lives in this node's memory only: it ends when the process restarts, and
+//! behind a load balancer the console wants stickiness (or one node reached directly; the
+//! MCP endpoint needs none). A session ends after `console.idle_minutes` without a
+//! request and in any case [`MAX_AGE`] after sign-in; at most [`CAPACITY`] live at once
+//! (the least recently used goes first). Every request checks the credential again
+//! (`Console::operator`), so a revoked operator key ends its sessions at once.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use subtle::ConstantTimeEq;
+
+use crate::clock::Clock;
+
+/// Sign-ins kept at most; a new one past it ends the least recently used.
+pub const CAPACITY: usize = 256;
+/// A sign-in ends this long after it began, however busy.
+pub const MAX_AGE: Duration = Duration::from_secs(12 * 3600);
+
+/// What a live sign-in gives the request it names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signed {
+    /// The operator's credential (public id).
+    pub credential_id: String,
+    /// The token every form of this sign-in carries.
+    pub csrf: String,
+}
+
+struct Entry {
+    signed: Signed,
+    started_ms: i64,
+    last_seen_ms: i64,
+}
+
+/// The sign-ins of this node.
+pub struct Sessions {
+    entries: Mutex<HashMap<String, Entry>>,
+    clock: Clock,
+    idle: Duration,
+}
+
+/// 32 random bytes as hex; `None` when the operating system's generator fails.
+pub fn random_token() -> Option<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether two tokens are equal, in time that does not depend on where they differ.
+pub fn same_token(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Sessions {
+    /// No sign-ins yet; each ends after `idle` without a request.
+    pub fn new(clock: Clock, idle: Duration) -> Sessions {
+        Sessions {
+            entries: Mutex::new(HashMap::new()),
+            clock,
+            idle,
+        }
+    }
+
+    /// How long a sign-in lasts without a request (the cookie's `Max-Age`).
+    pub fn idle(&self) -> Duration {
+        self.idle
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Signs `credential_id` in: the session id (the cookie's value) and what it gives.
+    pub fn start(&self, credential_id: &str) -> Option<(String, Signed)> {
+        let id = random_token()?;
+        let signed = Signed {
+            credential_id: credential_id.to_owned(),
+            csrf: random_token()?,
+        };
+        let now = self.clock.unix_millis();
+        let mut entries = self.lock();
+        self.forget_expired(&mut entries, now);
+        if entries.len() >= CAPACITY
+            && let Some(oldest) = entries
+                .iter()
+                .min_by_key(|(_, e)| e.last_seen_ms)
+                .map(|(k, _)| k.clone())
+        {
+            entries.remove(&oldest);
+        }
+        entries.insert(
+            id.clone(),
+            Entry {
+                signed: signed.clone(),
+                started_ms: now,
+                last_seen_ms: now,
+            },
+        );
+        Some((id, signed))
+    }
+
+    /// The live sign-in `id` names, its idle time restarted; `None` when there is none
+    /// (unknown, expired or ended).
+    pub fn get(&self, id: &str) -> Option<Signed> {
+        let now = self.clock.unix_millis();
+        let mut entries = self.lock();
+        let entry = entries.get_mut(id)?;
+        if self.expired(entry, now) {
+            entries.remove(id);
+            return None;
+        }
+        entry.last_seen_ms = now;
+        Some(entry.signed.clone())
+    }
+
+    /// Ends sign-in `id` (signing out, or a credential that lost its standing).
+    pub fn end(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// How many sign-ins are live.
+    pub fn len(&self) -> usize {
+        let now = self.clock.unix_millis();
+        let mut entries = self.lock();
+        self.forget_expired(&mut entries, now);
+        entries.len()
+    }
+
+    /// Whether no sign-in is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn expired(&self, entry: &Entry, now: i64) -> bool {
+        now.saturating_sub(entry.last_seen_ms) >= millis(self.idle)
+            || now.saturating_sub(entry.started_ms) >= millis(MAX_AGE)
+    }
+
+    fn forget_expired(&self, entries: &mut HashMap<String, Entry>, now: i64) {
+        entries.retain(|_, e| !self.expired(e, now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    fn sessions() -> (ManualClock, Sessions) {
+        let clock = ManualClock::at_unix_secs(1_700_000_000);
+        let sessions = Sessions::new(clock.clock(), Duration::from_secs(900));
+        (clock, sessions)
+    }
+
+    #[test]
+    fn a_sign_in_lasts_while_used_and_ends_after_its_idle_time() {
+        let (clock, sessions) = sessions();
+        let (id, signed) = sessions.start("Abc123").expect("start");
+        assert_eq!(signed.credential_id, "Abc123");
+        assert_eq!(signed.csrf.len(), 64);
+        assert_ne!(id, signed.csrf);
+        clock.advance(Duration::from_secs(899));
+        assert_eq!(sessions.get(&id), Some(signed.clone()));
+        clock.advance(Duration::from_secs(899));
+        assert_eq!(sessions.get(&id), Some(signed));
+        clock.advance(Duration::from_secs(900));
+        assert_eq!(sessions.get(&id), None);
+        assert!(sessions.is_empty());
+    }
+
+    #[test]
+    fn a_busy_sign_in_still_ends_at_its_maximum_age() {
+        let (clock, sessions) = sessions();
+        let (id, _) = sessions.start("Abc123").expect("start");
+        let step = Duration::from_secs(600);
+        let mut used = Duration::ZERO;
+        while used + step < MAX_AGE {
+            clock.advance(step);
+            used += step;
+            assert!(sessions.get(&id).is_some(), "after {used:?}");
+        }
+        clock.advance(MAX_AGE - used);
+        assert_eq!(sessions.get(&id), None);
+    }
+
+    #[test]
+    fn signing_out_ends_only_that_sign_in_and_unknown_ids_give_nothing() {
+        let (_, sessions) = sessions();
+        let (one, _) = sessions.start("A").expect("start");
+        let (two, _) = sessions.start("A").expect("start");
+        sessions.end(&one);
+        assert_eq!(sessions.get(&one), None);
+        assert!(sessions.get(&two).is_some());
+        assert_eq!(sessions.get("0".repeat(64).as_str()), None);
+        assert_eq!(sessions.get(""), None);
+    }
+
+    #[test]
+    fn past_the_capacity_the_least_recently_used_sign_in_goes() {
+        let (clock, sessions) = sessions();
+        let ids: Vec<String> = (0..CAPACITY)
+            .map(|i| {
+                clock.advance(Duration::from_millis(1));
+                sessions.start(&format!("K{i}")).expect("start").0
+            })
+            .collect();
+        clock.advance(Duration::from_millis(1));
+        assert!(
+            sessions.get(&ids[0]).is_some(),
+            "used again: now the newest"
+        );
+        sessions.start("late").expect("start");
+        assert_eq!(sessions.len(), CAPACITY);
+        assert!(sessions.get(&ids[0]).is_some());
+        assert_eq!(sessions.get(&ids[1]), None, "the least recently used went");
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same_token("abc", "abc"));
+        assert!(!same_token("abc", "abd"));
+        assert!(!same_token("abc", "abcd"));
+        assert!(!same_token("", "a"));
+    }
+}

@@ -1,0 +1,648 @@
+//! The operator's console over HTTP, as a browser would reach it, and what a security
+//! reviewer asks of it: only an `admin` key signs in; the session cookie's attributes; the
+//! headers of every page; a form without its CSRF token, or from another origin, is
+//! refused and changes nothing; failed sign-ins go through the authentication throttle;
+//! a change made here applies to the next MCP call and is an audit row naming the
+//! operator. Idle expiry runs in-process on a manual clock. The pages in a real browser
+//! are driven by `tests/console/` (headless Chromium).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use tollgate::clock::ManualClock;
+use tollgate::config::{Config, Overrides};
+use tollgate::console::{Console, Method, Request, SESSION_COOKIE, SIGN_IN_COOKIE};
+
+use crate::util::{HttpResponse, HttpServer, TestDb, http_request};
+
+/// A browser's view of one console: its cookies and the origin it posts from.
+struct Browser<'s> {
+    server: &'s HttpServer,
+    cookies: Vec<(String, String)>,
+    origin: String,
+}
+
+impl<'s> Browser<'s> {
+    fn new(server: &'s HttpServer) -> Browser<'s> {
+        Browser {
+            server,
+            cookies: Vec::new(),
+            origin: format!("http://{}", server.addr),
+        }
+    }
+
+    fn cookie_header(&self) -> String {
+        self.cookies
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Keeps the cookies a response sets (an empty value or `Max-Age=0` removes one).
+    fn keep_cookies(&mut self, response: &HttpResponse) {
+        for (name, value) in &response.headers {
+            if name != "set-cookie" {
+                continue;
+            }
+            let pair = value.split(';').next().unwrap_or("");
+            let (n, v) = pair.split_once('=').expect("cookie pair");
+            self.cookies.retain(|(k, _)| k != n);
+            if !v.is_empty() && !value.contains("Max-Age=0") {
+                self.cookies.push((n.to_owned(), v.to_owned()));
+            }
+        }
+    }
+
+    fn get(&mut self, path: &str) -> HttpResponse {
+        let cookie = self.cookie_header();
+        let response = http_request(self.server.addr, "GET", path, &[("Cookie", &cookie)], b"");
+        self.keep_cookies(&response);
+        response
+    }
+
+    /// A form post from `origin` with `headers`.
+    fn post_from(
+        &mut self,
+        path: &str,
+        fields: &[(&str, &str)],
+        origin: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> HttpResponse {
+        let body = form(fields);
+        let cookie = self.cookie_header();
+        let mut all = vec![
+            ("Cookie", cookie.as_str()),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ];
+        if let Some(origin) = origin {
+            all.push(("Origin", origin));
+        }
+        all.extend_from_slice(headers);
+        let response = http_request(self.server.addr, "POST", path, &all, body.as_bytes());
+        self.keep_cookies(&response);
+        response
+    }
+
+    fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> HttpResponse {
+        let origin = self.origin.clone();
+        self.post_from(
+            path,
+            fields,
+            Some(&origin),
+            &[("Sec-Fetch-Site", "same-origin")],
+        )
+    }
+
+    /// Loads the sign-in form and posts `key` with its pairing token.
+    fn sign_in(&mut self, key: &str) -> HttpResponse {
+        let page = self.get("/console/sign-in");
+        assert_eq!(page.status, 200);
+        let token = hidden_csrf(&text(&page));
+        self.post("/console/sign-in", &[("csrf", &token), ("key", key)])
+    }
+
+    /// The CSRF token of the signed-in pages.
+    fn csrf(&mut self) -> String {
+        let page = self.get("/console/credentials");
+        assert_eq!(page.status, 200, "{}", text(&page));
+        hidden_csrf(&text(&page))
+    }
+}
+
+fn form(fields: &[(&str, &str)]) -> String {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (n, v) in fields {
+        out.append_pair(n, v);
+    }
+    out.finish()
+}
+
+fn text(response: &HttpResponse) -> String {
+    String::from_utf8_lossy(&response.body).into_owned()
+}
+
+/// The value of the first `name="csrf"` hidden input of a page.
+fn hidden_csrf(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    page[at..].split('"').next().expect("value").to_owned()
+}
+
+/// The text of the element with `id` (up to its closing tag).
+fn element_text(page: &str, id: &str) -> Option<String> {
+    let at = page.find(&format!("id=\"{id}\""))?;
+    let start = at + page[at..].find('>')? + 1;
+    let end = start + page[start..].find('<')?;
+    Some(page[start..end].to_owned())
+}
+
+/// The `Set-Cookie` header that sets `name`.
+fn set_cookie<'r>(response: &'r HttpResponse, name: &str) -> Option<&'r str> {
+    response
+        .headers
+        .iter()
+        .find(|(n, v)| n == "set-cookie" && v.starts_with(&format!("{name}=")))
+        .map(|(_, v)| v.as_str())
+}
+
+fn assert_page_headers(response: &HttpResponse) {
+    let csp = response.header("content-security-policy").expect("a CSP");
+    for part in [
+        "default-src 'none'",
+        "frame-ancestors 'none'",
+        "form-action 'self'",
+        "script-src 'self'",
+    ] {
+        assert!(csp.contains(part), "{csp}");
+    }
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(response.header("x-frame-options"), Some("DENY"));
+    assert_eq!(response.header("cache-control"), Some("no-store"));
+    assert_eq!(response.header("x-content-type-options"), Some("nosniff"));
+}
+
+fn keys(db: &TestDb) -> Vec<Value> {
+    db.run_json(&["key", "list", "--json"])
+        .as_array()
+        .expect("keys")
+        .clone()
+}
+
+fn audit(db: &TestDb) -> Vec<Value> {
+    db.run_json(&["audit", "--json", "--limit", "200"])
+        .as_array()
+        .expect("rows")
+        .clone()
+}
+
+/// The JSON-RPC error code (`data.code`) or `ok` of a modern `tools/call` over HTTP.
+fn call_outcome(server: &HttpServer, token: &str, tool: &str) -> String {
+    let reply = server.modern_tool_call(token, tool, &json!({})).json();
+    if let Some(code) = reply["error"]["data"]["code"].as_str() {
+        return code.to_owned();
+    }
+    assert_eq!(reply["result"]["isError"], json!(false), "{reply}");
+    "ok".to_owned()
+}
+
+#[test]
+fn an_admin_key_signs_in_for_a_strict_cookie_and_every_page_carries_the_security_headers() {
+    let db = TestDb::new();
+    let server = HttpServer::start(&db, &[]);
+    let mut browser = Browser::new(&server);
+
+    let unsigned = browser.get("/console");
+    assert_eq!(unsigned.status, 303);
+    assert_eq!(unsigned.header("location"), Some("/console/sign-in"));
+
+    let form = browser.get("/console/sign-in");
+    assert_page_headers(&form);
+    let pairing = set_cookie(&form, SIGN_IN_COOKIE).expect("pairing cookie");
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(pairing.contains(attribute), "{pairing}");
+    }
+
+    let signed = browser.sign_in(db.admin_key.as_deref().expect("admin key"));
+    assert_eq!(signed.status, 303, "{}", text(&signed));
+    assert_eq!(signed.header("location"), Some("/console"));
+    let cookie = set_cookie(&signed, SESSION_COOKIE).expect("session cookie");
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/console",
+        "Max-Age=900",
+    ] {
+        assert!(cookie.contains(attribute), "{cookie}");
+    }
+    assert!(
+        !cookie.contains("Secure"),
+        "plain HTTP on loopback: {cookie}"
+    );
+
+    for path in [
+        "/console",
+        "/console/credentials",
+        "/console/limits",
+        "/console/audit",
+        "/console/backends",
+    ] {
+        let page = browser.get(path);
+        assert_eq!(page.status, 200, "{path}: {}", text(&page));
+        assert_page_headers(&page);
+        let html = text(&page);
+        assert!(
+            html.starts_with("<!doctype html>\n<html lang=\"en\">"),
+            "{path}"
+        );
+        assert!(html.contains("id=\"nav\""), "{path}");
+        assert!(
+            !html.contains(db.admin_key.as_deref().expect("key")),
+            "{path} shows the key"
+        );
+    }
+    let css = browser.get("/console/static/console.css");
+    assert_eq!(css.status, 200);
+    assert_eq!(css.header("content-type"), Some("text/css; charset=utf-8"));
+
+    // The sign-in is in the audit log under the operator's credential.
+    let admin_id = db.admin_key_id();
+    assert!(
+        audit(&db)
+            .iter()
+            .any(|r| r["tool"] == "console:sign_in" && r["credential_id"] == admin_id.as_str()),
+        "{:?}",
+        audit(&db)
+    );
+
+    // Signing out ends the session: its cookie no longer opens a page.
+    let session = browser.cookies.clone();
+    let csrf = browser.csrf();
+    let out = browser.post("/console/sign-out", &[("csrf", &csrf)]);
+    assert_eq!(out.status, 303);
+    browser.cookies = session;
+    assert_eq!(browser.get("/console").status, 303);
+}
+
+#[test]
+fn behind_https_the_cookie_is_secure() {
+    let db = TestDb::new();
+    let server = HttpServer::start_with_env(
+        &db,
+        &[],
+        &[("TOLLGATE_HTTP_PUBLIC_BASE_URL", "https://gateway.example")],
+    );
+    let mut browser = Browser::new(&server);
+    let signed = browser.sign_in(db.admin_key.as_deref().expect("admin key"));
+    assert_eq!(signed.status, 303);
+    let cookie = set_cookie(&signed, SESSION_COOKIE).expect("session cookie");
+    assert!(cookie.ends_with("; Secure"), "{cookie}");
+}
+
+#[test]
+fn a_key_without_admin_cannot_sign_in_and_failed_sign_ins_are_throttled() {
+    let db = TestDb::new();
+    let agent = db.create_key("agent", "*", &[]);
+    let server = HttpServer::start(&db, &[]);
+    let mut browser = Browser::new(&server);
+
+    let refused = browser.sign_in(&agent.token);
+    assert_eq!(refused.status, 403);
+    assert!(set_cookie(&refused, SESSION_COOKIE).is_none());
+    let message = element_text(&text(&refused), "error").expect("an error");
+    assert!(message.contains("admin scope"), "{message}");
+    assert_eq!(browser.get("/console").status, 303);
+
+    // Wrong keys count against this address as failed MCP authentication does; past the
+    // allowance even the right key is turned away until the window ends.
+    let limit = tollgate::guards::auth::AUTH_FAILURE_LIMIT;
+    let wrong = "tg_live_0000000000000000000000_wrongwrongwrongwrongwrongwrongwrongwr";
+    let mut statuses = Vec::new();
+    for _ in 0..limit + 1 {
+        statuses.push(browser.sign_in(wrong).status);
+    }
+    let failures = statuses.iter().filter(|s| **s == 401).count();
+    assert_eq!(failures, limit as usize, "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    let throttled = browser.sign_in(db.admin_key.as_deref().expect("admin key"));
+    assert_eq!(throttled.status, 429);
+    assert!(throttled.header("retry-after").is_some());
+    assert!(set_cookie(&throttled, SESSION_COOKIE).is_none());
+    // The MCP endpoint sees the same throttle from this address.
+    assert_eq!(
+        call_outcome(
+            &server,
+            db.admin_key.as_deref().expect("key"),
+            "search_clients"
+        ),
+        "rate_limited"
+    );
+}
+
+#[test]
+fn a_form_without_its_csrf_token_or_from_another_origin_is_refused_and_changes_nothing() {
+    let db = TestDb::new();
+    let server = HttpServer::start(&db, &[]);
+    let mut browser = Browser::new(&server);
+    assert_eq!(
+        browser
+            .sign_in(db.admin_key.as_deref().expect("admin key"))
+            .status,
+        303
+    );
+    let csrf = browser.csrf();
+    let before = keys(&db).len();
+    let origin = browser.origin.clone();
+    let other_port = format!("http://127.0.0.1:{}", server.addr.port() + 1);
+    let path = "/console/credentials/keys";
+    fn fields(token: &str) -> [(&str, &str); 3] {
+        [("name", "x"), ("scopes", "clients:read"), ("csrf", token)]
+    }
+    let zeros = "0".repeat(64);
+
+    let no_token = browser.post_from(path, &fields("")[..2], Some(&origin), &[]);
+    assert_eq!(no_token.status, 403, "{}", text(&no_token));
+    let wrong_token = browser.post_from(path, &fields(&zeros), Some(&origin), &[]);
+    assert_eq!(wrong_token.status, 403);
+    let cross_site = browser.post_from(
+        path,
+        &fields(&csrf),
+        Some(&origin),
+        &[("Sec-Fetch-Site", "cross-site")],
+    );
+    assert_eq!(cross_site.status, 403);
+    let other_local_origin = browser.post_from(path, &fields(&csrf), Some(&other_port), &[]);
+    assert_eq!(other_local_origin.status, 403);
+    // An outside origin is refused by the listener's origin policy before the console.
+    let outside = browser.post_from(path, &fields(&csrf), Some("https://evil.example"), &[]);
+    assert_eq!(outside.status, 403);
+    assert_eq!(
+        outside.json()["error"]["data"]["code"],
+        json!("origin_not_allowed")
+    );
+    assert_eq!(keys(&db).len(), before, "nothing was created");
+
+    // The same form from the page's own origin with its token goes through.
+    let made = browser.post_from(
+        path,
+        &fields(&csrf),
+        Some(&origin),
+        &[("Sec-Fetch-Site", "same-origin")],
+    );
+    assert_eq!(made.status, 200, "{}", text(&made));
+    assert_eq!(keys(&db).len(), before + 1);
+    assert_page_headers(&made);
+}
+
+#[test]
+fn a_key_made_and_revoked_in_the_console_is_refused_on_the_next_call_and_both_changes_are_audited()
+{
+    let db = TestDb::new();
+    let server = HttpServer::start(&db, &[]);
+    let mut browser = Browser::new(&server);
+    assert_eq!(
+        browser
+            .sign_in(db.admin_key.as_deref().expect("admin key"))
+            .status,
+        303
+    );
+    let csrf = browser.csrf();
+    let made = browser.post(
+        "/console/credentials/keys",
+        &[
+            ("csrf", &csrf),
+            ("name", "reader"),
+            ("scopes", "clients:read"),
+            ("mode", "live"),
+            ("guard_channel", ""),
+        ],
+    );
+    assert_eq!(made.status, 200, "{}", text(&made));
+    let page = text(&made);
+    let secret = element_text(&page, "secret").expect("the secret");
+    let id = element_text(&page, "public-id").expect("the id");
+    assert!(secret.starts_with(&format!("tg_live_{id}_")), "{secret}");
+    // Shown once: the list does not show it.
+    let list = text(&browser.get("/console/credentials"));
+    assert!(list.contains(&format!("id=\"key-{id}\"")));
+    assert!(!list.contains(&secret));
+
+    assert_eq!(call_outcome(&server, &secret, "search_clients"), "ok");
+    let confirm = browser.get(&format!("/console/credentials/keys/{id}/revoke"));
+    assert_eq!(confirm.status, 200);
+    assert!(text(&confirm).contains("id=\"confirm\""));
+    let revoked = browser.post(
+        &format!("/console/credentials/keys/{id}/revoke"),
+        &[("csrf", &csrf)],
+    );
+    assert_eq!(revoked.status, 303, "{}", text(&revoked));
+    let list = text(&browser.get("/console/credentials"));
+    let row = &list[list.find(&format!("id=\"key-{id}\"")).expect("row")..];
+    assert!(
+        row[..row.find("</tr>").expect("end")].contains(">revoked<"),
+        "{row}"
+    );
+    assert_eq!(
+        call_outcome(&server, &secret, "search_clients"),
+        "invalid_token"
+    );
+
+    let admin_id = db.admin_key_id();
+    let rows = audit(&db);
+    for action in ["console:create_key", "console:revoke_key"] {
+        let row = rows
+            .iter()
+            .find(|r| r["tool"] == action)
+            .unwrap_or_else(|| panic!("{action}: {rows:?}"));
+        assert_eq!(row["credential_id"], json!(admin_id), "{row}");
+        assert_eq!(row["request_id"], json!(format!("\"{id}\"")), "{row}");
+    }
+}
+
+#[test]
+fn a_limit_changed_in_the_console_applies_to_the_next_call() {
+    let db = TestDb::new();
+    let reader = db.create_key("reader", "clients:read", &[]);
+    let server = HttpServer::start(&db, &[]);
+    let mut browser = Browser::new(&server);
+    assert_eq!(
+        browser
+            .sign_in(db.admin_key.as_deref().expect("admin key"))
+            .status,
+        303
+    );
+    let csrf = browser.csrf();
+    let bad = browser.post(
+        "/console/limits/credential",
+        &[
+            ("csrf", &csrf),
+            ("credential", &reader.id),
+            ("category", "read"),
+            ("per_minute", "0"),
+        ],
+    );
+    assert_eq!(bad.status, 422);
+    assert!(
+        element_text(&text(&bad), "form-error")
+            .expect("error")
+            .contains("at least 1")
+    );
+    let set = browser.post(
+        "/console/limits/credential",
+        &[
+            ("csrf", &csrf),
+            ("credential", &reader.id),
+            ("category", "read"),
+            ("per_minute", "1"),
+        ],
+    );
+    assert_eq!(set.status, 303, "{}", text(&set));
+    let limits = text(&browser.get("/console/limits"));
+    assert!(
+        limits.contains(&format!("id=\"override-{}-read\"", reader.id)),
+        "{limits}"
+    );
+    assert_eq!(call_outcome(&server, &reader.token, "search_clients"), "ok");
+    assert_eq!(
+        call_outcome(&server, &reader.token, "search_clients"),
+        "rate_limited"
+    );
+    assert!(audit(&db).iter().any(|r| r["tool"] == "console:set_limit"));
+}
+
+#[test]
+fn the_audit_page_filters_and_exports_csv_with_formulas_defused() {
+    let db = TestDb::new();
+    let token = db.admin_key.clone().expect("admin key");
+    let server = HttpServer::start(&db, &[]);
+    assert_eq!(call_outcome(&server, &token, "search_clients"), "ok");
+    assert_eq!(call_outcome(&server, &token, "=cmd|calc"), "unknown_tool");
+    let mut browser = Browser::new(&server);
+    assert_eq!(browser.sign_in(&token).status, 303);
+    let page = text(&browser.get("/console/audit?tool=search_clients"));
+    let rows = page.matches("class=\"audit-row\"").count();
+    assert_eq!(rows, 1, "{page}");
+    assert_eq!(page.matches("<td class=\"tool\">search_clients").count(), 1);
+    let failures = text(&browser.get("/console/audit?failures=1"));
+    assert!(failures.contains("unknown_tool"));
+    assert!(!failures.contains("<td class=\"outcome\">ok</td>"));
+    let csv = browser.get("/console/audit.csv?outcome=unknown_tool");
+    assert_eq!(csv.status, 200);
+    assert_eq!(csv.header("content-type"), Some("text/csv; charset=utf-8"));
+    let body = text(&csv);
+    let mut lines = body.lines();
+    assert!(
+        lines
+            .next()
+            .expect("header")
+            .starts_with("id,at,credential_id,client_id,tool,outcome")
+    );
+    let row = lines.next().expect("a row");
+    assert!(row.contains(",'=cmd|calc,unknown_tool,"), "{row}");
+    assert_eq!(lines.next(), None);
+}
+
+#[test]
+fn revoking_the_operator_key_ends_its_console_session() {
+    let db = TestDb::new();
+    let server = HttpServer::start(&db, &[]);
+    let mut browser = Browser::new(&server);
+    assert_eq!(
+        browser
+            .sign_in(db.admin_key.as_deref().expect("admin key"))
+            .status,
+        303
+    );
+    assert_eq!(browser.get("/console").status, 200);
+    let out = db.run(&["key", "revoke", &db.admin_key_id()]);
+    assert!(out.status.success());
+    assert_eq!(browser.get("/console").status, 303);
+}
+
+#[test]
+fn the_console_can_be_turned_off_and_speaks_the_companys_language() {
+    let db = TestDb::new();
+    let off = HttpServer::start_with_env(&db, &[], &[("TOLLGATE_CONSOLE_ENABLED", "false")]);
+    let page = off.get("/console/sign-in");
+    assert_eq!(page.status, 404);
+    assert_eq!(
+        page.json()["error"]["data"]["code"],
+        json!("path_not_found")
+    );
+    drop(off);
+    assert!(
+        db.run(&["company", "set", "--locale", "es"])
+            .status
+            .success()
+    );
+    let server = HttpServer::start(&db, &[]);
+    let html = text(&server.get("/console/sign-in"));
+    assert!(html.contains("<html lang=\"es\">"), "{html}");
+    assert!(html.contains("Iniciar sesión"));
+}
+
+/// A console in this process on a manual clock.
+fn in_process(db: &TestDb) -> (ManualClock, Console) {
+    let flags = Overrides {
+        database: Some(db.database_arg().into()),
+        ..Overrides::default()
+    };
+    let config = Config::load(None, &[], &flags).expect("config");
+    let store = tollgate::store::Store::open_database(
+        &db.database(),
+        &tollgate::store::StoreOptions::from_config(&config, false),
+    )
+    .expect("store");
+    let clock = ManualClock::at_unix_secs(crate::clock::T0);
+    let server =
+        tollgate::ops::cli::build_server_with_clock(&config, store, clock.clock()).expect("server");
+    let console = Console::new(Arc::new(server), &config).expect("the console is on by default");
+    (clock, console)
+}
+
+#[test]
+fn a_sign_in_ends_after_its_idle_time_and_lasts_while_it_is_used() {
+    let db = TestDb::new();
+    let (clock, console) = in_process(&db);
+    let headers = |cookie: &str| {
+        vec![
+            ("cookie".to_owned(), cookie.to_owned()),
+            ("host".to_owned(), "127.0.0.1".to_owned()),
+        ]
+    };
+    let request = |method,
+                   path: &'static str,
+                   headers: &[(String, String)],
+                   body: &[u8]|
+     -> tollgate::console::Response {
+        console.handle(&Request {
+            method,
+            path,
+            query: "",
+            headers,
+            body,
+            source: "http:127.0.0.1",
+        })
+    };
+    let form = request(Method::Get, "/console/sign-in", &headers(""), b"");
+    let pairing = form
+        .headers
+        .iter()
+        .find(|(n, v)| n == "Set-Cookie" && v.starts_with(SIGN_IN_COOKIE))
+        .map(|(_, v)| v.split(';').next().expect("pair").to_owned())
+        .expect("pairing cookie");
+    let token = pairing.split_once('=').expect("=").1.to_owned();
+    let body = format!("csrf={token}&key={}", db.admin_key.as_deref().expect("key"));
+    let signed = request(
+        Method::Post,
+        "/console/sign-in",
+        &headers(&pairing),
+        body.as_bytes(),
+    );
+    assert_eq!(signed.status, 303);
+    let session = signed
+        .headers
+        .iter()
+        .find(|(n, v)| n == "Set-Cookie" && v.starts_with(SESSION_COOKIE))
+        .map(|(_, v)| v.split(';').next().expect("pair").to_owned())
+        .expect("session cookie");
+    let minute = std::time::Duration::from_secs(60);
+    for _ in 0..3 {
+        clock.advance(14 * minute);
+        assert_eq!(
+            request(Method::Get, "/console", &headers(&session), b"").status,
+            200
+        );
+    }
+    clock.advance(15 * minute);
+    let expired = request(Method::Get, "/console", &headers(&session), b"");
+    assert_eq!(expired.status, 303);
+    assert_eq!(
+        expired
+            .headers
+            .iter()
+            .find(|(n, _)| n == "Location")
+            .map(|(_, v)| v.as_str()),
+        Some("/console/sign-in")
+    );
+}
