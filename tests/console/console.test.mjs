@@ -31,6 +31,8 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BASE = required('TG_CONSOLE_URL');
 const ADMIN_KEY = required('TG_CONSOLE_ADMIN_KEY');
+/** The admin key's public id: `tg_live_<id>_<secret>`. */
+const ADMIN_ID = ADMIN_KEY.split('_')[2];
 const CHROMIUM = process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = join(REPO, 'target', 'console-screenshots');
 const DOC_SHOT = join(REPO, 'docs', 'console-overview.png');
@@ -246,7 +248,11 @@ test('overview: the calls just made show in the chart of the last hour', async (
     assert.ok(Number.isInteger(day) && day >= hour, `calls in the last day: ${day} (hour: ${hour})`);
     assert.equal(await page.getAttribute('#calls-hour svg', 'role'), 'img');
     assert.ok((await page.textContent('#calls-hour figcaption')).trim().length > 0);
-    await assertPresent(page, '#buckets');
+    // The admin key's `read` bucket was just charged: it is among the tightest, with a meter.
+    const buckets = await page.$$eval('#buckets li.bucket meter', (meters) =>
+      meters.map((m) => ({ value: Number(m.getAttribute('value')), max: Number(m.getAttribute('max')) })),
+    );
+    assert.ok(buckets.some((b) => b.value >= made && b.max > 0), JSON.stringify(buckets));
     await assertPresent(page, '#errors');
     await shot(page, 'overview');
   } finally {
@@ -280,7 +286,8 @@ test('credentials: a key created in the console shows its secret once, works, an
     const row = `#keys tr[id="key-${key.id}"]`;
     assert.equal((await page.textContent(`${row} .status`)).trim(), 'active');
 
-    // The new key works over MCP, and cannot open the console (it has no `admin` scope).
+    // The new key works over MCP, and cannot open the console: it is a valid key without
+    // the `admin` scope, so the sign-in page refuses it with 403 (a wrong key gets 401).
     assertClientsFound(await callTool(key.secret, 'search_clients'));
     const other = await newContext();
     try {
@@ -288,7 +295,7 @@ test('credentials: a key created in the console shows its secret once, works, an
       await refused.goto(`${BASE}/console/sign-in`);
       await refused.fill('#key', key.secret);
       const [response] = await Promise.all([refused.waitForNavigation(), refused.click('#sign-in [type=submit]')]);
-      assert.equal(response.status(), 401);
+      assert.equal(response.status(), 403);
       assert.ok((await refused.textContent('#error[role=alert]')).trim().length > 0);
     } finally {
       await other.close();
@@ -333,7 +340,8 @@ test('limits: a key lowered to one read a minute gets its second call refused', 
     await submit(page, '#set-credential-limit [type=submit]');
     assert.equal(new URL(page.url()).pathname, '/console/limits');
     const override = `#overrides tr[id="override-${key.id}-read"]`;
-    assert.match(await page.textContent(override), /\b1\b/);
+    const cells = await page.$$eval(`${override} td`, (tds) => tds.map((td) => td.textContent.trim()));
+    assert.deepEqual(cells, [key.id, 'browser test limited', 'read', '1']);
     await shot(page, 'limits');
 
     assertClientsFound(await callTool(key.secret, 'search_clients'));
@@ -372,7 +380,7 @@ test('audit: the filter keeps only the matching rows, and the CSV export has the
     assert.equal(new URL(page.url()).searchParams.get('credential'), key.id);
     const mine = await auditRows(page);
     assert.deepEqual(mine.map((r) => r.tool).sort(), ['search_clients', 'search_invoices'], JSON.stringify(mine));
-    for (const row of mine) assert.ok(row.credential.includes(key.id), JSON.stringify(row));
+    for (const row of mine) assert.equal(row.credential, key.id, JSON.stringify(row));
     await shot(page, 'audit');
 
     // By tool as well: one row left.
@@ -384,6 +392,7 @@ test('audit: the filter keeps only the matching rows, and the CSV export has the
 
     // By tool alone: other credentials' rows of that tool, no other tool.
     await page.goto(`${BASE}/console/audit`);
+    await page.fill('#audit-filter [name=credential]', '');
     await page.fill('#audit-filter [name=tool]', 'search_clients');
     await submit(page, '#audit-filter [type=submit]');
     const clients = await auditRows(page);
@@ -399,10 +408,17 @@ test('audit: the filter keeps only the matching rows, and the CSV export has the
     assert.equal(csv.status(), 200);
     assert.match(csv.headers()['content-type'], /^text\/csv\b/);
     const lines = (await csv.text()).split(/\r?\n/).filter((line) => line.length > 0);
-    assert.match(lines[0], /\btool\b/);
-    assert.match(lines[0], /\bcredential\b/);
+    assert.equal(lines[0], 'id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id');
     assert.equal(lines.length - 1, clients.length, lines.join('\n'));
     for (const line of lines.slice(1)) assert.ok(line.includes('search_clients'), line);
+
+    // The console's own changes are audited under the operator's credential, and the
+    // secret it showed is not among them.
+    await page.goto(`${BASE}/console/audit?tool=${encodeURIComponent('console:create_key')}`);
+    const created = await auditRows(page);
+    assert.ok(created.length >= 1, 'console:create_key rows');
+    for (const row of created) assert.equal(row.credential, ADMIN_ID, JSON.stringify(row));
+    assert.ok(!(await page.content()).includes(key.secret), 'the audit log shows a secret');
   } finally {
     await context.close();
   }
@@ -442,6 +458,9 @@ test('without JavaScript: sign in, read the overview and the audit log', async (
     assert.equal(new URL(page.url()).pathname, '/console');
     const hour = Number(await page.getAttribute('#calls-hour svg[data-total]', 'data-total'));
     assert.ok(hour > 0, `calls in the last hour: ${hour}`);
+    // The refusals of the tests above are among the last errors.
+    const outcomes = await page.$$eval('#errors td.outcome', (tds) => tds.map((td) => td.textContent.trim()));
+    assert.ok(outcomes.includes('rate_limited'), JSON.stringify(outcomes));
     await page.goto(`${BASE}/console/audit`);
     const rows = await auditRows(page);
     assert.ok(rows.length > 0, 'the audit log has rows');
