@@ -85,9 +85,13 @@ async function shot(page, name) {
   await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 }
 
-/** Clicks `selector` (a submit button) and waits for the page it leads to. */
+/**
+ * Clicks `selector` (a submit button), waits for the page it leads to, and resolves with
+ * that page's response (after any redirect).
+ */
 async function submit(page, selector) {
-  await Promise.all([page.waitForNavigation(), page.click(selector)]);
+  const [response] = await Promise.all([page.waitForNavigation(), page.click(selector)]);
+  return response;
 }
 
 /** Opens the sign-in page in `context`, signs in with `key`, and returns the page. */
@@ -108,7 +112,9 @@ async function createKey(page, name, scopes) {
   await page.fill('#create-key [name=name]', name);
   await page.fill('#create-key [name=scopes]', scopes);
   await page.selectOption('#create-key [name=mode]', 'live');
-  await submit(page, '#create-key [type=submit]');
+  const response = await submit(page, '#create-key [type=submit]');
+  assert.equal(response.status(), 200);
+  assert.equal(new URL(page.url()).pathname, '/console/credentials/keys');
   const secret = (await page.textContent('#secret')).trim();
   const id = (await page.textContent('#public-id')).trim();
   assert.ok(secret.startsWith(`tg_live_${id}_`), `secret ${secret.slice(0, 30)}… for key ${id}`);

@@ -93,7 +93,7 @@ TG_CONSOLE_URL="$base" TG_CONSOLE_ADMIN_KEY="$admin_key" TG_CONSOLE_CHROMIUM="$c
     TG_CONSOLE_NPM="$npm_dir" \
     timeout 300 node --test --test-timeout=120000 "$@" "$here/console.test.mjs" || status=$?
 if [ "$status" -ne 0 ]; then
-    printf '\n==> tollgate serve log (%s)\n' "$data/serve.log"
+    printf '\n==> tollgate serve log, last 50 lines\n'
     tail -n 50 "$data/serve.log"
 fi
 printf '\ntests/console: %ss, screenshots in target/console-screenshots/\n' "$((SECONDS - started))"
