@@ -1,0 +1,493 @@
+// The operator console in headless Chromium (Debian's package), driven by playwright-core,
+// against one running `tollgate serve` whose database `tollgate init --demo` made.
+//
+// What an operator does, end to end, with the agents' side checked over /mcp:
+//
+//   - signs in with the admin key and lands on the overview; a wrong key is refused;
+//   - sees the calls just made in the overview's chart;
+//   - creates a key, reads its secret once, uses it, revokes it, and sees it refused;
+//   - lowers a key's `read` limit to 1 a minute and sees the second call refused;
+//   - filters the audit log and exports the filtered rows as CSV;
+//   - reads the overview and the credentials page at 320 px without scrolling sideways,
+//     and signs in and reads the overview and the audit log with JavaScript off.
+//
+// A screenshot of every page goes to target/console-screenshots/; with
+// TG_CONSOLE_SCREENSHOT_DOC=1 the overview at 1280 px is also written to
+// docs/console-overview.png.
+//
+// Run through tests/console/run.sh, which starts the server and sets TG_CONSOLE_URL (its
+// base URL), TG_CONSOLE_ADMIN_KEY (the key `tollgate init` printed), TG_CONSOLE_CHROMIUM
+// and TG_CONSOLE_NPM (where playwright-core is installed). The tests run in file order and
+// share the server; each makes the keys it needs.
+
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const REPO = resolve(HERE, '..', '..');
+const BASE = required('TG_CONSOLE_URL');
+const ADMIN_KEY = required('TG_CONSOLE_ADMIN_KEY');
+/** The admin key's public id: `tg_live_<id>_<secret>`. */
+const ADMIN_ID = ADMIN_KEY.split('_')[2];
+const CHROMIUM = process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium';
+const SHOTS = join(REPO, 'target', 'console-screenshots');
+const DOC_SHOT = join(REPO, 'docs', 'console-overview.png');
+const WRITE_DOC_SHOT = process.env.TG_CONSOLE_SCREENSHOT_DOC === '1';
+
+// playwright-core lives outside the repository (run.sh installs it under TG_TOOLS).
+const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
+const { chromium } = requireFrom('playwright-core');
+
+/** The rendered page may be this much wider than the viewport (rounding, a border). */
+const SCROLL_TOLERANCE_PX = 4;
+
+function required(name) {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
+  return value;
+}
+
+// ---- browser ------------------------------------------------------------------------------
+
+let browser;
+before(async () => {
+  mkdirSync(SHOTS, { recursive: true });
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--no-first-run',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+});
+after(async () => {
+  await browser?.close();
+});
+
+/** A fresh browser context (its own cookies); 1280 px wide unless told otherwise. */
+async function newContext(options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ...options });
+  context.setDefaultTimeout(10_000);
+  return context;
+}
+
+/** Writes a full-page screenshot of `page` to target/console-screenshots/NAME.png. */
+async function shot(page, name) {
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+/**
+ * Clicks `selector` (a submit button), waits for the page it leads to, and resolves with
+ * that page's response (after any redirect).
+ */
+async function submit(page, selector) {
+  const [response] = await Promise.all([page.waitForNavigation(), page.click(selector)]);
+  return response;
+}
+
+/** Opens the sign-in page in `context`, signs in with `key`, and returns the page. */
+async function signIn(context, key = ADMIN_KEY) {
+  const page = await context.newPage();
+  await page.goto(`${BASE}/console/sign-in`);
+  await page.fill('#sign-in #key', key);
+  await submit(page, '#sign-in [type=submit]');
+  return page;
+}
+
+/**
+ * Creates an API key with the console's `#create-key` form and returns what the page shows
+ * once: `{ id, secret }`. The page stays on the secret page.
+ */
+async function createKey(page, name, scopes) {
+  await page.goto(`${BASE}/console/credentials`);
+  await page.fill('#create-key [name=name]', name);
+  await page.fill('#create-key [name=scopes]', scopes);
+  await page.selectOption('#create-key [name=mode]', 'live');
+  const response = await submit(page, '#create-key [type=submit]');
+  assert.equal(response.status(), 200);
+  assert.equal(new URL(page.url()).pathname, '/console/credentials/keys');
+  const secret = (await page.textContent('#secret')).trim();
+  const id = (await page.textContent('#public-id')).trim();
+  assert.ok(secret.startsWith(`tg_live_${id}_`), `secret ${secret.slice(0, 30)}… for key ${id}`);
+  return { id, secret };
+}
+
+/** The `.audit-row`s of the page's `#audit` table, as `{ credential, tool, outcome }`. */
+async function auditRows(page) {
+  return page.$$eval('#audit .audit-row', (rows) =>
+    rows.map((row) => ({
+      credential: row.querySelector('.credential').textContent.trim(),
+      tool: row.querySelector('.tool').textContent.trim(),
+      outcome: row.querySelector('.outcome').textContent.trim(),
+    })),
+  );
+}
+
+/** Asserts that the page (already loaded) has an element matching `selector`. */
+async function assertPresent(page, selector) {
+  assert.ok(await page.$(selector), `${page.url()} has no ${selector}`);
+}
+
+/** document.scrollingElement.scrollWidth of the page. */
+function scrollWidth(page) {
+  return page.evaluate(() => document.scrollingElement.scrollWidth);
+}
+
+// ---- MCP over HTTP (the agents' side) ------------------------------------------------------
+
+const MODERN = '2026-07-28';
+let rpcId = 0;
+
+/**
+ * One stateless (2026-07-28) `tools/call` of `tool` with `token`; resolves with
+ * `{ status, headers, body }` (the body parsed).
+ */
+async function callTool(token, tool, args = {}) {
+  const body = {
+    jsonrpc: '2.0',
+    id: ++rpcId,
+    method: 'tools/call',
+    params: {
+      name: tool,
+      arguments: args,
+      _meta: {
+        'io.modelcontextprotocol/protocolVersion': MODERN,
+        'io.modelcontextprotocol/clientCapabilities': {},
+        'io.modelcontextprotocol/clientInfo': { name: 'tollgate-console-tests', version: '0' },
+      },
+    },
+  };
+  const response = await fetch(`${BASE}/mcp`, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      'MCP-Protocol-Version': MODERN,
+      'Mcp-Method': 'tools/call',
+      'Mcp-Name': tool,
+      Authorization: `Bearer ${token}`,
+    },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(10_000),
+  });
+  return { status: response.status, headers: response.headers, body: await response.json() };
+}
+
+/** Asserts that `call` is a successful `search_clients` result. */
+function assertClientsFound(call) {
+  assert.equal(call.status, 200, JSON.stringify(call.body));
+  assert.equal(call.body.error, undefined, JSON.stringify(call.body));
+  assert.notEqual(call.body.result.isError, true, JSON.stringify(call.body));
+  assert.match(call.body.result.content[0].text, /client\(s\) found/);
+}
+
+// ---- the tests ----------------------------------------------------------------------------
+
+test('sign-in: the admin key opens the overview, a wrong key is refused, sign-out ends it', async () => {
+  // Without a session every page sends the browser to the sign-in page.
+  const anonymous = await fetch(`${BASE}/console`, { redirect: 'manual' });
+  assert.equal(anonymous.status, 303);
+  assert.equal(new URL(anonymous.headers.get('location'), BASE).pathname, '/console/sign-in');
+
+  const context = await newContext();
+  try {
+    const page = await context.newPage();
+    await page.goto(`${BASE}/console`);
+    assert.equal(new URL(page.url()).pathname, '/console/sign-in');
+    assert.equal(await page.getAttribute('html', 'lang'), 'en');
+    assert.equal(await page.getAttribute('#sign-in', 'method'), 'post');
+    assert.equal(await page.getAttribute('#key', 'type'), 'password');
+    assert.ok((await page.inputValue('#sign-in [name=csrf]')).length > 0, 'the form carries a csrf token');
+    await shot(page, 'sign-in');
+
+    // A key that does not exist: a 401 page with the alert, and no session.
+    await page.fill('#key', 'tg_live_0000000000000000_not-a-secret');
+    const [refused] = await Promise.all([page.waitForNavigation(), page.click('#sign-in [type=submit]')]);
+    assert.equal(refused.status(), 401);
+    assert.ok((await page.textContent('#error[role=alert]')).trim().length > 0);
+    assert.deepEqual((await context.cookies()).filter((c) => c.name === 'tollgate_console'), []);
+
+    await page.goto(`${BASE}/console/sign-in`);
+    await page.fill('#key', ADMIN_KEY);
+    await submit(page, '#sign-in [type=submit]');
+    assert.equal(new URL(page.url()).pathname, '/console');
+    await assertPresent(page, '#calls-hour');
+    const [cookie] = (await context.cookies()).filter((c) => c.name === 'tollgate_console');
+    assert.ok(cookie, 'the session cookie is set');
+    assert.equal(cookie.httpOnly, true);
+    assert.equal(cookie.sameSite, 'Strict');
+    assert.equal(cookie.path, '/console');
+
+    const links = await page.$$eval('#nav a', (as) => as.map((a) => new URL(a.href).pathname));
+    for (const path of ['/console', '/console/credentials', '/console/limits', '/console/audit', '/console/backends']) {
+      assert.ok(links.includes(path), `#nav links to ${path}: ${links}`);
+    }
+
+    await submit(page, '#sign-out [type=submit]');
+    await page.goto(`${BASE}/console`);
+    assert.equal(new URL(page.url()).pathname, '/console/sign-in');
+  } finally {
+    await context.close();
+  }
+});
+
+test('overview: the calls just made show in the chart of the last hour', async () => {
+  const made = 3;
+  for (let i = 0; i < made; i++) assertClientsFound(await callTool(ADMIN_KEY, 'search_clients'));
+
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    assert.equal(new URL(page.url()).pathname, '/console');
+    const hour = Number(await page.getAttribute('#calls-hour svg[data-total]', 'data-total'));
+    const day = Number(await page.getAttribute('#calls-day svg[data-total]', 'data-total'));
+    assert.ok(Number.isInteger(hour) && hour >= made, `calls in the last hour: ${hour}`);
+    assert.ok(Number.isInteger(day) && day >= hour, `calls in the last day: ${day} (hour: ${hour})`);
+    assert.equal(await page.getAttribute('#calls-hour svg', 'role'), 'img');
+    assert.ok((await page.textContent('#calls-hour figcaption')).trim().length > 0);
+    // The admin key's `read` bucket was just charged: it is among the tightest, with a meter.
+    const buckets = await page.$$eval('#buckets li.bucket meter', (meters) =>
+      meters.map((m) => ({ value: Number(m.getAttribute('value')), max: Number(m.getAttribute('max')) })),
+    );
+    assert.ok(buckets.some((b) => b.value >= made && b.max > 0), JSON.stringify(buckets));
+    await assertPresent(page, '#errors');
+    await shot(page, 'overview');
+  } finally {
+    await context.close();
+  }
+});
+
+test('credentials: a key created in the console shows its secret once, works, and is refused once revoked', async () => {
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    await page.goto(`${BASE}/console/credentials`);
+    await assertPresent(page, '#keys');
+    await assertPresent(page, '#clients');
+    await shot(page, 'credentials');
+
+    const key = await createKey(page, 'browser test reader', 'clients:read');
+    assert.ok(await page.isVisible('#copy-secret'));
+    await shot(page, 'secret');
+
+    // The copy button puts the secret on the clipboard.
+    await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE });
+    await page.click('#copy-secret');
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), key.secret);
+
+    // Never shown again: not on the list, which names the key by its public id.
+    await page.goto(`${BASE}/console/credentials`);
+    const listed = await page.content();
+    assert.ok(!listed.includes(key.secret), 'the credentials page shows the secret again');
+    assert.ok(!listed.includes(key.secret.slice(`tg_live_${key.id}_`.length)), 'the credentials page shows the secret part');
+    const row = `#keys tr[id="key-${key.id}"]`;
+    assert.equal((await page.textContent(`${row} .status`)).trim(), 'active');
+
+    // The new key works over MCP, and cannot open the console: it is a valid key without
+    // the `admin` scope, so the sign-in page refuses it with 403 (a wrong key gets 401).
+    assertClientsFound(await callTool(key.secret, 'search_clients'));
+    const other = await newContext();
+    try {
+      const refused = await other.newPage();
+      await refused.goto(`${BASE}/console/sign-in`);
+      await refused.fill('#key', key.secret);
+      const [response] = await Promise.all([refused.waitForNavigation(), refused.click('#sign-in [type=submit]')]);
+      assert.equal(response.status(), 403);
+      assert.ok((await refused.textContent('#error[role=alert]')).trim().length > 0);
+    } finally {
+      await other.close();
+    }
+
+    // Revoke: the link, the confirmation page, back on the list.
+    await Promise.all([page.waitForNavigation(), page.click(`${row} a.revoke`)]);
+    assert.equal(new URL(page.url()).pathname, `/console/credentials/keys/${key.id}/revoke`);
+    assert.equal(await page.getAttribute('#confirm', 'method'), 'post');
+    await shot(page, 'revoke-confirm');
+    await submit(page, '#confirm-button');
+    assert.equal(new URL(page.url()).pathname, '/console/credentials');
+    assert.equal((await page.textContent(`${row} .status`)).trim(), 'revoked');
+
+    // The very next call with it is refused: -32001 with 401, and the holder of the
+    // secret learns why.
+    const call = await callTool(key.secret, 'search_clients');
+    assert.equal(call.status, 401, JSON.stringify(call.body));
+    assert.match(call.headers.get('www-authenticate') ?? '', /^Bearer /);
+    assert.equal(call.body.error.code, -32001);
+    assert.equal(call.body.error.message, 'invalid_token');
+    assert.equal(call.body.error.data.code, 'invalid_token');
+    assert.equal(call.body.error.data.http_status, 401);
+    assert.equal(call.body.error.data.retryable, false);
+    assert.deepEqual(call.body.error.data.details, { reason: 'revoked' });
+  } finally {
+    await context.close();
+  }
+});
+
+test('limits: a key lowered to one read a minute gets its second call refused', async () => {
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    const key = await createKey(page, 'browser test limited', 'clients:read');
+
+    await page.goto(`${BASE}/console/limits`);
+    await assertPresent(page, '#plan-limits');
+    await page.selectOption('#set-credential-limit [name=credential]', key.id);
+    await page.selectOption('#set-credential-limit [name=category]', 'read');
+    await page.fill('#set-credential-limit [name=per_minute]', '1');
+    await submit(page, '#set-credential-limit [type=submit]');
+    assert.equal(new URL(page.url()).pathname, '/console/limits');
+    const override = `#overrides tr[id="override-${key.id}-read"]`;
+    const cells = await page.$$eval(`${override} td`, (tds) => tds.map((td) => td.textContent.trim()));
+    assert.deepEqual(cells, [key.id, 'browser test limited', 'read', '1']);
+    await shot(page, 'limits');
+
+    assertClientsFound(await callTool(key.secret, 'search_clients'));
+    // Refused by the rate guard: in the default `compatible` mode a JSON-RPC error with
+    // HTTP 200, the wait in `data.retry_after` and in `Retry-After`.
+    const call = await callTool(key.secret, 'search_clients');
+    assert.equal(call.status, 200, JSON.stringify(call.body));
+    assert.equal(call.body.error.code, -32006);
+    assert.equal(call.body.error.message, 'rate_limited');
+    const { data } = call.body.error;
+    assert.equal(data.code, 'rate_limited');
+    assert.equal(data.http_status, 429);
+    assert.equal(data.retryable, true);
+    assert.equal(data.bucket, 'read');
+    assert.equal(data.limit, 1);
+    assert.ok(Number.isInteger(data.retry_after) && data.retry_after >= 1 && data.retry_after <= 60, JSON.stringify(data));
+    assert.equal(call.headers.get('retry-after'), String(data.retry_after));
+  } finally {
+    await context.close();
+  }
+});
+
+test('audit: the filter keeps only the matching rows, and the CSV export has them too', async () => {
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    const key = await createKey(page, 'browser test auditor', 'clients:read,invoices:read');
+    assertClientsFound(await callTool(key.secret, 'search_clients'));
+    const invoices = await callTool(key.secret, 'search_invoices');
+    assert.equal(invoices.body.error, undefined, JSON.stringify(invoices.body));
+
+    // By credential: exactly this key's two calls.
+    await page.goto(`${BASE}/console/audit`);
+    await page.fill('#audit-filter [name=credential]', key.id);
+    await submit(page, '#audit-filter [type=submit]');
+    assert.equal(new URL(page.url()).searchParams.get('credential'), key.id);
+    const mine = await auditRows(page);
+    assert.deepEqual(mine.map((r) => r.tool).sort(), ['search_clients', 'search_invoices'], JSON.stringify(mine));
+    for (const row of mine) assert.equal(row.credential, key.id, JSON.stringify(row));
+    await shot(page, 'audit');
+
+    // By tool as well: one row left.
+    await page.fill('#audit-filter [name=tool]', 'search_invoices');
+    await submit(page, '#audit-filter [type=submit]');
+    const filtered = await auditRows(page);
+    assert.equal(filtered.length, 1, JSON.stringify(filtered));
+    assert.equal(filtered[0].tool, 'search_invoices');
+
+    // By tool alone: other credentials' rows of that tool, no other tool.
+    await page.goto(`${BASE}/console/audit`);
+    await page.fill('#audit-filter [name=credential]', '');
+    await page.fill('#audit-filter [name=tool]', 'search_clients');
+    await submit(page, '#audit-filter [type=submit]');
+    const clients = await auditRows(page);
+    assert.ok(clients.length >= 2, JSON.stringify(clients));
+    assert.deepEqual([...new Set(clients.map((r) => r.tool))], ['search_clients']);
+
+    // The export link carries the filter; its CSV has a header row and the same rows.
+    const href = await page.getAttribute('#export-csv', 'href');
+    const exportUrl = new URL(href, page.url());
+    assert.equal(exportUrl.pathname, '/console/audit.csv');
+    assert.equal(exportUrl.searchParams.get('tool'), 'search_clients');
+    const csv = await page.request.get(exportUrl.href);
+    assert.equal(csv.status(), 200);
+    assert.match(csv.headers()['content-type'], /^text\/csv\b/);
+    const lines = (await csv.text()).split(/\r?\n/).filter((line) => line.length > 0);
+    assert.equal(lines[0], 'id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id');
+    assert.equal(lines.length - 1, clients.length, lines.join('\n'));
+    for (const line of lines.slice(1)) assert.ok(line.includes('search_clients'), line);
+
+    // The console's own changes are audited under the operator's credential, and the
+    // secret it showed is not among them.
+    await page.goto(`${BASE}/console/audit?tool=${encodeURIComponent('console:create_key')}`);
+    const created = await auditRows(page);
+    assert.ok(created.length >= 1, 'console:create_key rows');
+    for (const row of created) assert.equal(row.credential, ADMIN_ID, JSON.stringify(row));
+    assert.ok(!(await page.content()).includes(key.secret), 'the audit log shows a secret');
+  } finally {
+    await context.close();
+  }
+});
+
+test('backends: the page lists the configured backends (none here)', async () => {
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    await page.goto(`${BASE}/console/backends`);
+    await assertPresent(page, '#backends');
+    await shot(page, 'backends');
+  } finally {
+    await context.close();
+  }
+});
+
+test('320 px: the overview and the credentials page do not scroll sideways', async () => {
+  const context = await newContext({ viewport: { width: 320, height: 640 } });
+  try {
+    const page = await signIn(context);
+    for (const [path, name] of [['/console', 'overview-320'], ['/console/credentials', 'credentials-320']]) {
+      await page.goto(`${BASE}${path}`);
+      await shot(page, name);
+      const width = await scrollWidth(page);
+      assert.ok(width <= 320 + SCROLL_TOLERANCE_PX, `${path} is ${width} px wide at 320 px`);
+    }
+  } finally {
+    await context.close();
+  }
+});
+
+test('without JavaScript: sign in, read the overview and the audit log', async () => {
+  const context = await newContext({ javaScriptEnabled: false });
+  try {
+    const page = await signIn(context);
+    assert.equal(new URL(page.url()).pathname, '/console');
+    const hour = Number(await page.getAttribute('#calls-hour svg[data-total]', 'data-total'));
+    assert.ok(hour > 0, `calls in the last hour: ${hour}`);
+    // The refusals of the tests above are among the last errors.
+    const outcomes = await page.$$eval('#errors td.outcome', (tds) => tds.map((td) => td.textContent.trim()));
+    assert.ok(outcomes.includes('rate_limited'), JSON.stringify(outcomes));
+    await page.goto(`${BASE}/console/audit`);
+    const rows = await auditRows(page);
+    assert.ok(rows.length > 0, 'the audit log has rows');
+    // The filter is a plain GET form.
+    await page.fill('#audit-filter [name=tool]', 'search_invoices');
+    await submit(page, '#audit-filter [type=submit]');
+    const filtered = await auditRows(page);
+    assert.ok(filtered.length > 0);
+    assert.deepEqual([...new Set(filtered.map((r) => r.tool))], ['search_invoices']);
+  } finally {
+    await context.close();
+  }
+});
+
+test('docs/console-overview.png: the overview at 1280 px', { skip: !WRITE_DOC_SHOT && 'set TG_CONSOLE_SCREENSHOT_DOC=1 to regenerate it' }, async () => {
+  const context = await newContext({ viewport: { width: 1280, height: 800 }, deviceScaleFactor: 1 });
+  try {
+    const page = await signIn(context);
+    await assertPresent(page, '#calls-hour svg');
+    await page.screenshot({ path: DOC_SHOT, fullPage: true });
+  } finally {
+    await context.close();
+  }
+});

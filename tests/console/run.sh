@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The operator console in a real browser: headless Chromium (Debian's package) driven by
+# playwright-core, against one `tollgate serve` on a free loopback port with a fresh
+# database (demo data, the admin key `tollgate init` prints).
+#
+#   TG_BIN=target/debug/tollgate TG_TOOLS=target/ci-tools bash tests/console/run.sh
+#
+# Installs Chromium from Debian's packages when /usr/bin/chromium is missing (as root;
+# otherwise it says what to run), and playwright-core from tests/console/package-lock.json
+# under $TG_TOOLS/console-npm (reinstalled when the lock file changes). Screenshots of every
+# page go to target/console-screenshots/; with TG_CONSOLE_SCREENSHOT_DOC=1 the overview is
+# also written to docs/console-overview.png. Extra arguments go to `node --test`.
+# Build the binary first: cargo build --bins --features conformance-pack
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+tools="${TG_TOOLS:-$root/target/ci-tools}"
+case "$tools" in /*) ;; *) tools="$root/$tools" ;; esac
+bin="${TG_BIN:-target/debug/tollgate}"
+case "$bin" in /*) ;; *) bin="$root/$bin" ;; esac
+if [ ! -x "$bin" ]; then
+    echo "tests/console: $bin is not an executable; build it with cargo build --bins --features conformance-pack (or set TG_BIN)" >&2
+    exit 2
+fi
+here="$root/tests/console"
+mkdir -p "$tools"
+
+chromium=/usr/bin/chromium
+if [ ! -x "$chromium" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "tests/console: Chromium is not installed; run: sudo apt-get install -y chromium" >&2
+        exit 2
+    fi
+    echo "tests/console: installing Chromium from Debian's packages" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >&2
+fi
+
+# playwright-core only (it downloads no browser), exactly as locked.
+npm_dir="$tools/console-npm"
+stamp="$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)"
+if [ "$(cat "$npm_dir/.lock-sha256" 2>/dev/null || true)" != "$stamp" ]; then
+    rm -rf "$npm_dir"
+    mkdir -p "$npm_dir"
+    cp "$here/package.json" "$here/package-lock.json" "$npm_dir/"
+    (cd "$npm_dir" && npm ci --silent --no-audit --no-fund)
+    echo "$stamp" > "$npm_dir/.lock-sha256"
+fi
+
+# The server refuses unknown TOLLGATE_* variables, and must not read the caller's.
+while IFS= read -r name; do unset "$name"; done < <(compgen -e | grep '^TOLLGATE_' || true)
+
+data=$(mktemp -d /tmp/tollgate-console.XXXXXX)
+server=""
+stop() {
+    if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
+        kill -TERM "$server"
+        # A clean exit takes well under a second; never wait forever.
+        for _ in $(seq 50); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$server" 2>/dev/null || true
+    fi
+    rm -rf "$data"
+}
+trap stop EXIT
+
+"$bin" --database "$data/t.db" init --company "ACME SL" --tax-id B12345674 --plan pro \
+    --locale en --demo --json > "$data/init.json" 2> "$data/init.log" ||
+    { cat "$data/init.log" >&2; exit 1; }
+admin_key=$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).admin_key)' "$data/init.json")
+
+port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); })')
+base="http://127.0.0.1:$port"
+RUST_LOG=warn "$bin" --database "$data/t.db" serve --listen "127.0.0.1:$port" > "$data/serve.log" 2>&1 &
+server=$!
+# /healthz within 20 s, or the server's log.
+if ! node -e '
+    const deadline = Date.now() + 20000;
+    (async () => {
+        while (Date.now() < deadline) {
+            try { if ((await fetch(process.argv[1] + "/healthz")).ok) return; } catch {}
+            await new Promise((ok) => setTimeout(ok, 100));
+        }
+        process.exit(1);
+    })();' "$base" || ! kill -0 "$server" 2>/dev/null; then
+    echo "tests/console: tollgate serve did not become healthy on $base" >&2
+    cat "$data/serve.log" >&2
+    exit 1
+fi
+
+started=$SECONDS
+status=0
+TG_CONSOLE_URL="$base" TG_CONSOLE_ADMIN_KEY="$admin_key" TG_CONSOLE_CHROMIUM="$chromium" \
+    TG_CONSOLE_NPM="$npm_dir" \
+    timeout 300 node --test --test-timeout=120000 "$@" "$here/console.test.mjs" || status=$?
+if [ "$status" -ne 0 ]; then
+    printf '\n==> tollgate serve log, last 50 lines\n'
+    tail -n 50 "$data/serve.log"
+fi
+printf '\ntests/console: %ss, screenshots in target/console-screenshots/\n' "$((SECONDS - started))"
+exit "$status"
