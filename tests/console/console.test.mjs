@@ -121,6 +121,25 @@ async function createKey(page, name, scopes) {
   return { id, secret };
 }
 
+/** The rows of the audit log's CSV export for `query` (the page's session cookie). */
+async function auditCsvRows(page, query) {
+  const response = await page.request.get(`${BASE}/console/audit.csv?${query}`);
+  assert.equal(response.status(), 200);
+  return (await response.text()).split('\r\n').filter((line) => line !== '').length - 1;
+}
+
+/**
+ * Waits until the audit log holds at least `count` rows for `query`: calls are audited by a
+ * writer thread a few milliseconds after they are answered. Bounded: 100 looks, 50 ms apart.
+ */
+async function untilAudited(page, query, count) {
+  for (let look = 0; look < 100; look++) {
+    if ((await auditCsvRows(page, query)) >= count) return;
+    await new Promise((done) => setTimeout(done, 50));
+  }
+  assert.fail(`the audit log never held ${count} rows for ${query}`);
+}
+
 /** The `.audit-row`s of the page's `#audit` table, as `{ credential, tool, outcome }`. */
 async function auditRows(page) {
   return page.$$eval('#audit .audit-row', (rows) =>
@@ -242,11 +261,14 @@ test('sign-in: the admin key opens the overview, a wrong key is refused, sign-ou
 
 test('overview: the calls just made show in the chart of the last hour', async () => {
   const made = 3;
-  for (let i = 0; i < made; i++) assertClientsFound(await callTool(ADMIN_KEY, 'search_clients'));
-
   const context = await newContext();
   try {
     const page = await signIn(context);
+    const query = `credential=${ADMIN_KEY.split('_')[2]}&tool=search_clients`;
+    const before = await auditCsvRows(page, query);
+    for (let i = 0; i < made; i++) assertClientsFound(await callTool(ADMIN_KEY, 'search_clients'));
+    await untilAudited(page, query, before + made);
+    await page.goto(`${BASE}/console`);
     assert.equal(new URL(page.url()).pathname, '/console');
     const hour = Number(await page.getAttribute('#calls-hour svg[data-total]', 'data-total'));
     const day = Number(await page.getAttribute('#calls-day svg[data-total]', 'data-total'));
@@ -378,6 +400,7 @@ test('audit: the filter keeps only the matching rows, and the CSV export has the
     assertClientsFound(await callTool(key.secret, 'search_clients'));
     const invoices = await callTool(key.secret, 'search_invoices');
     assert.equal(invoices.body.error, undefined, JSON.stringify(invoices.body));
+    await untilAudited(page, `credential=${key.id}`, 2);
 
     // By credential: exactly this key's two calls.
     await page.goto(`${BASE}/console/audit`);
@@ -461,6 +484,8 @@ test('without JavaScript: sign in, read the overview and the audit log', async (
   const context = await newContext({ javaScriptEnabled: false });
   try {
     const page = await signIn(context);
+    await untilAudited(page, 'outcome=rate_limited', 1);
+    await page.goto(`${BASE}/console`);
     assert.equal(new URL(page.url()).pathname, '/console');
     const hour = Number(await page.getAttribute('#calls-hour svg[data-total]', 'data-total'));
     assert.ok(hour > 0, `calls in the last hour: ${hour}`);
