@@ -193,6 +193,16 @@ fn a_postgres_restart_under_load_is_answered_retryably_and_the_node_recovers_by_
         "every success is committed: missing {:?}",
         promised.difference(&stored_set).collect::<Vec<_>>()
     );
+    // PostgreSQL's own integrity check (amcheck): every B-tree index of the schema agrees
+    // with itself and with its table's rows (`heapallindexed`).
+    db.sql("CREATE EXTENSION IF NOT EXISTS amcheck");
+    let checked = db.sql_i64(
+        "SELECT count(bt_index_check(c.oid, true)) FROM pg_index i \
+         JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE a.amname = 'btree' AND n.nspname = 'public'",
+    );
+    assert!(checked >= 10, "{checked} indexes checked");
     // The process never exited; the CLI's health check agrees.
     let check = db.run(&["healthcheck"]);
     assert!(
@@ -201,7 +211,8 @@ fn a_postgres_restart_under_load_is_answered_retryably_and_the_node_recovers_by_
         String::from_utf8_lossy(&check.stderr)
     );
     println!(
-        "[postgres faults] {} calls answered, {} successes, {} backend_unavailable during the restart",
+        "[postgres faults] {} calls answered, {} successes, {} backend_unavailable during the \
+         restart; {checked} indexes pass amcheck",
         answered.len(),
         promised.len(),
         answered.len() - promised.len()
