@@ -151,11 +151,7 @@ fn assert_context(code: &str, envelope: &Value, tool: &str) {
                 json!("clients:read"),
                 "{envelope}"
             );
-            assert_eq!(
-                envelope["provided_scopes"],
-                json!(["*", "admin"]),
-                "{envelope}"
-            );
+            assert_eq!(envelope["provided_scopes"], json!(["*"]), "{envelope}");
         }
         "plan_upgrade_required" => {
             assert_eq!(envelope["required_plan"], json!("enterprise"), "{envelope}");
