@@ -147,8 +147,9 @@ pub fn format_time_ms(ms: i64) -> String {
     format!("{}.{:03}Z", base.trim_end_matches('Z'), ms.rem_euclid(1000))
 }
 
-/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
+/// Days since 1970-01-01 to a proleptic Gregorian date `(year, month, day)` (H. Hinnant's
+/// algorithm).
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -162,8 +163,8 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 }
 
 /// A proleptic Gregorian date to days since 1970-01-01 (the inverse of
-/// `civil_from_days`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+/// [`civil_from_days`]).
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400);

@@ -103,6 +103,14 @@ impl<'s> Browser<'s> {
         self.post("/console/sign-in", &[("csrf", &token), ("key", key)])
     }
 
+    /// A browser signed in with `db`'s admin key.
+    fn signed_in(server: &'s HttpServer, db: &TestDb) -> Browser<'s> {
+        let mut browser = Browser::new(server);
+        let signed = browser.sign_in(db.admin_key.as_deref().expect("admin key"));
+        assert_eq!(signed.status, 303, "{}", text(&signed));
+        browser
+    }
+
     /// The CSRF token of the signed-in pages.
     fn csrf(&mut self) -> String {
         let page = self.get("/console/credentials");
@@ -338,13 +346,7 @@ fn a_key_without_admin_cannot_sign_in_and_failed_sign_ins_are_throttled() {
 fn a_form_without_its_csrf_token_or_from_another_origin_is_refused_and_changes_nothing() {
     let db = TestDb::new();
     let server = HttpServer::start(&db, &[]);
-    let mut browser = Browser::new(&server);
-    assert_eq!(
-        browser
-            .sign_in(db.admin_key.as_deref().expect("admin key"))
-            .status,
-        303
-    );
+    let mut browser = Browser::signed_in(&server, &db);
     let csrf = browser.csrf();
     let before = keys(&db).len();
     let origin = browser.origin.clone();
@@ -394,13 +396,7 @@ fn a_key_made_and_revoked_in_the_console_is_refused_on_the_next_call_and_both_ch
 {
     let db = TestDb::new();
     let server = HttpServer::start(&db, &[]);
-    let mut browser = Browser::new(&server);
-    assert_eq!(
-        browser
-            .sign_in(db.admin_key.as_deref().expect("admin key"))
-            .status,
-        303
-    );
+    let mut browser = Browser::signed_in(&server, &db);
     let csrf = browser.csrf();
     let made = browser.post(
         "/console/credentials/keys",
@@ -459,13 +455,7 @@ fn a_limit_changed_in_the_console_applies_to_the_next_call() {
     let db = TestDb::new();
     let reader = db.create_key("reader", "clients:read", &[]);
     let server = HttpServer::start(&db, &[]);
-    let mut browser = Browser::new(&server);
-    assert_eq!(
-        browser
-            .sign_in(db.admin_key.as_deref().expect("admin key"))
-            .status,
-        303
-    );
+    let mut browser = Browser::signed_in(&server, &db);
     let csrf = browser.csrf();
     let bad = browser.post(
         "/console/limits/credential",
@@ -542,13 +532,7 @@ fn the_audit_page_filters_and_exports_csv_with_formulas_defused() {
 fn revoking_the_operator_key_ends_its_console_session() {
     let db = TestDb::new();
     let server = HttpServer::start(&db, &[]);
-    let mut browser = Browser::new(&server);
-    assert_eq!(
-        browser
-            .sign_in(db.admin_key.as_deref().expect("admin key"))
-            .status,
-        303
-    );
+    let mut browser = Browser::signed_in(&server, &db);
     assert_eq!(browser.get("/console").status, 200);
     let out = db.run(&["key", "revoke", &db.admin_key_id()]);
     assert!(out.status.success());
