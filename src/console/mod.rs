@@ -295,9 +295,21 @@ impl Console {
             Err(err) if err.kind() == ErrorKind::BackendUnavailable => {
                 return self.sign_in_page(Some(texts.get("store_unavailable")), 503);
             }
-            Err(_) => return self.sign_in_page(Some(texts.get("sign_in_wrong")), 401),
+            Err(err) => {
+                tracing::warn!(
+                    source = request.source,
+                    code = err.kind().spec().code,
+                    "a console sign-in was refused"
+                );
+                return self.sign_in_page(Some(texts.get("sign_in_wrong")), 401);
+            }
         };
         if !is_operator(&principal.scopes) {
+            tracing::warn!(
+                source = request.source,
+                credential = %principal.credential_id,
+                "a console sign-in was refused: the key has no admin scope"
+            );
             return self.sign_in_page(Some(texts.get("sign_in_not_admin")), 403);
         }
         let Some((session, _)) = self.sessions.start(&principal.credential_id) else {
