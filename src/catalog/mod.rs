@@ -134,6 +134,16 @@ macro_rules! catalog {
 }
 
 impl ErrorKind {
+    /// The entries whose string code is `code`, in catalog order. A code names more than
+    /// one entry where a backend's failure shares a guard's or the server's code
+    /// (`backend_unavailable`); the first is the one the catalog lists first.
+    pub fn with_code(code: &str) -> impl Iterator<Item = ErrorKind> + '_ {
+        ErrorKind::ALL
+            .iter()
+            .copied()
+            .filter(move |kind| kind.spec().code == code)
+    }
+
     /// The HTTP status of this entry's JSON-RPC error on the MCP endpoint, in status
     /// `mode`. `modern` says the request was of the stateless era, where an unknown method
     /// is answered 404; `meta_param` that the error names a `_meta` field, which the

@@ -29,12 +29,9 @@ enum Series {
     Fault,
 }
 
+/// The class of the catalog entry an audit outcome names (the first, for a shared code).
 fn class_of(outcome: &str) -> Option<Class> {
-    ErrorKind::ALL
-        .iter()
-        .map(|k| k.spec())
-        .find(|s| s.code == outcome)
-        .map(|s| s.class)
+    ErrorKind::with_code(outcome).next().map(|k| k.spec().class)
 }
 
 /// One coloured part of a bar.

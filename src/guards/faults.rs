@@ -44,11 +44,7 @@ pub fn system_dice() -> Arc<Dice> {
 /// a `tools/call` can end with but the protocol, transport and authentication ones (for
 /// `backend_unavailable`, the tool's entry).
 pub fn rehearsable(code: &str) -> Option<ErrorKind> {
-    ErrorKind::ALL
-        .iter()
-        .copied()
-        .filter(|kind| is_rehearsable(*kind))
-        .find(|kind| kind.spec().code == code)
+    ErrorKind::with_code(code).find(|kind| is_rehearsable(*kind))
 }
 
 /// Every code [`rehearsable`] accepts, each once, in catalog order.

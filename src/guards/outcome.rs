@@ -101,10 +101,9 @@ impl Stored {
 /// The catalog code of a tool-class entry named `code`, or `tool_error` for a code the
 /// catalog does not hold.
 fn tool_code(code: &str) -> &'static str {
-    ErrorKind::ALL
-        .iter()
+    ErrorKind::with_code(code)
         .map(|kind| kind.spec())
-        .find(|spec| spec.class == Class::Tool && spec.code == code)
+        .find(|spec| spec.class == Class::Tool)
         .map_or("tool_error", |spec| spec.code)
 }
 
