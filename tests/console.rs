@@ -646,3 +646,30 @@ fn a_sign_in_ends_after_its_idle_time_and_lasts_while_it_is_used() {
         Some("/console/sign-in")
     );
 }
+
+#[test]
+fn a_change_the_store_cannot_take_is_answered_as_the_catalog_answers_it_and_changes_nothing() {
+    let db = TestDb::new();
+    let server = HttpServer::start_with_env(&db, &[], &[("TOLLGATE_STORE_BUSY_TIMEOUT_MS", "200")]);
+    let mut browser = Browser::signed_in(&server, &db);
+    let csrf = browser.csrf();
+    let before = keys(&db).len();
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("name", "busy"),
+        ("scopes", "clients:read"),
+    ];
+    let lock = db.hold_write_lock();
+    let refused = browser.post("/console/credentials/keys", &fields);
+    drop(lock);
+    assert_eq!(refused.status, 503, "{}", text(&refused));
+    let message = element_text(&text(&refused), "error").expect("an error");
+    assert_eq!(
+        message,
+        "The server&#x27;s storage is temporarily unavailable; retry with backoff."
+    );
+    assert_eq!(keys(&db).len(), before);
+    let made = browser.post("/console/credentials/keys", &fields);
+    assert_eq!(made.status, 200, "{}", text(&made));
+    assert_eq!(keys(&db).len(), before + 1);
+}

@@ -209,8 +209,8 @@ fn round(v: f64) -> f64 {
 
 /// `HH:MM` (UTC) of unix milliseconds.
 fn hh_mm(ms: i64) -> String {
-    let secs = ms.div_euclid(1000).rem_euclid(86_400);
-    format!("{:02}:{:02}", secs / 3600, secs % 3600 / 60)
+    // `YYYY-MM-DDTHH:MM:SSZ`
+    crate::clock::format_time(ms.div_euclid(1000))[11..16].to_owned()
 }
 
 #[cfg(test)]

@@ -64,11 +64,6 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "El formulario caducó o no se cargó desde esta consola. Vuelva a cargarlo e inicie sesión.",
     ),
     (
-        "store_unavailable",
-        "The database is not answering right now; nothing was changed. Try again in a moment.",
-        "La base de datos no responde ahora mismo; no se ha cambiado nada. Inténtelo de nuevo en un momento.",
-    ),
-    (
         "not_audited",
         "The change was made but its audit row could not be written; check the server log and the database.",
         "El cambio se hizo pero no se pudo escribir su registro de auditoría; revise el registro del servidor y la base de datos.",

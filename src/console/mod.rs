@@ -186,10 +186,11 @@ impl Console {
             .as_deref()
             .is_some_and(|u| u.to_ascii_lowercase().starts_with("https://"));
         let sessions = Sessions::new(server.clock().clone(), config.console.idle_timeout);
+        let templates = pages::templates(server.locale());
         Some(Console {
             server,
             sessions,
-            templates: pages::templates(),
+            templates,
             secure,
         })
     }
@@ -293,7 +294,8 @@ impl Console {
                     .with_header("Retry-After", wait.to_string());
             }
             Err(err) if err.kind() == ErrorKind::BackendUnavailable => {
-                return self.sign_in_page(Some(texts.get("store_unavailable")), 503);
+                let status = err.kind().spec().http_status;
+                return self.sign_in_page(Some(&err.hint(self.locale())), status);
             }
             Err(err) => {
                 tracing::warn!(
@@ -370,8 +372,6 @@ impl Console {
     ) -> String {
         let texts = self.texts();
         let mut context = json!({
-            "lang": self.locale().as_str(),
-            "tr": texts.map(),
             "page": page,
             "title": texts.get(page),
             "operator": operator.map(|o| o.principal.credential_id.clone()),

@@ -6,12 +6,15 @@ use minijinja::Environment;
 use serde_json::{Value, json};
 
 use super::charts::chart;
+use super::i18n::texts;
 use super::{Console, Form, Method, Operator, Request, Response};
+use crate::catalog::{ErrorKind, McpError};
 use crate::clock::{format_time, parse_utc_minute};
-use crate::config::GuardChannel;
+use crate::config::{GuardChannel, Locale};
 use crate::guards::auth::{self, CredentialError, Mode, NewKey};
 use crate::guards::ratelimit::{LimitChange, LimitsReport, usage};
 use crate::store::audit::{AuditPage, AuditRecord};
+use crate::store::{StoreError, store_failure};
 use crate::tools::Category;
 
 /// Rows per page of the audit log.
@@ -39,9 +42,16 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("refused.html", include_str!("templates/refused.html")),
 ];
 
-/// The templates, parsed once (HTML-escaped by their `.html` names).
-pub fn templates() -> Environment<'static> {
+/// The templates, parsed once (HTML-escaped by their `.html` names), with the words of
+/// `locale` as the global `tr` and its code as `lang` (the server's locale is fixed when it
+/// starts).
+pub fn templates(locale: Locale) -> Environment<'static> {
     let mut env = Environment::new();
+    env.add_global("lang", locale.as_str());
+    env.add_global(
+        "tr",
+        minijinja::Value::from(minijinja::value::Serde(texts(locale).map())),
+    );
     for (name, source) in TEMPLATES {
         if let Err(e) = env.add_template(name, source) {
             tracing::error!(template = name, error = %e, "a console template does not parse");
@@ -123,22 +133,29 @@ fn now_secs(console: &Console) -> i64 {
     console.server.clock().unix_secs()
 }
 
-/// The page for a failure the store or a check reported, with the message the operator
-/// can act on.
-fn failed(console: &Console, op: &Operator, message: String) -> Response {
+/// The page of a failure the operator can do nothing about on the form (`message` says
+/// what happened), with `status`.
+fn failed(console: &Console, op: &Operator, status: u16, message: String) -> Response {
     let page = console.render(
         "refused.html",
         "refused",
         Some(op),
         json!({"message": message}),
     );
-    Response::html(500, page)
+    Response::html(status, page)
 }
 
-fn store_failed(console: &Console, op: &Operator, e: &dyn std::fmt::Display) -> Response {
-    tracing::error!(error = %e, "a console page could not read the store");
-    let text = console.texts().get("store_unavailable");
-    failed(console, op, text.to_owned())
+/// The page of a storage failure, as the catalog answers it everywhere else
+/// (`backend_unavailable` while it may pass, `internal_error` otherwise): its HTTP status
+/// and its hint in the company's language.
+fn store_failed(console: &Console, op: &Operator, e: StoreError) -> Response {
+    let err = store_failure(e, false);
+    failed(
+        console,
+        op,
+        err.kind().spec().http_status,
+        err.hint(console.locale()),
+    )
 }
 
 // ---- Overview ---------------------------------------------------------------------
@@ -154,7 +171,7 @@ fn overview(console: &Console, op: &Operator) -> Response {
         store.calls_by_outcome(now_ms - 24 * hour, hour),
     ) {
         (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return store_failed(console, op, &e),
+        (Err(e), _) | (_, Err(e)) => return store_failed(console, op, e),
     };
     let charts = [
         chart(
@@ -196,7 +213,7 @@ fn overview(console: &Console, op: &Operator) -> Response {
                 })
                 .collect::<Vec<_>>()
         }
-        Err(e) => return store_failed(console, op, &e),
+        Err(e) => return store_failed(console, op, e),
     };
     let errors = match store.audit_page(&AuditPage {
         failures_only: true,
@@ -204,7 +221,7 @@ fn overview(console: &Console, op: &Operator) -> Response {
         ..AuditPage::default()
     }) {
         Ok(rows) => rows.iter().map(audit_json).collect::<Vec<_>>(),
-        Err(e) => return store_failed(console, op, &e),
+        Err(e) => return store_failed(console, op, e),
     };
     let page = console.render(
         "overview.html",
@@ -231,11 +248,11 @@ fn credentials(console: &Console, op: &Operator, error: Option<String>) -> Respo
     let now = now_secs(console);
     let keys = match auth::list_keys(store) {
         Ok(keys) => keys,
-        Err(e) => return store_failed(console, op, &e),
+        Err(e) => return read_failed(console, op, e),
     };
     let clients = match auth::list_clients(store) {
         Ok(clients) => clients,
-        Err(e) => return store_failed(console, op, &e),
+        Err(e) => return read_failed(console, op, e),
     };
     let plan = store.company().ok().flatten().map(|c| c.plan_slug);
     let keys: Vec<Value> = keys
@@ -262,17 +279,19 @@ fn credentials(console: &Console, op: &Operator, error: Option<String>) -> Respo
             })
         })
         .collect();
+    let status = form_status(&error);
     let page = console.render(
         "credentials.html",
         "credentials",
         Some(op),
         json!({"keys": keys, "clients": clients, "plan": plan, "error": error}),
     );
-    Response::html(if error_is_set(&page) { 422 } else { 200 }, page)
+    Response::html(status, page)
 }
 
-fn error_is_set(page: &str) -> bool {
-    page.contains("id=\"form-error\"")
+/// A page showing the form again: 422 when it says what was wrong with the last post.
+fn form_status(error: &Option<String>) -> u16 {
+    if error.is_some() { 422 } else { 200 }
 }
 
 fn create_key(console: &Console, request: &Request<'_>, op: &Operator, form: &Form) -> Response {
@@ -302,7 +321,7 @@ fn create_key(console: &Console, request: &Request<'_>, op: &Operator, form: &Fo
     };
     let issued = match auth::create_key(console.server.store(), &new) {
         Ok(issued) => issued,
-        Err(e) => return credential_failed(console, op, &e),
+        Err(e) => return credential_failed(console, op, e),
     };
     if !console.record(
         &op.principal,
@@ -329,7 +348,7 @@ fn create_client(console: &Console, request: &Request<'_>, op: &Operator, form: 
     };
     let issued = match auth::create_client(console.server.store(), form.get("name"), &scopes) {
         Ok(issued) => issued,
-        Err(e) => return credential_failed(console, op, &e),
+        Err(e) => return credential_failed(console, op, e),
     };
     if !console.record(
         &op.principal,
@@ -351,15 +370,37 @@ fn create_client(console: &Console, request: &Request<'_>, op: &Operator, form: 
 
 /// A refused credential change: the operator's mistakes back on the form, the store's
 /// failures as such.
-fn credential_failed(console: &Console, op: &Operator, e: &CredentialError) -> Response {
+fn credential_failed(console: &Console, op: &Operator, e: CredentialError) -> Response {
     match e {
-        CredentialError::Store(_) | CredentialError::Internal(_) => store_failed(console, op, e),
-        _ => credentials(console, op, Some(e.to_string())),
+        CredentialError::Store(_) | CredentialError::Internal(_) => read_failed(console, op, e),
+        e => credentials(console, op, Some(e.to_string())),
     }
 }
 
+/// A listing of credentials that could not be read: the store's failure as the catalog
+/// answers it, anything else an internal error (logged).
+fn read_failed(console: &Console, op: &Operator, e: CredentialError) -> Response {
+    if let CredentialError::Store(e) = e {
+        return store_failed(console, op, e);
+    }
+    tracing::error!(cause = %e, "a console page failed");
+    let err = McpError::internal();
+    failed(
+        console,
+        op,
+        err.kind().spec().http_status,
+        err.hint(console.locale()),
+    )
+}
+
 fn not_audited(console: &Console, op: &Operator) -> Response {
-    failed(console, op, console.texts().get("not_audited").to_owned())
+    let status = ErrorKind::InternalError.spec().http_status;
+    failed(
+        console,
+        op,
+        status,
+        console.texts().get("not_audited").to_owned(),
+    )
 }
 
 /// The one page that shows a new secret.
@@ -405,7 +446,7 @@ fn confirm_page(console: &Console, op: &Operator, path: &str) -> Option<Response
 fn revoke_key(console: &Console, request: &Request<'_>, op: &Operator, id: &str) -> Response {
     match auth::revoke_key(console.server.store(), id) {
         Ok(_) => {}
-        Err(e) => return credential_failed(console, op, &e),
+        Err(e) => return credential_failed(console, op, e),
     }
     if !console.record(&op.principal, "revoke_key", id, request.source) {
         return not_audited(console, op);
@@ -427,7 +468,7 @@ fn rotate_key(
     };
     let issued = match auth::rotate_key(console.server.store(), id, grace) {
         Ok(issued) => issued,
-        Err(e) => return credential_failed(console, op, &e),
+        Err(e) => return credential_failed(console, op, e),
     };
     if !console.record(&op.principal, "rotate_key", id, request.source) {
         return not_audited(console, op);
@@ -444,7 +485,7 @@ fn rotate_key(
 
 fn revoke_client(console: &Console, request: &Request<'_>, op: &Operator, id: &str) -> Response {
     if let Err(e) = auth::revoke_client(console.server.store(), id) {
-        return credential_failed(console, op, &e);
+        return credential_failed(console, op, e);
     }
     if !console.record(&op.principal, "revoke_client", id, request.source) {
         return not_audited(console, op);
@@ -458,11 +499,11 @@ fn limits(console: &Console, op: &Operator, error: Option<String>) -> Response {
     let store = console.server.store();
     let report = match LimitsReport::load(store) {
         Ok(report) => report,
-        Err(e) => return store_failed(console, op, &e),
+        Err(e) => return store_failed(console, op, e),
     };
     let keys = match auth::list_keys(store) {
         Ok(keys) => keys,
-        Err(e) => return store_failed(console, op, &e),
+        Err(e) => return read_failed(console, op, e),
     };
     let now = now_secs(console);
     let categories: Vec<&str> = Category::ALL.iter().map(|c| c.as_str()).collect();
@@ -496,6 +537,7 @@ fn limits(console: &Console, op: &Operator, error: Option<String>) -> Response {
         .filter(|k| k.status(now) == "active")
         .map(|k| json!({"id": k.public_id, "name": k.name}))
         .collect();
+    let status = form_status(&error);
     let page = console.render(
         "limits.html",
         "limits",
@@ -503,7 +545,7 @@ fn limits(console: &Console, op: &Operator, error: Option<String>) -> Response {
         json!({"plans": plans, "overrides": overrides, "keys": keys,
                "categories": categories, "error": error}),
     );
-    Response::html(if error_is_set(&page) { 422 } else { 200 }, page)
+    Response::html(status, page)
 }
 
 fn category(form: &Form) -> Result<Category, String> {
@@ -602,7 +644,7 @@ fn apply_limit(
 ) -> Response {
     if let Err(e) = change.apply(console.server.store()) {
         return match e {
-            crate::guards::ratelimit::LimitChangeError::Store(e) => store_failed(console, op, &e),
+            crate::guards::ratelimit::LimitChangeError::Store(e) => store_failed(console, op, e),
             other => limits(console, op, Some(other.to_string())),
         };
     }
@@ -674,7 +716,7 @@ fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> Response {
     let query = audit_query(request, AUDIT_PAGE_ROWS + 1);
     let rows = match console.server.store().audit_page(&query.page) {
         Ok(rows) => rows,
-        Err(e) => return store_failed(console, op, &e),
+        Err(e) => return store_failed(console, op, e),
     };
     // One row more than a page says whether there is another page in that direction.
     let going_newer = query.page.after_id.is_some();
@@ -744,12 +786,10 @@ fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
     let rows = match console.server.store().audit_page(&query.page) {
         Ok(rows) => rows,
         Err(e) => {
-            tracing::error!(error = %e, "the audit export could not read the store");
-            return Response::new(
-                503,
-                "text/plain; charset=utf-8",
-                console.texts().get("store_unavailable").as_bytes().to_vec(),
-            );
+            let err = store_failure(e, false);
+            let hint = err.hint(console.locale());
+            let status = err.kind().spec().http_status;
+            return Response::new(status, "text/plain; charset=utf-8", hint.into_bytes());
         }
     };
     let mut out = String::from(
@@ -865,7 +905,7 @@ mod tests {
 
     #[test]
     fn every_template_parses() {
-        let env = templates();
+        let env = templates(Locale::Es);
         for (name, _) in TEMPLATES {
             assert!(env.get_template(name).is_ok(), "{name}");
         }

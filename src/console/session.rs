@@ -44,9 +44,7 @@ pub struct Sessions {
 
 /// 32 random bytes as hex; `None` when the operating system's generator fails.
 pub fn random_token() -> Option<String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    crate::guards::auth::random_hex::<32>().ok()
 }
 
 /// Whether two tokens are equal, in time that does not depend on where they differ.

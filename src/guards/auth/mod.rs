@@ -70,7 +70,9 @@ pub use keys::{
     issue_access_token, list_clients, list_keys, revoke_client, revoke_key, rotate_key,
     set_guard_channel,
 };
-pub use token::{CLIENT_SECRET_PREFIX, LIVE_PREFIX, Mode, Secret, TEST_PREFIX, hash_secret};
+pub use token::{
+    CLIENT_SECRET_PREFIX, LIVE_PREFIX, Mode, Secret, TEST_PREFIX, hash_secret, random_hex,
+};
 use {throttle::*, token::*};
 /// Failed authentications a source may make per window before it is throttled.
 pub const AUTH_FAILURE_LIMIT: u32 = 10;

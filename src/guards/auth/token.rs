@@ -174,8 +174,14 @@ pub(super) fn random_bytes<const N: usize>() -> Result<[u8; N], CredentialError>
     Ok(bytes)
 }
 
+/// `N` bytes from the operating system's random generator, as lowercase hex: public ids
+/// here, the console's session ids and CSRF tokens.
+pub fn random_hex<const N: usize>() -> Result<String, CredentialError> {
+    Ok(hex(&random_bytes::<N>()?))
+}
+
 pub(super) fn new_public_id() -> Result<String, CredentialError> {
-    Ok(hex(&random_bytes::<PUBLIC_ID_BYTES>()?))
+    random_hex::<PUBLIC_ID_BYTES>()
 }
 
 pub(super) fn new_secret() -> Result<String, CredentialError> {
