@@ -156,6 +156,22 @@ async function assertPresent(page, selector) {
   assert.ok(await page.$(selector), `${page.url()} has no ${selector}`);
 }
 
+/**
+ * The boxes of the page that overflow sideways (a table wider than its scroll box), as
+ * `id-or-tag: scrollWidth > clientWidth`: a page can avoid scrolling as a whole and still
+ * hide a table's columns behind a scroll of its own.
+ */
+function overflowingBoxes(page) {
+  return page.evaluate((tolerance) =>
+    [...document.querySelectorAll('.scroll')]
+      .filter((box) => box.scrollWidth > box.clientWidth + tolerance)
+      .map((box) => {
+        const inner = box.firstElementChild;
+        const name = inner && inner.id ? `#${inner.id}` : inner ? inner.tagName.toLowerCase() : 'div';
+        return `${name}: ${box.scrollWidth} > ${box.clientWidth}`;
+      }), SCROLL_TOLERANCE_PX);
+}
+
 /** document.scrollingElement.scrollWidth of the page. */
 function scrollWidth(page) {
   return page.evaluate(() => document.scrollingElement.scrollWidth);
@@ -465,15 +481,21 @@ test('backends: the page lists the configured backends (none here)', async () =>
   }
 });
 
-test('320 px: the overview and the credentials page do not scroll sideways', async () => {
+test('320 px: the overview, credentials, limits and audit pages do not scroll sideways, nor do their tables', async () => {
   const context = await newContext({ viewport: { width: 320, height: 640 } });
   try {
     const page = await signIn(context);
-    for (const [path, name] of [['/console', 'overview-320'], ['/console/credentials', 'credentials-320']]) {
+    for (const [path, name] of [
+      ['/console', 'overview-320'],
+      ['/console/credentials', 'credentials-320'],
+      ['/console/limits', 'limits-320'],
+      ['/console/audit', 'audit-320'],
+    ]) {
       await page.goto(`${BASE}${path}`);
       await shot(page, name);
       const width = await scrollWidth(page);
       assert.ok(width <= 320 + SCROLL_TOLERANCE_PX, `${path} is ${width} px wide at 320 px`);
+      assert.deepEqual(await overflowingBoxes(page), [], `${path}: tables wider than the screen`);
     }
   } finally {
     await context.close();
