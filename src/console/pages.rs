@@ -15,7 +15,7 @@ use crate::guards::auth::{self, CredentialError, Mode, NewKey};
 use crate::guards::ratelimit::{LimitChange, LimitsReport, usage};
 use crate::store::audit::{AuditPage, AuditRecord};
 use crate::store::{StoreError, store_failure};
-use crate::tools::Category;
+use crate::tools::{Category, csv};
 
 /// Rows per page of the audit log.
 const AUDIT_PAGE_ROWS: u32 = 50;
@@ -810,7 +810,7 @@ fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
             r.backend.clone().unwrap_or_default(),
             r.request_id.clone(),
         ];
-        let line: Vec<String> = cells.iter().map(|c| csv_cell(c)).collect();
+        let line: Vec<String> = cells.iter().map(|c| csv::field(c)).collect();
         out.push_str(&line.join(","));
         out.push_str("\r\n");
     }
@@ -818,22 +818,6 @@ fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
         "Content-Disposition",
         "attachment; filename=\"tollgate-audit.csv\"".into(),
     )
-}
-
-/// One CSV cell (RFC 4180 quoting). A cell a spreadsheet would run as a formula (it
-/// starts with `=`, `+`, `-`, `@`, a tab or a carriage return; tool names and request ids
-/// come from clients) is prefixed with `'`.
-fn csv_cell(text: &str) -> String {
-    let guarded = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{text}")
-    } else {
-        text.to_owned()
-    };
-    if guarded.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", guarded.replace('"', "\"\""))
-    } else {
-        guarded
-    }
 }
 
 // ---- Backends ---------------------------------------------------------------------
@@ -891,16 +875,6 @@ mod tests {
         ] {
             assert_eq!(action_path(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn csv_cells_are_quoted_and_formulas_defused() {
-        assert_eq!(csv_cell("plain"), "plain");
-        assert_eq!(csv_cell("a,b"), "\"a,b\"");
-        assert_eq!(csv_cell("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_cell("=HYPERLINK(1)"), "'=HYPERLINK(1)");
-        assert_eq!(csv_cell("-1,2"), "\"'-1,2\"");
-        assert_eq!(csv_cell("line\nbreak"), "\"line\nbreak\"");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod backends;
 #[cfg(feature = "conformance-pack")]
 pub mod conformance;
 pub mod context;
+pub mod csv;
 pub mod invoicing;
 pub mod prompts;
 pub mod request_state;

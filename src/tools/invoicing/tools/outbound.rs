@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use super::invoices::load;
 use super::{Args, db_failure, output, tool};
 use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
+use crate::tools::csv;
 use crate::tools::invoicing::db;
 use crate::tools::invoicing::model::{Invoice, InvoiceId, InvoiceStatus, OutboxId};
 use crate::tools::invoicing::money::{self, LineAmounts, Totals};
@@ -199,20 +200,6 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Tool
     })
 }
 
-/// One CSV field: quoted when needed, and defused against spreadsheet formula injection.
-fn csv_text(field: &str) -> String {
-    let defused = if field.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{field}")
-    } else {
-        field.to_owned()
-    };
-    if defused.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", defused.replace('"', "\"\""))
-    } else {
-        defused
-    }
-}
-
 const CSV_HEADER: &str = "number,issue_date,due_date,status,kind,client,client_tax_id,currency,\
     subtotal,vat,withholding,total,paid,rectifies\n";
 
@@ -223,13 +210,13 @@ fn csv_row(invoice: &Invoice, numbers: &HashMap<InvoiceId, String>) -> String {
         .as_deref()
         .unwrap_or(&invoice.client_name);
     let fields = [
-        csv_text(invoice.number.as_deref().unwrap_or_default()),
+        csv::field(invoice.number.as_deref().unwrap_or_default()),
         invoice.issue_date.clone().unwrap_or_default(),
         invoice.due_date.clone().unwrap_or_default(),
         invoice.status.as_str().to_owned(),
         invoice.kind.as_str().to_owned(),
-        csv_text(name),
-        csv_text(invoice.recipient_tax_id.as_deref().unwrap_or_default()),
+        csv::field(name),
+        csv::field(invoice.recipient_tax_id.as_deref().unwrap_or_default()),
         invoice.currency.clone(),
         money::decimal(t.subtotal_cents),
         money::decimal(t.vat_cents),
@@ -350,19 +337,5 @@ fn line_of(t: &Totals) -> LineAmounts {
         vat_cents: t.vat_cents,
         withholding_cents: t.withholding_cents,
         total_cents: t.total_cents,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csv_fields_are_quoted_and_defused() {
-        assert_eq!(csv_text("Acme SL"), "Acme SL");
-        assert_eq!(csv_text("Acme, S.L."), "\"Acme, S.L.\"");
-        assert_eq!(csv_text("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_text("=HYPERLINK(1)"), "'=HYPERLINK(1)");
-        assert_eq!(csv_text("=1,2"), "\"'=1,2\"");
     }
 }
