@@ -66,12 +66,13 @@ impl PgConn {
         sql: &str,
         suffix: &str,
     ) -> Result<Statement, StoreError> {
-        let key = if suffix.is_empty() {
-            sql.to_owned()
+        // A statement already prepared is found without allocating its key.
+        let key: std::borrow::Cow<'_, str> = if suffix.is_empty() {
+            sql.into()
         } else {
-            format!("{sql}\u{0}{suffix}")
+            format!("{sql}\u{0}{suffix}").into()
         };
-        if let Some(stmt) = self.statements.get(&key) {
+        if let Some(stmt) = self.statements.get(key.as_ref()) {
             return Ok(stmt.clone());
         }
         let mut text = to_postgres(sql);
@@ -83,7 +84,7 @@ impl PgConn {
         if self.statements.len() >= super::STATEMENT_CACHE_CAPACITY {
             self.statements.clear();
         }
-        self.statements.insert(key, stmt.clone());
+        self.statements.insert(key.into_owned(), stmt.clone());
         Ok(stmt)
     }
 }
