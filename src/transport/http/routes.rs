@@ -122,9 +122,10 @@ impl App {
             (Method::Get, p) if p.starts_with("/.well-known/") => self.oauth_metadata(head),
             (Method::Post, "/oauth/token") => self.oauth_token(head, stream),
             (_, "/mcp") => return self.mcp(head, stream),
-            (_, p) if self.console.is_some() && (p == "/console" || p.starts_with("/console/")) => {
-                self.console_page(head, stream)
-            }
+            (_, p) if p == "/console" || p.starts_with("/console/") => match &self.console {
+                Some(console) => self.console_page(console, head, stream),
+                None => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
+            },
             _ => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
         };
         Outgoing::Reply(reply)
@@ -223,10 +224,12 @@ impl App {
     }
 
     /// A page of the operator's console, behind the same `Host`/`Origin` policy as `/mcp`.
-    fn console_page(&self, head: &HttpHead, stream: &Stream) -> Reply {
-        let Some(console) = &self.console else {
-            return self.error_reply(None, McpError::new(ErrorKind::PathNotFound));
-        };
+    fn console_page(
+        &self,
+        console: &crate::console::Console,
+        head: &HttpHead,
+        stream: &Stream,
+    ) -> Reply {
         if let Err(err) = self.origins.check(head) {
             return self.error_reply(None, err);
         }
