@@ -300,3 +300,96 @@ fn a_connection_dropped_before_the_answer_is_backend_unavailable() {
         "connection closed before the response"
     );
 }
+
+/// Operations whose path parameters an agent fills: every path the backend receives must
+/// be one of these templates below `/api`.
+fn files_document() -> Value {
+    let segment = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
+    let ok = json!({"200": {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}});
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Files", "version": "1"},
+        "paths": {
+            "/files/{a}/{b}/{c}": {"delete": {
+                "operationId": "deleteFile",
+                "parameters": [segment("a"), segment("b"), segment("c")],
+                "responses": ok
+            }},
+            "/users/{user}/avatar": {"get": {
+                "operationId": "getAvatar",
+                "parameters": [segment("user")],
+                "responses": ok
+            }}
+        }
+    })
+}
+
+#[test]
+fn a_path_parameter_never_moves_the_request_off_its_template() {
+    let rest = RestBackend::start(|_| {
+        let json = vec![("Content-Type".to_owned(), "application/json".to_owned())];
+        (200, json, b"{}".to_vec())
+    });
+    let db = TestDb::new();
+    std::fs::write(
+        db.dir.path().join("files.json"),
+        files_document().to_string(),
+    )
+    .expect("write spec");
+    let config = format!(
+        "[[backends]]\nname = \"files\"\nkind = \"openapi\"\nspec = \"files.json\"\nbase_url = \"{}/api\"\n",
+        rest.url()
+    );
+    let server = HttpServer::start_with_config(&db, &config, &[]);
+    let admin = db.admin_key.clone().expect("admin key");
+    let call = |tool: &str, args: Value| server.modern_tool_call(&admin, tool, &args).json();
+
+    let attacks = [
+        (
+            "files_delete_file",
+            json!({"a": "..", "b": "..", "c": "admin", "idempotency_key": "k1"}),
+            "a",
+        ),
+        (
+            "files_delete_file",
+            json!({"a": "x", "b": ".", "c": "..", "idempotency_key": "k2"}),
+            "b",
+        ),
+        ("files_get_avatar", json!({"user": ".."}), "user"),
+        ("files_get_avatar", json!({"user": "."}), "user"),
+    ];
+    for (tool, args, param) in attacks {
+        let reply = call(tool, args.clone());
+        assert_tool_error(&reply, "validation_error", 400, 2001);
+        let envelope = envelope(&reply);
+        assert_eq!(envelope["param"], param, "{reply}");
+        assert_eq!(envelope["details"]["errors"][0]["reason"], "reserved");
+        let hint = envelope["hint"].as_str().expect("hint");
+        assert!(hint.contains(&format!("`{param}`")), "{hint}");
+    }
+    // Values that merely contain dots, or encoded dots, stay in their own segment.
+    let fine = call("files_get_avatar", json!({"user": "%2e%2e"}));
+    assert_eq!(fine["result"]["isError"], false, "{fine}");
+    let fine = call(
+        "files_delete_file",
+        json!({"a": "...", "b": "a/../b", "c": ".x", "idempotency_key": "k3"}),
+    );
+    assert_eq!(fine["result"]["isError"], false, "{fine}");
+
+    let received: Vec<(String, String)> = rest
+        .received()
+        .into_iter()
+        .map(|r| (r.method, r.target))
+        .collect();
+    assert_eq!(
+        received,
+        vec![
+            ("GET".to_owned(), "/api/users/%252e%252e/avatar".to_owned()),
+            (
+                "DELETE".to_owned(),
+                "/api/files/.../a%2F..%2Fb/.x".to_owned()
+            ),
+        ],
+        "only the two well-formed calls reached the backend, each on its template"
+    );
+}

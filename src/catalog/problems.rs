@@ -68,6 +68,11 @@ pub const NAMED: &[(&str, &str, &str)] = &[
         "una dirección de correo como nombre@ejemplo.com",
     ),
     ("date", "a date YYYY-MM-DD", "una fecha AAAA-MM-DD"),
+    (
+        "path_segment",
+        "a path segment other than \".\" or \"..\" (a path parameter cannot move the request to another path)",
+        "un segmento de ruta distinto de \".\" o \"..\" (un parámetro de ruta no puede llevar la petición a otra ruta)",
+    ),
     ("non_blank", "a text that is not blank", "un texto no vacío"),
     (
         "due_on_or_after_issue",

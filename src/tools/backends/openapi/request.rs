@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::spec::{BODY_ARGUMENT, Body, Endpoint, Location, Param};
 use crate::catalog::McpError;
-use crate::catalog::problems::Expect;
+use crate::catalog::problems::{Expect, Problem};
 
 /// What a path segment keeps unescaped (RFC 3986 unreserved characters).
 const PATH_VALUE: &AsciiSet = &NON_ALPHANUMERIC
@@ -111,7 +111,11 @@ pub(super) fn build(
         };
         match param.location {
             Location::Path => {
-                let text = utf8_percent_encode(&scalar_text(value), PATH_VALUE).to_string();
+                let text = scalar_text(value);
+                if is_dot_segment(&text) {
+                    return Err(dot_segment(&param.name, value));
+                }
+                let text = utf8_percent_encode(&text, PATH_VALUE).to_string();
                 path = path.replace(&format!("{{{}}}", param.name), &text);
             }
             Location::Query => query_pairs(param, value, &mut pairs),
@@ -130,6 +134,9 @@ pub(super) fn build(
     }
     let mut url = Url::parse(&format!("{base_url}{path}"))
         .map_err(|_| unsendable(first_path_param(endpoint), &Value::Null))?;
+    if !follows_template(base_url, &endpoint.path, &url) {
+        return Err(dot_segment(first_path_param(endpoint), &Value::Null));
+    }
     if !pairs.is_empty() {
         url.query_pairs_mut().extend_pairs(pairs);
     }
@@ -166,6 +173,61 @@ fn first_path_param(endpoint: &Endpoint) -> &str {
         .iter()
         .find(|p| p.location == Location::Path)
         .map_or(BODY_ARGUMENT, |p| p.name.as_str())
+}
+
+/// Whether a path value would be read as a dot segment (`.` or `..`) and so move the
+/// request to another path. Percent-encoding does not help: URL parsers resolve `%2e` and
+/// `%2E` as dots too (WHATWG URL, RFC 3986 §6.2.2.2), so such a value is refused.
+fn is_dot_segment(text: &str) -> bool {
+    text == "." || text == ".."
+}
+
+/// A path value refused because it would change which path is requested.
+fn dot_segment(param: &str, value: &Value) -> McpError {
+    McpError::invalid_arguments(&[
+        Problem::new(param, "reserved", Expect::Named("path_segment")).value(value),
+    ])
+}
+
+/// Whether `url` is still the operation's path below the base URL: the same origin, the
+/// same number of segments, and every segment that holds no parameter unchanged. The
+/// template is filled twice with two different plain values; the segments that differ
+/// between the two are the parameters' own, the rest must be found as they are in `url`.
+/// Whatever a value did (dot segments made of several parameters side by side, a parser's
+/// normalisation), a request that left the template is never sent.
+fn follows_template(base_url: &str, template: &str, url: &Url) -> bool {
+    let filled = |filler: &str| {
+        let mut path = String::with_capacity(template.len());
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open..].find('}') else {
+                break;
+            };
+            path.push_str(&rest[..open]);
+            path.push_str(filler);
+            rest = &rest[open + close + 1..];
+        }
+        path.push_str(rest);
+        Url::parse(&format!("{base_url}{path}")).ok()
+    };
+    let (Some(one), Some(two)) = (filled("a"), filled("b")) else {
+        return false;
+    };
+    if one.origin() != url.origin() {
+        return false;
+    }
+    let segments = |u: &Url| -> Vec<String> {
+        u.path_segments()
+            .map(|s| s.map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    let (one, two, sent) = (segments(&one), segments(&two), segments(url));
+    one.len() == sent.len()
+        && one
+            .iter()
+            .zip(&two)
+            .zip(&sent)
+            .all(|((a, b), s)| a != b || a == s)
 }
 
 /// An argument that cannot be put where its parameter goes (a line break in a header).
@@ -345,6 +407,121 @@ mod tests {
         )
         .expect("built");
         assert_eq!(out.body.as_deref(), Some(b"[1,2]".as_slice()));
+    }
+
+    #[test]
+    fn a_dot_segment_is_refused_and_never_leaves_the_template() {
+        let ep = endpoint(
+            Method::DELETE,
+            "/files/{a}/{b}/{c}",
+            vec![
+                param("a", Location::Path, false),
+                param("b", Location::Path, false),
+                param("c", Location::Path, false),
+            ],
+            Body::None,
+        );
+        for (args_given, param_at_fault) in [
+            (json!({"a": "..", "b": "..", "c": "admin"}), "a"),
+            (json!({"a": "x", "b": ".", "c": "admin"}), "b"),
+            (json!({"a": "x", "b": "y", "c": ".."}), "c"),
+        ] {
+            let err = build("http://h/api", &ep, &args(args_given), None, None)
+                .expect_err("a dot segment is refused");
+            assert_eq!(err.kind(), crate::catalog::ErrorKind::ValidationError);
+            assert_eq!(err.fields()["param"], param_at_fault);
+        }
+        // Dots that are not a whole segment, and encoded dots, stay inside their segment.
+        let out = build(
+            "http://h/api",
+            &ep,
+            &args(json!({"a": "...", "b": "%2e%2e", "c": ".hidden"})),
+            None,
+            None,
+        )
+        .expect("built");
+        assert_eq!(out.url.path(), "/api/files/.../%252e%252e/.hidden");
+    }
+
+    #[test]
+    fn dots_beside_another_parameter_stay_in_their_segment() {
+        let ep = endpoint(
+            Method::GET,
+            "/users/{first}{second}/avatar",
+            vec![
+                param("first", Location::Path, false),
+                param("second", Location::Path, false),
+            ],
+            Body::None,
+        );
+        let err = build(
+            "http://h/api",
+            &ep,
+            &args(json!({"first": "a", "second": "."})),
+            None,
+            None,
+        )
+        .expect_err("a lone dot is refused wherever it goes");
+        assert_eq!(err.fields()["param"], "second");
+        let out = build(
+            "http://h/api",
+            &ep,
+            &args(json!({"first": "a", "second": ".."})),
+            None,
+            None,
+        );
+        assert!(out.is_err(), "two dots are refused too");
+        let out = build(
+            "http://h/api",
+            &ep,
+            &args(json!({"first": "a.", "second": "."})),
+            None,
+            None,
+        );
+        assert!(out.is_err());
+        let out = build(
+            "http://h/api",
+            &ep,
+            &args(json!({"first": ".", "second": "b"})),
+            None,
+            None,
+        );
+        assert_eq!(out.expect_err("refused").fields()["param"], "first");
+        let out = build(
+            "http://h/api",
+            &ep,
+            &args(json!({"first": "a.", "second": ".b"})),
+            None,
+            None,
+        )
+        .expect("built");
+        assert_eq!(out.url.path(), "/api/users/a..b/avatar");
+    }
+
+    #[test]
+    fn the_template_check_sees_a_changed_segment_count_or_literal() {
+        let url = |s: &str| Url::parse(s).expect("url");
+        let template = "/users/{user}/avatar";
+        assert!(follows_template(
+            "http://h/api",
+            template,
+            &url("http://h/api/users/x/avatar")
+        ));
+        assert!(!follows_template(
+            "http://h/api",
+            template,
+            &url("http://h/api/avatar")
+        ));
+        assert!(!follows_template(
+            "http://h/api",
+            template,
+            &url("http://h/api/users/x/banner")
+        ));
+        assert!(!follows_template(
+            "http://h/api",
+            template,
+            &url("http://other/api/users/x/avatar")
+        ));
     }
 
     #[test]
