@@ -1,11 +1,18 @@
 //! CSV as the exports write it (the invoicing pack's `export_invoices`, the console's audit
 //! log): RFC 4180 quoting, and fields a spreadsheet would run as a formula defused.
 
+/// The first characters that make a spreadsheet read a cell as a formula: `=`, `+`, `-`,
+/// `@`, a tab or a carriage return, and their fullwidth forms (`＝` `＋` `－` `＠`), which
+/// spreadsheets set to East Asian input read as the ASCII ones.
+const FORMULA_STARTS: [char; 10] = [
+    '=', '+', '-', '@', '\t', '\r', '\u{FF1D}', '\u{FF0B}', '\u{FF0D}', '\u{FF20}',
+];
+
 /// One CSV field: quoted when it holds a comma, a quote or a line break; prefixed with `'`
-/// when it starts with `=`, `+`, `-`, `@`, a tab or a carriage return (names, tool names
-/// and request ids come from clients, and a spreadsheet would run such a field).
+/// when it starts like a formula ([`FORMULA_STARTS`]; names, tool names and request ids
+/// come from clients, and a spreadsheet would run such a field).
 pub fn field(text: &str) -> String {
-    let defused = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+    let defused = if text.starts_with(FORMULA_STARTS) {
         format!("'{text}")
     } else {
         text.to_owned()
@@ -32,5 +39,10 @@ mod tests {
         assert_eq!(field("line\nbreak"), "\"line\nbreak\"");
         assert_eq!(field("plain"), "plain");
         assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("＝HYPERLINK(1)"), "'＝HYPERLINK(1)");
+        assert_eq!(field("＋1"), "'＋1");
+        assert_eq!(field("－1"), "'－1");
+        assert_eq!(field("＠SUM(A1)"), "'＠SUM(A1)");
+        assert_eq!(field("a＝b"), "a＝b");
     }
 }
