@@ -938,3 +938,44 @@ fn fuzzed_requests_over_sockets_never_take_the_listener_down() {
     );
     assert_ok(&valid_call(server.addr, &token));
 }
+
+/// RFC 9112 §3.2: a request with two `Host` lines (a proxy in front may route by one while
+/// the origin check here reads the other), an empty one, or none on HTTP/1.1 is answered
+/// 400 and nothing is served; HTTP/1.0 without `Host` and one plain `Host` are served.
+#[test]
+fn two_host_headers_an_empty_one_or_none_on_http_1_1_are_refused() {
+    let db = TestDb::new();
+    let server = HttpServer::start(&db, &[]);
+    let addr = server.addr;
+    let cases = [
+        format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nHost: evil.example.com\r\n"),
+        format!("GET /healthz HTTP/1.1\r\nHost: evil.example.com\r\nHost: {addr}\r\n"),
+        format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nhost: {addr}\r\n"),
+        "GET /healthz HTTP/1.1\r\nHost: \r\n".to_owned(),
+        "GET /healthz HTTP/1.1\r\n".to_owned(),
+    ];
+    for head in cases {
+        let request = format!("{head}Connection: close\r\n\r\n");
+        let wire = only_response(&exchange(addr, request.as_bytes()));
+        assert_eq!(wire.status, 400, "{head:?}");
+        let body = wire.json();
+        assert_eq!(body["error"]["code"], -32600, "{body}");
+        assert_eq!(
+            body["error"]["data"]["code"], "host_header_invalid",
+            "{body}"
+        );
+        assert_eq!(body["error"]["data"]["error_code"], 1020, "{body}");
+        assert!(
+            !String::from_utf8_lossy(&wire.body).contains("schema_version"),
+            "{head:?} was served"
+        );
+    }
+    for head in [
+        format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n"),
+        "GET /healthz HTTP/1.0\r\n".to_owned(),
+    ] {
+        let request = format!("{head}Connection: close\r\n\r\n");
+        let wire = only_response(&exchange(addr, request.as_bytes()));
+        assert_eq!(wire.status, 200, "{head:?}");
+    }
+}

@@ -264,6 +264,11 @@ catalog! {
         "The request headers are larger than this server accepts.",
         "Las cabeceras de la petición son mayores de lo que acepta este servidor.",
         "HTTP: a request or header line over 16 KiB, more than 128 header lines, or a head over 64 KiB"),
+    /// HTTP: the request carries no `Host` (HTTP/1.1), more than one, or an empty one.
+    HostHeaderInvalid => (-32600, "host_header_invalid", 400, 1020, false, Transport, Own,
+        "Send exactly one Host header naming this server.",
+        "Envíe exactamente una cabecera Host con el nombre de este servidor.",
+        "HTTP: an HTTP/1.1 request without `Host`, with more than one, or with an empty one (RFC 9112 §3.2)"),
     /// HTTP: the client did not send its request head or body in time.
     RequestTimeout => (-32600, "request_timeout", 408, 1019, true, Transport, Own,
         "The request did not arrive in time; send it again.",

@@ -63,6 +63,18 @@ impl HttpHead {
     }
 }
 
+/// Whether the request names one host (RFC 9112 §3.2): exactly one non-empty `Host`, or
+/// none on HTTP/1.0. Two `Host` lines could be read differently by a proxy in front and by
+/// the origin check here, so such a request is refused before anything looks at it.
+fn host_is_unambiguous(head: &HttpHead, version: tiny_http::HTTPVersion) -> bool {
+    let mut hosts = head.headers.iter().filter(|(name, _)| name == "host");
+    match (hosts.next(), hosts.next()) {
+        (Some((_, value)), None) => !value.trim().is_empty(),
+        (None, _) => (version.0, version.1) < (1, 1),
+        (Some(_), Some(_)) => false,
+    }
+}
+
 impl App {
     /// The transport's state, from `[http]` and `[dev]`.
     pub(super) fn new(server: Arc<Server>, config: &Config) -> App {
@@ -105,7 +117,13 @@ impl App {
                 .collect(),
             peer: request.remote_addr().copied(),
         };
+        let one_host = host_is_unambiguous(&head, request.http_version().clone());
         let stream = Stream::new(request, accepts_sse(&head), body);
+        if !one_host {
+            let reply = self.error_reply(None, McpError::new(ErrorKind::HostHeaderInvalid));
+            stream.finish(Outgoing::Reply(reply));
+            return;
+        }
         let reply =
             catch_unwind(AssertUnwindSafe(|| self.route(&head, &stream))).unwrap_or_else(|_| {
                 tracing::error!(path = %head.path, "a request handler panicked");
