@@ -283,7 +283,10 @@ pub fn rotate_key(
     grace: Duration,
 ) -> Result<IssuedKey, CredentialError> {
     let secret = Secret::new(new_secret()?);
-    let hash = hash_secret(&secret)?;
+    // The secret being replaced lends its salt, so that while it lasts one argon2 run
+    // checks a presented secret against both (a rotation is not told by timing).
+    let replaced = store.credential(public_id)?.map(|row| row.secret_hash);
+    let hash = hash_secret_beside(&secret, replaced.as_deref())?;
     let now = Clock::System.unix_secs();
     let until = (!grace.is_zero()).then(|| now.saturating_add(seconds(grace)));
     let (mode, expires_at) = write_tx(store, |tx| {

@@ -716,12 +716,13 @@ impl Authenticator {
             }
             return ok.then(|| fingerprint(&row.secret_hash));
         }
-        if self.argon2_verify(&row.secret_hash, secret) {
-            return Some(fingerprint(&row.secret_hash));
+        let previous = row.active_previous(now);
+        let (matched, runs) = verify_current_or_previous(&row.secret_hash, previous, secret);
+        self.argon2_runs.fetch_add(runs, Ordering::Relaxed);
+        match matched? {
+            Matched::Current => Some(fingerprint(&row.secret_hash)),
+            Matched::Previous => previous.map(fingerprint),
         }
-        let previous = row.active_previous(now)?;
-        self.argon2_verify(previous, secret)
-            .then(|| fingerprint(previous))
     }
 
     fn argon2_verify(&self, phc: &str, secret: &str) -> bool {
@@ -1112,6 +1113,13 @@ mod tests {
         let minute = Some(Duration::from_secs(60));
         let expired = create_key(&store, &new_key(Mode::Live, minute)).expect("key");
         let test_key = create_key(&store, &new_key(Mode::Test, None)).expect("key");
+        let fresh_key = key(&store, &["*"]);
+        // Rotated with an hour of grace: two secrets work, and a wrong one must still cost
+        // what it costs everywhere else.
+        let rotated = key(&store, &["*"]);
+        let rotated_out = rotated.token.clone();
+        let rotated =
+            rotate_key(&store, &rotated.public_id, Duration::from_secs(3600)).expect("rotate");
         let client = create_client(&store, "agent", &["*".to_owned()]).expect("client");
         let principal = auth_client(&store, &client);
         let access = issue_access_token(
@@ -1137,6 +1145,8 @@ mod tests {
             wrong(&expired.token),
             wrong(&test_key.token),
             wrong(&access.token),
+            wrong(&fresh_key.token),
+            wrong(&rotated.token),
         ]
         .iter()
         .enumerate()
@@ -1166,6 +1176,41 @@ mod tests {
             assert_eq!(auth.argon2_runs() - before, 1);
             assert_eq!(reason(&err), expected);
         }
+        // Both secrets of the rotated key work in its grace hour, each after one run.
+        for token in [&rotated.token, &rotated_out] {
+            let before = auth.argon2_runs();
+            auth.authenticate(Some(token.expose()), "holder")
+                .expect("in its grace period");
+            assert_eq!(auth.argon2_runs() - before, 1);
+        }
+    }
+
+    #[test]
+    fn a_rotated_secret_shares_its_salt_and_one_run_decides_both() {
+        let old = Secret::new("old-secret".into());
+        let new = Secret::new("new-secret".into());
+        let old_hash = hash_secret(&old).expect("hash");
+        let new_hash = hash_secret_beside(&new, Some(&old_hash)).expect("hash");
+        let salt = |phc: &str| phc.rsplit('$').nth(1).map(str::to_owned);
+        assert_eq!(salt(&old_hash), salt(&new_hash));
+        assert_ne!(old_hash, new_hash);
+        let check = |secret: &str| verify_current_or_previous(&new_hash, Some(&old_hash), secret);
+        assert_eq!(check("new-secret"), (Some(Matched::Current), 1));
+        assert_eq!(check("old-secret"), (Some(Matched::Previous), 1));
+        assert_eq!(check("wrong"), (None, 1));
+        // A pair hashed under different salts (rotated before salts were shared) still
+        // works, at one run per hash.
+        let unrelated = hash_secret(&new).expect("hash");
+        assert_ne!(salt(&unrelated), salt(&old_hash));
+        let legacy = |secret: &str| verify_current_or_previous(&unrelated, Some(&old_hash), secret);
+        assert_eq!(legacy("new-secret"), (Some(Matched::Current), 1));
+        assert_eq!(legacy("old-secret"), (Some(Matched::Previous), 2));
+        assert_eq!(legacy("wrong"), (None, 2));
+        // A sibling of other parameters lends nothing.
+        let other = "$argon2id$v=19$m=8192,t=1,p=1$9Qd8wJ2zGk5Kx1m7uJ1pYg$\
+                     3Wl4ROgWJ9qgIYo3X7QTUkAxzn3lVJ4C3IYVhkqmC8M";
+        let fresh = hash_secret_beside(&new, Some(other)).expect("hash");
+        assert_ne!(salt(&fresh), salt(other));
     }
 
     fn auth_client(store: &Store, issued: &IssuedClient) -> OAuthClient {

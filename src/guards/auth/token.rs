@@ -196,12 +196,43 @@ pub(super) fn hasher() -> Result<Argon2<'static>, CredentialError> {
 
 /// The argon2id PHC string of `secret` (OWASP parameters, random 128-bit salt).
 pub fn hash_secret(secret: &Secret) -> Result<String, CredentialError> {
-    let salt = SaltString::encode_b64(&random_bytes::<16>()?)
-        .map_err(|e| CredentialError::Internal(format!("argon2 salt: {e}")))?;
-    let hash = hasher()?
+    hash_secret_beside(secret, None)
+}
+
+/// The argon2id PHC string of `secret` under the salt of `sibling` when `sibling` is a
+/// PHC string of the same parameters, else under a random 128-bit salt. A rotated key's
+/// new secret shares the salt of the secret it replaces, so one argon2 run checks a
+/// presented secret against both while the old one is in its grace period: the work of a
+/// verification then never tells whether a key was rotated. (The secrets are 256 random
+/// bits each; a salt shared by two of them gives an attacker holding the hashes nothing.)
+pub fn hash_secret_beside(
+    secret: &Secret,
+    sibling: Option<&str>,
+) -> Result<String, CredentialError> {
+    let hasher = hasher()?;
+    let shared = sibling
+        .and_then(|phc| PasswordHash::new(phc).ok())
+        .filter(|hash| same_parameters(hash, &hasher))
+        .and_then(|hash| hash.salt.map(|salt| salt.as_str().to_owned()));
+    let salt = match shared {
+        Some(b64) => SaltString::from_b64(&b64),
+        None => SaltString::encode_b64(&random_bytes::<16>()?),
+    }
+    .map_err(|e| CredentialError::Internal(format!("argon2 salt: {e}")))?;
+    let hash = hasher
         .hash_password(secret.expose().as_bytes(), &salt)
         .map_err(|e| CredentialError::Internal(format!("argon2: {e}")))?;
     Ok(hash.to_string())
+}
+
+/// Whether `hash` was made by `hasher`'s algorithm, version and parameters.
+fn same_parameters(hash: &PasswordHash<'_>, hasher: &Argon2<'_>) -> bool {
+    hash.algorithm == Algorithm::Argon2id.ident()
+        && hash.version == Some(Version::V0x13.into())
+        && Params::try_from(hash).is_ok_and(|p| {
+            let want = hasher.params();
+            (p.m_cost(), p.t_cost(), p.p_cost()) == (want.m_cost(), want.t_cost(), want.p_cost())
+        })
 }
 
 /// Whether `secret` matches the PHC string (its own parameters are used).
@@ -211,6 +242,82 @@ pub(super) fn verify_phc(phc: &str, secret: &str) -> bool {
             .verify_password(secret.as_bytes(), &hash)
             .is_ok()
     })
+}
+
+/// Which stored secret a presented one matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Matched {
+    /// The key's current secret.
+    Current,
+    /// The secret it replaced, still in its grace period.
+    Previous,
+}
+
+/// Checks `secret` against a key's `current` PHC string and, while it lasts, its
+/// `previous` one. When both share their salt and parameters (every rotation since they
+/// do) one argon2 run decides both, compared in constant time; otherwise each hash takes
+/// its own run. Returns the match and the argon2 runs spent.
+pub(super) fn verify_current_or_previous(
+    current: &str,
+    previous: Option<&str>,
+    secret: &str,
+) -> (Option<Matched>, u64) {
+    let parsed = (
+        PasswordHash::new(current).ok(),
+        previous.and_then(|p| PasswordHash::new(p).ok()),
+    );
+    if let (Some(current), Some(previous)) = &parsed
+        && current.salt.is_some()
+        && (
+            &current.algorithm,
+            current.version,
+            &current.params,
+            current.salt,
+        ) == (
+            &previous.algorithm,
+            previous.version,
+            &previous.params,
+            previous.salt,
+        )
+    {
+        let computed = rehash(current, secret);
+        let is = |stored: &PasswordHash<'_>| -> bool {
+            match (&computed, stored.hash) {
+                // `Output`'s equality is constant-time.
+                (Some(computed), Some(stored)) => *computed == stored,
+                _ => false,
+            }
+        };
+        let (is_current, is_previous) = (is(current), is(previous));
+        let matched = if is_current {
+            Some(Matched::Current)
+        } else {
+            is_previous.then_some(Matched::Previous)
+        };
+        return (matched, 1);
+    }
+    if verify_phc(current, secret) {
+        return (Some(Matched::Current), 1);
+    }
+    match previous {
+        Some(previous) => (verify_phc(previous, secret).then_some(Matched::Previous), 2),
+        None => (None, 1),
+    }
+}
+
+/// The hash output of `secret` under `stored`'s algorithm, version, parameters and salt.
+fn rehash(stored: &PasswordHash<'_>, secret: &str) -> Option<argon2::password_hash::Output> {
+    let params = Params::try_from(stored).ok()?;
+    Argon2::default()
+        .hash_password_customized(
+            secret.as_bytes(),
+            Some(stored.algorithm),
+            stored.version,
+            params,
+            stored.salt?,
+        )
+        .ok()?
+        .hash
 }
 
 pub(super) fn compose_token(mode: Mode, public_id: &str, secret: &str) -> Secret {
