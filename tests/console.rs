@@ -689,3 +689,28 @@ fn a_change_the_store_cannot_take_is_answered_as_the_catalog_answers_it_and_chan
     assert_eq!(made.status, 200, "{}", text(&made));
     assert_eq!(keys(&db).len(), before + 1);
 }
+
+/// One operator (or a script) signing in over and over ends only its own oldest sign-ins:
+/// another operator signed in before stays signed in.
+#[test]
+fn three_hundred_sign_ins_by_one_operator_leave_another_signed_in() {
+    let db = TestDb::new();
+    let other_key = db.create_key("second operator", "admin", &[]);
+    let server = HttpServer::start(&db, &[]);
+    let mut other = Browser::new(&server);
+    assert_eq!(other.sign_in(&other_key.token).status, 303);
+    let admin = db.admin_key.clone().expect("admin key");
+    let mut latest = None;
+    for i in 0..300 {
+        let mut browser = Browser::new(&server);
+        assert_eq!(browser.sign_in(&admin).status, 303, "sign-in {i}");
+        latest = Some(browser);
+    }
+    assert_eq!(
+        other.get("/console").status,
+        200,
+        "the other operator is still signed in"
+    );
+    let mut latest = latest.expect("signed in");
+    assert_eq!(latest.get("/console").status, 200);
+}

@@ -54,6 +54,11 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "Esa clave no tiene el ámbito admin y no puede entrar en la consola. Cree una clave de operador con: tollgate key create --name operator --scopes admin",
     ),
     (
+        "sign_in_full",
+        "The console already has as many sign-ins as it keeps, and none is ended to make room for another. Try again once an operator signs out or an idle sign-in expires, or restart the service to end them all.",
+        "La consola ya tiene tantas sesiones como admite, y no se cierra ninguna para dejar sitio a otra. Inténtelo de nuevo cuando un operador cierre la suya o caduque una inactiva, o reinicie el servicio para cerrarlas todas.",
+    ),
+    (
         "sign_in_throttled",
         "Too many failed sign-ins from this address. Try again in {s} seconds.",
         "Demasiados intentos fallidos desde esta dirección. Inténtelo de nuevo dentro de {s} segundos.",

@@ -25,7 +25,7 @@ use minijinja::Environment;
 use serde_json::{Value, json};
 
 use self::i18n::Texts;
-use self::session::{Sessions, Signed, random_token, same_token};
+use self::session::{Sessions, Signed, Started, random_token, same_token};
 use crate::catalog::ErrorKind;
 use crate::config::{Config, Locale};
 use crate::guards::auth::{Principal, is_operator};
@@ -314,8 +314,18 @@ impl Console {
             );
             return self.sign_in_page(Some(texts.get("sign_in_not_admin")), 403);
         }
-        let Some((session, _)) = self.sessions.start(&principal.credential_id) else {
-            return self.refusal(request, 500);
+        let session = match self.sessions.start(&principal.credential_id) {
+            Some(Started::Session(session, _)) => session,
+            Some(Started::Full) => {
+                tracing::warn!(
+                    source = request.source,
+                    credential = %principal.credential_id,
+                    capacity = session::CAPACITY,
+                    "a console sign-in was refused: every sign-in this node keeps is in use"
+                );
+                return self.sign_in_page(Some(texts.get("sign_in_full")), 503);
+            }
+            None => return self.refusal(request, 500),
         };
         self.record(
             &principal,

@@ -3,8 +3,10 @@
 //! A sign-in lives in this node's memory only: it ends when the process restarts, and
 //! behind a load balancer the console wants stickiness (or one node reached directly; the
 //! MCP endpoint needs none). A session ends after `console.idle_minutes` without a
-//! request and in any case [`MAX_AGE`] after sign-in; at most [`CAPACITY`] live at once
-//! (the least recently used goes first). Every request checks the credential again
+//! request and in any case [`MAX_AGE`] after sign-in. One credential holds at most
+//! [`PER_CREDENTIAL`] sign-ins (a new one ends the least recently used of *that*
+//! credential), and at most [`CAPACITY`] live at once: past it a sign-in is refused rather
+//! than ending another operator's. Every request checks the credential again
 //! (`Console::operator`), so a revoked operator key ends its sessions at once.
 
 use std::collections::HashMap;
@@ -15,8 +17,20 @@ use subtle::ConstantTimeEq;
 
 use crate::clock::Clock;
 
-/// Sign-ins kept at most; a new one past it ends the least recently used.
+/// Sign-ins kept at most; past it a new sign-in is refused ([`Started::Full`]).
 pub const CAPACITY: usize = 256;
+/// Sign-ins one credential keeps at most; its next one ends its least recently used.
+pub const PER_CREDENTIAL: usize = 8;
+
+/// What signing in gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// A new sign-in: the session id (the cookie's value) and what it gives.
+    Session(String, Signed),
+    /// [`CAPACITY`] sign-ins of other credentials are live: none of them is ended to make
+    /// room, so this one is refused until one ends (signing out, or its idle time).
+    Full,
+}
 /// A sign-in ends this long after it began, however busy.
 pub const MAX_AGE: Duration = Duration::from_secs(12 * 3600);
 
@@ -75,8 +89,8 @@ impl Sessions {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Signs `credential_id` in: the session id (the cookie's value) and what it gives.
-    pub fn start(&self, credential_id: &str) -> Option<(String, Signed)> {
+    /// Signs `credential_id` in. `None` when the operating system's generator fails.
+    pub fn start(&self, credential_id: &str) -> Option<Started> {
         let id = random_token()?;
         let signed = Signed {
             credential_id: credential_id.to_owned(),
@@ -85,13 +99,23 @@ impl Sessions {
         let now = self.clock.unix_millis();
         let mut entries = self.lock();
         self.forget_expired(&mut entries, now);
-        if entries.len() >= CAPACITY
-            && let Some(oldest) = entries
+        let own: Vec<(&String, i64)> = entries
+            .iter()
+            .filter(|(_, e)| e.signed.credential_id == credential_id)
+            .map(|(k, e)| (k, e.last_seen_ms))
+            .collect();
+        let full = entries.len() >= CAPACITY;
+        if own.len() >= PER_CREDENTIAL || (full && !own.is_empty()) {
+            // This credential's own least recently used sign-in makes room.
+            if let Some(oldest) = own
                 .iter()
-                .min_by_key(|(_, e)| e.last_seen_ms)
-                .map(|(k, _)| k.clone())
-        {
-            entries.remove(&oldest);
+                .min_by_key(|(_, seen)| *seen)
+                .map(|(k, _)| (*k).clone())
+            {
+                entries.remove(&oldest);
+            }
+        } else if full {
+            return Some(Started::Full);
         }
         entries.insert(
             id.clone(),
@@ -101,7 +125,16 @@ impl Sessions {
                 last_seen_ms: now,
             },
         );
-        Some((id, signed))
+        Some(Started::Session(id, signed))
+    }
+
+    /// [`Sessions::start`] for tests: the session, which must have started.
+    #[cfg(test)]
+    fn started(&self, credential_id: &str) -> (String, Signed) {
+        match self.start(credential_id) {
+            Some(Started::Session(id, signed)) => (id, signed),
+            other => panic!("not started: {other:?}"),
+        }
     }
 
     /// The live sign-in `id` names, its idle time restarted; `None` when there is none
@@ -160,7 +193,7 @@ mod tests {
     #[test]
     fn a_sign_in_lasts_while_used_and_ends_after_its_idle_time() {
         let (clock, sessions) = sessions();
-        let (id, signed) = sessions.start("Abc123").expect("start");
+        let (id, signed) = sessions.started("Abc123");
         assert_eq!(signed.credential_id, "Abc123");
         assert_eq!(signed.csrf.len(), 64);
         assert_ne!(id, signed.csrf);
@@ -176,7 +209,7 @@ mod tests {
     #[test]
     fn a_busy_sign_in_still_ends_at_its_maximum_age() {
         let (clock, sessions) = sessions();
-        let (id, _) = sessions.start("Abc123").expect("start");
+        let (id, _) = sessions.started("Abc123");
         let step = Duration::from_secs(600);
         let mut used = Duration::ZERO;
         while used + step < MAX_AGE {
@@ -191,8 +224,8 @@ mod tests {
     #[test]
     fn signing_out_ends_only_that_sign_in_and_unknown_ids_give_nothing() {
         let (_, sessions) = sessions();
-        let (one, _) = sessions.start("A").expect("start");
-        let (two, _) = sessions.start("A").expect("start");
+        let (one, _) = sessions.started("A");
+        let (two, _) = sessions.started("A");
         sessions.end(&one);
         assert_eq!(sessions.get(&one), None);
         assert!(sessions.get(&two).is_some());
@@ -201,23 +234,50 @@ mod tests {
     }
 
     #[test]
-    fn past_the_capacity_the_least_recently_used_sign_in_goes() {
+    fn one_credential_signing_in_again_and_again_ends_only_its_own_oldest() {
+        let (clock, sessions) = sessions();
+        let (other, _) = sessions.started("Other");
+        let mine: Vec<String> = (0..300)
+            .map(|_| {
+                clock.advance(Duration::from_millis(1));
+                sessions.started("Busy").0
+            })
+            .collect();
+        assert!(sessions.get(&other).is_some(), "another operator stays");
+        assert_eq!(sessions.len(), 1 + PER_CREDENTIAL);
+        let live: Vec<&String> = mine
+            .iter()
+            .filter(|id| sessions.get(id).is_some())
+            .collect();
+        assert_eq!(
+            live,
+            mine[mine.len() - PER_CREDENTIAL..]
+                .iter()
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn past_the_capacity_a_sign_in_is_refused_and_nobody_else_is_ended() {
         let (clock, sessions) = sessions();
         let ids: Vec<String> = (0..CAPACITY)
             .map(|i| {
                 clock.advance(Duration::from_millis(1));
-                sessions.start(&format!("K{i}")).expect("start").0
+                sessions.started(&format!("K{i}")).0
             })
             .collect();
-        clock.advance(Duration::from_millis(1));
-        assert!(
-            sessions.get(&ids[0]).is_some(),
-            "used again: now the newest"
-        );
-        sessions.start("late").expect("start");
+        assert_eq!(sessions.start("late"), Some(Started::Full));
         assert_eq!(sessions.len(), CAPACITY);
-        assert!(sessions.get(&ids[0]).is_some());
-        assert_eq!(sessions.get(&ids[1]), None, "the least recently used went");
+        assert!(ids.iter().all(|id| sessions.get(id).is_some()));
+        // A credential that already holds a sign-in may still replace its own...
+        for _ in 0..PER_CREDENTIAL {
+            sessions.started("K0");
+        }
+        assert_eq!(sessions.len(), CAPACITY);
+        // ...and once one ends, there is room again.
+        sessions.end(&ids[1]);
+        sessions.started("late");
+        assert_eq!(sessions.len(), CAPACITY);
     }
 
     #[test]
