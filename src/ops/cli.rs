@@ -4,7 +4,7 @@
 //! opens the store when it needs one, and returns an [`ExitCode`]; operator mistakes get a
 //! message on stderr that says how to fix them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -263,23 +263,29 @@ fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
 }
 
 fn init(config: &Config, args: &InitArgs) -> ExitCode {
+    match create_installation(config, args) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// Creates (or completes) the installation `args` describe and says what it made; the
+/// first admin key's token when one was created.
+fn create_installation(config: &Config, args: &InitArgs) -> Result<Option<String>, ExitCode> {
     let locale: Locale = match args.locale.parse() {
         Ok(locale) => locale,
-        Err(e) => return fail(&format!("--locale: {e}")),
+        Err(e) => return Err(fail(&format!("--locale: {e}"))),
     };
-    let store = match open_store(config, true) {
-        Ok(store) => store,
-        Err(code) => return code,
-    };
+    let store = open_store(config, true)?;
     match store.plan(&args.plan) {
         Ok(Some(_)) => {}
         Ok(None) => {
-            return fail(&format!(
+            return Err(fail(&format!(
                 "--plan: unknown plan {:?}; run `tollgate plan list`",
                 args.plan
-            ));
+            )));
         }
-        Err(e) => return fail(&e.to_string()),
+        Err(e) => return Err(fail(&e.to_string())),
     }
     let company = Company {
         name: args.company.clone(),
@@ -289,12 +295,12 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
         country: "ES".to_owned(),
     };
     if let Err(e) = store.set_company(&company) {
-        return fail(&format!("cannot save the company: {e}"));
+        return Err(fail(&format!("cannot save the company: {e}")));
     }
     // The first admin key (scopes `*` and `admin`: every tool and the console); `None` when init runs again on a database with keys.
     let admin_key = match crate::ops::admin::first_admin_key(&store) {
         Ok(key) => key,
-        Err(e) => return fail(&format!("cannot create the admin key: {e}")),
+        Err(e) => return Err(fail(&format!("cannot create the admin key: {e}"))),
     };
     let demo = match args
         .demo
@@ -306,7 +312,7 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
             eprintln!("tollgate: the database already has clients; --demo added nothing");
             None
         }
-        Some(Err(e)) => return fail(&e.to_string()),
+        Some(Err(e)) => return Err(fail(&e.to_string())),
     };
     if args.json {
         println!(
@@ -336,7 +342,7 @@ fn init(config: &Config, args: &InitArgs) -> ExitCode {
             None => println!("Keys already exist; create more with `tollgate key create`."),
         }
     }
-    ExitCode::SUCCESS
+    Ok(admin_key.map(|key| key.token.expose().to_owned()))
 }
 
 /// Builds the server for the configured database and tool packs, on the system clock — on
@@ -524,12 +530,16 @@ fn stdio(config: &Config) -> ExitCode {
 }
 
 fn quickstart(config: &Config) -> ExitCode {
-    if config.database.file().is_none_or(Path::exists) {
-        println!(
-            "Using the existing database {}; create a key with `tollgate key create` if you need one.",
-            config.database
-        );
-    } else {
+    // A busy address is found before anything is created, so trying again with another
+    // `--listen` starts from the same clean state.
+    if let Err(e) = std::net::TcpListener::bind(config.http.listen) {
+        return refuse(&crate::ops::quickstart::busy_address(
+            config.http.listen,
+            &e,
+        ));
+    }
+    let created = config.database.file().is_some_and(|path| !path.exists());
+    let admin_key = if created {
         let args = InitArgs {
             company: "Demo Company SL".to_owned(),
             tax_id: None,
@@ -538,24 +548,33 @@ fn quickstart(config: &Config) -> ExitCode {
             json: false,
             demo: true,
         };
-        let code = init(config, &args);
-        if code != ExitCode::SUCCESS {
-            return code;
+        match create_installation(config, &args) {
+            Ok(key) => key,
+            Err(code) => return code,
         }
-    }
-    println!(
-        "Serving MCP at http://{}/mcp (Ctrl-C to stop). Send the key as `Authorization: Bearer <key>`.",
-        config.http.listen
-    );
-    serve(config)
+    } else {
+        println!("Using the existing database {}.", config.database);
+        None
+    };
+    serve_then(config, |addr| {
+        print!(
+            "{}",
+            crate::ops::quickstart::ready_text(config, addr, admin_key.as_deref())
+        );
+    })
 }
 
 fn serve(config: &Config) -> ExitCode {
+    serve_then(config, |_| {})
+}
+
+/// `serve`, calling `ready` once the listener accepts connections.
+fn serve_then(config: &Config, ready: impl FnOnce(std::net::SocketAddr)) -> ExitCode {
     let server = match open_server(config) {
         Ok(server) => server,
         Err(code) => return code,
     };
-    let served = crate::transport::http::serve(Arc::clone(&server), config);
+    let served = crate::transport::http::serve_then(Arc::clone(&server), config, ready);
     // Idle keep-alive connections may still hold the server (and its audit writer).
     crate::guards::audit::flush_all();
     server.backends().stop();

@@ -10,5 +10,6 @@ pub mod backup;
 pub mod cli;
 pub mod healthcheck;
 pub mod logging;
+pub mod quickstart;
 pub mod store_copy;
 pub mod usage;

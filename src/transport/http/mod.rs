@@ -63,6 +63,16 @@ const REFUSAL_LOG_WINDOW: Duration = Duration::from_secs(10);
 /// Returns an error when the listener stops accepting connections while no shutdown was
 /// asked for: the process can no longer serve and must be restarted.
 pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
+    serve_then(server, config, |_| {})
+}
+
+/// [`serve`], calling `ready` with the bound address once the listener accepts
+/// connections (before that, nothing may tell a person the server is up).
+pub fn serve_then(
+    server: Arc<Server>,
+    config: &Config,
+    ready: impl FnOnce(std::net::SocketAddr),
+) -> std::io::Result<()> {
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&shutdown))?;
@@ -104,6 +114,7 @@ pub fn serve(server: Arc<Server>, config: &Config) -> std::io::Result<()> {
         );
     }
     crate::transport::systemd::ready();
+    ready(listener.server_addr().to_ip().unwrap_or(config.http.listen));
     watch_until_shutdown(&listener, &shutdown)?;
     crate::transport::systemd::stopping();
     // No new connections; the requests being served finish (bounded by the socket
