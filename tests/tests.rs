@@ -34,6 +34,7 @@ mod http_sessions_shared;
 mod invoicing;
 mod listener;
 mod optional_args;
+mod packaging_unit;
 mod quickstart;
 #[cfg(feature = "conformance-pack")]
 mod ratelimit;
