@@ -2,13 +2,19 @@
 //! with a database and a credential of its own) is the upstream of a `tollgate serve`.
 //! Its tools are offered under the prefix, calls go through, its failures come back as
 //! the catalog says, and a killed upstream is `backend_unavailable` until it is restarted.
+//!
+//! Then a hostile upstream (`tests/backends/fixtures/hostile_upstream.py`, Python's
+//! standard library only): a storm of `notifications/tools/list_changed` costs a few reads
+//! of its list, a list past the limits is cut down and what was left out is reported, and
+//! a flood of progress is relayed a few times a second to a call that still ends at its
+//! deadline.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::util::{HttpServer, Key, TestDb, assert_tool_error, bin};
+use crate::util::{HttpServer, Key, TestDb, assert_tool_error, bin, merge_modern_meta};
 
 /// How long a test waits for the upstream to change state.
 const STATE_WAIT: Duration = Duration::from_secs(30);
@@ -341,4 +347,353 @@ url = "http://127.0.0.1:{port}/mcp"
     ] {
         assert!(printed.contains(&expected), "{expected} in {printed}");
     }
+}
+
+// ---- a hostile upstream -------------------------------------------------------------------
+
+/// The hostile upstream's script.
+const HOSTILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/backends/fixtures/hostile_upstream.py"
+);
+
+/// `tollgate serve` with the hostile upstream as the backend `hx`.
+struct Hostile {
+    db: TestDb,
+    server: HttpServer,
+    /// Where the upstream keeps its counts, when it was asked to.
+    counts: Option<PathBuf>,
+}
+
+impl Hostile {
+    /// The gate (with `/metrics`), with the upstream started with `upstream_args` (and a
+    /// count file when `counted`) and the backend's `settings` lines.
+    fn start(upstream_args: &[&str], counted: bool, settings: &str) -> Hostile {
+        let db = TestDb::new();
+        let counts = counted.then(|| db.dir.path().join("upstream-counts.json"));
+        let mut args = vec![HOSTILE.to_owned()];
+        if let Some(path) = &counts {
+            args.extend(["--count-file".to_owned(), path.display().to_string()]);
+        }
+        args.extend(upstream_args.iter().map(|a| a.to_string()));
+        // A JSON array of plain strings is a TOML array too.
+        let args = serde_json::to_string(&args).expect("args");
+        let config = format!(
+            "[http]\nmetrics = true\n\n[[backends]]\nname = \"hx\"\nkind = \"mcp\"\ncommand = \"python3\"\nargs = {args}\n{settings}\n"
+        );
+        let server = HttpServer::start_with_config(&db, &config, &[]);
+        let gate = Hostile { db, server, counts };
+        gate.wait_until("the upstream is ready", || {
+            gate.health()["state"] == "ready"
+        });
+        gate
+    }
+
+    fn admin(&self) -> &str {
+        self.db.admin_key.as_deref().expect("admin key")
+    }
+
+    /// The backend's line in `/healthz`.
+    fn health(&self) -> Value {
+        self.server.get("/healthz").json()["backends"][0].clone()
+    }
+
+    /// What the upstream counted (`{}` while its file is not written yet).
+    fn counts(&self) -> Value {
+        let path = self.counts.as_ref().expect("a count file");
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_else(|| json!({}))
+    }
+
+    /// The value of the series `series` (name and labels, as written) on `/metrics`.
+    fn metric(&self, series: &str) -> Option<u64> {
+        let page = String::from_utf8_lossy(&self.server.get("/metrics").body).into_owned();
+        page.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// Polls `done` until it holds, for at most [`STATE_WAIT`].
+    fn wait_until(&self, what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + STATE_WAIT;
+        while !done() {
+            if Instant::now() >= deadline {
+                let page = String::from_utf8_lossy(&self.server.get("/metrics").body)
+                    .lines()
+                    .filter(|l| l.starts_with("tollgate_backend"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let counts = self.counts.as_ref().map(|_| self.counts());
+                panic!(
+                    "{what}: never; upstream counts {counts:?}; metrics:\n{page}\nlog:\n{}",
+                    self.server.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Every tool of a 2026-07-28 `tools/list`, following `nextCursor`.
+    fn all_tools(&self) -> Vec<Value> {
+        let auth = format!("Bearer {}", self.admin());
+        let mut tools = Vec::new();
+        let mut cursor: Option<Value> = None;
+        loop {
+            let mut params = match cursor.take() {
+                Some(cursor) => json!({"cursor": cursor}),
+                None => json!({}),
+            };
+            merge_modern_meta(&mut params);
+            let page = self
+                .server
+                .post_mcp(
+                    &[
+                        ("Authorization", auth.as_str()),
+                        ("MCP-Protocol-Version", "2026-07-28"),
+                        ("Mcp-Method", "tools/list"),
+                    ],
+                    &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}),
+                )
+                .json();
+            let listed = page["result"]["tools"].as_array().expect("tools");
+            tools.extend(listed.iter().cloned());
+            match page["result"].get("nextCursor") {
+                Some(next) if !next.is_null() => cursor = Some(next.clone()),
+                _ => return tools,
+            }
+        }
+    }
+
+    /// A 2026-07-28 `tools/call` of `tool` with the progress token `token`, read whole.
+    fn call_with_progress(&self, tool: &str, token: &str) -> crate::util::HttpResponse {
+        let mut params = json!({"name": tool, "arguments": {}, "_meta": {"progressToken": token}});
+        merge_modern_meta(&mut params);
+        let auth = format!("Bearer {}", self.admin());
+        self.server.post_mcp(
+            &[
+                ("Authorization", auth.as_str()),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", tool),
+            ],
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}),
+        )
+    }
+}
+
+/// The `progress` values of the progress notifications for `token` among `messages`,
+/// checking that every message but the last is one.
+fn progress_values(messages: &[Value], token: &str) -> Vec<f64> {
+    let (_, notifications) = messages.split_last().expect("a response");
+    notifications
+        .iter()
+        .map(|n| {
+            assert_eq!(n["method"], "notifications/progress", "{n}");
+            assert_eq!(n["params"]["progressToken"], token, "{n}");
+            n["params"]["progress"].as_f64().expect("a progress value")
+        })
+        .collect()
+}
+
+#[test]
+fn a_storm_of_list_changed_notifications_costs_a_few_reads_of_the_list() {
+    let gate = Hostile::start(&["--list-changed", "500"], true, "");
+    let series = |family: &str| format!("{family}{{backend=\"hx\"}}");
+    let value = |family: &str| gate.metric(&series(family)).unwrap_or(0);
+    // Every notification handled, no read due any more, and the upstream has answered
+    // every read the gate counted (its first list, at connect, besides).
+    gate.wait_until("the storm is handled", || {
+        let relists = value("tollgate_backend_relists_total");
+        value("tollgate_backend_list_changed_total") == 500
+            && relists + value("tollgate_backend_list_changed_coalesced_total") == 500
+            && gate.counts()["tools_list"] == json!(relists + 1)
+    });
+    let listed = gate.counts()["tools_list"].as_u64().expect("a count");
+    // One read at a time, at most one a second, and at most one more for all that arrive
+    // during a read: 500 notifications sent at once are a few reads, not 500.
+    assert!(
+        (2..=10).contains(&listed),
+        "the upstream was asked for its list {listed} times"
+    );
+    assert!(value("tollgate_backend_list_changed_coalesced_total") >= 490);
+
+    // The gate still serves, the upstream's tools included.
+    let tools = gate.server.modern_tools_list(gate.admin());
+    assert!(tools.iter().any(|t| t["name"] == "hx_echo"), "{tools:?}");
+    let echoed = gate
+        .server
+        .modern_tool_call(gate.admin(), "hx_echo", &json!({"text": "still here"}))
+        .json();
+    assert_eq!(echoed["result"]["isError"], false, "{echoed}");
+    assert_eq!(
+        echoed["result"]["content"][0]["text"],
+        r#"{"text": "still here"}"#
+    );
+}
+
+#[test]
+fn a_list_past_the_limits_is_cut_down_and_what_was_left_out_is_reported() {
+    let upstream = [
+        "--tools",
+        "300",
+        "--long-name",
+        "100",
+        "--big-description",
+        "20000",
+        "--big-schema",
+        "20000",
+    ];
+    let settings = "max_tools = 50\nmax_schema_bytes = 8192";
+    let gate = Hostile::start(&upstream, false, settings);
+
+    // echo, steps, flood, wordy and t0 … t45: the first 50 that can be offered.
+    let tools = gate.all_tools();
+    let offered: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .filter(|name| name.starts_with("hx_"))
+        .collect();
+    assert_eq!(offered.len(), 50, "{offered:?}");
+    for name in [
+        "hx_echo", "hx_steps", "hx_flood", "hx_wordy", "hx_t0", "hx_t45",
+    ] {
+        assert!(offered.contains(&name), "{name} in {offered:?}");
+    }
+    for name in ["hx_bulky", "hx_t46"] {
+        assert!(!offered.contains(&name), "{name} in {offered:?}");
+    }
+    assert!(offered.iter().all(|name| name.len() <= "hx_".len() + 64));
+    let wordy = tools
+        .iter()
+        .find(|t| t["name"] == "hx_wordy")
+        .expect("hx_wordy");
+    let description = wordy["description"].as_str().expect("a description");
+    let (kept, _) = description.split_once('…').expect("cut with …");
+    assert!(
+        kept.len() <= 4096 && kept.starts_with("www"),
+        "{description}"
+    );
+
+    let left_out = json!({"name_too_long": 1, "schema_too_large": 1, "too_many_tools": 254});
+    let health = gate.health();
+    assert_eq!(health["tools"], 50, "{health}");
+    assert_eq!(health["left_out"], left_out, "{health}");
+    assert_eq!(health["descriptions_cut"], 1, "{health}");
+    assert_eq!(
+        gate.metric("tollgate_backend_tools_left_out{backend=\"hx\",reason=\"too_many_tools\"}"),
+        Some(254)
+    );
+
+    // `backends check` names what was left out, as warnings: the check passes.
+    let config = gate.db.dir.path().join("tollgate.toml");
+    let config = config.to_str().expect("utf-8");
+    let out = gate
+        .db
+        .run(&["--config", config, "backends", "check", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let hx = &report["backends"][0];
+    assert_eq!(hx["tools"].as_array().map(Vec::len), Some(50), "{hx}");
+    assert_eq!(hx["left_out"], left_out, "{hx}");
+    let long = format!("{}…", "n".repeat(80));
+    assert_eq!(
+        hx["left_out_tools"],
+        json!([
+            {"name": long, "reason": "name_too_long"},
+            {"name": "bulky", "reason": "schema_too_large"},
+        ])
+    );
+    assert_eq!(report["problems"], json!([]));
+    assert_eq!(
+        report["warnings"],
+        json!([
+            format!(
+                "backend hx: the upstream tool \"{long}\" is left out (name_too_long): its tool name after the prefix is longer than 64 characters"
+            ),
+            "backend hx: the upstream tool \"bulky\" is left out (schema_too_large): its input or output schema is larger than max_schema_bytes",
+            "backend hx: 254 upstream tools past max_tools are left out (raise max_tools to offer them)",
+        ])
+    );
+    let out = gate.db.run(&["--config", config, "backends", "check"]);
+    assert!(out.status.success());
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("  left out: 1 name_too_long, 1 schema_too_large, 254 too_many_tools\n"),
+        "{printed}"
+    );
+    assert!(printed.contains("  descriptions cut: 1\n"), "{printed}");
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        warned.contains("warning: backend hx: the upstream tool \"bulky\" is left out"),
+        "{warned}"
+    );
+}
+
+#[test]
+fn a_flood_of_progress_is_relayed_a_few_times_a_second_and_the_call_ends_at_its_deadline() {
+    let gate = Hostile::start(&["--flood-seconds", "20"], true, "timeout_ms = 1000");
+    let started = Instant::now();
+    let response = gate.call_with_progress("hx_flood", "f-1");
+    // The test's own limit, far from the deadline: before, the stream ran for a minute.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the response ended {:?} after the call",
+        started.elapsed()
+    );
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    assert!(
+        response.body.len() < 64 * 1024,
+        "{} bytes for one call",
+        response.body.len()
+    );
+    let messages = response.sse_messages();
+    let values = progress_values(&messages, "f-1");
+    // At most one every 250 ms over the one-second deadline.
+    assert!(
+        (1..=10).contains(&values.len()),
+        "{} progress notifications relayed",
+        values.len()
+    );
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    let last = messages.last().expect("the response");
+    assert_eq!(last["id"], 1, "{last}");
+    assert_tool_error(last, "timeout", 504, 3002);
+    assert_eq!(
+        last["result"]["_meta"]["dev.tollgate/error"]["details"],
+        json!({"backend": "hx", "timeout_ms": 1000})
+    );
+    // The upstream was told to stop.
+    gate.wait_until("the upstream is sent notifications/cancelled", || {
+        gate.counts()["cancelled"]
+            .as_array()
+            .is_some_and(|ids| !ids.is_empty())
+    });
+    assert_eq!(gate.health()["state"], "ready");
+}
+
+#[test]
+fn ordinary_progress_is_relayed_up_to_its_last_value_before_the_result() {
+    let gate = Hostile::start(&[], false, "");
+    let response = gate.call_with_progress("hx_steps", "s-1");
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    let messages = response.sse_messages();
+    let values = progress_values(&messages, "s-1");
+    // 1, 2 and 3 of 3 come at once: the throttle may pass on fewer, never the last one less.
+    assert_eq!(values.last(), Some(&3.0), "{messages:?}");
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    assert!(
+        messages[..messages.len() - 1]
+            .iter()
+            .all(|n| n["params"]["total"] == json!(3.0)),
+        "{messages:?}"
+    );
+    let last = messages.last().expect("the response");
+    assert_eq!(last["result"]["isError"], false, "{last}");
+    assert_eq!(last["result"]["content"][0]["text"], "done");
 }

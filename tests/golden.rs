@@ -19,7 +19,7 @@
 //! What is compared: JSON bodies and stdio lines are recorded parsed, in the server's key
 //! order, and each must be exactly the compact serialisation of what it parses to (so a
 //! change of key order, spacing or escaping fails too); SSE streams event by event with
-//! their padding; HTTP response headers by name (lowercased, sorted: field order is not
+//! comments by length; HTTP response headers by name (lowercased, sorted: field order is not
 //! significant in HTTP), without `Date`, `Content-Length`, `Transfer-Encoding`,
 //! `Connection` and `Server`. Requests carry `Host`, `Content-Length` and
 //! `Connection: close` besides the headers recorded.

@@ -18,6 +18,11 @@ use super::ConfigError;
 pub const DEFAULT_BACKEND_TIMEOUT_MS: u64 = 30_000;
 /// The largest response body an OpenAPI backend may send unless configured.
 pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 4 * 1024 * 1024;
+/// The most tools of an upstream MCP server's list offered unless configured (`max_tools`).
+pub const DEFAULT_MAX_TOOLS: usize = 256;
+/// The largest input or output schema of an upstream MCP tool, serialized, unless
+/// configured (`max_schema_bytes`).
+pub const DEFAULT_MAX_SCHEMA_BYTES: usize = 16 * 1024;
 /// Where the backend's own error id is looked for in a JSON error body, first match wins.
 pub const DEFAULT_ERROR_ID_POINTERS: &[&str] = &[
     "/code",
@@ -58,7 +63,7 @@ pub enum BackendKind {
     /// A REST API described by an OpenAPI document.
     OpenApi(OpenApiBackend),
     /// An MCP server.
-    Mcp(McpTransport),
+    Mcp(McpBackend),
 }
 
 impl BackendKind {
@@ -112,7 +117,19 @@ pub enum BackendAuth {
     },
 }
 
-/// `kind = "mcp"`: how the upstream MCP server is reached.
+/// `kind = "mcp"`: an upstream MCP server, and how much of its list of tools is offered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpBackend {
+    /// How it is reached.
+    pub transport: McpTransport,
+    /// Tools past this many in its list are left out (`max_tools`).
+    pub max_tools: usize,
+    /// A tool whose input or output schema serializes to more bytes than this is left out
+    /// (`max_schema_bytes`).
+    pub max_schema_bytes: usize,
+}
+
+/// How the upstream MCP server is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum McpTransport {
     /// `command` (with `args`, `env`, `cwd`): a stdio server tollgate starts and restarts.
@@ -203,6 +220,8 @@ pub(super) struct RawBackend {
     cwd: Option<PathBuf>,
     url: Option<String>,
     headers: Option<BTreeMap<String, HeaderValue>>,
+    max_tools: Option<u64>,
+    max_schema_bytes: Option<u64>,
     #[serde(default)]
     tools: BTreeMap<String, ToolOverride>,
 }
@@ -310,6 +329,8 @@ fn validate_one(
                 ("cwd", raw.cwd.is_some()),
                 ("url", raw.url.is_some()),
                 ("headers", raw.headers.is_some()),
+                ("max_tools", raw.max_tools.is_some()),
+                ("max_schema_bytes", raw.max_schema_bytes.is_some()),
             ];
             if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
                 return Err(err(&format!(
@@ -374,10 +395,20 @@ fn validate_one(
             ];
             if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
                 return Err(err(&format!(
-                    "`{key}` belongs to kind = \"openapi\"; an mcp backend takes command, args, env, cwd (stdio) or url, headers (Streamable HTTP), timeout_ms and tools"
+                    "`{key}` belongs to kind = \"openapi\"; an mcp backend takes command, args, env, cwd (stdio) or url, headers (Streamable HTTP), timeout_ms, max_tools, max_schema_bytes and tools"
                 )));
             }
-            match (raw.command, raw.url) {
+            let max_tools = raw.max_tools.unwrap_or(DEFAULT_MAX_TOOLS as u64);
+            if !(1..=4096).contains(&max_tools) {
+                return Err(err("`max_tools` must be between 1 and 4096"));
+            }
+            let max_schema_bytes = raw
+                .max_schema_bytes
+                .unwrap_or(DEFAULT_MAX_SCHEMA_BYTES as u64);
+            if !(1024..=1024 * 1024).contains(&max_schema_bytes) {
+                return Err(err("`max_schema_bytes` must be between 1024 and 1048576"));
+            }
+            let transport = match (raw.command, raw.url) {
                 (Some(command), None) => {
                     if raw.headers.is_some() {
                         return Err(err("`headers` go with `url`, not with `command`"));
@@ -385,12 +416,12 @@ fn validate_one(
                     if command.trim().is_empty() {
                         return Err(err("`command` must not be empty"));
                     }
-                    BackendKind::Mcp(McpTransport::Stdio {
+                    McpTransport::Stdio {
                         command,
                         args: raw.args.unwrap_or_default(),
                         env: raw.env.unwrap_or_default(),
                         cwd: raw.cwd.map(|c| resolve(base, c)),
-                    })
+                    }
                 }
                 (None, Some(url)) => {
                     if raw.args.is_some() || raw.env.is_some() || raw.cwd.is_some() {
@@ -415,7 +446,7 @@ fn validate_one(
                             plain => (k, plain),
                         })
                         .collect();
-                    BackendKind::Mcp(McpTransport::Http { url, headers })
+                    McpTransport::Http { url, headers }
                 }
                 (Some(_), Some(_)) => {
                     return Err(err(
@@ -427,7 +458,13 @@ fn validate_one(
                         "`command` (stdio) or `url` (Streamable HTTP) is required",
                     ));
                 }
-            }
+            };
+            BackendKind::Mcp(McpBackend {
+                transport,
+                // Both ranges were checked above.
+                max_tools: max_tools as usize,
+                max_schema_bytes: max_schema_bytes as usize,
+            })
         }
         Some(other) => {
             return Err(err(&format!("`kind` {other:?} is not one of openapi, mcp")));
@@ -505,20 +542,26 @@ impl BackendConfig {
                 raw.error_id_pointers = Some(o.error_id_pointers.clone());
                 raw.error_message_pointers = Some(o.error_message_pointers.clone());
             }
-            BackendKind::Mcp(McpTransport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            }) => {
-                raw.command = Some(command.clone());
-                raw.args = Some(args.clone());
-                raw.env = Some(env.clone());
-                raw.cwd = cwd.clone();
-            }
-            BackendKind::Mcp(McpTransport::Http { url, headers }) => {
-                raw.url = Some(url.clone());
-                raw.headers = Some(headers.clone());
+            BackendKind::Mcp(mcp) => {
+                raw.max_tools = Some(mcp.max_tools as u64);
+                raw.max_schema_bytes = Some(mcp.max_schema_bytes as u64);
+                match &mcp.transport {
+                    McpTransport::Stdio {
+                        command,
+                        args,
+                        env,
+                        cwd,
+                    } => {
+                        raw.command = Some(command.clone());
+                        raw.args = Some(args.clone());
+                        raw.env = Some(env.clone());
+                        raw.cwd = cwd.clone();
+                    }
+                    McpTransport::Http { url, headers } => {
+                        raw.url = Some(url.clone());
+                        raw.headers = Some(headers.clone());
+                    }
+                }
             }
         }
         raw
@@ -606,15 +649,29 @@ mod tests {
             url = "http://127.0.0.1:9001/mcp"
             headers = { "X-Tenant" = "acme", "Authorization" = { file = "vendor.token" } }
             timeout_ms = 5000
+            max_tools = 40
+            max_schema_bytes = 4096
             "#,
         )
         .expect("valid");
         assert!(
-            matches!(&backends[0].kind, BackendKind::Mcp(McpTransport::Stdio { args, .. }) if args.len() == 2)
+            matches!(&backends[0].kind, BackendKind::Mcp(McpBackend { transport: McpTransport::Stdio { args, .. }, .. }) if args.len() == 2)
         );
-        let BackendKind::Mcp(McpTransport::Http { headers, .. }) = &backends[1].kind else {
+        let BackendKind::Mcp(McpBackend {
+            transport: McpTransport::Http { headers, .. },
+            max_tools,
+            max_schema_bytes,
+        }) = &backends[1].kind
+        else {
             panic!("http")
         };
+        assert_eq!(*max_tools, 40);
+        assert_eq!(*max_schema_bytes, 4096);
+        let BackendKind::Mcp(files) = &backends[0].kind else {
+            panic!("mcp")
+        };
+        assert_eq!(files.max_tools, DEFAULT_MAX_TOOLS);
+        assert_eq!(files.max_schema_bytes, DEFAULT_MAX_SCHEMA_BYTES);
         assert_eq!(headers["X-Tenant"], HeaderValue::Plain("acme".into()));
         assert_eq!(
             headers["Authorization"],
@@ -671,6 +728,22 @@ mod tests {
             (
                 "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.a_x]\ncolour = \"red\"",
                 "unknown field `colour`",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nmax_tools = 0",
+                "`max_tools` must be between 1 and 4096",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nmax_tools = 5000",
+                "`max_tools` must be between 1 and 4096",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\nurl = \"http://h/mcp\"\nmax_schema_bytes = 100",
+                "`max_schema_bytes` must be between 1024 and 1048576",
+            ),
+            (
+                "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nmax_tools = 10",
+                "`max_tools` belongs to kind = \"mcp\"",
             ),
             (
                 "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nflavour = 1",

@@ -21,8 +21,9 @@ mod validate;
 
 pub use backends::{
     BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_ERROR_ID_POINTERS,
-    DEFAULT_ERROR_MESSAGE_POINTERS, HeaderValue, IdempotencyPolicy, McpTransport, OpenApiBackend,
-    ToolOverride, read_secret, valid_backend_name,
+    DEFAULT_ERROR_MESSAGE_POINTERS, DEFAULT_MAX_SCHEMA_BYTES, DEFAULT_MAX_TOOLS, HeaderValue,
+    IdempotencyPolicy, McpBackend, McpTransport, OpenApiBackend, ToolOverride, read_secret,
+    valid_backend_name,
 };
 
 use raw::*;

@@ -13,6 +13,10 @@
 //! | `tollgate_http_responses_total` | `status` |
 //! | `tollgate_rate_charges_total`, `tollgate_rate_charge_transactions_total` | none: calls charged to the rate counters, and the transactions that did it (their ratio is how well group commit batches) |
 //! | `tollgate_log_lines_dropped_total` | none: log lines dropped because stderr did not take them in time (the logging queue) |
+//! | `tollgate_backend_calls_total`, `tollgate_backend_failures_total`, `tollgate_backend_up` | `backend` (and `kind`): with backends configured |
+//! | `tollgate_backend_tools_left_out` | `backend`, `reason`: tools a backend lists that are not offered |
+//! | `tollgate_backend_descriptions_cut` | `backend`: offered tools whose description was cut |
+//! | `tollgate_backend_list_changed_total`, `tollgate_backend_list_changed_coalesced_total`, `tollgate_backend_relists_total` | `backend`: an upstream's list-changed notifications, those folded into a read already due, and the reads |
 //!
 //! plus `tollgate_build_info`, `tollgate_uptime_seconds`, `process_start_time_seconds` and,
 //! where `/proc` is readable, `process_resident_memory_bytes`, `process_threads` and
@@ -475,6 +479,7 @@ pub fn render_backends(page: &mut String, backends: &crate::tools::backends::Bac
         "Forwarded calls that failed (any catalog error), by backend.",
         |c| c.failures,
     );
+    let statuses = backends.status();
     let name = "tollgate_backend_up";
     header(
         page,
@@ -482,7 +487,7 @@ pub fn render_backends(page: &mut String, backends: &crate::tools::backends::Bac
         "gauge",
         "Whether a backend can be called now (1) or not (0), by backend and kind.",
     );
-    for status in backends.status() {
+    for status in &statuses {
         let up = u64::from(status.health == crate::tools::backends::Health::Ready);
         sample(
             page,
@@ -491,6 +496,73 @@ pub fn render_backends(page: &mut String, backends: &crate::tools::backends::Bac
             up,
         );
     }
+    render_listings(page, &statuses);
+}
+
+/// The backends' listing families: tools left out by reason, descriptions cut, and how
+/// often an upstream's list was read again after it said it changed.
+fn render_listings(page: &mut String, statuses: &[crate::tools::backends::BackendStatus]) {
+    use crate::tools::backends::{LeftOutReason, ListingReport};
+    let name = "tollgate_backend_tools_left_out";
+    header(
+        page,
+        name,
+        "gauge",
+        "Tools a backend lists that are not offered now, by backend and reason.",
+    );
+    for status in statuses {
+        for reason in LeftOutReason::ALL {
+            let n = status.listing.left_out.get(&reason).copied().unwrap_or(0);
+            let labels = [
+                ("backend", status.name.as_str()),
+                ("reason", reason.as_str()),
+            ];
+            sample(page, name, &labels, u64::try_from(n).unwrap_or(u64::MAX));
+        }
+    }
+    let family = |page: &mut String,
+                  name: &str,
+                  kind: &str,
+                  help: &str,
+                  value: fn(&ListingReport) -> u64| {
+        header(page, name, kind, help);
+        for status in statuses {
+            sample(
+                page,
+                name,
+                &[("backend", &status.name)],
+                value(&status.listing),
+            );
+        }
+    };
+    family(
+        page,
+        "tollgate_backend_descriptions_cut",
+        "gauge",
+        "Tools offered now whose description was cut to the length limit, by backend.",
+        |l| u64::try_from(l.descriptions_cut).unwrap_or(u64::MAX),
+    );
+    family(
+        page,
+        "tollgate_backend_list_changed_total",
+        "counter",
+        "notifications/tools/list_changed received from an upstream MCP server, by backend.",
+        |l| l.list_changed,
+    );
+    family(
+        page,
+        "tollgate_backend_list_changed_coalesced_total",
+        "counter",
+        "Of those, the ones folded into a re-read of the list already due, by backend.",
+        |l| l.list_changed_coalesced,
+    );
+    family(
+        page,
+        "tollgate_backend_relists_total",
+        "counter",
+        "Reads of an upstream's list of tools after it said the list changed (at most one per second), by backend.",
+        |l| l.relists,
+    );
 }
 
 fn header(page: &mut String, name: &str, kind: &str, help: &str) {

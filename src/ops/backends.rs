@@ -1,7 +1,8 @@
 //! The backends at start and while serving: opening them for `serve` and `stdio`, keeping
 //! the server's registry in step with their tools (an upstream MCP server's list can
 //! change), and `tollgate backends check`, which opens every configured backend and
-//! prints the tools each yields, or every problem found.
+//! prints the tools each yields (and, as warnings, the tools an upstream lists that are
+//! left out), or every problem found.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Weak};
@@ -10,7 +11,9 @@ use clap::Subcommand;
 
 use crate::config::{BackendConfig, Config};
 use crate::protocol::dispatch::Server;
-use crate::tools::backends::{BackendProblem, Backends};
+use crate::tools::backends::{
+    BackendProblem, Backends, LeftOutReason, ListingReport, TOOL_NAME_MAX_CHARS,
+};
 use crate::tools::{Idempotency, Tool};
 
 /// `tollgate backends …`
@@ -121,6 +124,9 @@ fn check(config: &Config, json: bool) -> ExitCode {
         })
         .collect();
     let mut problems: Vec<String> = Vec::new();
+    // What the operator should know but that does not fail the check (the upstream, not
+    // the configuration, decides it): tools an upstream lists that are left out.
+    let mut warnings: Vec<String> = Vec::new();
     // Every name already taken: the built-in tools, the retired names, then each
     // backend's tools in configuration order.
     let mut taken: std::collections::BTreeMap<String, String> = crate::tools::invoicing::tools()
@@ -167,7 +173,12 @@ fn check(config: &Config, json: bool) -> ExitCode {
                 if let Some(reason) = status.first().and_then(|s| s.health.reason()) {
                     problems.push(format!("backend {name}: not ready ({state}): {reason}"));
                 }
-                report.push(serde_json::json!({
+                let listing = status
+                    .first()
+                    .map(|s| s.listing.clone())
+                    .unwrap_or_default();
+                warnings.extend(left_out_warnings(name, &listing));
+                let mut line = serde_json::json!({
                     "name": name, "kind": item.config.kind.as_str(), "state": state,
                     "tools": tools.iter().map(|t| {
                         let spec = t.spec();
@@ -176,7 +187,9 @@ fn check(config: &Config, json: bool) -> ExitCode {
                             "scope": spec.scope, "idempotency": idempotency_word(spec.idempotency),
                         })
                     }).collect::<Vec<_>>(),
-                }));
+                });
+                add_listing(&mut line, &listing);
+                report.push(line);
             }
         }
     }
@@ -188,10 +201,13 @@ fn check(config: &Config, json: bool) -> ExitCode {
     if json {
         println!(
             "{}",
-            serde_json::json!({ "backends": report, "problems": problems })
+            serde_json::json!({ "backends": report, "problems": problems, "warnings": warnings })
         );
     } else {
         print_table(&report);
+        for warning in &warnings {
+            eprintln!("warning: {warning}");
+        }
         for problem in &problems {
             eprintln!("problem: {problem}");
         }
@@ -200,6 +216,71 @@ fn check(config: &Config, json: bool) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// One line per tool an upstream lists that is left out (by name, for a reason of its
+/// own), and one for those past `max_tools`.
+fn left_out_warnings(backend: &str, listing: &ListingReport) -> Vec<String> {
+    let mut lines: Vec<String> = listing
+        .left_out_tools
+        .iter()
+        .map(|(tool, reason)| {
+            format!(
+                "backend {backend}: the upstream tool {tool:?} is left out ({}){}",
+                reason.as_str(),
+                match reason {
+                    LeftOutReason::NameTooLong => format!(
+                        ": its tool name after the prefix is longer than {TOOL_NAME_MAX_CHARS} characters"
+                    ),
+                    LeftOutReason::SchemaTooLarge => {
+                        ": its input or output schema is larger than max_schema_bytes".to_owned()
+                    }
+                    _ => String::new(),
+                }
+            )
+        })
+        .collect();
+    let named = listing.left_out_tools.len();
+    let own_reasons = listing.left_out_total()
+        - listing
+            .left_out
+            .get(&LeftOutReason::TooManyTools)
+            .copied()
+            .unwrap_or(0);
+    if own_reasons > named {
+        lines.push(format!(
+            "backend {backend}: {} more upstream tools are left out (see /healthz or /metrics)",
+            own_reasons - named
+        ));
+    }
+    if let Some(n) = listing.left_out.get(&LeftOutReason::TooManyTools) {
+        lines.push(format!(
+            "backend {backend}: {n} upstream tools past max_tools are left out (raise max_tools to offer them)"
+        ));
+    }
+    lines
+}
+
+/// Adds what the backend left out of its list, and the descriptions it cut, to its entry
+/// of the JSON report (when there are any).
+fn add_listing(line: &mut serde_json::Value, listing: &ListingReport) {
+    if !listing.left_out.is_empty() {
+        line["left_out"] = listing
+            .left_out
+            .iter()
+            .map(|(reason, n)| (reason.as_str().to_owned(), serde_json::json!(n)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        line["left_out_tools"] = listing
+            .left_out_tools
+            .iter()
+            .map(|(tool, reason)| serde_json::json!({"name": tool, "reason": reason.as_str()}))
+            .collect::<Vec<_>>()
+            .into();
+    }
+    if listing.descriptions_cut > 0 {
+        line["descriptions_cut"] = listing.descriptions_cut.into();
     }
 }
 
@@ -233,6 +314,13 @@ fn print_table(report: &[serde_json::Value]) {
                 field(&tool["scope"]),
                 field(&tool["idempotency"])
             );
+        }
+        if let Some(counts) = backend["left_out"].as_object() {
+            let counts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            println!("  left out: {}", counts.join(", "));
+        }
+        if let Some(cut) = backend["descriptions_cut"].as_u64() {
+            println!("  descriptions cut: {cut}");
         }
     }
 }

@@ -10,13 +10,13 @@
 //!
 //! Here: the [`Backend`] trait the two kinds implement, what an operation declares
 //! ([`Operation`]), the tool an operation becomes with the operator's overrides applied
-//! ([`BackendTool`]: name, category, scope, idempotency), and per-backend counters for
-//! `/metrics`.
+//! ([`BackendTool`]: name, category, scope, idempotency), what a backend left out of its
+//! list of tools and why ([`ListingReport`]), and per-backend counters for `/metrics`.
 
 pub mod openapi;
 pub mod upstream;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -76,6 +76,76 @@ impl Health {
     }
 }
 
+/// Why a tool a backend lists is not offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LeftOutReason {
+    /// Its name has no letter or digit to make a tool name of.
+    NameUnusable,
+    /// Another of the backend's tools already has its tool name.
+    NameTaken,
+    /// Its tool name, after the backend's prefix, is longer than [`TOOL_NAME_MAX_CHARS`].
+    NameTooLong,
+    /// Its input schema is not of type object.
+    InputSchemaNotObject,
+    /// Its input or output schema is larger than the backend's `max_schema_bytes`.
+    SchemaTooLarge,
+    /// It comes after the backend's first `max_tools` tools.
+    TooManyTools,
+}
+
+impl LeftOutReason {
+    /// Every reason, in the order they are reported.
+    pub const ALL: [LeftOutReason; 6] = [
+        LeftOutReason::NameUnusable,
+        LeftOutReason::NameTaken,
+        LeftOutReason::NameTooLong,
+        LeftOutReason::InputSchemaNotObject,
+        LeftOutReason::SchemaTooLarge,
+        LeftOutReason::TooManyTools,
+    ];
+
+    /// Its word in `/healthz`, `/metrics` and `tollgate backends check`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeftOutReason::NameUnusable => "name_unusable",
+            LeftOutReason::NameTaken => "name_taken",
+            LeftOutReason::NameTooLong => "name_too_long",
+            LeftOutReason::InputSchemaNotObject => "input_schema_not_object",
+            LeftOutReason::SchemaTooLarge => "schema_too_large",
+            LeftOutReason::TooManyTools => "too_many_tools",
+        }
+    }
+}
+
+/// The longest tool name after the backend's prefix. MCP allows 128 characters in all, but
+/// several hosts refuse a whole list of tools when one name is longer than 64.
+pub const TOOL_NAME_MAX_CHARS: usize = 64;
+
+/// What a backend left out of its list of tools now, and what it shortened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListingReport {
+    /// How many tools were left out, by reason (reasons with none are absent).
+    pub left_out: BTreeMap<LeftOutReason, usize>,
+    /// The first tools left out for a reason of their own (not [`LeftOutReason::TooManyTools`]),
+    /// by the backend's own name, shortened when long.
+    pub left_out_tools: Vec<(String, LeftOutReason)>,
+    /// How many tools' descriptions were cut to the length limit.
+    pub descriptions_cut: usize,
+    /// Times the list was read again after the backend said it changed.
+    pub relists: u64,
+    /// Notifications that the list changed, received.
+    pub list_changed: u64,
+    /// Of those, the ones folded into a re-read already due.
+    pub list_changed_coalesced: u64,
+}
+
+impl ListingReport {
+    /// How many tools were left out in all.
+    pub fn left_out_total(&self) -> usize {
+        self.left_out.values().sum()
+    }
+}
+
 /// What a backend call gets besides its arguments.
 pub struct Call<'a> {
     /// The running tool's context: progress to the caller, its cancellation, the locale.
@@ -101,6 +171,12 @@ pub trait Backend: Send + Sync {
 
     /// Its state now.
     fn health(&self) -> Health;
+
+    /// What it left out of its list of tools, and how often it read the list again
+    /// (nothing, for a backend whose list is fixed and offered whole).
+    fn listing_report(&self) -> ListingReport {
+        ListingReport::default()
+    }
 
     /// Forwards one call of `operation` with `args`, already validated against the
     /// operation's input schema. `args` may hold tollgate's own `idempotency_key`
@@ -194,6 +270,8 @@ pub struct BackendStatus {
     pub health: Health,
     /// How many tools it yields now.
     pub tools: usize,
+    /// What it left out of its list of tools, and how often it read the list again.
+    pub listing: ListingReport,
 }
 
 impl Backends {
@@ -338,6 +416,7 @@ impl Backends {
                     .iter()
                     .filter(|op| enabled(&e.config, op))
                     .count(),
+                listing: e.backend.listing_report(),
             })
             .collect()
     }

@@ -201,7 +201,9 @@ impl App {
 
     /// `GET /healthz`: 200 while the store can read and write; otherwise 503 with the
     /// catalog code `backend_unavailable` and the reason (`disk_full`,
-    /// `database_unreachable`, …). Both name the store (`sqlite` or `postgres`).
+    /// `database_unreachable`, …). Both name the store (`sqlite` or `postgres`). With
+    /// backends, each one's state and tool count, and how many of its tools were left out
+    /// by reason (`left_out`) and how many descriptions cut (`descriptions_cut`) when any.
     pub(super) fn healthz(&self) -> Reply {
         let store = self.server.store();
         let engine = match store.dialect() {
@@ -222,6 +224,20 @@ impl App {
                             });
                             if let Some(reason) = b.health.reason() {
                                 line["reason"] = reason.into();
+                            }
+                            // Counts only: tool names an upstream made up are not echoed
+                            // on an unauthenticated page (`backends check` names them).
+                            if !b.listing.left_out.is_empty() {
+                                line["left_out"] = b
+                                    .listing
+                                    .left_out
+                                    .iter()
+                                    .map(|(reason, n)| (reason.as_str().to_owned(), json!(n)))
+                                    .collect::<serde_json::Map<_, _>>()
+                                    .into();
+                            }
+                            if b.listing.descriptions_cut > 0 {
+                                line["descriptions_cut"] = b.listing.descriptions_cut.into();
                             }
                             line
                         })

@@ -93,7 +93,7 @@ impl Stream {
                     }) => message,
                     Outgoing::Reply(_) => Value::Null,
                 };
-                let _ = events.send(sse_event(&last, false));
+                let _ = events.send(sse_event(&last));
                 drop(events);
                 let _ = writer.join();
             }
@@ -117,6 +117,8 @@ impl Notifier for Stream {
                 return;
             };
             let (events, rx) = std::sync::mpsc::channel();
+            // Each event leaves as soon as it is queued: the reader returns what is ready,
+            // and the response flushes after every read.
             let response = Response::new(
                 StatusCode(200),
                 sse_headers(),
@@ -127,7 +129,8 @@ impl Notifier for Stream {
                 },
                 None,
                 None,
-            );
+            )
+            .with_flush_each_read();
             let (hand_over, taken) = std::sync::mpsc::sync_channel::<Request>(1);
             let spawned = std::thread::Builder::new()
                 .name("http-sse".into())
@@ -156,27 +159,16 @@ impl Notifier for Stream {
             *state = StreamState::Streaming { events, writer };
         }
         if let StreamState::Streaming { events, .. } = &*state {
-            let _ = events.send(sse_event(&message, true));
+            let _ = events.send(sse_event(&message));
         }
     }
 }
 
-/// The size of the chunks tiny_http's chunked encoder sends.
-const CHUNK: usize = 8192;
-
-/// One SSE event. tiny_http's chunked encoder only sends a chunk once its 8 KiB buffer
-/// overflows, so a mid-stream event is padded with an SSE comment to one byte past a
-/// chunk boundary: the event leaves at once and only the comment's final newline waits.
-fn sse_event(message: &Value, flush: bool) -> Vec<u8> {
+/// One SSE event.
+fn sse_event(message: &Value) -> Vec<u8> {
     let mut event = b"event: message\ndata: ".to_vec();
     event.extend_from_slice(&serde_json::to_vec(message).unwrap_or_default());
     event.extend_from_slice(b"\n\n");
-    if flush {
-        let padded = (event.len() + 3).div_ceil(CHUNK) * CHUNK + 1;
-        event.push(b':');
-        event.resize(padded - 1, b' ');
-        event.push(b'\n');
-    }
     event
 }
 
@@ -191,7 +183,10 @@ fn sse_headers() -> Vec<Header> {
     .collect()
 }
 
-/// Feeds queued SSE events to tiny_http until the sender is dropped.
+/// Feeds queued SSE events to tiny_http until the sender is dropped. A read waits only
+/// while no event is queued, then returns every event already queued that fits: the
+/// response sends (and flushes) each read at once, so an event never waits for another,
+/// and a burst leaves in one chunk.
 pub(super) struct EventReader {
     pub(super) rx: std::sync::mpsc::Receiver<Vec<u8>>,
     pub(super) pending: Vec<u8>,
@@ -200,7 +195,7 @@ pub(super) struct EventReader {
 
 impl Read for EventReader {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.offset == self.pending.len() {
+        while self.offset == self.pending.len() {
             match self.rx.recv() {
                 Ok(next) => {
                     self.pending = next;
@@ -209,9 +204,62 @@ impl Read for EventReader {
                 Err(_) => return Ok(0),
             }
         }
-        let n = buf.len().min(self.pending.len() - self.offset);
-        buf[..n].copy_from_slice(&self.pending[self.offset..self.offset + n]);
-        self.offset += n;
-        Ok(n)
+        let mut filled = 0;
+        loop {
+            let n = (buf.len() - filled).min(self.pending.len() - self.offset);
+            buf[filled..filled + n].copy_from_slice(&self.pending[self.offset..self.offset + n]);
+            self.offset += n;
+            filled += n;
+            if filled == buf.len() {
+                return Ok(filled);
+            }
+            match self.rx.try_recv() {
+                Ok(next) => {
+                    self.pending = next;
+                    self.offset = 0;
+                }
+                Err(_) => return Ok(filled),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader() -> (std::sync::mpsc::Sender<Vec<u8>>, EventReader) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = EventReader {
+            rx,
+            pending: Vec::new(),
+            offset: 0,
+        };
+        (tx, reader)
+    }
+
+    #[test]
+    fn an_event_is_not_padded() {
+        let event = sse_event(&serde_json::json!({"a": 1}));
+        assert_eq!(event, b"event: message\ndata: {\"a\":1}\n\n");
+    }
+
+    #[test]
+    fn a_read_returns_what_is_queued_without_waiting_for_more() {
+        let (tx, mut reader) = reader();
+        tx.send(b"one".to_vec()).expect("send");
+        tx.send(b"two".to_vec()).expect("send");
+        let mut buf = [0u8; 64];
+        assert_eq!(reader.read(&mut buf).expect("read"), 6);
+        assert_eq!(&buf[..6], b"onetwo");
+        tx.send(b"three".to_vec()).expect("send");
+        // A small buffer: what does not fit waits for the next read.
+        let mut small = [0u8; 2];
+        assert_eq!(reader.read(&mut small).expect("read"), 2);
+        assert_eq!(&small, b"th");
+        drop(tx);
+        assert_eq!(reader.read(&mut buf).expect("read"), 3);
+        assert_eq!(&buf[..3], b"ree");
+        assert_eq!(reader.read(&mut buf).expect("read"), 0, "the end");
     }
 }

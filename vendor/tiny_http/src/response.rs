@@ -43,6 +43,8 @@ pub struct Response<R> {
     headers: Vec<Header>,
     data_length: Option<usize>,
     chunked_threshold: Option<usize>,
+    /// Patched for tollgate: see [`Response::with_flush_each_read`].
+    flush_each_read: bool,
 }
 
 /// A `Response` without a template parameter.
@@ -107,6 +109,30 @@ where
     write!(&mut writer, "\r\n")?;
 
     Ok(())
+}
+
+/// Patched for tollgate: copies `reader` into the chunked `encoder`, sending what each
+/// read returned as a chunk and flushing the writer beneath after it.
+fn copy_flushing_each_read<R, W>(
+    reader: &mut R,
+    encoder: &mut chunked_transfer::Encoder<W>,
+) -> IoResult<()>
+where
+    R: Read + ?Sized,
+    W: Write,
+{
+    let mut buf = [0u8; 8192];
+    loop {
+        let read = match reader.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(read) => read,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        encoder.write_all(&buf[..read])?;
+        encoder.flush()?;
+        encoder.get_mut().flush()?;
+    }
 }
 
 fn choose_transfer_encoding(
@@ -206,6 +232,7 @@ where
             headers: Vec::with_capacity(16),
             data_length,
             chunked_threshold: None,
+            flush_each_read: false,
         };
 
         for h in headers {
@@ -244,6 +271,16 @@ where
     /// `Content-Length` header as per the HTTP spec.
     pub fn chunked_threshold(&self) -> usize {
         self.chunked_threshold.unwrap_or(32768)
+    }
+
+    /// Patched for tollgate: a chunked body is sent as its reader yields it: what each read
+    /// returns leaves at once as a chunk of its own, and the connection is flushed after
+    /// it, instead of waiting for the chunked encoder's 8 KiB buffer to fill. For a
+    /// streamed body (server-sent events) whose reader returns what it has ready and blocks
+    /// only when it has nothing.
+    pub fn with_flush_each_read(mut self) -> Response<R> {
+        self.flush_each_read = true;
+        self
     }
 
     /// Patched for tollgate: says that the connection closes after this response
@@ -330,6 +367,7 @@ where
             status_code: self.status_code,
             data_length,
             chunked_threshold: self.chunked_threshold,
+            flush_each_read: self.flush_each_read,
         }
     }
 
@@ -445,7 +483,12 @@ where
                     use chunked_transfer::Encoder;
 
                     let mut writer = Encoder::new(writer);
-                    io::copy(&mut reader, &mut writer)?;
+                    // Patched for tollgate: see `with_flush_each_read`.
+                    if self.flush_each_read {
+                        copy_flushing_each_read(&mut reader, &mut writer)?;
+                    } else {
+                        io::copy(&mut reader, &mut writer)?;
+                    }
                 }
 
                 Some(TransferEncoding::Identity) => {
@@ -492,6 +535,7 @@ where
             headers: self.headers,
             data_length: self.data_length,
             chunked_threshold: self.chunked_threshold,
+            flush_each_read: self.flush_each_read,
         }
     }
 }
@@ -580,6 +624,91 @@ impl Clone for Response<io::Empty> {
             headers: self.headers.clone(),
             data_length: self.data_length,
             chunked_threshold: self.chunked_threshold,
+            flush_each_read: self.flush_each_read,
         }
+    }
+}
+
+// Patched for tollgate: the tests of `with_flush_each_read`.
+#[cfg(test)]
+mod flush_each_read_tests {
+    use super::*;
+
+    /// A body whose reads return the given pieces, one each.
+    struct Pieces(Vec<&'static [u8]>);
+
+    impl Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
+            if self.0.is_empty() {
+                return Ok(0);
+            }
+            let piece = self.0.remove(0);
+            buf[..piece.len()].copy_from_slice(piece);
+            Ok(piece.len())
+        }
+    }
+
+    /// A writer that records what it held at each flush.
+    #[derive(Default)]
+    struct Flushes {
+        written: Vec<u8>,
+        at_flush: Vec<Vec<u8>>,
+    }
+
+    impl Write for Flushes {
+        fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> IoResult<()> {
+            self.at_flush.push(self.written.clone());
+            Ok(())
+        }
+    }
+
+    fn body(response: Response<Pieces>) -> Flushes {
+        let mut out = Flushes::default();
+        response
+            .raw_print(&mut out, HTTPVersion(1, 1), &[], false, None)
+            .expect("printed");
+        out
+    }
+
+    fn chunked(pieces: Vec<&'static [u8]>) -> Response<Pieces> {
+        Response::new(StatusCode(200), Vec::new(), Pieces(pieces), None, None)
+    }
+
+    fn body_text(written: Vec<u8>) -> String {
+        let text = String::from_utf8(written).expect("utf-8");
+        let (_, body) = text.split_once("\r\n\r\n").expect("a head");
+        body.to_owned()
+    }
+
+    #[test]
+    fn each_read_leaves_as_a_chunk_and_is_flushed() {
+        let out = body(chunked(vec![b"event one\n\n", b"two\n\n"]).with_flush_each_read());
+        let flushed: Vec<String> = out
+            .at_flush
+            .iter()
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        assert_eq!(flushed.len(), 2, "{:?}", flushed);
+        assert!(flushed[0].ends_with("b\r\nevent one\n\n\r\n"), "{:?}", flushed);
+        assert!(flushed[1].ends_with("5\r\ntwo\n\n\r\n"), "{:?}", flushed);
+        assert_eq!(
+            body_text(out.written),
+            "b\r\nevent one\n\n\r\n5\r\ntwo\n\n\r\n0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn without_it_small_reads_wait_for_the_buffer() {
+        let out = body(chunked(vec![b"event one\n\n", b"two\n\n"]));
+        assert!(out.at_flush.is_empty());
+        assert_eq!(
+            body_text(out.written),
+            "10\r\nevent one\n\ntwo\n\n\r\n0\r\n\r\n"
+        );
     }
 }

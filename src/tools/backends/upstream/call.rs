@@ -6,6 +6,12 @@
 //! for progress) and watches the caller's cancellation. Past the deadline, or when the
 //! caller cancels, the upstream is sent `notifications/cancelled` for the request.
 //!
+//! Progress is relayed at the gate's pace, not the upstream's: the newest notification is
+//! kept ([`LatestProgress`]) and passed on at most once per [`PROGRESS_EVERY`], only when
+//! it is higher than the last one passed on, and the newest is passed on before the result
+//! when it was not yet. The deadline and the cancellation are looked at on every turn of
+//! the wait, so nothing the upstream sends keeps a call past them.
+//!
 //! Outcomes: the upstream's result is returned as it is (content blocks, and
 //! `structuredContent`); its `isError: true` result is `adapter_error` whose
 //! `details.message` is the upstream's own text (an MCP tool failure has no error id, so
@@ -14,8 +20,8 @@
 //! during the call, is `backend_unavailable`; the deadline is `timeout`, and a cancellation
 //! `timeout` with `details.reason = "cancelled"`.
 
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceError;
@@ -34,32 +40,115 @@ use crate::tools::backends::Call;
 use super::Shared;
 use super::session::Link;
 
-/// How often the waiting thread looks at the caller's cancellation.
+/// How often the waiting thread looks at the deadline, the caller's cancellation and the
+/// newest progress.
 const POLL: Duration = Duration::from_millis(50);
+/// The shortest time between two progress notifications relayed to the caller.
+pub(super) const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// How long a call that relays progress waits after its result for progress still on its way.
 const PROGRESS_SETTLE: Duration = Duration::from_millis(10);
-/// How much of the upstream's own message `details.message` keeps.
+/// How much of the upstream's own message `details.message` (and a progress message) keeps.
 const MESSAGE_MAX_CHARS: usize = 300;
 
-/// What the call on the runtime tells the waiting thread.
-pub(super) enum Event {
-    /// An upstream progress notification for the call.
-    Progress {
-        progress: f64,
-        total: Option<f64>,
-        message: Option<String>,
-    },
-    /// The upstream's answer, or why there is none.
-    Done(Box<Result<ServerResult, ServiceError>>),
+/// The upstream's answer to the call, or why there is none.
+type Outcome = Result<ServerResult, ServiceError>;
+
+/// One upstream progress notification, as relayed to the caller (its message cut to
+/// [`MESSAGE_MAX_CHARS`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Progress {
+    pub(super) progress: f64,
+    total: Option<f64>,
+    message: Option<String>,
 }
 
-impl Event {
-    pub(super) fn progress(params: ProgressNotificationParam) -> Event {
-        Event::Progress {
+impl From<&ProgressNotificationParam> for Progress {
+    fn from(params: &ProgressNotificationParam) -> Progress {
+        Progress {
             progress: params.progress,
             total: params.total,
-            message: params.message,
+            message: params.message.as_deref().map(cut),
         }
+    }
+}
+
+/// The newest progress of one call not yet taken: the upstream's notifications replace it
+/// as they come (on the runtime), the waiting thread takes it at its own pace.
+#[derive(Debug, Default)]
+pub(super) struct LatestProgress {
+    newest: Mutex<Option<Progress>>,
+}
+
+impl LatestProgress {
+    fn newest(&self) -> std::sync::MutexGuard<'_, Option<Progress>> {
+        match self.newest.lock() {
+            Ok(newest) => newest,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Keeps `progress` unless a higher one is already waiting (notifications are handled
+    /// concurrently, so one may arrive behind a later one).
+    pub(super) fn offer(&self, progress: Progress) {
+        let mut newest = self.newest();
+        if newest
+            .as_ref()
+            .is_none_or(|waiting| progress.progress > waiting.progress)
+        {
+            *newest = Some(progress);
+        }
+    }
+
+    /// The progress waiting, if any.
+    pub(super) fn take(&self) -> Option<Progress> {
+        self.newest().take()
+    }
+}
+
+/// What of a call's progress goes to the caller, and when.
+struct Relay<'a> {
+    latest: &'a LatestProgress,
+    every: Duration,
+    last_at: Option<Instant>,
+    last_value: Option<f64>,
+}
+
+impl<'a> Relay<'a> {
+    fn new(latest: &'a LatestProgress, every: Duration) -> Relay<'a> {
+        Relay {
+            latest,
+            every,
+            last_at: None,
+            last_value: None,
+        }
+    }
+
+    /// The progress to relay at `now`: the newest that came, when `every` has passed since
+    /// the last one relayed and it is higher than that one.
+    fn poll(&mut self, now: Instant) -> Option<Progress> {
+        if self.last_at.is_some_and(|at| now < at + self.every) {
+            return None;
+        }
+        let progress = self.higher(self.latest.take()?)?;
+        self.last_at = Some(now);
+        Some(progress)
+    }
+
+    /// The progress to relay before the result, however soon after the last one: the
+    /// newest, when it is higher than the last one relayed.
+    fn last(&mut self) -> Option<Progress> {
+        self.higher(self.latest.take()?)
+    }
+
+    fn higher(&mut self, progress: Progress) -> Option<Progress> {
+        if self
+            .last_value
+            .is_some_and(|last| progress.progress <= last)
+        {
+            return None;
+        }
+        self.last_value = Some(progress.progress);
+        Some(progress)
     }
 }
 
@@ -84,71 +173,73 @@ pub(super) fn forward(
     let Some(link) = shared.link() else {
         return Err(unavailable(backend, "not connected"));
     };
-    let (events_tx, events) = std::sync::mpsc::channel();
+    let (done_tx, done) = std::sync::mpsc::channel();
     let (give_up_tx, give_up) = oneshot::channel();
     // The one copy of the arguments a call makes: rmcp's request owns them, without
     // tollgate's own idempotency key.
     let mut arguments = args.clone();
     arguments.remove(crate::tools::schema::KEY_ARGUMENT);
     let params = CallToolRequestParams::new(upstream_name).with_arguments(arguments);
-    let relay = call.ctx.progress_token.is_some();
-    runtime.spawn(run(link, params, call.timeout, relay, events_tx, give_up));
-    wait(backend, call, &events, give_up_tx)
+    let latest = call
+        .ctx
+        .progress_token
+        .is_some()
+        .then(|| Arc::new(LatestProgress::default()));
+    let relayed = latest.clone();
+    runtime.spawn(run(link, params, call.timeout, relayed, done_tx, give_up));
+    wait(backend, call, &done, latest.as_deref(), give_up_tx)
 }
 
-/// Waits on the tool's thread for the call's events until its outcome, the deadline or
-/// the caller's cancellation.
+/// Waits on the tool's thread for the call's outcome until the deadline or the caller's
+/// cancellation, relaying its progress meanwhile.
 fn wait(
     backend: &str,
     call: &Call<'_>,
-    events: &Receiver<Event>,
+    done: &Receiver<Outcome>,
+    latest: Option<&LatestProgress>,
     give_up: oneshot::Sender<GiveUp>,
 ) -> Result<ToolOutput, McpError> {
     let deadline = Instant::now() + call.timeout;
-    let mut last_progress: Option<f64> = None;
+    let mut relay = latest.map(|latest| Relay::new(latest, PROGRESS_EVERY));
+    let send = |p: Progress| call.ctx.progress(p.progress, p.total, p.message.as_deref());
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match events.recv_timeout(left.min(POLL)) {
-            Ok(Event::Progress {
-                progress,
-                total,
-                message,
-            }) => {
-                // Notifications are handled concurrently; one that arrives behind a later
-                // one is dropped, so the caller sees progress only increase.
-                if last_progress.is_none_or(|last| progress > last) {
-                    last_progress = Some(progress);
-                    call.ctx.progress(progress, total, message.as_deref());
+        let now = Instant::now();
+        if call.ctx.is_cancelled() {
+            let _ = give_up.send(GiveUp::Cancelled);
+            return Err(McpError::new(ErrorKind::Timeout)
+                .detail("backend", backend)
+                .detail("reason", "cancelled"));
+        }
+        if now >= deadline {
+            let _ = give_up.send(GiveUp::Deadline);
+            return Err(timeout(backend, call.timeout));
+        }
+        if let Some(progress) = relay.as_mut().and_then(|r| r.poll(now)) {
+            send(progress);
+        }
+        match done.recv_timeout((deadline - now).min(POLL)) {
+            Ok(outcome) => {
+                if let Some(progress) = relay.as_mut().and_then(Relay::last) {
+                    send(progress);
                 }
+                return outcome_of(backend, call.timeout, outcome);
             }
-            Ok(Event::Done(outcome)) => return outcome_of(backend, call.timeout, *outcome),
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(unavailable(backend, "connection lost"));
             }
-            Err(RecvTimeoutError::Timeout) => {
-                if call.ctx.is_cancelled() {
-                    let _ = give_up.send(GiveUp::Cancelled);
-                    return Err(McpError::new(ErrorKind::Timeout)
-                        .detail("backend", backend)
-                        .detail("reason", "cancelled"));
-                }
-                if Instant::now() >= deadline {
-                    let _ = give_up.send(GiveUp::Deadline);
-                    return Err(timeout(backend, call.timeout));
-                }
-            }
+            Err(RecvTimeoutError::Timeout) => {}
         }
     }
 }
 
-/// The call on the runtime: sends it, routes its progress, and sends
-/// `notifications/cancelled` when the waiting thread gives up.
+/// The call on the runtime: sends it, routes its progress to `latest` (when the caller
+/// asked for progress), and sends `notifications/cancelled` when the waiting thread gives up.
 async fn run(
     link: Link,
     params: CallToolRequestParams,
     deadline: Duration,
-    relay: bool,
-    events: Sender<Event>,
+    latest: Option<Arc<LatestProgress>>,
+    done: Sender<Outcome>,
     give_up: oneshot::Receiver<GiveUp>,
 ) {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -160,14 +251,14 @@ async fn run(
             if transport_failed(&e) {
                 link.break_off();
             }
-            let _ = events.send(Event::Done(Box::new(Err(e))));
+            let _ = done.send(Err(e));
             return;
         }
     };
     let id = handle.id.clone();
     let token = handle.progress_token.clone();
-    if relay {
-        link.progress.register(token.clone(), events.clone());
+    if let Some(latest) = &latest {
+        link.progress.register(token.clone(), Arc::clone(latest));
     }
     let outcome = tokio::select! {
         outcome = handle.await_response() => outcome,
@@ -181,7 +272,7 @@ async fn run(
             Err(ServiceError::Cancelled { reason: Some(reason.to_owned()) })
         }
     };
-    if relay {
+    if latest.is_some() {
         // rmcp hands each notification to a task of its own, so the last progress
         // notification, sent before the result, may still be on its way: give it a moment
         // to reach the caller ahead of the result.
@@ -195,7 +286,7 @@ async fn run(
     {
         link.break_off();
     }
-    let _ = events.send(Event::Done(Box::new(outcome)));
+    let _ = done.send(outcome);
 }
 
 /// Whether an error means the session itself is failing.
@@ -387,6 +478,86 @@ mod tests {
             json!({"backend": "files", "timeout_ms": 1500})
         );
         assert!(late.unfilled_placeholders(Locale::En).is_empty());
+    }
+
+    fn progress(value: f64) -> Progress {
+        Progress {
+            progress: value,
+            total: Some(100.0),
+            message: None,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_newest_progress_is_kept_unless_a_higher_one_waits() {
+        let latest = LatestProgress::default();
+        latest.offer(progress(1.0));
+        latest.offer(progress(3.0));
+        latest.offer(progress(2.0));
+        assert_eq!(latest.take(), Some(progress(3.0)));
+        assert_eq!(latest.take(), None);
+        latest.offer(progress(1.0));
+        assert_eq!(latest.take(), Some(progress(1.0)));
+    }
+
+    #[test]
+    fn progress_is_relayed_at_most_once_per_interval_and_only_increasing() {
+        let latest = LatestProgress::default();
+        let mut relay = Relay::new(&latest, PROGRESS_EVERY);
+        let start = Instant::now();
+        assert_eq!(relay.poll(start), None, "nothing came yet");
+        latest.offer(progress(1.0));
+        assert_eq!(relay.poll(start), Some(progress(1.0)));
+        latest.offer(progress(2.0));
+        assert_eq!(relay.poll(start + ms(100)), None, "too soon");
+        latest.offer(progress(5.0));
+        assert_eq!(relay.poll(start + ms(250)), Some(progress(5.0)));
+        // Lower than the last relayed: dropped, even when due.
+        latest.offer(progress(4.0));
+        assert_eq!(relay.poll(start + ms(600)), None);
+        assert_eq!(latest.take(), None);
+    }
+
+    #[test]
+    fn a_flood_is_relayed_a_few_times_a_second_and_its_last_value_before_the_result() {
+        let latest = LatestProgress::default();
+        let mut relay = Relay::new(&latest, PROGRESS_EVERY);
+        let start = Instant::now();
+        let mut relayed = Vec::new();
+        // 100 notifications between two looks of the waiting thread, every 50 ms, for 2 s.
+        let mut value = 0.0;
+        for turn in 0..40 {
+            for _ in 0..100 {
+                value += 1.0;
+                latest.offer(progress(value));
+            }
+            relayed.extend(relay.poll(start + ms(turn * 50)));
+        }
+        assert_eq!(relayed.len(), 8, "one per 250 ms over 2 s");
+        assert!(relayed.windows(2).all(|w| w[0].progress < w[1].progress));
+        assert_eq!(
+            relay.last(),
+            Some(progress(value)),
+            "the newest, before the result"
+        );
+        assert_eq!(relay.last(), None, "and only once");
+    }
+
+    #[test]
+    fn a_progress_message_is_cut() {
+        let params: ProgressNotificationParam = serde_json::from_value(json!({
+            "progressToken": 1, "progress": 1, "message": "m".repeat(10_000)
+        }))
+        .expect("params");
+        let relayed = Progress::from(&params);
+        assert_eq!(
+            relayed.message.map(|m| m.chars().count()),
+            Some(MESSAGE_MAX_CHARS + 1)
+        );
     }
 
     #[test]

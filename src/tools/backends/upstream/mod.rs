@@ -6,32 +6,36 @@
 //! Each tool the upstream lists becomes an [`Operation`] named after the upstream's own
 //! name made safe for a tool name (`get-sum` → `get_sum`; the map back to the upstream's
 //! name is kept); its category comes from its annotations (`readOnlyHint` → read,
-//! `destructiveHint` → destructive, else write). The list is read again when the upstream
-//! sends `notifications/tools/list_changed` and on every reconnect.
+//! `destructiveHint` → destructive, else write). How much of the list is offered is
+//! bounded ([`listing`]: `max_tools`, name length, schema and description sizes). The list
+//! is read again after the upstream sends `notifications/tools/list_changed`, at a pace
+//! the gate sets ([`relist`]), and on every reconnect.
 //!
 //! Here: [`open`], the backend (`Upstream`) and the state its supervisor and its calls
 //! share; [`session`] connects and supervises, [`call`] forwards one call and maps its
 //! outcome into the catalog.
 
 mod call;
+mod listing;
+mod relist;
 mod session;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use rmcp::model::{Tool as UpstreamTool, ToolAnnotations};
+use rmcp::model::Tool as UpstreamTool;
 use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 use crate::config::{BackendConfig, BackendKind};
+use crate::tools::ToolOutput;
 use crate::tools::backends::{
-    Backend, BackendEnv, BackendProblem, Call, Health, Operation, snake_case,
+    Backend, BackendEnv, BackendProblem, Call, Health, ListingReport, Operation,
 };
-use crate::tools::{Category, ToolOutput};
 
+use listing::{Limits, Listing, Logged, listing_of};
 use session::{Link, Target};
 
 /// The longest `open` waits for the first connection: a little longer than one attempt may
@@ -52,11 +56,15 @@ pub fn open(config: &BackendConfig, env: &BackendEnv) -> Result<Arc<dyn Backend>
         backend: config.name.clone(),
         message,
     };
-    let BackendKind::Mcp(transport) = &config.kind else {
+    let BackendKind::Mcp(mcp) = &config.kind else {
         return Err(problem("this backend is not of kind \"mcp\"".into()));
     };
-    let target = Target::from_config(transport).map_err(problem)?;
-    let shared = Arc::new(Shared::new(&config.name, Arc::clone(&env.changed)));
+    let target = Target::from_config(&mcp.transport).map_err(problem)?;
+    let shared = Arc::new(Shared::new(
+        &config.name,
+        Arc::clone(&env.changed),
+        Limits::of(mcp),
+    ));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let (first_tx, first_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -134,6 +142,10 @@ impl Backend for Upstream {
         self.shared.state().health.clone()
     }
 
+    fn listing_report(&self) -> ListingReport {
+        self.shared.report()
+    }
+
     fn call(
         &self,
         operation: &str,
@@ -167,8 +179,25 @@ pub(super) struct Shared {
     name: String,
     /// Tells the server the list of tools changed.
     changed: Arc<dyn Fn() + Send + Sync>,
+    /// How much of the upstream's list is offered.
+    limits: Limits,
     state: Mutex<State>,
     listing: RwLock<Listing>,
+    /// What was logged about tools left out.
+    logged: Mutex<Logged>,
+    /// How often the list was read again.
+    counts: RelistCounts,
+}
+
+/// How often an upstream's list was read again, for `/metrics`.
+#[derive(Debug, Default)]
+struct RelistCounts {
+    /// Reads after `notifications/tools/list_changed`.
+    relists: AtomicU64,
+    /// `notifications/tools/list_changed` received.
+    list_changed: AtomicU64,
+    /// Of those, the ones folded into a read already due.
+    coalesced: AtomicU64,
 }
 
 /// The connection's state.
@@ -180,24 +209,33 @@ struct State {
     pid: Option<u32>,
 }
 
-/// The operations offered now, and the upstream's own name of each.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Listing {
-    operations: Vec<Operation>,
-    names: HashMap<String, String>,
-}
-
 impl Shared {
-    fn new(name: &str, changed: Arc<dyn Fn() + Send + Sync>) -> Shared {
+    fn new(name: &str, changed: Arc<dyn Fn() + Send + Sync>, limits: Limits) -> Shared {
         Shared {
             name: name.to_owned(),
             changed,
+            limits,
             state: Mutex::new(State {
                 health: Health::Connecting("starting".into()),
                 link: None,
                 pid: None,
             }),
             listing: RwLock::new(Listing::default()),
+            logged: Mutex::new(Logged::default()),
+            counts: RelistCounts::default(),
+        }
+    }
+
+    /// What the listing left out now, and how often the list was read again.
+    fn report(&self) -> ListingReport {
+        let listing = self.listing();
+        ListingReport {
+            left_out: listing.left_out.clone(),
+            left_out_tools: listing.left_out_tools.clone(),
+            descriptions_cut: listing.descriptions_cut,
+            relists: self.counts.relists.load(Ordering::Relaxed),
+            list_changed: self.counts.list_changed.load(Ordering::Relaxed),
+            list_changed_coalesced: self.counts.coalesced.load(Ordering::Relaxed),
         }
     }
 
@@ -248,10 +286,17 @@ impl Shared {
         state.health = health;
     }
 
-    /// Replaces the operations with those of `tools`, and tells the server when they
-    /// differ from the ones offered until now.
+    /// Replaces the operations with those of `tools` (within the limits; what is left out
+    /// is logged once), and tells the server when they differ from the ones offered until
+    /// now.
     fn replace_tools(&self, tools: &[UpstreamTool]) {
-        let listing = listing_of(&self.name, tools);
+        let listing = listing_of(tools, self.limits);
+        match self.logged.lock() {
+            Ok(mut logged) => logged.log_new(&self.name, &listing, self.limits),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .log_new(&self.name, &listing, self.limits),
+        }
         let differs = {
             let mut current = match self.listing.write() {
                 Ok(current) => current,
@@ -267,151 +312,22 @@ impl Shared {
     }
 }
 
-/// The operations of an upstream's `tools`. A tool whose name cannot be made safe, whose
-/// safe name another tool already took, or whose input schema is not an object is left
-/// out, with a warning for the operator.
-fn listing_of(backend: &str, tools: &[UpstreamTool]) -> Listing {
-    let mut listing = Listing::default();
-    for tool in tools {
-        let Some(name) = safe_name(&tool.name) else {
-            tracing::warn!(backend, tool = %tool.name, "upstream tool left out: its name has no letter or digit");
-            continue;
-        };
-        if listing.names.contains_key(&name) {
-            tracing::warn!(backend, tool = %tool.name, name, "upstream tool left out: another tool already has this name");
-            continue;
-        }
-        let input_schema = Value::Object(tool.input_schema.as_ref().clone());
-        if input_schema.get("type").and_then(Value::as_str) != Some("object") {
-            tracing::warn!(backend, tool = %tool.name, "upstream tool left out: its input schema is not of type object");
-            continue;
-        }
-        listing.operations.push(Operation {
-            name: name.clone(),
-            title: tool
-                .title
-                .clone()
-                .or_else(|| tool.annotations.as_ref().and_then(|a| a.title.clone())),
-            description: tool.description.as_deref().unwrap_or_default().to_owned(),
-            category: category_of(tool.annotations.as_ref()),
-            input_schema,
-            output_schema: tool
-                .output_schema
-                .as_ref()
-                .map(|s| Value::Object(s.as_ref().clone())),
-        });
-        listing.names.insert(name, tool.name.to_string());
-    }
-    listing
-}
-
-/// An upstream tool's name as a tool-name suffix: as it is when it is already lower-case
-/// letters, digits and `_`, otherwise in snake case; `None` when nothing is left.
-fn safe_name(name: &str) -> Option<String> {
-    let safe = name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    let name = if safe {
-        name.to_owned()
-    } else {
-        snake_case(name)
-    };
-    (!name.is_empty()).then_some(name)
-}
-
-/// The default category of an upstream tool: `readOnlyHint` → read, `destructiveHint` →
-/// destructive, anything else write.
-fn category_of(annotations: Option<&ToolAnnotations>) -> Category {
-    match annotations {
-        Some(a) if a.read_only_hint == Some(true) => Category::Read,
-        Some(a) if a.destructive_hint == Some(true) => Category::Destructive,
-        _ => Category::Write,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::backends::LeftOutReason;
     use serde_json::json;
 
     fn tool(value: Value) -> UpstreamTool {
         serde_json::from_value(value).expect("a tool")
     }
 
-    #[test]
-    fn names_are_made_safe_and_kept_when_they_already_are() {
-        for (given, safe) in [
-            ("echo", Some("echo")),
-            ("get_sum_2", Some("get_sum_2")),
-            ("get-sum", Some("get_sum")),
-            (
-                "trigger-long-running-operation",
-                Some("trigger_long_running_operation"),
-            ),
-            ("listFiles", Some("list_files")),
-            ("fs.read", Some("fs_read")),
-            ("---", None),
-        ] {
-            assert_eq!(safe_name(given).as_deref(), safe, "{given}");
-        }
-    }
+    const LIMITS: Limits = Limits {
+        max_tools: 256,
+        max_schema_bytes: 16 * 1024,
+    };
 
-    #[test]
-    fn the_category_comes_from_the_annotations() {
-        let hints =
-            |value: Value| -> ToolAnnotations { serde_json::from_value(value).expect("hints") };
-        assert_eq!(category_of(None), Category::Write);
-        assert_eq!(
-            category_of(Some(&hints(json!({"readOnlyHint": true})))),
-            Category::Read
-        );
-        assert_eq!(
-            category_of(Some(&hints(
-                json!({"readOnlyHint": true, "destructiveHint": true})
-            ))),
-            Category::Read
-        );
-        assert_eq!(
-            category_of(Some(&hints(json!({"destructiveHint": true})))),
-            Category::Destructive
-        );
-        assert_eq!(
-            category_of(Some(&hints(
-                json!({"readOnlyHint": false, "destructiveHint": false})
-            ))),
-            Category::Write
-        );
-    }
-
-    #[test]
-    fn a_listing_maps_back_to_the_upstream_names_and_leaves_out_what_cannot_be_offered() {
-        let tools = [
-            tool(
-                json!({"name": "get-sum", "title": "Get Sum", "description": "Adds.",
-                "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}}},
-                "outputSchema": {"type": "object"},
-                "annotations": {"readOnlyHint": true}}),
-            ),
-            tool(json!({"name": "get_sum", "inputSchema": {"type": "object"}})),
-            tool(json!({"name": "odd", "inputSchema": {"type": "array"}})),
-            tool(json!({"name": "wipe", "inputSchema": {"type": "object"},
-                "annotations": {"title": "Wipe it", "destructiveHint": true}})),
-        ];
-        let listing = listing_of("files", &tools);
-        let names: Vec<_> = listing.operations.iter().map(|o| o.name.as_str()).collect();
-        assert_eq!(names, ["get_sum", "wipe"]);
-        assert_eq!(listing.names["get_sum"], "get-sum");
-        let sum = &listing.operations[0];
-        assert_eq!(sum.title.as_deref(), Some("Get Sum"));
-        assert_eq!(sum.description, "Adds.");
-        assert_eq!(sum.category, Category::Read);
-        assert_eq!(sum.output_schema, Some(json!({"type": "object"})));
-        assert_eq!(listing.operations[1].title.as_deref(), Some("Wipe it"));
-        assert_eq!(listing.operations[1].category, Category::Destructive);
-    }
-
-    #[test]
-    fn a_new_listing_tells_the_server_only_when_it_differs() {
+    fn counted() -> (Shared, Arc<std::sync::atomic::AtomicUsize>) {
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = Arc::clone(&count);
         let shared = Shared::new(
@@ -419,7 +335,14 @@ mod tests {
             Arc::new(move || {
                 counted.fetch_add(1, Ordering::SeqCst);
             }),
+            LIMITS,
         );
+        (shared, count)
+    }
+
+    #[test]
+    fn a_new_listing_tells_the_server_only_when_it_differs() {
+        let (shared, count) = counted();
         let one = [tool(
             json!({"name": "echo", "inputSchema": {"type": "object"}}),
         )];
@@ -429,5 +352,33 @@ mod tests {
         shared.replace_tools(&[]);
         assert_eq!(count.load(Ordering::SeqCst), 2);
         assert_eq!(shared.upstream_name("echo"), None);
+    }
+
+    #[test]
+    fn the_report_says_what_the_listing_left_out_and_how_often_it_was_read_again() {
+        let (shared, _) = counted();
+        let long = "x".repeat(100);
+        shared.replace_tools(&[
+            tool(json!({"name": "echo", "inputSchema": {"type": "object"}})),
+            tool(json!({"name": long, "inputSchema": {"type": "object"}})),
+        ]);
+        shared.counts.relists.fetch_add(2, Ordering::Relaxed);
+        shared.counts.list_changed.fetch_add(9, Ordering::Relaxed);
+        shared.counts.coalesced.fetch_add(7, Ordering::Relaxed);
+        let report = shared.report();
+        assert_eq!(
+            report.left_out,
+            std::collections::BTreeMap::from([(LeftOutReason::NameTooLong, 1)])
+        );
+        assert_eq!(report.left_out_total(), 1);
+        assert_eq!(report.left_out_tools[0].1, LeftOutReason::NameTooLong);
+        assert_eq!(
+            (
+                report.relists,
+                report.list_changed,
+                report.list_changed_coalesced
+            ),
+            (2, 9, 7)
+        );
     }
 }

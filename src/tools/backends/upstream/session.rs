@@ -6,11 +6,13 @@
 //! the configured headers; a secret header's value is read once from its file and marked
 //! sensitive, so it is never printed.
 //!
-//! The supervisor connects, lists the tools (following `nextCursor`), and then watches the
-//! session: when it ends (the child exited, the connection failed, a call found the
-//! transport closed, or an HTTP ping went unanswered) the backend answers
-//! `backend_unavailable` while the supervisor reconnects with exponential backoff (0.5 s
-//! doubling to 30 s, back to 0.5 s after a session that stayed up a minute).
+//! The supervisor connects, lists the tools (following `nextCursor`, within bounds), and
+//! then watches the session, whose list a reader of its own reads again when the upstream
+//! says it changed ([`super::relist`]): when the session ends (the child exited, the
+//! connection failed, a call found the transport closed, or an HTTP ping went unanswered)
+//! the backend answers `backend_unavailable` while the supervisor reconnects with
+//! exponential backoff (0.5 s doubling to 30 s, back to 0.5 s after a session that stayed
+//! up a minute).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -38,7 +40,8 @@ use crate::config::{HeaderValue, McpTransport, read_secret};
 use crate::tools::backends::Health;
 
 use super::Shared;
-use super::call::Event;
+use super::call::{LatestProgress, Progress};
+use super::relist::{self, ListChanges};
 
 /// The longest one connection attempt (start, handshake, first list) may take.
 const ATTEMPT_LIMIT: Duration = Duration::from_secs(15);
@@ -182,7 +185,8 @@ impl Link {
 }
 
 /// Routes the upstream's progress notifications to the calls waiting for them, by the
-/// progress token rmcp put on each request.
+/// progress token rmcp put on each request. Each call holds only the newest notification
+/// ([`LatestProgress`]): a flood of them costs the memory of one.
 #[derive(Default)]
 pub(super) struct ProgressRoutes {
     inner: Mutex<Routes>,
@@ -190,7 +194,7 @@ pub(super) struct ProgressRoutes {
 
 #[derive(Default)]
 struct Routes {
-    calls: HashMap<ProgressToken, std::sync::mpsc::Sender<Event>>,
+    calls: HashMap<ProgressToken, Arc<LatestProgress>>,
     /// Notifications that arrived before their call registered (a fast upstream).
     early: VecDeque<ProgressNotificationParam>,
 }
@@ -203,20 +207,14 @@ impl ProgressRoutes {
         }
     }
 
-    /// Sends the progress of `token` to `events` from now on (and what already came).
-    pub(super) fn register(&self, token: ProgressToken, events: std::sync::mpsc::Sender<Event>) {
+    /// Sends the progress of `token` to `latest` from now on (and what already came).
+    pub(super) fn register(&self, token: ProgressToken, latest: Arc<LatestProgress>) {
         let mut routes = self.routes();
-        let early: Vec<_> = routes
-            .early
-            .iter()
-            .filter(|p| p.progress_token == token)
-            .cloned()
-            .collect();
-        routes.early.retain(|p| p.progress_token != token);
-        for params in early {
-            let _ = events.send(Event::progress(params));
+        for params in routes.early.iter().filter(|p| p.progress_token == token) {
+            latest.offer(Progress::from(params));
         }
-        routes.calls.insert(token, events);
+        routes.early.retain(|p| p.progress_token != token);
+        routes.calls.insert(token, latest);
     }
 
     /// Stops routing `token`.
@@ -226,8 +224,8 @@ impl ProgressRoutes {
 
     fn deliver(&self, params: ProgressNotificationParam) {
         let mut routes = self.routes();
-        if let Some(events) = routes.calls.get(&params.progress_token) {
-            let _ = events.send(Event::progress(params));
+        if let Some(latest) = routes.calls.get(&params.progress_token) {
+            latest.offer(Progress::from(&params));
             return;
         }
         if routes.early.len() >= EARLY_PROGRESS {
@@ -237,10 +235,11 @@ impl ProgressRoutes {
     }
 }
 
-/// tollgate as an MCP client: relays progress, re-lists on `tools/list_changed`.
+/// tollgate as an MCP client: relays progress, marks the list of tools as changed.
 struct Handler {
     shared: Weak<Shared>,
     progress: Arc<ProgressRoutes>,
+    changes: Arc<ListChanges>,
 }
 
 impl ClientHandler for Handler {
@@ -253,22 +252,16 @@ impl ClientHandler for Handler {
         std::future::ready(())
     }
 
+    /// Only marks the list as due to be read again: the session's reader reads it, at its
+    /// own pace, however many notifications come.
     fn on_tool_list_changed(
         &self,
-        context: NotificationContext<RoleClient>,
+        _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        let shared = self.shared.clone();
-        async move {
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            match context.peer.list_all_tools().await {
-                Ok(tools) => shared.replace_tools(&tools),
-                Err(e) => {
-                    tracing::warn!(backend = %shared.name, error = %e, "upstream tools could not be listed again");
-                }
-            }
+        if let Some(shared) = self.shared.upgrade() {
+            self.changes.notified(&shared);
         }
+        std::future::ready(())
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -288,14 +281,17 @@ struct Session {
     pid: Option<u32>,
     link: Link,
     tools: Vec<UpstreamTool>,
+    changes: Arc<ListChanges>,
 }
 
 /// Starts or connects to the upstream, does the handshake and lists its tools.
 async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, String> {
     let progress = Arc::new(ProgressRoutes::default());
+    let changes = Arc::new(ListChanges::new());
     let handler = Handler {
         shared: Arc::downgrade(shared),
         progress: Arc::clone(&progress),
+        changes: Arc::clone(&changes),
     };
     let (running, pid) = match target {
         Target::Stdio { .. } => start_child(shared, target, handler).await?,
@@ -315,7 +311,7 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
             (running, None)
         }
     };
-    let tools = match running.peer().list_all_tools().await {
+    let tools = match relist::read_tools(running.peer(), shared.limits.max_tools).await {
         Ok(tools) => tools,
         Err(e) => {
             let _ = tokio::time::timeout(CLOSE_LIMIT, running.cancel()).await;
@@ -333,6 +329,7 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
         pid,
         link,
         tools,
+        changes,
     })
 }
 
@@ -579,8 +576,15 @@ async fn watch_session(
         pid,
         link,
         tools,
+        changes,
     } = session;
     tracing::info!(backend = %shared.name, tools = tools.len(), "upstream connected");
+    // The session's reader of its list of tools ends with it.
+    let _reader = AbortOnDrop(tokio::spawn(relist::follow(
+        Arc::downgrade(shared),
+        link.peer.clone(),
+        changes,
+    )));
     let cancel = running.cancellation_token();
     let mut waiting = Box::pin(running.waiting());
     let mut ping = tokio::time::interval(PING_EVERY);
@@ -606,6 +610,15 @@ async fn watch_session(
     let _ = tokio::time::timeout(CLOSE_LIMIT, waiting).await;
     kill_group(pid);
     ended
+}
+
+/// A task that is aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// One ping with a short deadline.
@@ -706,16 +719,22 @@ mod tests {
     fn progress_that_comes_before_its_call_registered_is_kept_for_it() {
         let routes = ProgressRoutes::default();
         let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
-        let params: ProgressNotificationParam = serde_json::from_value(serde_json::json!({
-            "progressToken": 7, "progress": 1, "total": 2
-        }))
-        .expect("params");
-        routes.deliver(params.clone());
-        let (tx, rx) = std::sync::mpsc::channel();
-        routes.register(token.clone(), tx);
-        routes.deliver(params);
-        let got: Vec<_> = rx.try_iter().collect();
-        assert_eq!(got.len(), 2);
+        let params = |progress: u32| -> ProgressNotificationParam {
+            serde_json::from_value(serde_json::json!({
+                "progressToken": 7, "progress": progress, "total": 10
+            }))
+            .expect("params")
+        };
+        routes.deliver(params(1));
+        let latest = Arc::new(LatestProgress::default());
+        routes.register(token.clone(), Arc::clone(&latest));
+        assert_eq!(latest.take().map(|p| p.progress), Some(1.0));
+        for progress in 2..=9 {
+            routes.deliver(params(progress));
+        }
+        // Only the newest is held.
+        assert_eq!(latest.take().map(|p| p.progress), Some(9.0));
+        assert_eq!(latest.take(), None);
         routes.unregister(&token);
         assert!(routes.routes().calls.is_empty() && routes.routes().early.is_empty());
     }
