@@ -76,8 +76,9 @@ enum Command {
     },
     /// Validate the configuration and print the effective settings.
     CheckConfig,
-    /// Check that the database opens and its schema is current (exit 0 when healthy);
-    /// with --url, probe a running server's /healthz over HTTP instead.
+    /// Check that the database opens, its schema is tollgate's and current, it is writable
+    /// and (SQLite) passes PRAGMA quick_check (exit 0 when healthy); with --url, probe a
+    /// running server's /healthz over HTTP instead.
     Healthcheck(crate::ops::healthcheck::HealthcheckArgs),
     /// Write a consistent online copy of the database (safe while servers run).
     Backup(crate::ops::backup::BackupArgs),
