@@ -43,3 +43,4 @@ mod sandbox;
 mod side_doors;
 mod stdio_protocol;
 mod store_copy;
+mod store_file;

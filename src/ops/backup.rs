@@ -7,8 +7,9 @@
 //! with a hard link, so the target is never half-written and never overwrites a file.
 //!
 //! `tollgate restore <backup>` checks a backup the same way on a scratch copy (which also
-//! refuses a file whose tables and columns are not those of a tollgate database of its
-//! version, brings an older schema up to date and refuses one newer than this binary), refuses to
+//! refuses a file whose schema is not exactly that of a tollgate database of its version,
+//! table by table, column by column, and index, trigger and view by their definition,
+//! brings an older schema up to date and refuses one newer than this binary), refuses to
 //! replace an existing database without `--force` or while a process has it open, then
 //! removes the target's stale `-wal`, `-shm` and `-journal` files and renames the checked
 //! copy over the target: the database is either the old one or the restored one.

@@ -15,7 +15,7 @@ use crate::clock::Clock;
 use crate::config::{Config, Locale, Overrides};
 use crate::guards::Guards;
 use crate::protocol::dispatch::Server;
-use crate::store::{Company, Store, StoreError};
+use crate::store::{Company, Store, Unhealthy};
 use crate::tools::Registry;
 
 /// Exit code for a refused start: bad configuration or a database newer than the binary.
@@ -76,8 +76,9 @@ enum Command {
     },
     /// Validate the configuration and print the effective settings.
     CheckConfig,
-    /// Check that the database opens and its schema is current (exit 0 when healthy);
-    /// with --url, probe a running server's /healthz over HTTP instead.
+    /// Check that the database opens, its schema is tollgate's and current, it is writable
+    /// and (SQLite) passes PRAGMA quick_check (exit 0 when healthy); with --url, probe a
+    /// running server's /healthz over HTTP instead.
     Healthcheck(crate::ops::healthcheck::HealthcheckArgs),
     /// Write a consistent online copy of the database (safe while servers run).
     Backup(crate::ops::backup::BackupArgs),
@@ -254,11 +255,12 @@ fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
         &config.database,
         &crate::store::StoreOptions::from_config(config, create),
     )
-    .map_err(|e| match e {
-        StoreError::TooNew { .. } | StoreError::Missing(_) | StoreError::Foreign(_) => {
+    .map_err(|e| {
+        if e.is_refusal() {
             refuse(&e.to_string())
+        } else {
+            fail(&format!("cannot open the database: {e}"))
         }
-        other => fail(&format!("cannot open the database: {other}")),
     })
 }
 
@@ -499,6 +501,14 @@ fn company_locale(store: &Store) -> Locale {
 /// Opens the existing database and assembles the server for `stdio` and `serve`.
 fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
     let store = open_store(config, false)?;
+    // A server that cannot write refuses every call: say so, and why, before serving.
+    store.ensure_writable().map_err(|e| {
+        if e.is_refusal() {
+            refuse(&e.to_string())
+        } else {
+            fail(&format!("cannot write to the database: {e}"))
+        }
+    })?;
     store.checkpoint_in_background();
     let server = Arc::new(build_server(config, store.clone()).map_err(|e| fail(&e))?);
     crate::guards::audit::prune_in_background(
@@ -600,7 +610,10 @@ fn healthcheck(config: &Config) -> ExitCode {
         Ok(store) => store,
         Err(code) => return code,
     };
-    match store.health() {
+    let healthy = store
+        .health()
+        .and_then(|version| quick_check(&store).map(|()| version));
+    match healthy {
         Ok(version) => {
             println!("ok: {} (schema version {version})", config.database);
             ExitCode::SUCCESS
@@ -610,5 +623,30 @@ fn healthcheck(config: &Config) -> ExitCode {
             config.database,
             reason.code()
         )),
+    }
+}
+
+/// `PRAGMA quick_check` of an SQLite store (a PostgreSQL server checks its own pages);
+/// the problems it finds go to stderr.
+fn quick_check(store: &Store) -> Result<(), Unhealthy> {
+    if store.path().is_none() {
+        return Ok(());
+    }
+    match store.quick_check() {
+        Ok(found) if found == "ok" => Ok(()),
+        Ok(found) => {
+            eprintln!(
+                "tollgate: PRAGMA quick_check of {}:\n{found}",
+                store.location()
+            );
+            Err(Unhealthy::Corrupt)
+        }
+        Err(e) => {
+            eprintln!(
+                "tollgate: PRAGMA quick_check of {} failed: {e}",
+                store.location()
+            );
+            Err(Unhealthy::Corrupt)
+        }
     }
 }

@@ -16,7 +16,7 @@ use clap::{Args, Subcommand};
 use crate::config::{Config, Database};
 use crate::ops::cli::{fail, refuse};
 use crate::store::copy::{CopyError, CopyReport, copy_installation};
-use crate::store::{Store, StoreError, StoreOptions};
+use crate::store::{Store, StoreOptions};
 
 /// `tollgate store …`
 #[derive(Debug, Subcommand)]
@@ -94,11 +94,12 @@ fn databases(args: &CopyArgs) -> Result<(Database, Database), String> {
 }
 
 fn open(database: &Database, opts: &StoreOptions, flag: &str) -> Result<Store, ExitCode> {
-    Store::open_database(database, opts).map_err(|e| match e {
-        StoreError::TooNew { .. } | StoreError::Missing(_) | StoreError::Foreign(_) => {
+    Store::open_database(database, opts).map_err(|e| {
+        if e.is_refusal() {
             refuse(&format!("{flag} {database}: {e}"))
+        } else {
+            fail(&format!("{flag}: cannot open {database}: {e}"))
         }
-        other => fail(&format!("{flag}: cannot open {database}: {other}")),
     })
 }
 

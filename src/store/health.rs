@@ -1,9 +1,11 @@
 //! Whether the store can serve: the reasons it cannot (the `reason` of an unhealthy
 //! `/healthz`), the storage failure of the last write (kept so that a health check costs no
-//! write while writes succeed), and the room on the file system under an SQLite file.
+//! write while writes succeed), the room on the file system under an SQLite file, and
+//! whether the file's path still names the file that was opened.
 
 use std::fmt;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::StoreError;
@@ -26,16 +28,27 @@ pub enum Unhealthy {
     WriteFailed,
     /// The database server cannot be reached (PostgreSQL).
     Unreachable,
+    /// The database file is no longer at its path (moved away or deleted) while the store
+    /// has it open: what it writes would go into a file nobody will read again.
+    Moved,
+    /// Another file is at the database's path (renamed or copied over it) while the store
+    /// has the original open: what it writes would not reach the file at the path.
+    Replaced,
+    /// `PRAGMA quick_check` finds the file damaged (`tollgate healthcheck` runs it).
+    Corrupt,
 }
 
 impl Unhealthy {
     /// Every reason, in order of their codes (1..).
-    const ALL: [Unhealthy; 5] = [
+    const ALL: [Unhealthy; 8] = [
         Self::Unreadable,
         Self::ReadOnly,
         Self::DiskFull,
         Self::WriteFailed,
         Self::Unreachable,
+        Self::Moved,
+        Self::Replaced,
+        Self::Corrupt,
     ];
 
     /// The stable machine word of this reason.
@@ -46,6 +59,9 @@ impl Unhealthy {
             Self::DiskFull => "disk_full",
             Self::WriteFailed => "write_failed",
             Self::Unreachable => "database_unreachable",
+            Self::Moved => "database_moved",
+            Self::Replaced => "database_replaced",
+            Self::Corrupt => "database_corrupt",
         }
     }
 
@@ -56,6 +72,9 @@ impl Unhealthy {
             Self::DiskFull => 3,
             Self::WriteFailed => 4,
             Self::Unreachable => 5,
+            Self::Moved => 6,
+            Self::Replaced => 7,
+            Self::Corrupt => 8,
         }
     }
 }
@@ -71,6 +90,19 @@ impl fmt::Display for Unhealthy {
             }
             Self::WriteFailed => "writes to the database fail with an I/O error",
             Self::Unreachable => "the database server cannot be reached",
+            Self::Moved => {
+                "the database file was moved away or deleted while tollgate had it open; \
+                 writes are refused, as nobody would read them: restart tollgate on the \
+                 database it should use"
+            }
+            Self::Replaced => {
+                "another file was put at the database's path while tollgate had the database \
+                 open; writes are refused, as they would not reach that file: restart tollgate"
+            }
+            Self::Corrupt => {
+                "the database file is damaged (PRAGMA quick_check found problems); restore \
+                 a backup"
+            }
         })
     }
 }
@@ -122,4 +154,69 @@ pub(super) fn check_room(db: &Path) -> Result<(), Unhealthy> {
         return Err(Unhealthy::DiskFull);
     }
     Ok(())
+}
+
+/// The database file a store opened: its path, and the device and inode found there, to
+/// notice later that the path names another file, or none.
+#[derive(Debug)]
+pub(super) struct OpenedFile {
+    path: PathBuf,
+    device: u64,
+    inode: u64,
+}
+
+impl OpenedFile {
+    /// The file now at `path` (just opened).
+    pub(super) fn at(path: &Path) -> Result<OpenedFile, StoreError> {
+        let meta = std::fs::metadata(path).map_err(|e| {
+            StoreError::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot look at {}: {e}", path.display()),
+            ))
+        })?;
+        Ok(OpenedFile {
+            path: path.to_path_buf(),
+            device: meta.dev(),
+            inode: meta.ino(),
+        })
+    }
+
+    /// Why the path no longer names the opened file, after one `stat` of it:
+    /// [`Unhealthy::Moved`] when nothing is there, [`Unhealthy::Replaced`] when another
+    /// file is.
+    pub(super) fn displaced(&self) -> Option<Unhealthy> {
+        match std::fs::metadata(&self.path) {
+            Ok(meta) if meta.dev() == self.device && meta.ino() == self.inode => None,
+            Ok(_) => Some(Unhealthy::Replaced),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Unhealthy::Moved),
+            // A path that cannot be looked at (a directory made unreadable) does not say
+            // which file it names; what that breaks, the other checks report.
+            Err(_) => None,
+        }
+    }
+
+    /// The path it was opened at.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Whether the file at `db`, its directory or their file system is read-only for this
+/// process (what SQLite's "unable to open" and "readonly" mean there).
+pub(super) fn read_only(db: &Path) -> bool {
+    use rustix::fs::{Access, StatVfsMountFlags};
+    let dir = match db.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mounted_read_only = rustix::fs::statvfs(dir)
+        .is_ok_and(|stats| stats.f_flag.contains(StatVfsMountFlags::RDONLY));
+    let denied = |path: &Path| {
+        matches!(
+            rustix::fs::access(path, Access::WRITE_OK),
+            Err(e) if e == rustix::io::Errno::ACCESS || e == rustix::io::Errno::ROFS
+                || e == rustix::io::Errno::PERM
+        )
+    };
+    mounted_read_only || denied(db) || denied(dir)
 }

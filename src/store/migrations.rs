@@ -2,13 +2,19 @@
 //! `BEGIN IMMEDIATE` transaction and bumps `PRAGMA user_version`; a database newer than
 //! this binary is refused.
 //!
-//! Before migrating, an existing file must have exactly the tables and columns that its
-//! version has (computed by applying the migration steps to an empty in-memory database),
-//! so a foreign SQLite file is refused as [`StoreError::Foreign`] instead of failing later
-//! on a missing table.
+//! Before migrating, an existing file must have exactly the schema its version has: the
+//! same tables with the same columns, and the same schema objects (tables, indexes,
+//! triggers, views, and SQLite's own `sqlite_autoindex_*`, `sqlite_sequence` and
+//! `sqlite_stat*`), each of the same type, on the same table and with the same definition.
+//! The expected schema is computed once per version by applying the migration steps to an
+//! empty in-memory database. A foreign SQLite file is so refused as [`StoreError::Foreign`]
+//! instead of failing later on a missing table, and so is a tollgate file someone altered:
+//! a trigger that undoes a revocation, or a view standing in for a table, would otherwise
+//! change what tollgate's own statements do.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
@@ -94,10 +100,13 @@ pub(super) fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), Store
     let shape = refuse_too_new(found).and_then(|()| schema_shape(&conn));
     conn.execute_batch("COMMIT").or_store()?;
     let shape = shape?;
-    if found == 0 && !shape.is_empty() {
-        return Err(StoreError::Foreign(
-            "it holds tables but no tollgate schema version".to_owned(),
-        ));
+    if found == 0
+        && let Some(object) = shape.objects.values().next()
+    {
+        return Err(StoreError::Foreign(format!(
+            "it holds schema objects ({}) but no tollgate schema version",
+            object.describe()
+        )));
     }
     if found == 0 && !opts.create {
         return Err(StoreError::Missing(path.display().to_string()));
@@ -113,8 +122,38 @@ pub(super) fn prepare_file(path: &Path, opts: &StoreOptions) -> Result<(), Store
 /// NOT NULL, default, primary-key position.
 type Columns = Vec<(String, String, bool, Option<String>, i64)>;
 
-/// Every table of a database (SQLite's own excepted) with its columns.
-fn schema_shape(conn: &Connection) -> Result<BTreeMap<String, Columns>, StoreError> {
+/// One schema object as `sqlite_master` records it: its type (`table`, `index`, `trigger`,
+/// `view`), its name, the table it belongs to, and its SQL normalised ([`normalise_sql`];
+/// `None` for the indexes SQLite makes itself for a table's `UNIQUE` and `PRIMARY KEY`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SchemaObject {
+    kind: String,
+    name: String,
+    table: String,
+    sql: Option<String>,
+}
+
+impl SchemaObject {
+    /// `trigger "x" on table "t"`, or `table "t"` for a table (for refusal messages).
+    fn describe(&self) -> String {
+        if self.kind == "table" || self.table == self.name {
+            format!("{} {:?}", self.kind, self.name)
+        } else {
+            format!("{} {:?} on table {:?}", self.kind, self.name, self.table)
+        }
+    }
+}
+
+/// What the shape check compares: every table (SQLite's own excepted) with its columns,
+/// and every schema object by type and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shape {
+    tables: BTreeMap<String, Columns>,
+    objects: BTreeMap<(String, String), SchemaObject>,
+}
+
+/// The shape of the database on `conn`.
+fn schema_shape(conn: &Connection) -> Result<Shape, StoreError> {
     let mut tables = conn.prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
     ).or_store()?;
@@ -143,12 +182,113 @@ fn schema_shape(conn: &Connection) -> Result<BTreeMap<String, Columns>, StoreErr
             .or_store()?;
         shape.insert(name, list);
     }
-    Ok(shape)
+    Ok(Shape {
+        tables: shape,
+        objects: schema_objects(conn)?,
+    })
 }
 
-/// The tables and columns a tollgate database of `version` has: the migration steps up to
-/// it, applied to an empty in-memory database.
-fn expected_shape(version: u32) -> Result<BTreeMap<String, Columns>, StoreError> {
+/// Every row of `sqlite_master`, keyed by type and name.
+fn schema_objects(
+    conn: &Connection,
+) -> Result<BTreeMap<(String, String), SchemaObject>, StoreError> {
+    let mut stmt = conn
+        .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master")
+        .or_store()?;
+    let objects = stmt
+        .query_map([], |row| {
+            // SQLite's names ignore ASCII case: "Keep" and "keep" are one object.
+            Ok(SchemaObject {
+                kind: row.get(0)?,
+                name: row.get::<_, String>(1)?.to_ascii_lowercase(),
+                table: row.get::<_, String>(2)?.to_ascii_lowercase(),
+                sql: row
+                    .get::<_, Option<String>>(3)?
+                    .as_deref()
+                    .map(normalise_sql),
+            })
+        })
+        .or_store()?
+        .collect::<Result<Vec<_>, _>>()
+        .or_store()?;
+    Ok(objects
+        .into_iter()
+        .map(|o| ((o.kind.clone(), o.name.clone()), o))
+        .collect())
+}
+
+/// `sql` without what does not change its meaning: comments, the letter case outside
+/// string literals (SQLite's keywords and names ignore it), quotes around a plain name
+/// (`"clients"`, `[clients]`, `` `clients` ``), and the layout (a run of white space is one
+/// space between two words, none beside punctuation). String literals stay as written.
+pub(super) fn normalise_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let wordy = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "_'\"$".contains(c));
+    let mut chars = sql.chars().peekable();
+    let mut gap = false;
+    while let Some(c) = chars.next() {
+        let token = match c {
+            c if c.is_whitespace() => {
+                gap = true;
+                continue;
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                chars.by_ref().find(|&c| c == '\n');
+                gap = true;
+                continue;
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut star = false;
+                for c in chars.by_ref() {
+                    if star && c == '/' {
+                        break;
+                    }
+                    star = c == '*';
+                }
+                gap = true;
+                continue;
+            }
+            '\'' => {
+                let mut literal = String::from('\'');
+                literal.extend(chars.by_ref().take_while(|&c| c != '\''));
+                literal.push('\'');
+                literal
+            }
+            '"' | '`' | '[' => {
+                let close = if c == '[' { ']' } else { c };
+                let name: String = chars.by_ref().take_while(|&c| c != close).collect();
+                let name = name.to_ascii_lowercase();
+                let plain = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if plain { name } else { format!("\"{name}\"") }
+            }
+            c => c.to_ascii_lowercase().to_string(),
+        };
+        if gap && wordy(out.chars().next_back()) && wordy(token.chars().next()) {
+            out.push(' ');
+        }
+        gap = false;
+        out.push_str(&token);
+    }
+    out
+}
+
+/// The shapes computed so far, by schema version (each is the same for the life of the
+/// process, and every open of a file compares against one).
+static EXPECTED: LazyLock<Mutex<BTreeMap<u32, Arc<Shape>>>> =
+    LazyLock::new(|| Mutex::new(BTreeMap::new()));
+
+/// The shape a tollgate database of `version` has: the migration steps up to it, applied
+/// to an empty in-memory database (once per version and process).
+fn expected_shape(version: u32) -> Result<Arc<Shape>, StoreError> {
+    if let Some(shape) = EXPECTED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&version)
+    {
+        return Ok(Arc::clone(shape));
+    }
     let conn = Connection::open_in_memory().or_store()?;
     // As in `migrate`: a step that rebuilds a table needs foreign keys off.
     conn.pragma_update(None, "foreign_keys", "OFF").or_store()?;
@@ -156,20 +296,34 @@ fn expected_shape(version: u32) -> Result<BTreeMap<String, Columns>, StoreError>
         conn.execute_batch(sql).or_store()?;
         conn.pragma_update(None, "user_version", step).or_store()?;
     }
-    schema_shape(&conn)
+    let shape = Arc::new(schema_shape(&conn)?);
+    EXPECTED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(version, Arc::clone(&shape));
+    Ok(shape)
 }
 
-/// Refuses a file whose tables or columns are not exactly those of `version`.
-fn check_shape(found: &BTreeMap<String, Columns>, version: u32) -> Result<(), StoreError> {
+/// Refuses a file whose schema is not exactly that of `version`: an object the version
+/// does not have, a table or column missing or changed, an object missing or defined
+/// otherwise.
+fn check_shape(found: &Shape, version: u32) -> Result<(), StoreError> {
     let expected = expected_shape(version)?;
     let foreign = |reason: String| Err(StoreError::Foreign(reason));
-    if let Some(extra) = found.keys().find(|name| !expected.contains_key(*name)) {
+    if let Some(extra) = found
+        .objects
+        .iter()
+        .find(|(key, _)| !expected.objects.contains_key(*key))
+        .map(|(_, object)| object)
+    {
         return foreign(format!(
-            "table {extra:?} is not part of a tollgate database (schema version {version})"
+            "{} is not part of a tollgate database of schema version {version}: the file was \
+             altered, or is not tollgate's",
+            extra.describe()
         ));
     }
-    for (table, columns) in &expected {
-        match found.get(table) {
+    for (table, columns) in &expected.tables {
+        match found.tables.get(table) {
             None => {
                 return foreign(format!(
                     "table {table:?} of schema version {version} is missing"
@@ -181,6 +335,23 @@ fn check_shape(found: &BTreeMap<String, Columns>, version: u32) -> Result<(), St
                     "table {table:?} has columns {:?}; schema version {version} has {:?}",
                     names(have),
                     names(columns)
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for (key, object) in &expected.objects {
+        match found.objects.get(key) {
+            None => {
+                return foreign(format!(
+                    "{} of schema version {version} is missing",
+                    object.describe()
+                ));
+            }
+            Some(have) if have != object => {
+                return foreign(format!(
+                    "{} is not defined as in schema version {version}: the file was altered",
+                    have.describe()
                 ));
             }
             Some(_) => {}
@@ -294,6 +465,9 @@ mod tests {
             })
             .expect("indexes");
         assert_eq!(audit_indexes, ["audit_log_by_credential"]);
+        drop(store);
+        // The migrated file has exactly the schema a fresh one of its version has.
+        Store::open(&path, &StoreOptions::default()).expect("a migrated file is tollgate's");
     }
 
     /// A database at version 2 with a little of everything in the business tables.
@@ -418,6 +592,8 @@ mod tests {
             "{indexes:?}"
         );
         assert_eq!(pragma_text(&store, "foreign_keys"), "1");
+        drop(store);
+        Store::open(&path, &StoreOptions::default()).expect("a migrated file is tollgate's");
     }
 
     #[test]
@@ -474,6 +650,146 @@ mod tests {
             .expect("count");
         assert_eq!(tables, 1, "nothing was migrated into the foreign file");
         assert_eq!(user_version(&conn).expect("version"), 2);
+    }
+
+    /// Runs `sql` on the file at `path` with plain SQLite, then opens it with the store.
+    fn altered(path: &Path, sql: &str) -> Result<Store, StoreError> {
+        let conn = Connection::open(path).expect("raw open");
+        conn.execute_batch(sql).expect("alter the file");
+        drop(conn);
+        Store::open(path, &StoreOptions::default())
+    }
+
+    fn refusal(outcome: Result<Store, StoreError>) -> String {
+        match outcome {
+            Err(StoreError::Foreign(reason)) => reason,
+            other => panic!("expected a foreign database, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn normalising_drops_layout_case_quotes_and_comments_but_keeps_literals() {
+        let written = "CREATE  INDEX \"Faults_By_Tool\"\n  ON [faults] ( tool ) -- why\n \
+                       WHERE code <> 'Mixed  Case' /* note */";
+        assert_eq!(
+            normalise_sql(written),
+            "create index faults_by_tool on faults(tool)where code<>'Mixed  Case'"
+        );
+        assert_eq!(
+            normalise_sql("x IN ('it''s', \"a b\")"),
+            "x in('it''s',\"a b\")"
+        );
+        assert_ne!(
+            normalise_sql("CHECK (a IS NULL)"),
+            normalise_sql("CHECK (a IS NOT NULL)")
+        );
+    }
+
+    #[test]
+    fn the_expected_shape_is_computed_once_per_version() {
+        let first = expected_shape(SCHEMA_VERSION).expect("shape");
+        let again = expected_shape(SCHEMA_VERSION).expect("shape");
+        assert!(Arc::ptr_eq(&first, &again));
+        let trigger = ("trigger".to_owned(), "keep_alive".to_owned());
+        assert!(!first.objects.contains_key(&trigger));
+        let autoindex = ("index".to_owned(), "sqlite_autoindex_plans_1".to_owned());
+        assert_eq!(
+            first
+                .objects
+                .get(&autoindex)
+                .map(|o| (o.table.as_str(), o.sql.is_none())),
+            Some(("plans", true)),
+            "SQLite's own indexes are compared too"
+        );
+    }
+
+    #[test]
+    fn a_trigger_or_a_view_is_refused_by_type_and_name() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let reason = refusal(altered(
+            &path,
+            "CREATE TRIGGER keep_alive AFTER UPDATE OF revoked_at ON credentials
+             BEGIN UPDATE credentials SET revoked_at = NULL WHERE public_id = new.public_id; END;",
+        ));
+        assert_eq!(
+            reason,
+            format!(
+                "trigger \"keep_alive\" on table \"credentials\" is not part of a tollgate \
+                 database of schema version {SCHEMA_VERSION}: the file was altered, or is not \
+                 tollgate's"
+            )
+        );
+        let reason = refusal(altered(
+            &path,
+            "DROP TRIGGER keep_alive; CREATE VIEW active_keys AS SELECT public_id FROM credentials;",
+        ));
+        assert!(
+            reason.starts_with("view \"active_keys\" is not part of a tollgate database"),
+            "{reason}"
+        );
+        altered(&path, "DROP VIEW active_keys;").expect("the file as tollgate left it");
+    }
+
+    #[test]
+    fn an_index_with_the_right_name_but_another_definition_is_refused() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let reason = refusal(altered(
+            &path,
+            "DROP INDEX credentials_active_keys;
+             CREATE INDEX credentials_active_keys ON credentials (expires_at);",
+        ));
+        assert_eq!(
+            reason,
+            format!(
+                "index \"credentials_active_keys\" on table \"credentials\" is not defined as \
+                 in schema version {SCHEMA_VERSION}: the file was altered"
+            )
+        );
+        let reason = refusal(altered(
+            &path,
+            "DROP INDEX credentials_active_keys;
+             CREATE INDEX credentials_active_keys ON audit_log (at);",
+        ));
+        assert!(
+            reason.contains("on table \"audit_log\" is not defined as"),
+            "{reason}"
+        );
+        let reason = refusal(altered(&path, "DROP INDEX credentials_active_keys;"));
+        assert!(
+            reason.starts_with(
+                "index \"credentials_active_keys\" on table \"credentials\" of \
+                 schema version"
+            ),
+            "{reason}"
+        );
+        // The same definition written in another layout, case and quoting is tollgate's.
+        altered(
+            &path,
+            "CREATE INDEX \"Credentials_Active_Keys\"  ON [credentials] ( expires_at )
+                 WHERE kind = 'api_key'  AND revoked_at IS NULL;",
+        )
+        .expect("the same index");
+    }
+
+    #[test]
+    fn sqlite_internal_tables_the_migrations_do_not_make_are_refused() {
+        let (_dir, path, store) = fresh();
+        drop(store);
+        let reason = refusal(altered(&path, "ANALYZE;"));
+        assert!(
+            reason.starts_with("table \"sqlite_stat1\" is not part of a tollgate database"),
+            "{reason}"
+        );
+        let reason = refusal(altered(
+            &path,
+            "DROP TABLE sqlite_stat1; CREATE TABLE counter (id INTEGER PRIMARY KEY AUTOINCREMENT);",
+        ));
+        assert!(
+            reason.contains("is not part of a tollgate database"),
+            "{reason}"
+        );
     }
 
     #[test]

@@ -21,9 +21,16 @@
 //! seals request state); SQLite gives its `-wal` and `-shm` files the same mode. A file, WAL
 //! or SHM found readable by group or others is tightened to `0600` with a warning.
 //!
-//! [`Store::health`] says whether the store can serve: readable, writable, with room on its
-//! file system, and no storage failure left over from the last write (which every write
-//! records; a write probe runs only to confirm that one has cleared).
+//! [`Store::health`] says whether the store can serve: its file still at its path, readable,
+//! writable, with room on its file system, and no storage failure left over from the last
+//! write (which every write records; a write probe runs only to confirm that one has
+//! cleared).
+//!
+//! An SQLite store remembers the device and inode of the file it opened. Every write
+//! transaction first looks (one `stat`) whether the path still names that file: once the
+//! file was moved away, deleted or replaced, writes are refused as
+//! [`StoreError::Displaced`] (answered `backend_unavailable`) rather than committed into a
+//! file nobody will read again, and the health check says why.
 //!
 //! Errors are [`StoreError`]: a `Display` for the operator (it may name the file) and a
 //! [`StoreError::public_message`] safe to send to a client (no paths, no SQL).
@@ -62,7 +69,7 @@ pub use plans::{Company, Plan};
 pub use sql::Dialect;
 pub use sqlite::{CHECKPOINT_EVERY, CHECKPOINT_IDLE};
 
-use health::{LastWrite, check_room};
+use health::{LastWrite, OpenedFile, check_room, read_only};
 use sqlite::{
     OPEN_RETRIES, OPEN_RETRY_PAUSE, build_pool, create_parent_dir, create_private_file,
     tighten_permissions,
@@ -148,6 +155,16 @@ pub enum StoreError {
     SqliteOnly(&'static str),
     /// The file is an SQLite database, but not tollgate's (or not of the version it claims).
     Foreign(String),
+    /// The database file, its directory or its file system is read-only (the text names
+    /// the file).
+    ReadOnly(String),
+    /// The database file is no longer at its path, or another file is: writes are refused.
+    Displaced {
+        /// The path the store opened.
+        path: String,
+        /// [`Unhealthy::Moved`] or [`Unhealthy::Replaced`].
+        reason: Unhealthy,
+    },
 }
 
 impl StoreError {
@@ -155,7 +172,17 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Self::Busy | Self::Full | Self::Pool(_) | Self::Unavailable(_)
+            Self::Busy | Self::Full | Self::Pool(_) | Self::Unavailable(_) | Self::Displaced { .. }
+        )
+    }
+
+    /// True when the database is not one a command can use as it stands (newer than this
+    /// binary, missing, not tollgate's, read-only): the operator has to act, and the
+    /// command exits as refused rather than failed.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Self::TooNew { .. } | Self::Missing(_) | Self::Foreign(_) | Self::ReadOnly(_)
         )
     }
 
@@ -166,6 +193,8 @@ impl StoreError {
         match self {
             Self::Full => Some(Unhealthy::DiskFull),
             Self::Unavailable(_) => Some(Unhealthy::Unreachable),
+            Self::ReadOnly(_) => Some(Unhealthy::ReadOnly),
+            Self::Displaced { reason, .. } => Some(*reason),
             Self::Sqlite(SqliteError(e)) => match e.sqlite_error_code() {
                 Some(ErrorCode::ReadOnly) => Some(Unhealthy::ReadOnly),
                 Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen) => {
@@ -191,6 +220,8 @@ impl StoreError {
             Self::RolledBack => "the change was rolled back",
             Self::SqliteOnly(_) => "not available on this store",
             Self::Foreign(_) => "the database is not a tollgate database",
+            Self::ReadOnly(_) => "the server cannot write to its database",
+            Self::Displaced { .. } => "the server's database file is unavailable; retry later",
         }
     }
 }
@@ -220,6 +251,12 @@ impl fmt::Display for StoreError {
                 "{what} exists only on an SQLite store; this one is PostgreSQL"
             ),
             Self::Foreign(reason) => write!(f, "not a tollgate database: {reason}"),
+            Self::ReadOnly(path) => write!(
+                f,
+                "the database {path} is read-only: tollgate needs to write to it (check the \
+                 file's and its directory's permissions, or the file system's mount options)"
+            ),
+            Self::Displaced { path, reason } => write!(f, "{path}: {reason}"),
         }
     }
 }
@@ -340,6 +377,8 @@ pub struct Store {
     location: Arc<Database>,
     /// The storage failure of the last write, if it failed (shared by clones).
     last_write: Arc<LastWrite>,
+    /// The SQLite file as opened (`None` on PostgreSQL).
+    opened: Option<Arc<OpenedFile>>,
 }
 
 /// The pool of one engine.
@@ -371,14 +410,25 @@ impl Store {
                     engine: Engine::Postgres(pool),
                     location: Arc::new(database.clone()),
                     last_write: Arc::new(LastWrite::default()),
+                    opened: None,
                 })
             }
         }
     }
 
     /// Opens (and with `opts.create`, creates) the SQLite database at `path` and brings its
-    /// schema up to [`SCHEMA_VERSION`]. Refuses a database newer than this binary.
+    /// schema up to [`SCHEMA_VERSION`]. Refuses a database newer than this binary, and one
+    /// that cannot be opened because it is read-only ([`StoreError::ReadOnly`]).
     pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
+        Self::open_sqlite(path, opts).map_err(|e| match e.storage_failure() {
+            Some(Unhealthy::ReadOnly | Unhealthy::WriteFailed) if read_only(path) => {
+                StoreError::ReadOnly(path.display().to_string())
+            }
+            _ => e,
+        })
+    }
+
+    fn open_sqlite(path: &Path, opts: &StoreOptions) -> Result<Store, StoreError> {
         if opts.create {
             create_parent_dir(path)?;
             create_private_file(path)?;
@@ -404,6 +454,7 @@ impl Store {
             engine: Engine::Sqlite(pool),
             location: Arc::new(Database::Sqlite(path.to_path_buf())),
             last_write: Arc::new(LastWrite::default()),
+            opened: Some(Arc::new(OpenedFile::at(path)?)),
         })
     }
 
@@ -540,6 +591,7 @@ impl Store {
     ) -> Result<T, StoreError> {
         let outcome = match &self.engine {
             Engine::Sqlite(pool) => (|| {
+                self.refuse_if_displaced()?;
                 let mut conn = pool.get().or_store()?;
                 let tx = conn
                     .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -551,7 +603,8 @@ impl Store {
                 })?;
                 tx.commit().or_store()?;
                 Ok(value)
-            })(),
+            })()
+            .map_err(|e| self.read_only_file(e)),
             Engine::Postgres(pool) => (|| {
                 let mut conn = pool
                     .get()
@@ -569,6 +622,9 @@ impl Store {
     /// transaction of its own now succeeds (so a store recovers as soon as space returns).
     /// Costs no write while writes succeed.
     pub fn health(&self) -> Result<u32, Unhealthy> {
+        if let Some(moved) = self.opened.as_deref().and_then(OpenedFile::displaced) {
+            return Err(moved);
+        }
         let version = self.schema_version().map_err(|e| {
             tracing::warn!(cause = %e, "health check: the database cannot be read");
             if matches!(e, StoreError::Unavailable(_) | StoreError::Pool(_))
@@ -583,21 +639,74 @@ impl Store {
             check_room(path)?;
         }
         if let Some(failure) = self.last_write.failure() {
-            self.write_tx(|tx| {
-                tx.execute(
-                    "INSERT INTO server_secrets (name, value, created_at) \
-                     VALUES ('health-probe', ?1, 0) ON CONFLICT (name) DO NOTHING",
-                    sql::args![[0u8; 32]],
-                )?;
-                tx.execute(
-                    "DELETE FROM server_secrets WHERE name = 'health-probe'",
-                    sql::args![],
-                )?;
-                Ok(())
-            })
-            .map_err(|e| e.storage_failure().unwrap_or(failure))?;
+            self.probe_write()
+                .map_err(|e| e.storage_failure().unwrap_or(failure))?;
         }
         Ok(version)
+    }
+
+    /// Fails unless this store can write now, by writing (a row added and removed in a
+    /// transaction of its own): a read-only file, directory or file system is
+    /// [`StoreError::ReadOnly`], naming the file. Servers check this before they start.
+    pub fn ensure_writable(&self) -> Result<(), StoreError> {
+        self.probe_write()
+    }
+
+    /// The health check's write: a row of `server_secrets` added and removed.
+    fn probe_write(&self) -> Result<(), StoreError> {
+        self.write_tx(|tx| {
+            tx.execute(
+                "INSERT INTO server_secrets (name, value, created_at) \
+                 VALUES ('health-probe', ?1, 0) ON CONFLICT (name) DO NOTHING",
+                sql::args![[0u8; 32]],
+            )?;
+            tx.execute(
+                "DELETE FROM server_secrets WHERE name = 'health-probe'",
+                sql::args![],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// [`StoreError::Displaced`] when the SQLite file's path no longer names the file this
+    /// store opened (one `stat`, before each write transaction: a commit costs many more
+    /// system calls, and none may land in a file nobody reads).
+    fn refuse_if_displaced(&self) -> Result<(), StoreError> {
+        let Some(opened) = self.opened.as_deref() else {
+            return Ok(());
+        };
+        match opened.displaced() {
+            None => Ok(()),
+            Some(reason) => Err(StoreError::Displaced {
+                path: opened.path().display().to_string(),
+                reason,
+            }),
+        }
+    }
+
+    /// A write that SQLite refused as read-only becomes [`StoreError::ReadOnly`], which
+    /// names the file and what to check (or [`StoreError::Displaced`] when SQLite saw the
+    /// file leave its path).
+    fn read_only_file(&self, e: StoreError) -> StoreError {
+        let Some(path) = self.path() else {
+            return e;
+        };
+        let StoreError::Sqlite(SqliteError(inner)) = &e else {
+            return e;
+        };
+        match inner.sqlite_error() {
+            // SQLite's own finding that the file left its path.
+            Some(f) if f.extended_code == rusqlite::ffi::SQLITE_READONLY_DBMOVED => {
+                StoreError::Displaced {
+                    path: path.display().to_string(),
+                    reason: Unhealthy::Moved,
+                }
+            }
+            Some(f) if f.code == rusqlite::ErrorCode::ReadOnly => {
+                StoreError::ReadOnly(path.display().to_string())
+            }
+            _ => e,
+        }
     }
 
     /// The schema version stored in the database (`PRAGMA user_version` of the file, or
@@ -906,6 +1015,79 @@ mod tests {
         let _store = Store::open(&path, &StoreOptions::default()).expect("reopen");
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "a looser file is tightened");
+    }
+
+    /// A write of this test module: a plan's hourly limit.
+    fn write(store: &Store, limit: i64) -> Result<usize, StoreError> {
+        store.raw_write(|tx| {
+            tx.execute(
+                "UPDATE plans SET hourly_call_limit = ?1 WHERE slug = 'free'",
+                [limit],
+            )
+            .or_store()
+        })
+    }
+
+    fn free_limit(path: &Path) -> i64 {
+        Connection::open(path)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT hourly_call_limit FROM plans WHERE slug = 'free'",
+                    [],
+                    |r| r.get(0),
+                )
+            })
+            .expect("read the file")
+    }
+
+    #[test]
+    fn a_file_moved_away_is_unhealthy_and_takes_no_write_until_it_is_back() {
+        let (dir, path, store) = fresh();
+        let away = dir.path().join("away.db");
+        std::fs::rename(&path, &away).expect("move the file away");
+        assert_eq!(store.health(), Err(Unhealthy::Moved));
+        let err = write(&store, 7).expect_err("refused");
+        assert!(
+            matches!(&err, StoreError::Displaced { path: p, reason: Unhealthy::Moved }
+                if p == &path.display().to_string()),
+            "{err:?}"
+        );
+        assert!(err.is_transient(), "answered backend_unavailable");
+        assert_eq!(err.storage_failure(), Some(Unhealthy::Moved));
+        assert_eq!(
+            err.to_string(),
+            format!("{}: {}", path.display(), Unhealthy::Moved)
+        );
+        std::fs::rename(&away, &path).expect("move it back");
+        assert_eq!(store.health(), Ok(SCHEMA_VERSION));
+        assert_eq!(write(&store, 7).expect("written"), 1);
+        drop(store);
+        assert_eq!(free_limit(&path), 7);
+    }
+
+    #[test]
+    fn another_file_put_at_the_path_is_unhealthy_and_gets_no_write() {
+        let (dir, path, store) = fresh();
+        let (_other_dir, other, other_store) = fresh();
+        drop(other_store);
+        let staged = dir.path().join("state").join("staged.db");
+        std::fs::copy(&other, &staged).expect("copy another database beside it");
+        std::fs::rename(&staged, &path).expect("put it in place");
+        assert_eq!(store.health(), Err(Unhealthy::Replaced));
+        let err = write(&store, 9).expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                StoreError::Displaced {
+                    reason: Unhealthy::Replaced,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(Unhealthy::Replaced.code(), "database_replaced");
+        assert_eq!(Unhealthy::Moved.code(), "database_moved");
+        assert_eq!(free_limit(&path), 500, "the file at the path is untouched");
     }
 
     #[test]

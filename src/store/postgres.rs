@@ -228,6 +228,7 @@ fn migrate(client: &mut Client, create: bool) -> Result<(), StoreError> {
     if found > supported {
         return Err(StoreError::TooNew { found, supported });
     }
+    refuse_foreign_objects(client, found)?;
     for &(version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > found) {
         let mut tx = client.transaction().map_err(StoreError::from_postgres)?;
         tx.batch_execute(sql).map_err(StoreError::from_postgres)?;
@@ -241,6 +242,55 @@ fn migrate(client: &mut Client, create: bool) -> Result<(), StoreError> {
         tracing::info!(version, "PostgreSQL schema migrated");
     }
     Ok(())
+}
+
+/// The objects of tollgate's schema that change what its statements do and that no
+/// version of its PostgreSQL schema has: triggers (other than the ones the server makes
+/// for foreign keys), views, materialized views, rules and row-level security policies.
+const FOREIGN_OBJECTS_SQL: &str = "
+    SELECT 'trigger', t.tgname::text, c.relname::text
+      FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+     WHERE c.relnamespace = current_schema()::regnamespace AND NOT t.tgisinternal
+    UNION ALL
+    SELECT CASE c.relkind WHEN 'v' THEN 'view' ELSE 'materialized view' END,
+           c.relname::text, c.relname::text
+      FROM pg_catalog.pg_class c
+     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('v', 'm')
+    UNION ALL
+    SELECT 'rule', r.rulename::text, c.relname::text
+      FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
+     WHERE c.relnamespace = current_schema()::regnamespace AND r.rulename <> '_RETURN'
+    UNION ALL
+    SELECT 'policy', p.polname::text, c.relname::text
+      FROM pg_catalog.pg_policy p JOIN pg_catalog.pg_class c ON c.oid = p.polrelid
+     WHERE c.relnamespace = current_schema()::regnamespace
+    ORDER BY 1, 2
+    LIMIT 1";
+
+/// Refuses a database whose schema holds a trigger, a view, a rule or a policy: none is
+/// tollgate's, and each can change what its statements do (undo a revocation, delete
+/// audit rows, hide rows).
+fn refuse_foreign_objects(client: &mut Client, version: u32) -> Result<(), StoreError> {
+    let found = client
+        .query_opt(FOREIGN_OBJECTS_SQL, &[])
+        .map_err(StoreError::from_postgres)?;
+    let Some(row) = found else {
+        return Ok(());
+    };
+    let text = |i: usize| {
+        row.try_get::<_, String>(i)
+            .map_err(StoreError::from_postgres)
+    };
+    let (kind, name, table) = (text(0)?, text(1)?, text(2)?);
+    let what = if kind.ends_with("view") {
+        format!("{kind} {name:?}")
+    } else {
+        format!("{kind} {name:?} on table {table:?}")
+    };
+    Err(StoreError::Foreign(format!(
+        "{what} is not part of a tollgate database of schema version {version}: the database \
+         was altered, or is not tollgate's"
+    )))
 }
 
 impl StoreError {
@@ -293,5 +343,80 @@ fn describe(e: &postgres::Error) -> String {
     match std::error::Error::source(e) {
         Some(cause) => format!("{e}: {cause}"),
         None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Database;
+    use crate::store::testing::postgres_store;
+    use crate::store::{SCHEMA_VERSION, Store, StoreError, StoreOptions};
+
+    /// Runs `sql` on the store's database with a client of its own, then opens it again.
+    fn altered(database: &Database, sql: &str) -> Result<Store, StoreError> {
+        let Database::Postgres(url) = database else {
+            panic!("a PostgreSQL store");
+        };
+        let mut client =
+            ::postgres::Client::connect(url.secret_text(), ::postgres::NoTls).expect("connect");
+        client.batch_execute(sql).expect("alter the database");
+        drop(client);
+        Store::open_database(database, &StoreOptions::default())
+    }
+
+    fn refusal(outcome: Result<Store, StoreError>) -> String {
+        match outcome {
+            Err(StoreError::Foreign(reason)) => reason,
+            other => panic!("expected a foreign database, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_trigger_a_view_or_a_rule_in_the_schema_is_refused() {
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
+        let Some(scratch) = postgres_store(&opts) else {
+            eprintln!(
+                "TOLLGATE_TEST_POSTGRES is not set: the PostgreSQL schema check is not tested"
+            );
+            return;
+        };
+        let database = scratch.store.location().clone();
+        let reason = refusal(altered(
+            &database,
+            "CREATE FUNCTION keep_alive() RETURNS trigger LANGUAGE plpgsql
+                 AS $$ BEGIN NEW.revoked_at := NULL; RETURN NEW; END $$;
+             CREATE TRIGGER keep_alive BEFORE UPDATE OF revoked_at ON credentials
+                 FOR EACH ROW EXECUTE FUNCTION keep_alive();",
+        ));
+        assert_eq!(
+            reason,
+            format!(
+                "trigger \"keep_alive\" on table \"credentials\" is not part of a tollgate \
+                 database of schema version {SCHEMA_VERSION}: the database was altered, or is \
+                 not tollgate's"
+            )
+        );
+        let reason = refusal(altered(
+            &database,
+            "DROP TRIGGER keep_alive ON credentials;
+             CREATE VIEW active_keys AS SELECT public_id FROM credentials;",
+        ));
+        assert!(
+            reason.starts_with("view \"active_keys\" is not part of a tollgate database"),
+            "{reason}"
+        );
+        let reason = refusal(altered(
+            &database,
+            "DROP VIEW active_keys;
+             CREATE RULE keep_audit AS ON DELETE TO audit_log DO INSTEAD NOTHING;",
+        ));
+        assert!(
+            reason.starts_with("rule \"keep_audit\" on table \"audit_log\" is not part"),
+            "{reason}"
+        );
+        altered(&database, "DROP RULE keep_audit ON audit_log;").expect("tollgate's schema again");
     }
 }

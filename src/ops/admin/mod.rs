@@ -319,12 +319,15 @@ fn open(config: &Config) -> Result<Store, Failed> {
         &config.database,
         &crate::store::StoreOptions::from_config(config, false),
     )
-    .map_err(|e| match e {
-        StoreError::TooNew { .. } | StoreError::Missing(_) | StoreError::Foreign(_) => Failed {
-            message: e.to_string(),
-            code: ExitCode::from(crate::ops::cli::EXIT_REFUSED),
-        },
-        other => Failed::from(format!("cannot open the database: {other}")),
+    .map_err(|e| {
+        if e.is_refusal() {
+            Failed {
+                message: e.to_string(),
+                code: ExitCode::from(crate::ops::cli::EXIT_REFUSED),
+            }
+        } else {
+            Failed::from(format!("cannot open the database: {e}"))
+        }
     })
 }
 
