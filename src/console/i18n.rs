@@ -120,7 +120,6 @@ const TEXTS: &[(&str, &str, &str)] = &[
     ),
     ("outcome_ok", "admitted", "admitidas"),
     ("outcome_tool", "tool failure", "fallo de la herramienta"),
-    ("outcome_other_guards", "other refusals", "otros rechazos"),
     (
         "outcome_fault",
         "server or protocol fault",
