@@ -714,3 +714,253 @@ fn three_hundred_sign_ins_by_one_operator_leave_another_signed_in() {
     let mut latest = latest.expect("signed in");
     assert_eq!(latest.get("/console").status, 200);
 }
+
+/// The text of the first `<{tag} class="{class}"…>` element after `from` in `page`, tags
+/// stripped (entities left as the page wrote them).
+fn cell(page: &str, from: &str, tag: &str, class: &str) -> Option<String> {
+    let start = page.find(from)?;
+    let rest = &page[start..];
+    let open = rest.find(&format!("<{tag} class=\"{class}\""))?;
+    let rest = &rest[open..];
+    let body = &rest[rest.find('>')? + 1..];
+    let body = &body[..body.find(&format!("</{tag}>"))?];
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in body.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    Some(text.trim().to_owned())
+}
+
+/// `text` as the console's templates escape it.
+fn escaped(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#x27;")
+        .replace('/', "&#x2f;")
+}
+
+/// The id of the newest audit row of `tool` with `outcome`.
+fn row_of(db: &TestDb, tool: &str, outcome: &str) -> i64 {
+    let rows = db.run_json(&["audit", "--json", "--tool", tool, "--outcome", outcome]);
+    rows[0]["id"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no {tool} row with {outcome}: {rows}"))
+}
+
+#[test]
+fn an_audit_row_opens_on_a_page_of_its_own_with_what_the_catalog_says_of_its_code() {
+    let db = TestDb::new();
+    let reader = db.create_key("reader", "clients:read", &[]);
+    let token = db.admin_key.clone().expect("admin key");
+    let server = HttpServer::start(&db, &[]);
+    assert_eq!(call_outcome(&server, &token, "search_clients"), "ok");
+    assert_eq!(
+        call_outcome(&server, &reader.token, "search_invoices"),
+        "insufficient_scope"
+    );
+    until_audited(&db, &["--outcome", "insufficient_scope"], 1);
+    until_audited(&db, &["--tool", "search_clients"], 1);
+    let ok = row_of(&db, "search_clients", "ok");
+    let refused = row_of(&db, "search_invoices", "insufficient_scope");
+
+    // Without a sign-in, a row's page sends the browser to the sign-in page like any other.
+    let mut browser = Browser::new(&server);
+    let anonymous = browser.get(&format!("/console/audit/{ok}"));
+    assert_eq!(anonymous.status, 303);
+    assert_eq!(anonymous.header("location"), Some("/console/sign-in"));
+
+    let mut browser = Browser::signed_in(&server, &db);
+    // Each row of the list links to its page.
+    let list = text(&browser.get("/console/audit"));
+    for id in [ok, refused] {
+        assert!(
+            list.contains(&format!("href=\"/console/audit/{id}\"")),
+            "{list}"
+        );
+    }
+
+    let page = browser.get(&format!("/console/audit/{ok}"));
+    assert_eq!(page.status, 200, "{}", text(&page));
+    assert_page_headers(&page);
+    let html = text(&page);
+    let field = |html: &str, class: &str| cell(html, "id=\"audit-row\"", "dd", class);
+    assert_eq!(field(&html, "tool").as_deref(), Some("search_clients"));
+    assert_eq!(field(&html, "outcome").as_deref(), Some("ok (admitted)"));
+    assert_eq!(
+        field(&html, "credential").as_deref(),
+        Some(db.admin_key_id().as_str())
+    );
+    assert_eq!(field(&html, "transport").as_deref(), Some("http"));
+    assert_eq!(field(&html, "request-id").as_deref(), Some("1"));
+    let duration = field(&html, "duration").expect("a duration");
+    assert!(duration.ends_with(" ms"), "{duration}");
+    let at = field(&html, "at").expect("a time");
+    assert!(
+        html.contains(&format!("<time datetime=\"{at}\">")),
+        "{html}"
+    );
+    assert!(
+        !html.contains("id=\"catalog\""),
+        "an admitted call has no catalog entry"
+    );
+
+    let page = browser.get(&format!("/console/audit/{refused}"));
+    assert_eq!(page.status, 200, "{}", text(&page));
+    let html = text(&page);
+    assert_eq!(
+        field(&html, "outcome").as_deref(),
+        Some("insufficient_scope")
+    );
+    assert_eq!(
+        field(&html, "credential").as_deref(),
+        Some(reader.id.as_str())
+    );
+    let entry = |class: &str| cell(&html, "id=\"catalog\"", "dd", class);
+    assert_eq!(entry("code").as_deref(), Some("insufficient_scope"));
+    assert_eq!(entry("class").as_deref(), Some("refused by a guard"));
+    assert_eq!(entry("http-status").as_deref(), Some("403"));
+    assert_eq!(entry("error-code").as_deref(), Some("1105"));
+    assert_eq!(entry("retryable").as_deref(), Some("false"));
+    assert_eq!(entry("rpc-code").as_deref(), Some("-32005"));
+    let template = tollgate::catalog::ErrorKind::InsufficientScope
+        .spec()
+        .hint_en;
+    assert_eq!(entry("hint"), Some(escaped(template)));
+    assert!(!html.contains("id=\"shared-code\""), "{html}");
+
+    // A row that is not there, or a path that names no row: the console's 404 page.
+    for path in [
+        format!("/console/audit/{}", refused + 1000),
+        "/console/audit/abc".to_owned(),
+        format!("/console/audit/{ok}/more"),
+    ] {
+        let missing = browser.get(&path);
+        assert_eq!(missing.status, 404, "{path}");
+        assert_page_headers(&missing);
+        assert_eq!(
+            element_text(&text(&missing), "error").as_deref(),
+            Some("There is no such page in the console."),
+            "{path}"
+        );
+    }
+}
+
+/// An OpenAPI document of two read operations: `getThing` answers with the status its
+/// `case` names, `listThings` is never called.
+fn shop_document() -> Value {
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Shop", "version": "1"},
+        "paths": {
+            "/things/{case}": {"get": {
+                "operationId": "getThing",
+                "parameters": [{"name": "case", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}
+            }},
+            "/things": {"get": {
+                "operationId": "listThings",
+                "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}}
+            }}
+        }
+    })
+}
+
+#[test]
+fn the_backends_page_counts_each_tools_calls_and_failures_of_the_last_day() {
+    let rest = crate::util::RestBackend::start(|req| {
+        let json = vec![("Content-Type".to_owned(), "application/json".to_owned())];
+        match req.target.as_str() {
+            "/things/ok" => (200, json, br#"{"id":1}"#.to_vec()),
+            _ => (
+                404,
+                json,
+                br#"{"error":{"code":"E404","message":"no such thing"}}"#.to_vec(),
+            ),
+        }
+    });
+    let db = TestDb::new();
+    std::fs::write(db.dir.path().join("shop.json"), shop_document().to_string()).expect("spec");
+    let config = format!(
+        "[[backends]]\nname = \"shop\"\nkind = \"openapi\"\nspec = \"shop.json\"\nbase_url = \"{}\"\n",
+        rest.url()
+    );
+    // A call of more than a day ago is not counted.
+    let day_ago_ms = crate::util::unix_now() * 1000 - 25 * 3_600_000;
+    db.sql(&format!(
+        "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport, backend) \
+         VALUES ({day_ago_ms}, '1', 'shop_get_thing', 'not_found', 10, 'http', 'shop')"
+    ));
+    let server = HttpServer::start_with_config(&db, &config, &[]);
+    let token = db.admin_key.clone().expect("admin key");
+    let other = db.create_key("other", "clients:read", &[]);
+    let get = |token: &str, case: &str| {
+        let reply = server
+            .modern_tool_call(token, "shop_get_thing", &json!({"case": case}))
+            .json();
+        reply["error"]["data"]["code"]
+            .as_str()
+            .or(reply["result"]["_meta"]["dev.tollgate/error"]["code"].as_str())
+            .unwrap_or("ok")
+            .to_owned()
+    };
+    assert_eq!(get(&token, "ok"), "ok");
+    assert_eq!(get(&token, "ok"), "ok");
+    assert_eq!(get(&token, "gone"), "not_found");
+    // A refusal of a call meant for the backend counts as its failure too.
+    assert_eq!(get(&other.token, "ok"), "insufficient_scope");
+    // The built-in tools are not a backend's.
+    assert_eq!(call_outcome(&server, &token, "search_clients"), "ok");
+    until_audited(&db, &["--tool", "shop_get_thing"], 5);
+    until_audited(&db, &["--tool", "search_clients"], 1);
+
+    let mut browser = Browser::signed_in(&server, &db);
+    let page = browser.get("/console/backends");
+    assert_eq!(page.status, 200, "{}", text(&page));
+    let html = text(&page);
+    let backend = |class: &str| cell(&html, "id=\"backend-shop\"", "td", class);
+    assert_eq!(backend("state").as_deref(), Some("ready"));
+    assert_eq!(backend("tool-count").as_deref(), Some("2"));
+    assert_eq!(backend("calls").as_deref(), Some("4"));
+    assert_eq!(backend("failures").as_deref(), Some("2"));
+    let tool = |name: &str, class: &str| cell(&html, &format!("id=\"tool-{name}\""), "td", class);
+    assert_eq!(
+        tool("shop_get_thing", "scope").as_deref(),
+        Some("shop:read")
+    );
+    assert_eq!(tool("shop_get_thing", "category").as_deref(), Some("read"));
+    assert_eq!(tool("shop_get_thing", "calls").as_deref(), Some("4"));
+    assert_eq!(tool("shop_get_thing", "failures").as_deref(), Some("2"));
+    assert_eq!(
+        tool("shop_list_things", "scope").as_deref(),
+        Some("shop:read")
+    );
+    assert_eq!(tool("shop_list_things", "calls").as_deref(), Some("0"));
+    assert_eq!(tool("shop_list_things", "failures").as_deref(), Some("0"));
+    // The failures link to their rows in the audit log.
+    let row = &html[html.find("id=\"tool-shop_get_thing\"").expect("row")..];
+    let link = row
+        .split("href=\"")
+        .nth(2)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the failures link")
+        .replace("&#x2f;", "/")
+        .replace("&amp;", "&");
+    assert!(
+        link.starts_with("/console/audit?tool=shop_get_thing&failures=1&since="),
+        "{link}"
+    );
+    let failures = text(&browser.get(&link));
+    assert_eq!(
+        failures.matches("class=\"audit-row\"").count(),
+        2,
+        "{failures}"
+    );
+}

@@ -3,8 +3,15 @@
 //! browser).
 //!
 //! An outcome is `ok` (admitted and answered), a tool failure (the catalog's `Tool`
-//! class: the call ran and failed), a guard's refusal — each of the most frequent codes
-//! on its own, the rest together — or a fault (protocol, transport or server).
+//! class: the call ran and failed), a guard's refusal — each code on its own — or a fault
+//! (protocol, transport or server). A code this build's catalog does not know (written by
+//! a newer node sharing the database) is drawn on its own too.
+//!
+//! Colours are the outcome's, never its rank's, so a code looks the same on both charts
+//! and on every load: the classes and every guard code of the catalog have a fixed colour
+//! each, and any other code takes one of a small palette by a hash of its name (two such
+//! codes may share a colour; the legend and each rectangle's title name them).
+//! The colours themselves are in `static/console.css`, as `o-<colour>` classes.
 
 use std::collections::BTreeMap;
 
@@ -16,22 +23,81 @@ use crate::catalog::{Class, ErrorKind};
 /// The drawing's width and height in SVG units (it scales to the page).
 pub const WIDTH: i64 = 600;
 pub const HEIGHT: i64 = 160;
-/// Guard codes drawn each in a colour of their own; the rest share one.
-const GUARD_COLOURS: usize = 6;
+/// Every guard code of the catalog, each with a colour of its own (class `o-<code>`;
+/// related codes in shades of one hue).
+const WELL_KNOWN: &[&str] = &[
+    "rate_limited",
+    "insufficient_scope",
+    "invalid_token",
+    "invalid_token_type",
+    "client_revoked",
+    "plan_upgrade_required",
+    "plan_limit_exceeded",
+    "idempotency_key_required",
+    "idempotency_key_invalid",
+    "idempotency_key_reused",
+    "idempotency_key_in_use",
+    "mcp_guardrail_violation",
+];
+/// Colours any other code picks from (classes `o-p0` … `o-p5`).
+const PALETTE: u32 = 6;
 
-/// What an outcome is drawn as.
+/// What an outcome is drawn as. Every guard code is a series of its own: with colours
+/// that do not depend on the ranking there is no cut-off past which codes would have to
+/// share an "other" colour, and the catalog bounds how many there are.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Series {
     Ok,
     Tool,
-    Guard(String),
-    OtherGuards,
+    Code(String),
     Fault,
+}
+
+impl Series {
+    fn of(outcome: &str) -> Series {
+        match class_of(outcome) {
+            _ if outcome == "ok" => Series::Ok,
+            Some(Class::Tool) => Series::Tool,
+            Some(Class::Guard) | None => Series::Code(outcome.to_owned()),
+            Some(_) => Series::Fault,
+        }
+    }
+
+    /// The colour it is drawn in: the suffix of its CSS class.
+    fn colour(&self) -> String {
+        match self {
+            Series::Ok => "ok".to_owned(),
+            Series::Tool => "tool".to_owned(),
+            Series::Fault => "fault".to_owned(),
+            Series::Code(code) => outcome_colour(code),
+        }
+    }
+
+    fn label(&self, texts: &Texts) -> String {
+        match self {
+            Series::Ok => texts.get("outcome_ok").to_owned(),
+            Series::Tool => texts.get("outcome_tool").to_owned(),
+            Series::Code(code) => code.clone(),
+            Series::Fault => texts.get("outcome_fault").to_owned(),
+        }
+    }
 }
 
 /// The class of the catalog entry an audit outcome names (the first, for a shared code).
 fn class_of(outcome: &str) -> Option<Class> {
     ErrorKind::with_code(outcome).next().map(|k| k.spec().class)
+}
+
+/// The colour of a code drawn on its own: its fixed one, or `p<n>` by the FNV-1a hash of
+/// its name (the same in every build and on every platform, unlike the standard hasher).
+pub fn outcome_colour(code: &str) -> String {
+    if WELL_KNOWN.contains(&code) {
+        return code.to_owned();
+    }
+    let hash = code.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("p{}", hash % PALETTE)
 }
 
 /// One coloured part of a bar.
@@ -91,30 +157,13 @@ pub fn chart(
 ) -> Chart {
     let last = now_ms.div_euclid(bucket_ms) * bucket_ms;
     let first = last - (buckets - 1) * bucket_ms;
-    // The guard codes with the most calls get colours of their own.
-    let mut guard_totals: BTreeMap<&str, i64> = BTreeMap::new();
-    for (at, outcome, calls) in counts {
-        if *at >= first && class_of(outcome) == Some(Class::Guard) {
-            *guard_totals.entry(outcome).or_default() += calls;
-        }
-    }
-    let mut ranked: Vec<(&str, i64)> = guard_totals.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let coloured: Vec<&str> = ranked.iter().take(GUARD_COLOURS).map(|(c, _)| *c).collect();
-    let series_of = |outcome: &str| match class_of(outcome) {
-        _ if outcome == "ok" => Series::Ok,
-        Some(Class::Tool) => Series::Tool,
-        Some(Class::Guard) if coloured.contains(&outcome) => Series::Guard(outcome.to_owned()),
-        Some(Class::Guard) => Series::OtherGuards,
-        _ => Series::Fault,
-    };
     let mut per_bucket: BTreeMap<i64, BTreeMap<Series, i64>> = BTreeMap::new();
     let mut per_series: BTreeMap<Series, i64> = BTreeMap::new();
     for (at, outcome, calls) in counts
         .iter()
         .filter(|(at, _, _)| (first..=last).contains(at))
     {
-        let series = series_of(outcome);
+        let series = Series::of(outcome);
         *per_bucket
             .entry(*at)
             .or_default()
@@ -122,23 +171,6 @@ pub fn chart(
             .or_default() += calls;
         *per_series.entry(series).or_default() += calls;
     }
-    let class_name = |s: &Series| match s {
-        Series::Ok => "ok".to_owned(),
-        Series::Tool => "tool".to_owned(),
-        Series::Guard(code) => {
-            let rank = coloured.iter().position(|c| c == code).unwrap_or(0);
-            format!("g{rank}")
-        }
-        Series::OtherGuards => "guard-other".to_owned(),
-        Series::Fault => "fault".to_owned(),
-    };
-    let label = |s: &Series| match s {
-        Series::Ok => texts.get("outcome_ok").to_owned(),
-        Series::Tool => texts.get("outcome_tool").to_owned(),
-        Series::Guard(code) => code.clone(),
-        Series::OtherGuards => texts.get("outcome_other_guards").to_owned(),
-        Series::Fault => texts.get("outcome_fault").to_owned(),
-    };
     let peak = per_bucket
         .values()
         .map(|m| m.values().sum::<i64>())
@@ -166,8 +198,8 @@ pub fn chart(
                             Segment {
                                 y: round(y),
                                 height: round(height),
-                                class: class_name(series),
-                                label: label(series),
+                                class: series.colour(),
+                                label: series.label(texts),
                                 count: *count,
                             }
                         })
@@ -186,8 +218,8 @@ pub fn chart(
     let legend = per_series
         .iter()
         .map(|(series, count)| Legend {
-            class: class_name(series),
-            label: label(series),
+            class: series.colour(),
+            label: series.label(texts),
             count: *count,
         })
         .collect();
@@ -233,11 +265,14 @@ mod tests {
         ]
     }
 
+    fn texts() -> &'static Texts {
+        super::super::i18n::texts(Locale::En)
+    }
+
     #[test]
     fn calls_are_stacked_by_outcome_and_scaled_to_the_tallest_bar() {
-        let texts = super::super::i18n::texts(Locale::En);
         let now = 59 * MINUTE + 30_000;
-        let c = chart("calls-hour", "t".into(), texts, &counts(), now, MINUTE, 3);
+        let c = chart("calls-hour", "t".into(), texts(), &counts(), now, MINUTE, 3);
         assert_eq!(c.total, 17);
         assert_eq!(c.peak, 13);
         assert_eq!(c.bars.len(), 3);
@@ -251,7 +286,15 @@ mod tests {
             .iter()
             .map(|s| (s.class.as_str(), s.count))
             .collect();
-        assert_eq!(classes, [("ok", 6), ("tool", 2), ("g0", 4), ("fault", 1)]);
+        assert_eq!(
+            classes,
+            [
+                ("ok", 6),
+                ("tool", 2),
+                ("insufficient_scope", 4),
+                ("fault", 1)
+            ]
+        );
         // Stacked from the bottom up, the tallest bar filling the height.
         assert_eq!(last.segments[0].y + last.segments[0].height, HEIGHT as f64);
         let top = last.segments.last().expect("segments");
@@ -266,16 +309,23 @@ mod tests {
             [
                 ("ok", "admitted", 9),
                 ("tool", "tool failure", 2),
-                ("g0", "insufficient_scope", 4),
-                ("g1", "rate_limited", 1),
+                ("insufficient_scope", "insufficient_scope", 4),
+                ("rate_limited", "rate_limited", 1),
                 ("fault", "server or protocol fault", 1),
             ]
         );
     }
 
+    /// Every code's colour in a chart's legend, by code.
+    fn colours(c: &Chart) -> BTreeMap<String, String> {
+        c.legend
+            .iter()
+            .map(|l| (l.label.clone(), l.class.clone()))
+            .collect()
+    }
+
     #[test]
-    fn past_six_guard_codes_the_rarest_share_one_colour() {
-        let texts = super::super::i18n::texts(Locale::En);
+    fn a_code_keeps_its_colour_whatever_its_rank_and_on_both_charts() {
         let codes = [
             "rate_limited",
             "insufficient_scope",
@@ -284,16 +334,101 @@ mod tests {
             "idempotency_key_required",
             "idempotency_key_reused",
             "idempotency_key_in_use",
+            "a_code_of_a_newer_release",
         ];
-        let counts: Vec<(i64, String, i64)> = codes
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (0, (*c).to_owned(), 10 - i as i64))
-            .collect();
-        let c = chart("x", "t".into(), texts, &counts, 0, MINUTE, 1);
-        let classes: Vec<&str> = c.legend.iter().map(|l| l.class.as_str()).collect();
-        assert_eq!(classes, ["g4", "g5", "g1", "g3", "g2", "g0", "guard-other"]);
-        assert_eq!(c.legend.last().map(|l| l.count), Some(4));
+        let ranked = |most_first: bool| -> Vec<(i64, String, i64)> {
+            codes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let i = i as i64;
+                    let calls = if most_first { 10 - i } else { 1 + i };
+                    (0, (*c).to_owned(), calls)
+                })
+                .collect()
+        };
+        let one = chart(
+            "calls-hour",
+            "t".into(),
+            texts(),
+            &ranked(true),
+            0,
+            MINUTE,
+            60,
+        );
+        let other = chart(
+            "calls-day",
+            "t".into(),
+            texts(),
+            &ranked(false),
+            0,
+            60 * MINUTE,
+            24,
+        );
+        // Each code on its own, none folded into an "other" entry however many there are.
+        assert_eq!(one.legend.len(), codes.len());
+        assert_eq!(colours(&one), colours(&other));
+        for code in codes {
+            assert_eq!(colours(&one)[code], outcome_colour(code), "{code}");
+        }
+        assert_eq!(outcome_colour("rate_limited"), "rate_limited");
+        assert_eq!(
+            outcome_colour("idempotency_key_reused"),
+            "idempotency_key_reused"
+        );
+        // Legend and stack follow the outcomes' own order, not their counts.
+        let order: Vec<&str> = one.legend.iter().map(|l| l.label.as_str()).collect();
+        let other_order: Vec<&str> = other.legend.iter().map(|l| l.label.as_str()).collect();
+        assert_eq!(order, other_order);
+    }
+
+    #[test]
+    fn a_code_outside_the_catalog_takes_a_palette_colour_by_the_hash_of_its_name() {
+        // FNV-1a of the name, modulo the palette: fixed values, whatever the build.
+        assert_eq!(outcome_colour("a_code_of_a_newer_release"), "p2");
+        assert_eq!(outcome_colour("future_code"), "p4");
+        assert_eq!(outcome_colour(""), "p1");
+        for code in ["x", "quota_exhausted", "a_code_of_a_newer_release"] {
+            assert_eq!(outcome_colour(code), outcome_colour(code));
+            let slot: u32 = outcome_colour(code)[1..].parse().expect("p<n>");
+            assert!(slot < PALETTE, "{code}");
+        }
+        let c = chart(
+            "x",
+            "t".into(),
+            texts(),
+            &[(0, "future_code".into(), 3)],
+            0,
+            MINUTE,
+            1,
+        );
+        assert_eq!(c.legend[0].class, "p4");
+        assert_eq!(c.legend[0].label, "future_code");
+    }
+
+    #[test]
+    fn every_guard_code_of_the_catalog_has_a_colour_of_its_own() {
+        for kind in ErrorKind::ALL {
+            let spec = kind.spec();
+            if spec.class == Class::Guard {
+                assert!(WELL_KNOWN.contains(&spec.code), "{}", spec.code);
+            }
+        }
+        let mut seen = WELL_KNOWN.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), WELL_KNOWN.len());
+        // Every colour a chart can name has its rule in the stylesheet.
+        let css = include_str!("static/console.css");
+        let palette = (0..PALETTE).map(|n| format!("p{n}"));
+        let fixed = ["ok", "tool", "fault"].map(String::from);
+        let all = fixed
+            .into_iter()
+            .chain(WELL_KNOWN.iter().map(|c| (*c).to_owned()))
+            .chain(palette);
+        for colour in all {
+            assert!(css.contains(&format!(".o-{colour} {{")), "{colour}");
+        }
     }
 
     #[test]

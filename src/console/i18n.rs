@@ -120,7 +120,6 @@ const TEXTS: &[(&str, &str, &str)] = &[
     ),
     ("outcome_ok", "admitted", "admitidas"),
     ("outcome_tool", "tool failure", "fallo de la herramienta"),
-    ("outcome_other_guards", "other refusals", "otros rechazos"),
     (
         "outcome_fault",
         "server or protocol fault",
@@ -315,11 +314,99 @@ const TEXTS: &[(&str, &str, &str)] = &[
     ("pages", "Pages", "Páginas"),
     ("newer", "Newer", "Más recientes"),
     ("older", "Older", "Más antiguas"),
+    ("open_row", "Open this row", "Abrir esta fila"),
+    (
+        "open_row_help",
+        "Open a row by its time to see every field it keeps and what the catalog says about its outcome.",
+        "Abra una fila por su hora para ver todos sus campos y lo que dice el catálogo sobre su resultado.",
+    ),
+    // One audit row.
+    (
+        "audit_row_title",
+        "Audit row {id}",
+        "Fila {id} del registro de auditoría",
+    ),
+    (
+        "back_to_audit",
+        "Back to the audit log",
+        "Volver al registro de auditoría",
+    ),
+    (
+        "not_authenticated",
+        "(the caller did not authenticate)",
+        "(quien llamó no se autenticó)",
+    ),
+    ("client", "OAuth client", "Cliente OAuth"),
+    ("backend", "Backend", "Sistema conectado"),
+    (
+        "built_in",
+        "none: a built-in tool",
+        "ninguno: una herramienta incluida",
+    ),
+    ("request_id", "Request id", "Id. de la solicitud"),
+    ("changed", "What was changed", "Qué se cambió"),
+    ("transport", "Transport", "Transporte"),
+    (
+        "summary_row_help",
+        "This row stands for every refusal, with this outcome and within one minute, of callers from this source that did not authenticate; its tool and request id are those of the first (the tool is * when they named several).",
+        "Esta fila representa todos los rechazos, con este resultado y en un mismo minuto, de quienes llamaron desde este origen sin autenticarse; su herramienta e id. de solicitud son los del primero (la herramienta es * si nombraron varias).",
+    ),
+    (
+        "catalog_entry",
+        "What the error catalog says about this code",
+        "Lo que dice el catálogo de errores sobre este código",
+    ),
+    (
+        "catalog_entry_help",
+        "The audit log keeps the outcome's code, not the error the caller received: its hint named the caller's arguments, which the log never keeps. Below is the catalog entry for the code, with the template its hint is written from.",
+        "El registro de auditoría guarda el código del resultado, no el error que recibió quien llamó: su indicación nombraba los argumentos de la llamada, que el registro nunca guarda. Debajo está la entrada del catálogo para el código, con la plantilla de la que se escribe su indicación.",
+    ),
+    (
+        "shared_code_help",
+        "{n} catalog entries carry this code; the row does not say which of them it was.",
+        "{n} entradas del catálogo usan este código; la fila no indica cuál de ellas fue.",
+    ),
+    (
+        "no_catalog_entry",
+        "This release's catalog has no entry for this code (a newer release may have written the row).",
+        "El catálogo de esta versión no tiene ninguna entrada para este código (puede que una versión más reciente escribiera la fila).",
+    ),
+    ("class", "Class", "Clase"),
+    ("class_protocol", "protocol error", "error de protocolo"),
+    (
+        "class_transport",
+        "refused by the HTTP transport",
+        "rechazo del transporte HTTP",
+    ),
+    (
+        "class_guard",
+        "refused by a guard",
+        "rechazo de una comprobación previa",
+    ),
+    ("class_tool", "tool failure", "fallo de la herramienta"),
+    ("class_server_fault", "server fault", "fallo del servidor"),
+    ("jsonrpc_code", "JSON-RPC code", "Código JSON-RPC"),
+    ("hint_template", "its template", "su plantilla"),
     // Backends.
     (
         "no_backends",
         "No backends are configured: the built-in tools only.",
         "No hay sistemas conectados: solo las herramientas incluidas.",
+    ),
+    ("scope", "Scope", "Ámbito"),
+    ("calls_day", "Calls, 24 h", "Llamadas, 24 h"),
+    ("failures_day", "Failures, 24 h", "Fallos, 24 h"),
+    (
+        "backend_counts_help",
+        "Calls in the last 24 hours, from the audit log. A failure is any outcome but ok: the backend's errors and the refusals of calls meant for it alike. A tool's counts open its rows of the audit log.",
+        "Llamadas de las últimas 24 horas, según el registro de auditoría. Un fallo es cualquier resultado distinto de ok: tanto los errores del sistema como los rechazos de llamadas dirigidas a él. Los números de cada herramienta abren sus filas del registro.",
+    ),
+    ("tools_of", "Tools of {name}", "Herramientas de {name}"),
+    ("no_longer_offered", "no longer offered", "ya no se ofrece"),
+    (
+        "no_tools",
+        "This backend offers no tools now.",
+        "Este sistema no ofrece herramientas ahora.",
     ),
 ];
 
@@ -384,11 +471,14 @@ mod tests {
             include_str!("templates/confirm.html"),
             include_str!("templates/limits.html"),
             include_str!("templates/audit.html"),
+            include_str!("templates/audit_row.html"),
             include_str!("templates/backends.html"),
             include_str!("templates/refused.html"),
             include_str!("mod.rs"),
             include_str!("pages.rs"),
             include_str!("charts.rs"),
+            include_str!("audit_log.rs"),
+            include_str!("backends.rs"),
         ];
         let mut keys = BTreeSet::new();
         for source in sources {

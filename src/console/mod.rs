@@ -14,6 +14,8 @@
 //! applied the `Host`/`Origin` policy of `/mcp`. Here a form post must also come from this
 //! very origin (`Origin` equal to `Host`, and no cross-site `Sec-Fetch-Site`).
 
+mod audit_log;
+mod backends;
 mod charts;
 mod i18n;
 mod pages;

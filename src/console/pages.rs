@@ -5,22 +5,20 @@ use std::time::Duration;
 use minijinja::Environment;
 use serde_json::{Value, json};
 
+use super::audit_log::{audit, audit_csv, audit_json, row_page};
+use super::backends::backends;
 use super::charts::chart;
 use super::i18n::texts;
 use super::{Console, Form, Method, Operator, Request, Response};
 use crate::catalog::{ErrorKind, McpError};
-use crate::clock::{format_time, parse_utc_minute};
+use crate::clock::format_time;
 use crate::config::{GuardChannel, Locale};
 use crate::guards::auth::{self, CredentialError, Mode, NewKey};
 use crate::guards::ratelimit::{LimitChange, LimitsReport, usage};
-use crate::store::audit::{AuditPage, AuditRecord};
+use crate::store::audit::AuditPage;
 use crate::store::{StoreError, store_failure};
-use crate::tools::{Category, csv};
+use crate::tools::Category;
 
-/// Rows per page of the audit log.
-const AUDIT_PAGE_ROWS: u32 = 50;
-/// Rows one CSV export holds at most (the newest that match).
-pub const CSV_EXPORT_ROWS: u32 = 100_000;
 /// Buckets the overview shows.
 const TIGHTEST_BUCKETS: usize = 8;
 /// Failures the overview lists.
@@ -38,6 +36,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("confirm.html", include_str!("templates/confirm.html")),
     ("limits.html", include_str!("templates/limits.html")),
     ("audit.html", include_str!("templates/audit.html")),
+    ("audit_row.html", include_str!("templates/audit_row.html")),
     ("backends.html", include_str!("templates/backends.html")),
     ("refused.html", include_str!("templates/refused.html")),
 ];
@@ -85,6 +84,7 @@ pub fn get(console: &Console, request: &Request<'_>, op: &Operator) -> Option<Re
         "/console/audit" => audit(console, request, op),
         "/console/audit.csv" => return Some(audit_csv(console, request)),
         "/console/backends" => backends(console, op),
+        _ if path.starts_with("/console/audit/") => return row_page(console, op, path),
         _ => return confirm_page(console, op, path),
     };
     Some(page)
@@ -148,7 +148,7 @@ fn failed(console: &Console, op: &Operator, status: u16, message: String) -> Res
 /// The page of a storage failure, as the catalog answers it everywhere else
 /// (`backend_unavailable` while it may pass, `internal_error` otherwise): its HTTP status
 /// and its hint in the company's language.
-fn store_failed(console: &Console, op: &Operator, e: StoreError) -> Response {
+pub(super) fn store_failed(console: &Console, op: &Operator, e: StoreError) -> Response {
     let err = store_failure(e, false);
     failed(
         console,
@@ -230,15 +230,6 @@ fn overview(console: &Console, op: &Operator) -> Response {
         json!({"charts": charts, "buckets": buckets, "errors": errors}),
     );
     Response::html(200, page)
-}
-
-fn audit_json(r: &AuditRecord) -> Value {
-    json!({
-        "id": r.id, "at": crate::clock::format_time_ms(r.at_ms), "credential": r.credential_id,
-        "client": r.client_id, "tool": r.tool, "outcome": r.outcome, "calls": r.calls,
-        "duration_ms": r.duration_us as f64 / 1000.0, "transport": r.transport,
-        "source": r.source, "backend": r.backend, "request_id": r.request_id,
-    })
 }
 
 // ---- Credentials ------------------------------------------------------------------
@@ -652,204 +643,6 @@ fn apply_limit(
         return not_audited(console, op);
     }
     Response::redirect("/console/limits")
-}
-
-// ---- Audit ------------------------------------------------------------------------
-
-/// The filters of the audit page, from its query.
-struct AuditQuery {
-    fields: Vec<(String, String)>,
-    page: AuditPage,
-}
-
-fn audit_query(request: &Request<'_>, limit: u32) -> AuditQuery {
-    let fields = request.query_fields();
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.trim().to_owned())
-            .filter(|v| !v.is_empty())
-    };
-    let time = |name: &str| {
-        field(name)
-            .and_then(|v| parse_utc_minute(&v))
-            .map(|s| s * 1000)
-    };
-    let id = |name: &str| field(name).and_then(|v| v.parse::<i64>().ok());
-    let page = AuditPage {
-        credential_id: field("credential"),
-        tool: field("tool"),
-        outcome: field("outcome"),
-        failures_only: field("failures").is_some(),
-        since_ms: time("since"),
-        until_ms: time("until"),
-        before_id: id("before"),
-        after_id: id("after"),
-        limit,
-    };
-    AuditQuery { fields, page }
-}
-
-/// The query string of the filters (no position), for the links of the page.
-fn filter_query(fields: &[(String, String)]) -> String {
-    let mut out = form_urlencoded::Serializer::new(String::new());
-    for (name, value) in fields {
-        if [
-            "credential",
-            "tool",
-            "outcome",
-            "failures",
-            "since",
-            "until",
-        ]
-        .contains(&name.as_str())
-            && !value.trim().is_empty()
-        {
-            out.append_pair(name, value.trim());
-        }
-    }
-    out.finish()
-}
-
-fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> Response {
-    let query = audit_query(request, AUDIT_PAGE_ROWS + 1);
-    let rows = match console.server.store().audit_page(&query.page) {
-        Ok(rows) => rows,
-        Err(e) => return store_failed(console, op, e),
-    };
-    // One row more than a page says whether there is another page in that direction.
-    let going_newer = query.page.after_id.is_some();
-    let more = rows.len() > AUDIT_PAGE_ROWS as usize;
-    let rows: Vec<&AuditRecord> = if going_newer && more {
-        rows.iter().skip(1).collect()
-    } else {
-        rows.iter().take(AUDIT_PAGE_ROWS as usize).collect()
-    };
-    let filters = filter_query(&query.fields);
-    let join = |extra: String| {
-        let mut q = filters.clone();
-        if !q.is_empty() && !extra.is_empty() {
-            q.push('&');
-        }
-        q.push_str(&extra);
-        if q.is_empty() {
-            String::from("/console/audit")
-        } else {
-            format!("/console/audit?{q}")
-        }
-    };
-    let older = (!going_newer && more) || (going_newer && !rows.is_empty());
-    let newer = (going_newer && more) || query.page.before_id.is_some();
-    let next = older
-        .then(|| rows.last().map(|r| join(format!("before={}", r.id))))
-        .flatten();
-    let prev = newer
-        .then(|| rows.first().map(|r| join(format!("after={}", r.id))))
-        .flatten();
-    let value = |name: &str| {
-        query
-            .fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or(String::new(), |(_, v)| v.trim().to_owned())
-    };
-    let csv = if filters.is_empty() {
-        String::from("/console/audit.csv")
-    } else {
-        format!("/console/audit.csv?{filters}")
-    };
-    let page = console.render(
-        "audit.html",
-        "audit",
-        Some(op),
-        json!({
-            "rows": rows.iter().map(|r| audit_json(r)).collect::<Vec<_>>(),
-            "next": next, "prev": prev, "csv": csv,
-            "filter": {
-                "credential": value("credential"), "tool": value("tool"),
-                "outcome": value("outcome"), "since": value("since"), "until": value("until"),
-                "failures": !value("failures").is_empty(),
-            },
-            "export_rows": CSV_EXPORT_ROWS,
-        }),
-    );
-    Response::html(200, page)
-}
-
-/// `GET /console/audit.csv`: the rows the filters match, newest first, at most
-/// [`CSV_EXPORT_ROWS`].
-fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
-    let mut query = audit_query(request, CSV_EXPORT_ROWS);
-    query.page.before_id = None;
-    query.page.after_id = None;
-    let rows = match console.server.store().audit_page(&query.page) {
-        Ok(rows) => rows,
-        Err(e) => {
-            let err = store_failure(e, false);
-            let hint = err.hint(console.locale());
-            let status = err.kind().spec().http_status;
-            return Response::new(status, "text/plain; charset=utf-8", hint.into_bytes());
-        }
-    };
-    let mut out = String::from(
-        "id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id\r\n",
-    );
-    for r in &rows {
-        let cells = [
-            r.id.to_string(),
-            crate::clock::format_time_ms(r.at_ms),
-            r.credential_id.clone().unwrap_or_default(),
-            r.client_id.clone().unwrap_or_default(),
-            r.tool.clone(),
-            r.outcome.clone(),
-            r.calls.to_string(),
-            r.duration_us.to_string(),
-            r.transport.clone(),
-            r.source.clone().unwrap_or_default(),
-            r.backend.clone().unwrap_or_default(),
-            r.request_id.clone(),
-        ];
-        let line: Vec<String> = cells.iter().map(|c| csv::field(c)).collect();
-        out.push_str(&line.join(","));
-        out.push_str("\r\n");
-    }
-    Response::new(200, "text/csv; charset=utf-8", out.into_bytes()).with_header(
-        "Content-Disposition",
-        "attachment; filename=\"tollgate-audit.csv\"".into(),
-    )
-}
-
-// ---- Backends ---------------------------------------------------------------------
-
-fn backends(console: &Console, op: &Operator) -> Response {
-    let registry = console.server.registry();
-    let backends: Vec<Value> = console
-        .server
-        .backends()
-        .status()
-        .iter()
-        .map(|b| {
-            let mut tools: Vec<&str> = registry
-                .tools()
-                .iter()
-                .filter(|t| t.tool.backend() == Some(b.name.as_str()))
-                .map(|t| t.spec().name)
-                .collect();
-            tools.sort_unstable();
-            json!({
-                "name": b.name, "kind": b.kind, "state": b.health.as_str(),
-                "reason": b.health.reason(), "tools": tools,
-            })
-        })
-        .collect();
-    let page = console.render(
-        "backends.html",
-        "backends",
-        Some(op),
-        json!({"backends": backends}),
-    );
-    Response::html(200, page)
 }
 
 #[cfg(test)]

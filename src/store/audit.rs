@@ -304,21 +304,100 @@ impl Store {
     /// Calls per time bucket and outcome since `since_ms`: `(bucket start in unix
     /// milliseconds, outcome, calls)`, oldest bucket first. A summary row counts the calls
     /// it stands for; the rows of changes made in the console (`console:…`) are not calls.
+    /// The rows are found by the primary key as [`Store::backend_calls_by_tool`] finds them.
     pub fn calls_by_outcome(
         &self,
         since_ms: i64,
         bucket_ms: i64,
     ) -> Result<Vec<(i64, String, i64)>, StoreError> {
         self.with_conn(|conn| {
+            let after = rows_before(conn, since_ms)?;
             conn.query_all(
                 "SELECT (at / ?2) * ?2 AS bucket, outcome, CAST(SUM(calls) AS BIGINT) FROM audit_log \
-                 WHERE at >= ?1 AND tool NOT LIKE 'console:%' \
+                 WHERE id > ?3 AND at >= ?1 AND tool NOT LIKE 'console:%' \
                  GROUP BY bucket, outcome ORDER BY bucket, outcome",
-                args![since_ms, bucket_ms.max(1)],
+                args![since_ms, bucket_ms.max(1), after],
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
         })
     }
+}
+
+/// How far behind a row written before it an audit row's time may be. Rows are appended
+/// in time order but for the few milliseconds the audit writer buffers them, an operator's
+/// change written meanwhile, and, on PostgreSQL, the clocks of the other nodes; a query by
+/// time starts this much earlier than its range in the order of the ids.
+pub const OUT_OF_ORDER_MS: i64 = 5 * 60_000;
+
+/// The calls of one backend tool over a time range, as the backends page shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCalls {
+    /// The backend the calls were forwarded to (or refused on the way to).
+    pub backend: String,
+    /// The tool name.
+    pub tool: String,
+    /// Every call (a summary row counts the calls it stands for).
+    pub calls: i64,
+    /// The calls whose outcome is not `ok`: refusals and failures alike.
+    pub failures: i64,
+}
+
+impl Store {
+    /// The row `id`, or `None` when there is none (never written, or pruned).
+    pub fn audit_record(&self, id: i64) -> Result<Option<AuditRecord>, StoreError> {
+        self.with_conn(|conn| {
+            conn.query_opt(
+                &format!("{PAGE_COLUMNS} WHERE id = ?1"),
+                args![id],
+                record_from_row,
+            )
+        })
+    }
+
+    /// Calls and failures per backend and tool in `since_ms..until_ms`, of the calls whose
+    /// tool resolved to a backend's (so the groups are bounded by the registry, whatever
+    /// names clients send), ordered by backend and tool.
+    ///
+    /// The audit log has no index on time (each one costs every call a write): the rows of
+    /// the range are found by the primary key instead, from the newest row back to the
+    /// first one older than the range (with [`OUT_OF_ORDER_MS`] to spare), so the cost
+    /// follows the rows in the range, not the rows kept.
+    pub fn backend_calls_by_tool(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> Result<Vec<ToolCalls>, StoreError> {
+        self.with_conn(|conn| {
+            let after = rows_before(conn, since_ms)?;
+            conn.query_all(
+                "SELECT backend, tool, CAST(SUM(calls) AS BIGINT), \
+                 CAST(SUM(CASE WHEN outcome = 'ok' THEN 0 ELSE calls END) AS BIGINT) \
+                 FROM audit_log WHERE id > ?1 AND at >= ?2 AND at < ?3 AND backend IS NOT NULL \
+                 GROUP BY backend, tool ORDER BY backend, tool",
+                args![after, since_ms, until_ms],
+                |row| {
+                    Ok(ToolCalls {
+                        backend: row.get(0)?,
+                        tool: row.get(1)?,
+                        calls: row.get(2)?,
+                        failures: row.get(3)?,
+                    })
+                },
+            )
+        })
+    }
+}
+
+/// The id of the newest row written more than [`OUT_OF_ORDER_MS`] before `since_ms` (0 when
+/// there is none): every row of a range starting at `since_ms` has a greater id. The
+/// statement walks the primary key down from the newest row and stops at the first such row.
+fn rows_before(conn: &super::Conn<'_>, since_ms: i64) -> Result<i64, StoreError> {
+    let older = conn.query_opt(
+        "SELECT id FROM audit_log WHERE at < ?1 ORDER BY id DESC LIMIT 1",
+        args![since_ms.saturating_sub(OUT_OF_ORDER_MS)],
+        |row| row.get::<i64>(0),
+    )?;
+    Ok(older.unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -580,6 +659,174 @@ mod tests {
                     (60_000, "invalid_token".to_owned(), 40),
                     (60_000, "ok".to_owned(), 2),
                     (120_000, "ok".to_owned(), 1),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_row_is_read_back_by_its_id_and_an_unknown_id_is_none() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let mut row = call(1_000, Some("K1"), "crm_get_order", "not_found");
+            row.backend = Some("crm".into());
+            let id = write(store, &row, 1, None);
+            let other = write(
+                store,
+                &call(2_000, None, "t", "ok"),
+                1,
+                Some("http:10.0.0.1"),
+            );
+            let record = store.audit_record(id).expect("read").expect("the row");
+            assert_eq!(
+                (
+                    record.id,
+                    record.at_ms,
+                    record.tool.as_str(),
+                    record.outcome.as_str()
+                ),
+                (id, 1_000, "crm_get_order", "not_found")
+            );
+            assert_eq!(record.backend.as_deref(), Some("crm"));
+            assert_eq!(record.credential_id.as_deref(), Some("K1"));
+            let summary = store.audit_record(other).expect("read").expect("the row");
+            assert_eq!(summary.source.as_deref(), Some("http:10.0.0.1"));
+            assert_eq!(store.audit_record(other + 1).expect("read"), None);
+            assert_eq!(store.audit_record(-1).expect("read"), None);
+        }
+    }
+
+    fn backend_call(at: i64, backend: &str, tool: &str, outcome: &str) -> AuditRow {
+        AuditRow {
+            backend: Some(backend.to_owned()),
+            ..call(at, Some("K1"), tool, outcome)
+        }
+    }
+
+    fn counted(store: &Store, since: i64, until: i64) -> Vec<(String, String, i64, i64)> {
+        store
+            .backend_calls_by_tool(since, until)
+            .expect("count")
+            .into_iter()
+            .map(|c| (c.backend, c.tool, c.calls, c.failures))
+            .collect()
+    }
+
+    #[test]
+    fn backend_calls_and_failures_are_counted_per_tool_over_a_time_range() {
+        const DAY: i64 = 86_400_000;
+        for scratch in stores() {
+            let store = &scratch.store;
+            let since = 10 * DAY;
+            let until = 11 * DAY;
+            // Before the range, at its start, inside, and at its end (left out).
+            write(
+                store,
+                &backend_call(since - 1, "crm", "crm_a", "ok"),
+                1,
+                None,
+            );
+            write(store, &backend_call(since, "crm", "crm_a", "ok"), 1, None);
+            write(
+                store,
+                &backend_call(since + 5, "crm", "crm_a", "not_found"),
+                1,
+                None,
+            );
+            write(
+                store,
+                &backend_call(since + 6, "crm", "crm_a", "rate_limited"),
+                3,
+                None,
+            );
+            write(
+                store,
+                &backend_call(since + 7, "crm", "crm_b", "ok"),
+                1,
+                None,
+            );
+            write(
+                store,
+                &backend_call(since + 8, "erp", "erp_x", "adapter_error"),
+                1,
+                None,
+            );
+            // Built-in tools and unknown names have no backend: not counted.
+            write(
+                store,
+                &call(since + 9, Some("K1"), "search_clients", "ok"),
+                1,
+                None,
+            );
+            write(
+                store,
+                &call(since + 9, Some("K1"), "crm_zz", "unknown_tool"),
+                1,
+                None,
+            );
+            write(store, &backend_call(until, "crm", "crm_a", "ok"), 1, None);
+            assert_eq!(
+                counted(store, since, until),
+                [
+                    ("crm".into(), "crm_a".into(), 5, 4),
+                    ("crm".into(), "crm_b".into(), 1, 0),
+                    ("erp".into(), "erp_x".into(), 1, 1),
+                ]
+            );
+            assert_eq!(counted(store, until + 1, until + DAY), []);
+        }
+    }
+
+    #[test]
+    fn a_range_is_found_by_row_id_with_room_for_rows_written_out_of_order() {
+        const DAY: i64 = 86_400_000;
+        for scratch in stores() {
+            let store = &scratch.store;
+            let since = 10 * DAY;
+            // Written before a row older than the range by more than the room allowed: a
+            // clock that jumped back that far. Not looked at.
+            write(
+                store,
+                &backend_call(since + 1, "crm", "crm_a", "ok"),
+                1,
+                None,
+            );
+            write(
+                store,
+                &backend_call(since - OUT_OF_ORDER_MS - 1, "crm", "crm_a", "ok"),
+                1,
+                None,
+            );
+            // Out of order by less than the room: counted when in the range.
+            write(
+                store,
+                &backend_call(since + 60_000, "crm", "crm_a", "ok"),
+                1,
+                None,
+            );
+            write(
+                store,
+                &backend_call(since - 60_000, "crm", "crm_a", "ok"),
+                1,
+                None,
+            );
+            write(
+                store,
+                &backend_call(since + 30_000, "crm", "crm_a", "timeout"),
+                1,
+                None,
+            );
+            assert_eq!(
+                counted(store, since, since + DAY),
+                [("crm".into(), "crm_a".into(), 2, 1)]
+            );
+            // The overview's counts find their rows the same way.
+            let buckets = store.calls_by_outcome(since, DAY).expect("count");
+            assert_eq!(
+                buckets,
+                [
+                    (since, "ok".to_owned(), 1),
+                    (since, "timeout".to_owned(), 1)
                 ]
             );
         }

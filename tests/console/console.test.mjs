@@ -8,8 +8,13 @@
 //   - creates a key, reads its secret once, uses it, revokes it, and sees it refused;
 //   - lowers a key's `read` limit to 1 a minute and sees the second call refused;
 //   - filters the audit log and exports the filtered rows as CSV;
+//   - reads each backend tool's scope, category and the calls and failures of the last day
+//     (the `shop` backend run.sh configures), and opens a failing call's row from there;
 //   - reads the overview and the credentials page at 320 px without scrolling sideways,
-//     and signs in and reads the overview and the audit log with JavaScript off.
+//     and signs in and reads the overview and the audit log with JavaScript off;
+//   - opens an audit row from the list: its outcome and duration, and for a failure what
+//     the catalog says of its code;
+//   - sees a code keep its colour in the charts when the ranking of the codes changes.
 //
 // A screenshot of every page goes to target/console-screenshots/; with
 // TG_CONSOLE_SCREENSHOT_DOC=1 the overview at 1280 px is also written to
@@ -170,6 +175,24 @@ function overflowingBoxes(page) {
         const name = inner && inner.id ? `#${inner.id}` : inner ? inner.tagName.toLowerCase() : 'div';
         return `${name}: ${box.scrollWidth} > ${box.clientWidth}`;
       }), SCROLL_TOLERANCE_PX);
+}
+
+/** Where the audit filter's text and time fields put their labels and inputs. */
+function filterFields(page) {
+  return page.$$eval('#audit-filter .field:not(.check)', (all) =>
+    all.map((field) => {
+      const label = field.querySelector('label').getBoundingClientRect();
+      const input = field.querySelector('input').getBoundingClientRect();
+      return {
+        labelTop: label.top,
+        labelBottom: label.bottom,
+        labelLeft: label.left,
+        inputTop: input.top,
+        inputLeft: input.left,
+        inputRight: input.right,
+      };
+    }),
+  );
 }
 
 /** document.scrollingElement.scrollWidth of the page. */
@@ -418,8 +441,16 @@ test('audit: the filter keeps only the matching rows, and the CSV export has the
     assert.equal(invoices.body.error, undefined, JSON.stringify(invoices.body));
     await untilAudited(page, `credential=${key.id}`, 2);
 
-    // By credential: exactly this key's two calls.
+    // The filter's fields line up: the labels of one row at one height, their inputs at
+    // another, whatever help line a field has below its input.
     await page.goto(`${BASE}/console/audit`);
+    const boxes = await filterFields(page);
+    const firstRow = boxes.filter((b) => Math.abs(b.labelTop - boxes[0].labelTop) < 1);
+    assert.ok(firstRow.length >= 3, JSON.stringify(boxes));
+    for (const b of firstRow) assert.ok(Math.abs(b.inputTop - firstRow[0].inputTop) < 1, JSON.stringify(boxes));
+    assert.ok(boxes.every((b) => b.inputTop >= b.labelBottom - 1), JSON.stringify(boxes));
+
+    // By credential: exactly this key's two calls.
     await page.fill('#audit-filter [name=credential]', key.id);
     await submit(page, '#audit-filter [type=submit]');
     assert.equal(new URL(page.url()).searchParams.get('credential'), key.id);
@@ -469,33 +500,108 @@ test('audit: the filter keeps only the matching rows, and the CSV export has the
   }
 });
 
-test('backends: the page lists the configured backends (none here)', async () => {
+/** The calls and failures cells of a backends-page row (`#backend-…` or `#tool-…`). */
+async function counts(page, row) {
+  const cell = async (name) => Number((await page.textContent(`${row} td.${name}`)).trim());
+  return { calls: await cell('calls'), failures: await cell('failures') };
+}
+
+test('backends: each tool shows its scope, category and the calls and failures of the last day', async () => {
   const context = await newContext();
   try {
     const page = await signIn(context);
     await page.goto(`${BASE}/console/backends`);
     await assertPresent(page, '#backends');
+    const backend = '#backends tr[id="backend-shop"]';
+    const tool = '#tools-shop tr[id="tool-shop_get_thing"]';
+    const idle = '#tools-shop tr[id="tool-shop_list_things"]';
+    assert.equal((await page.textContent(`${backend} .state`)).trim(), 'ready');
+    assert.equal((await page.textContent(`${backend} .tool-count`)).trim(), '2');
+    assert.equal((await page.textContent(`${tool} .scope`)).trim(), 'shop:read');
+    assert.equal((await page.textContent(`${tool} .category`)).trim(), 'read');
+    const before = { backend: await counts(page, backend), tool: await counts(page, tool) };
+
+    // Two calls found, one not (the backend's 404 is the catalog's not_found).
+    const query = 'tool=shop_get_thing';
+    const audited = await auditCsvRows(page, query);
+    for (const [thing, code] of [['ok', null], ['ok', null], ['missing', 'not_found']]) {
+      const call = await callTool(ADMIN_KEY, 'shop_get_thing', { case: thing });
+      assert.equal(call.status, 200, JSON.stringify(call.body));
+      const error = call.body.result?._meta?.['dev.tollgate/error'];
+      assert.equal(error?.code ?? null, code, JSON.stringify(call.body));
+    }
+    await untilAudited(page, query, audited + 3);
+
+    await page.goto(`${BASE}/console/backends`);
+    assert.deepEqual(await counts(page, tool), { calls: before.tool.calls + 3, failures: before.tool.failures + 1 });
+    assert.deepEqual(await counts(page, backend), {
+      calls: before.backend.calls + 3,
+      failures: before.backend.failures + 1,
+    });
+    assert.deepEqual(await counts(page, idle), { calls: 0, failures: 0 });
+    assert.equal((await page.textContent(`${idle} .scope`)).trim(), 'shop:read');
     await shot(page, 'backends');
+
+    // The failures open the audit log on those rows; the newest is the one just made.
+    await Promise.all([page.waitForNavigation(), page.click(`${tool} td.failures a`)]);
+    const url = new URL(page.url());
+    assert.equal(url.pathname, '/console/audit');
+    assert.equal(url.searchParams.get('tool'), 'shop_get_thing');
+    assert.equal(url.searchParams.get('failures'), '1');
+    const rows = await auditRows(page);
+    assert.equal(rows.length, before.tool.failures + 1, JSON.stringify(rows));
+    assert.equal(rows[0].outcome, 'not_found');
+    // The filter form takes the link's time as it is (seconds included) and filters again.
+    await submit(page, '#audit-filter [type=submit]');
+    assert.equal((await auditRows(page)).length, rows.length);
+
+    await Promise.all([page.waitForNavigation(), page.click('#audit .audit-row a.open')]);
+    assert.match(new URL(page.url()).pathname, /^\/console\/audit\/\d+$/);
+    assert.equal((await page.textContent('#audit-row dd.outcome')).trim(), 'not_found');
+    assert.equal((await page.textContent('#audit-row dd.backend')).trim(), 'shop');
+    assert.equal((await page.textContent('#catalog dd.code')).trim(), 'not_found');
+    assert.equal((await page.textContent('#catalog dd.http-status')).trim(), '404');
+    assert.equal((await page.textContent('#catalog dd.error-code')).trim(), '3101');
+    assert.ok((await page.textContent('#catalog dd.hint')).trim().length > 0);
+    await shot(page, 'audit-row-backend');
   } finally {
     await context.close();
   }
 });
 
-test('320 px: the overview, credentials, limits and audit pages do not scroll sideways, nor do their tables', async () => {
+test('320 px: the overview, credentials, limits, audit, audit row and backends pages do not scroll sideways, nor do their tables', async () => {
   const context = await newContext({ viewport: { width: 320, height: 640 } });
   try {
     const page = await signIn(context);
+    await page.goto(`${BASE}/console/audit`);
+    const row = await page.getAttribute('#audit .audit-row a.open', 'href');
     for (const [path, name] of [
       ['/console', 'overview-320'],
       ['/console/credentials', 'credentials-320'],
       ['/console/limits', 'limits-320'],
       ['/console/audit', 'audit-320'],
+      ['/console/backends', 'backends-320'],
+      [row, 'audit-row-320'],
     ]) {
       await page.goto(`${BASE}${path}`);
       await shot(page, name);
       const width = await scrollWidth(page);
       assert.ok(width <= 320 + SCROLL_TOLERANCE_PX, `${path} is ${width} px wide at 320 px`);
       assert.deepEqual(await overflowingBoxes(page), [], `${path}: tables wider than the screen`);
+      // A time is never broken across lines.
+      const broken = await page.$$eval('time', (times) =>
+        times.filter((t) => t.getClientRects().length > 1).map((t) => t.textContent));
+      assert.deepEqual(broken, [], `${path}: times over two lines`);
+    }
+    // The audit filter's labels and fields line up: one column, each label above its field.
+    await page.goto(`${BASE}/console/audit`);
+    const fields = await filterFields(page);
+    assert.ok(fields.length >= 5, JSON.stringify(fields));
+    for (const f of fields) {
+      assert.ok(f.inputTop >= f.labelBottom - 1, JSON.stringify(fields));
+      assert.equal(Math.round(f.labelLeft), Math.round(fields[0].labelLeft), JSON.stringify(fields));
+      assert.equal(Math.round(f.inputLeft), Math.round(fields[0].inputLeft), JSON.stringify(fields));
+      assert.ok(f.inputRight <= 320, JSON.stringify(fields));
     }
   } finally {
     await context.close();
@@ -523,6 +629,130 @@ test('without JavaScript: sign in, read the overview and the audit log', async (
     const filtered = await auditRows(page);
     assert.ok(filtered.length > 0);
     assert.deepEqual([...new Set(filtered.map((r) => r.tool))], ['search_invoices']);
+    // A row opens from its link.
+    await Promise.all([page.waitForNavigation(), page.click('#audit .audit-row a.open')]);
+    assert.equal((await page.textContent('#audit-row dd.tool')).trim(), 'search_invoices');
+  } finally {
+    await context.close();
+  }
+});
+
+test('audit row: opened from the list, it shows its outcome and duration, and a failure its catalog entry', async () => {
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    const key = await createKey(page, 'browser test row', 'clients:read');
+    assertClientsFound(await callTool(key.secret, 'search_clients'));
+    const refused = await callTool(key.secret, 'search_invoices');
+    assert.equal(refused.body.error?.data?.code, 'insufficient_scope', JSON.stringify(refused.body));
+    await untilAudited(page, `credential=${key.id}`, 2);
+
+    await page.goto(`${BASE}/console/audit?credential=${key.id}`);
+    const rows = await auditRows(page);
+    assert.deepEqual(rows.map((r) => r.outcome), ['insufficient_scope', 'ok'], JSON.stringify(rows));
+    // Each row's time is a <time> element that stays on one line, and its link.
+    const at = await page.$eval('#audit .audit-row td.at', (td) => ({
+      datetime: td.querySelector('time').getAttribute('datetime'),
+      text: td.textContent.trim(),
+      nowrap: getComputedStyle(td.querySelector('time')).whiteSpace,
+    }));
+    assert.equal(at.datetime, at.text);
+    assert.ok(!Number.isNaN(Date.parse(at.datetime)), at.datetime);
+    assert.equal(at.nowrap, 'nowrap');
+
+    // The admitted call.
+    await Promise.all([page.waitForNavigation(), page.click('#audit .audit-row:nth-child(2) a.open')]);
+    assert.match(new URL(page.url()).pathname, /^\/console\/audit\/\d+$/);
+    assert.equal((await page.textContent('#audit-row dd.outcome')).trim(), 'ok (admitted)');
+    assert.match((await page.textContent('#audit-row dd.duration')).trim(), /^\d+(\.\d+)? ms$/);
+    assert.equal((await page.textContent('#audit-row dd.tool')).trim(), 'search_clients');
+    assert.equal((await page.textContent('#audit-row dd.credential')).trim(), key.id);
+    assert.equal((await page.textContent('#audit-row dd.transport')).trim(), 'http');
+    assert.equal(await page.$('#catalog'), null, 'an admitted call has no catalog entry');
+    assert.equal(await page.getAttribute('#nav a[aria-current=page]', 'href'), '/console/audit');
+    await shot(page, 'audit-row');
+
+    // The refused call: the catalog's code, status, numeric code and hint template.
+    await page.goBack();
+    await Promise.all([page.waitForNavigation(), page.click('#audit .audit-row:nth-child(1) a.open')]);
+    assert.equal((await page.textContent('#audit-row dd.outcome')).trim(), 'insufficient_scope');
+    assert.equal((await page.textContent('#catalog dd.code')).trim(), 'insufficient_scope');
+    assert.equal((await page.textContent('#catalog dd.http-status')).trim(), '403');
+    assert.equal((await page.textContent('#catalog dd.error-code')).trim(), '1105');
+    assert.equal((await page.textContent('#catalog dd.retryable')).trim(), 'false');
+    assert.equal((await page.textContent('#catalog dd.rpc-code')).trim(), '-32005');
+    assert.match((await page.textContent('#catalog dd.hint')).trim(), /scope/);
+    await shot(page, 'audit-row-failure');
+
+    // A row that does not exist: the console's 404 page.
+    const missing = await page.goto(`${BASE}/console/audit/999999999`);
+    assert.equal(missing.status(), 404);
+    assert.ok((await page.textContent('#error[role=alert]')).trim().length > 0);
+  } finally {
+    await context.close();
+  }
+});
+
+/** Each code of the chart's legend with its colour: `{ code: { colour, count, css } }`. */
+async function legendColours(page, chart) {
+  return page.$$eval(`#${chart} .legend li`, (items) =>
+    Object.fromEntries(
+      items.map((li) => {
+        const swatch = li.querySelector('.swatch');
+        const [label, count] = li.textContent.trim().split(/:\s*(?=\d+$)/);
+        const colour = [...swatch.classList].find((c) => c.startsWith('o-'));
+        return [label, { colour, count: Number(count), css: getComputedStyle(swatch).backgroundColor }];
+      }),
+    ),
+  );
+}
+
+test('overview: a code keeps its colour in both charts when the ranking of the codes changes', async () => {
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    const invalid = 'idempotency_key_invalid';
+    const required = 'idempotency_key_required';
+    const made = async (code, count) => {
+      const before = await auditCsvRows(page, `outcome=${code}`);
+      for (let i = 0; i < count; i++) {
+        const call =
+          code === invalid
+            ? await callTool(ADMIN_KEY, 'create_client', { name: 'Colour test', idempotency_key: '' })
+            : await callTool(ADMIN_KEY, 'record_payment', { invoice_id: 'inv_x', amount_cents: 100 });
+        assert.equal(call.body.error?.data?.code, code, JSON.stringify(call.body));
+      }
+      await untilAudited(page, `outcome=${code}`, before + count);
+    };
+
+    // First one code leads the refusals, then another overtakes it.
+    await made(invalid, 3);
+    await page.goto(`${BASE}/console`);
+    const first = await legendColours(page, 'calls-hour');
+    assert.ok(first[invalid] && !first[required], JSON.stringify(first));
+    await made(required, first[invalid].count + 3);
+    await page.goto(`${BASE}/console`);
+    const second = await legendColours(page, 'calls-hour');
+    assert.ok(second[required].count > second[invalid].count, JSON.stringify(second));
+
+    for (const [code, entry] of Object.entries(first)) {
+      assert.equal(second[code]?.colour, entry.colour, `${code}: ${JSON.stringify({ first, second })}`);
+      assert.equal(second[code]?.css, entry.css, code);
+    }
+    // Each guard code has the colour of its own name, the same in the day's chart.
+    assert.equal(second[invalid].colour, `o-${invalid}`);
+    assert.equal(second[required].colour, `o-${required}`);
+    assert.notEqual(second[invalid].css, second[required].css);
+    const day = await legendColours(page, 'calls-day');
+    for (const [code, entry] of Object.entries(second)) {
+      assert.equal(day[code]?.colour, entry.colour, code);
+      assert.equal(day[code]?.css, entry.css, code);
+    }
+    // The bars use the legend's colours.
+    const bars = await page.$$eval(`#calls-hour rect.o-${required}`, (rects) =>
+      [...new Set(rects.map((r) => getComputedStyle(r).fill))]);
+    assert.deepEqual(bars, [second[required].css]);
+    await shot(page, 'overview-colours');
   } finally {
     await context.close();
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The operator console in a real browser: headless Chromium (Debian's package) driven by
 # playwright-core, against one `tollgate serve` on a free loopback port with a fresh
-# database (demo data, the admin key `tollgate init` prints).
+# database (demo data, the admin key `tollgate init` prints) and one OpenAPI backend, `shop`
+# (shop.openapi.json, served by backend.mjs on another free loopback port).
 #
 #   TG_BIN=target/debug/tollgate TG_TOOLS=target/ci-tools bash tests/console/run.sh
 #
@@ -52,13 +53,19 @@ while IFS= read -r name; do unset "$name"; done < <(compgen -e | grep '^TOLLGATE
 
 data=$(mktemp -d /tmp/tollgate-console.XXXXXX)
 server=""
-stop() {
-    if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
-        kill -TERM "$server"
+backend=""
+# Ends process $1: TERM, then KILL if it is still there after 5 s.
+end() {
+    if [ -n "$1" ] && kill -0 "$1" 2>/dev/null; then
+        kill -TERM "$1"
         # A clean exit takes well under a second; never wait forever.
-        for _ in $(seq 50); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$server" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$1" 2>/dev/null || true
     fi
+}
+stop() {
+    end "$server"
+    end "$backend"
     rm -rf "$data"
 }
 trap stop EXIT
@@ -68,20 +75,47 @@ trap stop EXIT
     { cat "$data/init.log" >&2; exit 1; }
 admin_key=$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).admin_key)' "$data/init.json")
 
-port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); })')
+free_port() {
+    node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); })'
+}
+# Exits 0 once GET $1 answers with status $2 (within 20 s), 1 otherwise.
+until_answers() {
+    node -e '
+        const deadline = Date.now() + 20000;
+        (async () => {
+            while (Date.now() < deadline) {
+                try { if ((await fetch(process.argv[1])).status === Number(process.argv[2])) return; } catch {}
+                await new Promise((ok) => setTimeout(ok, 100));
+            }
+            process.exit(1);
+        })();' "$1" "$2"
+}
+
+# The backend first: tollgate reads its OpenAPI document when it starts.
+backend_port=$(free_port)
+node "$here/backend.mjs" "$backend_port" > "$data/backend.log" 2>&1 &
+backend=$!
+if ! until_answers "http://127.0.0.1:$backend_port/things" 200; then
+    echo "tests/console: the test backend did not answer on port $backend_port" >&2
+    cat "$data/backend.log" >&2
+    exit 1
+fi
+cp "$here/shop.openapi.json" "$data/shop.openapi.json"
+cat > "$data/tollgate.toml" <<TOML
+[[backends]]
+name = "shop"
+kind = "openapi"
+spec = "shop.openapi.json"
+base_url = "http://127.0.0.1:$backend_port"
+TOML
+
+port=$(free_port)
 base="http://127.0.0.1:$port"
-RUST_LOG=warn "$bin" --database "$data/t.db" serve --listen "127.0.0.1:$port" > "$data/serve.log" 2>&1 &
+RUST_LOG=warn "$bin" --database "$data/t.db" serve --listen "127.0.0.1:$port" \
+    --config "$data/tollgate.toml" > "$data/serve.log" 2>&1 &
 server=$!
 # /healthz within 20 s, or the server's log.
-if ! node -e '
-    const deadline = Date.now() + 20000;
-    (async () => {
-        while (Date.now() < deadline) {
-            try { if ((await fetch(process.argv[1] + "/healthz")).ok) return; } catch {}
-            await new Promise((ok) => setTimeout(ok, 100));
-        }
-        process.exit(1);
-    })();' "$base" || ! kill -0 "$server" 2>/dev/null; then
+if ! until_answers "$base/healthz" 200 || ! kill -0 "$server" 2>/dev/null; then
     echo "tests/console: tollgate serve did not become healthy on $base" >&2
     cat "$data/serve.log" >&2
     exit 1
