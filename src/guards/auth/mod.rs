@@ -58,6 +58,7 @@ use crate::tools::ToolSpec;
 
 mod access;
 mod keys;
+mod scopes;
 mod throttle;
 mod token;
 
@@ -70,6 +71,7 @@ pub use keys::{
     issue_access_token, list_clients, list_keys, revoke_client, revoke_key, rotate_key,
     set_guard_channel,
 };
+pub use scopes::{KnownScope, KnownScopes, MAX_SUGGESTIONS, ScopeGroup, UnknownScope};
 pub use token::{
     CLIENT_SECRET_PREFIX, LIVE_PREFIX, Mode, Secret, TEST_PREFIX, hash_secret, random_hex,
 };
