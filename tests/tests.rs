@@ -38,6 +38,7 @@ mod optional_args;
 mod ratelimit;
 mod rehearsal;
 mod sandbox;
+mod scopes;
 mod side_doors;
 mod stdio_protocol;
 mod store_copy;
