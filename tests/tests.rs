@@ -18,6 +18,7 @@ mod backup;
 mod capabilities;
 mod clock;
 mod console;
+mod console_keys;
 mod docs;
 mod faults;
 mod floods;

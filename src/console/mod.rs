@@ -15,6 +15,7 @@
 //! very origin (`Origin` equal to `Host`, and no cross-site `Sec-Fetch-Site`).
 
 mod charts;
+mod credentials;
 mod i18n;
 mod pages;
 pub mod session;
@@ -28,7 +29,7 @@ use self::i18n::Texts;
 use self::session::{Sessions, Signed, Started, random_token, same_token};
 use crate::catalog::ErrorKind;
 use crate::config::{Config, Locale};
-use crate::guards::auth::{Principal, is_operator};
+use crate::guards::auth::{KnownScopes, Principal, is_operator};
 use crate::protocol::dispatch::Server;
 
 /// The cookie that names a sign-in.
@@ -154,6 +155,15 @@ impl Form {
             .find(|(n, _)| n == name)
             .map_or("", |(_, v)| v.trim())
     }
+
+    /// Every field named `name` (a group of checkboxes), trimmed, in the form's order.
+    fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.trim())
+            .collect()
+    }
 }
 
 /// The signed-in operator a page is rendered for.
@@ -171,6 +181,8 @@ pub struct Console {
     templates: Environment<'static>,
     /// `Secure` on the cookies: the public base URL is `https://`.
     secure: bool,
+    /// The scopes a credential made here may hold (the configured backends' included).
+    scopes: KnownScopes,
 }
 
 impl Console {
@@ -192,6 +204,7 @@ impl Console {
             sessions,
             templates,
             secure,
+            scopes: KnownScopes::new(&config.backends, config.tools.conformance_pack),
         })
     }
 
