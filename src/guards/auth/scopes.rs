@@ -56,17 +56,23 @@ pub struct KnownScopes {
 /// The scopes the built-in tools need: the invoicing back office's and, with
 /// `conformance_pack` in a build that carries it, the conformance fixtures'.
 fn builtin_scopes(conformance_pack: bool) -> Vec<&'static str> {
-    let mut scopes: Vec<&'static str> = crate::tools::invoicing::tools()
+    crate::tools::invoicing::tools()
         .iter()
         .map(|t| t.spec().scope)
-        .collect();
-    #[cfg(feature = "conformance-pack")]
-    if conformance_pack {
-        scopes.push(crate::tools::conformance::SCOPE);
-    }
-    #[cfg(not(feature = "conformance-pack"))]
-    let _ = conformance_pack;
-    scopes
+        .chain(conformance_scope(conformance_pack))
+        .collect()
+}
+
+/// The conformance fixtures' scope when they are asked for.
+#[cfg(feature = "conformance-pack")]
+fn conformance_scope(conformance_pack: bool) -> Option<&'static str> {
+    conformance_pack.then_some(crate::tools::conformance::SCOPE)
+}
+
+/// A build without the fixtures has no scope for them.
+#[cfg(not(feature = "conformance-pack"))]
+fn conformance_scope(_conformance_pack: bool) -> Option<&'static str> {
+    None
 }
 
 /// Orders the actions of one resource: `read`, then `write`, then the rest by name.
