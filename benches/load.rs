@@ -589,13 +589,17 @@ fn raise_read_limit(db: &Path, public_id: &str) {
 
 /// A new API key with `scopes`, its read limit raised.
 fn create_key(db: &Path, name: &str, scopes: &str) -> Credential {
-    let printed: Value = serde_json::from_slice(&run_ok(
-        db,
-        &[
-            "key", "create", "--name", name, "--scopes", scopes, "--json",
-        ],
-    ))
-    .expect("`key create --json` prints JSON");
+    create_key_with(db, name, scopes, &[])
+}
+
+/// [`create_key`] with more arguments (a configuration file).
+fn create_key_with(db: &Path, name: &str, scopes: &str, extra: &[&str]) -> Credential {
+    let mut args = vec![
+        "key", "create", "--name", name, "--scopes", scopes, "--json",
+    ];
+    args.extend_from_slice(extra);
+    let printed: Value =
+        serde_json::from_slice(&run_ok(db, &args)).expect("`key create --json` prints JSON");
     let key = credential(printed["token"].as_str().expect("a token").to_owned());
     raise_read_limit(db, &key.public_id);
     key
@@ -1479,11 +1483,17 @@ impl GatePair {
         let upstream = HttpServer::start(&upstream_db, &["--conformance-pack"], None, s);
         let gate_db = dir.join(format!("backend-gate-{run}.db"));
         prepare_database(&gate_db);
-        let agent = create_key(&gate_db, "bench-agent", &format!("{BACKEND_NAME}:read"));
         let config = write_gate_config(dir, run, upstream.addr, &client.token);
+        let config_arg = config.to_string_lossy().into_owned();
+        // A backend's scopes are known only with its configuration.
+        let agent = create_key_with(
+            &gate_db,
+            "bench-agent",
+            &format!("{BACKEND_NAME}:read"),
+            &["--config", &config_arg],
+        );
         let log = dir.join(format!("backend-gate-{run}.log"));
         let stderr = std::fs::File::create(&log).expect("create the gate's log");
-        let config_arg = config.to_string_lossy().into_owned();
         let mut gate = HttpServer::spawn(
             &gate_db,
             &["--config", &config_arg],

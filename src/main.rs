@@ -2,8 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    tollgate::ops::cli::run(tollgate::ops::cli::Cli::parse())
+    tollgate::ops::cli::run(tollgate::ops::cli::parse())
 }

@@ -100,6 +100,13 @@ idempotency = "required"
     (db, server)
 }
 
+/// A key with `scopes`, made with the gate's configuration: a backend's scopes are known
+/// only where its `[[backends]]` entry is.
+fn backend_key(db: &TestDb, name: &str, scopes: &str) -> crate::util::Key {
+    let config = db.dir.path().join("tollgate.toml");
+    db.create_key(name, scopes, &["--config", config.to_str().expect("utf-8")])
+}
+
 fn call(server: &HttpServer, token: &str, tool: &str, args: Value) -> Value {
     server.modern_tool_call(token, tool, &args).json()
 }
@@ -108,7 +115,7 @@ fn call(server: &HttpServer, token: &str, tool: &str, args: Value) -> Value {
 fn backend_tools_are_listed_under_the_prefix_with_their_category_and_scope() {
     let backend = orders_backend();
     let (db, server) = gate(&backend);
-    let reader = db.create_key("reader", "crm:read", &[]);
+    let reader = backend_key(&db, "reader", "crm:read");
     let listed = |token: &str| -> Vec<Value> {
         server
             .modern_tools_list(token)
@@ -140,7 +147,7 @@ fn backend_tools_are_listed_under_the_prefix_with_their_category_and_scope() {
 fn scope_and_plan_refuse_a_backend_tool_before_the_backend_is_reached() {
     let backend = orders_backend();
     let (db, server) = gate(&backend);
-    let reader = db.create_key("reader", "crm:read", &[]);
+    let reader = backend_key(&db, "reader", "crm:read");
     let refused = call(
         &server,
         &reader.token,
@@ -167,7 +174,7 @@ fn scope_and_plan_refuse_a_backend_tool_before_the_backend_is_reached() {
 fn the_rate_counters_charge_backend_calls_and_refuse_past_the_limit() {
     let backend = orders_backend();
     let (db, server) = gate(&backend);
-    let key = db.create_key("agent", "crm:read", &[]);
+    let key = backend_key(&db, "agent", "crm:read");
     db.limit_per_minute(&key.id, "read", 2);
     for _ in 0..2 {
         let ok = call(&server, &key.token, "crm_list_orders", json!({}));

@@ -188,14 +188,77 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "Crear un cliente OAuth",
     ),
     (
-        "scopes_help",
-        "Comma-separated, like invoices:read,clients:write; * for every tool; admin for this console.",
-        "Separados por comas, como invoices:read,clients:write; * para todas las herramientas; admin para esta consola.",
+        "scopes_pick_help",
+        "Choose at least one. Built-in tools have a scope per resource and action; a backend's tools, one per category. Beside each scope, the tools it opens now.",
+        "Elija al menos uno. Las herramientas incluidas tienen un ámbito por recurso y acción; las de un sistema conectado, uno por categoría. Junto a cada ámbito, las herramientas que abre ahora.",
+    ),
+    ("scopes_special", "Special", "Especiales"),
+    (
+        "scopes_builtin",
+        "Built-in tools: {resource}",
+        "Herramientas incluidas: {resource}",
+    ),
+    (
+        "scopes_backend",
+        "Backend {backend}",
+        "Sistema conectado {backend}",
+    ),
+    (
+        "scope_super",
+        "every tool, built-in and backend, now and to come; not this console",
+        "todas las herramientas, incluidas y de sistemas conectados, ahora y en el futuro; no esta consola",
+    ),
+    (
+        "scope_admin",
+        "signs in to this console; opens no tool, and * does not include it",
+        "permite entrar en esta consola; no abre ninguna herramienta, y * no lo incluye",
+    ),
+    (
+        "scope_no_tools_now",
+        "no tool needs it now (the backend lists none)",
+        "ninguna herramienta lo necesita ahora (el sistema no ofrece ninguna)",
+    ),
+    (
+        "scope_none",
+        "Choose at least one scope.",
+        "Elija al menos un ámbito.",
+    ),
+    (
+        "scope_malformed",
+        "{scope} is not a scope: scopes look like invoices:read, or * or admin.",
+        "{scope} no es un ámbito: los ámbitos son como invoices:read, o * o admin.",
+    ),
+    (
+        "scope_unknown",
+        "Unknown scope: {scope}.",
+        "Ámbito desconocido: {scope}.",
+    ),
+    (
+        "scope_did_you_mean",
+        "Did you mean {scopes}?",
+        "¿Quería decir {scopes}?",
+    ),
+    (
+        "scope_no_backend",
+        "No backend named {backend} is configured: a backend's scopes can be chosen once its [[backends]] entry is in the server's configuration.",
+        "No hay ningún sistema conectado llamado {backend}: sus ámbitos se pueden elegir cuando su entrada [[backends]] está en la configuración del servidor.",
+    ),
+    ("expires", "Expires", "Caduca"),
+    ("expires_utc", "Expires (UTC)", "Caduca (UTC)"),
+    ("expires_never", "never", "nunca"),
+    ("expires_1d", "in 1 day", "en 1 día"),
+    ("expires_7d", "in 7 days", "en 7 días"),
+    ("expires_30d", "in 30 days", "en 30 días"),
+    ("expires_90d", "in 90 days", "en 90 días"),
+    (
+        "expires_unknown",
+        "Choose an expiry from the list.",
+        "Elija una caducidad de la lista.",
     ),
     (
         "client_scopes_help",
-        "The scopes its access tokens may carry, comma-separated (not admin).",
-        "Los ámbitos que pueden llevar sus tokens de acceso, separados por comas (no admin).",
+        "The scopes its access tokens may carry, comma-separated, as in the key form's list (not admin).",
+        "Los ámbitos que pueden llevar sus tokens de acceso, separados por comas, como en la lista del formulario de claves (no admin).",
     ),
     ("rotate", "Rotate", "Renovar"),
     ("revoke", "Revoke", "Revocar"),
@@ -476,6 +539,7 @@ mod tests {
             include_str!("templates/refused.html"),
             include_str!("mod.rs"),
             include_str!("pages.rs"),
+            include_str!("credentials.rs"),
             include_str!("charts.rs"),
             include_str!("audit_log.rs"),
             include_str!("backends.rs"),
@@ -517,6 +581,7 @@ mod tests {
             "category",
             "plan",
             "retry_after",
+            "expires",
         ];
         let missing: Vec<String> = keys_used()
             .into_iter()

@@ -17,6 +17,7 @@
 mod audit_log;
 mod backends;
 mod charts;
+mod credentials;
 mod i18n;
 mod pages;
 pub mod session;
@@ -30,7 +31,7 @@ use self::i18n::Texts;
 use self::session::{Sessions, Signed, Started, random_token, same_token};
 use crate::catalog::ErrorKind;
 use crate::config::{Config, Locale};
-use crate::guards::auth::{Principal, is_operator};
+use crate::guards::auth::{KnownScopes, Principal, is_operator};
 use crate::protocol::dispatch::Server;
 
 /// The cookie that names a sign-in.
@@ -156,6 +157,15 @@ impl Form {
             .find(|(n, _)| n == name)
             .map_or("", |(_, v)| v.trim())
     }
+
+    /// Every field named `name` (a group of checkboxes), trimmed, in the form's order.
+    fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.trim())
+            .collect()
+    }
 }
 
 /// The signed-in operator a page is rendered for.
@@ -173,6 +183,8 @@ pub struct Console {
     templates: Environment<'static>,
     /// `Secure` on the cookies: the public base URL is `https://`.
     secure: bool,
+    /// The scopes a credential made here may hold (the configured backends' included).
+    scopes: KnownScopes,
 }
 
 impl Console {
@@ -194,6 +206,7 @@ impl Console {
             sessions,
             templates,
             secure,
+            scopes: KnownScopes::new(&config.backends, config.tools.conformance_pack),
         })
     }
 

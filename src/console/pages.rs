@@ -8,12 +8,13 @@ use serde_json::{Value, json};
 use super::audit_log::{audit, audit_csv, audit_json, row_page};
 use super::backends::backends;
 use super::charts::chart;
+use super::credentials::{self, Posted};
 use super::i18n::texts;
 use super::{Console, Form, Method, Operator, Request, Response};
 use crate::catalog::{ErrorKind, McpError};
 use crate::clock::format_time;
-use crate::config::{GuardChannel, Locale};
-use crate::guards::auth::{self, CredentialError, Mode, NewKey};
+use crate::config::Locale;
+use crate::guards::auth::{self, CredentialError};
 use crate::guards::ratelimit::{LimitChange, LimitsReport, usage};
 use crate::store::audit::AuditPage;
 use crate::store::{StoreError, store_failure};
@@ -79,7 +80,7 @@ pub fn get(console: &Console, request: &Request<'_>, op: &Operator) -> Option<Re
     let path = request.path;
     let page = match path {
         "/console" | "/console/" => overview(console, op),
-        "/console/credentials" => credentials(console, op, None),
+        "/console/credentials" => credentials::page(console, op, None, None),
         "/console/limits" => limits(console, op, None),
         "/console/audit" => audit(console, request, op),
         "/console/audit.csv" => return Some(audit_csv(console, request)),
@@ -99,8 +100,8 @@ pub fn post(
 ) -> Option<Response> {
     debug_assert_eq!(request.method, Method::Post);
     let response = match request.path {
-        "/console/credentials/keys" => create_key(console, request, op, form),
-        "/console/credentials/clients" => create_client(console, request, op, form),
+        "/console/credentials/keys" => credentials::create_key(console, request, op, form),
+        "/console/credentials/clients" => credentials::create_client(console, request, op, form),
         "/console/limits/credential" => set_credential_limit(console, request, op, form),
         "/console/limits/plan" => set_plan_limit(console, request, op, form),
         path => {
@@ -129,7 +130,7 @@ fn action_path(path: &str) -> Option<(&str, &str, &str)> {
     (parts.next().is_none() && id_ok).then_some((kind, id, action))
 }
 
-fn now_secs(console: &Console) -> i64 {
+pub(super) fn now_secs(console: &Console) -> i64 {
     console.server.clock().unix_secs()
 }
 
@@ -234,143 +235,28 @@ fn overview(console: &Console, op: &Operator) -> Response {
 
 // ---- Credentials ------------------------------------------------------------------
 
-fn credentials(console: &Console, op: &Operator, error: Option<String>) -> Response {
-    let store = console.server.store();
-    let now = now_secs(console);
-    let keys = match auth::list_keys(store) {
-        Ok(keys) => keys,
-        Err(e) => return read_failed(console, op, e),
-    };
-    let clients = match auth::list_clients(store) {
-        Ok(clients) => clients,
-        Err(e) => return read_failed(console, op, e),
-    };
-    let plan = store.company().ok().flatten().map(|c| c.plan_slug);
-    let keys: Vec<Value> = keys
-        .iter()
-        .map(|k| {
-            json!({
-                "id": k.public_id, "name": k.name, "mode": k.mode, "scopes": k.scopes.join(", "),
-                "client": k.client_id, "status": k.status(now),
-                "created": format_time(k.created_at),
-                "expires": k.expires_at.map(format_time),
-                "last_used": k.last_used_at.map(format_time),
-                "guard_channel": k.guard_channel.map(|c| c.as_str()),
-                "active": k.status(now) == "active",
-            })
-        })
-        .collect();
-    let clients: Vec<Value> = clients
-        .iter()
-        .map(|c| {
-            json!({
-                "id": c.client_id, "name": c.name, "scopes": c.allowed_scopes.join(", "),
-                "per_minute": c.per_minute_limit, "created": format_time(c.created_at),
-                "revoked": c.revoked,
-            })
-        })
-        .collect();
-    let status = form_status(&error);
-    let page = console.render(
-        "credentials.html",
-        "credentials",
-        Some(op),
-        json!({"keys": keys, "clients": clients, "plan": plan, "error": error}),
-    );
-    Response::html(status, page)
-}
-
 /// A page showing the form again: 422 when it says what was wrong with the last post.
-fn form_status(error: &Option<String>) -> u16 {
+pub(super) fn form_status(error: &Option<String>) -> u16 {
     if error.is_some() { 422 } else { 200 }
 }
 
-fn create_key(console: &Console, request: &Request<'_>, op: &Operator, form: &Form) -> Response {
-    let scopes = match auth::parse_scope_list(form.get("scopes")) {
-        Ok(scopes) => scopes,
-        Err(e) => return credentials(console, op, Some(e.to_string())),
-    };
-    let guard_channel = match form.get("guard_channel") {
-        "" => None,
-        word => match word.parse::<GuardChannel>() {
-            Ok(channel) => Some(channel),
-            Err(e) => return credentials(console, op, Some(e.to_string())),
-        },
-    };
-    let mode = if form.get("mode") == "test" {
-        Mode::Test
-    } else {
-        Mode::Live
-    };
-    let new = NewKey {
-        name: form.get("name").to_owned(),
-        scopes,
-        expires_in: None,
-        client_id: None,
-        mode,
-        guard_channel,
-    };
-    let issued = match auth::create_key(console.server.store(), &new) {
-        Ok(issued) => issued,
-        Err(e) => return credential_failed(console, op, e),
-    };
-    if !console.record(
-        &op.principal,
-        "create_key",
-        &issued.public_id,
-        request.source,
-    ) {
-        return not_audited(console, op);
-    }
-    secret_page(
-        console,
-        op,
-        "key_created",
-        &issued.public_id,
-        None,
-        issued.token.expose(),
-    )
-}
-
-fn create_client(console: &Console, request: &Request<'_>, op: &Operator, form: &Form) -> Response {
-    let scopes = match auth::parse_scope_list(form.get("scopes")) {
-        Ok(scopes) => scopes,
-        Err(e) => return credentials(console, op, Some(e.to_string())),
-    };
-    let issued = match auth::create_client(console.server.store(), form.get("name"), &scopes) {
-        Ok(issued) => issued,
-        Err(e) => return credential_failed(console, op, e),
-    };
-    if !console.record(
-        &op.principal,
-        "create_client",
-        &issued.client_id,
-        request.source,
-    ) {
-        return not_audited(console, op);
-    }
-    secret_page(
-        console,
-        op,
-        "client_created",
-        "",
-        Some(&issued.client_id),
-        issued.secret.expose(),
-    )
-}
-
-/// A refused credential change: the operator's mistakes back on the form, the store's
-/// failures as such.
-fn credential_failed(console: &Console, op: &Operator, e: CredentialError) -> Response {
+/// A refused credential change: the operator's mistakes back on the form (the one
+/// `posted`, filled in again), the store's failures as such.
+pub(super) fn credential_failed(
+    console: &Console,
+    op: &Operator,
+    e: CredentialError,
+    posted: Option<Posted<'_>>,
+) -> Response {
     match e {
         CredentialError::Store(_) | CredentialError::Internal(_) => read_failed(console, op, e),
-        e => credentials(console, op, Some(e.to_string())),
+        e => credentials::page(console, op, Some(e.to_string()), posted),
     }
 }
 
 /// A listing of credentials that could not be read: the store's failure as the catalog
 /// answers it, anything else an internal error (logged).
-fn read_failed(console: &Console, op: &Operator, e: CredentialError) -> Response {
+pub(super) fn read_failed(console: &Console, op: &Operator, e: CredentialError) -> Response {
     if let CredentialError::Store(e) = e {
         return store_failed(console, op, e);
     }
@@ -384,7 +270,7 @@ fn read_failed(console: &Console, op: &Operator, e: CredentialError) -> Response
     )
 }
 
-fn not_audited(console: &Console, op: &Operator) -> Response {
+pub(super) fn not_audited(console: &Console, op: &Operator) -> Response {
     let status = ErrorKind::InternalError.spec().http_status;
     failed(
         console,
@@ -395,7 +281,7 @@ fn not_audited(console: &Console, op: &Operator) -> Response {
 }
 
 /// The one page that shows a new secret.
-fn secret_page(
+pub(super) fn secret_page(
     console: &Console,
     op: &Operator,
     what: &str,
@@ -437,7 +323,7 @@ fn confirm_page(console: &Console, op: &Operator, path: &str) -> Option<Response
 fn revoke_key(console: &Console, request: &Request<'_>, op: &Operator, id: &str) -> Response {
     match auth::revoke_key(console.server.store(), id) {
         Ok(_) => {}
-        Err(e) => return credential_failed(console, op, e),
+        Err(e) => return credential_failed(console, op, e, None),
     }
     if !console.record(&op.principal, "revoke_key", id, request.source) {
         return not_audited(console, op);
@@ -459,7 +345,7 @@ fn rotate_key(
     };
     let issued = match auth::rotate_key(console.server.store(), id, grace) {
         Ok(issued) => issued,
-        Err(e) => return credential_failed(console, op, e),
+        Err(e) => return credential_failed(console, op, e, None),
     };
     if !console.record(&op.principal, "rotate_key", id, request.source) {
         return not_audited(console, op);
@@ -476,7 +362,7 @@ fn rotate_key(
 
 fn revoke_client(console: &Console, request: &Request<'_>, op: &Operator, id: &str) -> Response {
     if let Err(e) = auth::revoke_client(console.server.store(), id) {
-        return credential_failed(console, op, e);
+        return credential_failed(console, op, e, None);
     }
     if !console.record(&op.principal, "revoke_client", id, request.source) {
         return not_audited(console, op);

@@ -21,6 +21,8 @@ use crate::tools::{Idempotency, Tool};
 pub enum BackendsCommand {
     /// Open every configured backend, print the tools it yields (name, category, scope,
     /// idempotency) and its state; exit 1 with one line per problem found.
+    #[command(after_help = "Example:
+  tollgate backends check --config /etc/tollgate/tollgate.toml --json")]
     Check {
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -96,10 +98,27 @@ pub fn backends(config: &Config, command: &BackendsCommand) -> ExitCode {
     }
 }
 
-/// One backend as `backends check` found it.
-struct Checked {
-    config: BackendConfig,
-    opened: Result<Backends, Vec<BackendProblem>>,
+/// One configured backend opened on its own, as `backends check` and `tollgate tools`
+/// find it.
+pub(crate) struct Checked {
+    /// Its configuration.
+    pub(crate) config: BackendConfig,
+    /// The backend, or what keeps it from opening.
+    pub(crate) opened: Result<Backends, Vec<BackendProblem>>,
+}
+
+/// Opens every configured backend on its own, strictly (an upstream that cannot be reached
+/// now is a problem rather than connected in the background), so that one backend's
+/// problem leaves the others' tools listed. Shut each opened one down after use.
+pub(crate) fn open_each(config: &Config) -> Vec<Checked> {
+    config
+        .backends
+        .iter()
+        .map(|backend| Checked {
+            config: backend.clone(),
+            opened: Backends::open(std::slice::from_ref(backend), true),
+        })
+        .collect()
 }
 
 fn idempotency_word(policy: Idempotency) -> &'static str {
@@ -115,14 +134,7 @@ fn check(config: &Config, json: bool) -> ExitCode {
         println!("no backends are configured ([[backends]] in the configuration file)");
         return ExitCode::SUCCESS;
     }
-    let checked: Vec<Checked> = config
-        .backends
-        .iter()
-        .map(|backend| Checked {
-            config: backend.clone(),
-            opened: Backends::open(std::slice::from_ref(backend), true),
-        })
-        .collect();
+    let checked = open_each(config);
     let mut problems: Vec<String> = Vec::new();
     // What the operator should know but that does not fail the check (the upstream, not
     // the configuration, decides it): tools an upstream lists that are left out.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::catalog;
 use crate::clock::Clock;
@@ -30,7 +30,17 @@ const NO_CONFORMANCE_PACK: &str = "the conformance pack was asked for (--conform
 
 /// tollgate: an MCP server for business tools, with guards on every call.
 #[derive(Debug, Parser)]
-#[command(name = "tollgate", version, about, propagate_version = true)]
+#[command(
+    name = "tollgate",
+    version,
+    about,
+    propagate_version = true,
+    after_help = "Examples:
+  tollgate init --company \"ACME SL\" --tax-id B12345674 --demo
+  tollgate key create --name claude --scopes invoices:read,clients:read
+  tollgate tools
+  tollgate serve --listen 127.0.0.1:8787"
+)]
 pub struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
@@ -38,13 +48,17 @@ pub struct Cli {
     command: Command,
 }
 
+/// The options every command takes, shown under their own heading in every help page.
 #[derive(Debug, Args)]
+#[command(next_help_heading = GLOBAL_OPTIONS)]
 struct GlobalArgs {
-    /// Configuration file (TOML). Also `TOLLGATE_CONFIG`.
+    /// Configuration file (TOML); its [[backends]] decide which backend scopes exist. Also
+    /// `TOLLGATE_CONFIG`.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// SQLite database file (default: tollgate.db in the current directory).
-    #[arg(long, global = true, value_name = "FILE")]
+    /// SQLite file or postgres:// URL of the database (default: tollgate.db in the current
+    /// directory). Also `TOLLGATE_DATABASE`.
+    #[arg(long, global = true, value_name = "FILE|URL")]
     database: Option<PathBuf>,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, global = true)]
@@ -54,65 +68,145 @@ struct GlobalArgs {
     log_format: Option<String>,
 }
 
+/// The heading of the options every command takes.
+const GLOBAL_OPTIONS: &str = "Global options";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Create the database and the company.
+    #[command(after_help = "Examples:
+  tollgate init --company \"ACME SL\" --tax-id B12345674 --plan pro --locale es
+  tollgate --database /var/lib/tollgate/tollgate.db init --demo --json")]
     Init(InitArgs),
     /// Serve MCP over stdin/stdout; the credential comes from TOLLGATE_TOKEN or TOLLGATE_TOKEN_FILE.
+    #[command(after_help = "Example:
+  TOLLGATE_TOKEN_FILE=/etc/tollgate/agent.key tollgate stdio --database /var/lib/tollgate/tollgate.db")]
     Stdio(ServeArgs),
     /// Serve MCP over Streamable HTTP (POST /mcp), plus /healthz and the OAuth endpoints.
+    #[command(after_help = "Examples:
+  tollgate serve --listen 127.0.0.1:8787
+  tollgate serve --config /etc/tollgate/tollgate.toml --database postgres://tollgate@db.internal/tollgate --listen 0.0.0.0:8787 --allow-non-loopback")]
     Serve(HttpArgs),
     /// Try tollgate: create a demo database if there is none, print an admin key, serve HTTP.
+    #[command(after_help = "Example:
+  tollgate quickstart --listen 127.0.0.1:9000")]
     Quickstart {
         /// Address to listen on (default 127.0.0.1:8787).
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
     },
     /// Print the error catalog.
+    #[command(after_help = "Examples:
+  tollgate errors > errors.md
+  tollgate errors --format json")]
     Errors {
         /// Output format.
         #[arg(long, value_enum, default_value_t = CatalogFormat::Markdown)]
         format: CatalogFormat,
     },
+    /// List every tool (built-in and backend) with its scope, category and plans, then
+    /// every scope a credential can hold.
+    #[command(after_help = "Examples:
+  tollgate tools
+  tollgate tools --config /etc/tollgate/tollgate.toml --json
+  tollgate tools --format markdown > scopes.md")]
+    Tools(crate::ops::tools::ToolsArgs),
     /// Validate the configuration and print the effective settings.
+    #[command(after_help = "Example:
+  tollgate check-config --config /etc/tollgate/tollgate.toml")]
     CheckConfig,
     /// Check that the database opens, its schema is tollgate's and current, it is writable
     /// and (SQLite) passes PRAGMA quick_check (exit 0 when healthy); with --url, probe a
     /// running server's /healthz over HTTP instead.
+    #[command(after_help = "Examples:
+  tollgate healthcheck --database /var/lib/tollgate/tollgate.db
+  tollgate healthcheck --url http://127.0.0.1:8787/healthz --timeout 2")]
     Healthcheck(crate::ops::healthcheck::HealthcheckArgs),
     /// Write a consistent online copy of the database (safe while servers run).
+    #[command(after_help = "Example:
+  tollgate backup /var/backups/tollgate/tollgate-2025-06-30.db")]
     Backup(crate::ops::backup::BackupArgs),
     /// Replace the database with a checked backup (stop the service first).
+    #[command(after_help = "Example:
+  tollgate restore /var/backups/tollgate/tollgate-2025-06-30.db --force")]
     Restore(crate::ops::backup::RestoreArgs),
-    /// Show or change the rate limits: plan defaults, per-credential and per-client overrides.
+    /// Show or change the rate limits (show, set): plan defaults, per-credential and
+    /// per-client overrides.
+    #[command(after_help = "Examples:
+  tollgate limits show
+  tollgate limits set --plan pro --category write --per-minute 30")]
     Limits(crate::ops::usage::LimitsArgs),
     /// Show the current rate counters and what is left in each.
+    #[command(after_help = "Example:
+  tollgate usage --json")]
     Usage(crate::ops::usage::UsageArgs),
-    /// Manage API keys: create, list, revoke, rotate.
-    #[command(subcommand)]
+    /// Manage API keys: create, list, revoke, rotate, set.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  tollgate key create --name claude --scopes invoices:read,clients:read
+  tollgate key list"
+    )]
     Key(crate::ops::admin::KeyCommand),
     /// Manage OAuth clients: create, list, revoke.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  tollgate client create --name billing-bot --scopes invoices:read
+  tollgate client list"
+    )]
     Client(crate::ops::admin::ClientCommand),
-    /// Show the plans, move the company to another, edit what a plan includes.
-    #[command(subcommand)]
+    /// The plans: list, show, set (move the company to another), exclude and include
+    /// (edit what a plan includes).
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  tollgate plan list
+  tollgate plan set starter"
+    )]
     Plan(crate::ops::admin::PlanCommand),
-    /// Show or change the company.
-    #[command(subcommand)]
+    /// Show or change the company: show, set.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  tollgate company show
+  tollgate company set --mode test"
+    )]
     Company(crate::ops::admin::CompanyCommand),
-    /// Show or reset the sandbox: the test book of the business data that test keys use.
-    #[command(subcommand)]
+    /// The sandbox, the test book of the business data that test keys use: show, reset.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  tollgate sandbox show
+  tollgate sandbox reset --demo"
+    )]
     Sandbox(crate::ops::admin::SandboxCommand),
     /// List recent tool calls from the audit log.
+    #[command(after_help = "Example:
+  tollgate audit --tool send_invoice --outcome rate_limited --limit 20")]
     Audit(crate::ops::admin::AuditArgs),
-    /// Rehearse failures on a test-mode installation: make chosen calls fail on purpose.
-    #[command(subcommand)]
+    /// Rehearse failures on a test-mode installation, making chosen calls fail on purpose:
+    /// add, list, clear.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  tollgate faults add --tool send_invoice --error timeout --count 3
+  tollgate faults clear"
+    )]
     Faults(crate::ops::admin::FaultsCommand),
     /// The REST APIs and MCP servers behind the gate: check what they yield.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Example:
+  tollgate backends check --config /etc/tollgate/tollgate.toml"
+    )]
     Backends(crate::ops::backends::BackendsCommand),
     /// Move an installation to another store: copy an SQLite file into PostgreSQL.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Example:
+  tollgate store copy --from /var/lib/tollgate/tollgate.db --to postgres://tollgate@db.internal/tollgate"
+    )]
     Store(crate::ops::store_copy::StoreCommand),
 }
 
@@ -140,9 +234,28 @@ struct InitArgs {
 
 #[derive(Debug, Args)]
 struct ServeArgs {
-    /// Expose the MCP conformance-suite fixture tools, resources and prompts.
+    /// Expose the MCP conformance-suite fixture tools, resources and prompts (only in a
+    /// build with the `conformance-pack` feature: [`command`] hides it from any other's
+    /// help).
     #[arg(long)]
     conformance_pack: bool,
+}
+
+/// The command line's definition, `--conformance-pack` of `serve` and `stdio` shown only
+/// when `has_conformance_pack` (a build without the fixtures refuses the flag, so its help
+/// does not offer it).
+pub fn command(has_conformance_pack: bool) -> clap::Command {
+    let shown = |c: clap::Command| c.mut_arg("conformance_pack", |a| a.hide(!has_conformance_pack));
+    Cli::command()
+        .mut_subcommand("serve", shown)
+        .mut_subcommand("stdio", shown)
+}
+
+/// Parses this process's arguments, with the help of this build (see [`command`]); a
+/// mistake or `--help` prints and exits, as clap does.
+pub fn parse() -> Cli {
+    let matches = command(crate::HAS_CONFORMANCE_PACK).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 #[derive(Debug, Args)]
@@ -205,6 +318,10 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(_) => serve(&config),
         Command::Quickstart { .. } => quickstart(&config),
         Command::Errors { format } => errors(format),
+        Command::Tools(args) => match open_store(&config, false) {
+            Ok(store) => crate::ops::tools::tools(&config, &store, &args),
+            Err(code) => code,
+        },
         Command::CheckConfig => {
             println!("configuration is valid\n{}", config.describe());
             ExitCode::SUCCESS
@@ -647,6 +764,106 @@ fn quick_check(store: &Store) -> Result<(), Unhealthy> {
                 store.location()
             );
             Err(Unhealthy::Corrupt)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command below the top one, with its path (`key create`).
+    fn every_command(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Command)>) {
+        for sub in command.get_subcommands() {
+            let sub_path = format!("{path} {}", sub.get_name()).trim().to_owned();
+            out.push((sub_path.clone(), sub.clone()));
+            every_command(sub, &sub_path, out);
+        }
+    }
+
+    fn help_of(mut command: clap::Command, path: &[&str]) -> String {
+        command.build();
+        let mut at = &mut command;
+        for name in path {
+            at = at.find_subcommand_mut(name).expect("a subcommand");
+        }
+        at.render_long_help().to_string()
+    }
+
+    #[test]
+    fn the_definition_holds_together() {
+        command(true).debug_assert();
+        command(false).debug_assert();
+    }
+
+    #[test]
+    fn every_command_has_an_example() {
+        let mut all = Vec::new();
+        every_command(&command(true), "", &mut all);
+        assert!(all.len() > 40, "{}", all.len());
+        for (path, command) in all {
+            let after = command.get_after_help().map(ToString::to_string);
+            assert!(
+                after.as_deref().is_some_and(
+                    |a| a.starts_with("Example") && a.contains(&format!("tollgate {path}"))
+                ),
+                "`tollgate {path}` has no example of itself: {after:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_parents_summary_names_each_of_its_commands() {
+        let mut all = vec![(String::new(), command(true))];
+        every_command(&command(true), "", &mut all);
+        for (path, parent) in all.iter().filter(|(path, _)| !path.is_empty()) {
+            let about = parent
+                .get_about()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            for child in parent.get_subcommands() {
+                assert!(
+                    about.contains(child.get_name()),
+                    "the summary of `tollgate {path}` does not name `{}`: {about}",
+                    child.get_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_global_options_have_a_heading_of_their_own() {
+        for path in [
+            &[][..],
+            &["key", "create"][..],
+            &["serve"][..],
+            &["tools"][..],
+        ] {
+            let help = help_of(command(true), path);
+            assert_eq!(
+                help.matches("Global options:").count(),
+                1,
+                "{path:?}: {help}"
+            );
+            let (own, global) = help.split_once("Global options:").expect("the heading");
+            assert!(global.contains("--database <FILE|URL>"), "{path:?}: {help}");
+            assert!(global.contains("postgres:// URL"), "{path:?}: {help}");
+            assert!(!own.contains("--database"), "{path:?}: {help}");
+            assert!(!own.contains("--log-level"), "{path:?}: {help}");
+        }
+    }
+
+    #[test]
+    fn the_conformance_flag_is_offered_only_by_a_build_that_has_the_pack() {
+        for name in ["serve", "stdio"] {
+            assert!(
+                !help_of(command(false), &[name]).contains("--conformance-pack"),
+                "{name}"
+            );
+            assert!(
+                help_of(command(true), &[name]).contains("--conformance-pack"),
+                "{name}"
+            );
         }
     }
 }

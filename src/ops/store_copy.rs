@@ -24,6 +24,8 @@ pub enum StoreCommand {
     /// Copy a whole installation from an SQLite file into a PostgreSQL database, in one
     /// transaction, and verify it (rows and a SHA-256 checksum per table). Stop the
     /// servers using the file first, or copy from a `tollgate backup` of it.
+    #[command(after_help = "Example:
+  tollgate store copy --from /var/lib/tollgate/tollgate.db --to postgres://tollgate@db.internal/tollgate --json")]
     Copy(CopyArgs),
 }
 

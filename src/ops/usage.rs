@@ -23,12 +23,18 @@ pub struct LimitsArgs {
 #[derive(Debug, Subcommand)]
 enum LimitsCommand {
     /// Show every plan's defaults and the per-credential and per-client overrides.
+    #[command(after_help = "Example:
+  tollgate limits show --json")]
     Show {
         /// Print machine-readable JSON.
         #[arg(long)]
         json: bool,
     },
     /// Change one limit: a plan default, a credential's or an OAuth client's override.
+    #[command(after_help = "Examples:
+  tollgate limits set --plan pro --category write --per-minute 30
+  tollgate limits set --credential 3f9a0c2b7d41e8a5c6b0 --category read --per-minute 5
+  tollgate limits set --plan free --per-hour 1000")]
     Set(SetArgs),
 }
 

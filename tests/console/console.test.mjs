@@ -115,7 +115,9 @@ async function signIn(context, key = ADMIN_KEY) {
 async function createKey(page, name, scopes) {
   await page.goto(`${BASE}/console/credentials`);
   await page.fill('#create-key [name=name]', name);
-  await page.fill('#create-key [name=scopes]', scopes);
+  for (const scope of scopes.split(',')) {
+    await page.check(`#create-key input[name=scopes][value="${scope}"]`);
+  }
   await page.selectOption('#create-key [name=mode]', 'live');
   const response = await submit(page, '#create-key [type=submit]');
   assert.equal(response.status(), 200);

@@ -10,7 +10,8 @@
 # otherwise it says what to run), and playwright-core from tests/console/package-lock.json
 # under $TG_TOOLS/console-npm (reinstalled when the lock file changes). Screenshots of every
 # page go to target/console-screenshots/; with TG_CONSOLE_SCREENSHOT_DOC=1 the overview is
-# also written to docs/console-overview.png. Extra arguments go to `node --test`.
+# also written to docs/console-overview.png. Extra arguments go to `node --test`. The test
+# files (console.test.mjs, keys.test.mjs) run one after the other against the one server.
 # Build the binary first: cargo build --bins --features conformance-pack
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -125,7 +126,8 @@ started=$SECONDS
 status=0
 TG_CONSOLE_URL="$base" TG_CONSOLE_ADMIN_KEY="$admin_key" TG_CONSOLE_CHROMIUM="$chromium" \
     TG_CONSOLE_NPM="$npm_dir" \
-    timeout 300 node --test --test-timeout=120000 "$@" "$here/console.test.mjs" || status=$?
+    timeout 300 node --test --test-concurrency=1 --test-timeout=120000 "$@" \
+        "$here/console.test.mjs" "$here/keys.test.mjs" || status=$?
 if [ "$status" -ne 0 ]; then
     printf '\n==> tollgate serve log, last 50 lines\n'
     tail -n 50 "$data/serve.log"

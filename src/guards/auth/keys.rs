@@ -33,6 +33,8 @@ pub enum CredentialError {
     ClientRevoked(String),
     /// A scope is not `resource:action` or `*` (empty: no scope was given).
     BadScope(String),
+    /// A well-formed scope that no tool needs (nor `*` or `admin`).
+    UnknownScope(UnknownScope),
     /// The OAuth client is not allowed this scope.
     ScopeNotAllowed {
         /// The scope asked for.
@@ -82,6 +84,7 @@ impl fmt::Display for CredentialError {
                  (e.g. invoices:read, clients:write), * for every tool, or admin for the console; \
                  separate them with commas"
             ),
+            Self::UnknownScope(unknown) => write!(f, "{unknown}"),
             Self::ScopeNotAllowed { scope, client_id } => write!(
                 f,
                 "OAuth client {client_id} is not allowed the scope {scope:?}; use a scope from its \

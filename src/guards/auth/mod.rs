@@ -3,9 +3,10 @@
 //! the verified-token cache, the single flight per token, the argon2 gate, and the re-check
 //! of a cached credential inside the charging transaction ([`CallChecks`]). Beside it:
 //! `token` (the credential format, secrets and hashes), `throttle` (the failure throttle
-//! and the argon2 ceiling), `access` (scopes, plans, visibility) and `keys` (the credential
-//! model the CLI and the OAuth token endpoint manage: API keys, OAuth clients and their
-//! short-lived access tokens, over [`crate::store::credentials`]).
+//! and the argon2 ceiling), `access` (scopes, plans, visibility), `scopes` (the scopes a
+//! credential can usefully hold and the closest of them to a mistyped one) and `keys` (the
+//! credential model the CLI and the OAuth token endpoint manage: API keys, OAuth clients
+//! and their short-lived access tokens, over [`crate::store::credentials`]).
 //!
 //! A credential is `tg_live_<public id>_<secret>` (or `tg_test_…`): the public id (80
 //! random bits, lowercase hex) finds the row, the secret (256 random bits, base64url) is
@@ -58,6 +59,7 @@ use crate::tools::ToolSpec;
 
 mod access;
 mod keys;
+mod scopes;
 mod throttle;
 mod token;
 
@@ -70,6 +72,7 @@ pub use keys::{
     issue_access_token, list_clients, list_keys, revoke_client, revoke_key, rotate_key,
     set_guard_channel,
 };
+pub use scopes::{KnownScope, KnownScopes, MAX_SUGGESTIONS, ScopeGroup, UnknownScope};
 pub use token::{
     CLIENT_SECRET_PREFIX, LIVE_PREFIX, Mode, Secret, TEST_PREFIX, hash_secret, random_hex,
 };

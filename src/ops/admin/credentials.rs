@@ -6,12 +6,19 @@ use super::*;
 /// Runs `tollgate key …`.
 pub fn key(config: &Config, command: &KeyCommand) -> ExitCode {
     finish(open(config).and_then(|store| match command {
-        KeyCommand::Create(args) => key_create(&store, args),
+        KeyCommand::Create(args) => key_create(&store, &cli_scopes(config), args),
         KeyCommand::List(args) => key_list(&store, args.json),
         KeyCommand::Revoke(args) => key_revoke(&store, args),
         KeyCommand::Rotate(args) => key_rotate(&store, args),
         KeyCommand::Set(args) => key_set(&store, args),
     }))
+}
+
+/// The scopes `key create` and `client create` accept: those of the configured backends
+/// and, in a build that carries the conformance fixtures, theirs too, since a server turns
+/// them on with a flag (`serve --conformance-pack`) that this command does not see.
+fn cli_scopes(config: &Config) -> KnownScopes {
+    KnownScopes::new(&config.backends, crate::HAS_CONFORMANCE_PACK)
 }
 
 /// Creates the first admin key (scopes `*` and `admin`: every tool and the console) when the installation has no active API key;
@@ -35,8 +42,12 @@ pub fn first_admin_key(store: &Store) -> Result<Option<IssuedKey>, CredentialErr
     auth::create_key(store, &new).map(Some)
 }
 
-pub(super) fn key_create(store: &Store, args: &KeyCreateArgs) -> Result<(), Failed> {
-    let scopes = auth::parse_scope_list(&args.scopes)?;
+pub(super) fn key_create(
+    store: &Store,
+    known: &KnownScopes,
+    args: &KeyCreateArgs,
+) -> Result<(), Failed> {
+    let scopes = known.parse_list(&args.scopes)?;
     let expires_in = match &args.expires_in {
         Some(text) => Some(parse_duration(text).map_err(|e| format!("--expires-in: {e}"))?),
         None => None,
@@ -234,14 +245,18 @@ pub(super) fn key_rotate(store: &Store, args: &KeyRotateArgs) -> Result<(), Fail
 /// Runs `tollgate client …`.
 pub fn client(config: &Config, command: &ClientCommand) -> ExitCode {
     finish(open(config).and_then(|store| match command {
-        ClientCommand::Create(args) => client_create(&store, args),
+        ClientCommand::Create(args) => client_create(&store, &cli_scopes(config), args),
         ClientCommand::List(args) => client_list(&store, args.json),
         ClientCommand::Revoke(args) => client_revoke(&store, args),
     }))
 }
 
-pub(super) fn client_create(store: &Store, args: &ClientCreateArgs) -> Result<(), Failed> {
-    let scopes = auth::parse_scope_list(&args.scopes)?;
+pub(super) fn client_create(
+    store: &Store,
+    known: &KnownScopes,
+    args: &ClientCreateArgs,
+) -> Result<(), Failed> {
+    let scopes = known.parse_list(&args.scopes)?;
     let issued = auth::create_client(store, &args.name, &scopes)?;
     if args.json {
         println!(

@@ -12,10 +12,18 @@ use crate::tools::Resolution;
 #[derive(Debug, Subcommand)]
 pub enum FaultsCommand {
     /// Make calls of a tool fail on purpose with a catalog error (test mode only).
+    #[command(after_help = "Examples:
+  tollgate faults add --tool create_invoice --error rate_limited --probability 0.2
+  tollgate faults add --tool send_invoice --error timeout --count 3")]
     Add(FaultAddArgs),
     /// List the rehearsed failures and the firings each has left.
+    #[command(after_help = "Example:
+  tollgate faults list")]
     List(JsonArg),
     /// Remove one rehearsed failure, or all of them.
+    #[command(after_help = "Examples:
+  tollgate faults clear 2
+  tollgate faults clear")]
     Clear(FaultClearArgs),
 }
 

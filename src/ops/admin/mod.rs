@@ -17,7 +17,9 @@ use serde_json::{Value, json};
 
 use crate::config::{Config, GuardChannel, Locale};
 use crate::guards::audit::{self, AuditFilter};
-use crate::guards::auth::{self, CredentialError, IssuedKey, KeyInfo, Mode, NewKey, OAuthClient};
+use crate::guards::auth::{
+    self, CredentialError, IssuedKey, KeyInfo, KnownScopes, Mode, NewKey, OAuthClient,
+};
 use crate::store::{Store, StoreError};
 use crate::tools::invoicing::demo::DemoError;
 use crate::tools::invoicing::sandbox::{self, Filled, Seed};
@@ -46,14 +48,25 @@ pub struct JsonArg {
 #[derive(Debug, Subcommand)]
 pub enum KeyCommand {
     /// Create an API key and print its token once.
+    #[command(after_help = "Examples:
+  tollgate key create --name claude --scopes invoices:read,invoices:write,clients:read
+  tollgate key create --name nightly-export --scopes reports:generate --expires-in 30d --json")]
     Create(KeyCreateArgs),
     /// List API keys and their status (never their secrets).
+    #[command(after_help = "Example:
+  tollgate key list --json")]
     List(JsonArg),
     /// Revoke a key: running servers refuse it from their next call.
+    #[command(after_help = "Example:
+  tollgate key revoke 3f9a0c2b7d41e8a5c6b0")]
     Revoke(KeyIdArgs),
     /// Give a key a new secret; the old secret keeps working for the grace period.
+    #[command(after_help = "Example:
+  tollgate key rotate 3f9a0c2b7d41e8a5c6b0 --grace 24h")]
     Rotate(KeyRotateArgs),
     /// Change a key's settings: running servers apply them from its next call.
+    #[command(after_help = "Example:
+  tollgate key set 3f9a0c2b7d41e8a5c6b0 --guard-channel tool_result")]
     Set(KeySetArgs),
 }
 
@@ -77,7 +90,9 @@ pub struct KeyCreateArgs {
     /// A label: who or what uses the key.
     #[arg(long)]
     name: String,
-    /// Comma-separated scopes, `resource:action` (e.g. invoices:read,clients:write), or `*`.
+    /// Comma-separated scopes: a built-in tool's `resource:action` (invoices:read), a
+    /// backend's `<backend>:<category>` (crm:read), `*` for every tool, `admin` for the
+    /// console. `tollgate tools` lists them all; an unknown one is refused.
     #[arg(long)]
     scopes: String,
     /// Lifetime, e.g. 30d, 12h, 15m, 90s (default: never expires).
@@ -125,10 +140,16 @@ pub struct KeyRotateArgs {
 #[derive(Debug, Subcommand)]
 pub enum ClientCommand {
     /// Create an OAuth client and print its secret once.
+    #[command(after_help = "Example:
+  tollgate client create --name billing-bot --scopes invoices:read,payments:write")]
     Create(ClientCreateArgs),
     /// List OAuth clients (never their secrets).
+    #[command(after_help = "Example:
+  tollgate client list --json")]
     List(JsonArg),
     /// Revoke a client: every call with its credentials answers `client_revoked`.
+    #[command(after_help = "Example:
+  tollgate client revoke client5e0d2a9c41b7f3e8d6a1")]
     Revoke(ClientIdArgs),
 }
 
@@ -138,7 +159,8 @@ pub struct ClientCreateArgs {
     /// A label for the client.
     #[arg(long)]
     name: String,
-    /// Comma-separated scopes its tokens may carry, `resource:action`, or `*`.
+    /// Comma-separated scopes its tokens may carry (as `key create --scopes`, but not
+    /// `admin`); `tollgate tools` lists them all.
     #[arg(long)]
     scopes: String,
     /// Print machine-readable JSON.
@@ -160,14 +182,24 @@ pub struct ClientIdArgs {
 #[derive(Debug, Subcommand)]
 pub enum PlanCommand {
     /// List the plans, smallest first.
+    #[command(after_help = "Example:
+  tollgate plan list")]
     List(JsonArg),
     /// Show one plan: limits, active-keys allowance, excluded tools.
+    #[command(after_help = "Example:
+  tollgate plan show free --json")]
     Show(PlanSlugArgs),
     /// Move the company to another plan (applies to the next call of every server).
+    #[command(after_help = "Example:
+  tollgate plan set enterprise")]
     Set(PlanSlugArgs),
     /// Exclude a tool from a plan: hidden from tools/list, `plan_upgrade_required` if called.
+    #[command(after_help = "Example:
+  tollgate plan exclude starter send_invoice")]
     Exclude(PlanToolArgs),
     /// Include an excluded tool in a plan again.
+    #[command(after_help = "Example:
+  tollgate plan include starter send_invoice")]
     Include(PlanToolArgs),
 }
 
@@ -194,8 +226,12 @@ pub struct PlanToolArgs {
 #[derive(Debug, Subcommand)]
 pub enum CompanyCommand {
     /// Show the company: name, tax id, plan, locale, mode.
+    #[command(after_help = "Example:
+  tollgate company show")]
     Show(JsonArg),
     /// Change the company's name, tax id, locale or mode.
+    #[command(after_help = "Example:
+  tollgate company set --name \"ACME Iberia SL\" --locale es")]
     Set(CompanySetArgs),
 }
 
@@ -224,9 +260,14 @@ pub struct CompanySetArgs {
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
     /// Show how many rows each book holds (live and test).
+    #[command(after_help = "Example:
+  tollgate sandbox show --json")]
     Show(JsonArg),
     /// Empty the sandbox and fill it again: with a copy of the live book (the default), the
     /// demo data, or nothing. The live book is never touched.
+    #[command(after_help = "Examples:
+  tollgate sandbox reset
+  tollgate sandbox reset --empty")]
     Reset(SandboxResetArgs),
 }
 

@@ -476,6 +476,53 @@ fn category_named(word: &str) -> Option<Category> {
     Category::ALL.into_iter().find(|c| c.as_str() == word)
 }
 
+/// The categories an operation has before the operator's overrides: an OpenAPI method or
+/// an upstream tool's hints make it `read`, `destructive` or `write`, never `send` or
+/// `generate` (only an override gives those).
+pub const OPERATION_CATEGORIES: [Category; 3] =
+    [Category::Read, Category::Write, Category::Destructive];
+
+/// The scope of a backend tool of `category`: the override's own, or `<backend>:<category>`.
+fn tool_scope(config: &BackendConfig, category: Category, over: &ToolOverride) -> String {
+    match &over.scope {
+        Some(scope) => scope.clone(),
+        None => format!("{}:{}", config.name, category.as_str()),
+    }
+}
+
+/// Every scope a tool of the backend `config` can need, from its configuration alone (no
+/// connection): `<backend>:<category>` for each category an operation can have, and for
+/// each override that keeps its tool enabled, the scope it sets or the category scope it
+/// moves the tool to. Each once, the category scopes first in category order, then the
+/// others by name.
+pub fn configured_scopes(config: &BackendConfig) -> Vec<String> {
+    let mut scopes: std::collections::BTreeSet<String> = OPERATION_CATEGORIES
+        .iter()
+        .map(|c| tool_scope(config, *c, &ToolOverride::default()))
+        .collect();
+    for over in config.tools.values().filter(|o| o.enabled != Some(false)) {
+        let category = over.category.as_deref().and_then(category_named);
+        match (&over.scope, category) {
+            (Some(scope), _) => {
+                scopes.insert(scope.clone());
+            }
+            (None, Some(category)) => {
+                scopes.insert(tool_scope(config, category, over));
+            }
+            (None, None) => {}
+        }
+    }
+    let rank = |scope: &str| {
+        Category::ALL
+            .iter()
+            .position(|c| *scope == tool_scope(config, *c, &ToolOverride::default()))
+            .unwrap_or(Category::ALL.len())
+    };
+    let mut scopes: Vec<String> = scopes.into_iter().collect();
+    scopes.sort_by_key(|s| rank(s));
+    scopes
+}
+
 /// A backend operation offered as a tool.
 pub struct BackendTool {
     spec: ToolSpec,
@@ -506,9 +553,7 @@ impl BackendTool {
             None => Idempotency::Optional,
         };
         let name = tool_name(&config.name, &op.name);
-        let scope = over
-            .scope
-            .unwrap_or_else(|| format!("{}:{}", config.name, category.as_str()));
+        let scope = tool_scope(config, category, &over);
         let title = over
             .title
             .or(op.title)
@@ -674,6 +719,64 @@ mod tests {
         ] {
             assert_eq!(snake_case(id), name, "{id}");
         }
+    }
+
+    fn crm(tools: &[(&str, ToolOverride)]) -> BackendConfig {
+        BackendConfig {
+            name: "crm".to_owned(),
+            kind: BackendKind::Mcp(crate::config::McpTransport::Http {
+                url: "http://127.0.0.1:1/mcp".to_owned(),
+                headers: Default::default(),
+            }),
+            timeout: Duration::from_secs(1),
+            tools: tools
+                .iter()
+                .map(|(name, over)| ((*name).to_owned(), over.clone()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_backends_scopes_come_from_its_configuration() {
+        assert_eq!(
+            configured_scopes(&crm(&[])),
+            ["crm:read", "crm:write", "crm:destructive"]
+        );
+        let overrides = [
+            (
+                "crm_send_mail",
+                ToolOverride {
+                    category: Some("send".to_owned()),
+                    ..ToolOverride::default()
+                },
+            ),
+            (
+                "crm_export",
+                ToolOverride {
+                    scope: Some("crm:export".to_owned()),
+                    category: Some("generate".to_owned()),
+                    ..ToolOverride::default()
+                },
+            ),
+            (
+                "crm_purge",
+                ToolOverride {
+                    scope: Some("crm:purge".to_owned()),
+                    enabled: Some(false),
+                    ..ToolOverride::default()
+                },
+            ),
+        ];
+        assert_eq!(
+            configured_scopes(&crm(&overrides)),
+            [
+                "crm:read",
+                "crm:write",
+                "crm:destructive",
+                "crm:send",
+                "crm:export"
+            ]
+        );
     }
 
     #[test]
