@@ -724,9 +724,13 @@ mod tests {
     fn crm(tools: &[(&str, ToolOverride)]) -> BackendConfig {
         BackendConfig {
             name: "crm".to_owned(),
-            kind: BackendKind::Mcp(crate::config::McpTransport::Http {
-                url: "http://127.0.0.1:1/mcp".to_owned(),
-                headers: Default::default(),
+            kind: BackendKind::Mcp(crate::config::McpBackend {
+                transport: crate::config::McpTransport::Http {
+                    url: "http://127.0.0.1:1/mcp".to_owned(),
+                    headers: Default::default(),
+                },
+                max_tools: crate::config::DEFAULT_MAX_TOOLS,
+                max_schema_bytes: crate::config::DEFAULT_MAX_SCHEMA_BYTES,
             }),
             timeout: Duration::from_secs(1),
             tools: tools
