@@ -313,11 +313,12 @@ impl Backends {
     }
 
     /// Starts the outbound runtime and opens every configured backend: an OpenAPI
-    /// document is read and its operations listed; an upstream MCP server is started or
-    /// connected (waiting a bounded time for its first list of tools, then connecting in
-    /// the background). Every backend that cannot be opened is a problem; all are
-    /// reported together. With `strict`, so is an upstream that cannot be reached at start;
-    /// otherwise it is connected in the background (see [`BackendEnv::strict`]).
+    /// document is read (or fetched, else taken from its last good copy) and its
+    /// operations listed; an upstream MCP server is started or connected (waiting a
+    /// bounded time for its first list of tools, then connecting in the background).
+    /// Every backend that cannot be opened is a problem; all are reported together. With
+    /// `opening.strict`, so is an upstream that cannot be reached at start; otherwise it
+    /// is connected in the background (see [`BackendEnv::strict`]).
     pub fn open(
         configs: &[BackendConfig],
         opening: &Opening,
