@@ -784,6 +784,22 @@ impl HttpServer {
     /// Like [`HttpServer::start`], with extra environment variables (documented
     /// `TOLLGATE_*` config keys only: the server refuses unknown ones).
     pub fn start_with_env(db: &TestDb, extra: &[&str], env: &[(&str, &str)]) -> HttpServer {
+        Self::spawn_serve(db, extra, env, None)
+    }
+
+    /// Like [`HttpServer::start_with_env`], working in the database's scratch directory:
+    /// where the server keeps what it writes besides the database whichever store the
+    /// suite runs on (the SQLite file's directory, or the working directory).
+    pub fn start_in_scratch_dir(db: &TestDb, extra: &[&str], env: &[(&str, &str)]) -> HttpServer {
+        Self::spawn_serve(db, extra, env, Some(db.dir.path()))
+    }
+
+    fn spawn_serve(
+        db: &TestDb,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        working_dir: Option<&Path>,
+    ) -> HttpServer {
         let port = free_port();
         let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let listen = addr.to_string();
@@ -791,6 +807,9 @@ impl HttpServer {
         args.extend_from_slice(extra);
         let mut cmd = db.command(&args);
         cmd.envs(env.iter().copied());
+        if let Some(dir) = working_dir {
+            cmd.current_dir(dir);
+        }
         let log = db.dir.path().join(format!("serve-{port}.log"));
         let log_file = std::fs::File::create(&log).expect("create server log");
         cmd.stdin(Stdio::null())

@@ -3,8 +3,10 @@
 //! stdio or Streamable HTTP) — with the operator's per-tool overrides.
 //!
 //! Secrets never sit in the configuration text: a backend credential or a secret header
-//! names a file that holds it. Relative paths (`spec`, secret files, `cwd`) are relative to
-//! the directory of the configuration file.
+//! names a file that holds it ([`read_secret`]; [`secret_file_warning`] tells when every
+//! user of the machine can read one). Relative paths (`spec`, secret files, `cwd`) are
+//! relative to the directory of the configuration file. An OpenAPI document is a file or a
+//! URL ([`SpecSource`]); plain `http://` is accepted only to this machine ([`SpecUrl`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,8 +81,8 @@ impl BackendKind {
 /// `kind = "openapi"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenApiBackend {
-    /// The OpenAPI 3.0 or 3.1 document, JSON or YAML.
-    pub spec: PathBuf,
+    /// The OpenAPI 3.0 or 3.1 document, JSON or YAML: a file or a URL.
+    pub spec: SpecSource,
     /// Where requests go (`http(s)://host[:port][/base]`); by default the document's first
     /// server URL.
     pub base_url: Option<String>,
@@ -92,6 +94,113 @@ pub struct OpenApiBackend {
     pub error_id_pointers: Vec<String>,
     /// JSON pointers to the backend's own error message in an error body.
     pub error_message_pointers: Vec<String>,
+}
+
+/// Where an OpenAPI backend's document comes from (`spec`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpecSource {
+    /// A file, read when the backend opens (a relative path is resolved against the
+    /// configuration file's directory).
+    File(PathBuf),
+    /// A URL, fetched when the backend opens.
+    Url(SpecUrl),
+}
+
+impl SpecSource {
+    /// Reads a `spec` value: a URL when it starts with a scheme (`https://…`), otherwise a
+    /// path, resolved against `base` when relative.
+    pub fn parse(text: &str, base: Option<&Path>) -> Result<SpecSource, String> {
+        if text.trim().is_empty() {
+            return Err("`spec` must not be empty".to_owned());
+        }
+        match url_scheme(text) {
+            Some(_) => SpecUrl::parse(text).map(SpecSource::Url),
+            None => Ok(SpecSource::File(resolve(base, PathBuf::from(text)))),
+        }
+    }
+
+    /// The path or the URL, as written back into a configuration.
+    pub fn to_config_text(&self) -> String {
+        match self {
+            SpecSource::File(path) => path.display().to_string(),
+            SpecSource::Url(url) => url.as_str().to_owned(),
+        }
+    }
+}
+
+/// The scheme of `text` when it starts with one followed by `://` (RFC 3986: a letter,
+/// then letters, digits, `+`, `-` or `.`).
+fn url_scheme(text: &str) -> Option<&str> {
+    let (scheme, _) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some(scheme)
+}
+
+/// The URL of an OpenAPI document: `https://`, or `http://` to a loopback address
+/// (`127.0.0.0/8`, `::1`, `localhost`). The document decides which operations exist and
+/// where their arguments and the backend's credential go, so it must not be open to
+/// change on the way; it carries no user name or password (secrets are never written in
+/// the configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecUrl(String);
+
+/// What a plain `http://` document URL to another machine is refused with.
+const PLAIN_HTTP_REFUSED: &str = "plain http:// is accepted only to this machine (127.0.0.1, \
+     ::1, localhost), because whoever can change the document on its way decides which \
+     operations tollgate offers and where their arguments and the backend's credential go; \
+     serve the document over https://, or save it to a file and name the file in `spec`";
+
+impl SpecUrl {
+    /// Checks and normalizes a document URL (see [`SpecUrl`]).
+    pub fn parse(text: &str) -> Result<SpecUrl, String> {
+        let scheme = url_scheme(text).unwrap_or_default().to_ascii_lowercase();
+        if scheme != "http" && scheme != "https" {
+            return Err(format!(
+                "`spec` {text:?}: {scheme}:// is not supported; `spec` is a file path (written \
+                 as a path, not a file:// URL), an https:// URL, or an http:// URL to this machine"
+            ));
+        }
+        let mut url = reqwest::Url::parse(text)
+            .map_err(|e| format!("`spec` {text:?} is not a valid URL: {e}"))?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(
+                "`spec`: the URL must not carry a user name or password (secrets are never \
+                 written in the configuration)"
+                    .to_owned(),
+            );
+        }
+        url.set_fragment(None);
+        if scheme == "http" && !url.host_str().is_some_and(is_loopback_host) {
+            return Err(format!("`spec` {url}: {PLAIN_HTTP_REFUSED}"));
+        }
+        Ok(SpecUrl(url.to_string()))
+    }
+
+    /// The URL.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SpecUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Whether a URL's host (as the URL writes it: an IPv6 address in brackets) is this
+/// machine.
+fn is_loopback_host(host: &str) -> bool {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The credential tollgate presents to an OpenAPI backend, read from a file at start.
@@ -207,7 +316,7 @@ pub(super) struct RawBackend {
     kind: Option<String>,
     timeout_ms: Option<u64>,
     // openapi
-    spec: Option<PathBuf>,
+    spec: Option<String>,
     base_url: Option<String>,
     auth: Option<RawAuth>,
     max_response_bytes: Option<u64>,
@@ -361,7 +470,7 @@ fn validate_one(
                 }
             };
             BackendKind::OpenApi(OpenApiBackend {
-                spec: resolve(base, spec),
+                spec: SpecSource::parse(&spec, base).map_err(|e| err(&e))?,
                 base_url: raw.base_url.map(|u| u.trim_end_matches('/').to_owned()),
                 auth: raw
                     .auth
@@ -516,7 +625,7 @@ impl BackendConfig {
         };
         match &self.kind {
             BackendKind::OpenApi(o) => {
-                raw.spec = Some(o.spec.clone());
+                raw.spec = Some(o.spec.to_config_text());
                 raw.base_url = o.base_url.clone();
                 raw.auth = o.auth.as_ref().map(|a| match a {
                     BackendAuth::Header { name, value_file } => RawAuth {
@@ -580,6 +689,49 @@ pub fn read_secret(path: &Path) -> Result<String, String> {
     Ok(value)
 }
 
+/// A warning when every user of the machine can read the secret file at `path` (its
+/// mode lets others read it): what it is and how to make it private. A file the service's
+/// group can read (`0640 root:tollgate`, like the packaged configuration) is normal and
+/// gets none; neither does a file that cannot be read at all (that is a problem of its
+/// own, told when the backend opens).
+pub fn secret_file_warning(path: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o7777;
+    (mode & 0o004 != 0).then(|| {
+        let file = path.display();
+        format!(
+            "the secret file {file} can be read by every user of this machine (mode {mode:04o}); \
+             make it private: `chmod 600 {file}` (owned by the user tollgate runs as), or \
+             `chown root:tollgate {file}` and `chmod 640 {file}` for the packaged service"
+        )
+    })
+}
+
+impl BackendConfig {
+    /// The secret files this backend names: its credential's, its secret headers'.
+    pub fn secret_files(&self) -> Vec<&Path> {
+        match &self.kind {
+            BackendKind::OpenApi(openapi) => match &openapi.auth {
+                Some(BackendAuth::Header { value_file, .. }) => vec![value_file.as_path()],
+                Some(BackendAuth::Bearer { token_file }) => vec![token_file.as_path()],
+                Some(BackendAuth::Basic { file }) => vec![file.as_path()],
+                None => Vec::new(),
+            },
+            BackendKind::Mcp(McpBackend {
+                transport: McpTransport::Http { headers, .. },
+                ..
+            }) => headers
+                .values()
+                .filter_map(|value| match value {
+                    HeaderValue::File { file } => Some(file.as_path()),
+                    HeaderValue::Plain(_) => None,
+                })
+                .collect(),
+            BackendKind::Mcp(_) => Vec::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -617,7 +769,10 @@ mod tests {
         let BackendKind::OpenApi(o) = &crm.kind else {
             panic!("openapi")
         };
-        assert_eq!(o.spec, PathBuf::from("/etc/tollgate/crm.yaml"));
+        assert_eq!(
+            o.spec,
+            SpecSource::File(PathBuf::from("/etc/tollgate/crm.yaml"))
+        );
         assert_eq!(o.base_url.as_deref(), Some("http://127.0.0.1:9000/api"));
         assert_eq!(
             o.auth,
@@ -764,6 +919,138 @@ mod tests {
                 .expect_err("twice")
                 .message()
                 .contains("already has this name")
+        );
+    }
+
+    fn spec_of(value: &str) -> Result<SpecSource, String> {
+        let entry = format!("[[backends]]\nname = \"erp\"\nkind = \"openapi\"\nspec = {value:?}\n");
+        match parse(&entry) {
+            Ok(backends) => match &backends[0].kind {
+                BackendKind::OpenApi(o) => Ok(o.spec.clone()),
+                BackendKind::Mcp(_) => panic!("openapi"),
+            },
+            Err(e) => Err(e.message().to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_spec_is_a_path_or_a_url() {
+        let file = |p: &str| Ok(SpecSource::File(PathBuf::from(p)));
+        let url = |u: &str| Ok(SpecSource::Url(SpecUrl(u.to_owned())));
+        assert_eq!(spec_of("erp.yaml"), file("/etc/tollgate/erp.yaml"));
+        assert_eq!(
+            spec_of("/srv/erp/openapi.json"),
+            file("/srv/erp/openapi.json")
+        );
+        assert_eq!(
+            spec_of("docs/a:b.yaml"),
+            file("/etc/tollgate/docs/a:b.yaml"),
+            "a colon without :// is part of a path"
+        );
+        assert_eq!(
+            spec_of("https://erp.example.com/openapi.json"),
+            url("https://erp.example.com/openapi.json")
+        );
+        assert_eq!(
+            spec_of("HTTPS://ERP.example.com/api/openapi.json#top"),
+            url("https://erp.example.com/api/openapi.json"),
+            "the scheme and host are normalized, the fragment dropped"
+        );
+        for loopback in [
+            "http://127.0.0.1:8000/openapi.json",
+            "http://127.8.9.10/openapi.json",
+            "http://[::1]:8000/openapi.json",
+            "http://localhost:8000/openapi.json",
+            "http://LocalHost/openapi.json",
+        ] {
+            assert!(
+                matches!(spec_of(loopback), Ok(SpecSource::Url(_))),
+                "{loopback}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_spec_url_that_breaks_the_rules_is_refused_saying_why() {
+        for remote in [
+            "http://erp.internal:8080/openapi.json",
+            "http://10.0.0.7/openapi.json",
+            "http://[::ffff:127.0.0.1]/openapi.json",
+            "http://localhost.example.com/openapi.json",
+        ] {
+            let message = spec_of(remote).expect_err(remote);
+            assert!(
+                message.starts_with("backends[0] (erp): `spec` http://")
+                    && message.contains("plain http:// is accepted only to this machine")
+                    && message.contains("serve the document over https://"),
+                "{remote}: {message}"
+            );
+        }
+        let cases = [
+            ("ftp://erp.internal/openapi.json", "ftp:// is not supported"),
+            ("file:///etc/erp.json", "file:// is not supported"),
+            ("https://", "is not a valid URL"),
+            (
+                "https://user:pw@erp.example.com/openapi.json",
+                "must not carry a user name or password",
+            ),
+            ("", "`spec` must not be empty"),
+        ];
+        for (value, expected) in cases {
+            let message = spec_of(value).expect_err(value);
+            assert!(message.contains(expected), "{value}: {message}");
+            assert!(!message.contains("pw@"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_secret_file_others_can_read_is_named_with_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("erp.key");
+        std::fs::write(&path, "s3cret\n").expect("write");
+        for (mode, warned) in [(0o600, false), (0o640, false), (0o604, true), (0o644, true)] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            let warning = secret_file_warning(&path);
+            assert_eq!(warning.is_some(), warned, "{mode:o}");
+            if let Some(warning) = warning {
+                assert!(
+                    warning.contains(&format!("{} can be read by every user", path.display()))
+                        && warning.contains(&format!("(mode {mode:04o})"))
+                        && warning.contains("chmod 600")
+                        && !warning.contains("s3cret"),
+                    "{warning}"
+                );
+            }
+        }
+        assert_eq!(secret_file_warning(&dir.path().join("missing")), None);
+    }
+
+    #[test]
+    fn a_backend_names_its_secret_files() {
+        let backends = parse(
+            r#"
+            [[backends]]
+            name = "erp"
+            kind = "openapi"
+            spec = "erp.yaml"
+            auth = { basic_file = "erp.basic" }
+
+            [[backends]]
+            name = "vendor"
+            kind = "mcp"
+            url = "https://vendor.example.com/mcp"
+            headers = { "X-Tenant" = "acme", "Authorization" = { file = "vendor.auth" } }
+            "#,
+        )
+        .expect("valid");
+        assert_eq!(
+            backends[0].secret_files(),
+            [Path::new("/etc/tollgate/erp.basic")]
+        );
+        assert_eq!(
+            backends[1].secret_files(),
+            [Path::new("/etc/tollgate/vendor.auth")]
         );
     }
 

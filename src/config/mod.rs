@@ -22,8 +22,8 @@ mod validate;
 pub use backends::{
     BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_ERROR_ID_POINTERS,
     DEFAULT_ERROR_MESSAGE_POINTERS, DEFAULT_MAX_SCHEMA_BYTES, DEFAULT_MAX_TOOLS, HeaderValue,
-    IdempotencyPolicy, McpBackend, McpTransport, OpenApiBackend, ToolOverride, read_secret,
-    valid_backend_name,
+    IdempotencyPolicy, McpBackend, McpTransport, OpenApiBackend, SpecSource, SpecUrl, ToolOverride,
+    read_secret, secret_file_warning, valid_backend_name,
 };
 
 use raw::*;
@@ -652,6 +652,17 @@ impl Config {
         Config::load(file, &process_env()?, flags)
     }
 
+    /// The directory where tollgate keeps what it writes besides the database (the last
+    /// good copy of a backend's document): the SQLite file's directory, or, on
+    /// PostgreSQL, the working directory (`/var/lib/tollgate` under the packaged service,
+    /// the one place it may write).
+    pub fn state_dir(&self) -> PathBuf {
+        match self.database.file().and_then(Path::parent) {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
     /// The effective configuration as TOML (what `Display` prints).
     pub fn describe(&self) -> String {
         self.to_string()
@@ -759,6 +770,24 @@ mod tests {
         Config::load(file, &env(vars), flags)
             .expect_err("should fail")
             .to_string()
+    }
+
+    #[test]
+    fn the_state_directory_is_the_databases_or_the_working_directory() {
+        let with = |database: &str| Config {
+            database: Database::parse(database).expect("database"),
+            ..Config::default()
+        };
+        assert_eq!(
+            with("/var/lib/tollgate/tollgate.db").state_dir(),
+            PathBuf::from("/var/lib/tollgate")
+        );
+        assert_eq!(with("tollgate.db").state_dir(), PathBuf::from("."));
+        assert_eq!(with("data/t.db").state_dir(), PathBuf::from("data"));
+        assert_eq!(
+            with("postgres://tollgate@db.internal/tollgate").state_dir(),
+            PathBuf::from(".")
+        );
     }
 
     #[test]

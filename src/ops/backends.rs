@@ -1,18 +1,23 @@
 //! The backends at start and while serving: opening them for `serve` and `stdio`, keeping
 //! the server's registry in step with their tools (an upstream MCP server's list can
-//! change), and `tollgate backends check`, which opens every configured backend and
-//! prints the tools each yields (and, as warnings, the tools an upstream lists that are
-//! left out), or every problem found.
+//! change), and `tollgate backends check`, which opens every configured backend (or the
+//! one `--backend` names) and prints the tools each yields, or every problem found.
+//!
+//! Warnings do not stop a start or fail a check, and are logged at start and printed by
+//! the check alike: a secret file every user of the machine can read, a document opened
+//! from its last good copy, tools an upstream lists that are left out.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Weak};
 
 use clap::Subcommand;
 
-use crate::config::{BackendConfig, Config};
+use crate::clock::Clock;
+use crate::config::{BackendConfig, Config, secret_file_warning};
 use crate::protocol::dispatch::Server;
+use crate::tools::backends::openapi::Copies;
 use crate::tools::backends::{
-    BackendProblem, Backends, LeftOutReason, ListingReport, TOOL_NAME_MAX_CHARS,
+    BackendProblem, Backends, LeftOutReason, ListingReport, Opening, TOOL_NAME_MAX_CHARS,
 };
 use crate::tools::{Idempotency, Tool};
 
@@ -27,6 +32,9 @@ pub enum BackendsCommand {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Check only the backend of this name (the others are not opened).
+        #[arg(long, value_name = "NAME")]
+        backend: Option<String>,
     },
 }
 
@@ -38,11 +46,35 @@ fn problems_text(problems: &[BackendProblem]) -> String {
         .join("; ")
 }
 
-/// Opens the configured backends (none: nothing is started).
-pub fn open(config: &Config) -> Result<Arc<Backends>, String> {
-    Backends::open(&config.backends, false)
-        .map(Arc::new)
-        .map_err(|problems| problems_text(&problems))
+/// Opens the configured backends for `serve` and `stdio` (none: nothing is started),
+/// keeping the last good copy of every document fetched, and logs what the operator
+/// should know.
+pub fn open(config: &Config, clock: &Clock) -> Result<Arc<Backends>, String> {
+    for (backend, warning) in config.backends.iter().flat_map(secret_warnings) {
+        tracing::warn!(backend = %backend, "{warning}");
+    }
+    let opening = Opening {
+        strict: false,
+        copies: Copies::beside(&config.state_dir(), true),
+        clock: clock.clone(),
+    };
+    let backends =
+        Backends::open(&config.backends, &opening).map_err(|problems| problems_text(&problems))?;
+    for (backend, warning) in backends.warnings() {
+        tracing::warn!(backend = %backend, "{warning}");
+    }
+    Ok(Arc::new(backends))
+}
+
+/// A warning, as `(backend, warning)`, for each secret file of `backend` that every user
+/// of the machine can read.
+fn secret_warnings(backend: &BackendConfig) -> Vec<(String, String)> {
+    backend
+        .secret_files()
+        .into_iter()
+        .filter_map(secret_file_warning)
+        .map(|warning| (backend.name.clone(), warning))
+        .collect()
 }
 
 /// Rebuilds the server's registry whenever a backend's list of tools changes. A list that
@@ -94,7 +126,10 @@ fn rebuild_registry(server: &Server, config: &Config) {
 /// `tollgate backends …`
 pub fn backends(config: &Config, command: &BackendsCommand) -> ExitCode {
     match command {
-        BackendsCommand::Check { json } => check(config, *json),
+        BackendsCommand::Check { json, backend } => match chosen(config, backend.as_deref()) {
+            Ok(chosen) => check(&chosen, config, *json),
+            Err(message) => crate::ops::cli::refuse(&message),
+        },
     }
 }
 
@@ -107,16 +142,22 @@ pub(crate) struct Checked {
     pub(crate) opened: Result<Backends, Vec<BackendProblem>>,
 }
 
-/// Opens every configured backend on its own, strictly (an upstream that cannot be reached
-/// now is a problem rather than connected in the background), so that one backend's
-/// problem leaves the others' tools listed. Shut each opened one down after use.
-pub(crate) fn open_each(config: &Config) -> Vec<Checked> {
-    config
-        .backends
+/// Opens each of `backends` on its own, strictly (an upstream that cannot be reached now
+/// is a problem rather than connected in the background), so that one backend's problem
+/// leaves the others' tools listed. Shut each opened one down after use. The command may
+/// run as another user than the service: it reads the last good copies of fetched
+/// documents but never writes them.
+pub(crate) fn open_each(backends: &[BackendConfig], config: &Config) -> Vec<Checked> {
+    let opening = Opening {
+        strict: true,
+        copies: Copies::beside(&config.state_dir(), false),
+        clock: Clock::System,
+    };
+    backends
         .iter()
         .map(|backend| Checked {
             config: backend.clone(),
-            opened: Backends::open(std::slice::from_ref(backend), true),
+            opened: Backends::open(std::slice::from_ref(backend), &opening),
         })
         .collect()
 }
@@ -129,15 +170,38 @@ fn idempotency_word(policy: Idempotency) -> &'static str {
     }
 }
 
-fn check(config: &Config, json: bool) -> ExitCode {
-    if config.backends.is_empty() {
+/// The backends to check: every configured one, or the one named `only`.
+fn chosen(config: &Config, only: Option<&str>) -> Result<Vec<BackendConfig>, String> {
+    let Some(name) = only else {
+        return Ok(config.backends.clone());
+    };
+    match config.backends.iter().find(|b| b.name == name) {
+        Some(backend) => Ok(vec![backend.clone()]),
+        None if config.backends.is_empty() => Err(format!(
+            "--backend {name}: no backends are configured ([[backends]] in the configuration file)"
+        )),
+        None => Err(format!(
+            "--backend {name}: no backend has this name; the configured ones are {}",
+            config
+                .backends
+                .iter()
+                .map(|b| b.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
+    if backends.is_empty() {
         println!("no backends are configured ([[backends]] in the configuration file)");
         return ExitCode::SUCCESS;
     }
-    let checked = open_each(config);
+    let checked = open_each(backends, config);
     let mut problems: Vec<String> = Vec::new();
-    // What the operator should know but that does not fail the check (the upstream, not
-    // the configuration, decides it): tools an upstream lists that are left out.
+    // What the operator should know but that does not fail the check: a secret file others
+    // can read, a document opened from its last good copy, tools an upstream lists that
+    // are left out (the upstream, not the configuration, decides those).
     let mut warnings: Vec<String> = Vec::new();
     // Every name already taken: the built-in tools, the retired names, then each
     // backend's tools in configuration order.
@@ -153,6 +217,8 @@ fn check(config: &Config, json: bool) -> ExitCode {
     let mut report = Vec::new();
     for item in &checked {
         let name = &item.config.name;
+        let named = |(backend, warning): (String, String)| format!("backend {backend}: {warning}");
+        warnings.extend(secret_warnings(&item.config).into_iter().map(named));
         match &item.opened {
             Err(found) => {
                 problems.extend(found.iter().map(ToString::to_string));
@@ -163,6 +229,7 @@ fn check(config: &Config, json: bool) -> ExitCode {
                 }));
             }
             Ok(backends) => {
+                warnings.extend(backends.warnings().into_iter().map(named));
                 for (backend, tool) in backends.unmatched_overrides() {
                     problems.push(format!(
                         "backend {backend}: the override [backends.tools.{tool}] names no tool this backend yields; check the name against the list above"

@@ -535,7 +535,7 @@ pub fn build_server_with_clock(
     store: Store,
     clock: Clock,
 ) -> Result<Server, String> {
-    let backends = crate::ops::backends::open(config)?;
+    let backends = crate::ops::backends::open(config, &clock)?;
     let registry = build_registry_with(config, &store, &clock, backends.tools())?;
     let locale = match config.locale {
         Some(locale) => locale,

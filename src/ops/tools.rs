@@ -125,7 +125,7 @@ fn list(config: &Config, store: &Store) -> Result<Listing, String> {
         .collect();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     let mut backends = Vec::new();
-    for checked in crate::ops::backends::open_each(config) {
+    for checked in crate::ops::backends::open_each(&config.backends, config) {
         let name = checked.config.name.clone();
         let scopes = crate::tools::backends::configured_scopes(&checked.config);
         let kind = checked.config.kind.as_str();

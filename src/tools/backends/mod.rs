@@ -24,6 +24,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
+use crate::clock::Clock;
 use crate::config::{BackendConfig, BackendKind, IdempotencyPolicy, ToolOverride};
 use crate::tools::{Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec, schema};
 
@@ -169,6 +170,18 @@ pub trait Backend: Send + Sync {
     /// The operations it offers now (an upstream MCP server's list can change).
     fn operations(&self) -> Vec<Operation>;
 
+    /// The names of every operation it has now, those an override disabled included: an
+    /// override naming one of them names a tool.
+    fn operation_names(&self) -> Vec<String> {
+        self.operations().into_iter().map(|op| op.name).collect()
+    }
+
+    /// What the operator should know about how it was opened (a document read from its
+    /// last good copy), one sentence each; logged at start, printed by `backends check`.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Its state now.
     fn health(&self) -> Health;
 
@@ -205,6 +218,21 @@ pub struct BackendEnv {
     /// rather than connected in the background while the rest is served (`serve`,
     /// `stdio`: its tools appear once it answers).
     pub strict: bool,
+    /// Where the last good copies of documents fetched from a URL are kept.
+    pub copies: openapi::Copies,
+    /// The server's clock (when a copy was fetched, how old it is).
+    pub clock: Clock,
+}
+
+/// How [`Backends::open`] opens the backends.
+#[derive(Debug, Clone)]
+pub struct Opening {
+    /// Whether an upstream that cannot be reached is a problem ([`BackendEnv::strict`]).
+    pub strict: bool,
+    /// Where the last good copies of fetched documents are kept ([`BackendEnv::copies`]).
+    pub copies: openapi::Copies,
+    /// The server's clock.
+    pub clock: Clock,
 }
 
 /// A backend that could not be opened: what is wrong, for the operator.
@@ -285,12 +313,16 @@ impl Backends {
     }
 
     /// Starts the outbound runtime and opens every configured backend: an OpenAPI
-    /// document is read and its operations listed; an upstream MCP server is started or
-    /// connected (waiting a bounded time for its first list of tools, then connecting in
-    /// the background). Every backend that cannot be opened is a problem; all are
-    /// reported together. With `strict`, so is an upstream that cannot be reached at start;
-    /// otherwise it is connected in the background (see [`BackendEnv::strict`]).
-    pub fn open(configs: &[BackendConfig], strict: bool) -> Result<Backends, Vec<BackendProblem>> {
+    /// document is read (or fetched, else taken from its last good copy) and its
+    /// operations listed; an upstream MCP server is started or connected (waiting a
+    /// bounded time for its first list of tools, then connecting in the background).
+    /// Every backend that cannot be opened is a problem; all are reported together. With
+    /// `opening.strict`, so is an upstream that cannot be reached at start; otherwise it
+    /// is connected in the background (see [`BackendEnv::strict`]).
+    pub fn open(
+        configs: &[BackendConfig],
+        opening: &Opening,
+    ) -> Result<Backends, Vec<BackendProblem>> {
         if configs.is_empty() {
             return Ok(Backends::none());
         }
@@ -321,7 +353,9 @@ impl Backends {
         let env = BackendEnv {
             runtime: runtime.handle().clone(),
             changed,
-            strict,
+            strict: opening.strict,
+            copies: opening.copies.clone(),
+            clock: opening.clock.clone(),
         };
         let mut entries = Vec::new();
         let mut problems = Vec::new();
@@ -394,9 +428,24 @@ impl Backends {
         self.entries
             .iter()
             .flat_map(|e| {
-                unmatched_overrides(&e.config, &e.backend.operations())
+                unmatched_overrides(&e.config, &e.backend.operation_names())
                     .into_iter()
                     .map(|name| (e.config.name.clone(), name))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// What the operator should know about how each backend was opened, as
+    /// `(backend, warning)`.
+    pub fn warnings(&self) -> Vec<(String, String)> {
+        self.entries
+            .iter()
+            .flat_map(|e| {
+                e.backend
+                    .warnings()
+                    .into_iter()
+                    .map(|warning| (e.config.name.clone(), warning))
                     .collect::<Vec<_>>()
             })
             .collect()
@@ -688,11 +737,12 @@ pub fn snake_case(id: &str) -> String {
     out
 }
 
-/// Overrides that name no tool a backend yields: the operator most likely mistyped a name.
-pub fn unmatched_overrides(config: &BackendConfig, operations: &[Operation]) -> Vec<String> {
+/// Overrides that name none of a backend's operations (`operations`, their names): the
+/// operator most likely mistyped a name.
+pub fn unmatched_overrides(config: &BackendConfig, operations: &[String]) -> Vec<String> {
     let names: HashSet<String> = operations
         .iter()
-        .map(|op| tool_name(&config.name, &op.name))
+        .map(|op| tool_name(&config.name, op))
         .collect();
     config
         .tools

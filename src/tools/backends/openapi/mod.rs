@@ -9,6 +9,9 @@
 //! a backend that cannot be reached is `backend_unavailable`, one that does not answer in
 //! time is `timeout`.
 //!
+//! The document is a file, or a URL fetched when the backend opens, its last good copy
+//! kept for when a later fetch fails ([`fetch`]).
+//!
 //! The credential is read once, when the backend is opened, and kept in a header value
 //! marked sensitive; no error, log line or `Debug` print carries it, nor the base URL, nor
 //! a file path.
@@ -17,10 +20,13 @@
 //! call that could not reach the backend, `down` with that reason, until a call reaches
 //! it again.
 
+mod fetch;
 mod request;
 mod response;
 mod schema;
 mod spec;
+
+pub use fetch::{COPIES_DIR, Copies, FETCH_DEADLINE, MAX_DOCUMENT_BYTES};
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -35,7 +41,9 @@ use self::request::{Credential, Outgoing};
 use self::response::{Answer, Mapper};
 use self::spec::Endpoint;
 use crate::catalog::{ErrorKind, McpError};
-use crate::config::{BackendAuth, BackendConfig, BackendKind, OpenApiBackend, read_secret};
+use crate::config::{
+    BackendAuth, BackendConfig, BackendKind, OpenApiBackend, SpecSource, read_secret,
+};
 use crate::tools::ToolOutput;
 use crate::tools::backends::{
     Backend, BackendEnv, BackendProblem, Call, Health, Operation, tool_name,
@@ -57,6 +65,10 @@ pub struct OpenApi {
     message_pointers: Vec<String>,
     runtime: tokio::runtime::Handle,
     last_failure: Mutex<Option<&'static str>>,
+    /// The operations an override disabled (never read further, never offered).
+    disabled: Vec<String>,
+    /// What the operator should know about how it was opened.
+    warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for OpenApi {
@@ -97,17 +109,20 @@ impl OpenApi {
                 .and_then(|o| o.enabled)
                 == Some(false)
         };
-        let document =
-            spec::load(&openapi.spec, credential_header.as_deref(), &disabled).map_err(problem)?;
-        let base_url = base_url_of(openapi, document.server_url.as_deref()).map_err(problem)?;
-        let client = {
-            let _entered = env.runtime.enter();
-            Client::builder()
-                .redirect(redirect::Policy::none())
-                .no_proxy()
-                .build()
-                .map_err(|e| problem(format!("cannot build the HTTP client: {e}")))?
+        let client = client_of(env).map_err(problem)?;
+        let read = |text: &str, label: &str| {
+            spec::load(text, label, credential_header.as_deref(), &disabled)
         };
+        let (document, warnings) = match &openapi.spec {
+            SpecSource::File(path) => spec::read_file(path)
+                .and_then(|text| read(&text, &path.display().to_string()))
+                .map(|document| (document, Vec::new())),
+            SpecSource::Url(url) => fetch::open_url(&config.name, url, &client, env, &|text| {
+                read(text, url.as_str())
+            }),
+        }
+        .map_err(problem)?;
+        let base_url = base_url_of(openapi, document.server_url.as_deref()).map_err(problem)?;
         let (operations, endpoints) = document
             .operations
             .into_iter()
@@ -125,8 +140,21 @@ impl OpenApi {
             message_pointers: openapi.error_message_pointers.clone(),
             runtime: env.runtime.clone(),
             last_failure: Mutex::new(None),
+            disabled: document.disabled,
+            warnings,
         })
     }
+}
+
+/// The backend's one HTTP client: redirects are never followed and no proxy is taken from
+/// the environment.
+fn client_of(env: &BackendEnv) -> Result<Client, String> {
+    let _entered = env.runtime.enter();
+    Client::builder()
+        .redirect(redirect::Policy::none())
+        .no_proxy()
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
 /// The header the credential is sent in, read from its file.
@@ -410,6 +438,18 @@ impl Backend for OpenApi {
 
     fn operations(&self) -> Vec<Operation> {
         self.operations.clone()
+    }
+
+    fn operation_names(&self) -> Vec<String> {
+        self.operations
+            .iter()
+            .map(|op| op.name.clone())
+            .chain(self.disabled.iter().cloned())
+            .collect()
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
     }
 
     fn health(&self) -> Health {

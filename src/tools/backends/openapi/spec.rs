@@ -87,19 +87,29 @@ pub(super) struct Endpoint {
 pub(super) struct Document {
     /// The first `servers[].url`, its variables set to their defaults.
     pub server_url: Option<String>,
-    /// Every operation, in the document's order.
+    /// Every operation, in the document's order, but those an override disabled.
     pub operations: Vec<(Operation, Endpoint)>,
+    /// The operations an override disabled (snake case), which were not read further.
+    pub disabled: Vec<String>,
 }
 
-/// Reads the document at `path`. `credential_header` (lower-case) is left out of the
-/// arguments like `Authorization`; `disabled` names operations (snake case) the operator
-/// turned off, which may use what tollgate cannot send.
+/// The text of the document file at `path`.
+pub(super) fn read_file(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the OpenAPI document {}: {e}", path.display()))
+}
+
+/// Reads the document `text`, named `label` (its path or URL) in messages.
+/// `credential_header` (lower-case) is left out of the arguments like `Authorization`;
+/// `disabled` names operations (snake case) the operator turned off, which may use what
+/// tollgate cannot send.
 pub(super) fn load(
-    path: &Path,
+    text: &str,
+    label: &str,
     credential_header: Option<&str>,
     disabled: &dyn Fn(&str) -> bool,
 ) -> Result<Document, String> {
-    let spec = parse(path)?;
+    let spec = parse(text, label)?;
     let components = Components::of(&spec)?;
     let reader = Reader {
         spec: &spec,
@@ -108,6 +118,7 @@ pub(super) fn load(
     };
     let mut names = BTreeSet::new();
     let mut operations = Vec::new();
+    let mut skipped = Vec::new();
     for (path, item) in spec.paths.iter().flatten() {
         for (method, op) in item.methods() {
             let Some(name) = op.operation_id.as_deref().map(snake_case) else {
@@ -128,6 +139,7 @@ pub(super) fn load(
                 ));
             }
             if disabled(&name) {
+                skipped.push(name);
                 continue;
             }
             let read = reader
@@ -139,23 +151,20 @@ pub(super) fn load(
     Ok(Document {
         server_url: spec.servers.first().map(server_url),
         operations,
+        disabled: skipped,
     })
 }
 
-/// Reads and parses the document, lifting a 3.0 one to 3.1.
-fn parse(path: &Path) -> Result<oas3::Spec, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the OpenAPI document {}: {e}", path.display()))?;
-    let json = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
-        || text.trim_start().starts_with('{');
+/// Parses the document, lifting a 3.0 one to 3.1; JSON when `label` ends in `.json` or
+/// the text starts with `{`, YAML otherwise.
+fn parse(text: &str, label: &str) -> Result<oas3::Spec, String> {
+    let json = label.to_ascii_lowercase().ends_with(".json") || text.trim_start().starts_with('{');
     let mut value: Value = if json {
-        serde_json::from_str(&text).map_err(|e| e.to_string())
+        serde_json::from_str(text).map_err(|e| e.to_string())
     } else {
-        yaml_serde::from_str(&text).map_err(|e| e.to_string())
+        yaml_serde::from_str(text).map_err(|e| e.to_string())
     }
-    .map_err(|e| format!("the OpenAPI document {} is not valid: {e}", path.display()))?;
+    .map_err(|e| format!("the OpenAPI document {label} is not valid: {e}"))?;
     let version = value
         .get("openapi")
         .and_then(Value::as_str)
@@ -166,16 +175,11 @@ fn parse(path: &Path) -> Result<oas3::Spec, String> {
         value["openapi"] = json!("3.1.0");
     } else if !version.starts_with("3.1") {
         return Err(format!(
-            "{} is not an OpenAPI 3.0 or 3.1 document (its `openapi` is {version:?})",
-            path.display()
+            "{label} is not an OpenAPI 3.0 or 3.1 document (its `openapi` is {version:?})"
         ));
     }
-    serde_json::from_value(value).map_err(|e| {
-        format!(
-            "the OpenAPI document {} does not follow OpenAPI {version}: {e}",
-            path.display()
-        )
-    })
+    serde_json::from_value(value)
+        .map_err(|e| format!("the OpenAPI document {label} does not follow OpenAPI {version}: {e}"))
 }
 
 /// A server's URL with its variables replaced by their defaults.

@@ -81,6 +81,9 @@ fn env(runtime: &tokio::runtime::Runtime) -> BackendEnv {
         strict: true,
         runtime: runtime.handle().clone(),
         changed: Arc::new(|| {}),
+        // Every document here is a file: no copy is read or written.
+        copies: Copies::beside(Path::new("/nonexistent"), false),
+        clock: crate::clock::Clock::System,
     }
 }
 
@@ -88,7 +91,7 @@ fn config(spec: &Path, base_url: Option<String>, auth: Option<BackendAuth>) -> B
     BackendConfig {
         name: "shop".into(),
         kind: BackendKind::OpenApi(OpenApiBackend {
-            spec: spec.to_owned(),
+            spec: SpecSource::File(spec.to_owned()),
             base_url,
             auth,
             max_response_bytes: 2048,
@@ -595,4 +598,160 @@ fn a_body_that_is_not_json_is_a_problem_unless_the_tool_is_disabled() {
     );
     let backend = OpenApi::open(&config, &env(&rt)).expect("opens");
     assert!(backend.operations().is_empty());
+    assert_eq!(
+        backend.operation_names(),
+        ["upload_file"],
+        "the disabled operation still exists"
+    );
+    assert!(
+        crate::tools::backends::unmatched_overrides(&config, &backend.operation_names()).is_empty(),
+        "an override that disables an operation names it"
+    );
+}
+
+/// A backend whose document is fetched from `url`, its copies kept under `state`.
+fn open_from_url(
+    url: &str,
+    state: &Path,
+    rt: &tokio::runtime::Runtime,
+) -> Result<OpenApi, BackendProblem> {
+    let mut config = config(Path::new("unused"), None, None);
+    if let BackendKind::OpenApi(openapi) = &mut config.kind {
+        openapi.spec = SpecSource::Url(crate::config::SpecUrl::parse(url).expect("url"));
+    }
+    let env = BackendEnv {
+        copies: Copies::beside(state, true),
+        clock: crate::clock::ManualClock::at_unix_secs(1_800_000_000).clock(),
+        ..env(rt)
+    };
+    OpenApi::open(&config, &env)
+}
+
+#[test]
+fn a_document_fetched_from_a_url_is_kept_and_opens_the_backend_when_the_url_fails() {
+    let rt = runtime();
+    let state = tempfile::tempdir().expect("dir");
+    let (port, _) = serve_once(respond(
+        "200 OK",
+        "content-type: application/yaml\r\n",
+        PETS,
+    ));
+    let url = format!("http://127.0.0.1:{port}/openapi.yaml");
+    let fresh = open_from_url(&url, state.path(), &rt).expect("fetched");
+    assert_eq!(fresh.operations().len(), 5);
+    assert!(fresh.warnings().is_empty(), "{:?}", fresh.warnings());
+    // The port is closed now: the last good copy opens the backend, and says so.
+    let stale = open_from_url(&url, state.path(), &rt).expect("from the copy");
+    assert_eq!(stale.operations(), fresh.operations());
+    assert_eq!(
+        stale.warnings(),
+        [format!(
+            "cannot fetch the OpenAPI document at {url}: connection refused; the backend opened \
+             from its last good copy, fetched 0 s ago (2027-01-15T08:00:00Z)"
+        )]
+    );
+}
+
+#[test]
+fn a_fetched_text_that_is_not_a_document_falls_back_on_the_copy_and_leaves_it() {
+    let rt = runtime();
+    let state = tempfile::tempdir().expect("dir");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/openapi", listener.local_addr().expect("addr"));
+    let swagger = "{\"swagger\": \"2.0\"}";
+    let server = thread::spawn(move || {
+        for body in [PETS, swagger, swagger] {
+            let (mut stream, _) = listener.accept().expect("accept");
+            read_request(&stream);
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(reply.as_bytes()).expect("reply");
+        }
+    });
+    open_from_url(&url, state.path(), &rt).expect("fetched");
+    for _ in 0..2 {
+        let stale = open_from_url(&url, state.path(), &rt).expect("from the copy");
+        assert_eq!(stale.operations().len(), 5, "the copy was not replaced");
+        assert_eq!(
+            stale.warnings(),
+            [format!(
+                "{url} is not an OpenAPI 3.0 or 3.1 document (its `openapi` is \"\"); the backend \
+                 opened from its last good copy, fetched 0 s ago (2027-01-15T08:00:00Z)"
+            )]
+        );
+    }
+    server.join().expect("served");
+    let fresh_state = tempfile::tempdir().expect("dir");
+    let problem = open_from_url(&url, fresh_state.path(), &rt).expect_err("no copy");
+    assert!(
+        problem.message.starts_with(&format!(
+            "cannot fetch the OpenAPI document at {url}: connection refused"
+        )),
+        "{}",
+        problem.message
+    );
+}
+
+#[test]
+fn a_document_past_the_cap_is_refused_whether_announced_or_streamed() {
+    let rt = runtime();
+    let state = tempfile::tempdir().expect("dir");
+    let cap = MAX_DOCUMENT_BYTES as usize;
+    let announced = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        cap + 1
+    );
+    let streamed = format!(
+        "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n{{\"openapi\": \"3.1.0\", \"x\": \"{}\"}}",
+        "a".repeat(cap)
+    );
+    for reply in [announced, streamed] {
+        let (port, _) = serve_once(Reply::Raw(reply));
+        let url = format!("http://127.0.0.1:{port}/openapi.json");
+        let problem = open_from_url(&url, state.path(), &rt).expect_err("too large");
+        assert_eq!(
+            problem.message,
+            format!(
+                "cannot fetch the OpenAPI document at {url}: the document is larger than 8 MiB \
+                 (8388608 bytes), the most tollgate fetches; save it to a file and name the file \
+                 in `spec`"
+            )
+        );
+    }
+}
+
+#[test]
+fn a_document_url_that_redirects_or_fails_is_named_with_its_answer() {
+    let rt = runtime();
+    let state = tempfile::tempdir().expect("dir");
+    let (port, _) = serve_once(respond(
+        "301 Moved Permanently",
+        "location: https://erp.example.com/openapi.json\r\n",
+        "",
+    ));
+    let url = format!("http://127.0.0.1:{port}/openapi.json");
+    let problem = open_from_url(&url, state.path(), &rt).expect_err("redirect");
+    assert_eq!(
+        problem.message,
+        format!(
+            "cannot fetch the OpenAPI document at {url}: it answered 301 Moved Permanently towards \
+             \"https://erp.example.com/openapi.json\", and redirects are not followed: set `spec` \
+             to the document's own URL"
+        )
+    );
+    let (port, request) = serve_once(respond("404 Not Found", "", "{}"));
+    let url = format!("http://127.0.0.1:{port}/openapi.json");
+    let problem = open_from_url(&url, state.path(), &rt).expect_err("404");
+    assert_eq!(
+        problem.message,
+        format!("cannot fetch the OpenAPI document at {url}: it answered 404 Not Found")
+    );
+    let request = request.recv().expect("request").to_ascii_lowercase();
+    assert!(
+        request.starts_with("get /openapi.json http/1.1"),
+        "{request}"
+    );
+    assert!(!request.contains("authorization"), "{request}");
 }
