@@ -17,14 +17,14 @@ use tollgate::console::{Console, Method, Request, SESSION_COOKIE, SIGN_IN_COOKIE
 use crate::util::{HttpResponse, HttpServer, StdioServer, TestDb, http_request};
 
 /// A browser's view of one console: its cookies and the origin it posts from.
-struct Browser<'s> {
+pub(crate) struct Browser<'s> {
     server: &'s HttpServer,
     cookies: Vec<(String, String)>,
     origin: String,
 }
 
 impl<'s> Browser<'s> {
-    fn new(server: &'s HttpServer) -> Browser<'s> {
+    pub(crate) fn new(server: &'s HttpServer) -> Browser<'s> {
         Browser {
             server,
             cookies: Vec::new(),
@@ -55,7 +55,7 @@ impl<'s> Browser<'s> {
         }
     }
 
-    fn get(&mut self, path: &str) -> HttpResponse {
+    pub(crate) fn get(&mut self, path: &str) -> HttpResponse {
         let cookie = self.cookie_header();
         let response = http_request(self.server.addr, "GET", path, &[("Cookie", &cookie)], b"");
         self.keep_cookies(&response);
@@ -85,7 +85,7 @@ impl<'s> Browser<'s> {
         response
     }
 
-    fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> HttpResponse {
+    pub(crate) fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> HttpResponse {
         let origin = self.origin.clone();
         self.post_from(
             path,
@@ -96,7 +96,7 @@ impl<'s> Browser<'s> {
     }
 
     /// Loads the sign-in form and posts `key` with its pairing token.
-    fn sign_in(&mut self, key: &str) -> HttpResponse {
+    pub(crate) fn sign_in(&mut self, key: &str) -> HttpResponse {
         let page = self.get("/console/sign-in");
         assert_eq!(page.status, 200);
         let token = hidden_csrf(&text(&page));
@@ -104,7 +104,7 @@ impl<'s> Browser<'s> {
     }
 
     /// A browser signed in with `db`'s admin key.
-    fn signed_in(server: &'s HttpServer, db: &TestDb) -> Browser<'s> {
+    pub(crate) fn signed_in(server: &'s HttpServer, db: &TestDb) -> Browser<'s> {
         let mut browser = Browser::new(server);
         let signed = browser.sign_in(db.admin_key.as_deref().expect("admin key"));
         assert_eq!(signed.status, 303, "{}", text(&signed));
@@ -112,7 +112,7 @@ impl<'s> Browser<'s> {
     }
 
     /// The CSRF token of the signed-in pages.
-    fn csrf(&mut self) -> String {
+    pub(crate) fn csrf(&mut self) -> String {
         let page = self.get("/console/credentials");
         assert_eq!(page.status, 200, "{}", text(&page));
         hidden_csrf(&text(&page))
@@ -127,12 +127,12 @@ fn form(fields: &[(&str, &str)]) -> String {
     out.finish()
 }
 
-fn text(response: &HttpResponse) -> String {
+pub(crate) fn text(response: &HttpResponse) -> String {
     String::from_utf8_lossy(&response.body).into_owned()
 }
 
 /// The value of the first `name="csrf"` hidden input of a page.
-fn hidden_csrf(page: &str) -> String {
+pub(crate) fn hidden_csrf(page: &str) -> String {
     let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
     page[at..].split('"').next().expect("value").to_owned()
 }

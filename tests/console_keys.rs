@@ -5,99 +5,15 @@
 
 use serde_json::Value;
 
-use crate::util::{HttpResponse, HttpServer, TestDb, http_request};
+use crate::console::{Browser, text};
+use crate::util::{HttpResponse, HttpServer, TestDb};
 
-/// A signed-in browser: its cookies and CSRF token.
-struct Browser<'s> {
-    server: &'s HttpServer,
-    cookies: Vec<(String, String)>,
-    csrf: String,
-}
-
-impl<'s> Browser<'s> {
-    /// Signs in with `db`'s admin key and reads the signed-in pages' CSRF token.
-    fn signed_in(server: &'s HttpServer, db: &TestDb) -> Browser<'s> {
-        let mut browser = Browser {
-            server,
-            cookies: Vec::new(),
-            csrf: String::new(),
-        };
-        let form = browser.get("/console/sign-in");
-        let token = hidden_csrf(&text(&form));
-        let key = db.admin_key.clone().expect("admin key");
-        let signed = browser.post("/console/sign-in", &[("csrf", &token), ("key", &key)]);
-        assert_eq!(signed.status, 303, "{}", text(&signed));
-        let page = browser.get("/console/credentials");
-        assert_eq!(page.status, 200, "{}", text(&page));
-        browser.csrf = hidden_csrf(&text(&page));
-        browser
-    }
-
-    fn cookie_header(&self) -> String {
-        self.cookies
-            .iter()
-            .map(|(n, v)| format!("{n}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-
-    fn keep_cookies(&mut self, response: &HttpResponse) {
-        for (name, value) in &response.headers {
-            if name != "set-cookie" {
-                continue;
-            }
-            let pair = value.split(';').next().unwrap_or("");
-            let (n, v) = pair.split_once('=').expect("cookie pair");
-            self.cookies.retain(|(k, _)| k != n);
-            if !v.is_empty() && !value.contains("Max-Age=0") {
-                self.cookies.push((n.to_owned(), v.to_owned()));
-            }
-        }
-    }
-
-    fn get(&mut self, path: &str) -> HttpResponse {
-        let cookie = self.cookie_header();
-        let response = http_request(self.server.addr, "GET", path, &[("Cookie", &cookie)], b"");
-        self.keep_cookies(&response);
-        response
-    }
-
-    /// A same-origin form post of `fields` (a name may repeat, as checkboxes do).
-    fn post(&mut self, path: &str, fields: &[(&str, &str)]) -> HttpResponse {
-        let mut body = form_urlencoded::Serializer::new(String::new());
-        for (n, v) in fields {
-            body.append_pair(n, v);
-        }
-        let body = body.finish();
-        let cookie = self.cookie_header();
-        let origin = format!("http://{}", self.server.addr);
-        let headers = [
-            ("Cookie", cookie.as_str()),
-            ("Content-Type", "application/x-www-form-urlencoded"),
-            ("Origin", origin.as_str()),
-            ("Sec-Fetch-Site", "same-origin"),
-        ];
-        let response = http_request(self.server.addr, "POST", path, &headers, body.as_bytes());
-        self.keep_cookies(&response);
-        response
-    }
-
-    /// Posts the create-key form with the page's token and `fields`.
-    fn create_key(&mut self, fields: &[(&str, &str)]) -> HttpResponse {
-        let csrf = self.csrf.clone();
-        let mut all = vec![("csrf", csrf.as_str()), ("mode", "live")];
-        all.extend_from_slice(fields);
-        self.post("/console/credentials/keys", &all)
-    }
-}
-
-fn text(response: &HttpResponse) -> String {
-    String::from_utf8_lossy(&response.body).into_owned()
-}
-
-fn hidden_csrf(page: &str) -> String {
-    let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
-    page[at..].split('"').next().expect("value").to_owned()
+/// Posts the create-key form with the signed-in pages' token and `fields`.
+fn create_key(browser: &mut Browser<'_>, fields: &[(&str, &str)]) -> HttpResponse {
+    let csrf = browser.csrf();
+    let mut all = vec![("csrf", csrf.as_str()), ("mode", "live")];
+    all.extend_from_slice(fields);
+    browser.post("/console/credentials/keys", &all)
 }
 
 /// The text of the element with `id` (up to its first inner tag or its end).
@@ -167,13 +83,16 @@ fn ticked_scopes_and_an_expiry_create_a_key_that_expires() {
     let db = TestDb::new();
     let server = HttpServer::start(&db, &[]);
     let mut browser = Browser::signed_in(&server, &db);
-    let made = browser.create_key(&[
-        ("name", "week reader"),
-        ("scopes", "clients:read"),
-        ("scopes", "invoices:read"),
-        ("expires", "7d"),
-        ("guard_channel", ""),
-    ]);
+    let made = create_key(
+        &mut browser,
+        &[
+            ("name", "week reader"),
+            ("scopes", "clients:read"),
+            ("scopes", "invoices:read"),
+            ("expires", "7d"),
+            ("guard_channel", ""),
+        ],
+    );
     assert_eq!(made.status, 200, "{}", text(&made));
     let id = element_text(&text(&made), "public-id").expect("the id");
     let key = keys(&db)
@@ -198,7 +117,10 @@ fn ticked_scopes_and_an_expiry_create_a_key_that_expires() {
         "{row}"
     );
 
-    let forever = browser.create_key(&[("name", "forever"), ("scopes", "*"), ("expires", "never")]);
+    let forever = create_key(
+        &mut browser,
+        &[("name", "forever"), ("scopes", "*"), ("expires", "never")],
+    );
     assert_eq!(forever.status, 200, "{}", text(&forever));
     let id = element_text(&text(&forever), "public-id").expect("the id");
     let key = keys(&db)
@@ -220,12 +142,15 @@ fn an_unknown_scope_is_refused_with_the_closest_known_one_and_nothing_is_created
     let server = HttpServer::start(&db, &[]);
     let mut browser = Browser::signed_in(&server, &db);
     let before = keys(&db).len();
-    let refused = browser.create_key(&[
-        ("name", "typo"),
-        ("scopes", "clients:read"),
-        ("scopes", "invoices:raed"),
-        ("expires", "30d"),
-    ]);
+    let refused = create_key(
+        &mut browser,
+        &[
+            ("name", "typo"),
+            ("scopes", "clients:read"),
+            ("scopes", "invoices:raed"),
+            ("expires", "30d"),
+        ],
+    );
     assert_eq!(refused.status, 422, "{}", text(&refused));
     let page = text(&refused);
     assert_eq!(
@@ -238,30 +163,33 @@ fn an_unknown_scope_is_refused_with_the_closest_known_one_and_nothing_is_created
     assert!(has_checkbox(&page, "invoices:read", false), "{page}");
     assert!(page.contains("<option value=\"30d\" selected>"), "{page}");
 
-    let backend = browser.create_key(&[("name", "crm"), ("scopes", "crm:read")]);
+    let backend = create_key(&mut browser, &[("name", "crm"), ("scopes", "crm:read")]);
     assert_eq!(backend.status, 422);
     let message = element_text(&text(&backend), "form-error").expect("the error");
     assert!(
         message.starts_with("Unknown scope: crm:read. No backend named crm is configured"),
         "{message}"
     );
-    let none = browser.create_key(&[("name", "nothing")]);
+    let none = create_key(&mut browser, &[("name", "nothing")]);
     assert_eq!(none.status, 422);
     assert_eq!(
         element_text(&text(&none), "form-error").as_deref(),
         Some("Choose at least one scope.")
     );
-    let forever = browser.create_key(&[
-        ("name", "odd"),
-        ("scopes", "clients:read"),
-        ("expires", "365d"),
-    ]);
+    let forever = create_key(
+        &mut browser,
+        &[
+            ("name", "odd"),
+            ("scopes", "clients:read"),
+            ("expires", "365d"),
+        ],
+    );
     assert_eq!(forever.status, 422);
     assert_eq!(
         element_text(&text(&forever), "form-error").as_deref(),
         Some("Choose an expiry from the list.")
     );
-    let csrf = browser.csrf.clone();
+    let csrf = browser.csrf();
     let client = browser.post(
         "/console/credentials/clients",
         &[("csrf", &csrf), ("name", "bot"), ("scopes", "client:read")],
@@ -300,6 +228,9 @@ fn a_configured_backends_scopes_are_offered_and_accepted() {
         page.contains("crm_list_orders"),
         "the tools a scope opens: {page}"
     );
-    let made = browser.create_key(&[("name", "crm reader"), ("scopes", "crm:read")]);
+    let made = create_key(
+        &mut browser,
+        &[("name", "crm reader"), ("scopes", "crm:read")],
+    );
     assert_eq!(made.status, 200, "{}", text(&made));
 }
