@@ -24,6 +24,7 @@ impl Quickstart {
             .current_dir(dir)
             .args(["quickstart", "--listen", &addr.to_string()])
             .env("RUST_LOG", "warn")
+            .env_remove("TOLLGATE_TEST_POSTGRES")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -81,6 +82,7 @@ fn a_busy_address_is_refused_before_anything_is_created() {
     let out = Command::new(bin())
         .current_dir(dir.path())
         .args(["quickstart", "--listen", &addr.to_string()])
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
@@ -143,6 +145,7 @@ fn what_quickstart_prints_once_serving_is_true() {
         .current_dir(elsewhere.path())
         .args(&args)
         .env("TOLLGATE_TOKEN", &key)
+        .env_remove("TOLLGATE_TEST_POSTGRES")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
