@@ -124,7 +124,9 @@ if ! cargo deb --version >/dev/null 2>&1; then
 fi
 profile=${TG_DEB_PROFILE:-dist}
 echo "building the package (profile $profile)"
-cargo deb --profile "$profile" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; fail "cargo deb builds the package"; exit 1; }
+profile_args=()
+[ "$profile" = release ] || profile_args=(--profile "$profile")
+cargo deb "${profile_args[@]}" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; fail "cargo deb builds the package"; exit 1; }
 DEB=$(tail -n 1 "$WORK/build.log")
 must "cargo deb builds the package" test -f "$DEB"
 
