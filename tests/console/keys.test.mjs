@@ -115,8 +115,10 @@ test('the picker groups the known scopes, each checkbox named by its label', asy
       'Built-in tools: invoices',
       'Built-in tools: payments',
       'Built-in tools: reports',
+      // The OpenAPI backend run.sh configures for the browser tests.
+      'Backend shop',
     ]);
-    for (const scope of ['*', 'admin', 'clients:read', 'invoices:void', 'payments:write', 'reports:generate']) {
+    for (const scope of ['*', 'admin', 'clients:read', 'invoices:void', 'payments:write', 'reports:generate', 'shop:read']) {
       assert.equal(await scopeBox(page, scope).count(), 1, `one box for ${scope}`);
       assert.equal(await scopeBox(page, scope).isChecked(), false, `${scope} starts unticked`);
     }
