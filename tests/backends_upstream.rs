@@ -434,37 +434,6 @@ impl Hostile {
         }
     }
 
-    /// Every tool of a 2026-07-28 `tools/list`, following `nextCursor`.
-    fn all_tools(&self) -> Vec<Value> {
-        let auth = format!("Bearer {}", self.admin());
-        let mut tools = Vec::new();
-        let mut cursor: Option<Value> = None;
-        loop {
-            let mut params = match cursor.take() {
-                Some(cursor) => json!({"cursor": cursor}),
-                None => json!({}),
-            };
-            merge_modern_meta(&mut params);
-            let page = self
-                .server
-                .post_mcp(
-                    &[
-                        ("Authorization", auth.as_str()),
-                        ("MCP-Protocol-Version", "2026-07-28"),
-                        ("Mcp-Method", "tools/list"),
-                    ],
-                    &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}),
-                )
-                .json();
-            let listed = page["result"]["tools"].as_array().expect("tools");
-            tools.extend(listed.iter().cloned());
-            match page["result"].get("nextCursor") {
-                Some(next) if !next.is_null() => cursor = Some(next.clone()),
-                _ => return tools,
-            }
-        }
-    }
-
     /// A 2026-07-28 `tools/call` of `tool` with the progress token `token`, read whole.
     fn call_with_progress(&self, tool: &str, token: &str) -> crate::util::HttpResponse {
         let mut params = json!({"name": tool, "arguments": {}, "_meta": {"progressToken": token}});
@@ -548,7 +517,7 @@ fn a_list_past_the_limits_is_cut_down_and_what_was_left_out_is_reported() {
     let gate = Hostile::start(&upstream, false, settings);
 
     // echo, steps, flood, wordy and t0 … t45: the first 50 that can be offered.
-    let tools = gate.all_tools();
+    let tools = gate.server.modern_tools_list(gate.admin());
     let offered: Vec<&str> = tools
         .iter()
         .filter_map(|t| t["name"].as_str())

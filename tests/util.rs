@@ -173,6 +173,20 @@ impl TestDb {
         Self::init_on(None, extra)
     }
 
+    /// `tollgate init` of an SQLite file `tollgate.db` in `dir` (a file system the test
+    /// controls: a tmpfs to fill or remount read-only), whichever store the suite runs on.
+    pub fn init_in(dir: &Path) -> TestDb {
+        let mut db = TestDb {
+            dir: tempfile::tempdir().expect("tempdir"),
+            path: dir.join("tollgate.db"),
+            admin_key: None,
+            postgres: None,
+        };
+        let printed = db.run_json(&["init", "--json", "--company", "Test Co"]);
+        db.admin_key = printed["admin_key"].as_str().map(str::to_owned);
+        db
+    }
+
     fn init_on(server: Option<String>, extra: &[&str]) -> TestDb {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("tollgate.db");
@@ -919,25 +933,36 @@ impl HttpServer {
         Self::start_with_env(db, &["--config", path.to_str().expect("utf-8")], env)
     }
 
-    /// The `tools` of a 2026-07-28 `tools/list` (id 1) by `token`.
+    /// Every tool of a 2026-07-28 `tools/list` by `token`, following `nextCursor`.
     pub fn modern_tools_list(&self, token: &str) -> Vec<Value> {
-        let mut params = json!({});
-        merge_modern_meta(&mut params);
         let auth = format!("Bearer {token}");
-        let reply = self
-            .post_mcp(
-                &[
-                    ("Authorization", auth.as_str()),
-                    ("MCP-Protocol-Version", "2026-07-28"),
-                    ("Mcp-Method", "tools/list"),
-                ],
-                &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}),
-            )
-            .json();
-        reply["result"]["tools"]
-            .as_array()
-            .unwrap_or_else(|| panic!("tools in {reply}"))
-            .clone()
+        let mut tools = Vec::new();
+        let mut cursor: Option<Value> = None;
+        loop {
+            let mut params = match cursor.take() {
+                Some(cursor) => json!({"cursor": cursor}),
+                None => json!({}),
+            };
+            merge_modern_meta(&mut params);
+            let page = self
+                .post_mcp(
+                    &[
+                        ("Authorization", auth.as_str()),
+                        ("MCP-Protocol-Version", "2026-07-28"),
+                        ("Mcp-Method", "tools/list"),
+                    ],
+                    &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}),
+                )
+                .json();
+            let listed = page["result"]["tools"]
+                .as_array()
+                .unwrap_or_else(|| panic!("tools in {page}"));
+            tools.extend(listed.iter().cloned());
+            match page["result"].get("nextCursor") {
+                Some(next) if !next.is_null() => cursor = Some(next.clone()),
+                _ => return tools,
+            }
+        }
     }
 
     /// A 2026-07-28 `tools/call` (id 1) with the headers a conforming client sends.
