@@ -613,16 +613,9 @@ fn open_read_only(path: &Path) -> Connection {
 
 /// `tollgate init` of a database in `dir` (a [`TestDb`] whose file lives there).
 fn init_at(dir: &Path) -> TestDb {
-    let mut db = TestDb {
-        dir: tempfile::tempdir().expect("tempdir"),
-        path: dir.join("tollgate.db"),
-        admin_key: None,
-        // What these faults test is the SQLite file under the process; PostgreSQL's own
-        // faults are tested beside the multi-node tests.
-        postgres: None,
-    };
-    let printed = db.run_json(&["init", "--json", "--company", "Test Co"]);
-    db.admin_key = printed["admin_key"].as_str().map(str::to_owned);
+    // What these faults test is the SQLite file under the process; PostgreSQL's own
+    // faults are tested beside the multi-node tests.
+    let db = TestDb::init_in(dir);
     raise_limits(&db, &db.admin_key_id());
     db
 }

@@ -304,14 +304,7 @@ fn a_full_disk_makes_healthz_503_and_healthcheck_fail_until_space_returns() {
         println!("[hardening] cannot mount a tmpfs here (not root?): full-disk health not tested");
         return;
     };
-    let mut db = TestDb {
-        dir: tempfile::tempdir().expect("tempdir"),
-        path: disk.mount.join("tollgate.db"),
-        admin_key: None,
-        postgres: None,
-    };
-    let printed = db.run_json(&["init", "--json", "--company", "Test Co"]);
-    db.admin_key = printed["admin_key"].as_str().map(str::to_owned);
+    let db = TestDb::init_in(&disk.mount);
     let server = HttpServer::start(&db, &[]);
     let healthcheck = |db: &TestDb| db.run(&["healthcheck"]);
     assert!(healthcheck(&db).status.success());

@@ -446,14 +446,7 @@ fn a_server_starting_on_a_read_only_file_system_says_so_and_names_it() {
         println!("[store_file] cannot mount a tmpfs here (not root?): not tested");
         return;
     };
-    let mut db = TestDb {
-        dir: tempfile::tempdir().expect("tempdir"),
-        path: disk.mount.join("tollgate.db"),
-        admin_key: None,
-        postgres: None,
-    };
-    let printed = db.run_json(&["init", "--json", "--company", "Test Co"]);
-    db.admin_key = printed["admin_key"].as_str().map(str::to_owned);
+    let db = TestDb::init_in(&disk.mount);
     let remounted = Command::new("mount")
         .args(["-o", "remount,ro"])
         .arg(&disk.mount)
