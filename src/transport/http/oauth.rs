@@ -28,7 +28,9 @@ pub const TOKEN_REQUESTS_PER_MINUTE: u32 = 30;
 /// Sources tracked by the token-endpoint limiter at most.
 const MAX_TRACKED: usize = 10_000;
 
-/// The scopes a credential can hold (advertised in the metadata documents).
+/// The built-in tools' scopes, in the order the metadata documents advertise them (by
+/// resource, then read before write). A unit test holds the list to exactly the scopes the
+/// invoicing tools declare, so it cannot drift from them.
 pub const SCOPES: &[&str] = &[
     "clients:read",
     "clients:write",
@@ -455,5 +457,18 @@ mod tests {
         assert_eq!(scopes[SCOPES.len()], "crm:read");
         let asm = authorization_server_metadata("http://127.0.0.1:8787", &[]);
         assert_eq!(asm["token_endpoint"], "http://127.0.0.1:8787/oauth/token");
+    }
+
+    #[test]
+    fn the_advertised_scopes_are_exactly_the_built_in_tools_scopes() {
+        let mut declared: Vec<&str> = crate::tools::invoicing::tools()
+            .iter()
+            .map(|t| t.spec().scope)
+            .collect();
+        declared.sort_unstable();
+        declared.dedup();
+        let mut advertised = SCOPES.to_vec();
+        advertised.sort_unstable();
+        assert_eq!(advertised, declared);
     }
 }
