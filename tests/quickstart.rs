@@ -19,10 +19,24 @@ struct Quickstart {
 }
 
 impl Quickstart {
+    /// `tollgate --config slow.toml quickstart` in `dir`: the configuration's one backend is
+    /// an upstream that takes two seconds to fail, so the listener comes up only after the
+    /// backends were opened — text printed before that would be printed too early.
     fn start(dir: &std::path::Path, addr: SocketAddr) -> Quickstart {
+        std::fs::write(
+            dir.join("slow.toml"),
+            "[[backends]]\nname = \"slow\"\nkind = \"mcp\"\ncommand = \"sleep\"\nargs = [\"2\"]\n",
+        )
+        .expect("write config");
         let mut child = Command::new(bin())
             .current_dir(dir)
-            .args(["quickstart", "--listen", &addr.to_string()])
+            .args([
+                "--config",
+                "slow.toml",
+                "quickstart",
+                "--listen",
+                &addr.to_string(),
+            ])
             .env("RUST_LOG", "warn")
             .env_remove("TOLLGATE_TEST_POSTGRES")
             .stdout(Stdio::piped())
@@ -110,7 +124,8 @@ fn what_quickstart_prints_once_serving_is_true() {
         .expect("the admin key is announced");
     let key = lines[key_line + 1].trim().to_owned();
     assert!(key.starts_with("tg_live_"), "{lines:#?}");
-    // Printed only once the listener answers: no waiting here.
+    // Printed only once the listener answers: no waiting here (the slow backend kept the
+    // listener down for two seconds after the database and the key were made).
     let health = http_request(addr, "GET", "/healthz", &[], b"");
     assert_eq!(health.status, 200);
     assert_eq!(field(&lines, "MCP endpoint"), format!("http://{addr}/mcp"));
