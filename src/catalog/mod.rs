@@ -16,6 +16,7 @@ mod guardrails;
 pub mod problems;
 mod suggestions;
 pub mod template;
+mod values;
 
 pub use problems::{Expect, Problem};
 pub use suggestions::Suggestion;

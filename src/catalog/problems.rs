@@ -10,10 +10,13 @@ use serde_json::{Map, Value, json};
 
 use crate::config::Locale;
 
-use super::template::{PROBLEMS_IN_TEXT, plain, quoted};
+use super::values::{QUOTE_MAX_CHARS, plain, quoted};
 
 /// How many failing arguments `details.errors` carries at most.
 pub const PROBLEMS_IN_DETAILS: usize = 20;
+
+/// How many failing arguments a validation sentence lists before "and N more".
+pub const PROBLEMS_IN_TEXT: usize = 5;
 
 /// What an argument must be, in a form both locales can phrase.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,7 +154,7 @@ impl Problem {
 /// A string value cut like the sentence cuts it, so no long input is echoed back.
 fn quoted_value(value: &Value) -> Value {
     match value {
-        Value::String(s) if s.chars().count() > super::template::QUOTE_MAX_CHARS => {
+        Value::String(s) if s.chars().count() > QUOTE_MAX_CHARS => {
             let q = quoted(value);
             Value::String(q.trim_matches('"').to_owned())
         }

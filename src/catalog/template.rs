@@ -6,11 +6,12 @@
 //!   under `details`. Strings are written as they are, numbers and booleans as JSON, lists
 //!   joined with ", " (an empty list reads "none"), objects as their keys.
 //! - `{name:q}` quotes a value the caller sent: a string in double quotes, cut to
-//!   [`QUOTE_MAX_CHARS`] characters, control characters replaced by spaces.
+//!   [`QUOTE_MAX_CHARS`](super::values::QUOTE_MAX_CHARS) characters, control characters
+//!   replaced by spaces.
 //! - `{name:seconds}` writes a count of seconds with its unit ("1 second", "30 seconds").
 //! - `{name:problems}` lists `details.errors` (the failing arguments of a validation), at
-//!   most [`PROBLEMS_IN_TEXT`] of them, then "and N more" (counting `details.error_count`
-//!   when more failed than the list holds).
+//!   most [`PROBLEMS_IN_TEXT`](super::problems::PROBLEMS_IN_TEXT) of them, then "and N
+//!   more" (counting `details.error_count` when more failed than the list holds).
 //! - `[ … ]` is an optional segment: it is dropped when a field it names is absent (or
 //!   null), so one template reads well with or without an optional field.
 //!
@@ -23,12 +24,7 @@ use serde_json::{Map, Value};
 use crate::config::Locale;
 
 use super::problems;
-
-/// How many characters of a quoted value are kept.
-pub const QUOTE_MAX_CHARS: usize = 60;
-
-/// How many failing arguments a validation sentence lists before "and N more".
-pub const PROBLEMS_IN_TEXT: usize = 5;
+use super::values::{plain, quoted};
 
 /// A rendered template: the sentence and the required fields that were absent.
 pub(crate) struct Rendered {
@@ -138,53 +134,10 @@ fn seconds(n: u64, locale: Locale) -> String {
     }
 }
 
-/// A value written as it is: strings bare, lists joined, objects as their keys.
-pub(crate) fn plain(value: &Value, locale: Locale) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        Value::Array(items) if items.is_empty() => none(locale).to_owned(),
-        Value::Array(items) => items
-            .iter()
-            .map(|v| plain(v, locale))
-            .collect::<Vec<_>>()
-            .join(", "),
-        Value::Object(map) if map.is_empty() => none(locale).to_owned(),
-        Value::Object(map) => map.keys().cloned().collect::<Vec<_>>().join(", "),
-        other => other.to_string(),
-    }
-}
-
-/// A value the caller sent, quoted and cut short: a string in double quotes, the rest as
-/// JSON (also cut).
-pub(crate) fn quoted(value: &Value) -> String {
-    match value {
-        Value::String(s) => format!("\"{}\"", truncate(s)),
-        other => truncate(&other.to_string()),
-    }
-}
-
-fn truncate(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .take(QUOTE_MAX_CHARS)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if text.chars().count() > QUOTE_MAX_CHARS {
-        out.push('…');
-    }
-    out
-}
-
-fn none(locale: Locale) -> &'static str {
-    match locale {
-        Locale::En => "none",
-        Locale::Es => "ninguno",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::values::QUOTE_MAX_CHARS;
     use serde_json::json;
 
     fn fields(value: Value) -> Map<String, Value> {
