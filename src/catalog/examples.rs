@@ -1,13 +1,23 @@
-//! A representative occurrence of every entry ([`super::McpError::example`]): plausible
+//! A representative occurrence of every entry ([`McpError::example`]): plausible
 //! values for every field its template names, for the catalog's own test, the generated
 //! documentation and anyone who needs a sample error.
 
 use serde_json::json;
 
-use super::{ErrorKind as K, Expect, McpError, Problem};
+use super::entries::ErrorKind as K;
+use super::error::McpError;
+use super::problems::{Expect, Problem};
+
+impl McpError {
+    /// A representative occurrence of `kind`, with plausible values for every field its
+    /// template names.
+    pub fn example(kind: K) -> McpError {
+        example(kind)
+    }
+}
 
 /// An occurrence of `kind` with sample fields.
-pub fn example(kind: K) -> McpError {
+fn example(kind: K) -> McpError {
     match kind {
         K::InvalidRequest => McpError::invalid_request("batch_not_allowed"),
         K::MethodNotFound => McpError::method_not_found("tools/run"),
@@ -151,5 +161,32 @@ pub fn example(kind: K) -> McpError {
             .detail("invoice_id", "inv_8f3a2b1c4d5e6f70")
             .detail("rectified_by_id", "inv_1a2b3c4d5e6f7081"),
         _ => McpError::new(kind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::ErrorKind;
+    use crate::config::Locale;
+
+    #[test]
+    fn every_entry_renders_its_example_without_a_gap_in_both_locales() {
+        for kind in ErrorKind::ALL {
+            let example = McpError::example(*kind);
+            for locale in [Locale::En, Locale::Es] {
+                let missing = example.unfilled_placeholders(locale);
+                assert!(
+                    missing.is_empty(),
+                    "{:?} {locale:?} lacks {missing:?}",
+                    kind
+                );
+                let hint = example.hint(locale);
+                assert!(
+                    !hint.contains('{') && !hint.contains('['),
+                    "{kind:?}: {hint}"
+                );
+            }
+        }
     }
 }
