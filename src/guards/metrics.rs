@@ -39,6 +39,7 @@ use serde_json::Value;
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::guards::outcome::Verdict;
+use crate::guards::ratelimit::{CLIENT_BUCKET, ChargeCounters, ChargeCounts, PLAN_BUCKET};
 use crate::tools::{Category, Registry, Resolution};
 
 /// The `Content-Type` of the exposition format.
@@ -54,11 +55,7 @@ pub const LATENCY_BUCKETS_MICROS: [u64; 14] = [
 pub const UNKNOWN_TOOL: &str = "unknown";
 
 /// Rate buckets reported by name besides the categories; any other name is `other`.
-const OTHER_BUCKETS: &[&str] = &[
-    crate::guards::ratelimit::PLAN_BUCKET,
-    crate::guards::ratelimit::CLIENT_BUCKET,
-    "auth",
-];
+const OTHER_BUCKETS: &[&str] = &[PLAN_BUCKET, CLIENT_BUCKET, "auth"];
 
 /// Log lines dropped since the process started; the logging queue counts them here.
 static LOG_LINES_DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -150,15 +147,6 @@ impl Histogram {
     }
 }
 
-/// How well group commit batches: calls charged, and the transactions that charged them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChargeCounts {
-    /// Calls charged (refused ones included).
-    pub charges: u64,
-    /// Charging transactions run (attempted) for them.
-    pub transactions: u64,
-}
-
 /// The counters of one process. [`global`] is the one the server uses.
 pub struct Metrics {
     started: Instant,
@@ -169,8 +157,6 @@ pub struct Metrics {
     rate_limited: CounterFamily<&'static str>,
     http_responses: CounterFamily<u16>,
     latency: Histogram,
-    charges: AtomicU64,
-    charge_transactions: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -194,8 +180,6 @@ impl Metrics {
             rate_limited: CounterFamily::new(),
             http_responses: CounterFamily::new(),
             latency: Histogram::new(),
-            charges: AtomicU64::new(0),
-            charge_transactions: AtomicU64::new(0),
         }
     }
 
@@ -257,21 +241,6 @@ impl Metrics {
         if err.kind() == ErrorKind::RateLimited {
             self.rate_limited.inc(bucket_label(err));
         }
-    }
-
-    /// Calls charged and charging transactions run so far.
-    pub fn charge_counts(&self) -> ChargeCounts {
-        ChargeCounts {
-            charges: self.charges.load(Ordering::Relaxed),
-            transactions: self.charge_transactions.load(Ordering::Relaxed),
-        }
-    }
-
-    /// Counts one charging transaction of the rate limiter and the calls it charged.
-    pub fn observe_charge_batch(&self, calls: usize) {
-        self.charge_transactions.fetch_add(1, Ordering::Relaxed);
-        self.charges
-            .fetch_add(u64::try_from(calls).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// Counts one HTTP response by status.
@@ -372,23 +341,7 @@ impl Metrics {
         for (bucket, value) in self.rate_limited.snapshot() {
             sample(page, name, &[("bucket", bucket)], value);
         }
-        let name = "tollgate_rate_charges_total";
-        header(
-            page,
-            name,
-            "counter",
-            "Calls charged to the rate counters (refused ones included).",
-        );
-        sample(page, name, &[], self.charges.load(Ordering::Relaxed));
-        let name = "tollgate_rate_charge_transactions_total";
-        header(
-            page,
-            name,
-            "counter",
-            "SQLite transactions that charged them (group commit puts several calls in one).",
-        );
-        let transactions = self.charge_transactions.load(Ordering::Relaxed);
-        sample(page, name, &[], transactions);
+        render_charges(page, ChargeCounters::process().counts());
     }
 
     fn render_latency(&self, page: &mut String) {
@@ -425,6 +378,27 @@ impl Metrics {
             sample(page, name, &[("status", &status.to_string())], value);
         }
     }
+}
+
+/// The rate limiter's group-commit figures (the process's: the limiters count them in
+/// [`ChargeCounters::process`]): calls charged, and the transactions that charged them.
+fn render_charges(page: &mut String, counts: ChargeCounts) {
+    let name = "tollgate_rate_charges_total";
+    header(
+        page,
+        name,
+        "counter",
+        "Calls charged to the rate counters (refused ones included).",
+    );
+    sample(page, name, &[], counts.charges);
+    let name = "tollgate_rate_charge_transactions_total";
+    header(
+        page,
+        name,
+        "counter",
+        "SQLite transactions that charged them (group commit puts several calls in one).",
+    );
+    sample(page, name, &[], counts.transactions);
 }
 
 /// The `bucket` of a `rate_limited` error: a category, one of [`OTHER_BUCKETS`], or `other`.
@@ -753,17 +727,8 @@ mod tests {
         m.rate_limited.inc("write");
         m.http_responses.inc(200);
         m.http_responses.inc(404);
-        m.observe_charge_batch(5);
-        m.observe_charge_batch(1);
         let page = m.render();
         assert_well_formed(&page);
-        assert_eq!(
-            lines_starting(&page, "tollgate_rate_charge"),
-            vec![
-                "tollgate_rate_charges_total 6",
-                "tollgate_rate_charge_transactions_total 2",
-            ]
-        );
         assert_eq!(
             lines_starting(&page, "tollgate_tool_calls_total{"),
             vec![
@@ -794,6 +759,24 @@ mod tests {
             "tollgate_build_info{{version=\"{}\"}} 1\n",
             env!("CARGO_PKG_VERSION")
         )));
+    }
+
+    #[test]
+    fn charge_counts_render_as_two_counters() {
+        let mut page = String::new();
+        let counts = ChargeCounts {
+            charges: 6,
+            transactions: 2,
+        };
+        render_charges(&mut page, counts);
+        assert_well_formed(&page);
+        assert_eq!(
+            lines_starting(&page, "tollgate_rate_charge"),
+            vec![
+                "tollgate_rate_charges_total 6",
+                "tollgate_rate_charge_transactions_total 2",
+            ]
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -48,7 +48,6 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::McpError;
 use crate::clock::Clock;
-use crate::guards::metrics::{ChargeCounts, Metrics};
 use crate::store::{Store, StoreError, Tx, store_failure};
 use crate::tools::Category;
 
@@ -235,6 +234,50 @@ impl Batch for PlainCharge {
     }
 }
 
+/// How well group commit batches: calls charged, and the transactions that charged them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChargeCounts {
+    /// Calls charged (refused ones included).
+    pub charges: u64,
+    /// Charging transactions run (attempted) for them.
+    pub transactions: u64,
+}
+
+/// Where limiters count their calls and charging transactions: the process's
+/// ([`ChargeCounters::process`], which `GET /metrics` renders) or counters of their own.
+#[derive(Debug, Default)]
+pub struct ChargeCounters {
+    charges: AtomicU64,
+    transactions: AtomicU64,
+}
+
+impl ChargeCounters {
+    /// The counters of this process: every limiter built by [`Limiter::with_batch`] (or
+    /// [`Limiter::new`]) counts here.
+    pub fn process() -> &'static ChargeCounters {
+        static PROCESS: ChargeCounters = ChargeCounters {
+            charges: AtomicU64::new(0),
+            transactions: AtomicU64::new(0),
+        };
+        &PROCESS
+    }
+
+    /// Calls charged and charging transactions run so far.
+    pub fn counts(&self) -> ChargeCounts {
+        ChargeCounts {
+            charges: self.charges.load(Ordering::Relaxed),
+            transactions: self.transactions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts one charging transaction and the calls it charged.
+    fn observe_batch(&self, calls: usize) {
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.charges
+            .fetch_add(u64::try_from(calls).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+}
+
 /// Charges calls against their buckets, many callers' calls in one transaction; `B` is
 /// what one transaction does with them.
 pub struct Limiter<B: Batch = PlainCharge> {
@@ -245,7 +288,7 @@ pub struct Limiter<B: Batch = PlainCharge> {
     last_prune: AtomicI64,
     clock: Clock,
     /// Where its transactions and charges are counted.
-    metrics: &'static Metrics,
+    counters: &'static ChargeCounters,
 }
 
 /// Charges waiting for a transaction, and whether some caller is leading one.
@@ -348,27 +391,27 @@ impl Limiter<PlainCharge> {
 
 impl<B: Batch> Limiter<B> {
     /// A limiter whose transactions run `B`, counted in the process's
-    /// [`metrics::global`](crate::guards::metrics::global).
+    /// [`ChargeCounters::process`].
     pub fn with_batch(store: Store, clock: Clock) -> Limiter<B> {
-        Limiter::counted_in(store, crate::guards::metrics::global(), clock)
+        Limiter::counted_in(store, ChargeCounters::process(), clock)
     }
 
-    /// A limiter counted in `metrics` (tests give each limiter counters of its own).
-    pub fn counted_in(store: Store, metrics: &'static Metrics, clock: Clock) -> Limiter<B> {
+    /// A limiter counted in `counters` (tests give each limiter counters of its own).
+    pub fn counted_in(store: Store, counters: &'static ChargeCounters, clock: Clock) -> Limiter<B> {
         Limiter {
             store,
             queue: Mutex::new(Queue::default()),
             gathered: Condvar::new(),
             last_prune: AtomicI64::new(0),
             clock,
-            metrics,
+            counters,
         }
     }
 
     /// How many calls and charging transactions have been counted so far (by every limiter
-    /// counted in the same metrics).
+    /// counted in the same counters).
     pub fn stats(&self) -> ChargeCounts {
-        self.metrics.charge_counts()
+        self.counters.counts()
     }
 
     /// Charges several calls at once (the `tools/call`s of one stdio read): they are queued
@@ -478,7 +521,7 @@ impl<B: Batch> Limiter<B> {
 
     /// Runs `batch` in one transaction, in order, setting every call's outcome.
     fn run_batch(&self, batch: &mut [B]) {
-        self.metrics.observe_charge_batch(batch.len());
+        self.counters.observe_batch(batch.len());
         let mut now = 0;
         let result = self.store.in_transaction(|tx| {
             // The clock is read once the write lock is held, so windows follow commit order.
