@@ -235,3 +235,128 @@ impl Authenticator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Clock;
+    use crate::guards::auth::testing::{fresh, key};
+    use crate::tools::{Category, Idempotency};
+
+    fn tool(name: &'static str, scope: &'static str) -> ToolSpec {
+        ToolSpec {
+            name,
+            title: name,
+            description: "",
+            category: Category::Read,
+            scope,
+            idempotency: Idempotency::NotApplicable,
+            input_schema: serde_json::json!({"type": "object"}),
+            output_schema: None,
+        }
+    }
+
+    #[test]
+    fn scopes_then_plan_then_allowance() {
+        let (_dir, store) = fresh("free");
+        let auth = Authenticator::new(store.clone(), Clock::System);
+        let reader = Principal {
+            credential_id: "x".into(),
+            client_id: None,
+            scopes: vec!["invoices:read".into()],
+            mode: Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
+        };
+        let err = auth
+            .check_access(&reader, &tool("create_invoice", "invoices:write"))
+            .expect_err("scope");
+        assert_eq!(err.fields()["required_scope"], "invoices:write");
+        assert_eq!(
+            err.fields()["provided_scopes"],
+            serde_json::json!(["invoices:read"])
+        );
+        let admin = Principal {
+            scopes: vec!["*".into()],
+            ..reader.clone()
+        };
+        let err = auth
+            .check_access(&admin, &tool("send_invoice", "invoices:send"))
+            .expect_err("plan");
+        assert_eq!(err.kind(), ErrorKind::PlanUpgradeRequired);
+        assert_eq!(err.fields()["required_plan"], "starter");
+        let err = auth
+            .check_access(&admin, &tool("export_invoices", "reports:generate"))
+            .expect_err("plan");
+        assert_eq!(err.fields()["required_plan"], "pro");
+        assert!(!auth.can_see(&admin, &tool("send_invoice", "invoices:send")));
+        assert!(auth.can_see(&admin, &tool("get_invoice", "invoices:read")));
+        for _ in 0..3 {
+            key(&store, &["*"]);
+        }
+        let err = create_key(
+            &store,
+            &NewKey {
+                name: "fourth".into(),
+                scopes: vec!["*".into()],
+                expires_in: None,
+                client_id: None,
+                mode: Mode::Live,
+                guard_channel: None,
+            },
+        )
+        .expect_err("allowance");
+        assert!(
+            matches!(
+                err,
+                CredentialError::PlanLimit {
+                    limit: 3,
+                    active: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        auth.check_access(&admin, &tool("get_invoice", "invoices:read"))
+            .expect("within allowance");
+        store
+            .sql_write(|tx| {
+                tx.execute(
+                    "UPDATE plans SET max_active_keys = 2 WHERE slug = 'free'",
+                    [],
+                )
+            })
+            .expect("downgrade");
+        let err = auth
+            .check_access(&admin, &tool("get_invoice", "invoices:read"))
+            .expect_err("over");
+        assert_eq!(err.kind(), ErrorKind::PlanLimitExceeded);
+        assert_eq!(err.fields()["limit"], 2);
+        assert_eq!(err.fields()["required_plan"], "starter");
+        assert!(auth.can_see(&admin, &tool("get_invoice", "invoices:read")));
+    }
+
+    #[test]
+    fn scope_syntax() {
+        assert_eq!(
+            parse_scope_list("invoices:read, *,invoices:read").expect("ok"),
+            vec!["invoices:read", "*"]
+        );
+        for bad in [
+            "invoices",
+            "Invoices:read",
+            ":read",
+            "invoices:",
+            "a:b:c",
+            "in voices:read",
+        ] {
+            assert!(
+                matches!(parse_scope(bad), Err(CredentialError::BadScope(_))),
+                "{bad}"
+            );
+        }
+        assert!(
+            matches!(parse_scope_list(" , "), Err(CredentialError::BadScope(s)) if s.is_empty())
+        );
+    }
+}

@@ -1,6 +1,6 @@
-//! The two limits on argon2 work: the per-source failure throttle (charged before any
-//! verification, refunded on success) and the server-wide ceiling on verifications started
-//! per second.
+//! The limits on argon2 work: the per-source failure throttle (charged before any
+//! verification, refunded on success), the server-wide ceiling on verifications started
+//! per second, and the gate on verifications running at once.
 
 use super::*;
 
@@ -126,5 +126,64 @@ impl Ceiling {
         }
         window.1 += 1;
         Ok(())
+    }
+}
+
+/// argon2 verifications running at once at most: each holds 19 MiB and a core, so a burst
+/// of first presentations (sixteen connections opening with the same new token) must queue
+/// instead of multiplying memory.
+const MAX_CONCURRENT_ARGON2: usize = 2;
+
+/// A counting semaphore.
+#[derive(Default)]
+pub(super) struct Gate {
+    running: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+impl Gate {
+    /// Waits for a place among the [`MAX_CONCURRENT_ARGON2`] verifications running at once.
+    pub(super) fn enter(&self) -> GatePass<'_> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running >= MAX_CONCURRENT_ARGON2 {
+            running = self
+                .freed
+                .wait(running)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *running += 1;
+        GatePass(self)
+    }
+}
+
+/// A place inside the [`Gate`], given back on drop.
+pub(super) struct GatePass<'a>(&'a Gate);
+
+impl Drop for GatePass<'_> {
+    fn drop(&mut self) {
+        *self
+            .0
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) -= 1;
+        self.0.freed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_memory_is_bounded() {
+        let mut throttle = Throttle::default();
+        for i in 0..(THROTTLE_MAX_SOURCES + 500) {
+            let _ = throttle.admit(&format!("peer-{i}"), 120);
+        }
+        assert!(throttle.sources.len() <= THROTTLE_MAX_SOURCES + 1);
+        assert_eq!(throttle.sources[THROTTLE_OVERFLOW].count, 10);
+        // A new window frees the slots of the old one.
+        throttle.admit("late", 180).expect("admitted");
+        assert!(throttle.sources.contains_key("late"));
     }
 }

@@ -323,3 +323,77 @@ fn rehash(stored: &PasswordHash<'_>, secret: &str) -> Option<argon2::password_ha
 pub(super) fn compose_token(mode: Mode, public_id: &str, secret: &str) -> Secret {
     Secret::new(format!("{}{public_id}_{secret}", mode.prefix()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guards::auth::testing::{fresh, key};
+
+    #[test]
+    fn dummy_hash_is_a_valid_phc_with_the_owasp_parameters() {
+        let hash = argon2::password_hash::PasswordHash::new(DUMMY_HASH).expect("phc");
+        assert_eq!(hash.algorithm.as_str(), "argon2id");
+        let params = argon2::Params::try_from(&hash).expect("params");
+        assert_eq!(
+            (params.m_cost(), params.t_cost(), params.p_cost()),
+            (19_456, 2, 1)
+        );
+    }
+
+    #[test]
+    fn token_format_and_parsing() {
+        let (_dir, store) = fresh("pro");
+        let issued = key(&store, &["*"]);
+        let token = issued.token.expose();
+        assert!(token.starts_with("tg_live_"));
+        let parsed = parse_token(token).ok().expect("parses");
+        assert_eq!(parsed.public_id, issued.public_id);
+        assert_eq!(parsed.public_id.len(), 20);
+        assert_eq!(parsed.secret.len(), 43);
+        for bad in [
+            "tg_live_",
+            "tg_live_abc_def",
+            "bearer x",
+            "tg_live_abcdefgh12",
+            "tg_live_abcd!fgh_0123456789abcdefgh",
+        ] {
+            assert!(
+                matches!(parse_token(bad), Err(Failure::Invalid("malformed"))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            parse_token("tg_cs_abc"),
+            Err(Failure::WrongType("client_secret"))
+        ));
+        assert_eq!(format!("{:?}", issued.token), "Secret(<redacted>)");
+    }
+
+    #[test]
+    fn a_rotated_secret_shares_its_salt_and_one_run_decides_both() {
+        let old = Secret::new("old-secret".into());
+        let new = Secret::new("new-secret".into());
+        let old_hash = hash_secret(&old).expect("hash");
+        let new_hash = hash_secret_beside(&new, Some(&old_hash)).expect("hash");
+        let salt = |phc: &str| phc.rsplit('$').nth(1).map(str::to_owned);
+        assert_eq!(salt(&old_hash), salt(&new_hash));
+        assert_ne!(old_hash, new_hash);
+        let check = |secret: &str| verify_current_or_previous(&new_hash, Some(&old_hash), secret);
+        assert_eq!(check("new-secret"), (Some(Matched::Current), 1));
+        assert_eq!(check("old-secret"), (Some(Matched::Previous), 1));
+        assert_eq!(check("wrong"), (None, 1));
+        // A pair hashed under different salts (rotated before salts were shared) still
+        // works, at one run per hash.
+        let unrelated = hash_secret(&new).expect("hash");
+        assert_ne!(salt(&unrelated), salt(&old_hash));
+        let legacy = |secret: &str| verify_current_or_previous(&unrelated, Some(&old_hash), secret);
+        assert_eq!(legacy("new-secret"), (Some(Matched::Current), 1));
+        assert_eq!(legacy("old-secret"), (Some(Matched::Previous), 2));
+        assert_eq!(legacy("wrong"), (None, 2));
+        // A sibling of other parameters lends nothing.
+        let other = "$argon2id$v=19$m=8192,t=1,p=1$9Qd8wJ2zGk5Kx1m7uJ1pYg$\
+                     3Wl4ROgWJ9qgIYo3X7QTUkAxzn3lVJ4C3IYVhkqmC8M";
+        let fresh = hash_secret_beside(&new, Some(other)).expect("hash");
+        assert_ne!(salt(&fresh), salt(other));
+    }
+}
