@@ -36,7 +36,6 @@
 //! ends, then anyone may take it over. Completed keys are kept [`RETENTION_SECS`] (24 h) and
 //! pruned a few at a time by later claims.
 
-use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -131,22 +130,13 @@ static PROCESS_TAG: LazyLock<String> = LazyLock::new(|| {
             .map_or(0, |d| d.subsec_nanos());
         random[..4].copy_from_slice(&nanos.to_be_bytes());
     }
-    format!("{}:{}", std::process::id(), hex(&random))
+    format!("{}:{}", std::process::id(), hex::encode(random))
 });
 static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
 
 fn new_owner() -> String {
     let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
     format!("{}:{n}", *PROCESS_TAG)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 /// `idempotency_key_required` for a call of `tool` without a key.
@@ -352,7 +342,7 @@ pub fn fingerprint(tool: &str, args: &Map<String, Value>) -> String {
         canonical(&args[name], &mut text);
     }
     text.push('}');
-    hex(&Sha256::digest(text.as_bytes()))
+    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 /// Writes `value` as JSON with object keys sorted, recursively.

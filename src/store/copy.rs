@@ -698,7 +698,7 @@ fn checksum(conn: &Conn<'_>, table: &Table) -> Result<TableSum, StoreError> {
     Ok(TableSum {
         table: table.name,
         rows,
-        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        sha256: hex::encode(digest),
     })
 }
 

@@ -51,10 +51,7 @@ pub(crate) fn postgres_store(opts: &StoreOptions) -> Option<Scratch> {
     let server = server.trim_end_matches('/').to_owned();
     let mut bytes = [0u8; 6];
     getrandom::fill(&mut bytes).expect("random");
-    let name = format!(
-        "tg_unit_{}",
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
+    let name = format!("tg_unit_{}", hex::encode(bytes));
     let mut admin = ::postgres::Client::connect(&format!("{server}/postgres"), ::postgres::NoTls)
         .expect("TOLLGATE_TEST_POSTGRES: cannot connect");
     admin

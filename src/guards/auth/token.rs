@@ -148,18 +148,8 @@ pub(super) fn fingerprint(text: &str) -> [u8; 32] {
 pub(super) fn access_hash(secret: &str) -> String {
     format!(
         "{ACCESS_HASH_PREFIX}{}",
-        hex(&Sha256::digest(secret.as_bytes()))
+        hex::encode(Sha256::digest(secret.as_bytes()))
     )
-}
-
-pub(super) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    out
 }
 
 // ---- Secrets and hashes ------------------------------------------------------------
@@ -177,7 +167,7 @@ pub(super) fn random_bytes<const N: usize>() -> Result<[u8; N], CredentialError>
 /// `N` bytes from the operating system's random generator, as lowercase hex: public ids
 /// here, the console's session ids and CSRF tokens.
 pub fn random_hex<const N: usize>() -> Result<String, CredentialError> {
-    Ok(hex(&random_bytes::<N>()?))
+    Ok(hex::encode(random_bytes::<N>()?))
 }
 
 pub(super) fn new_public_id() -> Result<String, CredentialError> {

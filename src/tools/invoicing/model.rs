@@ -44,7 +44,7 @@ fn uuid_v7() -> Result<String, McpError> {
     b[7] = (counter & 0xff) as u8;
     b[8] = 0x80 | (random[0] & 0x3f);
     b[9..].copy_from_slice(&random[1..]);
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let hex = hex::encode(b);
     Ok(format!(
         "{}-{}-{}-{}-{}",
         &hex[..8],

@@ -138,7 +138,7 @@ fn new_id() -> Result<String, McpError> {
         tracing::error!(error = %e, "cannot create a session id");
         McpError::internal()
     })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(bytes))
 }
 
 impl Sessions {

@@ -63,7 +63,7 @@ impl Copies {
     /// taken for the document of another URL.
     fn path_of(&self, backend: &str, url: &SpecUrl) -> PathBuf {
         let digest = Sha256::digest(url.as_str().as_bytes());
-        let short: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let short = hex::encode(&digest[..8]);
         self.dir.join(format!("{backend}-{short}.json"))
     }
 
