@@ -6,8 +6,7 @@
 //!   under `details`. Strings are written as they are, numbers and booleans as JSON, lists
 //!   joined with ", " (an empty list reads "none"), objects as their keys.
 //! - `{name:q}` quotes a value the caller sent: a string in double quotes, cut to
-//!   [`QUOTE_MAX_CHARS`](super::values::QUOTE_MAX_CHARS) characters, control characters
-//!   replaced by spaces.
+//!   60 characters (`values::QUOTE_MAX_CHARS`), control characters replaced by spaces.
 //! - `{name:seconds}` writes a count of seconds with its unit ("1 second", "30 seconds").
 //! - `{name:problems}` lists `details.errors` (the failing arguments of a validation), at
 //!   most [`PROBLEMS_IN_TEXT`](super::problems::PROBLEMS_IN_TEXT) of them, then "and N
