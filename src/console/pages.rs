@@ -16,7 +16,7 @@ use crate::clock::format_time;
 use crate::config::Locale;
 use crate::guards::auth::{self, CredentialError};
 use crate::guards::ratelimit::{LimitChange, LimitsReport, usage};
-use crate::store::audit::AuditPage;
+use crate::store::audit::AuditFilter;
 use crate::store::{StoreError, store_failure};
 use crate::tools::Category;
 
@@ -216,10 +216,10 @@ fn overview(console: &Console, op: &Operator) -> Response {
         }
         Err(e) => return store_failed(console, op, e),
     };
-    let errors = match store.audit_page(&AuditPage {
+    let errors = match store.audit_rows(&AuditFilter {
         failures_only: true,
         limit: LAST_ERRORS,
-        ..AuditPage::default()
+        ..AuditFilter::default()
     }) {
         Ok(rows) => rows.iter().map(audit_json).collect::<Vec<_>>(),
         Err(e) => return store_failed(console, op, e),
