@@ -13,7 +13,6 @@
 
 use serde_json::{Value, json};
 
-use super::pages::store_failed;
 use super::{Console, Operator, Request, Response};
 use crate::catalog::{Channel, Class, ErrorKind};
 use crate::clock::{format_time_ms, parse_utc_minute};
@@ -100,7 +99,7 @@ pub(super) fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> 
     let query = audit_query(request, AUDIT_PAGE_ROWS + 1);
     let rows = match console.server.store().audit_rows(&query.filter) {
         Ok(rows) => rows,
-        Err(e) => return store_failed(console, op, e),
+        Err(e) => return console.store_failed(op, e),
     };
     // One row more than a page says whether there is another page in that direction.
     let going_newer = query.filter.after_id.is_some();
@@ -211,7 +210,7 @@ pub(super) fn row_page(console: &Console, op: &Operator, path: &str) -> Option<R
     let record = match console.server.store().audit_row(id) {
         Ok(Some(record)) => record,
         Ok(None) => return None,
-        Err(e) => return Some(store_failed(console, op, e)),
+        Err(e) => return Some(console.store_failed(op, e)),
     };
     let locale = console.locale();
     let entries: Vec<Value> = row_entries(&record)
