@@ -7,6 +7,7 @@
 //! are driven by `tests/console/` (headless Chromium).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
@@ -963,4 +964,134 @@ fn the_backends_page_counts_each_tools_calls_and_failures_of_the_last_day() {
         2,
         "{failures}"
     );
+}
+
+/// The entries of the legend of the chart `id` on the overview, as their text reads.
+fn legend(page: &str, id: &str) -> Vec<String> {
+    let start = page
+        .find(&format!("<figure id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no chart {id}: {page}"));
+    let figure = &page[start..];
+    let figure = &figure[..figure.find("</figure>").expect("the chart's end")];
+    figure
+        .split("<li>")
+        .skip(1)
+        .map(|item| {
+            let item = &item[..item.find("</li>").expect("the item's end")];
+            let mut text = String::new();
+            let mut in_tag = false;
+            for c in item.chars() {
+                match c {
+                    '<' => in_tag = true,
+                    '>' => in_tag = false,
+                    c if !in_tag => text.push(c),
+                    _ => {}
+                }
+            }
+            text
+        })
+        .collect()
+}
+
+#[test]
+fn a_backends_own_429_is_charted_as_a_tool_failure_and_our_own_limit_as_a_refusal() {
+    let reached = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&reached);
+    let rest = crate::util::RestBackend::start(move |req| {
+        if req.target.starts_with("/things/") {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        let json = vec![("Content-Type".to_owned(), "application/json".to_owned())];
+        match req.target.as_str() {
+            "/things/ok" => (200, json, br#"{"id":1}"#.to_vec()),
+            _ => (
+                429,
+                json,
+                br#"{"error":{"code":"E429","message":"slow down"}}"#.to_vec(),
+            ),
+        }
+    });
+    let db = TestDb::new();
+    std::fs::write(db.dir.path().join("shop.json"), shop_document().to_string()).expect("spec");
+    let config = format!(
+        "[[backends]]\nname = \"shop\"\nkind = \"openapi\"\nspec = \"shop.json\"\nbase_url = \"{}\"\n",
+        rest.url()
+    );
+    let token = db.admin_key.clone().expect("admin key");
+    // A backend's scopes are known only where its `[[backends]]` entry is.
+    let path = db.dir.path().join("tollgate.toml");
+    std::fs::write(&path, &config).expect("config");
+    let with_config = ["--config", path.to_str().expect("utf-8")];
+    let limited = db.create_key("limited", "shop:read", &with_config);
+    db.limit_per_minute(&limited.id, "read", 1);
+    let other = db.create_key("other", "clients:read", &[]);
+    let server = HttpServer::start_with_config(&db, &config, &[]);
+    let get = |token: &str, case: &str| {
+        let reply = server
+            .modern_tool_call(token, "shop_get_thing", &json!({"case": case}))
+            .json();
+        reply["error"]["data"]["code"]
+            .as_str()
+            .or(reply["result"]["_meta"]["dev.tollgate/error"]["code"].as_str())
+            .unwrap_or("ok")
+            .to_owned()
+    };
+    // The backend's own 429, twice: the call ran and its tool failed.
+    assert_eq!(get(&token, "busy"), "rate_limited");
+    assert_eq!(get(&token, "busy"), "rate_limited");
+    // Our own limit: a guard refused the second call before the backend saw it.
+    assert_eq!(get(&limited.token, "ok"), "ok");
+    assert_eq!(get(&limited.token, "ok"), "rate_limited");
+    assert_eq!(get(&other.token, "ok"), "insufficient_scope");
+    until_audited(&db, &["--tool", "shop_get_thing"], 5);
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        3,
+        "the refusals never reached the backend"
+    );
+
+    let mut browser = Browser::signed_in(&server, &db);
+    let overview = text(&browser.get("/console"));
+    for chart in ["calls-hour", "calls-day"] {
+        assert_eq!(
+            legend(&overview, chart),
+            [
+                "admitted: 1",
+                "tool failure: 2",
+                "insufficient_scope: 1",
+                "rate_limited: 1"
+            ],
+            "{chart}"
+        );
+    }
+
+    // Each row's page shows the one catalog entry it names.
+    let rows = db.run_json(&["audit", "--json", "--outcome", "rate_limited"]);
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let class_of = |row: &Value| {
+        let page = text(&browser.get(&format!("/console/audit/{}", row["id"])));
+        assert!(!page.contains("id=\"shared-code\""), "{page}");
+        let entry = |class: &str| cell(&page, "id=\"catalog\"", "dd", class);
+        (
+            row["credential_id"].as_str().map(str::to_owned),
+            entry("class"),
+            entry("rpc-code"),
+        )
+    };
+    let mut classes: Vec<_> = rows.iter().map(class_of).collect();
+    classes.sort();
+    let admin = Some(db.admin_key_id());
+    let tool = Some("tool failure".to_owned());
+    let mut expected = vec![
+        (admin.clone(), tool.clone(), None),
+        (admin, tool, None),
+        (
+            Some(limited.id.clone()),
+            Some("refused by a guard".to_owned()),
+            Some("-32006".to_owned()),
+        ),
+    ];
+    expected.sort();
+    assert_eq!(classes, expected);
 }

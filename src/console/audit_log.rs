@@ -1,20 +1,23 @@
 //! The audit log in the console: the filtered, paginated list, its CSV export, and the
 //! page of one row.
 //!
-//! A row keeps who called, which tool, the outcome's catalog code, how long it took and
-//! where it came from (`store::audit`), never the arguments nor the error the caller was
-//! sent: a hint names the arguments at fault, and the log keeps none. The page of a row
-//! therefore shows what is stored and, for a failure, what the catalog says about its
-//! code — every entry with that code, its identities and its hint's template.
+//! A row keeps who called, which tool, the outcome's catalog code and entry, how long it
+//! took and where it came from (`store::audit`), never the arguments nor the error the
+//! caller was sent: a hint names the arguments at fault, and the log keeps none. The page
+//! of a row therefore shows what is stored and, for a failure, what the catalog says about
+//! its entry — its identities and its hint's template. A row written before rows named
+//! their entry shows every entry with its code.
+//!
+//! The list, the export and the overview's last failures read through the same filter and
+//! the same read as `tollgate audit` ([`AuditFilter`], `Store::audit_rows`).
 
 use serde_json::{Value, json};
 
-use super::pages::store_failed;
 use super::{Console, Operator, Request, Response};
 use crate::catalog::{Channel, Class, ErrorKind};
 use crate::clock::{format_time_ms, parse_utc_minute};
 use crate::config::Locale;
-use crate::store::audit::{AuditPage, AuditRecord};
+use crate::store::audit::{AuditFilter, AuditRow};
 use crate::store::store_failure;
 use crate::tools::csv;
 
@@ -26,7 +29,7 @@ pub const CSV_EXPORT_ROWS: u32 = 100_000;
 const ROW_PATH: &str = "/console/audit/";
 
 /// A row as the list templates read it.
-pub(super) fn audit_json(r: &AuditRecord) -> Value {
+pub(super) fn audit_json(r: &AuditRow) -> Value {
     json!({
         "id": r.id, "at": format_time_ms(r.at_ms), "credential": r.credential_id,
         "client": r.client_id, "tool": r.tool, "outcome": r.outcome, "calls": r.calls,
@@ -38,7 +41,7 @@ pub(super) fn audit_json(r: &AuditRecord) -> Value {
 /// The filters of the audit page, from its query.
 struct AuditQuery {
     fields: Vec<(String, String)>,
-    page: AuditPage,
+    filter: AuditFilter,
 }
 
 fn audit_query(request: &Request<'_>, limit: u32) -> AuditQuery {
@@ -56,7 +59,7 @@ fn audit_query(request: &Request<'_>, limit: u32) -> AuditQuery {
             .map(|s| s * 1000)
     };
     let id = |name: &str| field(name).and_then(|v| v.parse::<i64>().ok());
-    let page = AuditPage {
+    let filter = AuditFilter {
         credential_id: field("credential"),
         tool: field("tool"),
         outcome: field("outcome"),
@@ -67,7 +70,7 @@ fn audit_query(request: &Request<'_>, limit: u32) -> AuditQuery {
         after_id: id("after"),
         limit,
     };
-    AuditQuery { fields, page }
+    AuditQuery { fields, filter }
 }
 
 /// The query string of the filters (no position), for the links of the page.
@@ -94,14 +97,14 @@ fn filter_query(fields: &[(String, String)]) -> String {
 /// `GET /console/audit`: a page of rows, newest first, with the filter form.
 pub(super) fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> Response {
     let query = audit_query(request, AUDIT_PAGE_ROWS + 1);
-    let rows = match console.server.store().audit_page(&query.page) {
+    let rows = match console.server.store().audit_rows(&query.filter) {
         Ok(rows) => rows,
-        Err(e) => return store_failed(console, op, e),
+        Err(e) => return console.store_failed(op, e),
     };
     // One row more than a page says whether there is another page in that direction.
-    let going_newer = query.page.after_id.is_some();
+    let going_newer = query.filter.after_id.is_some();
     let more = rows.len() > AUDIT_PAGE_ROWS as usize;
-    let rows: Vec<&AuditRecord> = if going_newer && more {
+    let rows: Vec<&AuditRow> = if going_newer && more {
         rows.iter().skip(1).collect()
     } else {
         rows.iter().take(AUDIT_PAGE_ROWS as usize).collect()
@@ -120,7 +123,7 @@ pub(super) fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> 
         }
     };
     let older = (!going_newer && more) || (going_newer && !rows.is_empty());
-    let newer = (going_newer && more) || query.page.before_id.is_some();
+    let newer = (going_newer && more) || query.filter.before_id.is_some();
     let next = older
         .then(|| rows.last().map(|r| join(format!("before={}", r.id))))
         .flatten();
@@ -161,9 +164,9 @@ pub(super) fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> 
 /// [`CSV_EXPORT_ROWS`].
 pub(super) fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
     let mut query = audit_query(request, CSV_EXPORT_ROWS);
-    query.page.before_id = None;
-    query.page.after_id = None;
-    let rows = match console.server.store().audit_page(&query.page) {
+    query.filter.before_id = None;
+    query.filter.after_id = None;
+    let rows = match console.server.store().audit_rows(&query.filter) {
         Ok(rows) => rows,
         Err(e) => {
             let err = store_failure(e, false);
@@ -201,16 +204,17 @@ pub(super) fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
 }
 
 /// `GET /console/audit/{id}`: every stored field of one row and, for a failure, its
-/// catalog entries. `None` (the console's 404) for a path that names no row.
+/// catalog entry. `None` (the console's 404) for a path that names no row.
 pub(super) fn row_page(console: &Console, op: &Operator, path: &str) -> Option<Response> {
     let id = row_id(path)?;
-    let record = match console.server.store().audit_record(id) {
+    let record = match console.server.store().audit_row(id) {
         Ok(Some(record)) => record,
         Ok(None) => return None,
-        Err(e) => return Some(store_failed(console, op, e)),
+        Err(e) => return Some(console.store_failed(op, e)),
     };
     let locale = console.locale();
-    let entries: Vec<Value> = ErrorKind::with_code(&record.outcome)
+    let entries: Vec<Value> = row_entries(&record)
+        .into_iter()
         .map(|kind| entry_json(kind, locale))
         .collect();
     let mut row = audit_json(&record);
@@ -237,6 +241,15 @@ fn row_id(path: &str) -> Option<i64> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// The catalog entries a row's page shows: the one it names, or for a row that names none
+/// (written before rows did, or by a newer release) every entry with its code.
+fn row_entries(row: &AuditRow) -> Vec<ErrorKind> {
+    match row.entry {
+        Some(kind) => vec![kind],
+        None => ErrorKind::with_code(&row.outcome).collect(),
+    }
 }
 
 /// What the catalog says about one entry, for the page of a row with its code.
@@ -280,6 +293,36 @@ mod tests {
         ] {
             assert_eq!(row_id(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_row_shows_the_entry_it_names_and_an_older_row_every_entry_of_its_code() {
+        let row = AuditRow {
+            id: 1,
+            at_ms: 0,
+            request_id: "1".into(),
+            credential_id: None,
+            client_id: None,
+            tool: "crm_get_order".into(),
+            outcome: "rate_limited".into(),
+            entry: Some(ErrorKind::BackendRateLimited),
+            duration_us: 0,
+            transport: "http".into(),
+            calls: 1,
+            source: None,
+            backend: Some("crm".into()),
+        };
+        assert_eq!(row_entries(&row), [ErrorKind::BackendRateLimited]);
+        let older = AuditRow { entry: None, ..row };
+        assert_eq!(
+            row_entries(&older),
+            [ErrorKind::RateLimited, ErrorKind::BackendRateLimited]
+        );
+        let ok = AuditRow {
+            outcome: "ok".into(),
+            ..older
+        };
+        assert!(row_entries(&ok).is_empty());
     }
 
     #[test]

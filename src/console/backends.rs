@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use super::pages::store_failed;
 use super::{Console, Operator, Response};
 use crate::clock::format_time;
 use crate::store::audit::ToolCalls;
@@ -31,7 +30,7 @@ pub(super) fn backends(console: &Console, op: &Operator) -> Response {
         .backend_calls_by_tool(since_ms, now_ms.saturating_add(1))
     {
         Ok(counts) => counts,
-        Err(e) => return store_failed(console, op, e),
+        Err(e) => return console.store_failed(op, e),
     };
     // The audit filter takes whole seconds, as a `datetime-local` value (UTC).
     let since = format_time(since_ms.div_euclid(1000))

@@ -4,8 +4,11 @@
 //!
 //! An outcome is `ok` (admitted and answered), a tool failure (the catalog's `Tool`
 //! class: the call ran and failed), a guard's refusal — each code on its own — or a fault
-//! (protocol, transport or server). A code this build's catalog does not know (written by
-//! a newer node sharing the database) is drawn on its own too.
+//! (protocol, transport or server). The class is that of the catalog entry the audit rows
+//! name, so a backend's own 429 is a tool failure and our own limit's 429 a refusal,
+//! though both have the code `rate_limited`; rows that name no entry (written before rows
+//! did) take the class of the first entry with their code. A code this build's catalog
+//! does not know (written by a newer node sharing the database) is drawn on its own too.
 //!
 //! Colours are the outcome's, never its rank's, so a code looks the same on both charts
 //! and on every load: the classes and every guard code of the catalog have a fixed colour
@@ -19,6 +22,7 @@ use serde::Serialize;
 
 use super::i18n::Texts;
 use crate::catalog::{Class, ErrorKind};
+use crate::store::audit::OutcomeCalls;
 
 /// The drawing's width and height in SVG units (it scales to the page).
 pub const WIDTH: i64 = 600;
@@ -54,8 +58,9 @@ enum Series {
 }
 
 impl Series {
-    fn of(outcome: &str) -> Series {
-        match class_of(outcome) {
+    /// The series of the calls of `outcome` whose rows name the catalog entry `entry`.
+    fn of(outcome: &str, entry: Option<ErrorKind>) -> Series {
+        match class_of(outcome, entry) {
             _ if outcome == "ok" => Series::Ok,
             Some(Class::Tool) => Series::Tool,
             Some(Class::Guard) | None => Series::Code(outcome.to_owned()),
@@ -83,9 +88,12 @@ impl Series {
     }
 }
 
-/// The class of the catalog entry an audit outcome names (the first, for a shared code).
-fn class_of(outcome: &str) -> Option<Class> {
-    ErrorKind::with_code(outcome).next().map(|k| k.spec().class)
+/// The class of an outcome's catalog entry: the entry its rows name, or for rows that name
+/// none the first entry with its code.
+fn class_of(outcome: &str, entry: Option<ErrorKind>) -> Option<Class> {
+    entry
+        .or_else(|| ErrorKind::with_code(outcome).next())
+        .map(|k| k.spec().class)
 }
 
 /// The colour of a code drawn on its own: its fixed one, or `p<n>` by the FNV-1a hash of
@@ -145,12 +153,12 @@ pub struct Chart {
 }
 
 /// The chart of `buckets` buckets of `bucket_ms` ending with the one holding `now_ms`,
-/// from `counts` (`(bucket start, outcome, calls)`, as the store gives them).
+/// from `counts` (as the store gives them).
 pub fn chart(
     id: &'static str,
     title: String,
     texts: &Texts,
-    counts: &[(i64, String, i64)],
+    counts: &[OutcomeCalls],
     now_ms: i64,
     bucket_ms: i64,
     buckets: i64,
@@ -159,17 +167,17 @@ pub fn chart(
     let first = last - (buckets - 1) * bucket_ms;
     let mut per_bucket: BTreeMap<i64, BTreeMap<Series, i64>> = BTreeMap::new();
     let mut per_series: BTreeMap<Series, i64> = BTreeMap::new();
-    for (at, outcome, calls) in counts
+    for count in counts
         .iter()
-        .filter(|(at, _, _)| (first..=last).contains(at))
+        .filter(|c| (first..=last).contains(&c.bucket_ms))
     {
-        let series = Series::of(outcome);
+        let series = Series::of(&count.outcome, count.entry);
         *per_bucket
-            .entry(*at)
+            .entry(count.bucket_ms)
             .or_default()
             .entry(series.clone())
-            .or_default() += calls;
-        *per_series.entry(series).or_default() += calls;
+            .or_default() += count.calls;
+        *per_series.entry(series).or_default() += count.calls;
     }
     let peak = per_bucket
         .values()
@@ -252,16 +260,31 @@ mod tests {
 
     const MINUTE: i64 = 60_000;
 
-    fn counts() -> Vec<(i64, String, i64)> {
+    /// The calls of `outcome` in the bucket at `at`, of rows that name `entry`.
+    fn named(at: i64, outcome: &str, entry: Option<ErrorKind>, calls: i64) -> OutcomeCalls {
+        OutcomeCalls {
+            bucket_ms: at,
+            outcome: outcome.to_owned(),
+            entry,
+            calls,
+        }
+    }
+
+    /// The calls of `outcome` in the bucket at `at`, of rows that name no entry.
+    fn of(at: i64, outcome: &str, calls: i64) -> OutcomeCalls {
+        named(at, outcome, None, calls)
+    }
+
+    fn counts() -> Vec<OutcomeCalls> {
         vec![
             // Before the window: left out.
-            (0, "ok".into(), 500),
-            (58 * MINUTE, "ok".into(), 3),
-            (58 * MINUTE, "rate_limited".into(), 1),
-            (59 * MINUTE, "ok".into(), 6),
-            (59 * MINUTE, "invoice_not_found".into(), 2),
-            (59 * MINUTE, "insufficient_scope".into(), 4),
-            (59 * MINUTE, "internal_error".into(), 1),
+            of(0, "ok", 500),
+            of(58 * MINUTE, "ok", 3),
+            of(58 * MINUTE, "rate_limited", 1),
+            of(59 * MINUTE, "ok", 6),
+            of(59 * MINUTE, "invoice_not_found", 2),
+            of(59 * MINUTE, "insufficient_scope", 4),
+            of(59 * MINUTE, "internal_error", 1),
         ]
     }
 
@@ -316,6 +339,66 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_backends_own_429_is_a_tool_failure_and_our_limits_429_a_refusal() {
+        let counts = [
+            named(0, "rate_limited", Some(ErrorKind::BackendRateLimited), 5),
+            named(0, "rate_limited", Some(ErrorKind::RateLimited), 2),
+            named(
+                0,
+                "insufficient_scope",
+                Some(ErrorKind::InsufficientScope),
+                1,
+            ),
+            named(0, "adapter_error", Some(ErrorKind::UpstreamRpcError), 1),
+            // A backend's storage outage is its tool's failure; the server's is a fault.
+            named(
+                0,
+                "backend_unavailable",
+                Some(ErrorKind::ToolBackendUnavailable),
+                3,
+            ),
+            named(
+                0,
+                "backend_unavailable",
+                Some(ErrorKind::BackendUnavailable),
+                4,
+            ),
+            // A row written before rows named their entry: the first entry of its code.
+            of(0, "rate_limited", 1),
+        ];
+        let c = chart("x", "t".into(), texts(), &counts, 0, MINUTE, 1);
+        let legend: Vec<(&str, &str, i64)> = c
+            .legend
+            .iter()
+            .map(|l| (l.class.as_str(), l.label.as_str(), l.count))
+            .collect();
+        assert_eq!(
+            legend,
+            [
+                ("tool", "tool failure", 9),
+                ("insufficient_scope", "insufficient_scope", 1),
+                ("rate_limited", "rate_limited", 3),
+                ("fault", "server or protocol fault", 4),
+            ]
+        );
+        assert_eq!(c.total, 17);
+        let segments: Vec<(&str, i64)> = c.bars[0]
+            .segments
+            .iter()
+            .map(|s| (s.class.as_str(), s.count))
+            .collect();
+        assert_eq!(
+            segments,
+            [
+                ("tool", 9),
+                ("insufficient_scope", 1),
+                ("rate_limited", 3),
+                ("fault", 4)
+            ]
+        );
+    }
+
     /// Every code's colour in a chart's legend, by code.
     fn colours(c: &Chart) -> BTreeMap<String, String> {
         c.legend
@@ -336,14 +419,14 @@ mod tests {
             "idempotency_key_in_use",
             "a_code_of_a_newer_release",
         ];
-        let ranked = |most_first: bool| -> Vec<(i64, String, i64)> {
+        let ranked = |most_first: bool| -> Vec<OutcomeCalls> {
             codes
                 .iter()
                 .enumerate()
                 .map(|(i, c)| {
                     let i = i as i64;
                     let calls = if most_first { 10 - i } else { 1 + i };
-                    (0, (*c).to_owned(), calls)
+                    of(0, c, calls)
                 })
                 .collect()
         };
@@ -397,7 +480,7 @@ mod tests {
             "x",
             "t".into(),
             texts(),
-            &[(0, "future_code".into(), 3)],
+            &[of(0, "future_code", 3)],
             0,
             MINUTE,
             1,

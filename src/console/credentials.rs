@@ -1,17 +1,16 @@
 //! The credentials page and its two create forms: API keys (a scope picker of the known
 //! scopes, grouped, and an expiry choice) and OAuth clients. Both forms are checked here,
 //! on the server: an unknown scope is refused with the closest known ones, as the command
-//! line refuses it, and the page comes back (422) with what the operator chose.
+//! line refuses it, and the page comes back (422) with what the operator chose. Here too:
+//! what any refused credential change shows, and the one page that shows a new secret
+//! (a rotated key's as well).
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::i18n::Texts;
-use super::pages::{
-    credential_failed, form_status, not_audited, now_secs, read_failed, secret_page,
-};
-use super::{Console, Form, Operator, Request, Response};
+use super::{Console, Form, Operator, Request, Response, form_status};
 use crate::clock::format_time;
 use crate::config::GuardChannel;
 use crate::guards::auth::{self, CredentialError, Mode, NewKey, ScopeGroup};
@@ -181,14 +180,14 @@ pub(super) fn page(
     posted: Option<Posted<'_>>,
 ) -> Response {
     let store = console.server.store();
-    let now = now_secs(console);
+    let now = console.now_secs();
     let keys = match auth::list_keys(store) {
         Ok(keys) => keys,
-        Err(e) => return read_failed(console, op, e),
+        Err(e) => return console.read_failed(op, e),
     };
     let clients = match auth::list_clients(store) {
         Ok(clients) => clients,
-        Err(e) => return read_failed(console, op, e),
+        Err(e) => return console.read_failed(op, e),
     };
     let plan = store.company().ok().flatten().map(|c| c.plan_slug);
     let keys: Vec<Value> = keys
@@ -227,6 +226,38 @@ pub(super) fn page(
                "client_form": client_form(posted)}),
     );
     Response::html(status, rendered)
+}
+
+/// A refused credential change: the operator's mistakes back on the form (the one
+/// `posted`, filled in again), the store's failures as such.
+pub(super) fn credential_failed(
+    console: &Console,
+    op: &Operator,
+    e: CredentialError,
+    posted: Option<Posted<'_>>,
+) -> Response {
+    match e {
+        CredentialError::Store(_) | CredentialError::Internal(_) => console.read_failed(op, e),
+        e => page(console, op, Some(e.to_string()), posted),
+    }
+}
+
+/// The one page that shows a new secret.
+pub(super) fn secret_page(
+    console: &Console,
+    op: &Operator,
+    what: &str,
+    public_id: &str,
+    client_id: Option<&str>,
+    secret: &str,
+) -> Response {
+    let page = console.render(
+        "secret.html",
+        what,
+        Some(op),
+        json!({"public_id": public_id, "client_id": client_id, "secret": secret}),
+    );
+    Response::html(200, page)
 }
 
 /// `POST /console/credentials/keys`.
@@ -274,7 +305,7 @@ pub(super) fn create_key(
         &issued.public_id,
         request.source,
     ) {
-        return not_audited(console, op);
+        return console.not_audited(op);
     }
     secret_page(
         console,
@@ -310,7 +341,7 @@ pub(super) fn create_client(
         &issued.client_id,
         request.source,
     ) {
-        return not_audited(console, op);
+        return console.not_audited(op);
     }
     secret_page(
         console,

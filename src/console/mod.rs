@@ -29,10 +29,11 @@ use serde_json::{Value, json};
 
 use self::i18n::Texts;
 use self::session::{Sessions, Signed, Started, random_token, same_token};
-use crate::catalog::ErrorKind;
+use crate::catalog::{ErrorKind, McpError};
 use crate::config::{Config, Locale};
-use crate::guards::auth::{KnownScopes, Principal, is_operator};
+use crate::guards::auth::{CredentialError, KnownScopes, Principal, is_operator};
 use crate::protocol::dispatch::Server;
+use crate::store::{StoreError, store_failure};
 
 /// The cookie that names a sign-in.
 pub const SESSION_COOKIE: &str = "tollgate_console";
@@ -446,6 +447,51 @@ impl Console {
         Response::html(status, page)
     }
 
+    /// The server's time, unix seconds.
+    fn now_secs(&self) -> i64 {
+        self.server.clock().unix_secs()
+    }
+
+    /// The page of a failure the operator can do nothing about on the form (`message` says
+    /// what happened), with `status`.
+    fn failed(&self, op: &Operator, status: u16, message: String) -> Response {
+        let page = self.render(
+            "refused.html",
+            "refused",
+            Some(op),
+            json!({"message": message}),
+        );
+        Response::html(status, page)
+    }
+
+    /// The page of a storage failure, as the catalog answers it everywhere else
+    /// (`backend_unavailable` while it may pass, `internal_error` otherwise): its HTTP
+    /// status and its hint in the company's language.
+    fn store_failed(&self, op: &Operator, e: StoreError) -> Response {
+        self.catalog_failed(op, &store_failure(e, false))
+    }
+
+    /// The page of `err`: its HTTP status and its hint in the company's language.
+    fn catalog_failed(&self, op: &Operator, err: &McpError) -> Response {
+        self.failed(op, err.kind().spec().http_status, err.hint(self.locale()))
+    }
+
+    /// A listing of credentials that could not be read: the store's failure as the
+    /// catalog answers it, anything else an internal error (logged).
+    fn read_failed(&self, op: &Operator, e: CredentialError) -> Response {
+        if let CredentialError::Store(e) = e {
+            return self.store_failed(op, e);
+        }
+        tracing::error!(cause = %e, "a console page failed");
+        self.catalog_failed(op, &McpError::internal())
+    }
+
+    /// The page of a change that was made but could not be audited.
+    fn not_audited(&self, op: &Operator) -> Response {
+        let status = ErrorKind::InternalError.spec().http_status;
+        self.failed(op, status, self.texts().get("not_audited").to_owned())
+    }
+
     /// Writes the audit row of a change made in the console, under the operator's
     /// credential, before the page reports it.
     fn record(&self, operator: &Principal, action: &str, target: &str, source: &str) -> bool {
@@ -462,6 +508,11 @@ impl Console {
         }
         written.is_ok()
     }
+}
+
+/// A page showing a form again: 422 when it says what was wrong with the last post.
+fn form_status(error: &Option<String>) -> u16 {
+    if error.is_some() { 422 } else { 200 }
 }
 
 /// Whether a form post comes from the page's own origin: an `Origin` (browsers send one

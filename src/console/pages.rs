@@ -8,16 +8,14 @@ use serde_json::{Value, json};
 use super::audit_log::{audit, audit_csv, audit_json, row_page};
 use super::backends::backends;
 use super::charts::chart;
-use super::credentials::{self, Posted};
+use super::credentials::{self, credential_failed, secret_page};
 use super::i18n::texts;
-use super::{Console, Form, Method, Operator, Request, Response};
-use crate::catalog::{ErrorKind, McpError};
+use super::{Console, Form, Method, Operator, Request, Response, form_status};
 use crate::clock::format_time;
 use crate::config::Locale;
-use crate::guards::auth::{self, CredentialError};
+use crate::guards::auth;
 use crate::guards::ratelimit::{LimitChange, LimitsReport, usage};
-use crate::store::audit::AuditPage;
-use crate::store::{StoreError, store_failure};
+use crate::store::audit::AuditFilter;
 use crate::tools::Category;
 
 /// Buckets the overview shows.
@@ -130,35 +128,6 @@ fn action_path(path: &str) -> Option<(&str, &str, &str)> {
     (parts.next().is_none() && id_ok).then_some((kind, id, action))
 }
 
-pub(super) fn now_secs(console: &Console) -> i64 {
-    console.server.clock().unix_secs()
-}
-
-/// The page of a failure the operator can do nothing about on the form (`message` says
-/// what happened), with `status`.
-fn failed(console: &Console, op: &Operator, status: u16, message: String) -> Response {
-    let page = console.render(
-        "refused.html",
-        "refused",
-        Some(op),
-        json!({"message": message}),
-    );
-    Response::html(status, page)
-}
-
-/// The page of a storage failure, as the catalog answers it everywhere else
-/// (`backend_unavailable` while it may pass, `internal_error` otherwise): its HTTP status
-/// and its hint in the company's language.
-pub(super) fn store_failed(console: &Console, op: &Operator, e: StoreError) -> Response {
-    let err = store_failure(e, false);
-    failed(
-        console,
-        op,
-        err.kind().spec().http_status,
-        err.hint(console.locale()),
-    )
-}
-
 // ---- Overview ---------------------------------------------------------------------
 
 fn overview(console: &Console, op: &Operator) -> Response {
@@ -172,7 +141,7 @@ fn overview(console: &Console, op: &Operator) -> Response {
         store.calls_by_outcome(now_ms - 24 * hour, hour),
     ) {
         (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return store_failed(console, op, e),
+        (Err(e), _) | (_, Err(e)) => return console.store_failed(op, e),
     };
     let charts = [
         chart(
@@ -194,7 +163,7 @@ fn overview(console: &Console, op: &Operator) -> Response {
             24,
         ),
     ];
-    let now = now_secs(console);
+    let now = console.now_secs();
     let buckets = match usage(store, now) {
         Ok(rows) => {
             let mut limited: Vec<_> = rows.into_iter().filter(|r| r.limit.is_some()).collect();
@@ -214,15 +183,15 @@ fn overview(console: &Console, op: &Operator) -> Response {
                 })
                 .collect::<Vec<_>>()
         }
-        Err(e) => return store_failed(console, op, e),
+        Err(e) => return console.store_failed(op, e),
     };
-    let errors = match store.audit_page(&AuditPage {
+    let errors = match store.audit_rows(&AuditFilter {
         failures_only: true,
         limit: LAST_ERRORS,
-        ..AuditPage::default()
+        ..AuditFilter::default()
     }) {
         Ok(rows) => rows.iter().map(audit_json).collect::<Vec<_>>(),
-        Err(e) => return store_failed(console, op, e),
+        Err(e) => return console.store_failed(op, e),
     };
     let page = console.render(
         "overview.html",
@@ -234,69 +203,6 @@ fn overview(console: &Console, op: &Operator) -> Response {
 }
 
 // ---- Credentials ------------------------------------------------------------------
-
-/// A page showing the form again: 422 when it says what was wrong with the last post.
-pub(super) fn form_status(error: &Option<String>) -> u16 {
-    if error.is_some() { 422 } else { 200 }
-}
-
-/// A refused credential change: the operator's mistakes back on the form (the one
-/// `posted`, filled in again), the store's failures as such.
-pub(super) fn credential_failed(
-    console: &Console,
-    op: &Operator,
-    e: CredentialError,
-    posted: Option<Posted<'_>>,
-) -> Response {
-    match e {
-        CredentialError::Store(_) | CredentialError::Internal(_) => read_failed(console, op, e),
-        e => credentials::page(console, op, Some(e.to_string()), posted),
-    }
-}
-
-/// A listing of credentials that could not be read: the store's failure as the catalog
-/// answers it, anything else an internal error (logged).
-pub(super) fn read_failed(console: &Console, op: &Operator, e: CredentialError) -> Response {
-    if let CredentialError::Store(e) = e {
-        return store_failed(console, op, e);
-    }
-    tracing::error!(cause = %e, "a console page failed");
-    let err = McpError::internal();
-    failed(
-        console,
-        op,
-        err.kind().spec().http_status,
-        err.hint(console.locale()),
-    )
-}
-
-pub(super) fn not_audited(console: &Console, op: &Operator) -> Response {
-    let status = ErrorKind::InternalError.spec().http_status;
-    failed(
-        console,
-        op,
-        status,
-        console.texts().get("not_audited").to_owned(),
-    )
-}
-
-/// The one page that shows a new secret.
-pub(super) fn secret_page(
-    console: &Console,
-    op: &Operator,
-    what: &str,
-    public_id: &str,
-    client_id: Option<&str>,
-    secret: &str,
-) -> Response {
-    let page = console.render(
-        "secret.html",
-        what,
-        Some(op),
-        json!({"public_id": public_id, "client_id": client_id, "secret": secret}),
-    );
-    Response::html(200, page)
-}
 
 /// `GET …/{id}/{revoke|rotate}`: the confirmation the change needs.
 fn confirm_page(console: &Console, op: &Operator, path: &str) -> Option<Response> {
@@ -326,7 +232,7 @@ fn revoke_key(console: &Console, request: &Request<'_>, op: &Operator, id: &str)
         Err(e) => return credential_failed(console, op, e, None),
     }
     if !console.record(&op.principal, "revoke_key", id, request.source) {
-        return not_audited(console, op);
+        return console.not_audited(op);
     }
     Response::redirect("/console/credentials")
 }
@@ -348,7 +254,7 @@ fn rotate_key(
         Err(e) => return credential_failed(console, op, e, None),
     };
     if !console.record(&op.principal, "rotate_key", id, request.source) {
-        return not_audited(console, op);
+        return console.not_audited(op);
     }
     secret_page(
         console,
@@ -365,7 +271,7 @@ fn revoke_client(console: &Console, request: &Request<'_>, op: &Operator, id: &s
         return credential_failed(console, op, e, None);
     }
     if !console.record(&op.principal, "revoke_client", id, request.source) {
-        return not_audited(console, op);
+        return console.not_audited(op);
     }
     Response::redirect("/console/credentials")
 }
@@ -376,13 +282,13 @@ fn limits(console: &Console, op: &Operator, error: Option<String>) -> Response {
     let store = console.server.store();
     let report = match LimitsReport::load(store) {
         Ok(report) => report,
-        Err(e) => return store_failed(console, op, e),
+        Err(e) => return console.store_failed(op, e),
     };
     let keys = match auth::list_keys(store) {
         Ok(keys) => keys,
-        Err(e) => return read_failed(console, op, e),
+        Err(e) => return console.read_failed(op, e),
     };
-    let now = now_secs(console);
+    let now = console.now_secs();
     let categories: Vec<&str> = Category::ALL.iter().map(|c| c.as_str()).collect();
     let plans: Vec<Value> = report
         .plans
@@ -521,12 +427,12 @@ fn apply_limit(
 ) -> Response {
     if let Err(e) = change.apply(console.server.store()) {
         return match e {
-            crate::guards::ratelimit::LimitChangeError::Store(e) => store_failed(console, op, e),
+            crate::guards::ratelimit::LimitChangeError::Store(e) => console.store_failed(op, e),
             other => limits(console, op, Some(other.to_string())),
         };
     }
     if !console.record(&op.principal, action, target, request.source) {
-        return not_audited(console, op);
+        return console.not_audited(op);
     }
     Response::redirect("/console/limits")
 }

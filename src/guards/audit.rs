@@ -11,11 +11,13 @@
 //! A flood therefore adds a bounded number of rows; the metrics still count every call.
 //!
 //! Rows older than the retention (`[audit] retention_days`) are deleted by a background
-//! thread ([`prune_in_background`]), a few hundred per short transaction. The rows' SQL
-//! (writes, summaries, retention, the `tollgate audit` query) is [`crate::store::audit`]'s.
+//! thread ([`prune_in_background`]), a few hundred per short transaction. The rows' type
+//! and SQL (writes, summaries, retention, the one read that `tollgate audit` and the
+//! console share) are [`crate::store::audit`]'s.
 //!
-//! The outcome is `ok`, or the catalog `code` of the JSON-RPC error or of the tool failure
-//! (the call's typed [`Verdict`], never read back from a rendered result). Rows go into a buffer that one writer thread
+//! The outcome is `ok`, or the catalog `code` of the JSON-RPC error or of the tool failure,
+//! with the failure's catalog entry beside it (the call's typed [`Verdict`], never read
+//! back from a rendered result). Rows go into a buffer that one writer thread
 //! empties every few milliseconds, in a single transaction (group commit), outside the call
 //! path and outside any other transaction; a failed write is logged and never fails the call
 //! it describes. Dropping the [`Auditor`] flushes every queued row, so a clean shutdown loses
@@ -34,15 +36,17 @@ use crate::clock::Clock;
 use crate::guards::auth::Principal;
 use crate::guards::outcome::Verdict;
 use crate::store::audit::{self as store, AuditRow};
-pub use crate::store::audit::{AuditFilter, AuditRecord};
 use crate::store::{Store, StoreError};
 
 /// Longest request id or tool name kept (clients choose both; a row stays small).
 const MAX_TEXT: usize = 200;
-/// Rows `tollgate audit` shows unless `--limit` says otherwise.
-pub const DEFAULT_LIMIT: u32 = 50;
 
-/// One finished call.
+/// One finished call, as the guard chain hands it to [`Auditor::record`]. It is not an
+/// [`AuditRow`]: it borrows from the call (its request id, principal and typed [`Verdict`],
+/// with the error itself) only while `record` runs, and `record` makes the row from it —
+/// stamped by the auditor's clock, client-chosen text cut to length, the verdict turned
+/// into a code and a catalog entry — or, for a refusal of a caller who did not
+/// authenticate, counts it on the summary row of its `source`.
 pub struct AuditEntry<'a> {
     /// The JSON-RPC request id.
     pub request_id: &'a Value,
@@ -88,9 +92,6 @@ const BATCH: usize = 1_024;
 /// per call cost more than the insert itself.
 const FLUSH_EVERY: Duration = Duration::from_millis(5);
 
-/// One row to write.
-type Row = AuditRow;
-
 /// Which summary row a refusal counts on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SummaryKey {
@@ -103,7 +104,7 @@ struct SummaryKey {
 /// Refusals counted for one summary row since the writer last looked.
 struct Pending {
     /// The first of them (its time, request id and tool go on a new row).
-    first: Row,
+    first: AuditRow,
     calls: i64,
     /// They named more than one tool.
     several_tools: bool,
@@ -112,7 +113,7 @@ struct Pending {
 /// Rows waiting for the writer, and whether the auditor is shutting down.
 #[derive(Default)]
 struct Buffer {
-    rows: Vec<Row>,
+    rows: Vec<AuditRow>,
     summaries: HashMap<SummaryKey, Pending>,
     /// The window `sources` belong to.
     window: i64,
@@ -125,8 +126,8 @@ struct Buffer {
 
 impl Buffer {
     /// Counts a refusal on its source's summary row of the current window.
-    fn summarise(&mut self, row: Row, outcome: &'static str, source: &str) {
-        let window = row.at - row.at.rem_euclid(SUMMARY_WINDOW_MS);
+    fn summarise(&mut self, row: AuditRow, outcome: &'static str, source: &str) {
+        let window = row.at_ms - row.at_ms.rem_euclid(SUMMARY_WINDOW_MS);
         if window != self.window {
             self.window = window;
             self.sources.clear();
@@ -251,15 +252,19 @@ impl Auditor {
             tracing::warn!("the audit writer is not running; a tool call was not audited");
             return;
         }
-        let row = Row {
-            at: self.clock.unix_millis(),
+        let row = AuditRow {
+            id: 0,
+            at_ms: self.clock.unix_millis(),
             request_id: truncate(&entry.request_id.to_string()),
             credential_id: entry.principal.map(|p| p.credential_id.clone()),
             client_id: entry.principal.and_then(|p| p.client_id.clone()),
             tool: truncate(entry.tool),
             outcome: entry.outcome.code().to_owned(),
+            entry: failure_entry(entry.outcome),
             duration_us: i64::try_from(entry.duration.as_micros()).unwrap_or(i64::MAX),
-            transport: entry.transport,
+            transport: entry.transport.to_owned(),
+            calls: 1,
+            source: None,
             backend: entry.backend.map(str::to_owned),
         };
         let mut buffer = self.shared.lock();
@@ -307,7 +312,7 @@ fn write_loop(store: &Store, shared: &Shared) {
                     .unwrap_or_else(|poisoned| poisoned.into_inner().0);
             }
             let take = buffer.rows.len().min(BATCH);
-            let batch: Vec<Row> = buffer.rows.drain(..take).collect();
+            let batch: Vec<AuditRow> = buffer.rows.drain(..take).collect();
             let summaries = std::mem::take(&mut buffer.summaries);
             (batch, summaries, buffer.closing && buffer.rows.is_empty())
         };
@@ -328,13 +333,13 @@ fn write_loop(store: &Store, shared: &Shared) {
 /// in one transaction; `summary_rows` learns the new rows once it commits.
 fn insert(
     store: &Store,
-    batch: &[Row],
+    batch: &[AuditRow],
     summaries: HashMap<SummaryKey, Pending>,
     summary_rows: &mut HashMap<SummaryKey, i64>,
 ) -> Result<(), StoreError> {
     let created = store.in_transaction(|tx| {
         for row in batch {
-            store::insert_row(tx, row, 1, None)?;
+            store::insert_row(tx, row)?;
         }
         let mut created = Vec::new();
         for (key, pending) in summaries {
@@ -351,7 +356,9 @@ fn insert(
                 if pending.several_tools {
                     SEVERAL.clone_into(&mut first.tool);
                 }
-                let id = store::insert_row(tx, &first, pending.calls, Some(&key.source))?;
+                first.calls = pending.calls;
+                first.source = Some(key.source.clone());
+                let id = store::insert_row(tx, &first)?;
                 created.push((key, id));
             }
         }
@@ -363,6 +370,15 @@ fn insert(
         summary_rows.retain(|key, _| key.window >= newest - SUMMARY_WINDOW_MS);
     }
     Ok(())
+}
+
+/// The catalog entry of a call that did not succeed: its tool failure's, or its refusal's.
+fn failure_entry(verdict: Verdict<'_>) -> Option<ErrorKind> {
+    match verdict {
+        Verdict::Ok => None,
+        Verdict::Failed(entry) => entry,
+        Verdict::Rejected(error) => Some(error.kind()),
+    }
 }
 
 /// The outcome code under which `entry` is summarised rather than written on its own
@@ -445,23 +461,22 @@ pub fn record_operator_change(
     source: &str,
 ) -> Result<(), StoreError> {
     let row = AuditRow {
-        at: clock.unix_millis(),
+        id: 0,
+        at_ms: clock.unix_millis(),
         request_id: truncate(&Value::from(target).to_string()),
         credential_id: Some(operator.credential_id.clone()),
         client_id: operator.client_id.clone(),
         tool: truncate(action),
         outcome: "ok".to_owned(),
+        entry: None,
         duration_us: 0,
-        transport: "http",
+        transport: "http".to_owned(),
+        calls: 1,
+        source: Some(source.to_owned()),
         backend: None,
     };
-    db.in_transaction(|tx| store::insert_row(tx, &row, 1, Some(source)))
+    db.in_transaction(|tx| store::insert_row(tx, &row))
         .map(|_| ())
-}
-
-/// The most recent rows matching `filter`, newest first.
-pub fn recent(store: &Store, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
-    store.recent_audit(filter)
 }
 
 #[cfg(test)]
@@ -470,6 +485,7 @@ mod tests {
     use crate::catalog::ErrorKind;
     use crate::catalog::McpError;
     use crate::store::StoreOptions;
+    use crate::store::audit::AuditFilter;
     use serde_json::json;
 
     #[test]
@@ -504,14 +520,12 @@ mod tests {
         }
         // Dropping the auditor flushes its queue.
         drop(auditor);
-        let all = recent(
-            &store,
-            &AuditFilter {
+        let all = store
+            .audit_rows(&AuditFilter {
                 limit: 10,
                 ..AuditFilter::default()
-            },
-        )
-        .expect("rows");
+            })
+            .expect("rows");
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].outcome, "rate_limited");
         assert_eq!(all[0].request_id, "2");
@@ -521,9 +535,73 @@ mod tests {
             limit: 10,
             ..AuditFilter::default()
         };
-        let ok = recent(&store, &filter).expect("rows");
+        let ok = store.audit_rows(&filter).expect("rows");
         assert_eq!(ok.len(), 1);
         assert_eq!(ok[0].credential_id.as_deref(), Some("abc123abc123"));
+    }
+
+    #[test]
+    fn a_failure_is_recorded_with_its_catalog_entry_beside_its_code() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = store_in(&dir);
+        let auditor = Auditor::new(store.clone(), Clock::System);
+        let principal = Principal {
+            credential_id: "abc123abc123".into(),
+            client_id: None,
+            scopes: vec![],
+            mode: crate::guards::auth::Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
+        };
+        let ours = McpError::rate_limited("cred", 10, 0, 60);
+        let scope = McpError::new(ErrorKind::InsufficientScope);
+        // The backend's own 429 and our limit share the code `rate_limited`.
+        for (id, outcome) in [
+            (1, Verdict::Failed(Some(ErrorKind::BackendRateLimited))),
+            (2, Verdict::Rejected(&ours)),
+            (3, Verdict::Rejected(&scope)),
+            (4, Verdict::Failed(None)),
+            (5, Verdict::Ok),
+        ] {
+            auditor.record(&AuditEntry {
+                request_id: &json!(id),
+                principal: Some(&principal),
+                tool: "crm_get_order",
+                backend: Some("crm"),
+                outcome,
+                duration: Duration::from_micros(10),
+                transport: "http",
+                source: "http:10.0.0.1",
+            });
+        }
+        drop(auditor);
+        let mut rows: Vec<(String, String, Option<ErrorKind>)> = all(&store)
+            .into_iter()
+            .map(|r| (r.request_id, r.outcome, r.entry))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            rows,
+            [
+                (
+                    "1".into(),
+                    "rate_limited".into(),
+                    Some(ErrorKind::BackendRateLimited)
+                ),
+                (
+                    "2".into(),
+                    "rate_limited".into(),
+                    Some(ErrorKind::RateLimited)
+                ),
+                (
+                    "3".into(),
+                    "insufficient_scope".into(),
+                    Some(ErrorKind::InsufficientScope)
+                ),
+                ("4".into(), "tool_error".into(), None),
+                ("5".into(), "ok".into(), None),
+            ]
+        );
     }
 
     fn store_in(dir: &tempfile::TempDir) -> Store {
@@ -553,12 +631,12 @@ mod tests {
         }
     }
 
-    fn all(store: &Store) -> Vec<AuditRecord> {
+    fn all(store: &Store) -> Vec<AuditRow> {
         let filter = AuditFilter {
             limit: 10_000,
             ..AuditFilter::default()
         };
-        recent(store, &filter).expect("rows")
+        store.audit_rows(&filter).expect("rows")
     }
 
     #[test]
@@ -606,7 +684,7 @@ mod tests {
         let total: i64 = rows.iter().map(|r| r.calls).sum();
         assert_eq!(total, 1_504, "{rows:?}");
         // One row per source and outcome in each window.
-        let (summaries, next): (Vec<&AuditRecord>, Vec<&AuditRecord>) = rows
+        let (summaries, next): (Vec<&AuditRow>, Vec<&AuditRow>) = rows
             .iter()
             .filter(|r| r.source.is_some())
             .partition(|r| r.at_ms < 1_800_000_060_000);
@@ -634,15 +712,19 @@ mod tests {
     #[test]
     fn sources_past_the_cap_share_one_row() {
         let mut buffer = Buffer::default();
-        let row = |at| Row {
-            at,
+        let row = |at| AuditRow {
+            id: 0,
+            at_ms: at,
             request_id: "1".into(),
             credential_id: None,
             client_id: None,
             tool: "t".into(),
             outcome: "invalid_token".into(),
+            entry: Some(ErrorKind::InvalidToken),
             duration_us: 0,
-            transport: "http",
+            transport: "http".into(),
+            calls: 1,
+            source: None,
             backend: None,
         };
         for i in 0..SUMMARY_SOURCES + 50 {

@@ -1,8 +1,8 @@
 //! How a guarded call ends, typed: [`CallOutcome`] is what
 //! [`Guards::call_tools`](crate::guards::Guards::call_tools) hands to the dispatcher, which
 //! renders it once, and
-//! [`Verdict`] is what the audit log and the metrics read from it (`ok` or a catalog code,
-//! and whether a guard refused) — neither parses a rendered body.
+//! [`Verdict`] is what the audit log and the metrics read from it (`ok` or the failure's
+//! catalog entry, and whether a guard refused) — neither parses a rendered body.
 //!
 //! The class of the error's catalog entry decides which end a failure of a running tool
 //! is: a tool-class entry is a tool failure, reported as an `isError` result; any other (a
@@ -78,8 +78,8 @@ pub enum Output {
 pub struct Stored {
     /// The stored result object.
     pub result: Value,
-    /// The catalog code of the tool failure it records, for an `isError` result.
-    failure: Option<&'static str>,
+    /// The tool failure it records, for an `isError` result.
+    failure: Option<Verdict<'static>>,
 }
 
 impl Stored {
@@ -92,20 +92,21 @@ impl Stored {
                 .pointer("/_meta/dev.tollgate~1error/code")
                 .and_then(Value::as_str)
                 .unwrap_or("");
-            tool_code(code)
+            Verdict::Failed(tool_entry(code))
         });
         Stored { result, failure }
     }
 }
 
-/// The catalog code of a tool-class entry named `code`, or `tool_error` for a code the
-/// catalog does not hold.
-fn tool_code(code: &str) -> &'static str {
-    ErrorKind::with_code(code)
-        .map(|kind| kind.spec())
-        .find(|spec| spec.class == Class::Tool)
-        .map_or("tool_error", |spec| spec.code)
+/// The first tool-class entry whose code is `code` (the record keeps the code, not the
+/// entry; twins of one code in the tool class share their class), or `None` for a code
+/// the catalog does not hold.
+fn tool_entry(code: &str) -> Option<ErrorKind> {
+    ErrorKind::with_code(code).find(|kind| kind.spec().class == Class::Tool)
 }
+
+/// The code of a replayed tool failure whose code this build's catalog does not hold.
+const UNKNOWN_TOOL_FAILURE: &str = "tool_error";
 
 impl CallOutcome {
     /// The outcome of a tool that ran after every guard passed: its error's class decides
@@ -160,9 +161,9 @@ impl CallOutcome {
             CallOutcome::Admitted {
                 output: Output::Replayed(stored),
                 ..
-            } => stored.failure.map_or(Verdict::Ok, Verdict::Failed),
+            } => stored.failure.unwrap_or(Verdict::Ok),
             CallOutcome::Admitted { .. } => Verdict::Ok,
-            CallOutcome::ToolFailed { error, .. } => Verdict::Failed(error.kind().spec().code),
+            CallOutcome::ToolFailed { error, .. } => Verdict::Failed(Some(error.kind())),
             CallOutcome::Rejected { error, .. } => Verdict::Rejected(error),
         }
     }
@@ -173,8 +174,9 @@ impl CallOutcome {
 pub enum Verdict<'a> {
     /// It succeeded.
     Ok,
-    /// Its tool failed with this catalog code (an `isError` result).
-    Failed(&'static str),
+    /// Its tool failed (an `isError` result) with this catalog entry; `None` for a
+    /// replayed failure whose code this build's catalog does not hold.
+    Failed(Option<ErrorKind>),
     /// It ended as this JSON-RPC error: a guard's refusal, or a server fault.
     Rejected(&'a McpError),
 }
@@ -192,7 +194,7 @@ impl<'a> Verdict<'a> {
     pub fn code(self) -> &'static str {
         match self {
             Verdict::Ok => "ok",
-            Verdict::Failed(code) => code,
+            Verdict::Failed(entry) => entry.map_or(UNKNOWN_TOOL_FAILURE, |k| k.spec().code),
             Verdict::Rejected(error) => error.kind().spec().code,
         }
     }
@@ -224,7 +226,7 @@ mod tests {
         );
         assert!(matches!(
             failed.verdict(),
-            Verdict::Failed("invoice_not_found")
+            Verdict::Failed(Some(ErrorKind::InvoiceNotFound))
         ));
         let fault = CallOutcome::of_run(Err(McpError::internal()), Budget::default(), Book::Live);
         assert!(matches!(fault.verdict(), Verdict::Rejected(_)));
@@ -237,16 +239,21 @@ mod tests {
 
     #[test]
     fn a_stored_failure_keeps_its_catalog_code() {
+        let code = |result| Stored::new(result).failure.map(Verdict::code);
         let stored = McpError::new(ErrorKind::InvoiceNotFound).to_tool_result(Locale::En);
-        assert_eq!(Stored::new(stored).failure, Some("invoice_not_found"));
-        assert_eq!(Stored::new(json!({"content": []})).failure, None);
+        assert_eq!(code(stored), Some("invoice_not_found"));
+        assert_eq!(code(json!({"content": []})), None);
         let odd = json!({"isError": true, "_meta": {"dev.tollgate/error": {"code": "made_up"}}});
-        assert_eq!(Stored::new(odd).failure, Some("tool_error"));
+        assert_eq!(code(odd), Some("tool_error"));
+        // A code a guard or the server shares names the tool's own entry.
+        let entry = |result| match Stored::new(result).failure {
+            Some(Verdict::Failed(entry)) => entry,
+            _ => panic!("a failure"),
+        };
         let unavailable =
             McpError::new(ErrorKind::ToolBackendUnavailable).to_tool_result(Locale::En);
-        assert_eq!(
-            Stored::new(unavailable).failure,
-            Some("backend_unavailable")
-        );
+        assert_eq!(entry(unavailable), Some(ErrorKind::ToolBackendUnavailable));
+        let limited = McpError::new(ErrorKind::BackendRateLimited).to_tool_result(Locale::En);
+        assert_eq!(entry(limited), Some(ErrorKind::BackendRateLimited));
     }
 }

@@ -1,14 +1,27 @@
-//! The `audit_log` table and its only writer: rows of single calls, summary rows that
-//! stand for many refusals, retention, and the `tollgate audit` query.
+//! The `audit_log` table: its one row type ([`AuditRow`]), its only writer (rows of single
+//! calls, and summary rows that stand for many refusals), retention, the one filtered and
+//! paged read that `tollgate audit` and the console share ([`Store::audit_rows`]), and the
+//! console's counts.
+//!
+//! A failure's row names its catalog entry (`entry`, schema version 8) beside its code: a
+//! code can name several entries of different classes (`rate_limited` is a guard's refusal
+//! and a backend's own 429), and only the entry says which one it was.
 
-use super::sql::args;
-use super::{Store, StoreError, Tx};
+use std::collections::HashMap;
+use std::sync::LazyLock;
 
-/// One audit row to write.
+use super::sql::{Param, Row, args};
+use super::{Conn, Store, StoreError, Tx};
+use crate::catalog::ErrorKind;
+
+/// One row of the audit log, as the writer builds it and as every read gives it back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRow {
+    /// Row id (increasing). The database assigns it when the row is written: [`insert_row`]
+    /// ignores this field and returns the id.
+    pub id: i64,
     /// Unix milliseconds UTC.
-    pub at: i64,
+    pub at_ms: i64,
     /// The JSON-RPC request id, as JSON text.
     pub request_id: String,
     /// The credential's public id (absent when authentication failed).
@@ -19,28 +32,57 @@ pub struct AuditRow {
     pub tool: String,
     /// `ok` or a catalog code.
     pub outcome: String,
+    /// The catalog entry of a failure; `None` on an `ok` row, on a row written before
+    /// schema version 8, and on a row naming an entry this build's catalog does not hold.
+    pub entry: Option<ErrorKind>,
     /// Microseconds.
     pub duration_us: i64,
     /// `stdio` or `http`.
-    pub transport: &'static str,
+    pub transport: String,
+    /// How many calls the row stands for (more than 1 on a summary row).
+    pub calls: i64,
+    /// Where a summary row's refusals came from (`None` on the row of a single call).
+    pub source: Option<String>,
     /// The backend the tool forwards to (`None` for a built-in tool).
     pub backend: Option<String>,
 }
 
-/// Inserts one row standing for `calls` calls (with the `source` of a summary row);
+/// Schema version 8 on SQLite: the catalog entry of a failure, by name (NULL on `ok`
+/// rows and on the rows written before it).
+pub(super) const SQLITE_ENTRY_STEP: &str = "ALTER TABLE audit_log ADD COLUMN entry TEXT;";
+/// Schema version 8 on PostgreSQL.
+pub(super) const POSTGRES_ENTRY_STEP: &str =
+    "ALTER TABLE audit_log ADD COLUMN entry TEXT COLLATE \"C\";";
+
+/// The name an entry is stored under: its name in the catalog, as its [`ErrorKind`] variant
+/// is spelled (`BackendRateLimited`).
+fn entry_name(kind: ErrorKind) -> String {
+    format!("{kind:?}")
+}
+
+/// Every entry of this build's catalog by its stored name.
+static ENTRIES: LazyLock<HashMap<String, ErrorKind>> = LazyLock::new(|| {
+    ErrorKind::ALL
+        .iter()
+        .map(|kind| (entry_name(*kind), *kind))
+        .collect()
+});
+
+/// The entry a stored name names; `None` for a name this build's catalog does not hold
+/// (written by a newer node sharing the database).
+fn entry_named(name: &str) -> Option<ErrorKind> {
+    ENTRIES.get(name).copied()
+}
+
+/// Writes `row` (standing for its `calls` calls, with the `source` of a summary row);
 /// returns its id.
-pub fn insert_row(
-    tx: &Tx<'_>,
-    row: &AuditRow,
-    calls: i64,
-    source: Option<&str>,
-) -> Result<i64, StoreError> {
+pub fn insert_row(tx: &Tx<'_>, row: &AuditRow) -> Result<i64, StoreError> {
     tx.insert_returning_id(
         "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
-         duration_us, transport, calls, source, backend) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         duration_us, transport, calls, source, backend, entry) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         args![
-            row.at,
+            row.at_ms,
             row.request_id,
             row.credential_id,
             row.client_id,
@@ -48,9 +90,10 @@ pub fn insert_row(
             row.outcome,
             row.duration_us,
             row.transport,
-            calls,
-            source,
-            row.backend
+            row.calls,
+            row.source,
+            row.backend,
+            row.entry.map(entry_name)
         ],
     )
 }
@@ -75,7 +118,9 @@ pub fn add_to_summary(
 /// What one pruning transaction did: rows deleted, the last id looked at, rows looked at.
 pub type PruneStep = (usize, Option<i64>, usize);
 
-/// Which rows `tollgate audit` lists.
+/// Which rows a read of the audit log gives, for `tollgate audit` and the console's pages
+/// alike: the rows every set filter matches, newest first (by row id), from a position
+/// (keyset on the row id, so a page stays put while new rows arrive), at most `limit`.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
     /// Only this credential's calls.
@@ -84,37 +129,18 @@ pub struct AuditFilter {
     pub tool: Option<String>,
     /// Only this outcome (`ok` or a catalog code).
     pub outcome: Option<String>,
-    /// At most this many rows, newest first.
+    /// Only rows whose outcome is not `ok`.
+    pub failures_only: bool,
+    /// Rows at or after this time (unix milliseconds).
+    pub since_ms: Option<i64>,
+    /// Rows before this time (unix milliseconds).
+    pub until_ms: Option<i64>,
+    /// The rows before this row id (older rows), or from the newest.
+    pub before_id: Option<i64>,
+    /// The rows just after this row id (newer rows); wins over `before_id`.
+    pub after_id: Option<i64>,
+    /// At most this many rows.
     pub limit: u32,
-}
-
-/// One row of the audit log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditRecord {
-    /// Row id (increasing).
-    pub id: i64,
-    /// Unix milliseconds UTC.
-    pub at_ms: i64,
-    /// The JSON-RPC request id, as JSON text.
-    pub request_id: String,
-    /// The credential's public id (absent when authentication failed).
-    pub credential_id: Option<String>,
-    /// The OAuth client, if any.
-    pub client_id: Option<String>,
-    /// The tool name as sent.
-    pub tool: String,
-    /// `ok` or a catalog code.
-    pub outcome: String,
-    /// Microseconds.
-    pub duration_us: i64,
-    /// `stdio` or `http`.
-    pub transport: String,
-    /// How many calls the row stands for (more than 1 on a summary row).
-    pub calls: i64,
-    /// Where a summary row's refusals came from (`None` on the row of a single call).
-    pub source: Option<String>,
-    /// The backend the tool forwards to (`None` for a built-in tool).
-    pub backend: Option<String>,
 }
 
 /// A row limit as both engines bind it: PostgreSQL reads `?N + 0` as a 32-bit integer,
@@ -123,19 +149,62 @@ fn row_limit(limit: impl TryInto<i32>) -> i64 {
     i64::from(limit.try_into().unwrap_or(i32::MAX))
 }
 
-// Both list the same columns; the limit is bound as `?4 + 0` (see `invoicing`: SQLite
-// prepares `ORDER BY … LIMIT ?N` anew on every run). A parameter that is only tested for
-// NULL is cast, so PostgreSQL knows its type.
-const RECENT_BY_CREDENTIAL_SQL: &str = "SELECT id, at, request_id, credential_id, client_id, \
-     tool, outcome, duration_us, transport, calls, source, backend FROM audit_log \
-     WHERE credential_id = ?1 \
-     AND (CAST(?2 AS TEXT) IS NULL OR tool = ?2) AND (CAST(?3 AS TEXT) IS NULL OR outcome = ?3) \
-     ORDER BY at DESC, id DESC LIMIT ?4 + 0";
-const RECENT_SQL: &str = "SELECT id, at, request_id, credential_id, client_id, \
-     tool, outcome, duration_us, transport, calls, source, backend FROM audit_log \
-     WHERE CAST(?1 AS TEXT) IS NULL \
-     AND (CAST(?2 AS TEXT) IS NULL OR tool = ?2) AND (CAST(?3 AS TEXT) IS NULL OR outcome = ?3) \
-     ORDER BY id DESC LIMIT ?4 + 0";
+/// Every column of a row, in the order [`row_from`] reads them.
+const ROW_COLUMNS: &str = "SELECT id, at, request_id, credential_id, client_id, tool, outcome, \
+     duration_us, transport, calls, source, backend, entry FROM audit_log";
+
+fn row_from(row: &Row<'_>) -> Result<AuditRow, StoreError> {
+    Ok(AuditRow {
+        id: row.get(0)?,
+        at_ms: row.get(1)?,
+        request_id: row.get(2)?,
+        credential_id: row.get(3)?,
+        client_id: row.get(4)?,
+        tool: row.get(5)?,
+        outcome: row.get(6)?,
+        duration_us: row.get(7)?,
+        transport: row.get(8)?,
+        calls: row.get(9)?,
+        source: row.get(10)?,
+        backend: row.get(11)?,
+        entry: row
+            .get::<Option<String>>(12)?
+            .as_deref()
+            .and_then(entry_named),
+    })
+}
+
+/// The conditions of a statement and the parameters they number, in order.
+#[derive(Default)]
+struct Conditions<'a> {
+    tests: Vec<String>,
+    params: Vec<&'a dyn Param>,
+}
+
+impl<'a> Conditions<'a> {
+    /// Adds `column_test` followed by `param` as its next numbered parameter.
+    fn compare(&mut self, column_test: &str, param: &'a dyn Param) {
+        self.params.push(param);
+        self.tests
+            .push(format!("{column_test} ?{}", self.params.len()));
+    }
+
+    /// Adds `column_test` when `param` is set.
+    fn compare_if<T: Param>(&mut self, column_test: &str, param: &'a Option<T>) {
+        if let Some(value) = param {
+            self.compare(column_test, value);
+        }
+    }
+
+    /// ` WHERE …` joining every test, or nothing.
+    fn clause(&self) -> String {
+        if self.tests.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", self.tests.join(" AND "))
+        }
+    }
+}
 
 impl Store {
     /// In one transaction, looks at up to `chunk` rows with an id above `after` and
@@ -160,164 +229,97 @@ impl Store {
         })
     }
 
-    /// The most recent rows matching `filter`, newest first.
-    pub fn recent_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
-        // With a credential, through `audit_log_by_credential` (newest first in that
-        // index); otherwise newest first by id, stopping at the limit. (`?1 IS NULL` in the
-        // second keeps one parameter list for both.)
-        let sql = if filter.credential_id.is_some() {
-            RECENT_BY_CREDENTIAL_SQL
-        } else {
-            RECENT_SQL
-        };
-        self.with_conn(|conn| {
-            conn.query_all(
-                sql,
-                args![
-                    filter.credential_id,
-                    filter.tool,
-                    filter.outcome,
-                    row_limit(filter.limit)
-                ],
-                record_from_row,
-            )
-        })
-    }
-}
-
-/// A page of the audit log as the console lists it: the filters of [`AuditFilter`], a time
-/// range, only failures, and a position (keyset on the row id, so a page stays put while
-/// new rows arrive).
-#[derive(Debug, Clone, Default)]
-pub struct AuditPage {
-    /// Only this credential's calls.
-    pub credential_id: Option<String>,
-    /// Only calls of this tool.
-    pub tool: Option<String>,
-    /// Only this outcome (`ok` or a catalog code).
-    pub outcome: Option<String>,
-    /// Only rows whose outcome is not `ok`.
-    pub failures_only: bool,
-    /// Rows at or after this time (unix milliseconds).
-    pub since_ms: Option<i64>,
-    /// Rows before this time (unix milliseconds).
-    pub until_ms: Option<i64>,
-    /// The page before this row id (older rows), or the newest page.
-    pub before_id: Option<i64>,
-    /// The page after this row id (newer rows); wins over `before_id`.
-    pub after_id: Option<i64>,
-    /// At most this many rows.
-    pub limit: u32,
-}
-
-const PAGE_COLUMNS: &str = "SELECT id, at, request_id, credential_id, client_id, tool, outcome, \
-     duration_us, transport, calls, source, backend FROM audit_log";
-
-/// Adds `column_test` (with `param` as its next numbered parameter, if any) to a filter.
-fn add<'a>(
-    conditions: &mut Vec<String>,
-    params: &mut Vec<&'a dyn super::sql::Param>,
-    column_test: &str,
-    param: Option<&'a dyn super::sql::Param>,
-) {
-    match param {
-        Some(p) => {
-            params.push(p);
-            conditions.push(format!("{column_test} ?{}", params.len()));
+    /// The rows `filter` matches, newest first: the one read of the audit log's rows. The
+    /// statement names only the filters that are set, so each engine's planner sees what
+    /// it can use (`audit_log_by_credential` for one credential's rows, the primary key
+    /// otherwise).
+    pub fn audit_rows(&self, filter: &AuditFilter) -> Result<Vec<AuditRow>, StoreError> {
+        let limit = row_limit(filter.limit);
+        let mut conditions = Conditions::default();
+        conditions.compare_if("credential_id =", &filter.credential_id);
+        conditions.compare_if("tool =", &filter.tool);
+        conditions.compare_if("outcome =", &filter.outcome);
+        if filter.failures_only {
+            conditions.tests.push("outcome <> 'ok'".to_owned());
         }
-        None => conditions.push(column_test.to_owned()),
-    }
-}
-
-fn record_from_row(row: &super::sql::Row<'_>) -> Result<AuditRecord, StoreError> {
-    Ok(AuditRecord {
-        id: row.get(0)?,
-        at_ms: row.get(1)?,
-        request_id: row.get(2)?,
-        credential_id: row.get(3)?,
-        client_id: row.get(4)?,
-        tool: row.get(5)?,
-        outcome: row.get(6)?,
-        duration_us: row.get(7)?,
-        transport: row.get(8)?,
-        calls: row.get(9)?,
-        source: row.get(10)?,
-        backend: row.get(11)?,
-    })
-}
-
-impl Store {
-    /// One page of the audit log, newest first. The statement names only the filters that
-    /// are set, so each engine's planner sees what it can use (`audit_log_by_credential`
-    /// for one credential's rows, the primary key otherwise).
-    pub fn audit_page(&self, page: &AuditPage) -> Result<Vec<AuditRecord>, StoreError> {
-        let limit = row_limit(page.limit);
-        let mut conditions: Vec<String> = Vec::new();
-        let mut params: Vec<&dyn super::sql::Param> = Vec::new();
-        if let Some(v) = &page.credential_id {
-            add(&mut conditions, &mut params, "credential_id =", Some(v));
-        }
-        if let Some(v) = &page.tool {
-            add(&mut conditions, &mut params, "tool =", Some(v));
-        }
-        if let Some(v) = &page.outcome {
-            add(&mut conditions, &mut params, "outcome =", Some(v));
-        }
-        if page.failures_only {
-            add(&mut conditions, &mut params, "outcome <> 'ok'", None);
-        }
-        if let Some(v) = &page.since_ms {
-            add(&mut conditions, &mut params, "at >=", Some(v));
-        }
-        if let Some(v) = &page.until_ms {
-            add(&mut conditions, &mut params, "at <", Some(v));
-        }
-        // A page after a row is read oldest first (the rows just above it) and turned round.
-        let order = match (&page.after_id, &page.before_id) {
+        conditions.compare_if("at >=", &filter.since_ms);
+        conditions.compare_if("at <", &filter.until_ms);
+        // The rows after a row are read oldest first (the rows just above it) and turned
+        // round.
+        let order = match (&filter.after_id, &filter.before_id) {
             (Some(after), _) => {
-                add(&mut conditions, &mut params, "id >", Some(after));
+                conditions.compare("id >", after);
                 "ASC"
             }
             (None, Some(before)) => {
-                add(&mut conditions, &mut params, "id <", Some(before));
+                conditions.compare("id <", before);
                 "DESC"
             }
             (None, None) => "DESC",
         };
+        let clause = conditions.clause();
+        let mut params = conditions.params;
         params.push(&limit);
-        let filter = if conditions.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", conditions.join(" AND "))
-        };
         let sql = format!(
-            "{PAGE_COLUMNS}{filter} ORDER BY id {order} LIMIT ?{} + 0",
+            "{ROW_COLUMNS}{clause} ORDER BY id {order} LIMIT ?{} + 0",
             params.len()
         );
-        let mut rows = self.with_conn(|conn| conn.query_all(&sql, &params, record_from_row))?;
-        if page.after_id.is_some() {
+        let mut rows = self.with_conn(|conn| conn.query_all(&sql, &params, row_from))?;
+        if filter.after_id.is_some() {
             rows.reverse();
         }
         Ok(rows)
     }
 
-    /// Calls per time bucket and outcome since `since_ms`: `(bucket start in unix
-    /// milliseconds, outcome, calls)`, oldest bucket first. A summary row counts the calls
-    /// it stands for; the rows of changes made in the console (`console:…`) are not calls.
-    /// The rows are found by the primary key as [`Store::backend_calls_by_tool`] finds them.
+    /// The row `id`, or `None` when there is none (never written, or pruned).
+    pub fn audit_row(&self, id: i64) -> Result<Option<AuditRow>, StoreError> {
+        self.with_conn(|conn| {
+            conn.query_opt(&format!("{ROW_COLUMNS} WHERE id = ?1"), args![id], row_from)
+        })
+    }
+}
+
+/// The calls of one outcome in one time bucket, as the overview charts them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeCalls {
+    /// The bucket's start, unix milliseconds.
+    pub bucket_ms: i64,
+    /// `ok` or a catalog code.
+    pub outcome: String,
+    /// The catalog entry of the failure, when its rows name one ([`AuditRow::entry`]).
+    pub entry: Option<ErrorKind>,
+    /// Calls (a summary row counts the calls it stands for).
+    pub calls: i64,
+}
+
+impl Store {
+    /// Calls per time bucket, outcome and catalog entry since `since_ms`, oldest bucket
+    /// first. A summary row counts the calls it stands for; the rows of changes made in the
+    /// console (`console:…`) are not calls. The rows are found by the primary key as
+    /// [`Store::backend_calls_by_tool`] finds them.
     pub fn calls_by_outcome(
         &self,
         since_ms: i64,
         bucket_ms: i64,
-    ) -> Result<Vec<(i64, String, i64)>, StoreError> {
+    ) -> Result<Vec<OutcomeCalls>, StoreError> {
         self.with_conn(|conn| {
             let after = rows_before(conn, since_ms)?;
             conn.query_all(
-                "SELECT (at / ?2) * ?2 AS bucket, outcome, CAST(SUM(calls) AS BIGINT) FROM audit_log \
-                 WHERE id > ?3 AND at >= ?1 AND tool NOT LIKE 'console:%' \
-                 GROUP BY bucket, outcome ORDER BY bucket, outcome",
+                "SELECT (at / ?2) * ?2 AS bucket, outcome, entry, CAST(SUM(calls) AS BIGINT) \
+                 FROM audit_log WHERE id > ?3 AND at >= ?1 AND tool NOT LIKE 'console:%' \
+                 GROUP BY bucket, outcome, entry ORDER BY bucket, outcome, COALESCE(entry, '')",
                 args![since_ms, bucket_ms.max(1), after],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                |row| {
+                    Ok(OutcomeCalls {
+                        bucket_ms: row.get(0)?,
+                        outcome: row.get(1)?,
+                        entry: row
+                            .get::<Option<String>>(2)?
+                            .as_deref()
+                            .and_then(entry_named),
+                        calls: row.get(3)?,
+                    })
+                },
             )
         })
     }
@@ -343,17 +345,6 @@ pub struct ToolCalls {
 }
 
 impl Store {
-    /// The row `id`, or `None` when there is none (never written, or pruned).
-    pub fn audit_record(&self, id: i64) -> Result<Option<AuditRecord>, StoreError> {
-        self.with_conn(|conn| {
-            conn.query_opt(
-                &format!("{PAGE_COLUMNS} WHERE id = ?1"),
-                args![id],
-                record_from_row,
-            )
-        })
-    }
-
     /// Calls and failures per backend and tool in `since_ms..until_ms`, of the calls whose
     /// tool resolved to a backend's (so the groups are bounded by the registry, whatever
     /// names clients send), ordered by backend and tool.
@@ -391,7 +382,7 @@ impl Store {
 /// The id of the newest row written more than [`OUT_OF_ORDER_MS`] before `since_ms` (0 when
 /// there is none): every row of a range starting at `since_ms` has a greater id. The
 /// statement walks the primary key down from the newest row and stops at the first such row.
-fn rows_before(conn: &super::Conn<'_>, since_ms: i64) -> Result<i64, StoreError> {
+fn rows_before(conn: &Conn<'_>, since_ms: i64) -> Result<i64, StoreError> {
     let older = conn.query_opt(
         "SELECT id FROM audit_log WHERE at < ?1 ORDER BY id DESC LIMIT 1",
         args![since_ms.saturating_sub(OUT_OF_ORDER_MS)],
@@ -407,28 +398,37 @@ mod tests {
 
     fn call(at: i64, credential: Option<&str>, tool: &str, outcome: &str) -> AuditRow {
         AuditRow {
-            at,
+            id: 0,
+            at_ms: at,
             request_id: format!("{at}"),
             credential_id: credential.map(str::to_owned),
             client_id: None,
             tool: tool.to_owned(),
             outcome: outcome.to_owned(),
+            entry: None,
             duration_us: 250,
-            transport: "http",
+            transport: "http".to_owned(),
+            calls: 1,
+            source: None,
             backend: None,
         }
     }
 
     fn write(store: &Store, row: &AuditRow, calls: i64, source: Option<&str>) -> i64 {
+        let row = AuditRow {
+            calls,
+            source: source.map(str::to_owned),
+            ..row.clone()
+        };
         store
-            .in_transaction(|tx| insert_row(tx, row, calls, source))
+            .in_transaction(|tx| insert_row(tx, &row))
             .expect("insert")
     }
 
     fn listed(store: &Store, filter: AuditFilter) -> Vec<(i64, String, i64)> {
         store
-            .recent_audit(&filter)
-            .expect("recent")
+            .audit_rows(&filter)
+            .expect("rows")
             .into_iter()
             .map(|r| (r.id, r.tool, r.calls))
             .collect()
@@ -451,11 +451,11 @@ mod tests {
             let one = write(store, &first, 1, None);
             let two = write(store, &call(2_000, None, "x", "unauthorized"), 1, None);
             assert!(two > one, "{one} then {two}");
-            let records = store.recent_audit(&all()).expect("recent");
+            let records = store.audit_rows(&all()).expect("rows");
             assert_eq!(records.len(), 2);
             assert_eq!(
                 records[1],
-                AuditRecord {
+                AuditRow {
                     id: one,
                     at_ms: 1_000,
                     request_id: "1000".into(),
@@ -463,6 +463,7 @@ mod tests {
                     client_id: Some("partner".into()),
                     tool: "list_invoices".into(),
                     outcome: "ok".into(),
+                    entry: None,
                     duration_us: 250,
                     transport: "http".into(),
                     calls: 1,
@@ -471,6 +472,10 @@ mod tests {
                 }
             );
             assert_eq!(records[0].id, two);
+            assert_eq!(
+                store.audit_row(one).expect("read"),
+                Some(records[1].clone())
+            );
         }
     }
 
@@ -498,7 +503,7 @@ mod tests {
             assert!(add(other, 1, true, "a"));
             assert_eq!(listed(store, all())[0], (other, "*".into(), 2));
             assert!(!add(other + 100, 1, false, "a"));
-            let record = &store.recent_audit(&all()).expect("recent")[1];
+            let record = &store.audit_rows(&all()).expect("rows")[1];
             assert_eq!(record.source.as_deref(), Some("203.0.113.7"));
         }
     }
@@ -523,12 +528,13 @@ mod tests {
                     .collect()
             };
             assert_eq!(ids(all()), [d, c, b, a]);
-            // By credential: newest first by time, not by id.
+            // By credential: newest first by row id, as without one (b was written after
+            // a, with an earlier time).
             let by_a = AuditFilter {
                 credential_id: Some("KeyAAAAA".into()),
                 ..all()
             };
-            assert_eq!(ids(by_a.clone()), [a, b]);
+            assert_eq!(ids(by_a.clone()), [b, a]);
             let sent = AuditFilter {
                 tool: Some("send".into()),
                 ..by_a.clone()
@@ -549,7 +555,7 @@ mod tests {
                 limit: u32::MAX,
                 ..by_a
             };
-            assert_eq!(ids(huge), [a, b]);
+            assert_eq!(ids(huge), [b, a]);
         }
     }
 
@@ -589,42 +595,42 @@ mod tests {
             .into_iter()
             .map(|(at, outcome)| write(store, &call(at, Some("K1"), "t", outcome), 1, None))
             .collect();
-            let page = |page: AuditPage| -> Vec<i64> {
-                let rows = store.audit_page(&page).expect("page");
+            let page = |page: AuditFilter| -> Vec<i64> {
+                let rows = store.audit_rows(&page).expect("page");
                 rows.into_iter().map(|r| r.id).collect()
             };
-            let all = AuditPage {
+            let all = AuditFilter {
                 limit: 100,
-                ..AuditPage::default()
+                ..AuditFilter::default()
             };
             assert_eq!(page(all.clone()), [ids[4], ids[3], ids[2], ids[1], ids[0]]);
-            let failures = AuditPage {
+            let failures = AuditFilter {
                 failures_only: true,
                 ..all.clone()
             };
             assert_eq!(page(failures), [ids[3], ids[1]]);
-            let window = AuditPage {
+            let window = AuditFilter {
                 since_ms: Some(2_000),
                 until_ms: Some(4_000),
                 ..all.clone()
             };
             assert_eq!(page(window), [ids[2], ids[1]]);
-            let first = AuditPage {
+            let first = AuditFilter {
                 limit: 2,
                 ..all.clone()
             };
             assert_eq!(page(first.clone()), [ids[4], ids[3]]);
-            let older = AuditPage {
+            let older = AuditFilter {
                 before_id: Some(ids[3]),
                 ..first.clone()
             };
             assert_eq!(page(older), [ids[2], ids[1]]);
-            let newer = AuditPage {
+            let newer = AuditFilter {
                 after_id: Some(ids[1]),
                 ..first.clone()
             };
             assert_eq!(page(newer), [ids[3], ids[2]]);
-            let other = AuditPage {
+            let other = AuditFilter {
                 credential_id: Some("K2".into()),
                 ..all
             };
@@ -632,19 +638,54 @@ mod tests {
         }
     }
 
+    /// `row` as the failure of catalog entry `entry`.
+    fn failed(row: AuditRow, entry: ErrorKind) -> AuditRow {
+        AuditRow {
+            entry: Some(entry),
+            ..row
+        }
+    }
+
+    fn buckets(
+        store: &Store,
+        since: i64,
+        bucket: i64,
+    ) -> Vec<(i64, String, Option<ErrorKind>, i64)> {
+        store
+            .calls_by_outcome(since, bucket)
+            .expect("count")
+            .into_iter()
+            .map(|c| (c.bucket_ms, c.outcome, c.entry, c.calls))
+            .collect()
+    }
+
     #[test]
-    fn calls_are_counted_per_bucket_and_outcome_with_summary_rows_whole() {
+    fn calls_are_counted_per_bucket_outcome_and_entry_with_summary_rows_whole() {
         for scratch in stores() {
             let store = &scratch.store;
             write(store, &call(59_000, None, "t", "ok"), 1, None);
             write(store, &call(60_000, None, "t", "ok"), 1, None);
             write(store, &call(61_000, None, "t", "ok"), 1, None);
+            let refused = call(119_999, None, "t", "invalid_token");
             write(
                 store,
-                &call(119_999, None, "t", "invalid_token"),
+                &failed(refused, ErrorKind::InvalidToken),
                 40,
                 Some("10.0.0.9"),
             );
+            // One code, three rows: our own limit, the backend's 429, and a row written
+            // before rows named their entry.
+            let limited = call(62_000, Some("K1"), "crm_a", "rate_limited");
+            write(
+                store,
+                &failed(limited.clone(), ErrorKind::RateLimited),
+                1,
+                None,
+            );
+            let upstream = failed(limited.clone(), ErrorKind::BackendRateLimited);
+            write(store, &upstream, 1, None);
+            write(store, &upstream, 1, None);
+            write(store, &limited, 1, None);
             write(store, &call(120_000, None, "t", "ok"), 1, None);
             write(
                 store,
@@ -652,16 +693,90 @@ mod tests {
                 1,
                 None,
             );
-            let counted = store.calls_by_outcome(60_000, 60_000).expect("count");
             assert_eq!(
-                counted,
+                buckets(store, 60_000, 60_000),
                 [
-                    (60_000, "invalid_token".to_owned(), 40),
-                    (60_000, "ok".to_owned(), 2),
-                    (120_000, "ok".to_owned(), 1),
+                    (
+                        60_000,
+                        "invalid_token".to_owned(),
+                        Some(ErrorKind::InvalidToken),
+                        40
+                    ),
+                    (60_000, "ok".to_owned(), None, 2),
+                    (60_000, "rate_limited".to_owned(), None, 1),
+                    (
+                        60_000,
+                        "rate_limited".to_owned(),
+                        Some(ErrorKind::BackendRateLimited),
+                        2
+                    ),
+                    (
+                        60_000,
+                        "rate_limited".to_owned(),
+                        Some(ErrorKind::RateLimited),
+                        1
+                    ),
+                    (120_000, "ok".to_owned(), None, 1),
                 ]
             );
         }
+    }
+
+    #[test]
+    fn a_failure_keeps_its_entry_and_a_name_this_build_does_not_know_reads_as_none() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let row = call(1_000, Some("K1"), "crm_a", "rate_limited");
+            let upstream = write(
+                store,
+                &failed(row.clone(), ErrorKind::BackendRateLimited),
+                1,
+                None,
+            );
+            let ours = write(store, &failed(row.clone(), ErrorKind::RateLimited), 1, None);
+            let older = write(store, &row, 1, None);
+            let newer = store
+                .in_transaction(|tx| {
+                    tx.insert_returning_id(
+                        "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, \
+                         transport, entry) VALUES (2000, '1', 't', 'quota_gone', 1, 'http', \
+                         'QuotaGone')",
+                        args![],
+                    )
+                })
+                .expect("a row of a newer release");
+            let entry = |id| store.audit_row(id).expect("read").expect("the row").entry;
+            assert_eq!(entry(upstream), Some(ErrorKind::BackendRateLimited));
+            assert_eq!(entry(ours), Some(ErrorKind::RateLimited));
+            assert_eq!(entry(older), None);
+            assert_eq!(entry(newer), None);
+            let listed = store.audit_rows(&all()).expect("rows");
+            let entries: Vec<_> = listed.iter().map(|r| (r.id, r.entry)).collect();
+            assert_eq!(
+                entries,
+                [
+                    (newer, None),
+                    (older, None),
+                    (ours, Some(ErrorKind::RateLimited)),
+                    (upstream, Some(ErrorKind::BackendRateLimited)),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn every_entry_has_a_name_of_its_own_that_reads_back() {
+        for kind in ErrorKind::ALL {
+            assert_eq!(entry_named(&entry_name(*kind)), Some(*kind), "{kind:?}");
+        }
+        assert_eq!(ENTRIES.len(), ErrorKind::ALL.len());
+        // Rows keep these names: renaming an entry leaves its old rows without one.
+        assert_eq!(
+            entry_name(ErrorKind::BackendRateLimited),
+            "BackendRateLimited"
+        );
+        assert_eq!(entry_name(ErrorKind::RateLimited), "RateLimited");
+        assert_eq!(entry_named("rate_limited"), None);
     }
 
     #[test]
@@ -677,7 +792,7 @@ mod tests {
                 1,
                 Some("http:10.0.0.1"),
             );
-            let record = store.audit_record(id).expect("read").expect("the row");
+            let record = store.audit_row(id).expect("read").expect("the row");
             assert_eq!(
                 (
                     record.id,
@@ -689,10 +804,10 @@ mod tests {
             );
             assert_eq!(record.backend.as_deref(), Some("crm"));
             assert_eq!(record.credential_id.as_deref(), Some("K1"));
-            let summary = store.audit_record(other).expect("read").expect("the row");
+            let summary = store.audit_row(other).expect("read").expect("the row");
             assert_eq!(summary.source.as_deref(), Some("http:10.0.0.1"));
-            assert_eq!(store.audit_record(other + 1).expect("read"), None);
-            assert_eq!(store.audit_record(-1).expect("read"), None);
+            assert_eq!(store.audit_row(other + 1).expect("read"), None);
+            assert_eq!(store.audit_row(-1).expect("read"), None);
         }
     }
 
@@ -821,12 +936,11 @@ mod tests {
                 [("crm".into(), "crm_a".into(), 2, 1)]
             );
             // The overview's counts find their rows the same way.
-            let buckets = store.calls_by_outcome(since, DAY).expect("count");
             assert_eq!(
-                buckets,
+                buckets(store, since, DAY),
                 [
-                    (since, "ok".to_owned(), 1),
-                    (since, "timeout".to_owned(), 1)
+                    (since, "ok".to_owned(), None, 1),
+                    (since, "timeout".to_owned(), None, 1)
                 ]
             );
         }

@@ -184,6 +184,7 @@ pub const TABLES: &[Table] = &[
             "calls",
             "source",
             "backend",
+            "entry",
         ],
         key: &[int("id")],
         identity: true,
@@ -771,9 +772,9 @@ mod tests {
                          ('Abcdef012', 'k-2', 'create_client', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb',
                           'in_flight', 'node-1', NULL, 1700000011, 1700086411);
                      INSERT INTO audit_log (id, at, request_id, credential_id, client_id, tool, outcome,
-                         duration_us, transport, calls, source, backend) VALUES
-                         (5, 1700000000123, 'r1', 'Abcdef012', NULL, 'search_clients', 'ok', 812, 'stdio', 1, NULL, NULL),
-                         (9, 1700000000456, 'r2', NULL, NULL, 'tools/call', 'invalid_token', 3, 'http', 4, '127.0.0.1', 'crm');
+                         duration_us, transport, calls, source, backend, entry) VALUES
+                         (5, 1700000000123, 'r1', 'Abcdef012', NULL, 'search_clients', 'ok', 812, 'stdio', 1, NULL, NULL, NULL),
+                         (9, 1700000000456, 'r2', NULL, NULL, 'tools/call', 'invalid_token', 3, 'http', 4, '127.0.0.1', 'crm', 'InvalidToken');
                      INSERT INTO faults VALUES (3, 'search_clients', NULL, 'timeout', 0.25, 2, NULL, 1700000020),
                          (7, 'create_client', 'Abcdef012', 'rate_limited', 1.0, NULL, 30, 1700000021);
                      INSERT INTO clients VALUES ('live', 'cli_1', 'Client One', 'B12345674', 'a@example.com', NULL, 1, 2),

@@ -23,7 +23,7 @@ use super::sqlite::{configure_connection, open_flags};
 use super::{StoreError, StoreOptions};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -84,6 +84,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (5, GUARD_CHANNEL_AND_FAULTS_SQL),
     (6, AUDIT_BACKEND_SQL),
     (7, super::sessions::SQLITE_SCHEMA_STEP),
+    (8, super::audit::SQLITE_ENTRY_STEP),
 ];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.
@@ -467,6 +468,41 @@ mod tests {
         assert_eq!(audit_indexes, ["audit_log_by_credential"]);
         drop(store);
         // The migrated file has exactly the schema a fresh one of its version has.
+        Store::open(&path, &StoreOptions::default()).expect("a migrated file is tollgate's");
+    }
+
+    #[test]
+    fn audit_rows_written_before_version_8_read_without_an_entry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("v7.db");
+        let conn = Connection::open(&path).expect("raw open");
+        conn.pragma_update(None, "foreign_keys", "OFF")
+            .expect("as migrate runs");
+        for &(step, sql) in MIGRATIONS.iter().filter(|(step, _)| *step <= 7) {
+            conn.execute_batch(sql).expect("a step");
+            conn.pragma_update(None, "user_version", step)
+                .expect("its version");
+        }
+        conn.execute_batch(
+            "INSERT INTO audit_log (at, request_id, tool, outcome, duration_us, transport, backend)
+             VALUES (1000, '1', 'crm_get_order', 'rate_limited', 5, 'http', 'crm');",
+        )
+        .expect("a row of version 7");
+        drop(conn);
+        let store = Store::open(&path, &StoreOptions::default()).expect("open and migrate");
+        assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+        let rows = store
+            .audit_rows(&crate::store::audit::AuditFilter {
+                limit: 10,
+                ..Default::default()
+            })
+            .expect("rows");
+        let read: Vec<_> = rows
+            .iter()
+            .map(|r| (r.outcome.as_str(), r.backend.as_deref(), r.entry))
+            .collect();
+        assert_eq!(read, [("rate_limited", Some("crm"), None)]);
+        drop(store);
         Store::open(&path, &StoreOptions::default()).expect("a migrated file is tollgate's");
     }
 

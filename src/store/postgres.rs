@@ -46,6 +46,7 @@ const BASELINE_SQL: &str = include_str!("../../migrations/postgres.sql");
 const MIGRATIONS: &[(u32, &str)] = &[
     (6, BASELINE_SQL),
     (7, super::sessions::POSTGRES_SCHEMA_STEP),
+    (8, super::audit::POSTGRES_ENTRY_STEP),
 ];
 
 /// One pooled connection and the statements it has prepared.

@@ -2,8 +2,8 @@
 //! `audit`, with their arguments (here; `faults` keeps its own) and handlers (`credentials`
 //! for keys and clients, `company` for plans, the company and the sandbox, `faults` for
 //! rehearsed failures; `audit` here). `cli` routes to them; the credential
-//! model they drive lives in [`crate::guards::auth`], the audit log in
-//! [`crate::guards::audit`], their rows in [`crate::store`].
+//! model they drive lives in [`crate::guards::auth`], the audit log's writer in
+//! [`crate::guards::audit`], the rows (and the audit log's one read) in [`crate::store`].
 //!
 //! Output is human text by default and one JSON document with `--json`. A token or client
 //! secret is printed exactly once, by the command that creates it, and never again. A
@@ -16,10 +16,10 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use crate::config::{Config, GuardChannel, Locale};
-use crate::guards::audit::{self, AuditFilter};
 use crate::guards::auth::{
     self, CredentialError, IssuedKey, KeyInfo, KnownScopes, Mode, NewKey, OAuthClient,
 };
+use crate::store::audit::AuditFilter;
 use crate::store::{Store, StoreError};
 use crate::tools::invoicing::demo::DemoError;
 use crate::tools::invoicing::sandbox::{self, Filled, Seed};
@@ -289,6 +289,9 @@ pub struct SandboxResetArgs {
     json: bool,
 }
 
+/// Rows `tollgate audit` shows unless `--limit` says otherwise.
+const AUDIT_DEFAULT_LIMIT: u32 = 50;
+
 /// `tollgate audit`
 #[derive(Debug, Args)]
 pub struct AuditArgs {
@@ -302,7 +305,7 @@ pub struct AuditArgs {
     #[arg(long, value_name = "CODE")]
     outcome: Option<String>,
     /// Show at most this many rows, newest first.
-    #[arg(long, value_name = "N", default_value_t = audit::DEFAULT_LIMIT)]
+    #[arg(long, value_name = "N", default_value_t = AUDIT_DEFAULT_LIMIT)]
     limit: u32,
     /// Print machine-readable JSON.
     #[arg(long)]
@@ -388,8 +391,9 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
         tool: args.tool.clone(),
         outcome: args.outcome.clone(),
         limit: args.limit,
+        ..AuditFilter::default()
     };
-    let rows = audit::recent(store, &filter)?;
+    let rows = store.audit_rows(&filter)?;
     if args.json {
         let list: Vec<Value> = rows
             .iter()
