@@ -15,8 +15,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::date::Date;
-use super::model::Line;
-use super::money::{LinePricing, Totals};
+use super::model::{Line, LinePricing, Totals};
 use super::taxid::TaxId;
 use crate::catalog::{ErrorKind, Expect, McpError};
 use crate::clock::Clock;
