@@ -12,9 +12,9 @@
 
 use serde_json::{Map, Value};
 
+use super::args::integer;
 use super::date::Date;
 use super::model::{Client, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, LinePricing, Totals};
-use super::tools::integer;
 use crate::catalog::{ErrorKind, McpError, Suggestion};
 use crate::clock::Clock;
 use crate::store::Store;

@@ -27,6 +27,7 @@
 //! privileged act. `list_payments` needs `invoices:read` (payments belong to an invoice's
 //! record).
 
+mod args;
 pub mod date;
 pub mod demo;
 pub mod guardrails;
