@@ -1,15 +1,15 @@
 //! The invoicing tables (`schema.sql`, last section, in two books since schema version 3:
 //! `migrations/books.sql`) and their only writer, reading and writing the invoicing
 //! [`model`] itself: each statement binds the model's fields and each row is read straight
-//! into a model type (ids and words through [`columns`]). Every function takes the book
+//! into a model type (ids and words through `columns.rs`). Every function takes the book
 //! (`live` or `test`) of the caller and confines every statement to it, so a test key
 //! never reads or writes a live row. Writes stamp their rows with the `now` (unix seconds)
 //! the caller read from its clock. None opens the database: reads take a
 //! [`Conn`](crate::store::Conn), writes the caller's [`Tx`](crate::store::Tx).
 //!
-//! One file per table group: [`clients`], [`invoices`] (with their lines), [`series`]
-//! (numbering), [`payments`] (and the outbox), [`books`] (whole books, the sandbox).
-//! Paginated queries end in `LIMIT CAST(?N AS BIGINT) + 0` (why: `invoices`), and an
+//! One file per table group: `clients.rs`, `invoices.rs` (with their lines), `series.rs`
+//! (numbering), `payments.rs` (and the outbox), `books.rs` (whole books, the sandbox).
+//! Paginated queries end in `LIMIT CAST(?N AS BIGINT) + 0` (why: `invoices.rs`), and an
 //! optional filter `?N` is tested as `CAST(?N AS TEXT) IS NULL`: a bare parameter under
 //! `IS NULL` has no type PostgreSQL can infer.
 
