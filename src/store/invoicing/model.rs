@@ -51,7 +51,7 @@ macro_rules! id_type {
             }
 
             /// Wraps an id read back from the database (or written by a test).
-            pub(crate) fn from_db(text: String) -> Self {
+            pub(in crate::store) fn from_db(text: String) -> Self {
                 Self(text)
             }
 
