@@ -35,7 +35,7 @@
 //! - `stdio` — `tollgate stdio --conformance-pack`, the same guarded call, then `ping` (the
 //!   floor).
 //! - `invoice` — `get_invoice` over HTTP on a book of `--invoices` invoices, seeded in one
-//!   transaction through the crate's own `invoicing::db` functions (2 000 clients with valid
+//!   transaction through the crate's own `store::invoicing` functions (2 000 clients with valid
 //!   NIFs; series F and S numbered in date order over three years; 1–4 lines with real VAT
 //!   and withholding; drafts, issued, partly paid and paid invoices with their payments).
 //!   Plain `tollgate serve` (the invoicing tools are always on) with an `invoices:read` key;
@@ -112,13 +112,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tollgate::clock::Clock;
 use tollgate::guards::ratelimit::{ChargeRequest, Limiter, RETENTION_SECS};
+use tollgate::store::invoicing as invoice_db;
 use tollgate::store::{Store, StoreError, StoreOptions};
 use tollgate::tools::invoicing::date::Date;
-use tollgate::tools::invoicing::db as invoice_db;
 use tollgate::tools::invoicing::model::{
-    Client, ClientId, Invoice, InvoiceKind, InvoiceStatus, Line, Payment, PaymentId, PaymentMethod,
+    Client, ClientId, Invoice, InvoiceKind, InvoiceStatus, Line, LinePricing, Payment, PaymentId,
+    PaymentMethod, Totals,
 };
-use tollgate::tools::invoicing::money::{LinePricing, Totals};
 use tollgate::tools::invoicing::taxid::TaxId;
 use tollgate::tools::{Book, Category};
 
@@ -1917,13 +1917,13 @@ fn seed_clients(tx: &tollgate::store::Tx<'_>, count: usize) -> Result<Vec<Client
             format!("Comercial {i:04} S.L.")
         };
         let client = Client {
-            id: ClientId::generate().expect("a client id"),
+            id: ClientId::generate(),
             name,
             tax_id: Some(tax_id.as_str().to_owned()),
             email: Some(format!("facturas{i}@cliente.example")),
             address: Some(format!("Calle Mayor {}, 28013 Madrid", i % 200 + 1)),
         };
-        invoice_db::insert_client(tx, Book::Live, &client, Clock::System.unix_secs())?;
+        invoice_db::insert_client(tx, Book::Live.as_str(), &client, Clock::System.unix_secs())?;
         clients.push(client);
     }
     Ok(clients)
@@ -1992,13 +1992,12 @@ fn seed_invoice(
             lines,
             totals,
         )
-        .expect("an invoice id")
     };
     if !draft {
         let issue_date = issue.to_string();
         invoice.number = Some(invoice_db::next_number(
             tx,
-            Book::Live,
+            Book::Live.as_str(),
             series,
             &issue_date,
         )?);
@@ -2008,7 +2007,7 @@ fn seed_invoice(
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
     }
-    invoice_db::insert_invoice(tx, Book::Live, &invoice, Clock::System.unix_secs())?;
+    invoice_db::insert_invoice(tx, Book::Live.as_str(), &invoice, Clock::System.unix_secs())?;
     book.lines += invoice.lines.len();
     book.ids.push(invoice.id.as_str().to_owned());
     let total = invoice.totals.total_cents;
@@ -2033,9 +2032,9 @@ fn seed_invoice(
         ];
         invoice_db::insert_payment(
             tx,
-            Book::Live,
+            Book::Live.as_str(),
             &Payment {
-                id: PaymentId::generate().expect("a payment id"),
+                id: PaymentId::generate(),
                 invoice_id: invoice.id.clone(),
                 amount_cents,
                 currency: invoice.currency.clone(),

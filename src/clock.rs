@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
+
 /// Where "now" comes from. Cheap to clone (a manual clock is shared, not copied).
 #[derive(Debug, Clone)]
 pub enum Clock {
@@ -128,16 +130,22 @@ impl ManualClock {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` for unix seconds.
+/// `YYYY-MM-DDTHH:MM:SSZ` for unix seconds (held to the years `chrono` can represent,
+/// ±262 000).
 pub fn format_time(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
+    let at = DateTime::from_timestamp(secs, 0).unwrap_or(if secs < 0 {
+        DateTime::<Utc>::MIN_UTC
+    } else {
+        DateTime::<Utc>::MAX_UTC
+    });
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        at.year(),
+        at.month(),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
     )
 }
 
@@ -147,40 +155,13 @@ pub fn format_time_ms(ms: i64) -> String {
     format!("{}.{:03}Z", base.trim_end_matches('Z'), ms.rem_euclid(1000))
 }
 
-/// Days since 1970-01-01 to a proleptic Gregorian date `(year, month, day)` (H. Hinnant's
-/// algorithm).
-pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// A proleptic Gregorian date to days since 1970-01-01 (the inverse of
-/// [`civil_from_days`]).
-pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// Unix seconds of a UTC time written `YYYY-MM-DDTHH:MM` (an HTML `datetime-local`
 /// value, seconds optional) or `YYYY-MM-DD` (midnight); `None` when it is not one.
 pub fn parse_utc_minute(text: &str) -> Option<i64> {
     let text = text.trim().trim_end_matches('Z');
     let (date, time) = text.split_once(['T', ' ']).unwrap_or((text, "00:00"));
-    let number = |part: &str, range: std::ops::RangeInclusive<i64>| {
-        let n: i64 = part.parse().ok()?;
+    let number = |part: &str, range: std::ops::RangeInclusive<u32>| {
+        let n: u32 = part.parse().ok()?;
         (part.bytes().all(|b| b.is_ascii_digit()) && range.contains(&n)).then_some(n)
     };
     let mut date_parts = date.split('-');
@@ -194,12 +175,9 @@ pub fn parse_utc_minute(text: &str) -> Option<i64> {
     if date_parts.next().is_some() || time_parts.next().is_some() {
         return None;
     }
-    let days = days_from_civil(y, m, d);
-    // 31 February and the like do not come back as themselves.
-    if civil_from_days(days) != (y, m, d) {
-        return None;
-    }
-    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+    // 31 February and the like are no date.
+    let day = NaiveDate::from_ymd_opt(i32::try_from(y).ok()?, m, d)?;
+    Some(day.and_hms_opt(hh, mm, ss)?.and_utc().timestamp())
 }
 
 #[cfg(test)]
@@ -257,6 +235,9 @@ mod tests {
         assert_eq!(parse_utc_minute("2024-02-29T12:34"), Some(1_709_210_040));
         assert_eq!(parse_utc_minute("2024-02-29T12:34:56"), Some(1_709_210_096));
         assert_eq!(parse_utc_minute("1970-01-01"), Some(0));
+        assert_eq!(format_time(-1), "1969-12-31T23:59:59Z");
+        assert_eq!(format_time_ms(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(format_time(i64::MAX), "262142-12-31T23:59:59Z");
         for bad in [
             "",
             "2023-02-29T00:00",

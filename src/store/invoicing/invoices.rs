@@ -3,87 +3,10 @@
 
 use super::super::sql::{Row, args};
 use super::super::{Conn, Tx};
+use super::model::{
+    ClientId, Invoice, InvoiceId, InvoiceStatus, Line, LineAmounts, LinePricing, Totals,
+};
 use super::{DbResult, limit_param};
-
-/// The amounts of an invoice or a line, in cents (as `money.rs` computed them; reading
-/// never recomputes or rounds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct AmountColumns {
-    /// Before discount.
-    pub gross_cents: i64,
-    /// Discount.
-    pub discount_cents: i64,
-    /// After discount (`subtotal_cents` of an invoice, `net_cents` of a line).
-    pub net_cents: i64,
-    /// VAT.
-    pub vat_cents: i64,
-    /// Withholding.
-    pub withholding_cents: i64,
-    /// Total.
-    pub total_cents: i64,
-}
-
-/// A row of `invoice_lines` (its position is its index).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineRow {
-    /// Description.
-    pub description: String,
-    /// Quantity.
-    pub quantity: i64,
-    /// Unit price.
-    pub unit_price_cents: i64,
-    /// Discount, whole percent.
-    pub discount_percent: i64,
-    /// VAT rate, whole percent.
-    pub vat_rate: i64,
-    /// Withholding rate, whole percent.
-    pub withholding_rate: i64,
-    /// Its amounts.
-    pub amounts: AmountColumns,
-}
-
-/// A row of `invoices`, with its client's name and (when read whole) its lines.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvoiceRow {
-    /// `inv_…`.
-    pub id: String,
-    /// `cli_…`.
-    pub client_id: String,
-    /// The client's name (read only).
-    pub client_name: String,
-    /// `full`, `simplified` or `rectifying`.
-    pub kind: String,
-    /// `draft`, `issued`, `paid` or `void`.
-    pub status: String,
-    /// Series code.
-    pub series: String,
-    /// Number, once issued.
-    pub number: Option<String>,
-    /// `YYYY-MM-DD`.
-    pub issue_date: Option<String>,
-    /// `YYYY-MM-DD`.
-    pub due_date: Option<String>,
-    /// ISO currency.
-    pub currency: String,
-    /// Free text.
-    pub notes: Option<String>,
-    /// Its amounts (`net_cents` is the subtotal).
-    pub totals: AmountColumns,
-    /// Paid so far.
-    pub paid_cents: i64,
-    /// Recipient snapshot taken at issue.
-    pub recipient_name: Option<String>,
-    /// Recipient snapshot taken at issue.
-    pub recipient_tax_id: Option<String>,
-    /// The invoice this one rectifies.
-    pub rectifies_id: Option<String>,
-    /// The invoice that rectified this one.
-    pub rectified_by_id: Option<String>,
-    /// Why it was voided.
-    pub void_reason: Option<String>,
-    /// Its lines, in order (empty in summaries).
-    pub lines: Vec<LineRow>,
-}
 
 // A macro rather than a `const`, so the statements built on it are literals (`concat!`).
 macro_rules! invoice_select {
@@ -104,19 +27,19 @@ macro_rules! invoice_select {
 // optional filter is tested as `CAST(?N AS TEXT) IS NULL` for the same reason: PostgreSQL
 // cannot infer the type of a bare parameter under `IS NULL`.
 
-fn amounts(row: &Row<'_>, first: usize) -> DbResult<AmountColumns> {
-    Ok(AmountColumns {
+fn totals(row: &Row<'_>, first: usize) -> DbResult<Totals> {
+    Ok(Totals {
         gross_cents: row.get(first)?,
         discount_cents: row.get(first + 1)?,
-        net_cents: row.get(first + 2)?,
+        subtotal_cents: row.get(first + 2)?,
         vat_cents: row.get(first + 3)?,
         withholding_cents: row.get(first + 4)?,
         total_cents: row.get(first + 5)?,
     })
 }
 
-fn invoice_from_row(row: &Row<'_>) -> DbResult<InvoiceRow> {
-    Ok(InvoiceRow {
+fn invoice_from_row(row: &Row<'_>) -> DbResult<Invoice> {
+    Ok(Invoice {
         id: row.get(0)?,
         client_id: row.get(1)?,
         client_name: row.get(2)?,
@@ -128,7 +51,7 @@ fn invoice_from_row(row: &Row<'_>) -> DbResult<InvoiceRow> {
         due_date: row.get(8)?,
         currency: row.get(9)?,
         notes: row.get(10)?,
-        totals: amounts(row, 11)?,
+        totals: totals(row, 11)?,
         paid_cents: row.get(17)?,
         recipient_name: row.get(18)?,
         recipient_tax_id: row.get(19)?,
@@ -139,20 +62,29 @@ fn invoice_from_row(row: &Row<'_>) -> DbResult<InvoiceRow> {
     })
 }
 
-fn line_from_row(row: &Row<'_>) -> DbResult<LineRow> {
-    Ok(LineRow {
+fn line_from_row(row: &Row<'_>) -> DbResult<Line> {
+    Ok(Line {
         description: row.get(0)?,
-        quantity: row.get(1)?,
-        unit_price_cents: row.get(2)?,
-        discount_percent: row.get(3)?,
-        vat_rate: row.get(4)?,
-        withholding_rate: row.get(5)?,
-        amounts: amounts(row, 6)?,
+        pricing: LinePricing {
+            quantity: row.get(1)?,
+            unit_price_cents: row.get(2)?,
+            discount_percent: row.get(3)?,
+            vat_rate: row.get(4)?,
+            withholding_rate: row.get(5)?,
+        },
+        amounts: LineAmounts {
+            gross_cents: row.get(6)?,
+            discount_cents: row.get(7)?,
+            net_cents: row.get(8)?,
+            vat_cents: row.get(9)?,
+            withholding_cents: row.get(10)?,
+            total_cents: row.get(11)?,
+        },
     })
 }
 
 /// One invoice with its lines.
-pub fn invoice(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<InvoiceRow>> {
+pub fn invoice(conn: &Conn<'_>, book: &str, id: &InvoiceId) -> DbResult<Option<Invoice>> {
     let found = conn.query_opt(
         concat!(invoice_select!(), " WHERE i.book = ?1 AND i.id = ?2"),
         args![book, id],
@@ -173,7 +105,7 @@ pub fn invoice(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<Invoice
 }
 
 /// The number of an invoice, if it exists and is numbered.
-pub fn invoice_number(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<String>> {
+pub fn invoice_number(conn: &Conn<'_>, book: &str, id: &InvoiceId) -> DbResult<Option<String>> {
     Ok(conn
         .query_opt(
             "SELECT number FROM invoices WHERE book = ?1 AND id = ?2",
@@ -183,9 +115,9 @@ pub fn invoice_number(conn: &Conn<'_>, book: &str, id: &str) -> DbResult<Option<
         .flatten())
 }
 
-fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResult<()> {
+fn insert_lines(tx: &Tx<'_>, book: &str, id: &InvoiceId, lines: &[Line]) -> DbResult<()> {
     for (i, line) in lines.iter().enumerate() {
-        let a = &line.amounts;
+        let (p, a) = (&line.pricing, &line.amounts);
         tx.execute(
             "INSERT INTO invoice_lines (book, invoice_id, position, description, quantity,
                 unit_price_cents, discount_percent, vat_rate, withholding_rate, gross_cents,
@@ -196,11 +128,11 @@ fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResul
                 id,
                 limit_param(i + 1),
                 line.description,
-                line.quantity,
-                line.unit_price_cents,
-                line.discount_percent,
-                line.vat_rate,
-                line.withholding_rate,
+                p.quantity,
+                p.unit_price_cents,
+                p.discount_percent,
+                p.vat_rate,
+                p.withholding_rate,
                 a.gross_cents,
                 a.discount_cents,
                 a.net_cents,
@@ -215,9 +147,9 @@ fn insert_lines(tx: &Tx<'_>, book: &str, id: &str, lines: &[LineRow]) -> DbResul
 
 /// Inserts a new invoice and its lines (any status; issue fields as given; an invoice
 /// that is no draft is stamped issued at `now`).
-pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &Invoice, now: i64) -> DbResult<()> {
     let t = &inv.totals;
-    let issued_at = (inv.status != "draft").then_some(now);
+    let issued_at = (inv.status != InvoiceStatus::Draft).then_some(now);
     tx.execute(
         "INSERT INTO invoices (book, id, client_id, kind, status, series, number, issue_date,
             due_date, currency, notes, gross_cents, discount_cents, subtotal_cents,
@@ -239,7 +171,7 @@ pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> Db
             inv.notes,
             t.gross_cents,
             t.discount_cents,
-            t.net_cents,
+            t.subtotal_cents,
             t.vat_cents,
             t.withholding_cents,
             t.total_cents,
@@ -255,7 +187,7 @@ pub fn insert_invoice(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> Db
 }
 
 /// Rewrites a draft: its editable fields, totals and lines.
-pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &Invoice, now: i64) -> DbResult<()> {
     let t = &inv.totals;
     tx.execute(
         "UPDATE invoices SET client_id = ?3, kind = ?4, series = ?5, issue_date = ?6,
@@ -274,7 +206,7 @@ pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResu
             inv.notes,
             t.gross_cents,
             t.discount_cents,
-            t.net_cents,
+            t.subtotal_cents,
             t.vat_cents,
             t.withholding_cents,
             t.total_cents,
@@ -289,7 +221,7 @@ pub fn save_draft(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResu
 }
 
 /// Turns a draft into an issued invoice with its number, dates and recipient snapshot.
-pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbResult<()> {
+pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &Invoice, now: i64) -> DbResult<()> {
     tx.execute(
         "UPDATE invoices SET status = 'issued', number = ?3, issue_date = ?4, due_date = ?5,
             recipient_name = ?6, recipient_tax_id = ?7, issued_at = ?8, updated_at = ?8
@@ -312,9 +244,9 @@ pub fn mark_issued(tx: &Tx<'_>, book: &str, inv: &InvoiceRow, now: i64) -> DbRes
 pub fn mark_void(
     tx: &Tx<'_>,
     book: &str,
-    id: &str,
+    id: &InvoiceId,
     reason: &str,
-    by: &str,
+    by: &InvoiceId,
     now: i64,
 ) -> DbResult<()> {
     tx.execute(
@@ -327,7 +259,7 @@ pub fn mark_void(
 }
 
 /// Deletes a draft and its lines.
-pub fn delete_draft(tx: &Tx<'_>, book: &str, id: &str) -> DbResult<()> {
+pub fn delete_draft(tx: &Tx<'_>, book: &str, id: &InvoiceId) -> DbResult<()> {
     tx.execute(
         "DELETE FROM invoices WHERE book = ?1 AND id = ?2 AND status = 'draft'",
         args![book, id],
@@ -335,19 +267,19 @@ pub fn delete_draft(tx: &Tx<'_>, book: &str, id: &str) -> DbResult<()> {
     Ok(())
 }
 
-/// Filters of `search_invoices`, as column values.
+/// Filters of `search_invoices`; a filter left `None` lets every invoice through.
 #[derive(Debug, Default)]
 pub struct InvoiceFilter<'a> {
     /// Only this status.
-    pub status: Option<&'a str>,
+    pub status: Option<InvoiceStatus>,
     /// Only this client's.
-    pub client_id: Option<&'a str>,
-    /// Issue date on or after.
-    pub date_from: Option<&'a str>,
-    /// Issue date on or before.
-    pub date_to: Option<&'a str>,
+    pub client_id: Option<&'a ClientId>,
+    /// Issue date (`YYYY-MM-DD`) on or after.
+    pub date_from: Option<String>,
+    /// Issue date (`YYYY-MM-DD`) on or before.
+    pub date_to: Option<String>,
     /// Only overdue invoices on this date (issued, unpaid balance, due before it).
-    pub overdue_on: Option<&'a str>,
+    pub overdue_on: Option<String>,
 }
 
 /// A page of invoices (summaries, no lines), newest first.
@@ -355,9 +287,9 @@ pub fn search_invoices(
     conn: &Conn<'_>,
     book: &str,
     filter: &InvoiceFilter<'_>,
-    starting_after: Option<&str>,
+    starting_after: Option<&InvoiceId>,
     limit: usize,
-) -> DbResult<Vec<InvoiceRow>> {
+) -> DbResult<Vec<Invoice>> {
     conn.query_all(
         concat!(
             invoice_select!(),
@@ -392,8 +324,8 @@ pub fn invoices_issued_between(
     book: &str,
     from: &str,
     to: &str,
-    status: Option<&str>,
-) -> DbResult<Vec<InvoiceRow>> {
+    status: Option<InvoiceStatus>,
+) -> DbResult<Vec<Invoice>> {
     conn.query_all(
         concat!(
             invoice_select!(),

@@ -1,19 +1,26 @@
 //! Calendar dates as the tools speak them: `YYYY-MM-DD`, proleptic Gregorian, no time
-//! zone. "Today" is the UTC date of the server's [`Clock`].
+//! zone, years 1000 to 9999. "Today" is the UTC date of the server's [`Clock`].
 //!
-//! Conversions use the days-from-civil algorithm (H. Hinnant), in integers.
+//! The calendar is `chrono`'s [`NaiveDate`]; this type keeps the tools' narrower rules: the
+//! exact text form (four-digit year, two-digit month and day, ASCII digits only) and the
+//! range of years.
 
 use std::fmt;
+
+use chrono::{Datelike, NaiveDate};
 
 use crate::clock::Clock;
 
 /// A valid calendar date between years 1000 and 9999.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Date {
-    year: i32,
-    month: u8,
-    day: u8,
-}
+pub struct Date(NaiveDate);
+
+/// The years a [`Date`] may have: four digits.
+const YEARS: std::ops::RangeInclusive<i32> = 1000..=9999;
+/// The first day of [`YEARS`].
+const FIRST: NaiveDate = NaiveDate::from_ymd_opt(1000, 1, 1).expect("a date");
+/// The last day of [`YEARS`].
+const LAST: NaiveDate = NaiveDate::from_ymd_opt(9999, 12, 31).expect("a date");
 
 impl Date {
     /// Parses exactly `YYYY-MM-DD` and checks the day exists (leap years included).
@@ -22,21 +29,16 @@ impl Date {
         if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
             return None;
         }
-        let number = |range: std::ops::Range<usize>| -> Option<i32> {
+        let number = |range: std::ops::Range<usize>| -> Option<u32> {
             let part = &b[range];
             part.iter().all(u8::is_ascii_digit).then(|| {
                 part.iter()
-                    .fold(0i32, |acc, &d| acc * 10 + i32::from(d - b'0'))
+                    .fold(0u32, |acc, &d| acc * 10 + u32::from(d - b'0'))
             })
         };
         let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-        let month = u8::try_from(month).ok()?;
-        let day = u8::try_from(day).ok()?;
-        let valid = (1000..=9999).contains(&year)
-            && (1..=12).contains(&month)
-            && day >= 1
-            && day <= days_in_month(year, month);
-        valid.then_some(Date { year, month, day })
+        let year = i32::try_from(year).ok().filter(|y| YEARS.contains(y))?;
+        NaiveDate::from_ymd_opt(year, month, day).map(Date)
     }
 
     /// Today's date in UTC, by `clock`.
@@ -46,41 +48,28 @@ impl Date {
 
     /// Days since 1970-01-01.
     pub fn days(self) -> i64 {
-        crate::clock::days_from_civil(
-            i64::from(self.year),
-            i64::from(self.month),
-            i64::from(self.day),
-        )
+        i64::from(self.0.to_epoch_days())
     }
 
-    /// The date `days` after 1970-01-01.
+    /// The date `days` after 1970-01-01; a day outside years 1000 to 9999 is held to the
+    /// first or last day of that range.
     pub fn from_days(days: i64) -> Date {
-        let (year, month, day) = crate::clock::civil_from_days(days);
-        Date {
-            year: i32::try_from(year).unwrap_or(9999).clamp(1000, 9999),
-            month: u8::try_from(month).unwrap_or(1),
-            day: u8::try_from(day).unwrap_or(1),
-        }
+        let first = i64::from(FIRST.to_epoch_days());
+        let last = i64::from(LAST.to_epoch_days());
+        let days = i32::try_from(days.clamp(first, last)).unwrap_or_default();
+        Date(NaiveDate::from_epoch_days(days).unwrap_or(FIRST))
     }
 
     /// The date `n` days later (earlier when negative).
     pub fn add_days(self, n: i64) -> Date {
-        Date::from_days(self.days() + n)
-    }
-}
-
-fn days_in_month(year: i32, month: u8) -> u8 {
-    match month {
-        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
-        4 | 6 | 9 | 11 => 30,
-        _ if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
-        _ => 28,
+        Date::from_days(self.days().saturating_add(n))
     }
 }
 
 impl fmt::Display for Date {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04}-{:02}-{:02}", self.year, self.month, self.day)
+        let d = self.0;
+        write!(f, "{:04}-{:02}-{:02}", d.year(), d.month(), d.day())
     }
 }
 
@@ -121,6 +110,10 @@ mod tests {
         let d = Date::parse("2024-12-31").expect("date");
         assert_eq!(d.add_days(1).to_string(), "2025-01-01");
         assert_eq!(d.add_days(-366).to_string(), "2023-12-31");
+        // Out of the four-digit years: held to their ends.
+        assert_eq!(Date::from_days(-2_000_000).to_string(), "1000-01-01");
+        assert_eq!(Date::from_days(i64::MAX).to_string(), "9999-12-31");
+        assert_eq!(d.add_days(i64::MIN).to_string(), "1000-01-01");
     }
 
     #[test]

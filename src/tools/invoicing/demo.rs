@@ -7,14 +7,14 @@
 //! database that already has clients is left alone.
 
 use super::date::Date;
-use super::db;
 use super::model::{
-    Client, ClientId, Invoice, InvoiceKind, InvoiceStatus, Line, Payment, PaymentId, PaymentMethod,
+    Client, ClientId, Invoice, InvoiceKind, InvoiceStatus, Line, LinePricing, Payment, PaymentId,
+    PaymentMethod, Totals,
 };
-use super::money::{LinePricing, Totals};
 use super::tools::rectifying_for;
 use crate::catalog::McpError;
 use crate::clock::Clock;
+use crate::store::invoicing as db;
 use crate::store::{Store, StoreError};
 use crate::tools::Book;
 
@@ -250,7 +250,7 @@ fn samples() -> Result<Vec<Sample>, McpError> {
 /// Writes the sample data into `book` inside the caller's transaction; refuses a book that
 /// already has clients.
 pub fn fill(tx: &crate::store::Tx<'_>, book: Book) -> Result<Seeded, DemoError> {
-    let existing = db::search_clients(tx, book, None, None, 1)?;
+    let existing = db::search_clients(tx, book.as_str(), None, None, 1)?;
     if !existing.is_empty() {
         return Err(DemoError::NotEmpty);
     }
@@ -261,13 +261,13 @@ pub fn fill(tx: &crate::store::Tx<'_>, book: Book) -> Result<Seeded, DemoError> 
     let mut clients = Vec::new();
     for (name, tax_id, email, address) in CLIENTS {
         let client = Client {
-            id: ClientId::generate()?,
+            id: ClientId::generate(),
             name: name.to_owned(),
             tax_id: tax_id.map(str::to_owned),
             email: email.map(str::to_owned),
             address: Some(address.to_owned()),
         };
-        db::insert_client(tx, book, &client, now)?;
+        db::insert_client(tx, book.as_str(), &client, now)?;
         clients.push(client);
         seeded.clients += 1;
     }
@@ -282,7 +282,7 @@ pub fn fill(tx: &crate::store::Tx<'_>, book: Book) -> Result<Seeded, DemoError> 
                 *amount
             };
             let payment = Payment {
-                id: PaymentId::generate()?,
+                id: PaymentId::generate(),
                 invoice_id: invoice.id.clone(),
                 amount_cents: amount,
                 currency: invoice.currency.clone(),
@@ -293,16 +293,16 @@ pub fn fill(tx: &crate::store::Tx<'_>, book: Book) -> Result<Seeded, DemoError> 
                     invoice.number.as_deref().unwrap_or_default()
                 )),
             };
-            db::insert_payment(tx, book, &payment, now)?;
+            db::insert_payment(tx, book.as_str(), &payment, now)?;
             seeded.payments += 1;
         }
         if let Some(days) = sample.void_after {
             let date = today.add_days(days).to_string();
             let reason = "Wrong unit price on the tyres; reissued with the agreed price.";
             let mut rectifying = rectifying_for(&invoice, reason, date.clone())?;
-            rectifying.number = Some(db::next_number(tx, book, "R", &date)?);
-            db::insert_invoice(tx, book, &rectifying, now)?;
-            db::mark_void(tx, book, &invoice.id, reason, &rectifying.id, now)?;
+            rectifying.number = Some(db::next_number(tx, book.as_str(), "R", &date)?);
+            db::insert_invoice(tx, book.as_str(), &rectifying, now)?;
+            db::mark_void(tx, book.as_str(), &invoice.id, reason, &rectifying.id, now)?;
             seeded.invoices += 1;
         }
     }
@@ -334,15 +334,15 @@ fn insert_sample(
             series.to_owned(),
             sample.lines.clone(),
             totals,
-        )?
+        )
     };
     if let Some(date) = &invoice.issue_date {
-        invoice.number = Some(db::next_number(tx, book, series, date)?);
+        invoice.number = Some(db::next_number(tx, book.as_str(), series, date)?);
         invoice.status = InvoiceStatus::Issued;
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
     }
-    db::insert_invoice(tx, book, &invoice, now)?;
+    db::insert_invoice(tx, book.as_str(), &invoice, now)?;
     Ok(invoice)
 }
 

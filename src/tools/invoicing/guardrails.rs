@@ -12,14 +12,13 @@
 
 use serde_json::{Map, Value};
 
+use super::args::integer;
 use super::date::Date;
-use super::db;
-use super::model::{Client, Invoice, InvoiceId, InvoiceKind, InvoiceStatus};
-use super::money::{LinePricing, Totals};
-use super::tools::integer;
+use super::model::{Client, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, LinePricing, Totals};
 use crate::catalog::{ErrorKind, McpError, Suggestion};
 use crate::clock::Clock;
 use crate::store::Store;
+use crate::store::invoicing as db;
 use crate::store::store_failure;
 use crate::tools::Book;
 
@@ -360,7 +359,7 @@ pub fn update_invoice(
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };
-    let Some(current) = read(store, |c| db::invoice(c, book, &id))? else {
+    let Some(current) = read(store, |c| db::invoice(c, book.as_str(), &id))? else {
         return Ok(());
     };
     if current.status != InvoiceStatus::Draft {
@@ -395,17 +394,17 @@ pub fn issue_invoice(
         return Ok(());
     }
     read(store, |conn| {
-        let Some(invoice) = db::invoice(conn, book, &id)? else {
+        let Some(invoice) = db::invoice(conn, book.as_str(), &id)? else {
             return Ok(Ok(()));
         };
         if invoice.status != InvoiceStatus::Draft {
             return Ok(Ok(()));
         }
-        let Some(client) = db::client(conn, book, &invoice.client_id)? else {
+        let Some(client) = db::client(conn, book.as_str(), &invoice.client_id)? else {
             return Ok(Ok(()));
         };
         let date = issue_date_for(&invoice, requested, clock);
-        let last = db::series_last_issue_date(conn, book, &invoice.series)?;
+        let last = db::series_last_issue_date(conn, book.as_str(), &invoice.series)?;
         Ok(check_issue(&invoice, &client, &date, last.as_deref()))
     })?
 }
@@ -429,7 +428,7 @@ pub fn delete_invoice(
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };
-    match read(store, |c| db::invoice(c, book, &id))? {
+    match read(store, |c| db::invoice(c, book.as_str(), &id))? {
         Some(invoice) => check_deletable(&invoice),
         None => Ok(()),
     }
@@ -445,7 +444,7 @@ pub fn void_invoice(
     let Some(id) = invoice_arg(args) else {
         return Ok(());
     };
-    match read(store, |c| db::invoice(c, book, &id))? {
+    match read(store, |c| db::invoice(c, book.as_str(), &id))? {
         Some(invoice) => check_voidable(&invoice),
         None => Ok(()),
     }

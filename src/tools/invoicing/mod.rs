@@ -14,8 +14,12 @@
 //! ([`taxid`]); dates are `YYYY-MM-DD` ([`date`]). [`demo`] fills a sandbox company.
 //!
 //! Books: every table holds two books of rows, `live` and `test` ([`crate::tools::Book`]);
-//! a call works on its credential's book only ([`db`] filters every statement by it), and
-//! [`sandbox`] fills and resets the test book.
+//! a call works on its credential's book only ([`crate::store::invoicing`] filters every
+//! statement by it), and [`sandbox`] fills and resets the test book.
+//!
+//! The model (ids, clients, invoices, lines, payments) is the store's
+//! ([`crate::store::invoicing::model`]): the tools work on the very types the tables are
+//! read into. [`model`] re-exports it and renders it in tool results.
 //!
 //! Scopes: `clients:read|write|delete`, `invoices:read|write|void|send`, `payments:write`,
 //! `reports:generate`. `delete_invoice` needs `invoices:write`, not `invoices:void`: it only
@@ -23,8 +27,8 @@
 //! privileged act. `list_payments` needs `invoices:read` (payments belong to an invoice's
 //! record).
 
+mod args;
 pub mod date;
-pub mod db;
 pub mod demo;
 pub mod guardrails;
 pub mod model;

@@ -13,8 +13,13 @@
 //! negated unit price is exactly the negation of the original line. Rounding happens **per
 //! line**; an invoice's totals are plain sums of its lines' rounded amounts, so the lines
 //! always add up to the invoice to the cent.
+//!
+//! The amounts are types of the invoicing model ([`LinePricing`], [`LineAmounts`],
+//! [`Totals`]); this module computes them.
 
 use std::fmt;
+
+use super::model::{LineAmounts, LinePricing, Totals};
 
 /// A computed amount does not fit in `i64` cents (the input bounds of the tools make this
 /// unreachable; it is still checked, never wrapped).
@@ -52,38 +57,6 @@ fn to_cents(value: i128) -> Result<i64, AmountOverflow> {
     i64::try_from(value).map_err(|_| AmountOverflow)
 }
 
-/// What a line says: quantity, price and rates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinePricing {
-    /// Whole units.
-    pub quantity: i64,
-    /// Price of one unit in cents (negative on rectifying lines).
-    pub unit_price_cents: i64,
-    /// Discount on the line, whole percent (0–100).
-    pub discount_percent: i64,
-    /// VAT rate, whole percent.
-    pub vat_rate: i64,
-    /// Income-tax withholding rate (IRPF), whole percent.
-    pub withholding_rate: i64,
-}
-
-/// The amounts of one line, in cents, each rounded once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LineAmounts {
-    /// `quantity × unit price`.
-    pub gross_cents: i64,
-    /// The discount taken off `gross`.
-    pub discount_cents: i64,
-    /// Taxable base: `gross − discount`.
-    pub net_cents: i64,
-    /// VAT on `net`.
-    pub vat_cents: i64,
-    /// Withholding on `net`.
-    pub withholding_cents: i64,
-    /// `net + vat − withholding`.
-    pub total_cents: i64,
-}
-
 impl LinePricing {
     /// Computes the line's amounts with the rounding rule of this module.
     pub fn amounts(&self) -> Result<LineAmounts, AmountOverflow> {
@@ -106,23 +79,6 @@ impl LinePricing {
             total_cents: to_cents(total)?,
         })
     }
-}
-
-/// The totals of an invoice: sums of its lines' rounded amounts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Totals {
-    /// Sum of the lines' gross amounts.
-    pub gross_cents: i64,
-    /// Sum of the lines' discounts.
-    pub discount_cents: i64,
-    /// Taxable base: sum of the lines' net amounts.
-    pub subtotal_cents: i64,
-    /// Sum of the lines' VAT.
-    pub vat_cents: i64,
-    /// Sum of the lines' withholding.
-    pub withholding_cents: i64,
-    /// Amount due: `subtotal + vat − withholding`.
-    pub total_cents: i64,
 }
 
 impl Totals {

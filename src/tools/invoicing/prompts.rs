@@ -23,13 +23,13 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::date::Date;
-use super::db::{self, InvoiceFilter};
 use super::guardrails::LEGAL_VAT_RATES_RULE;
 use super::money;
 use super::taxid::TaxId;
 use super::{SCOPE_CLIENTS_READ, SCOPE_INVOICES_READ};
 use crate::clock::Clock;
 use crate::store::Store;
+use crate::store::invoicing::{self as db, InvoiceFilter};
 use crate::tools::{Book, DataAccess, Prompt, PromptArgument, PromptSpec};
 
 /// Most completion values offered for a client name.
@@ -191,8 +191,9 @@ fn complete_client(store: &Store, book: Book, argument: &str, value: &str) -> Ve
         return Vec::new();
     }
     let query = (!value.trim().is_empty()).then(|| value.trim().to_owned());
-    let found =
-        store.with_conn(|c| db::search_clients(c, book, query.as_deref(), None, MAX_COMPLETIONS));
+    let found = store.with_conn(|c| {
+        db::search_clients(c, book.as_str(), query.as_deref(), None, MAX_COMPLETIONS)
+    });
     match found {
         Ok(clients) => clients.into_iter().map(|c| c.name).collect(),
         Err(e) => {
@@ -274,7 +275,9 @@ fn overdue_summary(store: &Store, clock: &Clock, book: Book) -> String {
         overdue_on: Some(today.clone()),
         ..InvoiceFilter::default()
     };
-    match store.with_conn(|c| db::search_invoices(c, book, &filter, None, MAX_OVERDUE_COUNTED)) {
+    match store
+        .with_conn(|c| db::search_invoices(c, book.as_str(), &filter, None, MAX_OVERDUE_COUNTED))
+    {
         Ok(invoices) => {
             let owed: i64 = invoices.iter().map(|i| i.balance_cents()).sum();
             format!(

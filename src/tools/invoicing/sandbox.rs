@@ -13,8 +13,8 @@
 //! A reset also forgets the completed idempotency records of test keys: their replays would
 //! name rows that no longer exist.
 
-use super::db::{self, TableCounts};
 use super::demo::{self, DemoError};
+use crate::store::invoicing::{self as db, TableCounts};
 use crate::store::{Store, StoreError, Tx};
 use crate::tools::Book;
 
@@ -83,10 +83,10 @@ pub fn reset(store: &Store, seed: Seed) -> Result<Filled, DemoError> {
 /// live book, or with the demo data when the live book is empty too, so that test keys
 /// find something to work on either way. `Ok(None)` when the sandbox already had data.
 pub fn fill_if_empty(tx: &Tx<'_>) -> Result<Option<Filled>, DemoError> {
-    if !db::book_is_empty(tx, Book::Test)? {
+    if !db::book_is_empty(tx, Book::Test.as_str())? {
         return Ok(None);
     }
-    let seed = if db::book_is_empty(tx, Book::Live)? {
+    let seed = if db::book_is_empty(tx, Book::Live.as_str())? {
         Seed::Demo
     } else {
         Seed::FromLive
@@ -98,8 +98,8 @@ pub fn fill_if_empty(tx: &Tx<'_>) -> Result<Option<Filled>, DemoError> {
 pub fn counts(store: &Store) -> Result<(TableCounts, TableCounts), StoreError> {
     store.with_conn(|conn| {
         Ok((
-            db::book_counts(conn, Book::Live)?,
-            db::book_counts(conn, Book::Test)?,
+            db::book_counts(conn, Book::Live.as_str())?,
+            db::book_counts(conn, Book::Test.as_str())?,
         ))
     })
 }
@@ -116,7 +116,7 @@ fn fill(tx: &Tx<'_>, seed: Seed) -> Result<Filled, DemoError> {
     }
     Ok(Filled {
         seed,
-        counts: db::book_counts(tx, Book::Test)?,
+        counts: db::book_counts(tx, Book::Test.as_str())?,
     })
 }
 

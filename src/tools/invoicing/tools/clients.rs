@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Args, db_failure, not_found, output, page, tool};
 use crate::catalog::{ErrorKind, Expect, McpError};
-use crate::tools::invoicing::db;
+use crate::store::invoicing as db;
 use crate::tools::invoicing::model::{Client, ClientId};
 use crate::tools::invoicing::schemas as s;
 use crate::tools::invoicing::{SCOPE_CLIENTS_DELETE, SCOPE_CLIENTS_READ, SCOPE_CLIENTS_WRITE};
@@ -152,7 +152,15 @@ fn search_clients(
     let query = args.text("query");
     let rows = ctx
         .store
-        .with_conn(|c| db::search_clients(c, ctx.book, query.as_deref(), after.as_ref(), limit + 1))
+        .with_conn(|c| {
+            db::search_clients(
+                c,
+                ctx.book.as_str(),
+                query.as_deref(),
+                after.as_ref(),
+                limit + 1,
+            )
+        })
         .map_err(db_failure)?;
     let value = page(rows, limit, |c| c.id.as_str(), Client::to_json);
     let count = value["data"].as_array().map_or(0, Vec::len);
@@ -164,10 +172,13 @@ fn get_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOu
     let found = ctx
         .store
         .with_conn(|c| {
-            let Some(client) = db::client(c, ctx.book, &id)? else {
+            let Some(client) = db::client(c, ctx.book.as_str(), &id)? else {
                 return Ok(None);
             };
-            Ok(Some((client, db::client_activity(c, ctx.book, &id)?)))
+            Ok(Some((
+                client,
+                db::client_activity(c, ctx.book.as_str(), &id)?,
+            )))
         })
         .map_err(db_failure)?;
     let (client, (count, outstanding)) =
@@ -188,7 +199,7 @@ fn ensure_tax_id_free(
     let Some(tax_id) = tax_id else {
         return Ok(());
     };
-    match db::client_with_tax_id(conn, book, tax_id).map_err(db_failure)? {
+    match db::client_with_tax_id(conn, book.as_str(), tax_id).map_err(db_failure)? {
         Some(existing) if Some(&existing) != except => {
             Err(McpError::new(ErrorKind::TaxIdAlreadyExists)
                 .param("tax_id")
@@ -203,7 +214,7 @@ fn create_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
         McpError::validation("name", "blank", Expect::Named("non_blank")).detail("reason", "blank")
     })?;
     let client = Client {
-        id: ClientId::generate()?,
+        id: ClientId::generate(),
         name,
         tax_id: args.tax_id("tax_id")?.map(|t| t.as_str().to_owned()),
         email: args.email("email")?,
@@ -211,7 +222,8 @@ fn create_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
     };
     ctx.commit(|tx| {
         ensure_tax_id_free(tx, ctx.book, client.tax_id.as_deref(), None)?;
-        db::insert_client(tx, ctx.book, &client, ctx.clock.unix_secs()).map_err(db_failure)?;
+        db::insert_client(tx, ctx.book.as_str(), &client, ctx.clock.unix_secs())
+            .map_err(db_failure)?;
         Ok(output(
             format!("Created {}", describe(&client)),
             client.to_json(),
@@ -232,7 +244,7 @@ fn update_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
     let email = args.email("email")?;
     let address = args.text("address");
     ctx.commit(|tx| {
-        let mut client = db::client(tx, ctx.book, &id)
+        let mut client = db::client(tx, ctx.book.as_str(), &id)
             .map_err(db_failure)?
             .ok_or_else(|| not_found(ErrorKind::ClientNotFound, "client_id", id.as_str()))?;
         ensure_tax_id_free(tx, ctx.book, tax_id.as_deref(), Some(&id))?;
@@ -240,7 +252,8 @@ fn update_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
         client.tax_id = tax_id.or(client.tax_id);
         client.email = email.or(client.email);
         client.address = address.or(client.address);
-        db::update_client(tx, ctx.book, &client, ctx.clock.unix_secs()).map_err(db_failure)?;
+        db::update_client(tx, ctx.book.as_str(), &client, ctx.clock.unix_secs())
+            .map_err(db_failure)?;
         Ok(output(
             format!("Updated {}", describe(&client)),
             client.to_json(),
@@ -251,16 +264,16 @@ fn update_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
 fn delete_client(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolOutput, McpError> {
     let id = args.id("client_id", ClientId::parse)?;
     ctx.commit(|tx| {
-        let client = db::client(tx, ctx.book, &id)
+        let client = db::client(tx, ctx.book.as_str(), &id)
             .map_err(db_failure)?
             .ok_or_else(|| not_found(ErrorKind::ClientNotFound, "client_id", id.as_str()))?;
-        let (invoices, _) = db::client_activity(tx, ctx.book, &id).map_err(db_failure)?;
+        let (invoices, _) = db::client_activity(tx, ctx.book.as_str(), &id).map_err(db_failure)?;
         if invoices > 0 {
             return Err(McpError::new(ErrorKind::ClientHasInvoices)
                 .param("client_id")
                 .detail("invoice_count", invoices));
         }
-        db::delete_client(tx, ctx.book, &id).map_err(db_failure)?;
+        db::delete_client(tx, ctx.book.as_str(), &id).map_err(db_failure)?;
         Ok(output(
             format!("Deleted client {} ({}).", client.name, client.id),
             json!({ "id": id.as_str(), "deleted": true }),

@@ -13,13 +13,13 @@ use serde_json::{Map, Value, json};
 use super::{Args, db_failure, invalid_format, not_found, output, page, today, tool};
 use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
 use crate::clock::Clock;
+use crate::store::invoicing::{self as db, InvoiceFilter};
 use crate::tools::invoicing::date::Date;
-use crate::tools::invoicing::db::{self, InvoiceFilter};
 use crate::tools::invoicing::guardrails;
 use crate::tools::invoicing::model::{
-    ClientId, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, Line,
+    ClientId, Invoice, InvoiceId, InvoiceKind, InvoiceStatus, Line, LinePricing, Totals,
 };
-use crate::tools::invoicing::money::{self, LinePricing, Totals};
+use crate::tools::invoicing::money;
 use crate::tools::invoicing::schemas as s;
 use crate::tools::invoicing::{SCOPE_INVOICES_READ, SCOPE_INVOICES_VOID, SCOPE_INVOICES_WRITE};
 use crate::tools::{Book, Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec};
@@ -283,7 +283,7 @@ fn invoice_output(prefix: &str, invoice: &Invoice, clock: &Clock) -> ToolOutput 
 
 /// Loads an invoice or fails with `invoice_not_found`.
 pub(super) fn load(conn: &Conn<'_>, book: Book, id: &InvoiceId) -> Result<Invoice, McpError> {
-    db::invoice(conn, book, id)
+    db::invoice(conn, book.as_str(), id)
         .map_err(db_failure)?
         .ok_or_else(|| not_found(ErrorKind::InvoiceNotFound, "invoice_id", id.as_str()))
 }
@@ -305,7 +305,9 @@ fn search_invoices(
     let limit = args.limit();
     let rows = ctx
         .store
-        .with_conn(|c| db::search_invoices(c, ctx.book, &filter, after.as_ref(), limit + 1))
+        .with_conn(|c| {
+            db::search_invoices(c, ctx.book.as_str(), &filter, after.as_ref(), limit + 1)
+        })
         .map_err(db_failure)?;
     let value = page(rows, limit, |i| i.id.as_str(), |i| i.to_json(false, &today));
     let count = value["data"].as_array().map_or(0, Vec::len);
@@ -317,10 +319,10 @@ fn get_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<ToolO
     let (invoice, payments) = ctx
         .store
         .with_conn(|c| {
-            let Some(invoice) = db::invoice(c, ctx.book, &id)? else {
+            let Some(invoice) = db::invoice(c, ctx.book.as_str(), &id)? else {
                 return Ok(None);
             };
-            let payments = db::payments(c, ctx.book, Some(&id), None, MAX_PAYMENTS_SHOWN)?;
+            let payments = db::payments(c, ctx.book.as_str(), Some(&id), None, MAX_PAYMENTS_SHOWN)?;
             Ok(Some((invoice, payments)))
         })
         .map_err(db_failure)?
@@ -374,7 +376,7 @@ fn recheck_vat(conn: &Conn<'_>, lines: &[Line]) -> Result<(), McpError> {
 }
 
 fn ensure_client(conn: &Conn<'_>, book: Book, id: &ClientId) -> Result<String, McpError> {
-    db::client(conn, book, id)
+    db::client(conn, book.as_str(), id)
         .map_err(db_failure)?
         .map(|c| c.name)
         .ok_or_else(|| not_found(ErrorKind::ClientNotFound, "client_id", id.as_str()))
@@ -412,9 +414,10 @@ fn create_invoice(
                 series.clone(),
                 lines.clone(),
                 totals,
-            )?
+            )
         };
-        db::insert_invoice(tx, ctx.book, &invoice, ctx.clock.unix_secs()).map_err(db_failure)?;
+        db::insert_invoice(tx, ctx.book.as_str(), &invoice, ctx.clock.unix_secs())
+            .map_err(db_failure)?;
         Ok(invoice_output("Created ", &invoice, ctx.clock))
     })
 }
@@ -463,7 +466,8 @@ fn update_invoice(
         }
         check_due_after_issue(invoice.issue_date.as_deref(), invoice.due_date.as_deref())?;
         guardrails::check_simplified_ceiling(invoice.kind, &invoice.totals)?;
-        db::save_draft(tx, ctx.book, &invoice, ctx.clock.unix_secs()).map_err(db_failure)?;
+        db::save_draft(tx, ctx.book.as_str(), &invoice, ctx.clock.unix_secs())
+            .map_err(db_failure)?;
         Ok(invoice_output("Updated ", &invoice, ctx.clock))
     })
 }
@@ -474,11 +478,12 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
     ctx.commit(|tx| {
         let mut invoice = load(tx, ctx.book, &id)?;
         ensure_draft(&invoice)?;
-        let client = db::client(tx, ctx.book, &invoice.client_id)
+        let client = db::client(tx, ctx.book.as_str(), &invoice.client_id)
             .map_err(db_failure)?
             .ok_or_else(McpError::internal)?;
         let issue_date = guardrails::issue_date_for(&invoice, requested.as_deref(), ctx.clock);
-        let last = db::series_last_issue_date(tx, ctx.book, &invoice.series).map_err(db_failure)?;
+        let last = db::series_last_issue_date(tx, ctx.book.as_str(), &invoice.series)
+            .map_err(db_failure)?;
         // Guardrails again, inside the transaction that takes the number: two concurrent
         // issues of one series are serialised here, so neither can jump backwards.
         guardrails::check_issue(&invoice, &client, &issue_date, last.as_deref())?;
@@ -496,14 +501,17 @@ fn issue_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
                 })?,
         };
         check_due_after_issue(Some(&issue_date), Some(&due_date))?;
-        invoice.number =
-            Some(db::next_number(tx, ctx.book, &invoice.series, &issue_date).map_err(db_failure)?);
+        invoice.number = Some(
+            db::next_number(tx, ctx.book.as_str(), &invoice.series, &issue_date)
+                .map_err(db_failure)?,
+        );
         invoice.status = InvoiceStatus::Issued;
         invoice.issue_date = Some(issue_date);
         invoice.due_date = Some(due_date);
         invoice.recipient_name = Some(client.name.clone());
         invoice.recipient_tax_id = client.tax_id.clone();
-        db::mark_issued(tx, ctx.book, &invoice, ctx.clock.unix_secs()).map_err(db_failure)?;
+        db::mark_issued(tx, ctx.book.as_str(), &invoice, ctx.clock.unix_secs())
+            .map_err(db_failure)?;
         Ok(invoice_output("Issued ", &invoice, ctx.clock))
     })
 }
@@ -516,7 +524,7 @@ fn delete_invoice(
     ctx.commit(|tx| {
         let invoice = load(tx, ctx.book, &id)?;
         guardrails::check_deletable(&invoice)?;
-        db::delete_draft(tx, ctx.book, &id).map_err(db_failure)?;
+        db::delete_draft(tx, ctx.book.as_str(), &id).map_err(db_failure)?;
         Ok(output(
             format!("Deleted draft invoice {id} for {}.", invoice.client_name),
             json!({ "id": id.as_str(), "deleted": true }),
@@ -565,7 +573,7 @@ pub(crate) fn rectifying_for(
             RECTIFYING_SERIES.to_owned(),
             lines,
             totals,
-        )?
+        )
     })
 }
 
@@ -585,19 +593,21 @@ fn void_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Tool
                 .detail("status", "draft")
                 .suggest(Suggestion::DeleteTheDraft));
         }
-        let last =
-            db::series_last_issue_date(tx, ctx.book, RECTIFYING_SERIES).map_err(db_failure)?;
+        let last = db::series_last_issue_date(tx, ctx.book.as_str(), RECTIFYING_SERIES)
+            .map_err(db_failure)?;
         let date = [Some(today(ctx.clock)), last, invoice.issue_date.clone()]
             .into_iter()
             .flatten()
             .max()
             .unwrap_or_else(|| today(ctx.clock));
         let mut rectifying = rectifying_for(&invoice, &reason, date.clone())?;
-        rectifying.number =
-            Some(db::next_number(tx, ctx.book, RECTIFYING_SERIES, &date).map_err(db_failure)?);
+        rectifying.number = Some(
+            db::next_number(tx, ctx.book.as_str(), RECTIFYING_SERIES, &date).map_err(db_failure)?,
+        );
         let now = ctx.clock.unix_secs();
-        db::insert_invoice(tx, ctx.book, &rectifying, now).map_err(db_failure)?;
-        db::mark_void(tx, ctx.book, &id, &reason, &rectifying.id, now).map_err(db_failure)?;
+        db::insert_invoice(tx, ctx.book.as_str(), &rectifying, now).map_err(db_failure)?;
+        db::mark_void(tx, ctx.book.as_str(), &id, &reason, &rectifying.id, now)
+            .map_err(db_failure)?;
         invoice.status = InvoiceStatus::Void;
         invoice.void_reason = Some(reason.clone());
         invoice.rectified_by_id = Some(rectifying.id.clone());

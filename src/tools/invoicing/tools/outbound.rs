@@ -13,10 +13,12 @@ use serde_json::{Map, Value, json};
 use super::invoices::load;
 use super::{Args, db_failure, output, tool};
 use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
+use crate::store::invoicing as db;
 use crate::tools::csv;
-use crate::tools::invoicing::db;
-use crate::tools::invoicing::model::{Invoice, InvoiceId, InvoiceStatus, OutboxId};
-use crate::tools::invoicing::money::{self, LineAmounts, Totals};
+use crate::tools::invoicing::model::{
+    Invoice, InvoiceId, InvoiceStatus, LineAmounts, OutboxId, Totals,
+};
+use crate::tools::invoicing::money;
 use crate::tools::invoicing::schemas as s;
 use crate::tools::invoicing::{SCOPE_INVOICES_SEND, SCOPE_REPORTS_GENERATE};
 use crate::tools::{Book, Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec};
@@ -159,7 +161,7 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Tool
     ctx.commit(|tx| {
         let invoice = load(tx, ctx.book, &id)?;
         ensure_sendable(&invoice)?;
-        let client_email = db::client(tx, ctx.book, &invoice.client_id)
+        let client_email = db::client(tx, ctx.book.as_str(), &invoice.client_id)
             .map_err(db_failure)?
             .and_then(|c| c.email);
         let Some(recipient) = to.clone().or(client_email) else {
@@ -169,7 +171,7 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Tool
                 .suggest(Suggestion::AddEmailOrPassTo));
         };
         let number = invoice.number.clone().unwrap_or_default();
-        let outbox_id = OutboxId::generate()?;
+        let outbox_id = OutboxId::generate();
         let subject = format!("Invoice {number}");
         let body = message_body(&invoice, intro.as_deref());
         let message = db::OutboxMessage {
@@ -179,7 +181,7 @@ fn send_invoice(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Tool
         };
         db::insert_outbox(
             tx,
-            ctx.book,
+            ctx.book.as_str(),
             &outbox_id,
             &id,
             &message,
@@ -243,10 +245,10 @@ fn period(
     to: &str,
     status: Option<InvoiceStatus>,
 ) -> db::DbResult<(Vec<Invoice>, HashMap<InvoiceId, String>)> {
-    let invoices = db::invoices_issued_between(conn, book, from, to, status)?;
+    let invoices = db::invoices_issued_between(conn, book.as_str(), from, to, status)?;
     let mut numbers = HashMap::new();
     for id in invoices.iter().filter_map(|i| i.rectifies_id.as_ref()) {
-        if let Some(number) = db::invoice_number(conn, book, id)? {
+        if let Some(number) = db::invoice_number(conn, book.as_str(), id)? {
             numbers.insert(id.clone(), number);
         }
     }

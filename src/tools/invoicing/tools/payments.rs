@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use super::invoices::load;
 use super::{Args, db_failure, output, page, today, tool};
 use crate::catalog::{ErrorKind, Expect, McpError, Suggestion};
-use crate::tools::invoicing::db;
+use crate::store::invoicing as db;
 use crate::tools::invoicing::model::{
     Invoice, InvoiceId, InvoiceStatus, Payment, PaymentId, PaymentMethod,
 };
@@ -130,7 +130,7 @@ fn record_payment(
         let mut invoice = load(tx, ctx.book, &id)?;
         payable(&invoice, amount)?;
         let payment = Payment {
-            id: PaymentId::generate()?,
+            id: PaymentId::generate(),
             invoice_id: id.clone(),
             amount_cents: amount,
             currency: invoice.currency.clone(),
@@ -138,7 +138,7 @@ fn record_payment(
             method,
             reference: args.text("reference"),
         };
-        db::insert_payment(tx, ctx.book, &payment, ctx.clock.unix_secs()).map_err(db_failure)?;
+        db::insert_payment(tx, ctx.book.as_str(), &payment, ctx.clock.unix_secs()).map_err(db_failure)?;
         invoice.paid_cents += amount;
         if invoice.balance_cents() <= 0 {
             invoice.status = InvoiceStatus::Paid;
@@ -164,13 +164,13 @@ fn list_payments(ctx: &ToolContext<'_>, args: &Map<String, Value>) -> Result<Too
         .store
         .with_conn(|c| {
             if let Some(id) = &invoice
-                && db::invoice(c, ctx.book, id)?.is_none()
+                && db::invoice(c, ctx.book.as_str(), id)?.is_none()
             {
                 return Ok(None);
             }
             Ok(Some(db::payments(
                 c,
-                ctx.book,
+                ctx.book.as_str(),
                 invoice.as_ref(),
                 after.as_ref(),
                 limit + 1,
