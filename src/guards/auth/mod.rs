@@ -892,11 +892,11 @@ mod tests {
 
     fn tool(name: &'static str, scope: &'static str) -> ToolSpec {
         ToolSpec {
-            name,
-            title: name,
-            description: "",
+            name: name.into(),
+            title: name.into(),
+            description: "".into(),
             category: Category::Read,
-            scope,
+            scope: scope.into(),
             idempotency: Idempotency::NotApplicable,
             input_schema: serde_json::json!({"type": "object"}),
             output_schema: None,

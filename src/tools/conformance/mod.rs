@@ -219,11 +219,11 @@ struct ToolEntry {
 impl ToolEntry {
     fn build(&self) -> Arc<dyn Tool> {
         let spec = ToolSpec {
-            name: self.name,
-            title: self.title,
-            description: self.description,
+            name: self.name.into(),
+            title: self.title.into(),
+            description: self.description.into(),
             category: self.category,
-            scope: SCOPE,
+            scope: SCOPE.into(),
             idempotency: Idempotency::NotApplicable,
             input_schema: (self.input_schema)(),
             output_schema: None,
@@ -1167,7 +1167,7 @@ mod tests {
             all.len(),
             TOOL_TABLE.len() + crate::tools::conformance::input::tools().len()
         );
-        let mut names: Vec<&str> = all.iter().map(|t| t.spec().name).collect();
+        let mut names: Vec<&str> = all.iter().map(|t| &*t.spec().name).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), all.len(), "tool names are unique");
