@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod backend_entries;
 mod backends;
 mod raw;
 mod validate;
@@ -642,7 +643,7 @@ impl Config {
             .map(Path::to_path_buf);
         let backends = std::mem::take(&mut raw.backends);
         let mut config = validate(raw)?;
-        config.backends = backends::validate_backends(backends, base.as_deref())?;
+        config.backends = backend_entries::validate_backends(backends, base.as_deref())?;
         config.file = file;
         Ok(config)
     }
@@ -1221,6 +1222,27 @@ mod tests {
             },
             config
         );
+    }
+
+    #[test]
+    fn describe_round_trips_backends_of_both_kinds() {
+        let (_dir, path) = write_config(
+            "[[backends]]\nname = \"erp\"\nkind = \"openapi\"\nspec = \"erp.yaml\"\n\
+             auth = { bearer_file = \"erp.token\" }\n\
+             [backends.tools.erp_purge]\nenabled = false\n\n\
+             [[backends]]\nname = \"files\"\nkind = \"mcp\"\ncommand = \"node\"\n\n\
+             [[backends]]\nname = \"vendor\"\nkind = \"mcp\"\nurl = \"https://v.example.com/mcp\"\n\
+             headers = { Authorization = { file = \"vendor.auth\" } }\n",
+        );
+        let config = Config::load(Some(&path), &[], &Overrides::default()).expect("load");
+        let text = config.describe();
+        assert!(
+            text.contains("[[backends]]\nkind = \"openapi\"\nname = \"erp\""),
+            "{text}"
+        );
+        let (_dir, again) = write_config(&text);
+        let reloaded = Config::load(Some(&again), &[], &Overrides::default()).expect("reload");
+        assert_eq!(reloaded.backends, config.backends);
     }
 
     #[test]
