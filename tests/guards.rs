@@ -31,7 +31,7 @@ fn conformance_tools() -> BTreeSet<String> {
     tollgate::tools::conformance::tools()
         .iter()
         .inspect(|t| assert_eq!(t.spec().scope, tollgate::tools::conformance::SCOPE))
-        .map(|t| t.spec().name.to_owned())
+        .map(|t| t.spec().name.to_string())
         .collect()
 }
 

@@ -203,7 +203,7 @@ fn tools_declare_scope_category_policy_and_closed_schemas() {
         ),
     ];
     let tools = tollgate::tools::invoicing::tools();
-    let declared: BTreeSet<&str> = tools.iter().map(|t| t.spec().name).collect();
+    let declared: BTreeSet<&str> = tools.iter().map(|t| &*t.spec().name).collect();
     assert_eq!(declared, expected.iter().map(|e| e.0).collect());
     for (name, scope, category, policy) in expected {
         let spec = tools
@@ -212,7 +212,7 @@ fn tools_declare_scope_category_policy_and_closed_schemas() {
             .expect("tool")
             .spec();
         assert_eq!(
-            (spec.scope, spec.category, spec.idempotency),
+            (&*spec.scope, spec.category, spec.idempotency),
             (scope, category, policy),
             "{name}"
         );

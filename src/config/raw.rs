@@ -30,7 +30,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) console: RawConsole,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(super) backends: Vec<super::backends::RawBackend>,
+    pub(super) backends: Vec<super::backend_entries::RawEntry>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -73,11 +73,11 @@ fn backend_json(
         .filter(|t| t.tool.backend() == Some(b.name.as_str()))
         .map(|t| {
             let spec = t.spec();
-            served.insert(spec.name);
-            let (calls, failures) = counted(spec.name);
+            served.insert(&*spec.name);
+            let (calls, failures) = counted(&spec.name);
             tool_json(
-                spec.name,
-                Some((spec.scope, spec.category.as_str())),
+                &spec.name,
+                Some((&spec.scope, spec.category.as_str())),
                 calls,
                 failures,
                 since,

@@ -138,7 +138,7 @@ fn scope_groups(console: &Console, ticked: &Value) -> Vec<Value> {
                     .tools()
                     .iter()
                     .filter(|t| t.spec().scope == scope)
-                    .map(|t| t.spec().name)
+                    .map(|t| &*t.spec().name)
                     .collect();
                 if tools.is_empty() {
                     texts.get("scope_no_tools_now").to_owned()

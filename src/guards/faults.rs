@@ -76,7 +76,7 @@ impl Guards {
         tool: &RegisteredTool,
         budget: &Budget,
     ) -> Option<McpError> {
-        let name = tool.spec().name;
+        let name = &tool.spec().name;
         let read = self
             .store
             .with_conn(|conn| faults::faults_for_call(conn, name, &principal.credential_id));
@@ -122,19 +122,19 @@ impl Guards {
         let error = match kind {
             ErrorKind::RateLimited => return self.rate_limited(spec, budget, retry_after),
             ErrorKind::InsufficientScope => {
-                McpError::insufficient_scope(spec.scope, &principal.scopes)
+                McpError::insufficient_scope(&spec.scope, &principal.scopes)
             }
             ErrorKind::PlanUpgradeRequired | ErrorKind::PlanLimitExceeded => {
-                self.auth.plan_refusal_of(kind, spec.name)
+                self.auth.plan_refusal_of(kind, &spec.name)
             }
-            ErrorKind::UnknownTool => McpError::unknown_tool(spec.name),
-            ErrorKind::ToolRetired => McpError::tool_retired(spec.name, spec.name),
+            ErrorKind::UnknownTool => McpError::unknown_tool(&spec.name),
+            ErrorKind::ToolRetired => McpError::tool_retired(&spec.name, &spec.name),
             ErrorKind::GuardrailViolation => {
-                crate::tools::invoicing::guardrails::example_violation(spec.name)
+                crate::tools::invoicing::guardrails::example_violation(&spec.name)
                     .unwrap_or_else(|| McpError::new(kind))
             }
-            ErrorKind::IdempotencyKeyRequired => idempotency::required(spec.name),
-            ErrorKind::IdempotencyKeyReused => idempotency::reused(spec.name),
+            ErrorKind::IdempotencyKeyRequired => idempotency::required(&spec.name),
+            ErrorKind::IdempotencyKeyReused => idempotency::reused(&spec.name),
             ErrorKind::IdempotencyKeyInvalid => idempotency::invalid("too_long", "argument"),
             ErrorKind::IdempotencyKeyInUse => idempotency::in_use(),
             // A tool's own failure names what a real one would (the id not found, the

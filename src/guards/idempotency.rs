@@ -182,18 +182,18 @@ impl Ledger {
                 return Ok(Claim::NotApplicable);
             }
             (Idempotency::Required, None) => {
-                return Err(required(tool.name));
+                return Err(required(&tool.name));
             }
             (_, Some(key)) => key,
         };
-        let fingerprint = fingerprint(tool.name, args);
+        let fingerprint = fingerprint(&tool.name, args);
         let credential_id = principal.credential_id.clone();
         let decided = self.store.in_transaction(|tx| {
             let now = self.clock.unix_secs();
             store::prune(tx, now, PRUNE_BATCH)?;
             let record = store::find(tx, &credential_id, &key)?;
             match record {
-                Some(r) if r.expires_at > now => Ok(decide_existing(r, tool.name, &fingerprint)),
+                Some(r) if r.expires_at > now => Ok(decide_existing(r, &tool.name, &fingerprint)),
                 _ => {
                     let owner = new_owner();
                     let held = Held {
@@ -201,7 +201,7 @@ impl Ledger {
                         key: &key,
                         owner: &owner,
                     };
-                    store::reserve(tx, held, tool.name, &fingerprint, now, now + LEASE_SECS)?;
+                    store::reserve(tx, held, &tool.name, &fingerprint, now, now + LEASE_SECS)?;
                     Ok(Ok(Claim::Fresh(Reservation {
                         credential_id: credential_id.clone(),
                         key: key.clone(),
@@ -228,7 +228,7 @@ impl Ledger {
         if tool.idempotency == Idempotency::NotApplicable {
             return None;
         }
-        let fingerprint = fingerprint(tool.name, args);
+        let fingerprint = fingerprint(&tool.name, args);
         let record = self
             .store
             .with_conn(|c| store::find(c, &principal.credential_id, key))
@@ -601,11 +601,11 @@ mod tests {
 
     fn spec(policy: Idempotency) -> ToolSpec {
         ToolSpec {
-            name: "record_payment",
-            title: "t",
-            description: "d",
+            name: "record_payment".into(),
+            title: "t".into(),
+            description: "d".into(),
             category: Category::Write,
-            scope: "payments:write",
+            scope: "payments:write".into(),
             idempotency: policy,
             input_schema: json!({ "type": "object" }),
             output_schema: None,

@@ -28,6 +28,7 @@
 //! write lock only the first time a label set appears. Nothing here ever holds an argument
 //! value, a token or a request id.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hash::Hash;
@@ -81,7 +82,7 @@ struct CounterFamily<K> {
     counters: RwLock<HashMap<K, AtomicU64>>,
 }
 
-impl<K: Copy + Eq + Hash + Ord> CounterFamily<K> {
+impl<K: Clone + Eq + Hash + Ord> CounterFamily<K> {
     fn new() -> Self {
         CounterFamily {
             counters: RwLock::new(HashMap::new()),
@@ -111,9 +112,9 @@ impl<K: Copy + Eq + Hash + Ord> CounterFamily<K> {
         let counters = self.counters.read().unwrap_or_else(PoisonError::into_inner);
         let mut all: Vec<(K, u64)> = counters
             .iter()
-            .map(|(k, v)| (*k, v.load(Ordering::Relaxed)))
+            .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
             .collect();
-        all.sort_by_key(|(k, _)| *k);
+        all.sort_by(|(a, _), (b, _)| a.cmp(b));
         all
     }
 }
@@ -151,7 +152,7 @@ impl Histogram {
 pub struct Metrics {
     started: Instant,
     started_unix: f64,
-    tool_calls: CounterFamily<(&'static str, &'static str)>,
+    tool_calls: CounterFamily<(Cow<'static, str>, &'static str)>,
     data_reads: CounterFamily<(&'static str, &'static str)>,
     guard_rejections: CounterFamily<&'static str>,
     rate_limited: CounterFamily<&'static str>,
@@ -194,12 +195,13 @@ impl Metrics {
         verdict: Verdict<'_>,
         elapsed: Duration,
     ) {
-        let tool = match registry.resolve(name) {
-            Resolution::Tool(tool) => tool.spec().name,
-            Resolution::Retired(_) | Resolution::Unknown => UNKNOWN_TOOL,
+        let label = match registry.resolve(name) {
+            Resolution::Tool(tool) => &tool.spec().name,
+            Resolution::Retired(_) | Resolution::Unknown => &Cow::Borrowed(UNKNOWN_TOOL),
         };
         let code = verdict.code();
-        self.tool_calls.inc((tool, code));
+        self.tool_calls.inc((label.clone(), code));
+        let tool: &str = label;
         self.latency.observe(elapsed);
         let elapsed_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         match (verdict, verdict.refusal()) {
@@ -309,7 +311,7 @@ impl Metrics {
             "tools/call requests by tool and outcome code (ok or a catalog code).",
         );
         for ((tool, code), value) in self.tool_calls.snapshot() {
-            sample(page, name, &[("tool", tool), ("code", code)], value);
+            sample(page, name, &[("tool", &tool), ("code", code)], value);
         }
         let name = "tollgate_data_reads_total";
         header(
@@ -720,9 +722,9 @@ mod tests {
     #[test]
     fn counters_group_by_labels_and_render_sorted() {
         let m = Metrics::new();
-        m.tool_calls.inc(("issue_invoice", "ok"));
-        m.tool_calls.inc(("create_client", "ok"));
-        m.tool_calls.inc(("issue_invoice", "ok"));
+        m.tool_calls.inc(("issue_invoice".into(), "ok"));
+        m.tool_calls.inc(("create_client".into(), "ok"));
+        m.tool_calls.inc(("issue_invoice".into(), "ok"));
         m.guard_rejections.inc("rate_limited");
         m.rate_limited.inc("write");
         m.http_responses.inc(200);

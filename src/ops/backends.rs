@@ -207,7 +207,7 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
     // backend's tools in configuration order.
     let mut taken: std::collections::BTreeMap<String, String> = crate::tools::invoicing::tools()
         .iter()
-        .map(|t| (t.spec().name.to_owned(), "the built-in tools".to_owned()))
+        .map(|t| (t.spec().name.to_string(), "the built-in tools".to_owned()))
         .chain(
             crate::tools::invoicing::retired::RETIRED_TOOLS
                 .iter()
@@ -239,7 +239,7 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                 for tool in &tools {
                     let spec = tool.spec();
                     if let Some(owner) =
-                        taken.insert(spec.name.to_owned(), format!("backend {name}"))
+                        taken.insert(spec.name.to_string(), format!("backend {name}"))
                     {
                         problems.push(format!(
                             "backend {name}: the tool {} is already named by {owner}; rename it with an override or disable one of them",

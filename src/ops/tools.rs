@@ -104,10 +104,10 @@ fn plans_including(plans: &[Plan], tool: &str) -> Vec<String> {
 
 fn row(spec: &crate::tools::ToolSpec, plans: &[Plan], backend: Option<&str>) -> ToolRow {
     ToolRow {
-        name: spec.name.to_owned(),
-        scope: spec.scope.to_owned(),
+        name: spec.name.to_string(),
+        scope: spec.scope.to_string(),
         category: spec.category.as_str(),
-        plans: plans_including(plans, spec.name),
+        plans: plans_including(plans, &spec.name),
         backend: backend.map(str::to_owned),
     }
 }

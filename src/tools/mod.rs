@@ -22,6 +22,7 @@ pub mod resources;
 pub mod schema;
 pub mod validate;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -110,19 +111,21 @@ pub enum Idempotency {
     Required,
 }
 
-/// Everything declared about one tool.
+/// Everything declared about one tool. Its texts are borrowed literals for a built-in tool
+/// (`"create_client".into()`, which costs nothing) and owned by the declaration for a
+/// backend's tool, whose texts come from the backend and go when its tool does.
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
     /// `<verb>_<noun>` name.
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     /// Human title.
-    pub title: &'static str,
+    pub title: Cow<'static, str>,
     /// Description written for a model.
-    pub description: &'static str,
+    pub description: Cow<'static, str>,
     /// Rate-limit category.
     pub category: Category,
     /// The scope a credential needs to see and call it.
-    pub scope: &'static str,
+    pub scope: Cow<'static, str>,
     /// Idempotency policy.
     pub idempotency: Idempotency,
     /// JSON Schema of the arguments (`type: object`).
@@ -383,7 +386,10 @@ pub enum Resolution<'a> {
 /// Everything the server offers, built once at start.
 pub struct Registry {
     tools: Vec<RegisteredTool>,
-    by_name: HashMap<&'static str, usize>,
+    /// Each tool's position in `tools`, by name: a call's lookup borrows the name it is
+    /// given (no allocation); the key is shared with the declaration for a built-in tool
+    /// and a copy for a backend's.
+    by_name: HashMap<Cow<'static, str>, usize>,
     retired: &'static [RetiredTool],
     resources: Vec<Arc<dyn ResourceProvider>>,
     prompts: Vec<Arc<dyn Prompt>>,
@@ -411,7 +417,7 @@ impl Registry {
     ) -> Result<Registry, RegistryError> {
         let mut registered: Vec<RegisteredTool> =
             tools.into_iter().map(RegisteredTool::new).collect();
-        registered.sort_by_key(|t| t.spec().name);
+        registered.sort_by(|a, b| a.spec().name.cmp(&b.spec().name));
         if let Some(dup) = registered
             .windows(2)
             .find(|w| w[0].spec().name == w[1].spec().name)
@@ -428,7 +434,7 @@ impl Registry {
         let by_name = registered
             .iter()
             .enumerate()
-            .map(|(i, t)| (t.spec().name, i))
+            .map(|(i, t)| (t.spec().name.clone(), i))
             .collect();
         prompts.sort_by_key(|p| p.spec().name);
         let registry = Registry {
@@ -550,7 +556,7 @@ mod tests {
     #[test]
     fn a_tool_registered_twice_is_refused_by_name() {
         let tool = Arc::clone(&crate::tools::invoicing::tools()[0]);
-        let name = tool.spec().name;
+        let name = tool.spec().name.clone();
         let err = Registry::new(vec![Arc::clone(&tool), tool], &[], Vec::new(), Vec::new())
             .err()
             .expect("a duplicate name is refused");
@@ -580,6 +586,24 @@ mod tests {
     }
 
     #[test]
+    fn a_built_in_declaration_borrows_its_texts() {
+        for tool in crate::tools::invoicing::tools() {
+            let spec = tool.spec();
+            for text in [&spec.name, &spec.title, &spec.description, &spec.scope] {
+                assert!(matches!(text, Cow::Borrowed(_)), "{}: {text}", spec.name);
+            }
+        }
+    }
+
+    /// A built-in tool's text, which is a literal.
+    fn literal(text: Cow<'static, str>) -> &'static str {
+        match text {
+            Cow::Borrowed(text) => text,
+            Cow::Owned(_) => panic!("a built-in tool's texts are literals"),
+        }
+    }
+
+    #[test]
     fn a_prompt_must_read_through_a_registered_read_tool_of_its_scope() {
         let tools = crate::tools::invoicing::tools();
         let read = tools
@@ -596,8 +620,8 @@ mod tests {
             .clone();
         let build = |access| Registry::new(tools.clone(), &[], Vec::new(), vec![reading(access)]);
         let fits = DataAccess {
-            scope: read.scope,
-            as_tool: read.name,
+            scope: literal(read.scope.clone()),
+            as_tool: literal(read.name.clone()),
         };
         assert!(build(fits).is_ok());
         let refused = [
@@ -606,8 +630,8 @@ mod tests {
                 ..fits
             },
             DataAccess {
-                as_tool: write.name,
-                scope: write.scope,
+                as_tool: literal(write.name.clone()),
+                scope: literal(write.scope.clone()),
             },
             DataAccess {
                 as_tool: "no_such_tool",

@@ -29,7 +29,7 @@ impl Visibility<'_> {
             return false;
         }
         match &self.plan {
-            Ok(Some(plan)) => !plan.excludes(tool.name),
+            Ok(Some(plan)) => !plan.excludes(&tool.name),
             Ok(None) => true,
             Err(()) => false,
         }
@@ -38,10 +38,10 @@ impl Visibility<'_> {
 
 /// `insufficient_scope` unless the principal holds `*` or the tool's scope.
 pub(super) fn check_scope(principal: &Principal, tool: &ToolSpec) -> Result<(), McpError> {
-    if grants(&principal.scopes, tool.scope) {
+    if grants(&principal.scopes, &tool.scope) {
         Ok(())
     } else {
-        Err(McpError::insufficient_scope(tool.scope, &principal.scopes))
+        Err(McpError::insufficient_scope(&tool.scope, &principal.scopes))
     }
 }
 
@@ -141,8 +141,8 @@ impl Authenticator {
         let Some(plan) = &facts.plan else {
             return Ok(());
         };
-        if plan.excludes(tool.name) {
-            return Err(self.upgrade_required(plan, tool.name));
+        if plan.excludes(&tool.name) {
+            return Err(self.upgrade_required(plan, &tool.name));
         }
         self.check_allowances(plan, facts.active_keys)
     }
@@ -245,11 +245,11 @@ mod tests {
 
     fn tool(name: &'static str, scope: &'static str) -> ToolSpec {
         ToolSpec {
-            name,
-            title: name,
-            description: "",
+            name: name.into(),
+            title: name.into(),
+            description: "".into(),
             category: Category::Read,
-            scope,
+            scope: scope.into(),
             idempotency: Idempotency::NotApplicable,
             input_schema: serde_json::json!({"type": "object"}),
             output_schema: None,

@@ -8,6 +8,8 @@
 //! honours would give its key an empty `tools/list` and no warning, so the command line
 //! and the console refuse it ([`KnownScopes::check`]) with the closest known names.
 
+use std::borrow::Cow;
+
 use super::*;
 use crate::config::BackendConfig;
 use crate::tools::backends::configured_scopes;
@@ -55,11 +57,11 @@ pub struct KnownScopes {
 
 /// The scopes the built-in tools need: the invoicing back office's and, with
 /// `conformance_pack` in a build that carries it, the conformance fixtures'.
-fn builtin_scopes(conformance_pack: bool) -> Vec<&'static str> {
+fn builtin_scopes(conformance_pack: bool) -> Vec<Cow<'static, str>> {
     crate::tools::invoicing::tools()
         .iter()
-        .map(|t| t.spec().scope)
-        .chain(conformance_scope(conformance_pack))
+        .map(|t| t.spec().scope.clone())
+        .chain(conformance_scope(conformance_pack).map(Cow::Borrowed))
         .collect()
 }
 
@@ -99,7 +101,7 @@ impl KnownScopes {
                 group: ScopeGroup::Special,
             })
             .collect();
-        let mut builtin: Vec<&str> = builtin_scopes(conformance_pack);
+        let mut builtin = builtin_scopes(conformance_pack);
         builtin.sort_by(|a, b| {
             let resource = |s: &str| s.split(':').next().unwrap_or_default().to_owned();
             (resource(a), action_rank(a)).cmp(&(resource(b), action_rank(b)))
@@ -108,8 +110,8 @@ impl KnownScopes {
         for scope in builtin {
             let resource = scope.split(':').next().unwrap_or_default();
             scopes.push(KnownScope {
-                scope: scope.to_owned(),
                 group: ScopeGroup::BuiltIn(resource.to_owned()),
+                scope: scope.into_owned(),
             });
         }
         for backend in backends {

@@ -164,7 +164,7 @@ fn check_tool(
             registry
                 .tools()
                 .iter()
-                .map(|t| t.spec().name)
+                .map(|t| &*t.spec().name)
                 .collect::<Vec<_>>()
                 .join(", ")
         ))),

@@ -9,24 +9,30 @@
 //! catalog entries, always `isError` results: the model reads them and can act.
 //!
 //! Here: the [`Backend`] trait the two kinds implement, what an operation declares
-//! ([`Operation`]), the tool an operation becomes with the operator's overrides applied
-//! ([`BackendTool`]: name, category, scope, idempotency), what a backend left out of its
-//! list of tools and why ([`ListingReport`]), and per-backend counters for `/metrics`.
+//! ([`Operation`]), every backend opened together ([`Backends`]), what a backend left out
+//! of its list of tools and why ([`ListingReport`]), and per-backend counters for
+//! `/metrics`. The tool an operation becomes with the operator's overrides applied
+//! ([`BackendTool`]: name, category, scope, idempotency) is in `tool`.
 
 pub mod openapi;
+mod tool;
 pub mod upstream;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 use crate::clock::Clock;
-use crate::config::{BackendConfig, BackendKind, IdempotencyPolicy, ToolOverride};
-use crate::tools::{Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec, schema};
+use crate::config::{BackendConfig, BackendKind};
+use crate::tools::{Category, Tool, ToolContext, ToolOutput};
+
+pub use tool::{
+    BackendTool, OPERATION_CATEGORIES, configured_scopes, tool_name, unmatched_overrides,
+};
 
 /// What one operation of a backend declares, before the operator's overrides.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,7 +199,7 @@ pub trait Backend: Send + Sync {
 
     /// Forwards one call of `operation` with `args`, already validated against the
     /// operation's input schema. `args` may hold tollgate's own `idempotency_key`
-    /// ([`schema::KEY_ARGUMENT`]), which is never forwarded as an argument (its value is
+    /// ([`crate::tools::schema::KEY_ARGUMENT`]), which is never forwarded as an argument (its value is
     /// [`Call::idempotency_key`]). Every failure is a catalog error of the tool class.
     fn call(
         &self,
@@ -463,7 +469,7 @@ impl Backends {
                     .backend
                     .operations()
                     .iter()
-                    .filter(|op| enabled(&e.config, op))
+                    .filter(|op| tool::enabled(&e.config, op))
                     .count(),
                 listing: e.backend.listing_report(),
             })
@@ -508,209 +514,6 @@ impl Drop for Backends {
     }
 }
 
-/// The full tool name of `operation` on `backend`.
-pub fn tool_name(backend: &str, operation: &str) -> String {
-    format!("{backend}_{operation}")
-}
-
-fn override_of<'c>(config: &'c BackendConfig, op: &Operation) -> Option<&'c ToolOverride> {
-    config.tools.get(&tool_name(&config.name, &op.name))
-}
-
-fn enabled(config: &BackendConfig, op: &Operation) -> bool {
-    override_of(config, op).and_then(|o| o.enabled) != Some(false)
-}
-
-fn category_named(word: &str) -> Option<Category> {
-    Category::ALL.into_iter().find(|c| c.as_str() == word)
-}
-
-/// The categories an operation has before the operator's overrides: an OpenAPI method or
-/// an upstream tool's hints make it `read`, `destructive` or `write`, never `send` or
-/// `generate` (only an override gives those).
-pub const OPERATION_CATEGORIES: [Category; 3] =
-    [Category::Read, Category::Write, Category::Destructive];
-
-/// The scope of a backend tool of `category`: the override's own, or `<backend>:<category>`.
-fn tool_scope(config: &BackendConfig, category: Category, over: &ToolOverride) -> String {
-    match &over.scope {
-        Some(scope) => scope.clone(),
-        None => format!("{}:{}", config.name, category.as_str()),
-    }
-}
-
-/// Every scope a tool of the backend `config` can need, from its configuration alone (no
-/// connection): `<backend>:<category>` for each category an operation can have, and for
-/// each override that keeps its tool enabled, the scope it sets or the category scope it
-/// moves the tool to. Each once, the category scopes first in category order, then the
-/// others by name.
-pub fn configured_scopes(config: &BackendConfig) -> Vec<String> {
-    let mut scopes: std::collections::BTreeSet<String> = OPERATION_CATEGORIES
-        .iter()
-        .map(|c| tool_scope(config, *c, &ToolOverride::default()))
-        .collect();
-    for over in config.tools.values().filter(|o| o.enabled != Some(false)) {
-        let category = over.category.as_deref().and_then(category_named);
-        match (&over.scope, category) {
-            (Some(scope), _) => {
-                scopes.insert(scope.clone());
-            }
-            (None, Some(category)) => {
-                scopes.insert(tool_scope(config, category, over));
-            }
-            (None, None) => {}
-        }
-    }
-    let rank = |scope: &str| {
-        Category::ALL
-            .iter()
-            .position(|c| *scope == tool_scope(config, *c, &ToolOverride::default()))
-            .unwrap_or(Category::ALL.len())
-    };
-    let mut scopes: Vec<String> = scopes.into_iter().collect();
-    scopes.sort_by_key(|s| rank(s));
-    scopes
-}
-
-/// A backend operation offered as a tool.
-pub struct BackendTool {
-    spec: ToolSpec,
-    operation: String,
-    backend: Arc<dyn Backend>,
-    timeout: Duration,
-    counters: Arc<BackendCounters>,
-}
-
-impl BackendTool {
-    /// The tool `op` of `entry` becomes, or `None` when an override disables it.
-    fn new(entry: &Entry, op: Operation) -> Option<BackendTool> {
-        let config = &entry.config;
-        let over = override_of(config, &op).cloned().unwrap_or_default();
-        if over.enabled == Some(false) {
-            return None;
-        }
-        let category = over
-            .category
-            .as_deref()
-            .and_then(category_named)
-            .unwrap_or(op.category);
-        let idempotency = match over.idempotency {
-            Some(IdempotencyPolicy::Required) => Idempotency::Required,
-            Some(IdempotencyPolicy::Optional) => Idempotency::Optional,
-            Some(IdempotencyPolicy::None) => Idempotency::NotApplicable,
-            None if category == Category::Read => Idempotency::NotApplicable,
-            None => Idempotency::Optional,
-        };
-        let name = tool_name(&config.name, &op.name);
-        let scope = tool_scope(config, category, &over);
-        let title = over
-            .title
-            .or(op.title)
-            .unwrap_or_else(|| op.name.replace('_', " "));
-        let mut description = over.description.unwrap_or(op.description);
-        let mut input_schema = op.input_schema;
-        if idempotency != Idempotency::NotApplicable {
-            add_key_argument(&mut input_schema, idempotency == Idempotency::Required);
-            if !description.is_empty() && !description.ends_with(['.', '\n']) {
-                description.push('.');
-            }
-            if !description.is_empty() {
-                description.push(' ');
-            }
-            description.push_str(schema::reuse_key!());
-        }
-        schema::optional_admits_null(&mut input_schema);
-        Some(BackendTool {
-            spec: ToolSpec {
-                name: intern(&name),
-                title: intern(&title),
-                description: intern(&description),
-                category,
-                scope: intern(&scope),
-                idempotency,
-                input_schema,
-                output_schema: op.output_schema,
-            },
-            operation: op.name,
-            backend: Arc::clone(&entry.backend),
-            timeout: config.timeout,
-            counters: Arc::clone(&entry.counters),
-        })
-    }
-}
-
-/// Adds the `idempotency_key` argument to an object schema (required when `required`).
-fn add_key_argument(input_schema: &mut Value, required: bool) {
-    let Value::Object(object) = input_schema else {
-        return;
-    };
-    let properties = object
-        .entry("properties")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(properties) = properties {
-        properties.insert(schema::KEY_ARGUMENT.into(), schema::key_property(required));
-    }
-    if required {
-        let names = object
-            .entry("required")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if let Value::Array(names) = names {
-            names.push(schema::KEY_ARGUMENT.into());
-        }
-    }
-}
-
-impl Tool for BackendTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn backend(&self) -> Option<&str> {
-        Some(self.backend.name())
-    }
-
-    /// A backend call waits on the network: it gets a worker of its own.
-    fn waits(&self) -> bool {
-        true
-    }
-
-    fn call(
-        &self,
-        ctx: &ToolContext<'_>,
-        args: &Map<String, Value>,
-    ) -> Result<ToolOutput, McpError> {
-        self.counters.calls.fetch_add(1, Ordering::Relaxed);
-        let call = Call {
-            ctx,
-            idempotency_key: ctx.idempotency_key(),
-            timeout: self.timeout,
-        };
-        let outcome = self.backend.call(&self.operation, args, &call);
-        if outcome.is_err() {
-            self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        }
-        outcome
-    }
-}
-
-/// Interns a backend tool's texts: a tool's declaration holds `&'static str`s, and an
-/// upstream's list is re-read on every change, so each distinct text is kept once for the
-/// life of the process instead of once per listing.
-pub fn intern(text: &str) -> &'static str {
-    static TEXTS: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let texts = TEXTS.get_or_init(|| Mutex::new(HashSet::new()));
-    let mut texts = match texts.lock() {
-        Ok(texts) => texts,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    if let Some(&known) = texts.get(text) {
-        return known;
-    }
-    let leaked: &'static str = Box::leak(text.to_owned().into_boxed_str());
-    texts.insert(leaked);
-    leaked
-}
-
 /// Snake case of an identifier (`createOrder`, `create-order`, `Create Order` →
 /// `create_order`): the default tool name of an OpenAPI `operationId`.
 pub fn snake_case(id: &str) -> String {
@@ -737,21 +540,6 @@ pub fn snake_case(id: &str) -> String {
     out
 }
 
-/// Overrides that name none of a backend's operations (`operations`, their names): the
-/// operator most likely mistyped a name.
-pub fn unmatched_overrides(config: &BackendConfig, operations: &[String]) -> Vec<String> {
-    let names: HashSet<String> = operations
-        .iter()
-        .map(|op| tool_name(&config.name, op))
-        .collect();
-    config
-        .tools
-        .keys()
-        .filter(|name| !names.contains(*name))
-        .cloned()
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,83 +557,5 @@ mod tests {
         ] {
             assert_eq!(snake_case(id), name, "{id}");
         }
-    }
-
-    fn crm(tools: &[(&str, ToolOverride)]) -> BackendConfig {
-        BackendConfig {
-            name: "crm".to_owned(),
-            kind: BackendKind::Mcp(crate::config::McpBackend {
-                transport: crate::config::McpTransport::Http {
-                    url: "http://127.0.0.1:1/mcp".to_owned(),
-                    headers: Default::default(),
-                },
-                max_tools: crate::config::DEFAULT_MAX_TOOLS,
-                max_schema_bytes: crate::config::DEFAULT_MAX_SCHEMA_BYTES,
-            }),
-            timeout: Duration::from_secs(1),
-            tools: tools
-                .iter()
-                .map(|(name, over)| ((*name).to_owned(), over.clone()))
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn a_backends_scopes_come_from_its_configuration() {
-        assert_eq!(
-            configured_scopes(&crm(&[])),
-            ["crm:read", "crm:write", "crm:destructive"]
-        );
-        let overrides = [
-            (
-                "crm_send_mail",
-                ToolOverride {
-                    category: Some("send".to_owned()),
-                    ..ToolOverride::default()
-                },
-            ),
-            (
-                "crm_export",
-                ToolOverride {
-                    scope: Some("crm:export".to_owned()),
-                    category: Some("generate".to_owned()),
-                    ..ToolOverride::default()
-                },
-            ),
-            (
-                "crm_purge",
-                ToolOverride {
-                    scope: Some("crm:purge".to_owned()),
-                    enabled: Some(false),
-                    ..ToolOverride::default()
-                },
-            ),
-        ];
-        assert_eq!(
-            configured_scopes(&crm(&overrides)),
-            [
-                "crm:read",
-                "crm:write",
-                "crm:destructive",
-                "crm:send",
-                "crm:export"
-            ]
-        );
-    }
-
-    #[test]
-    fn interned_texts_are_kept_once() {
-        let a = intern("crm_create_order");
-        let b = intern(&String::from("crm_create_order"));
-        assert!(std::ptr::eq(a, b));
-    }
-
-    #[test]
-    fn the_key_argument_is_added_and_required_when_the_policy_says_so() {
-        let mut schema =
-            serde_json::json!({"type": "object", "properties": {"a": {"type": "string"}}});
-        add_key_argument(&mut schema, true);
-        assert_eq!(schema["required"], serde_json::json!(["idempotency_key"]));
-        assert_eq!(schema["properties"]["idempotency_key"]["maxLength"], 255);
     }
 }

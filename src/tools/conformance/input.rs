@@ -23,11 +23,11 @@ fn tool(
     run: ToolFn,
 ) -> FnTool {
     let spec = ToolSpec {
-        name,
-        title,
-        description,
+        name: name.into(),
+        title: title.into(),
+        description: description.into(),
         category: Category::Read,
-        scope: crate::tools::conformance::SCOPE,
+        scope: crate::tools::conformance::SCOPE.into(),
         idempotency: Idempotency::NotApplicable,
         input_schema: schema,
         output_schema: None,

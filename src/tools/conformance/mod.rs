@@ -6,201 +6,45 @@
 //! only when an operator enables it; it is never on by default. Every tool needs the
 //! `conformance:use` scope and takes no idempotency key; none reads or changes business
 //! data. One resource can change: `test_update_watched_resource` gives
-//! `test://watched-resource` a new revision and tells every session subscribed to it. Names, texts, MIME types and argument names follow the suite's own
-//! scenarios (`src/scenarios/server/*.ts`) and its reference server
-//! (`examples/servers/typescript/everything-server.ts`); the image and audio payloads are
-//! real, minimal files (a 1×1 PNG and a short silent WAV).
+//! `test://watched-resource` a new revision and tells every session subscribed to it.
+//! Names, texts, MIME types and argument names follow the suite's own scenarios
+//! (`src/scenarios/server/*.ts`) and its reference server
+//! (`examples/servers/typescript/everything-server.ts`).
 //!
-//! The fixtures that ask the client for input (sampling, elicitation, the 2026-07-28
-//! multi-round `input_required` results) live in `conformance_input`.
+//! Here: the fixture tools. Beside them: [`resources`] (the documents and the template),
+//! [`prompts`], `media` (the image and audio payloads: real, minimal files) and `input`
+//! (the fixtures that ask the client for input: sampling, elicitation, the 2026-07-28
+//! multi-round `input_required` results).
 
 mod input;
+mod media;
+mod prompts;
+mod resources;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+pub use prompts::prompts;
+pub use resources::resources;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::tools::{
-    Category, FnTool, Idempotency, LogLevel, Prompt, PromptArgument, PromptSpec, ResourceBody,
-    ResourceProvider, ResourceSpec, Tool, ToolContext, ToolFn, ToolOutput, ToolSpec, text_block,
+    Category, FnTool, Idempotency, LogLevel, Tool, ToolContext, ToolFn, ToolOutput, ToolSpec,
+    text_block,
 };
+
+use media::{WAV_BASE64, image_block};
+use resources::{EMBEDDED, MIXED, WATCHED, WATCHED_REVISION};
 
 /// The scope a credential needs to see and call the conformance tools.
 pub const SCOPE: &str = "conformance:use";
 
 /// The pause between the steps of the logging and progress tools (the suite expects ~50 ms).
 const STEP_PAUSE: Duration = Duration::from_millis(50);
-
-/// A valid 1×1 PNG: one opaque red pixel, 8-bit RGB, every chunk CRC correct.
-#[rustfmt::skip]
-const PNG_1X1: &[u8] = &[
-    // Signature.
-    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a,
-    // IHDR: width 1, height 1, bit depth 8, colour type 2 (RGB), no interlace.
-    0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
-    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x00, 0x00,
-    0x90, 0x77, 0x53, 0xde,
-    // IDAT: zlib stream of the single scanline [filter 0, 0xff, 0x00, 0x00].
-    0x00, 0x00, 0x00, 0x0c, 0x49, 0x44, 0x41, 0x54,
-    0x78, 0xda, 0x63, 0xf8, 0xcf, 0xc0, 0x00, 0x00, 0x03, 0x01, 0x01, 0x00,
-    0xf7, 0x03, 0x41, 0x43,
-    // IEND.
-    0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44,
-    0xae, 0x42, 0x60, 0x82,
-];
-
-/// Sample rate of the fixture clip (mono, 16-bit PCM).
-const WAV_SAMPLE_RATE: u32 = 8_000;
-/// Number of samples in the fixture clip (1 ms of silence).
-const WAV_SAMPLES: u32 = 8;
-
-static PNG_BASE64: LazyLock<String> = LazyLock::new(|| STANDARD.encode(PNG_1X1));
-static WAV_BASE64: LazyLock<String> = LazyLock::new(|| STANDARD.encode(wav_bytes()));
-
-/// A complete, valid WAV file: RIFF header, PCM `fmt ` chunk and `data` chunk of silence.
-fn wav_bytes() -> Vec<u8> {
-    const CHANNELS: u16 = 1;
-    const BITS: u16 = 16;
-    let block_align = CHANNELS * BITS / 8;
-    let data_len = WAV_SAMPLES * u32::from(block_align);
-    let mut out = Vec::with_capacity(44 + data_len as usize);
-    out.extend_from_slice(b"RIFF");
-    // The RIFF size counts everything after this field: "WAVE" + fmt chunk + data chunk.
-    out.extend_from_slice(&(36 + data_len).to_le_bytes());
-    out.extend_from_slice(b"WAVEfmt ");
-    out.extend_from_slice(&16u32.to_le_bytes());
-    out.extend_from_slice(&1u16.to_le_bytes()); // PCM
-    out.extend_from_slice(&CHANNELS.to_le_bytes());
-    out.extend_from_slice(&WAV_SAMPLE_RATE.to_le_bytes());
-    out.extend_from_slice(&(WAV_SAMPLE_RATE * u32::from(block_align)).to_le_bytes());
-    out.extend_from_slice(&block_align.to_le_bytes());
-    out.extend_from_slice(&BITS.to_le_bytes());
-    out.extend_from_slice(b"data");
-    out.extend_from_slice(&data_len.to_le_bytes());
-    out.resize(out.len() + data_len as usize, 0);
-    out
-}
-
-// ---- Documents (readable resources, also embedded by tools) ---------------------------
-
-/// The contents of a fixed document.
-enum Body {
-    Text(&'static str),
-    Blob(&'static [u8]),
-}
-
-/// A fixed, readable document of the pack.
-struct Document {
-    uri: &'static str,
-    name: &'static str,
-    title: &'static str,
-    description: &'static str,
-    mime_type: &'static str,
-    body: Body,
-}
-
-const STATIC_TEXT: Document = Document {
-    uri: "test://static-text",
-    name: "static-text",
-    title: "Static Text Resource",
-    description: "A static text resource for conformance testing.",
-    mime_type: "text/plain",
-    body: Body::Text("This is the content of the static text resource."),
-};
-
-const STATIC_BINARY: Document = Document {
-    uri: "test://static-binary",
-    name: "static-binary",
-    title: "Static Binary Resource",
-    description: "A static binary resource (a 1x1 PNG image) for conformance testing.",
-    mime_type: "image/png",
-    body: Body::Blob(PNG_1X1),
-};
-
-/// How many times `test_update_watched_resource` changed `test://watched-resource` in this
-/// process (its text names the revision from the first change on).
-static WATCHED_REVISION: AtomicU64 = AtomicU64::new(0);
-
-/// The text of `test://watched-resource` at its current revision.
-fn watched_text() -> String {
-    match WATCHED_REVISION.load(Ordering::Relaxed) {
-        0 => "Watched resource content".to_owned(),
-        n => format!("Watched resource content (revision {n})"),
-    }
-}
-
-const WATCHED: Document = Document {
-    uri: "test://watched-resource",
-    name: "watched-resource",
-    title: "Watched Resource",
-    description: "A text resource clients may subscribe to, for conformance testing; \
-                  test_update_watched_resource changes it.",
-    mime_type: "text/plain",
-    // Read through `watched_text`, which follows the revision.
-    body: Body::Text("Watched resource content"),
-};
-
-const EMBEDDED: Document = Document {
-    uri: "test://embedded-resource",
-    name: "embedded-resource",
-    title: "Embedded Resource",
-    description: "The text resource that test_embedded_resource embeds in its result.",
-    mime_type: "text/plain",
-    body: Body::Text("This is an embedded resource content."),
-};
-
-const MIXED: Document = Document {
-    uri: "test://mixed-content-resource",
-    name: "mixed-content-resource",
-    title: "Mixed Content Resource",
-    description: "The JSON resource that test_multiple_content_types embeds in its result.",
-    mime_type: "application/json",
-    body: Body::Text(r#"{"test":"data","value":123}"#),
-};
-
-static DOCUMENTS: [&Document; 5] = [&STATIC_TEXT, &STATIC_BINARY, &WATCHED, &EMBEDDED, &MIXED];
-
-impl Document {
-    fn spec(&self) -> ResourceSpec {
-        ResourceSpec {
-            uri: self.uri.to_owned(),
-            name: self.name.to_owned(),
-            title: self.title.to_owned(),
-            description: self.description.to_owned(),
-            mime_type: self.mime_type.to_owned(),
-        }
-    }
-
-    fn resource_body(&self) -> ResourceBody {
-        match self.body {
-            Body::Text(text) => ResourceBody::Text(text.to_owned()),
-            Body::Blob(bytes) => ResourceBody::Blob(bytes.to_vec()),
-        }
-    }
-
-    /// The document as a `resource` content block (embedded resource).
-    fn embedded_block(&self) -> Value {
-        let mut resource = json!({ "uri": self.uri, "mimeType": self.mime_type });
-        match self.body {
-            Body::Text(text) => resource["text"] = json!(text),
-            Body::Blob(bytes) => resource["blob"] = json!(STANDARD.encode(bytes)),
-        }
-        json!({ "type": "resource", "resource": resource })
-    }
-}
-
-/// An `image` content block carrying the fixture PNG.
-fn image_block() -> Value {
-    json!({ "type": "image", "data": PNG_BASE64.as_str(), "mimeType": "image/png" })
-}
-
-// ---- Tools ------------------------------------------------------------------------------
 
 /// One row of the tool table: everything but the parts every fixture shares.
 struct ToolEntry {
@@ -219,11 +63,11 @@ struct ToolEntry {
 impl ToolEntry {
     fn build(&self) -> Arc<dyn Tool> {
         let spec = ToolSpec {
-            name: self.name,
-            title: self.title,
-            description: self.description,
+            name: self.name.into(),
+            title: self.title.into(),
+            description: self.description.into(),
             category: self.category,
-            scope: SCOPE,
+            scope: SCOPE.into(),
             idempotency: Idempotency::NotApplicable,
             input_schema: (self.input_schema)(),
             output_schema: None,
@@ -357,7 +201,7 @@ const TOOL_TABLE: [ToolEntry; 10] = [
 /// The fixture tools, in the suite's names.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
     let mut tools: Vec<Arc<dyn Tool>> = TOOL_TABLE.iter().map(ToolEntry::build).collect();
-    tools.extend(crate::tools::conformance::input::tools());
+    tools.extend(input::tools());
     tools
 }
 
@@ -525,259 +369,19 @@ fn update_watched_resource(
     ))]))
 }
 
-// ---- Resources --------------------------------------------------------------------------
-
-/// The fixed documents: `test://static-text`, `test://static-binary`,
-/// `test://watched-resource` and the two resources the tools embed.
-struct FixtureDocuments;
-
-impl ResourceProvider for FixtureDocuments {
-    fn list(&self) -> Vec<ResourceSpec> {
-        DOCUMENTS.iter().map(|doc| doc.spec()).collect()
-    }
-
-    fn read(&self, uri: &str) -> Option<(String, ResourceBody)> {
-        let doc = DOCUMENTS.iter().find(|doc| doc.uri == uri)?;
-        let body = match doc.uri {
-            uri if uri == WATCHED.uri => ResourceBody::Text(watched_text()),
-            _ => doc.resource_body(),
-        };
-        Some((doc.mime_type.to_owned(), body))
-    }
-
-    fn changing(&self) -> &[&'static str] {
-        &[WATCHED.uri]
-    }
-}
-
-const TEMPLATE_URI: &str = "test://template/{id}/data";
-const TEMPLATE_PREFIX: &str = "test://template/";
-const TEMPLATE_SUFFIX: &str = "/data";
-
-/// The resource template `test://template/{id}/data`, readable for any single-segment id.
-struct DataTemplate;
-
-impl DataTemplate {
-    /// The `{id}` of a concrete URI of this template, when `uri` is one.
-    fn id_of(uri: &str) -> Option<&str> {
-        let id = uri
-            .strip_prefix(TEMPLATE_PREFIX)?
-            .strip_suffix(TEMPLATE_SUFFIX)?;
-        let single_segment = !id.is_empty() && !id.contains(['/', '?', '#']);
-        single_segment.then_some(id)
-    }
-}
-
-impl ResourceProvider for DataTemplate {
-    fn list(&self) -> Vec<ResourceSpec> {
-        Vec::new()
-    }
-
-    fn templates(&self) -> Vec<Value> {
-        vec![json!({
-            "uriTemplate": TEMPLATE_URI,
-            "name": "template",
-            "title": "Resource Template",
-            "description": "A resource template with parameter substitution: reading \
-                            test://template/<id>/data returns a JSON document naming <id>.",
-            "mimeType": "application/json",
-        })]
-    }
-
-    fn read(&self, uri: &str) -> Option<(String, ResourceBody)> {
-        let id = Self::id_of(uri)?;
-        // The suite compares this text; keys stay in this order (serde_json preserve_order).
-        let text = json!({ "id": id, "templateTest": true, "data": format!("Data for ID: {id}") })
-            .to_string();
-        Some(("application/json".to_owned(), ResourceBody::Text(text)))
-    }
-}
-
-/// The fixture documents and the `test://template/{id}/data` template.
-pub fn resources() -> Vec<Arc<dyn ResourceProvider>> {
-    vec![Arc::new(FixtureDocuments), Arc::new(DataTemplate)]
-}
-
-// ---- Prompts ----------------------------------------------------------------------------
-
-type RenderFn = fn(&Map<String, Value>) -> Vec<Value>;
-type CompleteFn = fn(&str, &str) -> Vec<String>;
-
-/// A fixture prompt: a declaration, its renderer and its argument completer.
-struct FixturePrompt {
-    spec: PromptSpec,
-    render: RenderFn,
-    complete: CompleteFn,
-}
-
-impl Prompt for FixturePrompt {
-    fn spec(&self) -> &PromptSpec {
-        &self.spec
-    }
-
-    fn messages(&self, _book: crate::tools::Book, args: &Map<String, Value>) -> Vec<Value> {
-        (self.render)(args)
-    }
-
-    fn complete(&self, _book: crate::tools::Book, argument: &str, value: &str) -> Vec<String> {
-        (self.complete)(argument, value)
-    }
-}
-
-fn no_completions(_: &str, _: &str) -> Vec<String> {
-    Vec::new()
-}
-
-/// A string argument; required ones are checked by the dispatcher before rendering.
-fn argument<'a>(args: &'a Map<String, Value>, name: &str) -> &'a str {
-    args.get(name).and_then(Value::as_str).unwrap_or_default()
-}
-
-fn user_message(content: Value) -> Value {
-    json!({ "role": "user", "content": content })
-}
-
-fn user_text(text: &str) -> Value {
-    user_message(json!({ "type": "text", "text": text }))
-}
-
-fn required(name: &'static str, description: &'static str) -> PromptArgument {
-    PromptArgument {
-        name,
-        description,
-        required: true,
-        completes_from: None,
-    }
-}
-
-fn simple_prompt() -> FixturePrompt {
-    FixturePrompt {
-        spec: PromptSpec {
-            name: "test_simple_prompt",
-            title: "Simple Test Prompt",
-            description: "Conformance-suite fixture: a prompt without arguments.",
-            reads: None,
-            arguments: Vec::new(),
-        },
-        render: |_| vec![user_text("This is a simple prompt for testing.")],
-        complete: no_completions,
-    }
-}
-
-fn prompt_with_arguments() -> FixturePrompt {
-    FixturePrompt {
-        spec: PromptSpec {
-            name: "test_prompt_with_arguments",
-            title: "Prompt With Arguments",
-            description: "Conformance-suite fixture: a prompt with two required arguments.",
-            reads: None,
-            arguments: vec![
-                required("arg1", "First test argument"),
-                required("arg2", "Second test argument"),
-            ],
-        },
-        render: render_with_arguments,
-        complete: complete_arguments,
-    }
-}
-
-fn render_with_arguments(args: &Map<String, Value>) -> Vec<Value> {
-    let (arg1, arg2) = (argument(args, "arg1"), argument(args, "arg2"));
-    vec![user_text(&format!(
-        "Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
-    ))]
-}
-
-/// Suggestions offered for `arg1` of `test_prompt_with_arguments`.
-const ARG1_SUGGESTIONS: [&str; 7] = [
-    "hello",
-    "help",
-    "paris",
-    "park",
-    "test",
-    "testValue1",
-    "world",
-];
-
-/// Completes `arg1` with the suggestions that start with `value`, ignoring ASCII case.
-fn complete_arguments(argument: &str, value: &str) -> Vec<String> {
-    if argument != "arg1" {
-        return Vec::new();
-    }
-    let prefix = value.to_ascii_lowercase();
-    ARG1_SUGGESTIONS
-        .iter()
-        .filter(|s| s.to_ascii_lowercase().starts_with(&prefix))
-        .map(|s| (*s).to_owned())
-        .collect()
-}
-
-fn prompt_with_embedded_resource() -> FixturePrompt {
-    FixturePrompt {
-        spec: PromptSpec {
-            name: "test_prompt_with_embedded_resource",
-            title: "Prompt With Embedded Resource",
-            description: "Conformance-suite fixture: a prompt that embeds a resource.",
-            reads: None,
-            arguments: vec![required("resourceUri", "URI of the resource to embed")],
-        },
-        render: render_embedded_resource,
-        complete: no_completions,
-    }
-}
-
-fn render_embedded_resource(args: &Map<String, Value>) -> Vec<Value> {
-    let resource = json!({
-        "uri": argument(args, "resourceUri"),
-        "mimeType": "text/plain",
-        "text": "Embedded resource content for testing.",
-    });
-    vec![
-        user_message(json!({ "type": "resource", "resource": resource })),
-        user_text("Please process the embedded resource above."),
-    ]
-}
-
-fn prompt_with_image() -> FixturePrompt {
-    FixturePrompt {
-        spec: PromptSpec {
-            name: "test_prompt_with_image",
-            title: "Prompt With Image",
-            description: "Conformance-suite fixture: a prompt that includes an image.",
-            reads: None,
-            arguments: Vec::new(),
-        },
-        render: |_| {
-            vec![
-                user_message(image_block()),
-                user_text("Please analyze the image above."),
-            ]
-        },
-        complete: no_completions,
-    }
-}
-
-/// The fixture prompts, in the suite's names.
-pub fn prompts() -> Vec<Arc<dyn Prompt>> {
-    let mut prompts: Vec<Arc<dyn Prompt>> = vec![
-        Arc::new(simple_prompt()),
-        Arc::new(prompt_with_arguments()),
-        Arc::new(prompt_with_embedded_resource()),
-        Arc::new(prompt_with_image()),
-    ];
-    prompts.extend(crate::tools::conformance::input::prompts());
-    prompts
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::AtomicBool;
 
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+
+    use super::media::{PNG_1X1, wav_bytes};
     use super::*;
     use crate::config::Locale;
     use crate::store::{Store, StoreOptions};
-    use crate::tools::{ClientLink, Registry, Resolution};
+    use crate::tools::{ClientLink, Registry, Resolution, ResourceBody};
 
     /// What a tool told its client.
     #[derive(Debug, Clone, PartialEq)]
@@ -889,68 +493,6 @@ mod tests {
         STANDARD
             .decode(data.as_str().expect("base64 string"))
             .expect("valid base64")
-    }
-
-    fn crc32(bytes: &[u8]) -> u32 {
-        let mut crc = 0xffff_ffff_u32;
-        for &byte in bytes {
-            crc ^= u32::from(byte);
-            for _ in 0..8 {
-                crc = if crc & 1 == 1 {
-                    (crc >> 1) ^ 0xedb8_8320
-                } else {
-                    crc >> 1
-                };
-            }
-        }
-        !crc
-    }
-
-    fn be32(bytes: &[u8]) -> u32 {
-        u32::from_be_bytes(bytes.try_into().expect("4 bytes"))
-    }
-
-    fn le32(bytes: &[u8]) -> u32 {
-        u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
-    }
-
-    #[test]
-    fn png_and_wav_start_with_their_magic_numbers() {
-        assert_eq!(&PNG_1X1[..8], b"\x89PNG\r\n\x1a\n");
-        let wav = wav_bytes();
-        assert_eq!(&wav[..4], b"RIFF");
-        assert_eq!(&wav[8..16], b"WAVEfmt ");
-    }
-
-    #[test]
-    fn png_is_well_formed_with_correct_chunk_crcs() {
-        let mut rest = &PNG_1X1[8..];
-        let mut kinds = Vec::new();
-        while !rest.is_empty() {
-            let len = be32(&rest[..4]) as usize;
-            let (kind_and_body, crc) = (&rest[4..8 + len], be32(&rest[8 + len..12 + len]));
-            assert_eq!(crc32(kind_and_body), crc, "chunk {:?}", &kind_and_body[..4]);
-            kinds.push(kind_and_body[..4].to_vec());
-            rest = &rest[12 + len..];
-        }
-        assert_eq!(
-            kinds,
-            [b"IHDR".to_vec(), b"IDAT".to_vec(), b"IEND".to_vec()]
-        );
-        // IHDR: 1x1, 8-bit RGB.
-        assert_eq!(&PNG_1X1[16..26], &[0, 0, 0, 1, 0, 0, 0, 1, 8, 2]);
-    }
-
-    #[test]
-    fn wav_header_sizes_match_the_file() {
-        let wav = wav_bytes();
-        assert_eq!(le32(&wav[4..8]) as usize, wav.len() - 8);
-        assert_eq!(le32(&wav[16..20]), 16, "PCM fmt chunk");
-        assert_eq!(u16::from_le_bytes([wav[20], wav[21]]), 1, "PCM format tag");
-        assert_eq!(le32(&wav[24..28]), WAV_SAMPLE_RATE);
-        assert_eq!(&wav[36..40], b"data");
-        assert_eq!(le32(&wav[40..44]) as usize, wav.len() - 44);
-        assert_eq!(wav.len(), 44 + 2 * WAV_SAMPLES as usize);
     }
 
     #[test]
@@ -1167,7 +709,7 @@ mod tests {
             all.len(),
             TOOL_TABLE.len() + crate::tools::conformance::input::tools().len()
         );
-        let mut names: Vec<&str> = all.iter().map(|t| t.spec().name).collect();
+        let mut names: Vec<&str> = all.iter().map(|t| &*t.spec().name).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), all.len(), "tool names are unique");
@@ -1179,25 +721,6 @@ mod tests {
             assert_eq!(spec.input_schema["additionalProperties"], false);
             assert!(!spec.title.is_empty() && !spec.description.is_empty());
             assert!(spec.name.len() <= 64);
-        }
-    }
-
-    #[test]
-    fn resources_list_the_fixture_documents() {
-        let uris: Vec<String> = registry().resources().into_iter().map(|r| r.uri).collect();
-        assert_eq!(
-            uris,
-            [
-                "test://embedded-resource",
-                "test://mixed-content-resource",
-                "test://static-binary",
-                "test://static-text",
-                "test://watched-resource",
-            ]
-        );
-        for spec in registry().resources() {
-            assert!(!spec.name.is_empty() && !spec.description.is_empty());
-            assert!(!spec.title.is_empty() && !spec.mime_type.is_empty());
         }
     }
 
@@ -1230,162 +753,5 @@ mod tests {
         assert!(changing.has_changing_resources());
         assert!(changing.resource_changes(WATCHED.uri));
         assert!(!changing.resource_changes("test://static-text"));
-    }
-
-    #[test]
-    fn static_resources_read_with_the_suite_contents() {
-        let text = read_text("test://static-text");
-        assert_eq!(text.0, "text/plain");
-        assert_eq!(text.1, "This is the content of the static text resource.");
-        let watched = read_text("test://watched-resource");
-        assert_eq!(watched.0, "text/plain");
-        assert!(
-            watched.1.starts_with("Watched resource content"),
-            "{}",
-            watched.1
-        );
-        match registry().read_resource("test://static-binary") {
-            Some((mime, ResourceBody::Blob(bytes))) => {
-                assert_eq!(mime, "image/png");
-                assert_eq!(bytes, PNG_1X1);
-            }
-            _ => panic!("static-binary is not a blob"),
-        }
-        assert!(registry().read_resource("test://nonexistent").is_none());
-    }
-
-    #[test]
-    fn template_read_for_id_123_is_the_exact_json() {
-        let (mime, text) = read_text("test://template/123/data");
-        assert_eq!(mime, "application/json");
-        assert_eq!(
-            text,
-            r#"{"id":"123","templateTest":true,"data":"Data for ID: 123"}"#
-        );
-        for bad in [
-            "test://template//data",
-            "test://template/1/2/data",
-            "test://template/123",
-            "test://template/123/data/x",
-        ] {
-            assert!(registry().read_resource(bad).is_none(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn template_is_listed_with_all_fields() {
-        let templates = registry().resource_templates();
-        assert_eq!(templates.len(), 1);
-        let t = &templates[0];
-        assert_eq!(t["uriTemplate"], "test://template/{id}/data");
-        assert_eq!(t["name"], "template");
-        assert_eq!(t["mimeType"], "application/json");
-        assert!(t["title"].is_string() && t["description"].is_string());
-    }
-
-    fn render(name: &str, args: Value) -> Vec<Value> {
-        let registry = registry();
-        let prompt = registry.prompt(name).expect("prompt exists");
-        prompt.messages(crate::tools::Book::Live, args.as_object().expect("object"))
-    }
-
-    #[test]
-    fn prompts_render_the_suite_messages() {
-        assert_eq!(
-            render("test_simple_prompt", json!({})),
-            [json!({ "role": "user", "content": { "type": "text",
-                "text": "This is a simple prompt for testing." } })]
-        );
-        let with_args = render(
-            "test_prompt_with_arguments",
-            json!({ "arg1": "hello", "arg2": "world" }),
-        );
-        assert_eq!(
-            with_args[0]["content"]["text"],
-            "Prompt with arguments: arg1='hello', arg2='world'"
-        );
-        let embedded = render(
-            "test_prompt_with_embedded_resource",
-            json!({ "resourceUri": "test://example-resource" }),
-        );
-        assert_eq!(embedded[0]["content"]["type"], "resource");
-        assert_eq!(
-            embedded[0]["content"]["resource"]["uri"],
-            "test://example-resource"
-        );
-        assert_eq!(embedded[0]["content"]["resource"]["mimeType"], "text/plain");
-        assert_eq!(
-            embedded[1]["content"]["text"],
-            "Please process the embedded resource above."
-        );
-        let image = render("test_prompt_with_image", json!({}));
-        assert_eq!(image[0]["content"]["mimeType"], "image/png");
-        assert_eq!(decode(&image[0]["content"]["data"]), PNG_1X1);
-        assert_eq!(
-            image[1]["content"]["text"],
-            "Please analyze the image above."
-        );
-    }
-
-    #[test]
-    fn prompt_arguments_are_declared_required() {
-        let registry = registry();
-        let declared = |name: &str| -> Vec<(&'static str, bool)> {
-            let prompt = registry.prompt(name).expect("prompt exists");
-            prompt
-                .spec()
-                .arguments
-                .iter()
-                .map(|a| (a.name, a.required))
-                .collect()
-        };
-        assert_eq!(
-            declared("test_prompt_with_arguments"),
-            [("arg1", true), ("arg2", true)]
-        );
-        assert_eq!(
-            declared("test_prompt_with_embedded_resource"),
-            [("resourceUri", true)]
-        );
-        assert!(declared("test_simple_prompt").is_empty());
-        assert!(declared("test_prompt_with_image").is_empty());
-    }
-
-    #[test]
-    fn completion_filters_arg1_by_prefix() {
-        let registry = registry();
-        let prompt = registry
-            .prompt("test_prompt_with_arguments")
-            .expect("prompt exists");
-        assert_eq!(
-            prompt.complete(crate::tools::Book::Live, "arg1", "par"),
-            ["paris", "park"]
-        );
-        assert_eq!(
-            prompt.complete(crate::tools::Book::Live, "arg1", "TE"),
-            ["test", "testValue1"]
-        );
-        assert_eq!(
-            prompt.complete(crate::tools::Book::Live, "arg1", "").len(),
-            ARG1_SUGGESTIONS.len()
-        );
-        assert!(
-            prompt
-                .complete(crate::tools::Book::Live, "arg1", "zzz")
-                .is_empty()
-        );
-        assert!(
-            prompt
-                .complete(crate::tools::Book::Live, "arg2", "")
-                .is_empty()
-        );
-        let simple = registry
-            .prompt("test_simple_prompt")
-            .expect("prompt exists");
-        assert!(
-            simple
-                .complete(crate::tools::Book::Live, "arg1", "")
-                .is_empty()
-        );
     }
 }

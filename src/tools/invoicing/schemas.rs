@@ -320,7 +320,7 @@ mod tests {
         for tool in &tools {
             let spec = tool.spec();
             let mut found = Vec::new();
-            properties(&spec.input_schema, spec.name, &mut found);
+            properties(&spec.input_schema, &spec.name, &mut found);
             for (path, schema, required) in found {
                 let validator = jsonschema::validator_for(&schema).expect("compiles");
                 assert_eq!(

@@ -461,9 +461,9 @@ mod tests {
 
     #[test]
     fn the_advertised_scopes_are_exactly_the_built_in_tools_scopes() {
-        let mut declared: Vec<&str> = crate::tools::invoicing::tools()
+        let mut declared: Vec<_> = crate::tools::invoicing::tools()
             .iter()
-            .map(|t| t.spec().scope)
+            .map(|t| t.spec().scope.clone())
             .collect();
         declared.sort_unstable();
         declared.dedup();

@@ -162,7 +162,7 @@ impl App {
             .tools()
             .iter()
             .filter(|t| t.tool.backend().is_some())
-            .map(|t| t.spec().scope.to_owned())
+            .map(|t| t.spec().scope.to_string())
             .collect();
         backend_scopes.sort();
         backend_scopes.dedup();

@@ -6,10 +6,8 @@
 //! for progress) and watches the caller's cancellation. Past the deadline, or when the
 //! caller cancels, the upstream is sent `notifications/cancelled` for the request.
 //!
-//! Progress is relayed at the gate's pace, not the upstream's: the newest notification is
-//! kept ([`LatestProgress`]) and passed on at most once per [`PROGRESS_EVERY`], only when
-//! it is higher than the last one passed on, and the newest is passed on before the result
-//! when it was not yet. The deadline and the cancellation are looked at on every turn of
+//! Progress is relayed at the gate's pace, not the upstream's ([`super::progress`]), and
+//! the newest is passed on before the result when it was not yet. The deadline and the cancellation are looked at on every turn of
 //! the wait, so nothing the upstream sends keeps a call past them.
 //!
 //! Outcomes: the upstream's result is returned as it is (content blocks, and
@@ -20,14 +18,14 @@
 //! during the call, is `backend_unavailable`; the deadline is `timeout`, and a cancellation
 //! `timeout` with `details.reason = "cancelled"`.
 
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ProgressNotificationParam, ServerResult,
+    ClientRequest, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value, json};
@@ -38,119 +36,16 @@ use crate::tools::ToolOutput;
 use crate::tools::backends::Call;
 
 use super::Shared;
+use super::progress::{LatestProgress, PROGRESS_EVERY, Progress, Relay, cut};
 use super::session::Link;
 
 /// How often the waiting thread looks at the deadline, the caller's cancellation and the
 /// newest progress.
 const POLL: Duration = Duration::from_millis(50);
-/// The shortest time between two progress notifications relayed to the caller.
-pub(super) const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// How long a call that relays progress waits after its result for progress still on its way.
 const PROGRESS_SETTLE: Duration = Duration::from_millis(10);
-/// How much of the upstream's own message `details.message` (and a progress message) keeps.
-const MESSAGE_MAX_CHARS: usize = 300;
-
 /// The upstream's answer to the call, or why there is none.
 type Outcome = Result<ServerResult, ServiceError>;
-
-/// One upstream progress notification, as relayed to the caller (its message cut to
-/// [`MESSAGE_MAX_CHARS`]).
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Progress {
-    pub(super) progress: f64,
-    total: Option<f64>,
-    message: Option<String>,
-}
-
-impl From<&ProgressNotificationParam> for Progress {
-    fn from(params: &ProgressNotificationParam) -> Progress {
-        Progress {
-            progress: params.progress,
-            total: params.total,
-            message: params.message.as_deref().map(cut),
-        }
-    }
-}
-
-/// The newest progress of one call not yet taken: the upstream's notifications replace it
-/// as they come (on the runtime), the waiting thread takes it at its own pace.
-#[derive(Debug, Default)]
-pub(super) struct LatestProgress {
-    newest: Mutex<Option<Progress>>,
-}
-
-impl LatestProgress {
-    fn newest(&self) -> std::sync::MutexGuard<'_, Option<Progress>> {
-        match self.newest.lock() {
-            Ok(newest) => newest,
-            Err(poisoned) => poisoned.into_inner(),
-        }
-    }
-
-    /// Keeps `progress` unless a higher one is already waiting (notifications are handled
-    /// concurrently, so one may arrive behind a later one).
-    pub(super) fn offer(&self, progress: Progress) {
-        let mut newest = self.newest();
-        if newest
-            .as_ref()
-            .is_none_or(|waiting| progress.progress > waiting.progress)
-        {
-            *newest = Some(progress);
-        }
-    }
-
-    /// The progress waiting, if any.
-    pub(super) fn take(&self) -> Option<Progress> {
-        self.newest().take()
-    }
-}
-
-/// What of a call's progress goes to the caller, and when.
-struct Relay<'a> {
-    latest: &'a LatestProgress,
-    every: Duration,
-    last_at: Option<Instant>,
-    last_value: Option<f64>,
-}
-
-impl<'a> Relay<'a> {
-    fn new(latest: &'a LatestProgress, every: Duration) -> Relay<'a> {
-        Relay {
-            latest,
-            every,
-            last_at: None,
-            last_value: None,
-        }
-    }
-
-    /// The progress to relay at `now`: the newest that came, when `every` has passed since
-    /// the last one relayed and it is higher than that one.
-    fn poll(&mut self, now: Instant) -> Option<Progress> {
-        if self.last_at.is_some_and(|at| now < at + self.every) {
-            return None;
-        }
-        let progress = self.higher(self.latest.take()?)?;
-        self.last_at = Some(now);
-        Some(progress)
-    }
-
-    /// The progress to relay before the result, however soon after the last one: the
-    /// newest, when it is higher than the last one relayed.
-    fn last(&mut self) -> Option<Progress> {
-        self.higher(self.latest.take()?)
-    }
-
-    fn higher(&mut self, progress: Progress) -> Option<Progress> {
-        if self
-            .last_value
-            .is_some_and(|last| progress.progress <= last)
-        {
-            return None;
-        }
-        self.last_value = Some(progress.progress);
-        Some(progress)
-    }
-}
 
 /// Why the waiting thread gave up.
 enum GiveUp {
@@ -372,15 +267,6 @@ fn timeout(backend: &str, deadline: Duration) -> McpError {
         .detail("timeout_ms", deadline.as_millis() as u64)
 }
 
-/// `text` cut to [`MESSAGE_MAX_CHARS`] characters.
-fn cut(text: &str) -> String {
-    let mut out: String = text.chars().take(MESSAGE_MAX_CHARS).collect();
-    if text.chars().count() > MESSAGE_MAX_CHARS {
-        out.push('…');
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -478,94 +364,5 @@ mod tests {
             json!({"backend": "files", "timeout_ms": 1500})
         );
         assert!(late.unfilled_placeholders(Locale::En).is_empty());
-    }
-
-    fn progress(value: f64) -> Progress {
-        Progress {
-            progress: value,
-            total: Some(100.0),
-            message: None,
-        }
-    }
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    #[test]
-    fn the_newest_progress_is_kept_unless_a_higher_one_waits() {
-        let latest = LatestProgress::default();
-        latest.offer(progress(1.0));
-        latest.offer(progress(3.0));
-        latest.offer(progress(2.0));
-        assert_eq!(latest.take(), Some(progress(3.0)));
-        assert_eq!(latest.take(), None);
-        latest.offer(progress(1.0));
-        assert_eq!(latest.take(), Some(progress(1.0)));
-    }
-
-    #[test]
-    fn progress_is_relayed_at_most_once_per_interval_and_only_increasing() {
-        let latest = LatestProgress::default();
-        let mut relay = Relay::new(&latest, PROGRESS_EVERY);
-        let start = Instant::now();
-        assert_eq!(relay.poll(start), None, "nothing came yet");
-        latest.offer(progress(1.0));
-        assert_eq!(relay.poll(start), Some(progress(1.0)));
-        latest.offer(progress(2.0));
-        assert_eq!(relay.poll(start + ms(100)), None, "too soon");
-        latest.offer(progress(5.0));
-        assert_eq!(relay.poll(start + ms(250)), Some(progress(5.0)));
-        // Lower than the last relayed: dropped, even when due.
-        latest.offer(progress(4.0));
-        assert_eq!(relay.poll(start + ms(600)), None);
-        assert_eq!(latest.take(), None);
-    }
-
-    #[test]
-    fn a_flood_is_relayed_a_few_times_a_second_and_its_last_value_before_the_result() {
-        let latest = LatestProgress::default();
-        let mut relay = Relay::new(&latest, PROGRESS_EVERY);
-        let start = Instant::now();
-        let mut relayed = Vec::new();
-        // 100 notifications between two looks of the waiting thread, every 50 ms, for 2 s.
-        let mut value = 0.0;
-        for turn in 0..40 {
-            for _ in 0..100 {
-                value += 1.0;
-                latest.offer(progress(value));
-            }
-            relayed.extend(relay.poll(start + ms(turn * 50)));
-        }
-        assert_eq!(relayed.len(), 8, "one per 250 ms over 2 s");
-        assert!(relayed.windows(2).all(|w| w[0].progress < w[1].progress));
-        assert_eq!(
-            relay.last(),
-            Some(progress(value)),
-            "the newest, before the result"
-        );
-        assert_eq!(relay.last(), None, "and only once");
-    }
-
-    #[test]
-    fn a_progress_message_is_cut() {
-        let params: ProgressNotificationParam = serde_json::from_value(json!({
-            "progressToken": 1, "progress": 1, "message": "m".repeat(10_000)
-        }))
-        .expect("params");
-        let relayed = Progress::from(&params);
-        assert_eq!(
-            relayed.message.map(|m| m.chars().count()),
-            Some(MESSAGE_MAX_CHARS + 1)
-        );
-    }
-
-    #[test]
-    fn long_messages_are_cut() {
-        let long = "x".repeat(MESSAGE_MAX_CHARS + 10);
-        let kept = cut(&long);
-        assert_eq!(kept.chars().count(), MESSAGE_MAX_CHARS + 1);
-        assert!(kept.ends_with('…'));
-        assert_eq!(cut("short"), "short");
     }
 }

@@ -13,10 +13,11 @@
 //!
 //! Here: [`open`], the backend (`Upstream`) and the state its supervisor and its calls
 //! share; [`session`] connects and supervises, [`call`] forwards one call and maps its
-//! outcome into the catalog.
+//! outcome into the catalog, [`progress`] paces the call's progress to the caller.
 
 mod call;
 mod listing;
+mod progress;
 mod relist;
 mod session;
 

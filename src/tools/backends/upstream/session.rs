@@ -40,7 +40,7 @@ use crate::config::{HeaderValue, McpTransport, read_secret};
 use crate::tools::backends::Health;
 
 use super::Shared;
-use super::call::{LatestProgress, Progress};
+use super::progress::{LatestProgress, Progress};
 use super::relist::{self, ListChanges};
 
 /// The longest one connection attempt (start, handshake, first list) may take.

@@ -46,13 +46,14 @@ fn search_spec() -> ToolSpec {
     );
     s::pagination(&mut p, "cli_");
     ToolSpec {
-        name: "search_clients",
-        title: "Search clients",
+        name: "search_clients".into(),
+        title: "Search clients".into(),
         description: "Find clients by name, tax id (NIF/NIE/CIF) or e-mail, newest first. \
             Returns a page {data, has_more, next_cursor}; pass next_cursor as starting_after \
-            for the next page. Use it to get a client_id before creating an invoice.",
+            for the next page. Use it to get a client_id before creating an invoice."
+            .into(),
         category: Category::Read,
-        scope: SCOPE_CLIENTS_READ,
+        scope: SCOPE_CLIENTS_READ.into(),
         idempotency: Idempotency::NotApplicable,
         input_schema: s::object(Value::Object(p), &[]),
         output_schema: Some(s::page_out(s::client_out())),
@@ -61,12 +62,13 @@ fn search_spec() -> ToolSpec {
 
 fn get_spec() -> ToolSpec {
     ToolSpec {
-        name: "get_client",
-        title: "Get a client",
+        name: "get_client".into(),
+        title: "Get a client".into(),
         description: "Read one client by client_id, with its number of invoices and the \
-            amount it still owes on issued invoices (outstanding_cents).",
+            amount it still owes on issued invoices (outstanding_cents)."
+            .into(),
         category: Category::Read,
-        scope: SCOPE_CLIENTS_READ,
+        scope: SCOPE_CLIENTS_READ.into(),
         idempotency: Idempotency::NotApplicable,
         input_schema: s::object(
             json!({ "client_id": s::id("cli_", "The client's id.") }),
@@ -78,8 +80,8 @@ fn get_spec() -> ToolSpec {
 
 fn create_spec() -> ToolSpec {
     ToolSpec {
-        name: "create_client",
-        title: "Create a client",
+        name: "create_client".into(),
+        title: "Create a client".into(),
         description: concat!(
             "Register a client. The tax id (Spanish NIF, NIE or CIF) is \
                 checksum-validated and must be unique: if it already exists the error's \
@@ -87,9 +89,10 @@ fn create_spec() -> ToolSpec {
                 can only receive simplified invoices; without e-mail, invoices cannot be sent.",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Write,
-        scope: SCOPE_CLIENTS_WRITE,
+        scope: SCOPE_CLIENTS_WRITE.into(),
         idempotency: Idempotency::Optional,
         input_schema: s::object_with_key(Value::Object(client_fields()), &["name"], false),
         output_schema: Some(s::client_out()),
@@ -100,16 +103,17 @@ fn update_spec() -> ToolSpec {
     let mut p = client_fields();
     p.insert("client_id".into(), s::id("cli_", "The client to change."));
     ToolSpec {
-        name: "update_client",
-        title: "Update a client",
+        name: "update_client".into(),
+        title: "Update a client".into(),
         description: concat!(
             "Change a client's name, tax id, e-mail or address; fields left out keep \
                 their value. Issued invoices keep the name and tax id they were issued with.",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Write,
-        scope: SCOPE_CLIENTS_WRITE,
+        scope: SCOPE_CLIENTS_WRITE.into(),
         idempotency: Idempotency::Optional,
         input_schema: s::object_with_key(Value::Object(p), &["client_id"], false),
         output_schema: Some(s::client_out()),
@@ -118,16 +122,17 @@ fn update_spec() -> ToolSpec {
 
 fn delete_spec() -> ToolSpec {
     ToolSpec {
-        name: "delete_client",
-        title: "Delete a client",
+        name: "delete_client".into(),
+        title: "Delete a client".into(),
         description: concat!(
             "Delete a client that has no invoices at all (not even drafts). A client \
                 with invoices cannot be deleted: the error says how many it has.",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Destructive,
-        scope: SCOPE_CLIENTS_DELETE,
+        scope: SCOPE_CLIENTS_DELETE.into(),
         idempotency: Idempotency::Optional,
         input_schema: s::object_with_key(
             json!({ "client_id": s::id("cli_", "The client to delete.") }),

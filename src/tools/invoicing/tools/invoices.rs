@@ -74,14 +74,15 @@ fn search_spec() -> ToolSpec {
     );
     s::pagination(&mut p, "inv_");
     ToolSpec {
-        name: "search_invoices",
-        title: "Search invoices",
+        name: "search_invoices".into(),
+        title: "Search invoices".into(),
         description: "List invoices newest first, filtered by status (draft, issued, paid, \
             void), client, issue-date range or overdue. Returns a page {data, has_more, \
             next_cursor} of summaries without lines; pass next_cursor as starting_after for \
-            the next page, and call get_invoice for the lines.",
+            the next page, and call get_invoice for the lines."
+            .into(),
         category: Category::Read,
-        scope: SCOPE_INVOICES_READ,
+        scope: SCOPE_INVOICES_READ.into(),
         idempotency: Idempotency::NotApplicable,
         input_schema: s::object(Value::Object(p), &[]),
         output_schema: Some(s::page_out(s::invoice_summary_out())),
@@ -90,12 +91,13 @@ fn search_spec() -> ToolSpec {
 
 fn get_spec() -> ToolSpec {
     ToolSpec {
-        name: "get_invoice",
-        title: "Get an invoice",
+        name: "get_invoice".into(),
+        title: "Get an invoice".into(),
         description: "Read one invoice with its lines, VAT breakdown, totals (integer cents), \
-            balance and payments.",
+            balance and payments."
+            .into(),
         category: Category::Read,
-        scope: SCOPE_INVOICES_READ,
+        scope: SCOPE_INVOICES_READ.into(),
         idempotency: Idempotency::NotApplicable,
         input_schema: s::object(
             json!({ "invoice_id": invoice_id_prop("The invoice's id.") }),
@@ -132,8 +134,8 @@ fn draft_fields() -> Map<String, Value> {
 
 fn create_spec() -> ToolSpec {
     ToolSpec {
-        name: "create_invoice",
-        title: "Create a draft invoice",
+        name: "create_invoice".into(),
+        title: "Create a draft invoice".into(),
         description: concat!(
             "Create a draft invoice for a client: lines with quantity, unit price in \
                 integer cents, optional discount percent, VAT rate (Spain: 21, 10, 4 or 0) and \
@@ -141,9 +143,10 @@ fn create_spec() -> ToolSpec {
                 and no legal effect until issue_invoice; it can be changed with update_invoice.",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Write,
-        scope: SCOPE_INVOICES_WRITE,
+        scope: SCOPE_INVOICES_WRITE.into(),
         idempotency: Idempotency::Optional,
         input_schema: s::object_with_key(
             Value::Object(draft_fields()),
@@ -159,17 +162,18 @@ fn update_spec() -> ToolSpec {
     p.remove("currency");
     p.insert("invoice_id".into(), invoice_id_prop("The draft to change."));
     ToolSpec {
-        name: "update_invoice",
-        title: "Update a draft invoice",
+        name: "update_invoice".into(),
+        title: "Update a draft invoice".into(),
         description: concat!(
             "Change a draft: client, kind, series, dates, notes, or all its lines \
                 (lines replaces the whole list). Fields left out keep their value. Only drafts can \
                 change: an issued invoice is fixed (void it instead).",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Write,
-        scope: SCOPE_INVOICES_WRITE,
+        scope: SCOPE_INVOICES_WRITE.into(),
         idempotency: Idempotency::Optional,
         input_schema: s::object_with_key(Value::Object(p), &["invoice_id"], false),
         output_schema: Some(s::invoice_out()),
@@ -178,8 +182,8 @@ fn update_spec() -> ToolSpec {
 
 fn issue_spec() -> ToolSpec {
     ToolSpec {
-        name: "issue_invoice",
-        title: "Issue an invoice",
+        name: "issue_invoice".into(),
+        title: "Issue an invoice".into(),
         description: concat!(
             "Issue a draft: it gets the next consecutive number of its series (e.g. \
                 F-000001) and becomes a legal record that can no longer be edited or deleted. \
@@ -188,9 +192,10 @@ fn issue_spec() -> ToolSpec {
                 idempotency_key so a retry never issues twice.",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Write,
-        scope: SCOPE_INVOICES_WRITE,
+        scope: SCOPE_INVOICES_WRITE.into(),
         idempotency: Idempotency::Required,
         input_schema: s::object_with_key(
             json!({
@@ -206,18 +211,19 @@ fn issue_spec() -> ToolSpec {
 
 fn delete_spec() -> ToolSpec {
     ToolSpec {
-        name: "delete_invoice",
-        title: "Delete a draft invoice",
+        name: "delete_invoice".into(),
+        title: "Delete a draft invoice".into(),
         description: concat!(
             "Delete a draft invoice. Issued, paid or voided invoices are legal \
                 records and are never deleted: use void_invoice to cancel an issued one.",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Destructive,
         // A draft is a working document: deleting it needs the right to edit invoices, not
         // the right to cancel legal records (`invoices:void`).
-        scope: SCOPE_INVOICES_WRITE,
+        scope: SCOPE_INVOICES_WRITE.into(),
         idempotency: Idempotency::Optional,
         input_schema: s::object_with_key(
             json!({ "invoice_id": invoice_id_prop("The draft to delete.") }),
@@ -230,8 +236,8 @@ fn delete_spec() -> ToolSpec {
 
 fn void_spec() -> ToolSpec {
     ToolSpec {
-        name: "void_invoice",
-        title: "Void an issued invoice",
+        name: "void_invoice".into(),
+        title: "Void an issued invoice".into(),
         description: concat!(
             "Cancel an issued (or paid) invoice: it becomes void and a rectifying \
                 invoice with the negated amounts is issued in series R. A reason is required. An \
@@ -239,9 +245,10 @@ fn void_spec() -> ToolSpec {
                 idempotency_key.",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Destructive,
-        scope: SCOPE_INVOICES_VOID,
+        scope: SCOPE_INVOICES_VOID.into(),
         idempotency: Idempotency::Required,
         input_schema: s::object_with_key(
             json!({

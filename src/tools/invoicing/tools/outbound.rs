@@ -35,8 +35,8 @@ pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
 
 fn send_spec() -> ToolSpec {
     ToolSpec {
-        name: "send_invoice",
-        title: "Send an invoice",
+        name: "send_invoice".into(),
+        title: "Send an invoice".into(),
         description: concat!(
             "Queue an issued invoice for e-mail to the client's address (or to `to`). \
                 The message goes to tollgate's outbox, from which the company's mail relay \
@@ -44,9 +44,9 @@ fn send_spec() -> ToolSpec {
                 the call gives an address. Requires an idempotency_key so a retry never sends twice.",
             " ",
             s::reuse_key!()
-        ),
+        ).into(),
         category: Category::Send,
-        scope: SCOPE_INVOICES_SEND,
+        scope: SCOPE_INVOICES_SEND.into(),
         idempotency: Idempotency::Required,
         input_schema: s::object_with_key(
             json!({
@@ -74,14 +74,15 @@ fn send_spec() -> ToolSpec {
 
 fn export_spec() -> ToolSpec {
     ToolSpec {
-        name: "export_invoices",
-        title: "Export invoices to CSV",
+        name: "export_invoices".into(),
+        title: "Export invoices to CSV".into(),
         description: "Export the invoices issued in a period (drafts excluded, voided and \
             rectifying ones included) as CSV for the accountant: one row per invoice with \
             amounts in decimal euros. The CSV comes back as an embedded text/csv resource; \
-            send a progressToken to get progress notifications on large periods.",
+            send a progressToken to get progress notifications on large periods."
+            .into(),
         category: Category::Generate,
-        scope: SCOPE_REPORTS_GENERATE,
+        scope: SCOPE_REPORTS_GENERATE.into(),
         idempotency: Idempotency::NotApplicable,
         input_schema: s::object(
             json!({

@@ -25,8 +25,8 @@ pub(super) fn tools() -> Vec<Arc<dyn Tool>> {
 
 fn record_spec() -> ToolSpec {
     ToolSpec {
-        name: "record_payment",
-        title: "Record a payment",
+        name: "record_payment".into(),
+        title: "Record a payment".into(),
         description: concat!(
             "Record money received against an issued invoice, in integer cents of \
                 the invoice's currency. The amount may not exceed the balance still owed; when the \
@@ -34,9 +34,10 @@ fn record_spec() -> ToolSpec {
                 retrying with the same key never records the payment twice.",
             " ",
             s::reuse_key!()
-        ),
+        )
+        .into(),
         category: Category::Write,
-        scope: SCOPE_PAYMENTS_WRITE,
+        scope: SCOPE_PAYMENTS_WRITE.into(),
         idempotency: Idempotency::Required,
         input_schema: s::object_with_key(
             json!({
@@ -66,14 +67,15 @@ fn list_spec() -> ToolSpec {
     );
     s::pagination(&mut p, "pay_");
     ToolSpec {
-        name: "list_payments",
-        title: "List payments",
+        name: "list_payments".into(),
+        title: "List payments".into(),
         description: "List recorded payments newest first, optionally of one invoice. Returns a \
             page {data, has_more, next_cursor}; pass next_cursor as starting_after for the next \
-            page.",
+            page."
+            .into(),
         category: Category::Read,
         // Payments are part of an invoice's record: reading them needs the invoice read scope.
-        scope: SCOPE_INVOICES_READ,
+        scope: SCOPE_INVOICES_READ.into(),
         idempotency: Idempotency::NotApplicable,
         input_schema: s::object(Value::Object(p), &[]),
         output_schema: Some(s::page_out(s::payment_out())),
