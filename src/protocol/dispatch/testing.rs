@@ -2,6 +2,8 @@
 //! built-in tools, resources and prompts (and the conformance fixtures when asked), a key that may call every tool, and requests
 //! and environments to call the handlers with.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::{Env, Server, Transport};
@@ -12,8 +14,8 @@ use crate::guards::auth::{Mode, Principal};
 use crate::protocol::client::Notifier;
 use crate::protocol::jsonrpc::Request;
 use crate::protocol::revisions::Session;
-use crate::tools::Registry;
 use crate::tools::request_state::StateKey;
+use crate::tools::{Prompt, Registry, ResourceProvider, Tool};
 
 /// A server on a scratch database, and a token of a key with every scope.
 pub(super) struct Fixture {
@@ -25,30 +27,37 @@ pub(super) struct Fixture {
 impl Fixture {
     /// The built-in invoicing tools, resources and prompts.
     pub(super) fn invoicing() -> Fixture {
-        Fixture::with_packs(false)
+        Fixture::with_packs(|_| {})
     }
 
     /// The built-in packs and the conformance suite's fixtures (a resource that changes,
     /// tools that send log messages).
     #[cfg(feature = "conformance-pack")]
     pub(super) fn conformance() -> Fixture {
-        Fixture::with_packs(true)
+        Fixture::with_packs(|packs| {
+            packs.tools.extend(crate::tools::conformance::tools());
+            packs
+                .resources
+                .extend(crate::tools::conformance::resources());
+            packs.prompts.extend(crate::tools::conformance::prompts());
+        })
     }
 
-    fn with_packs(conformance: bool) -> Fixture {
+    /// The built-in packs, with what `add` adds to them.
+    fn with_packs(add: impl FnOnce(&mut Packs)) -> Fixture {
         let (dir, store) = crate::guards::auth::testing::fresh("pro");
         let clock = Clock::System;
-        let mut tools = crate::tools::invoicing::tools();
-        let mut resources = crate::tools::invoicing::resources();
-        let mut prompts = crate::tools::invoicing::prompts(store.clone(), clock.clone());
-        #[cfg(feature = "conformance-pack")]
-        if conformance {
-            tools.extend(crate::tools::conformance::tools());
-            resources.extend(crate::tools::conformance::resources());
-            prompts.extend(crate::tools::conformance::prompts());
-        }
-        #[cfg(not(feature = "conformance-pack"))]
-        let _ = conformance;
+        let mut packs = Packs {
+            tools: crate::tools::invoicing::tools(),
+            resources: crate::tools::invoicing::resources(),
+            prompts: crate::tools::invoicing::prompts(store.clone(), clock.clone()),
+        };
+        add(&mut packs);
+        let Packs {
+            tools,
+            resources,
+            prompts,
+        } = packs;
         let retired = crate::tools::invoicing::retired::RETIRED_TOOLS;
         let registry = Registry::new(tools, retired, resources, prompts).expect("registry");
         let token = crate::guards::auth::testing::key(&store, &["*"])
@@ -88,6 +97,13 @@ impl Fixture {
             idempotency_header: None,
         }
     }
+}
+
+/// What a registry is built from.
+struct Packs {
+    tools: Vec<Arc<dyn Tool>>,
+    resources: Vec<Arc<dyn ResourceProvider>>,
+    prompts: Vec<Arc<dyn Prompt>>,
 }
 
 /// A request with id 1.
