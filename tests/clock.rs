@@ -1,5 +1,5 @@
 //! Window edges and expiries on a manual clock, in-process: a real `Server` built from the
-//! database's `Config` and `Store` by `cli::build_server_with_clock`, driven through the
+//! database's `Config` and `Store` by `assemble::build_server_with_clock`, driven through the
 //! dispatcher's entry point (`Server::handle`, as stdio calls it). The clock stands still
 //! until a test moves it, so a rate window, a throttle window, an access token, an
 //! idempotency lease or "today" ends exactly where the test says — no test waits for time
@@ -55,8 +55,9 @@ impl InProcess {
         )
         .expect("store");
         let clock = ManualClock::at_unix_secs(start);
-        let server = tollgate::ops::cli::build_server_with_clock(&config, store, clock.clock())
-            .expect("server");
+        let server =
+            tollgate::ops::assemble::build_server_with_clock(&config, store, clock.clock())
+                .expect("server");
         InProcess {
             clock,
             server,

@@ -591,8 +591,8 @@ fn in_process(db: &TestDb) -> (ManualClock, Console) {
     )
     .expect("store");
     let clock = ManualClock::at_unix_secs(crate::clock::T0);
-    let server =
-        tollgate::ops::cli::build_server_with_clock(&config, store, clock.clock()).expect("server");
+    let server = tollgate::ops::assemble::build_server_with_clock(&config, store, clock.clock())
+        .expect("server");
     let console = Console::new(Arc::new(server), &config).expect("the console is on by default");
     (clock, console)
 }

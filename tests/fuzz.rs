@@ -42,7 +42,7 @@ fn server(db: &TestDb) -> Server {
         &tollgate::store::StoreOptions::from_config(&config, false),
     )
     .expect("store");
-    tollgate::ops::cli::build_server(&config, store).expect("server")
+    tollgate::ops::assemble::build_server(&config, store).expect("server")
 }
 
 /// Validators compile on a tool's first call, not at start-up: every built-in and fixture

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
@@ -507,6 +507,17 @@ fn a_stdio_server_whose_stderr_is_never_read_keeps_answering() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success(), "{status}");
+    // stdout carried MCP messages only, to the end: the log's shutdown printed nothing there.
+    loop {
+        match server.lines.recv_timeout(READ_TIMEOUT) {
+            Ok(line) => assert!(
+                serde_json::from_str::<Value>(&line).is_ok(),
+                "not an MCP message on stdout: {line}"
+            ),
+            Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => panic!("stdout stayed open"),
+        }
+    }
     let stderr = server.stderr_text();
     assert!(stderr.contains("tool call rejected"), "{stderr}");
 }

@@ -16,6 +16,7 @@ mod backends_openapi;
 mod backends_spec_url;
 mod backends_upstream;
 mod backup;
+mod call_notifications;
 mod capabilities;
 mod clock;
 mod console;

@@ -100,7 +100,7 @@ pub fn follow_changes(server: &Arc<Server>, config: &Config) {
 /// Builds the registry anew from the backends' tools now, and puts it in place when its
 /// tools differ from the current ones.
 fn rebuild_registry(server: &Server, config: &Config) {
-    let rebuilt = crate::ops::cli::build_registry_with(
+    let rebuilt = crate::ops::registry::build_registry_with(
         config,
         server.store(),
         server.clock(),
@@ -128,7 +128,7 @@ pub fn backends(config: &Config, command: &BackendsCommand) -> ExitCode {
     match command {
         BackendsCommand::Check { json, backend } => match chosen(config, backend.as_deref()) {
             Ok(chosen) => check(&chosen, config, *json),
-            Err(message) => crate::ops::cli::refuse(&message),
+            Err(message) => crate::ops::exit::refuse(&message),
         },
     }
 }

@@ -183,7 +183,7 @@ pub fn backup(store: &Store, args: &BackupArgs) -> ExitCode {
              archiving with a standby.",
             store.location()
         );
-        return ExitCode::from(crate::ops::cli::EXIT_REFUSED);
+        return ExitCode::from(crate::ops::exit::EXIT_REFUSED);
     }
     match write_backup(store, &args.file) {
         Ok(report) => {
@@ -221,7 +221,7 @@ pub fn restore(config: &Config, args: &RestoreArgs) -> ExitCode {
              into it with `tollgate store copy --from <backup.db> --to <database>`.",
             config.database
         );
-        return ExitCode::from(crate::ops::cli::EXIT_REFUSED);
+        return ExitCode::from(crate::ops::exit::EXIT_REFUSED);
     };
     match restore_backup(&args.backup, database, args.force) {
         Ok(report) => {

@@ -1,32 +1,21 @@
-//! The `tollgate` command line: argument definitions and the handler of each command.
+//! The `tollgate` command line: the argument definitions and [`run`], which loads the
+//! validated configuration, starts logging and hands each command to the module that
+//! handles it.
 //!
-//! `main` only parses and calls [`run`]. Each handler loads the validated configuration,
-//! opens the store when it needs one, and returns an [`ExitCode`]; operator mistakes get a
-//! message on stderr that says how to fix them.
+//! `main` only parses and calls [`run`]. Each handler opens the store when it needs one and
+//! returns an [`ExitCode`]; operator mistakes get a message on stderr that says how to fix
+//! them.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+use super::assemble::open_store;
+use super::exit::refuse;
+use super::registry::NO_CONFORMANCE_PACK;
 use crate::catalog;
-use crate::clock::Clock;
-use crate::config::{Config, Locale, Overrides};
-use crate::guards::Guards;
-use crate::protocol::dispatch::Server;
-use crate::store::{Company, Store, Unhealthy};
-use crate::tools::Registry;
-
-/// Exit code for a refused start: bad configuration or a database newer than the binary.
-pub const EXIT_REFUSED: u8 = 2;
-
-/// Why `--conformance-pack` (`tools.conformance_pack`, `TOLLGATE_CONFORMANCE_PACK`) is
-/// refused by a build without the fixtures.
-const NO_CONFORMANCE_PACK: &str = "the conformance pack was asked for (--conformance-pack, \
-    tools.conformance_pack or TOLLGATE_CONFORMANCE_PACK), but this build of tollgate does not \
-    carry it: it is compiled in only with `cargo build --features conformance-pack`, for \
-    testing; release builds and the .deb never have it";
+use crate::config::{Config, Overrides};
 
 /// tollgate: an MCP server for business tools, with guards on every call.
 #[derive(Debug, Parser)]
@@ -77,7 +66,7 @@ enum Command {
     #[command(after_help = "Examples:
   tollgate init --company \"ACME SL\" --tax-id B12345674 --plan pro --locale es
   tollgate --database /var/lib/tollgate/tollgate.db init --demo --json")]
-    Init(InitArgs),
+    Init(crate::ops::init::InitArgs),
     /// Serve MCP over stdin/stdout; the credential comes from TOLLGATE_TOKEN or TOLLGATE_TOKEN_FILE.
     #[command(after_help = "Example:
   TOLLGATE_TOKEN_FILE=/etc/tollgate/agent.key tollgate stdio --database /var/lib/tollgate/tollgate.db")]
@@ -211,28 +200,6 @@ enum Command {
 }
 
 #[derive(Debug, Args)]
-struct InitArgs {
-    /// Company legal name.
-    #[arg(long, default_value = "My Company")]
-    company: String,
-    /// Company tax id (NIF/CIF).
-    #[arg(long)]
-    tax_id: Option<String>,
-    /// Plan: free, starter, pro or enterprise.
-    #[arg(long, default_value = "pro")]
-    plan: String,
-    /// Language of error hints: en or es.
-    #[arg(long, default_value = "en")]
-    locale: String,
-    /// Print machine-readable JSON.
-    #[arg(long)]
-    json: bool,
-    /// Fill the invoicing back office with sample clients, invoices and payments.
-    #[arg(long)]
-    demo: bool,
-}
-
-#[derive(Debug, Args)]
 struct ServeArgs {
     /// Expose the MCP conformance-suite fixture tools, resources and prompts (only in a
     /// build with the `conformance-pack` feature: [`command`] hides it from any other's
@@ -313,10 +280,10 @@ pub fn run(cli: Cli) -> ExitCode {
     // Held until the command returns: dropping it flushes the queued log lines.
     let _log = crate::ops::logging::init(&config.log);
     match cli.command {
-        Command::Init(args) => init(&config, &args),
-        Command::Stdio(_) => stdio(&config),
-        Command::Serve(_) => serve(&config),
-        Command::Quickstart { .. } => quickstart(&config),
+        Command::Init(args) => crate::ops::init::init(&config, &args),
+        Command::Stdio(_) => crate::ops::serve::stdio(&config),
+        Command::Serve(_) => crate::ops::serve::serve(&config),
+        Command::Quickstart { .. } => crate::ops::serve::quickstart(&config),
         Command::Errors { format } => errors(format),
         Command::Tools(args) => match open_store(&config, false) {
             Ok(store) => crate::ops::tools::tools(&config, &store, &args),
@@ -328,7 +295,7 @@ pub fn run(cli: Cli) -> ExitCode {
         }
         Command::Healthcheck(args) => match &args.url {
             Some(url) => crate::ops::healthcheck::healthcheck_url(url, args.timeout),
-            None => healthcheck(&config),
+            None => crate::ops::healthcheck::healthcheck_database(&config),
         },
         Command::Backup(args) => match open_store(&config, false) {
             Ok(store) => crate::ops::backup::backup(&store, &args),
@@ -355,362 +322,6 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// Says why a command is refused (the operator can fix it) and gives its exit status.
-pub(super) fn refuse(message: &str) -> ExitCode {
-    eprintln!("tollgate: {message}");
-    ExitCode::from(EXIT_REFUSED)
-}
-
-/// Says why a command failed and gives its exit status.
-pub(super) fn fail(message: &str) -> ExitCode {
-    eprintln!("tollgate: {message}");
-    ExitCode::FAILURE
-}
-
-fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
-    Store::open_database(
-        &config.database,
-        &crate::store::StoreOptions::from_config(config, create),
-    )
-    .map_err(|e| {
-        if e.is_refusal() {
-            refuse(&e.to_string())
-        } else {
-            fail(&format!("cannot open the database: {e}"))
-        }
-    })
-}
-
-fn init(config: &Config, args: &InitArgs) -> ExitCode {
-    match create_installation(config, args) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(code) => code,
-    }
-}
-
-/// Creates (or completes) the installation `args` describe and says what it made; the
-/// first admin key's token when one was created.
-fn create_installation(config: &Config, args: &InitArgs) -> Result<Option<String>, ExitCode> {
-    let locale: Locale = match args.locale.parse() {
-        Ok(locale) => locale,
-        Err(e) => return Err(fail(&format!("--locale: {e}"))),
-    };
-    let store = open_store(config, true)?;
-    match store.plan(&args.plan) {
-        Ok(Some(_)) => {}
-        Ok(None) => {
-            return Err(fail(&format!(
-                "--plan: unknown plan {:?}; run `tollgate plan list`",
-                args.plan
-            )));
-        }
-        Err(e) => return Err(fail(&e.to_string())),
-    }
-    let company = Company {
-        name: args.company.clone(),
-        tax_id: args.tax_id.clone(),
-        plan_slug: args.plan.clone(),
-        locale: locale.as_str().to_owned(),
-        country: "ES".to_owned(),
-    };
-    if let Err(e) = store.set_company(&company) {
-        return Err(fail(&format!("cannot save the company: {e}")));
-    }
-    // The first admin key (scopes `*` and `admin`: every tool and the console); `None` when init runs again on a database with keys.
-    let admin_key = match crate::ops::admin::first_admin_key(&store) {
-        Ok(key) => key,
-        Err(e) => return Err(fail(&format!("cannot create the admin key: {e}"))),
-    };
-    let demo = match args
-        .demo
-        .then(|| crate::tools::invoicing::demo::seed(&store, crate::tools::Book::Live))
-    {
-        None => None,
-        Some(Ok(seeded)) => Some(seeded),
-        Some(Err(crate::tools::invoicing::demo::DemoError::NotEmpty)) => {
-            eprintln!("tollgate: the database already has clients; --demo added nothing");
-            None
-        }
-        Some(Err(e)) => return Err(fail(&e.to_string())),
-    };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({ "database": config.database, "company": company.name, "plan": company.plan_slug,
-                                "admin_key_id": admin_key.as_ref().map(|k| k.public_id.as_str()),
-                                "admin_key": admin_key.as_ref().map(|k| k.token.expose()),
-                                "demo": demo.map(|d| serde_json::json!({ "clients": d.clients, "invoices": d.invoices, "payments": d.payments })) })
-        );
-    } else {
-        if let Some(d) = demo {
-            println!(
-                "Demo data: {} clients, {} invoices, {} payments.",
-                d.clients, d.invoices, d.payments
-            );
-        }
-        println!(
-            "Created {} for {} on the {} plan.",
-            config.database, company.name, company.plan_slug
-        );
-        match &admin_key {
-            Some(key) => println!(
-                "Admin key {} (scopes *, admin: every tool and the console), shown once; store it now, it cannot be shown again:\n{}",
-                key.public_id,
-                key.token.expose()
-            ),
-            None => println!("Keys already exist; create more with `tollgate key create`."),
-        }
-    }
-    Ok(admin_key.map(|key| key.token.expose().to_owned()))
-}
-
-/// Builds the server for the configured database and tool packs, on the system clock — on
-/// a PostgreSQL store corrected to the database server's clock, so that every node reads
-/// one time ([`database_clock`]).
-pub fn build_server(config: &Config, store: Store) -> Result<Server, String> {
-    let clock = database_clock(&store);
-    build_server_with_clock(config, store, clock)
-}
-
-/// Measures the database server's clock into `shared`, warning when this machine's clock
-/// is more than [`CLOCK_SKEW_WARNING_MS`] off it and the skew moved; a failed measurement
-/// keeps the last correction.
-fn remeasure_clock(store: &Store, shared: &crate::clock::SharedClock) {
-    match store.clock_offset_millis() {
-        Ok(Some(offset)) => {
-            if offset.abs() > CLOCK_SKEW_WARNING_MS
-                && (offset - shared.offset_millis()).abs() > CLOCK_SKEW_WARNING_MS / 2
-            {
-                tracing::warn!(
-                    offset_ms = offset,
-                    "this machine's clock is off the database server's; tollgate follows the database's"
-                );
-            }
-            shared.set_offset_millis(offset);
-        }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(
-            cause = %e,
-            "cannot read the database server's clock; keeping the last correction"
-        ),
-    }
-}
-
-/// How often a node re-measures its clock against the database server's.
-const CLOCK_REMEASURE: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// A node's skew beyond which it warns (windows and expiries follow the database anyway).
-const CLOCK_SKEW_WARNING_MS: i64 = 1_000;
-
-/// The system clock, or on a PostgreSQL store the system clock corrected to the database
-/// server's: rate windows, leases and expiries of every node then start and end together
-/// however far apart the machines' own clocks drift. The correction is measured at start
-/// and again every [`CLOCK_REMEASURE`] on a thread of its own.
-fn database_clock(store: &Store) -> Clock {
-    if store.dialect() == crate::store::Dialect::Sqlite {
-        return Clock::System;
-    }
-    let shared = crate::clock::SharedClock::default();
-    remeasure_clock(store, &shared);
-    let follow = shared.clone();
-    let store = store.clone();
-    let spawned = std::thread::Builder::new()
-        .name("database-clock".to_owned())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(CLOCK_REMEASURE);
-                remeasure_clock(&store, &follow);
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::warn!(cause = %e, "cannot start the clock follower; the correction measured at start stays");
-    }
-    shared.clock()
-}
-
-/// Builds the server with every component reading the time from `clock` (tests drive
-/// window edges and expiries with a [`crate::clock::ManualClock`]).
-pub fn build_server_with_clock(
-    config: &Config,
-    store: Store,
-    clock: Clock,
-) -> Result<Server, String> {
-    let backends = crate::ops::backends::open(config, &clock)?;
-    let registry = build_registry_with(config, &store, &clock, backends.tools())?;
-    let locale = match config.locale {
-        Some(locale) => locale,
-        None => company_locale(&store),
-    };
-    let state_key = store
-        .server_secret("request_state")
-        .map(crate::tools::request_state::StateKey::new)
-        .map_err(|e| format!("cannot read the server secret: {e}"))?;
-    let guards = Guards::new(store.clone(), locale, clock.clone())
-        .with_guard_channel(config.errors.guard_channel);
-    guards
-        .authenticator()
-        .limit_argon2_per_second(config.auth.argon2_per_second);
-    Ok(Server::new(registry, store, guards, locale, state_key, clock).with_backends(backends))
-}
-
-/// The registry of the configured tool packs: the invoicing back office (the embedded
-/// default, always registered) and, when configured, the conformance fixtures.
-pub fn build_registry(config: &Config, store: &Store, clock: &Clock) -> Result<Registry, String> {
-    build_registry_with(config, store, clock, Vec::new())
-}
-
-/// [`build_registry`] with the tools of the configured backends beside the packs'; a
-/// backend tool named like another tool is refused by name.
-pub fn build_registry_with(
-    config: &Config,
-    store: &Store,
-    clock: &Clock,
-    backend_tools: Vec<Arc<dyn crate::tools::Tool>>,
-) -> Result<Registry, String> {
-    let mut tools = crate::tools::invoicing::tools();
-    let mut resources = crate::tools::invoicing::resources();
-    let mut prompts = crate::tools::invoicing::prompts(store.clone(), clock.clone());
-    if config.tools.conformance_pack {
-        add_conformance_pack(&mut tools, &mut resources, &mut prompts)?;
-    }
-    tools.extend(backend_tools);
-    Registry::new(
-        tools,
-        crate::tools::invoicing::retired::RETIRED_TOOLS,
-        resources,
-        prompts,
-    )
-    .map_err(|e| e.to_string())
-}
-
-/// The tools, resources and prompts of the official conformance suite's fixtures.
-#[cfg(feature = "conformance-pack")]
-fn add_conformance_pack(
-    tools: &mut Vec<Arc<dyn crate::tools::Tool>>,
-    resources: &mut Vec<Arc<dyn crate::tools::ResourceProvider>>,
-    prompts: &mut Vec<Arc<dyn crate::tools::Prompt>>,
-) -> Result<(), String> {
-    tools.extend(crate::tools::conformance::tools());
-    resources.extend(crate::tools::conformance::resources());
-    prompts.extend(crate::tools::conformance::prompts());
-    Ok(())
-}
-
-/// A build without the `conformance-pack` feature has no fixtures to add.
-#[cfg(not(feature = "conformance-pack"))]
-fn add_conformance_pack(
-    _tools: &mut Vec<Arc<dyn crate::tools::Tool>>,
-    _resources: &mut Vec<Arc<dyn crate::tools::ResourceProvider>>,
-    _prompts: &mut Vec<Arc<dyn crate::tools::Prompt>>,
-) -> Result<(), String> {
-    Err(NO_CONFORMANCE_PACK.to_owned())
-}
-
-fn company_locale(store: &Store) -> Locale {
-    store
-        .company()
-        .ok()
-        .flatten()
-        .and_then(|c| c.locale.parse().ok())
-        .unwrap_or(Locale::En)
-}
-
-/// Opens the existing database and assembles the server for `stdio` and `serve`.
-fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {
-    let store = open_store(config, false)?;
-    // A server that cannot write refuses every call: say so, and why, before serving.
-    store.ensure_writable().map_err(|e| {
-        if e.is_refusal() {
-            refuse(&e.to_string())
-        } else {
-            fail(&format!("cannot write to the database: {e}"))
-        }
-    })?;
-    store.checkpoint_in_background();
-    let server = Arc::new(build_server(config, store.clone()).map_err(|e| fail(&e))?);
-    crate::guards::audit::prune_in_background(
-        &store,
-        config.audit.retention_days,
-        server.clock().clone(),
-    );
-    crate::ops::backends::follow_changes(&server, config);
-    Ok(server)
-}
-
-fn stdio(config: &Config) -> ExitCode {
-    let server = match open_server(config) {
-        Ok(server) => server,
-        Err(code) => return code,
-    };
-    let token = match crate::transport::stdio::token_from_env() {
-        Ok(token) => token,
-        Err(e) => return fail(&e),
-    };
-    tracing::info!(database = %config.database, "serving MCP on stdio");
-    let served =
-        crate::transport::stdio::serve(Arc::clone(&server), token, config.stdio.max_line_bytes);
-    server.backends().stop();
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&format!("stdin: {e}")),
-    }
-}
-
-fn quickstart(config: &Config) -> ExitCode {
-    // A busy address is found before anything is created, so trying again with another
-    // `--listen` starts from the same clean state.
-    if let Err(e) = std::net::TcpListener::bind(config.http.listen) {
-        return refuse(&crate::ops::quickstart::busy_address(
-            config.http.listen,
-            &e,
-        ));
-    }
-    let created = config.database.file().is_some_and(|path| !path.exists());
-    let admin_key = if created {
-        let args = InitArgs {
-            company: "Demo Company SL".to_owned(),
-            tax_id: None,
-            plan: "pro".to_owned(),
-            locale: "en".to_owned(),
-            json: false,
-            demo: true,
-        };
-        match create_installation(config, &args) {
-            Ok(key) => key,
-            Err(code) => return code,
-        }
-    } else {
-        println!("Using the existing database {}.", config.database);
-        None
-    };
-    serve_then(config, |addr| {
-        print!(
-            "{}",
-            crate::ops::quickstart::ready_text(config, addr, admin_key.as_deref())
-        );
-    })
-}
-
-fn serve(config: &Config) -> ExitCode {
-    serve_then(config, |_| {})
-}
-
-/// `serve`, calling `ready` once the listener accepts connections.
-fn serve_then(config: &Config, ready: impl FnOnce(std::net::SocketAddr)) -> ExitCode {
-    let server = match open_server(config) {
-        Ok(server) => server,
-        Err(code) => return code,
-    };
-    let served = crate::transport::http::serve_then(Arc::clone(&server), config, ready);
-    // Idle keep-alive connections may still hold the server (and its audit writer).
-    crate::guards::audit::flush_all();
-    server.backends().stop();
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&format!("cannot serve HTTP: {e}")),
-    }
-}
-
 fn errors(format: CatalogFormat) -> ExitCode {
     match format {
         CatalogFormat::Markdown => print!("{}", catalog::render_markdown()),
@@ -720,52 +331,6 @@ fn errors(format: CatalogFormat) -> ExitCode {
         ),
     }
     ExitCode::SUCCESS
-}
-
-fn healthcheck(config: &Config) -> ExitCode {
-    let store = match open_store(config, false) {
-        Ok(store) => store,
-        Err(code) => return code,
-    };
-    let healthy = store
-        .health()
-        .and_then(|version| quick_check(&store).map(|()| version));
-    match healthy {
-        Ok(version) => {
-            println!("ok: {} (schema version {version})", config.database);
-            ExitCode::SUCCESS
-        }
-        Err(reason) => fail(&format!(
-            "unhealthy: {}: {reason} ({})",
-            config.database,
-            reason.code()
-        )),
-    }
-}
-
-/// `PRAGMA quick_check` of an SQLite store (a PostgreSQL server checks its own pages);
-/// the problems it finds go to stderr.
-fn quick_check(store: &Store) -> Result<(), Unhealthy> {
-    if store.path().is_none() {
-        return Ok(());
-    }
-    match store.quick_check() {
-        Ok(found) if found == "ok" => Ok(()),
-        Ok(found) => {
-            eprintln!(
-                "tollgate: PRAGMA quick_check of {}:\n{found}",
-                store.location()
-            );
-            Err(Unhealthy::Corrupt)
-        }
-        Err(e) => {
-            eprintln!(
-                "tollgate: PRAGMA quick_check of {} failed: {e}",
-                store.location()
-            );
-            Err(Unhealthy::Corrupt)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
-//! `tollgate healthcheck --url …`: an HTTP probe of a running server's `/healthz`, for
-//! container health checks and operators who cannot (or should not) open the database.
+//! `tollgate healthcheck`: the database's own check (it opens, its schema is current, it
+//! is writable, and an SQLite file passes `PRAGMA quick_check`), or with `--url …` an HTTP
+//! probe of a running server's `/healthz`, for container health checks and operators who
+//! cannot (or should not) open the database.
 //!
-//! One `GET` over a plain `TcpStream` with connect, read and write timeouts; `http://` only
-//! (the server itself speaks plain HTTP on loopback; TLS belongs to the reverse proxy).
-//! Healthy means status 200 and a JSON body whose `status` is `"ok"`.
+//! The probe is one `GET` over a plain `TcpStream` with connect, read and write timeouts;
+//! `http://` only (the server itself speaks plain HTTP on loopback; TLS belongs to the
+//! reverse proxy). Healthy means status 200 and a JSON body whose `status` is `"ok"`.
 
 use std::fmt;
 use std::io::{Read, Write};
@@ -12,6 +14,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+
+use super::assemble::open_store;
+use super::exit::fail;
+use crate::config::Config;
+use crate::store::{Store, Unhealthy};
 
 /// The largest response the probe reads; `/healthz` answers a few dozen bytes.
 const MAX_RESPONSE_BYTES: u64 = 64 * 1024;
@@ -189,6 +196,53 @@ pub fn healthcheck_url(url: &str, timeout_secs: u64) -> ExitCode {
         Err(e) => {
             eprintln!("tollgate: unhealthy: {url}: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tollgate healthcheck` without `--url`: the configured database's check.
+pub(super) fn healthcheck_database(config: &Config) -> ExitCode {
+    let store = match open_store(config, false) {
+        Ok(store) => store,
+        Err(code) => return code,
+    };
+    let healthy = store
+        .health()
+        .and_then(|version| quick_check(&store).map(|()| version));
+    match healthy {
+        Ok(version) => {
+            println!("ok: {} (schema version {version})", config.database);
+            ExitCode::SUCCESS
+        }
+        Err(reason) => fail(&format!(
+            "unhealthy: {}: {reason} ({})",
+            config.database,
+            reason.code()
+        )),
+    }
+}
+
+/// `PRAGMA quick_check` of an SQLite store (a PostgreSQL server checks its own pages);
+/// the problems it finds go to stderr.
+fn quick_check(store: &Store) -> Result<(), Unhealthy> {
+    if store.path().is_none() {
+        return Ok(());
+    }
+    match store.quick_check() {
+        Ok(found) if found == "ok" => Ok(()),
+        Ok(found) => {
+            eprintln!(
+                "tollgate: PRAGMA quick_check of {}:\n{found}",
+                store.location()
+            );
+            Err(Unhealthy::Corrupt)
+        }
+        Err(e) => {
+            eprintln!(
+                "tollgate: PRAGMA quick_check of {} failed: {e}",
+                store.location()
+            );
+            Err(Unhealthy::Corrupt)
         }
     }
 }

@@ -1,18 +1,28 @@
 //! Process logging with `tracing`: human or JSON lines, always on stderr, so that stdout
 //! stays reserved for MCP messages on the stdio transport.
 //!
-//! Logging never blocks a call. A formatted line goes into a bounded queue
-//! ([`BUFFERED_LINES`]) that one writer thread empties into stderr; when the queue is full
-//! — stderr is a pipe nobody reads, a stalled journal — the line is dropped and counted
-//! ([`dropped_lines`], `tollgate_log_lines_dropped_total` in `/metrics`), and the next line
-//! the writer manages to write is preceded by one saying how many were dropped. The
-//! [`LogGuard`] that [`init`] returns flushes what is queued when it is dropped (a clean
-//! exit), waiting at most [`FLUSH_WAIT`] for a reader that does not read.
+//! Logging never blocks a call. Each formatted line goes to `tracing-appender`'s
+//! non-blocking writer: a bounded queue ([`BUFFERED_LINES`]) that one thread empties into
+//! stderr. When the queue is full — stderr is a pipe nobody reads, a stalled journal — the
+//! line is dropped and counted ([`dropped_lines`], `tollgate_log_lines_dropped_total` in
+//! `/metrics`), as is a line stderr refuses; the next line written is preceded by one
+//! saying how many were dropped. The [`LogGuard`] that [`init`] returns flushes what is
+//! queued when it is dropped (a clean exit), waiting at most [`FLUSH_WAIT`] for a reader
+//! that does not read.
+//!
+//! Around the library's writer, a `Tally` counts the lines handed over and written. The
+//! guard waits on it rather than dropping the library's `WorkerGuard` while lines are
+//! queued: that guard, unable to queue its shutdown message behind a full queue, prints to
+//! stdout — on the stdio transport, the MCP stream. So the guard stops the intake first,
+//! and hands over the library's guard only once the queue is empty (then its shutdown is
+//! taken at once); past [`FLUSH_WAIT`] it lets the process end without it.
 
 use std::io::{self, Write};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -29,30 +39,72 @@ pub fn dropped_lines() -> u64 {
     crate::guards::metrics::log_lines_dropped()
 }
 
-/// What the writer thread is handed.
-enum Message {
-    /// One formatted line (newline included).
-    Line(Vec<u8>),
-    /// Write everything before this, then answer.
-    Flush(SyncSender<()>),
+/// The counts of the lines through one writer, shared by the threads that log and the
+/// writer thread.
+#[derive(Default)]
+struct Tally {
+    /// Lines handed to the queue (taken or refused by it).
+    sent: AtomicU64,
+    /// Lines the writer thread is done with (written, or refused by stderr).
+    done: AtomicU64,
+    /// Lines dropped in all: refused by the queue, by stderr, or after the intake closed.
+    dropped: AtomicU64,
+    /// The queue's own count of the lines it refused, as far as `dropped` has taken it in.
+    queue_refusals_counted: AtomicU64,
+    /// Set by the guard: from then on every line is dropped, so that the queue empties.
+    closed: AtomicBool,
 }
 
-/// The `MakeWriter` of the subscriber: every event is one message on the queue.
-struct Sink {
-    queue: SyncSender<Message>,
-}
-
-/// The writer of one event: queues what it is given, never waits.
-struct QueueWriter<'a>(&'a SyncSender<Message>);
-
-impl Write for QueueWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
-            self.0.try_send(Message::Line(buf.to_vec()))
-        {
-            crate::guards::metrics::count_dropped_log_lines(1);
+impl Tally {
+    /// Counts `lines` more dropped lines, here and in the process metrics.
+    fn count_dropped(&self, lines: u64) {
+        if lines > 0 {
+            self.dropped.fetch_add(lines, Ordering::AcqRel);
+            crate::guards::metrics::count_dropped_log_lines(lines);
         }
-        Ok(buf.len())
+    }
+
+    /// Takes in the lines the queue refused since last asked (`refused`, its total).
+    fn count_queue_refusals(&self, refused: u64) {
+        let counted = self
+            .queue_refusals_counted
+            .fetch_max(refused, Ordering::AcqRel);
+        self.count_dropped(refused.saturating_sub(counted));
+    }
+
+    /// Whether every line the queue took is written (`refused`: the queue's total).
+    fn drained(&self, refused: u64) -> bool {
+        let sent = self.sent.load(Ordering::Acquire);
+        self.done.load(Ordering::Acquire) + refused >= sent
+    }
+}
+
+/// The `MakeWriter` of the subscriber: every event is one line handed to the queue.
+struct Sink {
+    queue: NonBlocking,
+    refusals: ErrorCounter,
+    tally: Arc<Tally>,
+}
+
+/// The writer of one event: hands its line over and never waits.
+struct SinkWriter<'a> {
+    queue: NonBlocking,
+    sink: &'a Sink,
+}
+
+impl Write for SinkWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let tally = &self.sink.tally;
+        if tally.closed.load(Ordering::Acquire) {
+            tally.count_dropped(1);
+            return Ok(buf.len());
+        }
+        // Counted before it is queued: the guard may think a line still queued, never
+        // the queue empty while a line is in it.
+        tally.sent.fetch_add(1, Ordering::AcqRel);
+        let written = self.queue.write(buf);
+        tally.count_queue_refusals(refusals(&self.sink.refusals));
+        written
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -61,10 +113,65 @@ impl Write for QueueWriter<'_> {
 }
 
 impl<'a> MakeWriter<'a> for Sink {
-    type Writer = QueueWriter<'a>;
+    type Writer = SinkWriter<'a>;
 
-    fn make_writer(&'a self) -> QueueWriter<'a> {
-        QueueWriter(&self.queue)
+    fn make_writer(&'a self) -> SinkWriter<'a> {
+        SinkWriter {
+            queue: self.queue.clone(),
+            sink: self,
+        }
+    }
+}
+
+/// The queue's count of refused lines.
+fn refusals(counter: &ErrorCounter) -> u64 {
+    u64::try_from(counter.dropped_lines()).unwrap_or(u64::MAX)
+}
+
+/// What the writer thread writes to: `out` (stderr), each line preceded by the count of
+/// the lines dropped since the last one written, when there are any.
+struct Lines<W> {
+    out: W,
+    tally: Arc<Tally>,
+    format: LogFormat,
+    /// The dropped lines already reported.
+    reported: u64,
+}
+
+impl<W: Write> Write for Lines<W> {
+    fn write(&mut self, line: &[u8]) -> io::Result<usize> {
+        self.write_all(line).map(|()| line.len())
+    }
+
+    /// Writes one line (the writer thread hands over one at a time).
+    fn write_all(&mut self, line: &[u8]) -> io::Result<()> {
+        self.report_drops();
+        let written = self.out.write_all(line);
+        if written.is_err() {
+            self.tally.count_dropped(1);
+        }
+        self.tally.done.fetch_add(1, Ordering::AcqRel);
+        written
+    }
+
+    // stderr is not buffered: there is nothing to flush (and a failed flush would only
+    // make the library print to stderr).
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<W: Write> Lines<W> {
+    /// Writes the "N log lines dropped" line when lines were dropped since the last one.
+    fn report_drops(&mut self) {
+        let dropped = self.tally.dropped.load(Ordering::Acquire);
+        if dropped == self.reported {
+            return;
+        }
+        let notice = drop_notice(dropped - self.reported, self.format, SystemTime::now());
+        if self.out.write_all(notice.as_bytes()).is_ok() {
+            self.reported = dropped;
+        }
     }
 }
 
@@ -72,31 +179,29 @@ impl<'a> MakeWriter<'a> for Sink {
 /// [`FLUSH_WAIT`]). Hold it for as long as the process logs.
 #[must_use = "dropping the guard flushes the log at once"]
 pub struct LogGuard {
-    queue: Option<SyncSender<Message>>,
+    writer: Option<(WorkerGuard, ErrorCounter)>,
+    tally: Arc<Tally>,
+    /// How long the drop waits for the queue to empty ([`FLUSH_WAIT`]).
+    flush_wait: Duration,
 }
 
 impl Drop for LogGuard {
     fn drop(&mut self) {
-        let Some(queue) = self.queue.take() else {
+        let Some((worker, refusals)) = self.writer.take() else {
             return;
         };
-        let deadline = Instant::now() + FLUSH_WAIT;
-        let (done, flushed) = sync_channel(1);
-        let mut message = Message::Flush(done);
-        loop {
-            match queue.try_send(message) {
-                Ok(()) => {
-                    let _ =
-                        flushed.recv_timeout(deadline.saturating_duration_since(Instant::now()));
-                    return;
-                }
-                Err(TrySendError::Full(back)) if Instant::now() < deadline => {
-                    message = back;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(_) => return,
+        self.tally.closed.store(true, Ordering::Release);
+        let deadline = Instant::now() + self.flush_wait;
+        while !self.tally.drained(self::refusals(&refusals)) {
+            if Instant::now() >= deadline {
+                // stderr does not take the lines: end without the library's guard, whose
+                // shutdown message would find the queue full (see the module's header).
+                std::mem::forget(worker);
+                return;
             }
+            std::thread::sleep(Duration::from_millis(1));
         }
+        drop(worker);
     }
 }
 
@@ -110,72 +215,63 @@ pub fn init(config: &LogConfig) -> LogGuard {
             level => EnvFilter::new(level),
         }
     });
-    let (queue, lines) = sync_channel(BUFFERED_LINES);
-    let format = config.format;
-    let writer = std::thread::Builder::new()
-        .name("log-writer".to_owned())
-        .spawn(move || write_loop(&lines, &mut io::stderr(), format));
-    if let Err(e) = writer {
-        // Without the thread nothing would empty the queue: log straight to stderr.
-        eprintln!("tollgate: cannot start the log writer ({e}); logging directly to stderr");
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(io::stderr)
-            .with_target(false);
-        let _ = match format {
-            LogFormat::Json => builder.json().try_init(),
-            LogFormat::Human => builder.try_init(),
-        };
-        return LogGuard { queue: None };
-    }
+    let tally = Arc::new(Tally::default());
+    let Some((queue, worker)) = start_writer(Lines {
+        out: io::stderr(),
+        tally: Arc::clone(&tally),
+        format: config.format,
+        reported: 0,
+    }) else {
+        return log_directly(filter, config.format);
+    };
+    let refusals = queue.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(Sink {
-            queue: queue.clone(),
+            queue,
+            refusals: refusals.clone(),
+            tally: Arc::clone(&tally),
         })
         // Colour codes only for a person at a terminal, never into the journal or a file.
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .with_target(false);
     // A second init (tests embedding the library) keeps the first subscriber.
-    let installed = match format {
+    let installed = match config.format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Human => builder.try_init(),
     };
     LogGuard {
-        queue: installed.is_ok().then_some(queue),
+        writer: installed.is_ok().then_some((worker, refusals)),
+        tally,
+        flush_wait: FLUSH_WAIT,
     }
 }
 
-/// The writer thread: writes each queued line to `out`, preceded by the count of lines
-/// dropped since the last one it wrote, until every sender is gone.
-fn write_loop(lines: &Receiver<Message>, out: &mut dyn Write, format: LogFormat) {
-    let mut reported = 0;
-    for message in lines {
-        match message {
-            Message::Line(line) => {
-                report_drops(out, &mut reported, format);
-                if out.write_all(&line).is_err() {
-                    crate::guards::metrics::count_dropped_log_lines(1);
-                }
-            }
-            Message::Flush(done) => {
-                report_drops(out, &mut reported, format);
-                let _ = out.flush();
-                let _ = done.send(());
-            }
-        }
-    }
+/// The lossy queue and its writer thread, writing to `lines`; `None` when no thread can
+/// be started (the library then panics, which is caught here).
+fn start_writer(lines: Lines<io::Stderr>) -> Option<(NonBlocking, WorkerGuard)> {
+    let builder = NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(BUFFERED_LINES)
+        .thread_name("log-writer");
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.finish(lines))).ok()
 }
 
-/// Writes the "N log lines dropped" line when lines were dropped since `reported`.
-fn report_drops(out: &mut dyn Write, reported: &mut u64, format: LogFormat) {
-    let dropped = dropped_lines();
-    if dropped == *reported {
-        return;
-    }
-    let notice = drop_notice(dropped - *reported, format, SystemTime::now());
-    if out.write_all(notice.as_bytes()).is_ok() {
-        *reported = dropped;
+/// Without a writer thread nothing would empty a queue: log straight to stderr.
+fn log_directly(filter: EnvFilter, format: LogFormat) -> LogGuard {
+    eprintln!("tollgate: cannot start the log writer; logging directly to stderr");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Human => builder.try_init(),
+    };
+    LogGuard {
+        writer: None,
+        tally: Arc::default(),
+        flush_wait: FLUSH_WAIT,
     }
 }
 
@@ -203,6 +299,8 @@ fn drop_notice(count: u64, format: LogFormat, now: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+    use std::sync::{Mutex, mpsc};
 
     #[test]
     fn the_notice_says_how_many_lines_were_dropped_in_either_format() {
@@ -218,30 +316,121 @@ mod tests {
         assert_eq!(json["level"], "WARN");
     }
 
-    #[test]
-    fn a_full_queue_drops_without_waiting_and_the_next_line_reports_it() {
-        let (queue, lines) = sync_channel(2);
-        let mut writer = QueueWriter(&queue);
-        let before = dropped_lines();
-        for line in ["one\n", "two\n", "three\n", "four\n"] {
-            assert_eq!(
-                writer.write(line.as_bytes()).expect("never fails"),
-                line.len()
-            );
-        }
-        assert!(dropped_lines() >= before + 2);
-        drop(queue);
-        let mut out = Vec::new();
-        let mut reported = before;
-        for message in lines.try_iter() {
-            if let Message::Line(line) = message {
-                report_drops(&mut out, &mut reported, LogFormat::Human);
-                out.extend_from_slice(&line);
+    /// An output that holds its first write until the test lets it go, as a pipe nobody
+    /// reads holds the writer; it says when that write has begun.
+    struct Stalled {
+        written: Arc<Mutex<Vec<u8>>>,
+        began: Option<SyncSender<()>>,
+        release: Option<Receiver<()>>,
+    }
+
+    impl Write for Stalled {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if let (Some(began), Some(release)) = (self.began.take(), self.release.take()) {
+                let _ = began.send(());
+                let _ = release.recv();
             }
+            self.written.lock().expect("lock").extend_from_slice(buf);
+            Ok(buf.len())
         }
-        let text = String::from_utf8(out).expect("utf-8");
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_without_waiting_and_the_next_line_written_reports_it() {
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let (began, writing) = sync_channel(1);
+        let (release, released) = mpsc::channel();
+        let tally = Arc::new(Tally::default());
+        let out = Stalled {
+            written: Arc::clone(&written),
+            began: Some(began),
+            release: Some(released),
+        };
+        let lines = Lines {
+            out,
+            tally: Arc::clone(&tally),
+            format: LogFormat::Human,
+            reported: 0,
+        };
+        let (queue, worker) = NonBlockingBuilder::default()
+            .lossy(true)
+            .buffered_lines_limit(1)
+            .finish(lines);
+        let sink = Sink {
+            refusals: queue.error_counter(),
+            queue,
+            tally: Arc::clone(&tally),
+        };
+        sink.make_writer().write_all(b"one\n").expect("queued");
+        writing.recv().expect("the writer holds `one`");
+        // `two` fills the queue of one; `three` and `four` find it full.
+        for line in ["two\n", "three\n", "four\n"] {
+            sink.make_writer()
+                .write_all(line.as_bytes())
+                .expect("never fails");
+        }
+        assert_eq!(tally.dropped.load(Ordering::Acquire), 2);
+        release.send(()).expect("release");
+        let guard = LogGuard {
+            writer: Some((worker, sink.refusals.clone())),
+            tally: Arc::clone(&tally),
+            flush_wait: FLUSH_WAIT,
+        };
+        drop(guard);
+        let text = String::from_utf8(written.lock().expect("lock").clone()).expect("utf-8");
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].contains(" log lines dropped"), "{text}");
-        assert_eq!(&lines[1..], ["one", "two"], "{text}");
+        assert_eq!(lines.len(), 3, "{text}");
+        assert_eq!(lines[0], "one");
+        assert!(
+            lines[1].ends_with(" WARN 2 log lines dropped: the reader of the log did not keep up"),
+            "{text}"
+        );
+        assert_eq!(lines[2], "two");
+        // After the guard, lines are dropped and counted, never queued.
+        sink.make_writer()
+            .write_all(b"five\n")
+            .expect("never fails");
+        assert_eq!(tally.dropped.load(Ordering::Acquire), 3);
+    }
+
+    #[test]
+    fn the_guard_gives_up_on_a_writer_that_never_writes() {
+        let (began, writing) = sync_channel(1);
+        let (_release, released) = mpsc::channel::<()>();
+        let tally = Arc::new(Tally::default());
+        let lines = Lines {
+            out: Stalled {
+                written: Arc::default(),
+                began: Some(began),
+                release: Some(released),
+            },
+            tally: Arc::clone(&tally),
+            format: LogFormat::Human,
+            reported: 0,
+        };
+        let (queue, worker) = NonBlockingBuilder::default()
+            .lossy(true)
+            .buffered_lines_limit(1)
+            .finish(lines);
+        let refusals = queue.error_counter();
+        let sink = Sink {
+            queue,
+            refusals: refusals.clone(),
+            tally: Arc::clone(&tally),
+        };
+        sink.make_writer().write_all(b"stuck\n").expect("queued");
+        writing.recv().expect("the writer holds the line");
+        let guard = LogGuard {
+            writer: Some((worker, refusals)),
+            tally: Arc::clone(&tally),
+            flush_wait: Duration::ZERO,
+        };
+        // Returns although the line is never written (and prints nothing).
+        drop(guard);
+        assert!(!tally.drained(0));
     }
 }

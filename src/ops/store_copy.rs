@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use crate::config::{Config, Database};
-use crate::ops::cli::{fail, refuse};
+use crate::ops::exit::{fail, refuse};
 use crate::store::copy::{CopyError, CopyReport, copy_installation};
 use crate::store::{Store, StoreOptions};
 

@@ -79,7 +79,7 @@ struct Listing {
 pub fn tools(config: &Config, store: &Store, args: &ToolsArgs) -> ExitCode {
     let listing = match list(config, store) {
         Ok(listing) => listing,
-        Err(message) => return crate::ops::cli::fail(&message),
+        Err(message) => return crate::ops::exit::fail(&message),
     };
     let format = if args.json {
         ToolsFormat::Json
@@ -117,7 +117,7 @@ fn list(config: &Config, store: &Store) -> Result<Listing, String> {
     let plans = store
         .plans()
         .map_err(|e| format!("cannot read the plans: {e}"))?;
-    let registry = crate::ops::cli::build_registry(config, store, &Clock::System)?;
+    let registry = crate::ops::registry::build_registry(config, store, &Clock::System)?;
     let mut tools: Vec<ToolRow> = registry
         .tools()
         .iter()

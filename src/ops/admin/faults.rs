@@ -83,7 +83,7 @@ fn fault_add(config: &Config, store: &Store, args: &FaultAddArgs) -> Result<(), 
                       installation never rehearses failures); switch with \
                       `tollgate company set --mode test`"
                 .to_owned(),
-            code: ExitCode::from(crate::ops::cli::EXIT_REFUSED),
+            code: ExitCode::from(crate::ops::exit::EXIT_REFUSED),
         });
     }
     let kind = rehearsable(&args.error).ok_or_else(|| {
@@ -142,7 +142,7 @@ fn check_tool(
     name: &str,
     kind: crate::catalog::ErrorKind,
 ) -> Result<(), Failed> {
-    let registry = crate::ops::cli::build_registry(config, store, &Clock::System)?;
+    let registry = crate::ops::registry::build_registry(config, store, &Clock::System)?;
     match registry.resolve(name) {
         Resolution::Tool(tool) => {
             if kind == crate::catalog::ErrorKind::GuardrailViolation && !tool.tool.has_guardrails()

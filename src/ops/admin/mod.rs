@@ -367,7 +367,7 @@ fn open(config: &Config) -> Result<Store, Failed> {
         if e.is_refusal() {
             Failed {
                 message: e.to_string(),
-                code: ExitCode::from(crate::ops::cli::EXIT_REFUSED),
+                code: ExitCode::from(crate::ops::exit::EXIT_REFUSED),
             }
         } else {
             Failed::from(format!("cannot open the database: {e}"))

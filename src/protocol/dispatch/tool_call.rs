@@ -1,40 +1,73 @@
-//! The `tools/call` handler: a request taken apart ([`ToolRequest`]), run through the guard
-//! chain with its tool's context around the admitted call, and its typed outcome rendered
-//! once ([`render_call_outcome`]): the one place that decides whether a refusal travels as
-//! a JSON-RPC error or, on the `tool_result` guard channel, as an `isError` result.
+//! The one route of every `tools/call`: the requests taken apart ([`ToolRequest`]), run
+//! through the guard chain together with their tool's context around each admitted call,
+//! and each typed outcome rendered once ([`render_call_outcome`]): the one place that
+//! decides whether a refusal travels as a JSON-RPC error or, on the `tool_result` guard
+//! channel, as an `isError` result. A `tools/call` without an id is a notification, which
+//! JSON-RPC never answers and MCP does not define: it runs nothing (no tool, no charge, no
+//! audit row) and is answered with nothing.
 
 use serde_json::{Map, Value};
 
+use super::{Answer, Env, Server};
 use crate::catalog::McpError;
 use crate::config::{GuardChannel, Locale};
 use crate::guards::outcome::{Addressee, CallOutcome, Output};
 use crate::guards::ratelimit::Budget;
 use crate::guards::{META_MODE, META_RATELIMIT, META_REPLAY, ToolCall};
 use crate::protocol::client::RequestClient;
-use crate::protocol::dispatch::{Answer, Env, InputParams, Server, input_params};
+use crate::protocol::inbound::{Response, request_span};
 use crate::protocol::jsonrpc::{Request, RequestId};
-use crate::protocol::revisions::{Era, call_log_level, client_capabilities, meta};
+use crate::protocol::revisions::{
+    Era, call_log_level, client_capabilities, finish_result, meta, select_era,
+};
 use crate::tools::{Book, CommitHook, InputContext, LogLevel, RegisteredTool, ToolContext};
 
 impl Server {
-    pub(super) fn call_tool(
+    /// Runs the `tools/call` messages of one read through the guard chain together
+    /// ([`Guards::call_tools`](crate::guards::Guards::call_tools)), handing each response
+    /// to `respond` as soon as it is ready. The notifications among them run nothing.
+    pub(super) fn call_tools(
         &self,
-        req: &Request,
-        era: Era,
+        calls: Vec<Request>,
         env: &Env<'_>,
-    ) -> Result<Answer, McpError> {
-        let request = ToolRequest::parse(req, era, env)?;
-        let outcome = self.guards.call_tool(
+        respond: &(dyn Fn(Response) + Sync),
+    ) {
+        let calls: Vec<(RequestId, Request)> = calls.into_iter().filter_map(answerable).collect();
+        let mut requests = Vec::with_capacity(calls.len());
+        for (id, req) in &calls {
+            let span = request_span(req);
+            let parsed = span.in_scope(|| {
+                select_era(req, env.session)
+                    .and_then(|era| ToolRequest::parse(req, id.clone(), era, env))
+            });
+            match parsed {
+                Ok(request) => requests.push(request.with_span(span)),
+                Err(err) => respond(self.error_response(Some(id.clone()), err)),
+            }
+        }
+        let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
+        self.guards.call_tools(
             &self.registry(),
-            &request.call(),
+            &tool_calls,
             &env.caller(),
-            &|_, tool, args, book, hook| self.run_tool(&request, env, tool, args, book, hook),
+            &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
+            &|i, outcome| {
+                let request = &requests[i];
+                let outcome = render_call_outcome(outcome, self.locale).map(|answer| Answer {
+                    result: finish_result(answer.result, request.era, "tools/call"),
+                    ..answer
+                });
+                self.send_updates(outcome.is_ok(), env);
+                respond(
+                    self.response(request.id.clone(), outcome)
+                        .in_era(Some(request.era)),
+                );
+            },
         );
-        render_call_outcome(outcome, self.locale)
     }
 
     /// Runs an admitted tool in the context of its request.
-    pub(super) fn run_tool(
+    fn run_tool(
         &self,
         request: &ToolRequest<'_>,
         env: &Env<'_>,
@@ -74,26 +107,43 @@ impl Server {
     }
 }
 
+/// A `tools/call` to run and answer, with its id. One without an id is logged and
+/// dropped: run, it would charge, audit and act in the name of a caller who can never learn
+/// the outcome, and MCP defines no `tools/call` notification.
+fn answerable(req: Request) -> Option<(RequestId, Request)> {
+    match req.id.clone() {
+        Some(id) => Some((id, req)),
+        None => {
+            request_span(&req).in_scope(|| {
+                tracing::warn!(
+                    "a tools/call without an id is a notification: not run, not answered"
+                );
+            });
+            None
+        }
+    }
+}
+
 /// A `tools/call` request taken apart: the guard chain's view of it and what its tool
 /// context needs.
-pub(super) struct ToolRequest<'q> {
+struct ToolRequest<'q> {
     req: &'q Request,
     name: &'q str,
     args: &'q Map<String, Value>,
-    pub(super) id: RequestId,
-    pub(super) era: Era,
+    id: RequestId,
+    era: Era,
     progress_token: Option<Value>,
     log_level: Option<LogLevel>,
     input: InputParams<'q>,
     client_capabilities: Value,
-    /// Its own log span when it is handled beside others (a request handled alone runs
-    /// inside the span of [`Server::handle_request`]).
+    /// Its own log span (it is handled beside the others of its read).
     span: Option<tracing::Span>,
 }
 
 impl<'q> ToolRequest<'q> {
-    pub(super) fn parse(
+    fn parse(
         req: &'q Request,
+        id: RequestId,
         era: Era,
         env: &Env<'_>,
     ) -> Result<ToolRequest<'q>, McpError> {
@@ -102,7 +152,7 @@ impl<'q> ToolRequest<'q> {
             req,
             name,
             args,
-            id: req.id.clone().unwrap_or(Value::Null),
+            id,
             era,
             progress_token: meta(req).and_then(|m| m.get("progressToken")).cloned(),
             log_level: call_log_level(req, era, env.session),
@@ -113,14 +163,14 @@ impl<'q> ToolRequest<'q> {
     }
 
     /// The same request, logging under its own `span` (it is handled beside others).
-    pub(super) fn with_span(self, span: tracing::Span) -> ToolRequest<'q> {
+    fn with_span(self, span: tracing::Span) -> ToolRequest<'q> {
         ToolRequest {
             span: Some(span),
             ..self
         }
     }
 
-    pub(super) fn call(&self) -> ToolCall<'_> {
+    fn call(&self) -> ToolCall<'_> {
         ToolCall {
             name: self.name,
             args: self.args,
@@ -136,10 +186,7 @@ impl<'q> ToolRequest<'q> {
 /// `_meta`; for a refusal, a JSON-RPC error — or, when its caller's guard channel is
 /// `tool_result` and the model can act on it ([`McpError::model_can_act`]), an `isError`
 /// result whose envelope also names the JSON-RPC code it would have had.
-pub(super) fn render_call_outcome(
-    outcome: CallOutcome,
-    locale: Locale,
-) -> Result<Answer, McpError> {
+fn render_call_outcome(outcome: CallOutcome, locale: Locale) -> Result<Answer, McpError> {
     let budget = outcome.budget().cloned();
     let (mut result, book) = match outcome {
         CallOutcome::Rejected { error, to: None } => return Err(error),
@@ -196,6 +243,25 @@ fn mark_call(result: &mut Value, budget: Option<&Budget>, book: Book) {
     mark(result, META_MODE, Value::from(book.as_str()));
 }
 
+/// `inputResponses` and `requestState`, as sent.
+type InputParams<'a> = (Option<&'a Map<String, Value>>, Option<&'a str>);
+
+/// `inputResponses` and `requestState` of a multi-round call or prompt; a present but
+/// malformed value (e.g. `null`) is `-32602`, never a silent first round.
+pub(super) fn input_params(req: &Request) -> Result<InputParams<'_>, McpError> {
+    let responses = match req.params.get("inputResponses") {
+        None => None,
+        Some(Value::Object(map)) => Some(map),
+        Some(_) => return Err(McpError::invalid_params("inputResponses")),
+    };
+    let state = match req.params.get("requestState") {
+        None => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(McpError::invalid_params("requestState")),
+    };
+    Ok((responses, state))
+}
+
 /// Sets one `_meta` entry on a result object.
 pub(super) fn mark(result: &mut Value, key: &str, value: Value) {
     if let Value::Object(map) = result {
@@ -224,4 +290,124 @@ pub(super) fn name_and_arguments(req: &Request) -> Result<(&str, &Map<String, Va
         Some(_) => return Err(McpError::invalid_params("arguments")),
     };
     Ok((name, args))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::protocol::dispatch::testing::{Fixture, request};
+    use crate::protocol::inbound::Message;
+    use crate::protocol::revisions::{LATEST_LEGACY, Session};
+
+    /// The responses `fx` gives to `messages` (each a JSON-RPC message) read together.
+    fn handled(fx: &Fixture, session: &Session, messages: &[Value]) -> Vec<Value> {
+        let messages = messages
+            .iter()
+            .map(|m| Message::parse(&serde_json::to_vec(m).expect("serialize")))
+            .collect();
+        let responses = Mutex::new(Vec::new());
+        fx.server
+            .handle(messages, &fx.env(session, Some(&fx.token)), &|r| {
+                responses.lock().expect("lock").push(r.body);
+            });
+        responses.into_inner().expect("lock")
+    }
+
+    fn call(id: Option<i64>, name: &str, arguments: Value) -> Value {
+        let mut call = json!({"jsonrpc": "2.0", "method": "tools/call",
+                              "params": {"name": name, "arguments": arguments}});
+        if let Some(id) = id {
+            call["id"] = json!(id);
+        }
+        call
+    }
+
+    #[test]
+    fn a_call_without_an_id_runs_nothing_and_is_not_answered() {
+        let fx = Fixture::invoicing();
+        let session = Session::new();
+        assert!(session.initialize(LATEST_LEGACY, json!({})));
+        let ghost = json!({"name": "Ghost SL"});
+        let responses = handled(
+            &fx,
+            &session,
+            &[
+                call(None, "create_client", ghost.clone()),
+                call(Some(2), "search_clients", json!({"query": "Ghost"})),
+            ],
+        );
+        assert_eq!(responses.len(), 1, "{responses:?}");
+        let search = &responses[0];
+        assert_eq!(search["id"], json!(2), "{search}");
+        assert_eq!(
+            search["result"]["structuredContent"]["data"],
+            json!([]),
+            "{search}"
+        );
+        // The search is the first call its buckets counted: the notification charged none.
+        let buckets = &search["result"]["_meta"][META_RATELIMIT]["buckets"];
+        for bucket in buckets.as_array().expect("buckets") {
+            let used = bucket["limit"].as_u64().expect("limit")
+                - bucket["remaining"].as_u64().expect("remaining");
+            assert_eq!(used, 1, "{bucket}");
+        }
+    }
+
+    #[test]
+    fn a_call_in_an_unknown_era_is_refused_with_its_id() {
+        let fx = Fixture::invoicing();
+        let responses = handled(
+            &fx,
+            &Session::new(),
+            &[call(Some(5), "search_clients", json!({}))],
+        );
+        assert_eq!(responses.len(), 1, "{responses:?}");
+        assert_eq!(responses[0]["id"], json!(5));
+        assert!(responses[0]["error"].is_object(), "{}", responses[0]);
+    }
+
+    #[test]
+    fn name_and_arguments_take_absent_or_null_arguments_as_none() {
+        for params in [
+            json!({"name": "t"}),
+            json!({"name": "t", "arguments": null}),
+        ] {
+            let req = request("tools/call", params);
+            let (name, args) = name_and_arguments(&req).expect("parsed");
+            assert_eq!((name, args.len()), ("t", 0));
+        }
+        let no_name = request("tools/call", json!({"arguments": {}}));
+        let err = name_and_arguments(&no_name).expect_err("no name");
+        assert_eq!(err.fields()["param"], json!("name"));
+        let list = request("tools/call", json!({"name": "t", "arguments": []}));
+        let err = name_and_arguments(&list).expect_err("not an object");
+        assert_eq!(err.fields()["param"], json!("arguments"));
+    }
+
+    #[test]
+    fn malformed_multi_round_parameters_are_refused_never_a_first_round() {
+        let first = request("tools/call", json!({"name": "t"}));
+        assert_eq!(input_params(&first).expect("first round"), (None, None));
+        let state = request("tools/call", json!({"name": "t", "requestState": "s"}));
+        assert_eq!(input_params(&state).expect("later round").1, Some("s"));
+        for (field, value) in [("inputResponses", json!(null)), ("requestState", json!(1))] {
+            let req = request("tools/call", json!({"name": "t", field: value}));
+            let err = input_params(&req).expect_err("malformed");
+            assert_eq!(err.fields()["param"], json!(field));
+        }
+    }
+
+    #[test]
+    fn mark_sets_one_meta_entry_and_keeps_the_others() {
+        let mut result = json!({"content": [], "_meta": {"a": 1}});
+        mark(&mut result, "b", json!(2));
+        assert_eq!(result["_meta"], json!({"a": 1, "b": 2}));
+        let mut bare = json!({});
+        mark(&mut bare, "c", json!(true));
+        assert_eq!(bare, json!({"_meta": {"c": true}}));
+    }
 }

@@ -3,7 +3,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::routes::{App, HttpHead};
+use super::HttpHead;
+use super::app::App;
 use crate::catalog::{ErrorKind, McpError};
 use crate::config::{ClientAddressHeader, ProxyRange};
 use crate::guards::Caller;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use tiny_http::Method;
 
-use super::routes::{App, HttpHead};
+use super::HttpHead;
+use super::app::App;
 use super::sse::{Outgoing, Stream};
 use super::status::Reply;
 use crate::catalog::{ErrorKind, McpError};
@@ -254,7 +255,7 @@ pub(super) fn accepts_sse(head: &HttpHead) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::http::routes::test_head as head;
+    use crate::transport::http::test_head as head;
 
     #[test]
     fn header_values_decode_the_base64_form() {

@@ -4,10 +4,11 @@
 //!
 //! This module owns the listener and its lifecycle: [`serve`], the signals, the worker
 //! slots, the refusals the listener writes itself and the body read under its deadline.
-//! Beside it: `routes` (the handlers' shared state, which handler serves which path, the
-//! small endpoints), `mcp` (`/mcp` and its session headers), `sse` (responses that turn
-//! into event streams), `origin` (DNS-rebinding protection), `client` (who is asking),
-//! `status` (statuses and headers of replies), [`oauth`] and [`sessions`].
+//! It also owns [`HttpHead`], the parts of a request every handler reads. Beside it: `app`
+//! (the handlers' shared state), `routes` (which handler serves which path, the small
+//! endpoints), `mcp` (`/mcp` and its session headers), `sse` (responses that turn into
+//! event streams), `origin` (DNS-rebinding protection), `client` (who is asking), `status`
+//! (statuses and headers of replies), [`oauth`] and [`sessions`].
 //!
 //! Each connection is served on a thread of its own, at most `http.max_connections` of
 //! them; a request is worked on once its body is in, at most `http.workers` at once. The
@@ -18,6 +19,7 @@
 //! in-flight ones finish, and returns; a listener that stops accepting ends `serve` with an
 //! error, so that the service manager restarts the process.
 
+mod app;
 mod client;
 mod mcp;
 pub mod oauth;
@@ -28,20 +30,43 @@ pub mod sessions;
 mod sse;
 mod status;
 
-pub use routes::HttpHead;
-
 use std::io::Read;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use tiny_http::Request;
+use tiny_http::{Method, Request};
 
-use self::routes::App;
+use self::app::App;
 use self::status::{Reply, to_response};
 use crate::catalog::{ErrorKind, McpError};
 use crate::config::Config;
 use crate::protocol::dispatch::Server;
+
+/// The parts of a request the handlers look at, read once.
+pub struct HttpHead {
+    /// `GET`, `POST`, …
+    pub method: Method,
+    /// Path without the query.
+    pub path: String,
+    /// The query, without `?` (empty when there is none).
+    pub query: String,
+    /// Header names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The peer address.
+    pub peer: Option<SocketAddr>,
+}
+
+impl HttpHead {
+    /// The first header with this lowercase name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
 
 /// How often the main loop looks at the shutdown flag and the listener.
 const POLL: Duration = Duration::from_millis(100);
@@ -339,6 +364,21 @@ fn read_body(request: &mut Request, cap: usize) -> Result<Vec<u8>, McpError> {
         return Err(too_large());
     }
     Ok(body)
+}
+
+/// A `POST /mcp` head with these (lowercase) headers, for unit tests.
+#[cfg(test)]
+fn test_head(headers: &[(&str, &str)]) -> HttpHead {
+    HttpHead {
+        method: Method::Post,
+        path: "/mcp".into(),
+        query: String::new(),
+        headers: headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        peer: None,
+    }
 }
 
 #[cfg(test)]

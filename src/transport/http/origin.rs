@@ -1,6 +1,6 @@
 //! DNS-rebinding protection: the `Host` and `Origin` a request may carry.
 
-use super::routes::HttpHead;
+use super::HttpHead;
 use crate::catalog::{ErrorKind, McpError};
 
 /// DNS-rebinding protection: `Host` and `Origin` must name this server.
@@ -67,7 +67,7 @@ fn strip_port(authority: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::http::routes::test_head as head;
+    use crate::transport::http::test_head as head;
 
     /// `Ok` when the policy lets the headers pass, otherwise the header it names.
     fn verdict(policy: &OriginPolicy, headers: &[(&str, &str)]) -> Result<(), String> {

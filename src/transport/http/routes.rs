@@ -1,67 +1,18 @@
-//! Routing of the HTTP transport: the state shared by its handlers ([`App`]), the parts of
-//! a request they read ([`HttpHead`]), which handler serves which path, and the small
-//! endpoints beside `/mcp` (health, metrics, the OAuth documents and token endpoint).
+//! Routing of the HTTP transport: the head of a request read once, which handler serves
+//! which path, and the small endpoints beside `/mcp` (health, metrics, the OAuth documents
+//! and token endpoint, the operator's console).
 
-use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, OnceLock};
 
 use serde_json::json;
 use tiny_http::{Method, Request};
 
+use super::HttpHead;
+use super::app::App;
 use super::mcp::accepts_sse;
-use super::origin::OriginPolicy;
 use super::sse::{Outgoing, Stream};
 use super::status::{Body, Reply};
 use crate::catalog::{ErrorKind, McpError};
-use crate::config::{ClientAddressHeader, Config, ErrorStatusMode, ProxyRange};
-use crate::protocol::dispatch::Server;
-use crate::transport::http::sessions::Sessions;
-
-/// The request-independent state of the HTTP transport.
-pub(super) struct App {
-    pub(super) server: Arc<Server>,
-    pub(super) sessions: Sessions,
-    pub(super) origins: OriginPolicy,
-    pub(super) max_body: usize,
-    pub(super) mode: ErrorStatusMode,
-    pub(super) public_base_url: Option<String>,
-    /// `http://<bound address>`, the base URL when no public one is configured.
-    pub(super) listen_url: OnceLock<String>,
-    /// Peers whose client-address header names the real client (`http.trusted_proxies`).
-    pub(super) trusted_proxies: Vec<ProxyRange>,
-    pub(super) client_address_header: ClientAddressHeader,
-    pub(super) dev_credential: Option<String>,
-    pub(super) oauth: crate::transport::http::oauth::Endpoints,
-    /// `GET /metrics` is served (`http.metrics`).
-    pub(super) metrics: Option<&'static crate::guards::metrics::Metrics>,
-    /// The operator's console under `/console` (`console.enabled`).
-    pub(super) console: Option<crate::console::Console>,
-}
-
-/// The parts of a request the handlers look at, read once.
-pub struct HttpHead {
-    /// `GET`, `POST`, …
-    pub method: Method,
-    /// Path without the query.
-    pub path: String,
-    /// The query, without `?` (empty when there is none).
-    pub query: String,
-    /// Header names lowercased.
-    pub headers: Vec<(String, String)>,
-    /// The peer address.
-    pub peer: Option<SocketAddr>,
-}
-
-impl HttpHead {
-    /// The first header with this lowercase name.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
 
 /// Whether the request names one host (RFC 9112 §3.2): exactly one non-empty `Host`, or
 /// none on HTTP/1.0. Two `Host` lines could be read differently by a proxy in front and by
@@ -76,28 +27,6 @@ fn host_is_unambiguous(head: &HttpHead, version: tiny_http::HTTPVersion) -> bool
 }
 
 impl App {
-    /// The transport's state, from `[http]` and `[dev]`.
-    pub(super) fn new(server: Arc<Server>, config: &Config) -> App {
-        let clock = server.clock().clone();
-        let store = server.store().clone();
-        let console = crate::console::Console::new(Arc::clone(&server), config);
-        App {
-            server,
-            sessions: Sessions::new(config.http.session_ttl, clock.clone(), store),
-            origins: OriginPolicy::new(&config.http.allowed_hosts, &config.http.allowed_origins),
-            max_body: config.http.max_body_bytes,
-            mode: config.http.error_status,
-            public_base_url: config.http.public_base_url.clone(),
-            listen_url: OnceLock::new(),
-            trusted_proxies: config.http.trusted_proxies.clone(),
-            client_address_header: config.http.client_address_header,
-            dev_credential: config.dev.unauthenticated_credential.clone(),
-            oauth: crate::transport::http::oauth::Endpoints::new(clock),
-            metrics: config.http.metrics.then(crate::guards::metrics::global),
-            console,
-        }
-    }
-
     /// Serves one request whose body is read; a panic in a handler becomes a `-32603`.
     pub(super) fn handle(&self, request: Request, body: Result<Vec<u8>, McpError>) {
         let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
@@ -314,47 +243,5 @@ impl App {
             (Err(err), _) => self.error_reply(None, err),
             (Ok(()), None) => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
         }
-    }
-
-    /// Records the address the listener is bound to (the base URL when no public one is
-    /// configured). A wildcard address names nothing a client can reach, so it is said.
-    pub(super) fn set_listening(&self, addr: SocketAddr) {
-        if self.public_base_url.is_none() && addr.ip().is_unspecified() {
-            tracing::warn!(
-                listen = %addr,
-                "http.public_base_url is not set and the listener is bound to a wildcard \
-                 address; OAuth metadata will name it; set http.public_base_url"
-            );
-        }
-        let _ = self.listen_url.set(format!("http://{addr}"));
-    }
-
-    /// The base of every URL this server advertises (OAuth metadata, the
-    /// `WWW-Authenticate` challenge): `http.public_base_url`, otherwise the bound
-    /// listening address — never the request's `Host`.
-    pub(super) fn base_url(&self) -> String {
-        match &self.public_base_url {
-            Some(url) => url.trim_end_matches('/').to_owned(),
-            None => self
-                .listen_url
-                .get()
-                .cloned()
-                .unwrap_or_else(|| "http://127.0.0.1:8787".to_owned()),
-        }
-    }
-}
-
-/// A `POST /mcp` head with these (lowercase) headers, for unit tests.
-#[cfg(test)]
-pub(super) fn test_head(headers: &[(&str, &str)]) -> HttpHead {
-    HttpHead {
-        method: Method::Post,
-        path: "/mcp".into(),
-        query: String::new(),
-        headers: headers
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_string()))
-            .collect(),
-        peer: None,
     }
 }

@@ -10,8 +10,8 @@
 use serde_json::Value;
 use tiny_http::{Header, Request, Response, StatusCode};
 
+use super::app::App;
 use super::ratelimit_headers;
-use super::routes::App;
 use crate::catalog::McpError;
 use crate::protocol::inbound;
 

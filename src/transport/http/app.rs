@@ -1,0 +1,86 @@
+//! The state of the HTTP transport that outlives a request ([`App`]), built once from
+//! `[http]` and `[dev]`: the server, the sessions, the `Host`/`Origin` policy, the OAuth
+//! endpoints, the console, and the base URL every advertised link starts with. Its
+//! handlers are implemented beside it, one file per concern (`routes`, `mcp`, `client`,
+//! `status`).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use super::oauth::Endpoints;
+use super::origin::OriginPolicy;
+use super::sessions::Sessions;
+use crate::config::{ClientAddressHeader, Config, ErrorStatusMode, ProxyRange};
+use crate::protocol::dispatch::Server;
+
+/// The request-independent state of the HTTP transport.
+pub(super) struct App {
+    pub(super) server: Arc<Server>,
+    pub(super) sessions: Sessions,
+    pub(super) origins: OriginPolicy,
+    pub(super) max_body: usize,
+    pub(super) mode: ErrorStatusMode,
+    pub(super) public_base_url: Option<String>,
+    /// `http://<bound address>`, the base URL when no public one is configured.
+    pub(super) listen_url: OnceLock<String>,
+    /// Peers whose client-address header names the real client (`http.trusted_proxies`).
+    pub(super) trusted_proxies: Vec<ProxyRange>,
+    pub(super) client_address_header: ClientAddressHeader,
+    pub(super) dev_credential: Option<String>,
+    pub(super) oauth: Endpoints,
+    /// `GET /metrics` is served (`http.metrics`).
+    pub(super) metrics: Option<&'static crate::guards::metrics::Metrics>,
+    /// The operator's console under `/console` (`console.enabled`).
+    pub(super) console: Option<crate::console::Console>,
+}
+
+impl App {
+    /// The transport's state, from `[http]` and `[dev]`.
+    pub(super) fn new(server: Arc<Server>, config: &Config) -> App {
+        let clock = server.clock().clone();
+        let store = server.store().clone();
+        let console = crate::console::Console::new(Arc::clone(&server), config);
+        App {
+            server,
+            sessions: Sessions::new(config.http.session_ttl, clock.clone(), store),
+            origins: OriginPolicy::new(&config.http.allowed_hosts, &config.http.allowed_origins),
+            max_body: config.http.max_body_bytes,
+            mode: config.http.error_status,
+            public_base_url: config.http.public_base_url.clone(),
+            listen_url: OnceLock::new(),
+            trusted_proxies: config.http.trusted_proxies.clone(),
+            client_address_header: config.http.client_address_header,
+            dev_credential: config.dev.unauthenticated_credential.clone(),
+            oauth: Endpoints::new(clock),
+            metrics: config.http.metrics.then(crate::guards::metrics::global),
+            console,
+        }
+    }
+
+    /// Records the address the listener is bound to (the base URL when no public one is
+    /// configured). A wildcard address names nothing a client can reach, so it is said.
+    pub(super) fn set_listening(&self, addr: SocketAddr) {
+        if self.public_base_url.is_none() && addr.ip().is_unspecified() {
+            tracing::warn!(
+                listen = %addr,
+                "http.public_base_url is not set and the listener is bound to a wildcard \
+                 address; OAuth metadata will name it; set http.public_base_url"
+            );
+        }
+        let _ = self.listen_url.set(format!("http://{addr}"));
+    }
+
+    /// The base of every URL this server advertises (OAuth metadata, the
+    /// `WWW-Authenticate` challenge): `http.public_base_url`, otherwise the bound
+    /// listening address — never the request's `Host`.
+    pub(super) fn base_url(&self) -> String {
+        match &self.public_base_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => self
+                .listen_url
+                .get()
+                .cloned()
+                .unwrap_or_else(|| "http://127.0.0.1:8787".to_owned()),
+        }
+    }
+}
