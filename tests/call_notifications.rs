@@ -1,7 +1,8 @@
-//! A `tools/call` without an id, on stdio and on Streamable HTTP: JSON-RPC 2.0 gives a
-//! notification no answer, and MCP defines no `tools/call` notification, so such a message
-//! runs nothing — no tool, no rate charge, no audit row — and is answered with nothing (no
-//! stdout line; `202 Accepted` with an empty body, as for every other notification).
+//! A `tools/call` (or any other request) without an id, on stdio and on Streamable HTTP:
+//! JSON-RPC 2.0 gives a notification no answer, and MCP defines no `tools/call`
+//! notification, so such a message runs nothing — no tool, no rate charge, no audit row —
+//! and is answered with nothing (no stdout line; `202 Accepted` with an empty body, as for
+//! every other notification). Only the `notifications/*` methods run in that form.
 
 use std::io::Write;
 use std::process::Stdio;
@@ -191,4 +192,36 @@ fn a_tools_call_without_an_id_on_http_is_202_with_no_body_and_runs_nothing() {
     assert_eq!(search["id"], json!(7), "{search}");
     assert_eq!(found(&search), &Vec::<Value>::new(), "{search}");
     assert_first_charge(&search);
+}
+
+#[test]
+fn any_request_without_an_id_runs_nothing_and_gets_no_line() {
+    let db = TestDb::new();
+    // A prompt whose answer reads business data: sent with an id it is charged to the read
+    // buckets and audited; without one nothing of it may happen. A ping without an id is
+    // not answered either.
+    let chase = json!({"jsonrpc": "2.0", "method": "prompts/get",
+                       "params": {"name": "chase_overdue_invoices",
+                                  "arguments": {"tone": "firm"}}});
+    let ping = json!({"jsonrpc": "2.0", "method": "ping"});
+    let written = stdio_session(&db, &[initialize(1), initialized(), chase, ping]);
+    let ids: Vec<&Value> = written.iter().map(|line| &line["id"]).collect();
+    assert_eq!(ids, [&json!(1)], "only initialize is answered: {written:?}");
+    assert_eq!(total_charged(&db), 0, "nothing was charged");
+    let audit = db.run_json(&["audit", "--json"]);
+    assert_eq!(audit, json!([]), "nothing reached the audit log");
+
+    // The same prompt with an id is charged and audited: what the notification would have
+    // done had it run.
+    let chase = json!({"jsonrpc": "2.0", "id": 2, "method": "prompts/get",
+                       "params": {"name": "chase_overdue_invoices",
+                                  "arguments": {"tone": "firm"}}});
+    let written = stdio_session(&db, &[initialize(1), initialized(), chase]);
+    assert!(
+        written.iter().any(|line| line["id"] == json!(2)),
+        "{written:?}"
+    );
+    assert!(total_charged(&db) > 0, "the prompt with an id is charged");
+    let audit = db.run_json(&["audit", "--json"]);
+    assert_eq!(audit.as_array().map(Vec::len), Some(1), "{audit}");
 }

@@ -71,11 +71,20 @@ impl Server {
         }
     }
 
-    /// Handles a request or notification in the era it selects; a notification runs but
-    /// is not answered.
+    /// Handles a request or notification in the era it selects. A notification is never
+    /// answered; only the `notifications/*` methods are run in that form: any other method
+    /// sent without an id (a `prompts/get` that would be charged and audited, an
+    /// `initialize` that would set up a session) is logged and dropped, like a `tools/call`.
     fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Response> {
         // Every log line of this request carries its id (never its params or token).
         let _span = request_span(&req).entered();
+        if req.id.is_none() && !req.method.starts_with("notifications/") {
+            tracing::warn!(
+                method = %req.method,
+                "a request without an id is a notification: not run, not answered"
+            );
+            return None;
+        }
         let era = select_era(&req, env.session);
         let served = era.as_ref().ok().copied();
         let outcome = era.and_then(|era| {
