@@ -271,6 +271,14 @@ mod tests {
     }
 
     /// The calls of `outcome` in the bucket at `at`, of rows that name no entry.
+    /// A chart's legend as (class, label, count).
+    fn legend(c: &Chart) -> Vec<(&str, &str, i64)> {
+        c.legend
+            .iter()
+            .map(|l| (l.class.as_str(), l.label.as_str(), l.count))
+            .collect()
+    }
+
     fn of(at: i64, outcome: &str, calls: i64) -> OutcomeCalls {
         named(at, outcome, None, calls)
     }
@@ -322,13 +330,8 @@ mod tests {
         assert_eq!(last.segments[0].y + last.segments[0].height, HEIGHT as f64);
         let top = last.segments.last().expect("segments");
         assert!(top.y.abs() < 0.01, "{top:?}");
-        let legend: Vec<(&str, &str, i64)> = c
-            .legend
-            .iter()
-            .map(|l| (l.class.as_str(), l.label.as_str(), l.count))
-            .collect();
         assert_eq!(
-            legend,
+            legend(&c),
             [
                 ("ok", "admitted", 9),
                 ("tool", "tool failure", 2),
@@ -368,13 +371,8 @@ mod tests {
             of(0, "rate_limited", 1),
         ];
         let c = chart("x", "t".into(), texts(), &counts, 0, MINUTE, 1);
-        let legend: Vec<(&str, &str, i64)> = c
-            .legend
-            .iter()
-            .map(|l| (l.class.as_str(), l.label.as_str(), l.count))
-            .collect();
         assert_eq!(
-            legend,
+            legend(&c),
             [
                 ("tool", "tool failure", 9),
                 ("insufficient_scope", "insufficient_scope", 1),

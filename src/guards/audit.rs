@@ -491,20 +491,9 @@ mod tests {
     #[test]
     fn records_and_filters_without_arguments() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let opts = StoreOptions {
-            create: true,
-            ..StoreOptions::default()
-        };
-        let store = Store::open(&dir.path().join("a.db"), &opts).expect("open");
+        let store = store_in(&dir);
         let auditor = Auditor::new(store.clone(), Clock::System);
-        let principal = Principal {
-            credential_id: "abc123abc123".into(),
-            client_id: None,
-            scopes: vec![],
-            mode: crate::guards::auth::Mode::Live,
-            guard_channel: None,
-            installation: crate::guards::auth::Mode::Live,
-        };
+        let principal = principal();
         let limited = McpError::new(ErrorKind::RateLimited);
         for (id, outcome) in [(1, Verdict::Ok), (2, Verdict::Rejected(&limited))] {
             auditor.record(&AuditEntry {
@@ -545,14 +534,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = store_in(&dir);
         let auditor = Auditor::new(store.clone(), Clock::System);
-        let principal = Principal {
-            credential_id: "abc123abc123".into(),
-            client_id: None,
-            scopes: vec![],
-            mode: crate::guards::auth::Mode::Live,
-            guard_channel: None,
-            installation: crate::guards::auth::Mode::Live,
-        };
+        let principal = principal();
         let ours = McpError::rate_limited("cred", 10, 0, 60);
         let scope = McpError::new(ErrorKind::InsufficientScope);
         // The backend's own 429 and our limit share the code `rate_limited`.
@@ -602,6 +584,18 @@ mod tests {
                 ("5".into(), "ok".into(), None),
             ]
         );
+    }
+
+    /// A live credential with no scopes, as the chain hands it to the auditor.
+    fn principal() -> Principal {
+        Principal {
+            credential_id: "abc123abc123".into(),
+            client_id: None,
+            scopes: vec![],
+            mode: crate::guards::auth::Mode::Live,
+            guard_channel: None,
+            installation: crate::guards::auth::Mode::Live,
+        }
     }
 
     fn store_in(dir: &tempfile::TempDir) -> Store {
@@ -660,14 +654,7 @@ mod tests {
             auditor.record(&refusal(&id, "search_clients", &missing, "http:10.0.0.2"));
         }
         // A refusal of an authenticated caller keeps its own row.
-        let principal = Principal {
-            credential_id: "abc123abc123".into(),
-            client_id: None,
-            scopes: vec![],
-            mode: crate::guards::auth::Mode::Live,
-            guard_channel: None,
-            installation: crate::guards::auth::Mode::Live,
-        };
+        let principal = principal();
         let scope = Err(McpError::new(ErrorKind::InsufficientScope));
         let mut entry = refusal(&id, "search_clients", &scope, "http:10.0.0.1");
         entry.principal = Some(&principal);
