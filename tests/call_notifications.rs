@@ -4,12 +4,9 @@
 //! and is answered with nothing (no stdout line; `202 Accepted` with an empty body, as for
 //! every other notification). Only the `notifications/*` methods run in that form.
 
-use std::io::Write;
-use std::process::Stdio;
-
 use serde_json::{Value, json};
 
-use crate::util::{HttpResponse, HttpServer, TestDb, merge_modern_meta};
+use crate::util::{HttpResponse, HttpServer, TestDb, merge_modern_meta, stdio_transcript};
 
 const LEGACY: &str = "2025-11-25";
 const GHOST: &str = "Ghost Notification SL";
@@ -40,22 +37,14 @@ fn stdio_session(db: &TestDb, lines: &[Value]) -> Vec<Value> {
     cmd.env(
         "TOLLGATE_TOKEN",
         db.admin_key.as_deref().expect("admin key"),
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
-    let mut child = cmd.spawn().expect("spawn tollgate stdio");
-    let mut input = Vec::new();
-    for line in lines {
-        input.extend(serde_json::to_vec(line).expect("serialize"));
-        input.push(b'\n');
-    }
-    let mut stdin = child.stdin.take().expect("stdin");
-    stdin.write_all(&input).expect("write stdin");
-    drop(stdin);
-    // EOF lets every request in flight finish before the process exits.
-    let out = child.wait_with_output().expect("wait");
-    assert!(out.status.success(), "{}", out.status);
+    );
+    let out = stdio_transcript(cmd, lines);
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .expect("utf-8")
         .lines()

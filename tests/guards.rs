@@ -9,8 +9,6 @@
 #![cfg_attr(not(feature = "conformance-pack"), allow(unused_imports, dead_code))]
 
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -615,16 +613,7 @@ fn every_call_leaves_one_audit_row_without_arguments() {
 fn traced_session(db: &TestDb, token: &str, requests: &[Value]) -> (String, String) {
     let mut cmd = db.command(&["--log-level", "trace", "stdio", "--conformance-pack"]);
     cmd.env("TOLLGATE_TOKEN", token).env("RUST_LOG", "trace");
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn stdio");
-    let mut stdin = child.stdin.take().expect("stdin");
-    for request in requests {
-        writeln!(stdin, "{request}").expect("write request");
-    }
-    drop(stdin);
-    let out = child.wait_with_output().expect("wait");
+    let out = crate::util::stdio_transcript(cmd, requests);
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

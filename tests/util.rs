@@ -1039,6 +1039,22 @@ pub fn wait_for_text(read: impl Fn() -> String, needle: &str) -> String {
     }
 }
 
+/// Runs `cmd` (a `tollgate stdio`) with `lines` written to its stdin, one message a line,
+/// then its stdin closed; returns what it printed once it exited. The end of its input lets
+/// every request in flight finish before the process exits.
+pub fn stdio_transcript(mut cmd: Command, lines: &[Value]) -> Output {
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn tollgate stdio");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for line in lines {
+        writeln!(stdin, "{line}").expect("write a line");
+    }
+    drop(stdin);
+    child.wait_with_output().expect("wait for tollgate stdio")
+}
+
 /// The lines `stdout` writes, read on a thread of their own until it closes.
 pub fn read_lines(stdout: std::process::ChildStdout) -> Receiver<String> {
     let (tx, rx) = channel();
