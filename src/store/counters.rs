@@ -13,7 +13,8 @@ pub struct StoredLimits {
     pub plan_slug: Option<String>,
     /// The plan's hourly company-wide limit (`None`: unlimited, or no plan).
     pub hourly: Option<u64>,
-    /// The credential's override for the category, else the plan's default.
+    /// The credential's (or the provider user's) override for the category, else the
+    /// plan's default.
     pub per_minute: Option<u64>,
     /// The OAuth client of the call: the one given, else the credential's.
     pub client_id: Option<String>,
@@ -23,12 +24,17 @@ pub struct StoredLimits {
 
 const LIMITS_SQL: &str = "\
     SELECT p.slug, p.hourly_call_limit,
-           CASE ?3 WHEN 'read'        THEN COALESCE(c.read_per_minute, p.read_per_minute)
-                   WHEN 'write'       THEN COALESCE(c.write_per_minute, p.write_per_minute)
+           CASE ?3 WHEN 'read'        THEN COALESCE(c.read_per_minute, u.read_per_minute,
+                                                    p.read_per_minute)
+                   WHEN 'write'       THEN COALESCE(c.write_per_minute, u.write_per_minute,
+                                                    p.write_per_minute)
                    WHEN 'destructive' THEN COALESCE(c.destructive_per_minute,
+                                                    u.destructive_per_minute,
                                                     p.destructive_per_minute)
-                   WHEN 'send'        THEN COALESCE(c.send_per_minute, p.send_per_minute)
+                   WHEN 'send'        THEN COALESCE(c.send_per_minute, u.send_per_minute,
+                                                    p.send_per_minute)
                    WHEN 'generate'    THEN COALESCE(c.generate_per_minute,
+                                                    u.generate_per_minute,
                                                     p.generate_per_minute)
            END,
            COALESCE(?2, c.client_id),
@@ -37,6 +43,7 @@ const LIMITS_SQL: &str = "\
       LEFT JOIN company co ON co.id = 1
       LEFT JOIN plans p ON p.slug = co.plan_slug
       LEFT JOIN credentials c ON c.public_id = ?1
+      LEFT JOIN users u ON u.id = ?1
       LEFT JOIN oauth_clients oc ON oc.client_id = COALESCE(?2, c.client_id)";
 
 /// The limits of one (credential, client, category), in one indexed read.

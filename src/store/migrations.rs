@@ -23,7 +23,7 @@ use super::sqlite::{configure_connection, open_flags};
 use super::{StoreError, StoreOptions};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -85,6 +85,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (6, AUDIT_BACKEND_SQL),
     (7, super::sessions::SQLITE_SCHEMA_STEP),
     (8, super::audit::SQLITE_ENTRY_STEP),
+    (9, super::users::SQLITE_SCHEMA_STEP),
 ];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.

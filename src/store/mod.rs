@@ -52,6 +52,7 @@ pub mod sql;
 mod sqlite;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod users;
 
 use std::cell::RefCell;
 use std::fmt;

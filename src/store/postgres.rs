@@ -47,6 +47,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (6, BASELINE_SQL),
     (7, super::sessions::POSTGRES_SCHEMA_STEP),
     (8, super::audit::POSTGRES_ENTRY_STEP),
+    (9, super::users::POSTGRES_SCHEMA_STEP),
 ];
 
 /// One pooled connection and the statements it has prepared.

@@ -38,6 +38,8 @@ fn fill(store: &Store) {
                      1700090000, 1700000004, NULL, NULL, NULL, NULL, NULL, NULL),
                           ('abc00000x', 'api_key', 'test', 'Ümlaut', '$argon2id$v=19$z', '[]', NULL,
                      NULL, 1700000005, 1700000006, NULL, NULL, NULL, NULL, NULL);
+                 INSERT INTO users VALUES ('u0123456789abcdef01234567', 'https://idp.example.com',
+                     'alice', 'Alice', 'portal', 1700000007, 1700000008, NULL, 5, NULL, NULL, NULL, NULL);
                  INSERT INTO rate_counters VALUES ('cred', 'Abcdef012:read', 1700000040, 3),
                      ('cred', 'Abcdef012:read', 1700000100, 1), ('plan', 'company', 1699999200, 12);
                  INSERT INTO idempotency_keys VALUES
@@ -89,6 +91,7 @@ const FILLED: &[(&str, u64)] = &[
     ("company", 1),
     ("oauth_clients", 1),
     ("credentials", 3),
+    ("users", 1),
     ("rate_counters", 3),
     ("idempotency_keys", 2),
     ("audit_log", 2),
@@ -310,7 +313,7 @@ fn a_changed_cell_changes_only_its_tables_checksum() {
         .map(|(b, _)| b.table)
         .collect();
     assert_eq!(changed, ["rate_counters"]);
-    assert_eq!(after[5].rows, 3);
+    assert_eq!(after[6].rows, 3);
     // An integer and the same digits as text are different cells.
     let mut int = Sha256::new();
     hash_cell(&mut int, &Owned::Int(1));
