@@ -236,6 +236,11 @@ catalog! {
         "The server's storage is temporarily unavailable; retry with backoff.",
         "El almacenamiento del servidor no está disponible por ahora; reintente con espera.",
         "the database is locked past its timeout, the disk is full, shutting down"),
+    /// The company's identity provider cannot be reached to decide on a token.
+    IdentityProviderUnavailable => (-32603, "backend_unavailable", 503, 4002, true, ServerFault, Ok,
+        "The company's identity provider[ {details.issuer}] cannot be reached to check this token right now; retry with backoff.",
+        "No se puede contactar ahora con el proveedor de identidad de la empresa[ {details.issuer}] para comprobar este token; reintente con espera.",
+        "the identity provider cannot be reached to verify a token (its keys, or introspection)"),
 
     // ---- Transport errors (Streamable HTTP) --------------------------------------------
     /// HTTP: the `Origin` or `Host` header is not on the allow-list (DNS-rebinding protection).
@@ -305,6 +310,11 @@ catalog! {
         "The OAuth client this credential belongs to has been revoked.",
         "El cliente OAuth al que pertenece esta credencial ha sido revocado.",
         "the credential's OAuth client was revoked"),
+    /// The operator blocked the provider user the token names.
+    UserBlocked => (-32002, "user_blocked", 403, 1108, false, Guard, Semantic,
+        "The operator of this server has blocked this user[ ({details.user})]; retrying will not help: ask the company's administrator to unblock the user.",
+        "El operador de este servidor ha bloqueado a este usuario[ ({details.user})]; reintentar no servirá: pida al administrador de la empresa que lo desbloquee.",
+        "the operator blocked the identity provider's user the token names"),
     /// Wrong kind of credential for this surface.
     InvalidTokenType => (-32003, "invalid_token_type", 403, 1103, false, Guard, Semantic,
         "This kind of credential cannot be used here[ ({details.reason})].",

@@ -205,6 +205,13 @@ impl Guards {
         self
     }
 
+    /// The same guards also accepting the tokens of the identity providers `identity`
+    /// trusts (`[[auth.issuers]]`).
+    pub fn with_identity(mut self, identity: std::sync::Arc<crate::identity::Identity>) -> Guards {
+        self.auth = self.auth.with_identity(identity);
+        self
+    }
+
     /// The same guards rolling `dice` for rehearsed faults with a probability below 1 (the
     /// system's random source unless set).
     pub fn with_fault_dice(mut self, dice: std::sync::Arc<faults::Dice>) -> Guards {

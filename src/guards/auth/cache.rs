@@ -4,10 +4,13 @@
 //! verify it one at a time (the first runs argon2, the others then find it cached).
 //!
 //! An entry remembers the fingerprint of the hash the secret matched: when the row's hash
-//! changes (a rotation), the entry no longer matches the row and argon2 runs again.
+//! changes (a rotation), the entry no longer matches the row and argon2 runs again. A token
+//! of the company's identity provider is remembered with what its verification granted
+//! ([`ProviderGrant`]) until the verdict may no longer be reused (its expiry, or the end of
+//! the introspection cache); the user's row is still re-checked on every call.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -33,6 +36,21 @@ pub struct CacheEntry {
     /// SHA-256 of the PHC string the secret was verified against: when the row's hash
     /// changes (rotation), the entry no longer matches and argon2 runs again.
     pub(super) hash_fingerprint: [u8; 32],
+    /// For a provider's token: what its verification granted (`public_id` is then the
+    /// user's id and `client_id` the bucket of the OAuth client the token names).
+    pub(super) provider: Option<Arc<ProviderGrant>>,
+}
+
+/// What a provider's token was verified to grant.
+#[derive(Debug)]
+pub(crate) struct ProviderGrant {
+    /// The tollgate scopes its claims map to.
+    pub(super) scopes: Vec<String>,
+    /// Until when (unix seconds, exclusive) the verdict may be reused without asking the
+    /// provider's keys or introspection again.
+    pub(super) valid_until: i64,
+    /// The user's name, for refusals.
+    pub(super) label: String,
 }
 
 impl CacheEntry {
@@ -83,6 +101,30 @@ impl TokenCache {
                 public_id: public_id.to_owned(),
                 client_id,
                 hash_fingerprint,
+                provider: None,
+            },
+        );
+    }
+
+    /// Remembers a provider's token of user `user_id`, verified to grant `grant`.
+    pub(super) fn remember_provider(
+        &self,
+        digest: [u8; 32],
+        user_id: &str,
+        client_id: Option<String>,
+        grant: ProviderGrant,
+    ) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() >= CACHE_MAX_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(
+            digest,
+            CacheEntry {
+                public_id: user_id.to_owned(),
+                client_id,
+                hash_fingerprint: [0; 32],
+                provider: Some(Arc::new(grant)),
             },
         );
     }

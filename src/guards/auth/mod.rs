@@ -10,7 +10,10 @@
 //! - `standing`: a credential's row as authentication reads it, and its standing (revoked,
 //!   expired, client revoked, test key on a live installation);
 //! - `throttle`: the limits on argon2 work (the failure throttle, the server-wide ceiling
-//!   and the gate on verifications running at once).
+//!   and the gate on verifications running at once);
+//! - `provider`: tokens of the company's identity provider ([`crate::identity`]): the user
+//!   they name becomes the principal, recorded in the store and re-checked (blocked or
+//!   not) on every call like a credential's row.
 //!
 //! Beside it: `token` (the credential format, secrets and hashes), `access` (scopes, plans,
 //! visibility), `scopes` (the scopes a credential can usefully hold and the closest of them
@@ -33,7 +36,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -41,6 +44,7 @@ use sha2::{Digest, Sha256};
 use crate::catalog::{ErrorKind, McpError};
 use crate::clock::Clock;
 use crate::config::GuardChannel;
+use crate::identity::Identity;
 pub use crate::store::credentials::OAuthClient;
 use crate::store::credentials::{self, NewClient, NewCredential, Revocable};
 use crate::store::plans::{self, Plan};
@@ -51,6 +55,7 @@ use crate::tools::ToolSpec;
 mod access;
 mod cache;
 mod keys;
+mod provider;
 mod recheck;
 mod scopes;
 mod standing;
@@ -114,12 +119,20 @@ enum Failure {
     Store(StoreError),
     /// The server-wide argon2 ceiling is reached; not counted against the caller.
     Busy(McpError),
+    /// `user_blocked`: the operator blocked the provider user (its label).
+    UserBlocked(String),
+    /// The identity provider (its issuer name) could not be reached to decide; not the
+    /// caller's fault.
+    ProviderUnavailable(String),
 }
 
 impl Failure {
     /// Whether the attempt counts against the source's failure allowance.
     fn is_callers_fault(&self) -> bool {
-        !matches!(self, Failure::Store(_) | Failure::Busy(_))
+        !matches!(
+            self,
+            Failure::Store(_) | Failure::Busy(_) | Failure::ProviderUnavailable(_)
+        )
     }
 
     fn into_error(self) -> McpError {
@@ -131,6 +144,12 @@ impl Failure {
                 McpError::new(ErrorKind::InvalidTokenType).detail("reason", reason)
             }
             Failure::Store(err) => store_failure(err, false),
+            Failure::UserBlocked(user) => {
+                McpError::new(ErrorKind::UserBlocked).detail("user", user)
+            }
+            Failure::ProviderUnavailable(issuer) => {
+                McpError::new(ErrorKind::IdentityProviderUnavailable).detail("issuer", issuer)
+            }
         }
     }
 }
@@ -150,6 +169,8 @@ pub struct Authenticator {
     argon2_runs: AtomicU64,
     argon2_gate: Gate,
     ceiling: Ceiling,
+    /// The company's identity providers, when `[[auth.issuers]]` names any.
+    identity: Option<Arc<Identity>>,
 }
 
 /// The credential a request presents, as far as binding a session to it needs: its
@@ -163,11 +184,26 @@ pub struct CredentialRef {
 }
 
 impl From<&Principal> for CredentialRef {
+    /// A provider user's sessions are the user's own, whatever OAuth client the token
+    /// names (many people sign in through one client).
     fn from(principal: &Principal) -> CredentialRef {
         CredentialRef {
             credential_id: principal.credential_id.clone(),
-            client_id: principal.client_id.clone(),
+            client_id: if principal.is_user() {
+                None
+            } else {
+                principal.client_id.clone()
+            },
         }
+    }
+}
+
+impl Principal {
+    /// Whether this is a user of the company's identity provider (its `credential_id` is
+    /// a user id, [`crate::store::users::is_user_id`]) rather than one of tollgate's
+    /// credentials.
+    pub fn is_user(&self) -> bool {
+        crate::store::users::is_user_id(&self.credential_id)
     }
 }
 
@@ -183,7 +219,20 @@ impl Authenticator {
             argon2_gate: Gate::default(),
             flights: Flights::default(),
             ceiling: Ceiling::new(DEFAULT_ARGON2_PER_SECOND),
+            identity: None,
         }
+    }
+
+    /// The same authenticator also accepting the tokens of the providers `identity`
+    /// trusts (none when it has no issuers).
+    pub fn with_identity(mut self, identity: Arc<Identity>) -> Authenticator {
+        self.identity = (!identity.is_empty()).then_some(identity);
+        self
+    }
+
+    /// The identity providers this authenticator trusts, if any.
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_deref()
     }
 
     /// Sets the server-wide ceiling: argon2 verifications started per second across all

@@ -4,14 +4,17 @@
 //! ([`CallChecks::recheck_in`], before the counters move, so a revoked key charges
 //! nothing), and [`Authenticator::finish_recheck`] turns what it found into the principal,
 //! the refusal, or [`Recheck::Stale`] when the secret changed since the token was cached.
+//! A provider's token re-checks its user's row the same way (blocked or not), and is stale
+//! once its verdict may no longer be reused.
 
 use std::collections::HashMap;
 
 use crate::catalog::McpError;
-use crate::store::credentials;
-use crate::store::{StoreError, Tx};
+use crate::store::users::{self, UserStanding};
+use crate::store::{StoreError, Tx, credentials};
 
-use super::cache::{CacheEntry, digest_of};
+use super::cache::{CacheEntry, ProviderGrant, digest_of};
+use super::provider::{check_user, needs_user_touch, user_principal};
 use super::standing::{CredentialRow, check_standing, needs_touch};
 use super::{Authenticator, Failure, Principal};
 
@@ -37,10 +40,14 @@ impl CallAuth {
         }
     }
 
-    /// The credential's OAuth client when already known (otherwise the charge reads it).
+    /// The credential's OAuth client when already known (otherwise the charge reads it):
+    /// for a provider's token, the bucket of the client it names.
     pub fn client_id(&self) -> Option<&str> {
         match self {
             CallAuth::Verified(principal) => principal.client_id.as_deref(),
+            CallAuth::Cached { entry, .. } if entry.provider.is_some() => {
+                entry.client_id.as_deref()
+            }
             CallAuth::Cached { .. } => None,
         }
     }
@@ -91,6 +98,12 @@ impl CallChecks {
             return Ok(true);
         };
         let now = self.now;
+        if let Some(grant) = &entry.provider {
+            let identity = recheck_user(tx, rows, entry, grant, now)?;
+            let admitted = matches!(identity, Identity::Admitted(_));
+            self.identity = Some(identity);
+            return Ok(admitted);
+        }
         let identity = match rows.credential(tx, &entry.public_id)? {
             None => Identity::Refused(Failure::Invalid("unknown")),
             Some(row) => match check_standing(row, now) {
@@ -118,12 +131,44 @@ impl CallChecks {
     }
 }
 
+/// The re-check of a provider user's cached token inside `tx`: stale once its verdict
+/// may no longer be reused (or the user's row is gone), refused when the operator blocked
+/// the user; otherwise the user is recorded as seen (at most once a minute).
+fn recheck_user(
+    tx: &Tx<'_>,
+    rows: &mut CredentialRows,
+    entry: &CacheEntry,
+    grant: &ProviderGrant,
+    now: i64,
+) -> Result<Identity, StoreError> {
+    if now >= grant.valid_until {
+        return Ok(Identity::Stale);
+    }
+    let Some(standing) = rows.user(tx, &entry.public_id)? else {
+        return Ok(Identity::Stale);
+    };
+    if let Err(failure) = check_user(standing, grant) {
+        return Ok(Identity::Refused(failure));
+    }
+    if needs_user_touch(standing, now) {
+        users::touch_user(tx, &entry.public_id, now)?;
+        standing.last_seen_at = now;
+    }
+    Ok(Identity::Admitted(user_principal(
+        &entry.public_id,
+        entry.client_id.clone(),
+        grant,
+        standing,
+    )))
+}
+
 /// The credential rows one charging transaction has read, for all its calls (the calls of
 /// a batch are mostly one credential's: its row is read once, not once a call), kept in
-/// step with the `last_used_at` the transaction writes.
+/// step with the `last_used_at` the transaction writes; and likewise the provider users'.
 #[derive(Default)]
 pub struct CredentialRows {
     rows: HashMap<String, Option<CredentialRow>>,
+    users: HashMap<String, Option<UserStanding>>,
 }
 
 impl CredentialRows {
@@ -137,6 +182,18 @@ impl CredentialRows {
             self.rows.insert(public_id.to_owned(), row);
         }
         Ok(self.rows.get_mut(public_id).and_then(Option::as_mut))
+    }
+
+    fn user(
+        &mut self,
+        tx: &Tx<'_>,
+        user_id: &str,
+    ) -> Result<Option<&mut UserStanding>, StoreError> {
+        if !self.users.contains_key(user_id) {
+            let standing = users::user_standing_on(tx, user_id)?;
+            self.users.insert(user_id.to_owned(), standing);
+        }
+        Ok(self.users.get_mut(user_id).and_then(Option::as_mut))
     }
 }
 

@@ -21,6 +21,10 @@
 //!    test key on a live installation. A caller who does not hold the secret therefore
 //!    gets the same `invalid_token` (`reason: "unknown"`) after the same work for an
 //!    unknown, a revoked, an expired or a test key: a public id reveals nothing.
+//!
+//! A token that is not in one of tollgate's formats, when an identity provider is
+//! configured, takes step 3 (the failure throttle) and then `provider`'s path instead of
+//! 4 and 5: no argon2 is spent on it.
 
 use std::sync::atomic::Ordering;
 
@@ -49,9 +53,11 @@ impl Authenticator {
         if let Some(token) = token.filter(|t| !t.is_empty())
             && let Some(entry) = self.cache.get(&digest_of(token))
         {
+            // A provider user's sessions are its own, whatever client its token names.
+            let client_id = entry.client_id.filter(|_| entry.provider.is_none());
             return Ok(CredentialRef {
                 credential_id: entry.public_id,
-                client_id: entry.client_id,
+                client_id,
             });
         }
         self.authenticate(token, source)
@@ -127,6 +133,9 @@ impl Authenticator {
         entry: &CacheEntry,
         now: i64,
     ) -> Option<Result<Principal, Failure>> {
+        if let Some(grant) = &entry.provider {
+            return self.provider_cached(entry, grant, now);
+        }
         let row = match find_by_public_id(&self.store, &entry.public_id) {
             Ok(Some(row)) => row,
             Ok(None) => return Some(Err(Failure::Invalid("unknown"))),
@@ -147,6 +156,9 @@ impl Authenticator {
         digest: [u8; 32],
         now: i64,
     ) -> Result<Principal, Failure> {
+        if self.is_provider_token(token) {
+            return self.authenticate_provider(token, digest, now);
+        }
         let presented = parse_token(token)?;
         self.ceiling.admit(now).map_err(Failure::Busy)?;
         let pass = self.argon2_gate.enter();

@@ -91,7 +91,10 @@ impl App {
 fn is_credential_refusal(err: &McpError) -> bool {
     matches!(
         err.kind(),
-        ErrorKind::InvalidToken | ErrorKind::InvalidTokenType | ErrorKind::ClientRevoked
+        ErrorKind::InvalidToken
+            | ErrorKind::InvalidTokenType
+            | ErrorKind::ClientRevoked
+            | ErrorKind::UserBlocked
     )
 }
 

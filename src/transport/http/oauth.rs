@@ -56,11 +56,14 @@ fn supported(extra: &[String]) -> Vec<String> {
 }
 
 /// RFC 9728 metadata for the MCP endpoint at `base`/mcp; `extra` are the scopes of the
-/// backend tools.
-pub fn protected_resource_metadata(base: &str, extra: &[String]) -> Value {
+/// backend tools. The authorization servers are the company's identity providers
+/// (`issuers`, from `[[auth.issuers]]`), then tollgate's own token endpoint.
+pub fn protected_resource_metadata(base: &str, extra: &[String], issuers: &[String]) -> Value {
+    let mut servers: Vec<&str> = issuers.iter().map(String::as_str).collect();
+    servers.push(base);
     json!({
         "resource": format!("{base}/mcp"),
-        "authorization_servers": [base],
+        "authorization_servers": servers,
         "scopes_supported": supported(extra),
         "bearer_methods_supported": ["header"],
         "resource_name": "tollgate",
@@ -449,7 +452,7 @@ mod tests {
     #[test]
     fn metadata_points_at_this_server() {
         let extra = ["crm:read".to_owned(), "invoices:read".to_owned()];
-        let prm = protected_resource_metadata("http://127.0.0.1:8787", &extra);
+        let prm = protected_resource_metadata("http://127.0.0.1:8787", &extra, &[]);
         assert_eq!(prm["resource"], "http://127.0.0.1:8787/mcp");
         assert_eq!(prm["authorization_servers"][0], "http://127.0.0.1:8787");
         let scopes = prm["scopes_supported"].as_array().expect("scopes");

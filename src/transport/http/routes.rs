@@ -27,6 +27,17 @@ fn host_is_unambiguous(head: &HttpHead, version: tiny_http::HTTPVersion) -> bool
 }
 
 impl App {
+    /// The issuers of the company's identity providers, for the metadata's
+    /// `authorization_servers`.
+    fn identity_issuers(&self) -> Vec<String> {
+        self.server
+            .guards()
+            .authenticator()
+            .identity()
+            .map(crate::identity::Identity::issuer_urls)
+            .unwrap_or_default()
+    }
+
     /// Serves one request whose body is read; a panic in a handler becomes a `-32603`.
     pub(super) fn handle(&self, request: Request, body: Result<Vec<u8>, McpError>) {
         let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
@@ -98,7 +109,11 @@ impl App {
         match head.path.as_str() {
             p if p.starts_with("/.well-known/oauth-protected-resource") => Reply::json(
                 200,
-                crate::transport::http::oauth::protected_resource_metadata(&base, &backend_scopes),
+                crate::transport::http::oauth::protected_resource_metadata(
+                    &base,
+                    &backend_scopes,
+                    &self.identity_issuers(),
+                ),
             ),
             "/.well-known/oauth-authorization-server" => Reply::json(
                 200,
