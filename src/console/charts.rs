@@ -35,6 +35,7 @@ const WELL_KNOWN: &[&str] = &[
     "invalid_token",
     "invalid_token_type",
     "client_revoked",
+    "user_blocked",
     "plan_upgrade_required",
     "plan_limit_exceeded",
     "idempotency_key_required",
