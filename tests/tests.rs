@@ -34,6 +34,7 @@ mod hardening_store;
 mod hints;
 mod http;
 mod http_sessions_shared;
+mod identity;
 mod idp;
 mod invoicing;
 mod listener;
