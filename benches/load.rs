@@ -34,6 +34,11 @@
 //!   call and the server's peak RSS (`VmHWM`) after the guarded load.
 //! - `stdio` — `tollgate stdio --conformance-pack`, the same guarded call, then `ping` (the
 //!   floor).
+//! - `provider` — the guarded HTTP load of `http` on one server with an identity provider
+//!   configured (`[[auth.issuers]]`, its keys in a local JWKS file), once with the API key
+//!   and once with the provider's access token (a JWT signed ES256 naming a user and an
+//!   OAuth client, so the client's bucket is charged too), alternating which goes first;
+//!   prints both and the token's server CPU per call as a ratio to the key's (target ≤ 1.10).
 //! - `invoice` — `get_invoice` over HTTP on a book of `--invoices` invoices, seeded in one
 //!   transaction through the crate's own `store::invoicing` functions (2 000 clients with valid
 //!   NIFs; series F and S numbered in date order over three years; 1–4 lines with real VAT
@@ -96,6 +101,8 @@
 
 #[path = "load/postgres.rs"]
 mod postgres;
+#[path = "load/provider.rs"]
+mod provider;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -132,9 +139,10 @@ fn bin() -> String {
 /// The variable a `bench-switches` build reads to switch guards off.
 const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "http",
     "stdio",
+    "provider",
     "invoice",
     "bigdb",
     "coldstart",
@@ -1223,6 +1231,8 @@ struct Headlines {
     backend: Option<BackendFigures>,
     /// SQLite, PostgreSQL with one node and with two.
     postgres: Option<postgres::PostgresFigures>,
+    /// The API key and the provider's token on one server.
+    provider: Option<provider::ProviderFigures>,
 }
 
 /// Prints how many calls the server's charging transactions held on average so far, from
@@ -2480,6 +2490,23 @@ fn print_summary(h: &Headlines, s: &Settings) {
             ms(*median) <= TARGET_COLD_START_MS,
         );
     }
+    if let Some(p) = &h.provider {
+        let ratio = p.cpu_ratio();
+        row(
+            "HTTP, guarded tools/call with a provider JWT: server CPU per call, to an API key's"
+                .into(),
+            format!(
+                "{} ({} µs vs {} µs){}",
+                ratio.map_or("–".to_owned(), |r| format!("×{r:.3}")),
+                us_or_dash(p.token.cpu_us),
+                us_or_dash(p.key.cpu_us),
+                errors_note(&p.token)
+            ),
+            "≤ ×1.10",
+            p.token.errors == 0
+                && ratio.is_some_and(|r| r <= provider::TARGET_PROVIDER_CPU_RATIO),
+        );
+    }
     if let Some(b) = &h.backend {
         let (p50, p99) = b.added_ms();
         rows.push([
@@ -2542,13 +2569,15 @@ fn main() {
     let s = Settings::from_args();
     // These scenarios call the conformance fixtures (`test_simple_text` and friends), which
     // a binary carries only when built with the `conformance-pack` feature.
-    let needs_fixtures = ["http", "stdio", "bigdb", "backend", "postgres", "guards"];
+    let needs_fixtures = [
+        "http", "stdio", "provider", "bigdb", "backend", "postgres", "guards",
+    ];
     if !tollgate::HAS_CONFORMANCE_PACK
         && std::env::var_os("TG_BENCH_BIN").is_none()
         && needs_fixtures.iter().any(|name| s.wants(name))
     {
         eprintln!(
-            "load: the http, stdio, bigdb, backend, postgres and guards scenarios need the conformance fixtures: \
+            "load: the http, stdio, provider, bigdb, backend, postgres and guards scenarios need the conformance fixtures: \
              run `cargo bench --features conformance-pack --bench load` (with \
              `--only invoice,coldstart,limiter` they are not needed)"
         );
@@ -2562,6 +2591,9 @@ fn main() {
     }
     if s.wants("stdio") {
         stdio_scenario(dir.path(), &s, &mut headlines);
+    }
+    if s.wants("provider") {
+        headlines.provider = Some(provider::provider_scenario(dir.path(), &s));
     }
     if s.wants("invoice") {
         invoice_scenario(dir.path(), &s, &mut headlines);
