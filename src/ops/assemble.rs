@@ -76,8 +76,13 @@ pub fn build_server_with_clock(
         .server_secret("request_state")
         .map(crate::tools::request_state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
-    let guards = Guards::new(store.clone(), locale, clock.clone())
+    let mut guards = Guards::new(store.clone(), locale, clock.clone())
         .with_guard_channel(config.errors.guard_channel);
+    if !config.auth.issuers.is_empty() {
+        let identity = crate::identity::Identity::start(&config.auth.issuers, clock.clone())
+            .map_err(|e| format!("cannot start verifying identity-provider tokens: {e}"))?;
+        guards = guards.with_identity(Arc::new(identity));
+    }
     guards
         .authenticator()
         .limit_argon2_per_second(config.auth.argon2_per_second);
