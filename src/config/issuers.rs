@@ -30,19 +30,18 @@
 //! found in `roles` grants that entry's scopes; `*` and `admin` are never taken verbatim
 //! from a token, only granted through `roles`. The scope grammar lives in the guards
 //! layer (`parse_scope`), above config, so [`is_tool_scope`] restates its shape here.
-//! `docs/identity.md` is the operator's reference.
+//! The checks of a table (presets applied, every key's message) are in
+//! `issuer_checks.rs`; `docs/identity.md` is the operator's reference.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use jsonwebtoken::Algorithm;
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
-use super::backends::{read_secret, resolve};
 
 /// The algorithms accepted when `algorithms` is not set.
 pub const DEFAULT_ALGORITHMS: [Algorithm; 4] = [
@@ -71,13 +70,6 @@ pub fn algorithm_name(algorithm: Algorithm) -> Option<&'static str> {
         .find(|(_, a)| *a == algorithm)
         .map(|(name, _)| *name)
 }
-const DEFAULT_CLOCK_SKEW_SECS: u64 = 60;
-const MAX_CLOCK_SKEW_SECS: u64 = 600;
-const DEFAULT_REFRESH_SECS: u64 = 300;
-const REFRESH_RANGE_SECS: (u64, u64) = (60, 86_400);
-const DEFAULT_INTROSPECTION_CACHE_SECS: u64 = 60;
-const MAX_INTROSPECTION_CACHE_SECS: u64 = 3600;
-
 /// One provider's preset: its defaults and quirks (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -95,7 +87,7 @@ pub enum Preset {
 }
 
 impl Preset {
-    fn word(self) -> &'static str {
+    pub(super) fn word(self) -> &'static str {
         match self {
             Preset::Entra => "entra",
             Preset::Keycloak => "keycloak",
@@ -122,6 +114,11 @@ pub enum Discovery {
 pub struct ClientSecret(String);
 
 impl ClientSecret {
+    /// A secret read from a file.
+    pub(super) fn new(secret: String) -> ClientSecret {
+        ClientSecret(secret)
+    }
+
     /// The secret itself, for the one place that sends it.
     pub fn expose(&self) -> &str {
         &self.0
@@ -209,9 +206,25 @@ pub fn is_tool_scope(text: &str) -> bool {
         .is_some_and(|(resource, action)| part_ok(resource) && part_ok(action))
 }
 
-/// A scope the `roles` table may grant: a tool scope, `*` or `admin`.
-fn is_grantable_scope(text: &str) -> bool {
-    text == "*" || text == "admin" || is_tool_scope(text)
+/// Whether `url` may be fetched for keys, metadata or introspection: https, or plain http
+/// to a loopback host (127.0.0.0/8, ::1, localhost), with no user name or password.
+pub fn is_trusted_url(url: &str) -> bool {
+    url::Url::parse(url).is_ok_and(|parsed| {
+        let plain_ok = parsed.scheme() == "http" && is_loopback_host(&parsed);
+        (parsed.scheme() == "https" || plain_ok)
+            && parsed.host().is_some()
+            && parsed.username().is_empty()
+            && parsed.password().is_none()
+    })
+}
+
+pub(super) fn is_loopback_host(parsed: &url::Url) -> bool {
+    match parsed.host() {
+        Some(url::Host::Domain(domain)) => domain.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
+        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
+        None => false,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -219,14 +232,17 @@ fn is_grantable_scope(text: &str) -> bool {
 
 /// A string or a list of strings (`audience`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged, expecting = "a string or a list of strings")]
+#[serde(
+    untagged,
+    expecting = "`audience` must be a string or a list of strings"
+)]
 pub(super) enum OneOrMany {
     One(String),
     Many(Vec<String>),
 }
 
 impl OneOrMany {
-    fn into_vec(self) -> Vec<String> {
+    pub(super) fn into_vec(self) -> Vec<String> {
         match self {
             OneOrMany::One(one) => vec![one],
             OneOrMany::Many(many) => many,
@@ -238,53 +254,53 @@ impl OneOrMany {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawIssuer {
-    name: Option<String>,
-    issuer: Option<String>,
-    audience: Option<OneOrMany>,
-    preset: Option<Preset>,
-    tenant: Option<String>,
-    client: Option<String>,
-    jwks_uri: Option<String>,
-    jwks_file: Option<PathBuf>,
-    algorithms: Option<Vec<String>>,
-    clock_skew_secs: Option<u64>,
-    scope_claims: Option<Vec<String>>,
-    role_claims: Option<Vec<String>>,
-    subject_claim: Option<String>,
-    name_claims: Option<Vec<String>>,
-    client_claims: Option<Vec<String>>,
-    refresh_secs: Option<u64>,
+    pub(super) name: Option<String>,
+    pub(super) issuer: Option<String>,
+    pub(super) audience: Option<OneOrMany>,
+    pub(super) preset: Option<Preset>,
+    pub(super) tenant: Option<String>,
+    pub(super) client: Option<String>,
+    pub(super) jwks_uri: Option<String>,
+    pub(super) jwks_file: Option<PathBuf>,
+    pub(super) algorithms: Option<Vec<String>>,
+    pub(super) clock_skew_secs: Option<u64>,
+    pub(super) scope_claims: Option<Vec<String>>,
+    pub(super) role_claims: Option<Vec<String>>,
+    pub(super) subject_claim: Option<String>,
+    pub(super) name_claims: Option<Vec<String>>,
+    pub(super) client_claims: Option<Vec<String>>,
+    pub(super) refresh_secs: Option<u64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    roles: BTreeMap<String, Vec<String>>,
-    introspection: Option<RawIntrospection>,
+    pub(super) roles: BTreeMap<String, Vec<String>>,
+    pub(super) introspection: Option<RawIntrospection>,
 }
 
 /// `[auth.issuers.introspection]` as the file holds it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawIntrospection {
-    endpoint: Option<String>,
-    client_id: Option<String>,
-    client_secret_file: Option<PathBuf>,
-    cache_secs: Option<u64>,
+    pub(super) endpoint: Option<String>,
+    pub(super) client_id: Option<String>,
+    pub(super) client_secret_file: Option<PathBuf>,
+    pub(super) cache_secs: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------
 // Presets.
 
 /// The claim defaults of a preset (or of none).
-struct ClaimDefaults {
-    scope: &'static [&'static str],
-    role: &'static [&'static str],
-    subject: &'static str,
-    name: &'static [&'static str],
-    client: &'static [&'static str],
+pub(super) struct ClaimDefaults {
+    pub(super) scope: &'static [&'static str],
+    pub(super) role: &'static [&'static str],
+    pub(super) subject: &'static str,
+    pub(super) name: &'static [&'static str],
+    pub(super) client: &'static [&'static str],
 }
 
 const GENERIC_NAMES: &[&str] = &["preferred_username", "email", "name"];
 const GENERIC_CLIENTS: &[&str] = &["azp", "client_id"];
 
-fn claim_defaults(preset: Option<Preset>) -> ClaimDefaults {
+pub(super) fn claim_defaults(preset: Option<Preset>) -> ClaimDefaults {
     let generic = ClaimDefaults {
         scope: &["scope", "scp"],
         role: &["roles"],
@@ -325,393 +341,8 @@ fn claim_defaults(preset: Option<Preset>) -> ClaimDefaults {
     }
 }
 
-fn owned(list: &[&str]) -> Vec<String> {
+pub(super) fn owned(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
-}
-
-// ---------------------------------------------------------------------------------------
-// Validation.
-
-fn issuer_error(index: usize, name: Option<&str>, what: impl fmt::Display) -> ConfigError {
-    match name {
-        Some(name) => ConfigError::new(format!("auth.issuers[{index}] ({name}): {what}")),
-        None => ConfigError::new(format!("auth.issuers[{index}]: {what}")),
-    }
-}
-
-/// Checks every `[[auth.issuers]]` table; relative paths are resolved against `base` (the
-/// configuration file's directory). The client secrets of introspection are read here.
-pub(super) fn validate_issuers(
-    raw: Vec<RawIssuer>,
-    base: Option<&Path>,
-) -> Result<Vec<IssuerConfig>, ConfigError> {
-    let mut names = BTreeSet::new();
-    let mut out: Vec<IssuerConfig> = Vec::with_capacity(raw.len());
-    for (index, entry) in raw.into_iter().enumerate() {
-        let name = entry.name.clone();
-        let err = |what: String| issuer_error(index, name.as_deref(), what);
-        let issuer = validate_one(entry, base).map_err(err)?;
-        if !names.insert(issuer.name.clone()) {
-            return Err(err("another issuer already has this name".to_owned()));
-        }
-        let shared = issuer
-            .accepted_issuers
-            .iter()
-            .find(|iss| out.iter().any(|other| other.accepted_issuers.contains(iss)));
-        if let Some(iss) = shared {
-            return Err(err(format!(
-                "the issuer {iss} is already trusted by another entry; a token's `iss` must \
-                 pick one entry"
-            )));
-        }
-        out.push(issuer);
-    }
-    Ok(out)
-}
-
-/// Checks one table; the message says what to change.
-fn validate_one(raw: RawIssuer, base: Option<&Path>) -> Result<IssuerConfig, String> {
-    let name = raw
-        .name
-        .clone()
-        .ok_or("`name` is required: a short label such as \"corp\"")?;
-    if !valid_issuer_name(&name) {
-        return Err(
-            "`name` must be 1 to 32 lower-case letters, digits or `-` (it names the provider \
-             in logs, the CLI and user ids)"
-                .to_owned(),
-        );
-    }
-    check_preset_keys(&raw)?;
-    let (issuer, accepted_issuers) = issuers_of(&raw)?;
-    let defaults = claim_defaults(raw.preset);
-    let mut role_claims = raw
-        .role_claims
-        .clone()
-        .unwrap_or_else(|| owned(defaults.role));
-    if let (None, Some(client)) = (&raw.role_claims, &raw.client) {
-        role_claims.push(format!("resource_access.{client}.roles"));
-    }
-    let discovery = match raw.preset {
-        Some(Preset::Keycloak) => Discovery::OpenIdOnly,
-        _ => Discovery::OpenIdThenOAuth,
-    };
-    let config = IssuerConfig {
-        name,
-        issuer,
-        accepted_issuers,
-        audiences: audiences_of(raw.audience.clone())?,
-        preset: raw.preset,
-        tenant: raw.tenant.clone(),
-        client: raw.client.clone(),
-        jwks_uri: raw
-            .jwks_uri
-            .clone()
-            .map(|u| checked_url("jwks_uri", u))
-            .transpose()?,
-        jwks_file: raw.jwks_file.clone().map(|f| resolve(base, f)),
-        algorithms: algorithms_of(raw.algorithms.as_deref())?,
-        clock_skew_secs: bounded(
-            "clock_skew_secs",
-            raw.clock_skew_secs,
-            DEFAULT_CLOCK_SKEW_SECS,
-            (0, MAX_CLOCK_SKEW_SECS),
-        )?,
-        scope_claims: claim_list("scope_claims", raw.scope_claims.clone(), defaults.scope)?,
-        role_claims: claim_list("role_claims", Some(role_claims), &[])?,
-        subject_claim: claim_name("subject_claim", raw.subject_claim.clone(), defaults.subject)?,
-        name_claims: claim_list("name_claims", raw.name_claims.clone(), defaults.name)?,
-        client_claims: claim_list("client_claims", raw.client_claims.clone(), defaults.client)?,
-        refresh: Duration::from_secs(u64::from(bounded(
-            "refresh_secs",
-            raw.refresh_secs,
-            DEFAULT_REFRESH_SECS,
-            REFRESH_RANGE_SECS,
-        )?)),
-        roles: roles_of(raw.roles.clone())?,
-        introspection: raw
-            .introspection
-            .clone()
-            .map(|i| introspection_of(i, base))
-            .transpose()?,
-        discovery,
-    };
-    if config.jwks_uri.is_some() && config.jwks_file.is_some() {
-        return Err("give `jwks_uri` or `jwks_file`, not both".to_owned());
-    }
-    let needs_endpoint = config
-        .introspection
-        .as_ref()
-        .is_some_and(|i| i.endpoint.is_none());
-    if config.jwks_file.is_some() && needs_endpoint {
-        return Err(
-            "with `jwks_file` nothing is discovered: give the introspection `endpoint` too"
-                .to_owned(),
-        );
-    }
-    Ok(config)
-}
-
-/// `[a-z0-9-]{1,32}`.
-fn valid_issuer_name(name: &str) -> bool {
-    (1..=32).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-}
-
-/// `tenant` goes with `entra` only, `client` with `keycloak` only.
-fn check_preset_keys(raw: &RawIssuer) -> Result<(), String> {
-    let preset = raw
-        .preset
-        .map_or("no preset".to_owned(), |p| format!("preset {:?}", p.word()));
-    if raw.tenant.is_some() && raw.preset != Some(Preset::Entra) {
-        return Err(format!(
-            "`tenant` is only valid with preset = \"entra\" (this issuer has {preset}); remove \
-             it and give `issuer` instead"
-        ));
-    }
-    if raw.client.is_some() && raw.preset != Some(Preset::Keycloak) {
-        return Err(format!(
-            "`client` is only valid with preset = \"keycloak\" (this issuer has {preset}); name \
-             the roles claim in `role_claims` instead"
-        ));
-    }
-    if let Some(tenant) = &raw.tenant
-        && (tenant.is_empty()
-            || !tenant
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
-    {
-        return Err(format!(
-            "`tenant` {tenant:?} is not a tenant id: the directory (tenant) ID of the Entra \
-             tenant, a GUID such as 72f988bf-86f1-41af-91ab-2d7cd011db47"
-        ));
-    }
-    if raw.client.as_deref().is_some_and(|c| c.trim().is_empty()) {
-        return Err(
-            "`client` must not be empty: the Keycloak client id whose roles count".to_owned(),
-        );
-    }
-    Ok(())
-}
-
-/// The canonical issuer and every accepted `iss`.
-fn issuers_of(raw: &RawIssuer) -> Result<(String, Vec<String>), String> {
-    let from_tenant = raw
-        .tenant
-        .as_ref()
-        .map(|t| format!("https://login.microsoftonline.com/{t}/v2.0"));
-    let issuer = match (&raw.issuer, from_tenant) {
-        (Some(issuer), _) => checked_url("issuer", issuer.clone())?,
-        (None, Some(derived)) => derived,
-        (None, None) if raw.preset == Some(Preset::Entra) => {
-            return Err("`tenant` (or `issuer`) is required with preset = \"entra\"".to_owned());
-        }
-        (None, None) => {
-            return Err(
-                "`issuer` is required: the exact `iss` value of the provider's tokens, e.g. \
-                 https://idp.example.com/realms/acme"
-                    .to_owned(),
-            );
-        }
-    };
-    let mut accepted = vec![issuer.clone()];
-    if let Some(tenant) = &raw.tenant {
-        accepted.push(format!("https://sts.windows.net/{tenant}/"));
-    }
-    Ok((issuer, accepted))
-}
-
-/// Whether `url` may be fetched for keys, metadata or introspection: https, or plain http
-/// to a loopback host (127.0.0.0/8, ::1, localhost), with no user name or password.
-pub fn is_trusted_url(url: &str) -> bool {
-    url::Url::parse(url).is_ok_and(|parsed| {
-        let plain_ok = parsed.scheme() == "http" && is_loopback_host(&parsed);
-        (parsed.scheme() == "https" || plain_ok)
-            && parsed.host().is_some()
-            && parsed.username().is_empty()
-            && parsed.password().is_none()
-    })
-}
-
-fn is_loopback_host(parsed: &url::Url) -> bool {
-    match parsed.host() {
-        Some(url::Host::Domain(domain)) => domain.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
-        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
-        None => false,
-    }
-}
-
-/// `url` if it is https, or http to a loopback host; the value is kept exactly as given.
-fn checked_url(key: &str, url: String) -> Result<String, String> {
-    let parsed =
-        url::Url::parse(&url).map_err(|e| format!("`{key}` {url:?} is not a URL ({e})"))?;
-    match parsed.scheme() {
-        "https" if parsed.host().is_some() => {}
-        "http" if is_loopback_host(&parsed) => {}
-        "http" => {
-            return Err(format!(
-                "`{key}` {url:?} must use https://: plain http:// is accepted only for a \
-                 loopback host (127.0.0.1, ::1, localhost), since keys and tokens fetched over \
-                 it could be changed on the way"
-            ));
-        }
-        _ => return Err(format!("`{key}` {url:?} must be an https:// URL")),
-    }
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(format!(
-            "`{key}`: the URL must not hold a user name or password"
-        ));
-    }
-    Ok(url)
-}
-
-fn audiences_of(raw: Option<OneOrMany>) -> Result<Vec<String>, String> {
-    let list = raw.map(OneOrMany::into_vec).unwrap_or_default();
-    if list.is_empty() || list.iter().any(|a| a.trim().is_empty()) {
-        return Err(
-            "`audience` is required: the value (or list of values) the provider puts in `aud` \
-             for tokens meant for tollgate, e.g. \"https://tollgate.example.com/mcp\" or the \
-             application's client id"
-                .to_owned(),
-        );
-    }
-    Ok(list)
-}
-
-/// The `algorithms` list: public-key algorithms only.
-fn algorithms_of(raw: Option<&[String]>) -> Result<Vec<Algorithm>, String> {
-    let Some(list) = raw else {
-        return Ok(DEFAULT_ALGORITHMS.to_vec());
-    };
-    if list.is_empty() {
-        return Err("`algorithms` must name at least one algorithm, e.g. [\"RS256\"]".to_owned());
-    }
-    let mut out = Vec::new();
-    for word in list {
-        let upper = word.to_ascii_uppercase();
-        if upper == "NONE" {
-            return Err(
-                "`algorithms`: \"none\" means an unsigned token, which tollgate never accepts; \
-                 remove it"
-                    .to_owned(),
-            );
-        }
-        if upper.starts_with("HS") {
-            return Err(format!(
-                "`algorithms`: {word} is an HMAC algorithm, verified with a secret shared with \
-                 the provider; tollgate verifies provider tokens only against the provider's \
-                 public keys: remove it and sign with RS256, PS256, ES256 or EdDSA"
-            ));
-        }
-        let algorithm = ALLOWED_ALGORITHMS
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(word))
-            .map(|(_, algorithm)| *algorithm)
-            .ok_or_else(|| {
-                format!(
-                    "`algorithms`: {word:?} is not one of RS256, RS384, RS512, PS256, PS384, \
-                     PS512, ES256, ES384, EdDSA"
-                )
-            })?;
-        if !out.contains(&algorithm) {
-            out.push(algorithm);
-        }
-    }
-    Ok(out)
-}
-
-/// `value` (default `default`) within `min..=max`.
-fn bounded(
-    key: &str,
-    value: Option<u64>,
-    default: u64,
-    (min, max): (u64, u64),
-) -> Result<u32, String> {
-    let value = value.unwrap_or(default);
-    if !(min..=max).contains(&value) {
-        return Err(format!(
-            "`{key}` = {value} is out of range: it must be between {min} and {max}"
-        ));
-    }
-    Ok(u32::try_from(value).unwrap_or(u32::MAX))
-}
-
-fn claim_name(key: &str, value: Option<String>, default: &str) -> Result<String, String> {
-    let value = value.unwrap_or_else(|| default.to_owned());
-    if value.is_empty() || value.starts_with('.') || value.ends_with('.') || value.contains("..") {
-        return Err(format!(
-            "`{key}`: {value:?} is not a claim name (a name, or a dotted path such as \
-             realm_access.roles)"
-        ));
-    }
-    Ok(value)
-}
-
-fn claim_list(
-    key: &str,
-    value: Option<Vec<String>>,
-    default: &[&str],
-) -> Result<Vec<String>, String> {
-    let list = value.unwrap_or_else(|| owned(default));
-    let mut out = Vec::with_capacity(list.len());
-    for claim in list {
-        let claim = claim_name(key, Some(claim), "")?;
-        if !out.contains(&claim) {
-            out.push(claim);
-        }
-    }
-    Ok(out)
-}
-
-/// The `roles` table: every right-hand scope is a tool scope, `*` or `admin`.
-fn roles_of(raw: BTreeMap<String, Vec<String>>) -> Result<BTreeMap<String, Vec<String>>, String> {
-    for (value, scopes) in &raw {
-        if value.is_empty() {
-            return Err("`roles`: an empty role name maps nothing; remove it".to_owned());
-        }
-        if let Some(bad) = scopes.iter().find(|s| !is_grantable_scope(s)) {
-            return Err(format!(
-                "`roles.{value:?}`: {bad:?} is not a tollgate scope: resource:action (lower-case \
-                 letters, digits, `_` or `-`, e.g. invoices:read), `*` or `admin`"
-            ));
-        }
-    }
-    Ok(raw)
-}
-
-fn introspection_of(
-    raw: RawIntrospection,
-    base: Option<&Path>,
-) -> Result<IntrospectionConfig, String> {
-    let client_id = raw
-        .client_id
-        .filter(|c| !c.trim().is_empty())
-        .ok_or("`introspection.client_id` is required: the client tollgate authenticates as")?;
-    let file = raw.client_secret_file.ok_or(
-        "`introspection.client_secret_file` is required: a file holding the client secret \
-         (the secret itself is never written in the configuration)",
-    )?;
-    let file = resolve(base, file);
-    let secret =
-        read_secret(&file).map_err(|e| format!("`introspection.client_secret_file`: {e}"))?;
-    Ok(IntrospectionConfig {
-        endpoint: raw
-            .endpoint
-            .map(|e| checked_url("introspection.endpoint", e))
-            .transpose()?,
-        client_id,
-        client_secret_file: file,
-        client_secret: ClientSecret(secret),
-        cache_secs: bounded(
-            "introspection.cache_secs",
-            raw.cache_secs,
-            DEFAULT_INTROSPECTION_CACHE_SECS,
-            (0, MAX_INTROSPECTION_CACHE_SECS),
-        )?,
-    })
 }
 
 impl IssuerConfig {
@@ -751,6 +382,383 @@ impl IssuerConfig {
                 client_secret_file: Some(i.client_secret_file.clone()),
                 cache_secs: Some(u64::from(i.cache_secs)),
             }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Overrides};
+
+    /// Loads a configuration file holding `text`, with a secret file `secret` beside it.
+    fn load(text: &str) -> Result<Config, String> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("secret"), "s3cret\n").expect("write secret");
+        std::fs::write(dir.path().join("empty"), "").expect("write empty");
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, text).expect("write config");
+        Config::load(Some(&path), &[], &Overrides::default()).map_err(|e| e.message().to_owned())
+    }
+
+    fn issuer(text: &str) -> IssuerConfig {
+        let config = load(text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.auth.issuers.len(), 1);
+        config.auth.issuers[0].clone()
+    }
+
+    fn refusal(text: &str) -> String {
+        load(text).expect_err("the configuration is refused")
+    }
+
+    const CORP: &str = r#"
+[[auth.issuers]]
+name = "corp"
+issuer = "https://idp.example.com/realms/acme"
+audience = "https://tollgate.example.com/mcp"
+"#;
+
+    #[test]
+    fn no_issuers_by_default_and_the_generic_defaults_without_a_preset() {
+        assert!(load("").expect("loads").auth.issuers.is_empty());
+        let corp = issuer(CORP);
+        assert_eq!(corp.name, "corp");
+        assert_eq!(
+            corp.accepted_issuers,
+            ["https://idp.example.com/realms/acme"]
+        );
+        assert_eq!(corp.audiences, ["https://tollgate.example.com/mcp"]);
+        assert_eq!(corp.algorithms, DEFAULT_ALGORITHMS);
+        assert_eq!(corp.clock_skew_secs, 60);
+        assert_eq!(corp.scope_claims, ["scope", "scp"]);
+        assert_eq!(corp.role_claims, ["roles"]);
+        assert_eq!(corp.subject_claim, "sub");
+        assert_eq!(corp.name_claims, ["preferred_username", "email", "name"]);
+        assert_eq!(corp.client_claims, ["azp", "client_id"]);
+        assert_eq!(corp.refresh, Duration::from_secs(300));
+        assert_eq!(corp.discovery, Discovery::OpenIdThenOAuth);
+        assert_eq!(corp.introspection, None);
+    }
+
+    #[test]
+    fn entra_derives_both_issuers_from_the_tenant_and_its_claims() {
+        let entra = issuer(
+            r#"
+[[auth.issuers]]
+name = "entra"
+preset = "entra"
+tenant = "72f988bf-86f1-41af-91ab-2d7cd011db47"
+audience = ["api://tollgate", "6e74172b-be56-4843-9ff4-e66a39bb12e3"]
+"#,
+        );
+        let tenant = "72f988bf-86f1-41af-91ab-2d7cd011db47";
+        assert_eq!(
+            entra.issuer,
+            format!("https://login.microsoftonline.com/{tenant}/v2.0")
+        );
+        assert_eq!(
+            entra.accepted_issuers,
+            [
+                format!("https://login.microsoftonline.com/{tenant}/v2.0"),
+                format!("https://sts.windows.net/{tenant}/")
+            ]
+        );
+        assert_eq!(entra.audiences.len(), 2);
+        assert_eq!(entra.scope_claims, ["scp"]);
+        assert_eq!(entra.role_claims, ["roles"]);
+        assert_eq!(entra.subject_claim, "oid");
+        assert_eq!(
+            entra.name_claims,
+            ["preferred_username", "upn", "unique_name", "name"]
+        );
+        assert_eq!(entra.client_claims, ["azp", "appid"]);
+    }
+
+    #[test]
+    fn the_other_presets_set_their_claims_and_keycloak_discovers_by_openid_only() {
+        let keycloak = issuer(&format!(
+            "{CORP}preset = \"keycloak\"\nclient = \"tollgate\"\n"
+        ));
+        assert_eq!(
+            keycloak.role_claims,
+            ["realm_access.roles", "resource_access.tollgate.roles"]
+        );
+        assert_eq!(keycloak.scope_claims, ["scope"]);
+        assert_eq!(keycloak.discovery, Discovery::OpenIdOnly);
+        let okta = issuer(&format!("{CORP}preset = \"okta\"\n"));
+        assert_eq!(
+            (okta.scope_claims, okta.role_claims),
+            (vec!["scp".to_owned()], vec!["groups".to_owned()])
+        );
+        assert_eq!(okta.client_claims, ["cid", "azp", "client_id"]);
+        let auth0 = issuer(&format!("{CORP}preset = \"auth0\"\n"));
+        assert_eq!(auth0.scope_claims, ["scope", "permissions"]);
+        assert!(auth0.role_claims.is_empty());
+        let authentik = issuer(&format!("{CORP}preset = \"authentik\"\n"));
+        assert_eq!(authentik.role_claims, ["groups"]);
+        assert_eq!(authentik.name_claims[0], "preferred_username");
+    }
+
+    #[test]
+    fn explicit_keys_win_over_the_preset() {
+        let entra = issuer(
+            r#"
+[[auth.issuers]]
+name = "entra"
+preset = "entra"
+tenant = "contoso"
+issuer = "https://login.microsoftonline.com/contoso/v2.0/"
+audience = "api://tollgate"
+subject_claim = "sub"
+scope_claims = ["scope"]
+role_claims = ["groups"]
+clock_skew_secs = 0
+algorithms = ["RS256"]
+refresh_secs = 600
+"#,
+        );
+        assert_eq!(
+            entra.issuer,
+            "https://login.microsoftonline.com/contoso/v2.0/"
+        );
+        assert_eq!(
+            entra.accepted_issuers[1],
+            "https://sts.windows.net/contoso/"
+        );
+        assert_eq!(entra.subject_claim, "sub");
+        assert_eq!(entra.scope_claims, ["scope"]);
+        assert_eq!(entra.role_claims, ["groups"]);
+        assert_eq!(entra.clock_skew_secs, 0);
+        assert_eq!(entra.algorithms, [Algorithm::RS256]);
+        assert_eq!(entra.refresh, Duration::from_secs(600));
+        let keycloak = issuer(&format!(
+            "{CORP}preset = \"keycloak\"\nclient = \"tollgate\"\nrole_claims = [\"groups\"]\n"
+        ));
+        assert_eq!(keycloak.role_claims, ["groups"]);
+    }
+
+    #[test]
+    fn plain_http_is_refused_off_loopback() {
+        let text = CORP.replace("https://idp.example.com", "http://idp.example.com");
+        let message = refusal(&text);
+        assert!(
+            message.starts_with("auth.issuers[0] (corp): `issuer`"),
+            "{message}"
+        );
+        assert!(message.contains("must use https://"), "{message}");
+        for host in [
+            "127.0.0.1:8080",
+            "127.5.0.1",
+            "[::1]:9000",
+            "localhost:8080",
+        ] {
+            let text = CORP.replace("https://idp.example.com", &format!("http://{host}"));
+            assert!(load(&text).is_ok(), "{host}");
+        }
+        let text = format!("{CORP}jwks_uri = \"http://keys.example.com/jwks\"\n");
+        assert!(refusal(&text).contains("`jwks_uri`"));
+        let text = CORP.replace("https://idp", "https://user:pw@idp");
+        assert!(refusal(&text).contains("user name or password"));
+    }
+
+    #[test]
+    fn none_and_hmac_algorithms_are_refused_with_the_reason() {
+        let message = refusal(&format!("{CORP}algorithms = [\"RS256\", \"none\"]\n"));
+        assert_eq!(
+            message,
+            "auth.issuers[0] (corp): `algorithms`: \"none\" means an unsigned token, which \
+             tollgate never accepts; remove it"
+        );
+        let message = refusal(&format!("{CORP}algorithms = [\"HS256\"]\n"));
+        assert!(message.contains("HS256 is an HMAC algorithm"), "{message}");
+        let message = refusal(&format!("{CORP}algorithms = [\"RS1024\"]\n"));
+        assert!(
+            message.contains("\"RS1024\" is not one of RS256"),
+            "{message}"
+        );
+        let every = "[\"RS384\", \"RS512\", \"PS384\", \"PS512\", \"ES384\", \"eddsa\"]";
+        let corp = issuer(&format!("{CORP}algorithms = {every}\n"));
+        assert_eq!(corp.algorithms.len(), 6);
+        assert!(corp.algorithms.contains(&Algorithm::EdDSA));
+    }
+
+    #[test]
+    fn a_missing_audience_issuer_or_name_is_refused() {
+        let text = CORP.replace("audience = \"https://tollgate.example.com/mcp\"\n", "");
+        let message = refusal(&text);
+        assert!(
+            message.starts_with("auth.issuers[0] (corp): `audience` is required"),
+            "{message}"
+        );
+        let message = refusal(&CORP.replace(
+            "audience = \"https://tollgate.example.com/mcp\"",
+            "audience = []",
+        ));
+        assert!(message.contains("`audience` is required"), "{message}");
+        let message =
+            refusal(&CORP.replace("issuer = \"https://idp.example.com/realms/acme\"\n", ""));
+        assert!(message.contains("`issuer` is required"), "{message}");
+        let message = refusal(&CORP.replace("name = \"corp\"\n", ""));
+        assert!(
+            message.starts_with("auth.issuers[0]: `name` is required"),
+            "{message}"
+        );
+        let message = refusal(&CORP.replace("\"corp\"", "\"Corp_1\""));
+        assert!(message.contains("`name` must be 1 to 32"), "{message}");
+        let message = refusal(&format!("{CORP}{CORP}"));
+        assert_eq!(
+            message,
+            "auth.issuers[1] (corp): another issuer already has this name"
+        );
+        let message = refusal(&format!("{CORP}{}", CORP.replace("\"corp\"", "\"other\"")));
+        assert!(
+            message.contains("already trusted by another entry"),
+            "{message}"
+        );
+        let message =
+            refusal("[[auth.issuers]]\nname = \"e\"\npreset = \"entra\"\naudience = \"a\"\n");
+        assert!(
+            message.contains("`tenant` (or `issuer`) is required"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn preset_only_keys_are_refused_elsewhere() {
+        let message = refusal(&format!("{CORP}tenant = \"contoso\"\n"));
+        assert!(
+            message.starts_with(
+                "auth.issuers[0] (corp): `tenant` is only valid with preset = \"entra\" (this \
+                 issuer has no preset)"
+            ),
+            "{message}"
+        );
+        let message = refusal(&format!("{CORP}preset = \"okta\"\ntenant = \"contoso\"\n"));
+        assert!(
+            message.contains("(this issuer has preset \"okta\")"),
+            "{message}"
+        );
+        let message = refusal(&format!("{CORP}preset = \"entra\"\nclient = \"x\"\n"));
+        assert!(
+            message.contains("`client` is only valid with preset = \"keycloak\""),
+            "{message}"
+        );
+        let message = refusal(&format!("{CORP}preset = \"entra\"\ntenant = \"a/b\"\n"));
+        assert!(message.contains("is not a tenant id"), "{message}");
+    }
+
+    #[test]
+    fn unknown_keys_and_presets_are_refused_with_the_valid_ones() {
+        let message = refusal(&format!("{CORP}audiences = [\"x\"]\n"));
+        assert!(message.contains("unknown field `audiences`"), "{message}");
+        assert!(message.contains("`audience`"), "{message}");
+        let message = refusal(&format!("{CORP}preset = \"google\"\n"));
+        assert!(message.contains("unknown variant `google`"), "{message}");
+        assert!(message.contains("`authentik`"), "{message}");
+        let message = refusal(&format!(
+            "{CORP}[auth.issuers.introspection]\nclient_id = \"t\"\nclient_secret_file = \"secret\"\nsecret = \"x\"\n"
+        ));
+        assert!(message.contains("unknown field `secret`"), "{message}");
+        let message = refusal(&CORP.replace("\"https://tollgate.example.com/mcp\"", "5"));
+        assert!(message.contains("(audience = …)"), "{message}");
+        assert!(
+            message.ends_with("): `audience` must be a string or a list of strings"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn bounds_and_the_roles_table_are_checked() {
+        let message = refusal(&format!("{CORP}clock_skew_secs = 601\n"));
+        assert_eq!(
+            message,
+            "auth.issuers[0] (corp): `clock_skew_secs` = 601 is out of range: it must be \
+             between 0 and 600"
+        );
+        assert!(refusal(&format!("{CORP}refresh_secs = 10\n")).contains("`refresh_secs` = 10"));
+        let corp = issuer(&format!(
+            "{CORP}[auth.issuers.roles]\n\"invoice-clerks\" = [\"invoices:read\", \"invoices:write\"]\nops = [\"*\", \"admin\"]\n"
+        ));
+        assert_eq!(
+            corp.roles["invoice-clerks"],
+            ["invoices:read", "invoices:write"]
+        );
+        assert_eq!(corp.roles["ops"], ["*", "admin"]);
+        let message = refusal(&format!(
+            "{CORP}[auth.issuers.roles]\nclerks = [\"Invoices.Read\"]\n"
+        ));
+        assert!(
+            message.contains("`roles.\"clerks\"`: \"Invoices.Read\" is not a tollgate scope"),
+            "{message}"
+        );
+        assert!(refusal(&format!("{CORP}role_claims = [\"a..b\"]\n")).contains("`role_claims`"));
+    }
+
+    #[test]
+    fn introspection_reads_its_secret_at_load() {
+        let corp = issuer(&format!(
+            "{CORP}[auth.issuers.introspection]\nclient_id = \"tollgate\"\nclient_secret_file = \"secret\"\n"
+        ));
+        let introspection = corp.introspection.expect("introspection");
+        assert_eq!(introspection.client_secret.expose(), "s3cret");
+        assert_eq!(introspection.cache_secs, 60);
+        assert_eq!(introspection.endpoint, None);
+        assert!(!format!("{introspection:?}").contains("s3cret"));
+        let missing = refusal(&format!(
+            "{CORP}[auth.issuers.introspection]\nclient_id = \"tollgate\"\nclient_secret_file = \"nowhere\"\n"
+        ));
+        assert!(
+            missing.contains("`introspection.client_secret_file`: cannot read the secret file"),
+            "{missing}"
+        );
+        let empty = refusal(&format!(
+            "{CORP}[auth.issuers.introspection]\nclient_id = \"tollgate\"\nclient_secret_file = \"empty\"\n"
+        ));
+        assert!(empty.contains("is empty"), "{empty}");
+        let offline = refusal(&format!(
+            "{CORP}jwks_file = \"keys.json\"\n[auth.issuers.introspection]\nclient_id = \"t\"\nclient_secret_file = \"secret\"\n"
+        ));
+        assert!(
+            offline.contains("give the introspection `endpoint` too"),
+            "{offline}"
+        );
+    }
+
+    #[test]
+    fn the_effective_configuration_round_trips() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("secret"), "s3cret\n").expect("write secret");
+        let path = dir.path().join("config.toml");
+        let text = format!(
+            "{CORP}preset = \"keycloak\"\nclient = \"tollgate\"\n[auth.issuers.roles]\nclerks = [\"invoices:read\"]\n\
+             [auth.issuers.introspection]\nclient_id = \"tollgate\"\nclient_secret_file = \"secret\"\ncache_secs = 0\n\
+             [[auth.issuers]]\nname = \"entra\"\npreset = \"entra\"\ntenant = \"t1\"\naudience = \"api://x\"\n"
+        );
+        std::fs::write(&path, text).expect("write config");
+        let first = Config::load(Some(&path), &[], &Overrides::default()).expect("loads");
+        assert!(!first.describe().contains("s3cret"));
+        std::fs::write(&path, first.describe()).expect("write effective");
+        let second = Config::load(Some(&path), &[], &Overrides::default()).expect("reloads");
+        assert_eq!(first.auth.issuers, second.auth.issuers);
+        assert_eq!(second.auth.issuers.len(), 2);
+    }
+
+    #[test]
+    fn the_tool_scope_shape_matches_the_guards_grammar() {
+        for scope in ["invoices:read", "a:b", "crm-v2:write_all"] {
+            assert!(is_tool_scope(scope), "{scope}");
+        }
+        for not in [
+            "*",
+            "admin",
+            "Invoices:read",
+            "invoices",
+            "invoices:",
+            ":read",
+            "a:b:c",
+            "1a:b",
+        ] {
+            assert!(!is_tool_scope(not), "{not}");
         }
     }
 }

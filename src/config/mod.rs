@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 mod backend_entries;
 mod backends;
 mod database;
+mod issuer_checks;
 mod issuers;
 mod raw;
 mod validate;
@@ -548,7 +549,7 @@ impl Config {
         let issuers = std::mem::take(&mut raw.auth.issuers);
         let mut config = validate(raw)?;
         config.backends = backend_entries::validate_backends(backends, base.as_deref())?;
-        config.auth.issuers = issuers::validate_issuers(issuers, base.as_deref())?;
+        config.auth.issuers = issuer_checks::validate_issuers(issuers, base.as_deref())?;
         config.file = file;
         Ok(config)
     }
