@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod console;
 pub mod guards;
+pub mod identity;
 pub mod ops;
 pub mod protocol;
 pub mod store;
