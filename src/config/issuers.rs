@@ -42,7 +42,6 @@ use std::time::Duration;
 use jsonwebtoken::Algorithm;
 use serde::{Deserialize, Serialize};
 
-
 /// The algorithms accepted when `algorithms` is not set.
 pub const DEFAULT_ALGORITHMS: [Algorithm; 4] = [
     Algorithm::RS256,
