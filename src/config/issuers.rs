@@ -743,6 +743,27 @@ refresh_secs = 600
     }
 
     #[test]
+    fn every_configuration_block_of_the_identity_guide_loads() {
+        let guide = include_str!("../../docs/identity.md");
+        let blocks: Vec<&str> = guide
+            .split("```toml\n")
+            .skip(1)
+            .map(|rest| rest.split("```").next().unwrap_or_default())
+            .collect();
+        assert_eq!(blocks.len(), 6, "the reference and one block per provider");
+        for block in blocks {
+            let text = block
+                .replace("/etc/tollgate/introspect.secret", "secret")
+                .replace("/etc/tollgate/keycloak.secret", "secret");
+            let issuers = load(&text)
+                .unwrap_or_else(|e| panic!("{e}\n{block}"))
+                .auth
+                .issuers;
+            assert_eq!(issuers.len(), 1, "{block}");
+        }
+    }
+
+    #[test]
     fn the_tool_scope_shape_matches_the_guards_grammar() {
         for scope in ["invoices:read", "a:b", "crm-v2:write_all"] {
             assert!(is_tool_scope(scope), "{scope}");
