@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 mod backend_entries;
 mod backends;
 mod database;
+mod issuer_checks;
+mod issuers;
 mod raw;
 mod validate;
 
@@ -29,6 +31,10 @@ pub use backends::{
 };
 
 pub use database::{Database, PostgresUrl};
+pub use issuers::{
+    ClientSecret, Discovery, IntrospectionConfig, IssuerConfig, Preset, algorithm_name,
+    is_tool_scope, is_trusted_url,
+};
 
 use raw::*;
 use validate::{duration_millis, validate};
@@ -361,6 +367,8 @@ pub struct AuthConfig {
     /// argon2 verifications started per second across all sources (1..=10000); beyond
     /// it, tokens that are not cached are refused `rate_limited` until the next second.
     pub argon2_per_second: u32,
+    /// `[[auth.issuers]]`: the identity providers whose tokens are accepted.
+    pub issuers: Vec<IssuerConfig>,
 }
 
 /// `[console]`: the operator's console under `/console` on the HTTP listener.
@@ -499,6 +507,7 @@ impl Default for Config {
             },
             auth: AuthConfig {
                 argon2_per_second: DEFAULT_ARGON2_PER_SECOND,
+                issuers: Vec::new(),
             },
             audit: AuditConfig {
                 retention_days: DEFAULT_AUDIT_RETENTION_DAYS as u32,
@@ -537,8 +546,10 @@ impl Config {
             .and_then(Path::parent)
             .map(Path::to_path_buf);
         let backends = std::mem::take(&mut raw.backends);
+        let issuers = std::mem::take(&mut raw.auth.issuers);
         let mut config = validate(raw)?;
         config.backends = backend_entries::validate_backends(backends, base.as_deref())?;
+        config.auth.issuers = issuer_checks::validate_issuers(issuers, base.as_deref())?;
         config.file = file;
         Ok(config)
     }
@@ -612,6 +623,7 @@ impl Config {
             },
             auth: RawAuth {
                 argon2_per_second: Some(u64::from(self.auth.argon2_per_second)),
+                issuers: self.auth.issuers.iter().map(IssuerConfig::to_raw).collect(),
             },
             audit: RawAudit {
                 retention_days: Some(u64::from(self.audit.retention_days)),

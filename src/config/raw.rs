@@ -43,6 +43,8 @@ pub(super) struct RawErrors {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAuth {
     pub(super) argon2_per_second: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) issuers: Vec<super::issuers::RawIssuer>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

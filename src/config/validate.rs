@@ -155,6 +155,7 @@ pub(super) fn validate_auth(raw: RawAuth) -> Result<AuthConfig, ConfigError> {
     )?;
     Ok(AuthConfig {
         argon2_per_second: u32::try_from(per_second).unwrap_or(u32::MAX),
+        issuers: Vec::new(),
     })
 }
 
