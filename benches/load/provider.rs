@@ -139,7 +139,7 @@ pub(super) fn provider_scenario(dir: &Path, s: &Settings) -> ProviderFigures {
         let config = config.to_str().expect("a UTF-8 path");
         let server = HttpServer::start(&db, &["--conformance-pack", "--config", config], None, s);
         let jwt = signer.token();
-        let mut measure = |series: &mut Series, bearer: &str| {
+        let measure = |series: &mut Series, bearer: &str| {
             series
                 .record(http_load(&server, &Requests::fixed(bearer, &guarded_call()), s).summarise());
         };
