@@ -2503,8 +2503,7 @@ fn print_summary(h: &Headlines, s: &Settings) {
                 errors_note(&p.token)
             ),
             "≤ ×1.10",
-            p.token.errors == 0
-                && ratio.is_some_and(|r| r <= provider::TARGET_PROVIDER_CPU_RATIO),
+            p.token.errors == 0 && ratio.is_some_and(|r| r <= provider::TARGET_PROVIDER_CPU_RATIO),
         );
     }
     if let Some(b) = &h.backend {

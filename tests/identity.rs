@@ -44,6 +44,9 @@ fn provider() -> Idp {
         IdpClient::jwt("auditor").roles(&["invoice-readers"]),
         IdpClient::jwt("stale")
             .roles(&["invoice-readers"])
+            .time_shift_secs(7200),
+        IdpClient::jwt("early")
+            .roles(&["invoice-readers"])
             .time_shift_secs(-7200),
         IdpClient::opaque("robot").scopes(&["clients:read"]),
     ]))
@@ -168,9 +171,16 @@ fn each_bad_token_is_refused_invalid_token_with_its_reason() {
             idp.client_credentials_token("stale", "", AUDIENCE),
             "expired",
         ),
+        (
+            idp.client_credentials_token("early", "", AUDIENCE),
+            "not_yet_valid",
+        ),
         (alg_none, "bad_signature"),
         (with_payload(&good, &tampered), "bad_signature"),
-        ("not-a-token-at-all".to_owned(), "malformed"),
+        // The shape of a JWT whose parts are not JSON.
+        ("x.y.z".to_owned(), "malformed"),
+        // Not a JWT: the provider's introspection decides, and knows nothing of it.
+        ("not-a-token-at-all".to_owned(), "inactive"),
     ];
     for (token, why) in &cases {
         let answer = call(&server, token, "search_invoices");
@@ -284,7 +294,8 @@ fn each_user_has_counters_of_its_own_over_http_and_stdio_and_a_block_applies_nex
     assert_ne!(clerk_id, auditor_id);
     let charged = |id: &str| {
         db.sql_i64(&format!(
-            "SELECT COALESCE(SUM(count), 0) FROM rate_counters WHERE key = '{id}:read'"
+            "SELECT COALESCE(SUM(count), 0) FROM rate_counters \
+             WHERE bucket = 'read' AND key = '{id}'"
         ))
     };
     assert_eq!(charged(&clerk_id), 4, "three HTTP calls and one over stdio");

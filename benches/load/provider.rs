@@ -104,7 +104,12 @@ fn seed_user(db: &Path) {
         tx.execute(
             "INSERT INTO users (id, issuer, subject, first_seen_at, last_seen_at, \
              read_per_minute) VALUES (?1, ?2, ?3, 0, 0, ?4)",
-            params![id, ISSUER, SUBJECT, HUGE_LIMIT.parse::<i64>().expect("a number")],
+            params![
+                id,
+                ISSUER,
+                SUBJECT,
+                HUGE_LIMIT.parse::<i64>().expect("a number")
+            ],
         )
     })
     .expect("seed the user");
@@ -140,8 +145,9 @@ pub(super) fn provider_scenario(dir: &Path, s: &Settings) -> ProviderFigures {
         let server = HttpServer::start(&db, &["--conformance-pack", "--config", config], None, s);
         let jwt = signer.token();
         let measure = |series: &mut Series, bearer: &str| {
-            series
-                .record(http_load(&server, &Requests::fixed(bearer, &guarded_call()), s).summarise());
+            series.record(
+                http_load(&server, &Requests::fixed(bearer, &guarded_call()), s).summarise(),
+            );
         };
         if run % 2 == 1 {
             measure(&mut key, &admin.token);
