@@ -154,6 +154,12 @@ impl Identity {
     }
 }
 
+// The authenticator shares one `Identity` between its worker threads.
+const _: () = {
+    const fn shared_between_threads<T: Send + Sync>() {}
+    shared_between_threads::<Identity>();
+};
+
 impl Drop for Identity {
     fn drop(&mut self) {
         // The background refreshes only sleep or fetch: nothing to wait for.
