@@ -276,7 +276,8 @@ impl Store {
     pub fn set_user_blocked(&self, id: &str, at: Option<i64>) -> Result<bool, StoreError> {
         let changed = self.in_transaction(|tx| {
             tx.execute(
-                "UPDATE users SET blocked_at = CASE WHEN ?1 IS NULL THEN NULL
+                // Cast: PostgreSQL cannot tell a bare parameter's type from `IS NULL`.
+                "UPDATE users SET blocked_at = CASE WHEN CAST(?1 AS BIGINT) IS NULL THEN NULL
                                                     ELSE COALESCE(blocked_at, ?1) END
                   WHERE id = ?2",
                 args![at, id],
