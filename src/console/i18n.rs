@@ -472,11 +472,7 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "Límites propios, por minuto",
     ),
     ("user_active", "active", "activo"),
-    (
-        "user_blocked_since",
-        "blocked since {at}",
-        "bloqueado desde {at}",
-    ),
+    ("user_blocked_since", "blocked since", "bloqueado desde"),
     ("block", "Block", "Bloquear"),
     ("unblock", "Unblock", "Desbloquear"),
     (
