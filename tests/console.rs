@@ -15,7 +15,8 @@ use tollgate::clock::ManualClock;
 use tollgate::config::{Config, Overrides};
 use tollgate::console::{Console, Method, Request, SESSION_COOKIE, SIGN_IN_COOKIE};
 
-use crate::util::{HttpResponse, HttpServer, StdioServer, TestDb, http_request};
+use crate::users::{ISSUER, seed_call, seed_user};
+use crate::util::{HttpResponse, HttpServer, StdioServer, TestDb, http_request, unix_now};
 
 /// A browser's view of one console: its cookies and the origin it posts from.
 pub(crate) struct Browser<'s> {
@@ -250,6 +251,7 @@ fn an_admin_key_signs_in_for_a_strict_cookie_and_every_page_carries_the_security
         "/console/limits",
         "/console/audit",
         "/console/backends",
+        "/console/users",
     ] {
         let page = browser.get(path);
         assert_eq!(page.status, 200, "{path}: {}", text(&page));
@@ -1094,4 +1096,161 @@ fn a_backends_own_429_is_charted_as_a_tool_failure_and_our_own_limit_as_a_refusa
     ];
     expected.sort();
     assert_eq!(classes, expected);
+}
+
+/// Whether `id` is blocked, as `tollgate users list` says.
+fn user_blocked(db: &TestDb, id: &str) -> bool {
+    let users = db.run_json(&["users", "list", "--json"]);
+    let user = users
+        .as_array()
+        .expect("users")
+        .iter()
+        .find(|u| u["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} is not listed: {users}"));
+    user["blocked"].as_bool().expect("blocked")
+}
+
+#[test]
+fn the_users_page_counts_a_users_calls_and_refusals_and_blocks_it_behind_a_confirmation() {
+    let db = TestDb::new();
+    let now = unix_now();
+    let name = "<b>Ana</b> & co";
+    let ana = seed_user(&db, "ana@acme.example", Some(name), now);
+    let bob = seed_user(&db, "bob@acme.example", None, now - 60);
+    db.sql(&format!(
+        "UPDATE users SET write_per_minute = 3 WHERE id = '{bob}'"
+    ));
+    let at = now * 1000;
+    // A call of two days ago is out of the window (the log is written in time order).
+    seed_call(&db, &ana, at - 2 * 86_400_000, "ok", "");
+    seed_call(&db, &ana, at - 3_000, "ok", "");
+    seed_call(&db, &ana, at - 2_000, "rate_limited", "RateLimited");
+    // A backend's own 429 is a call, not a refusal.
+    seed_call(&db, &ana, at - 1_000, "rate_limited", "BackendRateLimited");
+    let server = HttpServer::start(&db, &[]);
+    let mut browser = Browser::signed_in(&server, &db);
+
+    let page = browser.get("/console/users");
+    assert_eq!(page.status, 200, "{}", text(&page));
+    assert_page_headers(&page);
+    let html = text(&page);
+    assert!(
+        html.contains("<a href=\"&#x2f;console&#x2f;users\" aria-current=\"page\">Users</a>"),
+        "{html}"
+    );
+    assert!(html.contains(&escaped(name)), "{html}");
+    assert!(
+        !html.contains("<b>Ana"),
+        "a name from a token is escaped: {html}"
+    );
+    let ana_row = format!("id=\"user-{ana}\"");
+    let bob_row = format!("id=\"user-{bob}\"");
+    assert!(
+        html.find(&ana_row) < html.find(&bob_row),
+        "the most recently seen first"
+    );
+    let of = |row: &str, class: &str| cell(&html, row, "td", class).expect(class);
+    assert!(
+        of(&ana_row, "subject").starts_with("ana@acme.example"),
+        "{html}"
+    );
+    assert_eq!(
+        cell(&html, &ana_row, "small", "issuer").expect("issuer"),
+        format!("{} · OAuth client portal", escaped(ISSUER))
+    );
+    assert_eq!(of(&ana_row, "calls"), "3");
+    assert_eq!(of(&ana_row, "refusals"), "1");
+    assert_eq!(of(&ana_row, "status"), "active");
+    assert_eq!(of(&ana_row, "own-limits"), "plan default");
+    assert_eq!(of(&bob_row, "calls"), "0");
+    assert_eq!(of(&bob_row, "own-limits"), "write 3");
+
+    // The audit log names her rows.
+    let audit_page = text(&browser.get(&format!("/console/audit?credential={ana}")));
+    assert_eq!(
+        audit_page
+            .matches(&format!(
+                "{ana} <span class=\"user-name\">({})</span>",
+                escaped(name)
+            ))
+            .count(),
+        4,
+        "{audit_page}"
+    );
+
+    // The export names her too; a name that reads as a formula is defused.
+    let formula = seed_user(&db, "sheet@acme.example", Some("=cmd|calc"), now);
+    seed_call(&db, &formula, at, "ok", "");
+    let csv = text(&browser.get("/console/audit.csv?tool=search_clients"));
+    let names: Vec<&str> = csv
+        .lines()
+        .skip(1)
+        .map(|line| line.rsplit(',').next().expect("a last field"))
+        .collect();
+    assert_eq!(names, ["'=cmd|calc", name, name, name, name], "{csv}");
+    assert!(
+        csv.lines()
+            .next()
+            .expect("header")
+            .ends_with(",request_id,user_name")
+    );
+
+    // Block: a confirmation, then the form; without its token nothing changes.
+    let path = format!("/console/users/{ana}/block");
+    let confirm = text(&browser.get(&path));
+    assert!(confirm.contains("id=\"confirm\""), "{confirm}");
+    assert!(
+        confirm.contains(&format!("Block {} ({ana})?", escaped(name))),
+        "{confirm}"
+    );
+    assert!(
+        confirm.contains("<a href=\"&#x2f;console&#x2f;users\">"),
+        "{confirm}"
+    );
+    let forged = browser.post(&path, &[("csrf", "not-the-token")]);
+    assert_eq!(forged.status, 403);
+    assert!(!user_blocked(&db, &ana));
+    let csrf = browser.csrf();
+    let blocked = browser.post(&path, &[("csrf", &csrf)]);
+    assert_eq!(blocked.status, 303, "{}", text(&blocked));
+    assert_eq!(blocked.header("location"), Some("/console/users"));
+    assert!(user_blocked(&db, &ana));
+    let html = text(&browser.get("/console/users"));
+    let status = cell(&html, &ana_row, "td", "status").expect("status");
+    assert!(status.starts_with("blocked since "), "{status}");
+    assert!(html.contains(&format!("href=\"/console/users/{ana}/unblock\"")));
+
+    let unblocked = browser.post(&format!("/console/users/{ana}/unblock"), &[("csrf", &csrf)]);
+    assert_eq!(unblocked.status, 303, "{}", text(&unblocked));
+    assert!(!user_blocked(&db, &ana));
+
+    // Both changes are audit rows under the operator's credential, naming the user.
+    let rows = audit(&db);
+    for action in ["console:block_user", "console:unblock_user"] {
+        let row = rows
+            .iter()
+            .find(|r| r["tool"] == action)
+            .unwrap_or_else(|| panic!("{action}: {rows:?}"));
+        assert_eq!(row["credential_id"], json!(db.admin_key_id()), "{row}");
+        assert_eq!(row["request_id"], json!(format!("\"{ana}\"")), "{row}");
+    }
+
+    // A path that names no user is not a page.
+    let nobody = tollgate::store::users::user_id(ISSUER, "nobody");
+    assert_eq!(
+        browser
+            .get(&format!("/console/users/{nobody}/block"))
+            .status,
+        404
+    );
+    let none = browser.post(
+        &format!("/console/users/{nobody}/block"),
+        &[("csrf", &csrf)],
+    );
+    assert_eq!(none.status, 404);
+    assert_eq!(
+        browser.get(&format!("/console/users/{ana}/delete")).status,
+        404
+    );
 }

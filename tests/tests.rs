@@ -50,3 +50,4 @@ mod side_doors;
 mod stdio_protocol;
 mod store_copy;
 mod store_file;
+mod users;

@@ -9,7 +9,11 @@
 //! their entry shows every entry with its code.
 //!
 //! The list, the export and the overview's last failures read through the same filter and
-//! the same read as `tollgate audit` ([`AuditFilter`], `Store::audit_rows`).
+//! the same read as `tollgate audit` ([`AuditFilter`], `Store::audit_rows`). A caller that is
+//! a user of the identity provider is shown with the user's name ([`UserNames`], one read
+//! of the users for all the rows shown).
+
+use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
@@ -18,7 +22,7 @@ use crate::catalog::{Channel, Class, ErrorKind};
 use crate::clock::{format_time_ms, parse_utc_minute};
 use crate::config::Locale;
 use crate::store::audit::{AuditFilter, AuditRow};
-use crate::store::store_failure;
+use crate::store::{Store, StoreError, store_failure};
 use crate::tools::csv;
 
 /// Rows per page of the audit log.
@@ -28,10 +32,36 @@ pub const CSV_EXPORT_ROWS: u32 = 100_000;
 /// The path of one row's page, before its id.
 const ROW_PATH: &str = "/console/audit/";
 
-/// A row as the list templates read it.
-pub(super) fn audit_json(r: &AuditRow) -> Value {
+/// The names of the provider users among some rows' callers, by id.
+pub(super) struct UserNames(HashMap<String, String>);
+
+impl UserNames {
+    /// The names of the users among `rows`' callers, in one read.
+    pub(super) fn of(store: &Store, rows: &[AuditRow]) -> Result<UserNames, StoreError> {
+        let ids: Vec<&str> = rows
+            .iter()
+            .filter_map(|r| r.credential_id.as_deref())
+            .collect();
+        let users = store.users_among(&ids)?;
+        Ok(UserNames(
+            users
+                .into_iter()
+                .map(|u| (u.id.clone(), u.label().to_owned()))
+                .collect(),
+        ))
+    }
+
+    /// The name of the row's caller, when it is a user.
+    fn of_row(&self, r: &AuditRow) -> Option<&str> {
+        self.0.get(r.credential_id.as_deref()?).map(String::as_str)
+    }
+}
+
+/// A row as the list templates read it, its caller's name when it is a user.
+pub(super) fn audit_json(r: &AuditRow, names: &UserNames) -> Value {
     json!({
         "id": r.id, "at": format_time_ms(r.at_ms), "credential": r.credential_id,
+        "user": names.of_row(r),
         "client": r.client_id, "tool": r.tool, "outcome": r.outcome, "calls": r.calls,
         "duration_ms": r.duration_us as f64 / 1000.0, "transport": r.transport,
         "source": r.source, "backend": r.backend, "request_id": r.request_id,
@@ -97,8 +127,12 @@ fn filter_query(fields: &[(String, String)]) -> String {
 /// `GET /console/audit`: a page of rows, newest first, with the filter form.
 pub(super) fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> Response {
     let query = audit_query(request, AUDIT_PAGE_ROWS + 1);
-    let rows = match console.server.store().audit_rows(&query.filter) {
-        Ok(rows) => rows,
+    let store = console.server.store();
+    let (rows, names) = match store
+        .audit_rows(&query.filter)
+        .and_then(|rows| UserNames::of(store, &rows).map(|names| (rows, names)))
+    {
+        Ok(read) => read,
         Err(e) => return console.store_failed(op, e),
     };
     // One row more than a page says whether there is another page in that direction.
@@ -147,7 +181,7 @@ pub(super) fn audit(console: &Console, request: &Request<'_>, op: &Operator) -> 
         "audit",
         Some(op),
         json!({
-            "rows": rows.iter().map(|r| audit_json(r)).collect::<Vec<_>>(),
+            "rows": rows.iter().map(|r| audit_json(r, &names)).collect::<Vec<_>>(),
             "next": next, "prev": prev, "csv": csv,
             "filter": {
                 "credential": value("credential"), "tool": value("tool"),
@@ -166,8 +200,12 @@ pub(super) fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
     let mut query = audit_query(request, CSV_EXPORT_ROWS);
     query.filter.before_id = None;
     query.filter.after_id = None;
-    let rows = match console.server.store().audit_rows(&query.filter) {
-        Ok(rows) => rows,
+    let store = console.server.store();
+    let read = store
+        .audit_rows(&query.filter)
+        .and_then(|rows| UserNames::of(store, &rows).map(|names| (rows, names)));
+    let (rows, names) = match read {
+        Ok(read) => read,
         Err(e) => {
             let err = store_failure(e, false);
             let hint = err.hint(console.locale());
@@ -176,7 +214,7 @@ pub(super) fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
         }
     };
     let mut out = String::from(
-        "id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id\r\n",
+        "id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id,user_name\r\n",
     );
     for r in &rows {
         let cells = [
@@ -192,6 +230,7 @@ pub(super) fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
             r.source.clone().unwrap_or_default(),
             r.backend.clone().unwrap_or_default(),
             r.request_id.clone(),
+            names.of_row(r).unwrap_or_default().to_owned(),
         ];
         let line: Vec<String> = cells.iter().map(|c| csv::field(c)).collect();
         out.push_str(&line.join(","));
@@ -207,9 +246,14 @@ pub(super) fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
 /// catalog entry. `None` (the console's 404) for a path that names no row.
 pub(super) fn row_page(console: &Console, op: &Operator, path: &str) -> Option<Response> {
     let id = row_id(path)?;
-    let record = match console.server.store().audit_row(id) {
+    let store = console.server.store();
+    let record = match store.audit_row(id) {
         Ok(Some(record)) => record,
         Ok(None) => return None,
+        Err(e) => return Some(console.store_failed(op, e)),
+    };
+    let names = match UserNames::of(store, std::slice::from_ref(&record)) {
+        Ok(names) => names,
         Err(e) => return Some(console.store_failed(op, e)),
     };
     let locale = console.locale();
@@ -217,7 +261,7 @@ pub(super) fn row_page(console: &Console, op: &Operator, path: &str) -> Option<R
         .into_iter()
         .map(|kind| entry_json(kind, locale))
         .collect();
-    let mut row = audit_json(&record);
+    let mut row = audit_json(&record, &names);
     row["change"] = json!(record.tool.starts_with("console:"));
     row["summary"] = json!(record.source.is_some());
     let title = console

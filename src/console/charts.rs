@@ -90,8 +90,8 @@ impl Series {
 }
 
 /// The class of an outcome's catalog entry: the entry its rows name, or for rows that name
-/// none the first entry with its code.
-fn class_of(outcome: &str, entry: Option<ErrorKind>) -> Option<Class> {
+/// none the first entry with its code (the users page counts refusals by it too).
+pub(super) fn class_of(outcome: &str, entry: Option<ErrorKind>) -> Option<Class> {
     entry
         .or_else(|| ErrorKind::with_code(outcome).next())
         .map(|k| k.spec().class)

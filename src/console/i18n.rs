@@ -16,6 +16,7 @@ const TEXTS: &[(&str, &str, &str)] = &[
     ("limits", "Limits", "Límites"),
     ("audit", "Audit log", "Registro de auditoría"),
     ("backends", "Backends", "Sistemas conectados"),
+    ("users", "Users", "Usuarios"),
     ("refused", "Not done", "No realizado"),
     ("confirm", "Confirm", "Confirmar"),
     ("key_created", "Key created", "Clave creada"),
@@ -450,6 +451,40 @@ const TEXTS: &[(&str, &str, &str)] = &[
     ("class_server_fault", "server fault", "fallo del servidor"),
     ("jsonrpc_code", "JSON-RPC code", "Código JSON-RPC"),
     ("hint_template", "its template", "su plantilla"),
+    // Users.
+    (
+        "users_help",
+        "The people and service accounts of the company's identity provider who have called, most recently seen first (a user is recorded the first time one of their tokens is verified). Calls and refusals are those of the last 24 hours, from the audit log; a refusal is a call a guard refused: a limit, a scope, a block. A block applies to the user's next call on every node.",
+        "Las personas y cuentas de servicio del proveedor de identidad de la empresa que han llamado, de la vista más reciente a la más antigua (un usuario se registra la primera vez que se verifica uno de sus tokens). Las llamadas y los rechazos son los de las últimas 24 horas, según el registro de auditoría; un rechazo es una llamada que rechazó una comprobación previa: un límite, un ámbito, un bloqueo. Un bloqueo se aplica a la siguiente llamada del usuario en todos los nodos.",
+    ),
+    (
+        "no_users",
+        "No user of the identity provider has called yet.",
+        "Todavía no ha llamado ningún usuario del proveedor de identidad.",
+    ),
+    ("subject", "Subject", "Sujeto"),
+    ("issuer", "Issuer", "Emisor"),
+    ("last_seen", "Last seen (UTC)", "Visto por última vez (UTC)"),
+    ("refusals_day", "Refusals, 24 h", "Rechazos, 24 h"),
+    (
+        "own_limits",
+        "Own limits, per minute",
+        "Límites propios, por minuto",
+    ),
+    ("user_active", "active", "activo"),
+    ("user_blocked_since", "blocked since", "bloqueado desde"),
+    ("block", "Block", "Bloquear"),
+    ("unblock", "Unblock", "Desbloquear"),
+    (
+        "confirm_block_user",
+        "Block {name} ({id})? Their next call is refused, on every node, until they are unblocked.",
+        "¿Bloquear a {name} ({id})? Su siguiente llamada se rechaza, en todos los nodos, hasta que se desbloquee.",
+    ),
+    (
+        "confirm_unblock_user",
+        "Unblock {name} ({id})? Their next call is admitted again, on every node.",
+        "¿Desbloquear a {name} ({id})? Su siguiente llamada se vuelve a admitir, en todos los nodos.",
+    ),
     // Backends.
     (
         "no_backends",
@@ -536,6 +571,7 @@ mod tests {
             include_str!("templates/audit.html"),
             include_str!("templates/audit_row.html"),
             include_str!("templates/backends.html"),
+            include_str!("templates/users.html"),
             include_str!("templates/refused.html"),
             include_str!("mod.rs"),
             include_str!("pages.rs"),
@@ -543,6 +579,7 @@ mod tests {
             include_str!("charts.rs"),
             include_str!("audit_log.rs"),
             include_str!("backends.rs"),
+            include_str!("users.rs"),
         ];
         let mut keys = BTreeSet::new();
         for source in sources {
@@ -559,7 +596,17 @@ mod tests {
             }
         }
         // The navigation's entries are looked up by page name.
-        keys.extend(["overview", "credentials", "limits", "audit", "backends"].map(String::from));
+        keys.extend(
+            [
+                "overview",
+                "credentials",
+                "users",
+                "limits",
+                "audit",
+                "backends",
+            ]
+            .map(String::from),
+        );
         keys
     }
 

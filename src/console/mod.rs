@@ -5,10 +5,10 @@
 //! every change made here is written to the audit log under the operator's credential
 //! before the page says it is done. Pages read and change state through the same
 //! functions as the command line (`guards::auth` keys and clients, `guards::ratelimit`
-//! limits and usage, the audit log) and are rendered from the templates in `templates/`
-//! with HTML autoescaping, in the company's language (`i18n`). They work with JavaScript
-//! off; the one script copies a new secret to the clipboard. Nothing is loaded from
-//! anywhere but this server.
+//! limits and usage, the identity provider's users and their blocks in `users`, the audit
+//! log) and are rendered from the templates in `templates/` with HTML autoescaping, in the
+//! company's language (`i18n`). They work with JavaScript off; the one script copies a new
+//! secret to the clipboard. Nothing is loaded from anywhere but this server.
 //!
 //! The transport hands a [`Request`] in and writes the [`Response`] out; it has already
 //! applied the `Host`/`Origin` policy of `/mcp`. Here a form post must also come from this
@@ -21,6 +21,7 @@ mod credentials;
 mod i18n;
 mod pages;
 pub mod session;
+mod users;
 
 use std::sync::Arc;
 

@@ -5,11 +5,12 @@ use std::time::Duration;
 use minijinja::Environment;
 use serde_json::{Value, json};
 
-use super::audit_log::{audit, audit_csv, audit_json, row_page};
+use super::audit_log::{UserNames, audit, audit_csv, audit_json, row_page};
 use super::backends::backends;
 use super::charts::chart;
 use super::credentials::{self, credential_failed, secret_page};
 use super::i18n::texts;
+use super::users;
 use super::{Console, Form, Method, Operator, Request, Response, form_status};
 use crate::clock::format_time;
 use crate::config::Locale;
@@ -37,6 +38,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("audit.html", include_str!("templates/audit.html")),
     ("audit_row.html", include_str!("templates/audit_row.html")),
     ("backends.html", include_str!("templates/backends.html")),
+    ("users.html", include_str!("templates/users.html")),
     ("refused.html", include_str!("templates/refused.html")),
 ];
 
@@ -83,7 +85,9 @@ pub fn get(console: &Console, request: &Request<'_>, op: &Operator) -> Option<Re
         "/console/audit" => audit(console, request, op),
         "/console/audit.csv" => return Some(audit_csv(console, request)),
         "/console/backends" => backends(console, op),
+        "/console/users" => users::page(console, op),
         _ if path.starts_with("/console/audit/") => return row_page(console, op, path),
+        _ if path.starts_with("/console/users/") => return users::confirm_page(console, op, path),
         _ => return confirm_page(console, op, path),
     };
     Some(page)
@@ -102,6 +106,9 @@ pub fn post(
         "/console/credentials/clients" => credentials::create_client(console, request, op, form),
         "/console/limits/credential" => set_credential_limit(console, request, op, form),
         "/console/limits/plan" => set_plan_limit(console, request, op, form),
+        path if path.starts_with("/console/users/") => {
+            return users::post(console, request, op, path);
+        }
         path => {
             let (kind, id, action) = action_path(path)?;
             match (kind, action) {
@@ -185,12 +192,21 @@ fn overview(console: &Console, op: &Operator) -> Response {
         }
         Err(e) => return console.store_failed(op, e),
     };
-    let errors = match store.audit_rows(&AuditFilter {
-        failures_only: true,
-        limit: LAST_ERRORS,
-        ..AuditFilter::default()
-    }) {
-        Ok(rows) => rows.iter().map(audit_json).collect::<Vec<_>>(),
+    let errors = store
+        .audit_rows(&AuditFilter {
+            failures_only: true,
+            limit: LAST_ERRORS,
+            ..AuditFilter::default()
+        })
+        .and_then(|rows| {
+            let names = UserNames::of(store, &rows)?;
+            Ok(rows
+                .iter()
+                .map(|r| audit_json(r, &names))
+                .collect::<Vec<_>>())
+        });
+    let errors = match errors {
+        Ok(errors) => errors,
         Err(e) => return console.store_failed(op, e),
     };
     let page = console.render(

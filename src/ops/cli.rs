@@ -119,8 +119,8 @@ enum Command {
     #[command(after_help = "Example:
   tollgate restore /var/backups/tollgate/tollgate-2025-06-30.db --force")]
     Restore(crate::ops::backup::RestoreArgs),
-    /// Show or change the rate limits (show, set): plan defaults, per-credential and
-    /// per-client overrides.
+    /// Show or change the rate limits (show, set): plan defaults, per-credential,
+    /// per-user and per-client overrides.
     #[command(after_help = "Examples:
   tollgate limits show
   tollgate limits set --plan pro --category write --per-minute 30")]
@@ -145,6 +145,15 @@ enum Command {
   tollgate client list"
     )]
     Client(crate::ops::admin::ClientCommand),
+    /// The users of the company's identity provider who have called: list, block,
+    /// unblock.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  tollgate users list
+  tollgate users block alice@acme.example"
+    )]
+    Users(crate::ops::admin::UsersCommand),
     /// The plans: list, show, set (move the company to another), exclude and include
     /// (edit what a plan includes).
     #[command(
@@ -171,8 +180,9 @@ enum Command {
     )]
     Sandbox(crate::ops::admin::SandboxCommand),
     /// List recent tool calls from the audit log.
-    #[command(after_help = "Example:
-  tollgate audit --tool send_invoice --outcome rate_limited --limit 20")]
+    #[command(after_help = "Examples:
+  tollgate audit --tool send_invoice --outcome rate_limited --limit 20
+  tollgate audit --user alice@acme.example")]
     Audit(crate::ops::admin::AuditArgs),
     /// Rehearse failures on a test-mode installation, making chosen calls fail on purpose:
     /// add, list, clear.
@@ -312,6 +322,7 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         Command::Key(command) => crate::ops::admin::key(&config, &command),
         Command::Client(command) => crate::ops::admin::client(&config, &command),
+        Command::Users(command) => crate::ops::admin::users(&config, &command),
         Command::Plan(command) => crate::ops::admin::plan(&config, &command),
         Command::Company(command) => crate::ops::admin::company(&config, &command),
         Command::Sandbox(command) => crate::ops::admin::sandbox(&config, &command),

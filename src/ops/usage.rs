@@ -1,4 +1,7 @@
 //! The operator's side of the rate limits: `tollgate limits show|set` and `tollgate usage`.
+//! A user of the identity provider is named as `tollgate users` names one
+//! ([`crate::ops::admin::resolve_user`]); their names come from tokens and are printed
+//! escaped.
 //!
 //! Argument definitions and printing live here; reading and changing the limits is
 //! [`crate::guards::ratelimit::limits`]'s job (over the store's plans and credentials). A change takes effect on the next call of every process
@@ -9,7 +12,8 @@ use std::process::ExitCode;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use serde_json::json;
 
-use crate::guards::ratelimit::{self, LimitChange, LimitsReport, UsageRow};
+use crate::guards::ratelimit::{self, CategoryLimits, LimitChange, LimitsReport, UsageRow};
+use crate::ops::admin::{escape_for_terminal, resolve_user};
 use crate::store::Store;
 use crate::tools::Category;
 
@@ -22,7 +26,7 @@ pub struct LimitsArgs {
 
 #[derive(Debug, Subcommand)]
 enum LimitsCommand {
-    /// Show every plan's defaults and the per-credential and per-client overrides.
+    /// Show every plan's defaults and the per-credential, per-user and per-client overrides.
     #[command(after_help = "Example:
   tollgate limits show --json")]
     Show {
@@ -30,21 +34,29 @@ enum LimitsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Change one limit: a plan default, a credential's or an OAuth client's override.
+    /// Change one limit: a plan default, a credential's, a user's or an OAuth client's
+    /// override.
     #[command(after_help = "Examples:
   tollgate limits set --plan pro --category write --per-minute 30
   tollgate limits set --credential 3f9a0c2b7d41e8a5c6b0 --category read --per-minute 5
+  tollgate limits set --user alice@acme.example --category send --per-minute 2
   tollgate limits set --plan free --per-hour 1000")]
     Set(SetArgs),
 }
 
-/// `tollgate limits set`: exactly one of --plan, --credential, --client, then the value.
+/// `tollgate limits set`: exactly one of --plan, --credential, --user, --client, then the
+/// value.
 ///
 /// Examples: `--plan pro --category write --per-minute 30`, `--plan free --per-hour 1000`,
 /// `--plan pro --client-per-minute 500`, `--credential ID --category write --per-minute 5`,
-/// `--client ID --per-minute 100`, `--credential ID --category write --inherit`.
+/// `--user USER --category send --per-minute 2`, `--client ID --per-minute 100`,
+/// `--credential ID --category write --inherit`, `--user USER --category send --inherit`.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("target").required(true).args(["plan", "credential", "client"])))]
+#[command(group(
+    ArgGroup::new("target")
+        .required(true)
+        .args(["plan", "credential", "user", "client"])
+))]
 struct SetArgs {
     /// The plan whose defaults change (free, starter, pro, enterprise).
     #[arg(long, value_name = "SLUG")]
@@ -52,10 +64,14 @@ struct SetArgs {
     /// The credential (public id) whose override changes.
     #[arg(long, value_name = "ID")]
     credential: Option<String>,
+    /// The user of the identity provider whose override changes: its id, or a subject or
+    /// display name that names exactly one user (`tollgate users list`).
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
     /// The OAuth client whose override changes.
     #[arg(long, value_name = "ID")]
     client: Option<String>,
-    /// The tool category (with --plan or --credential).
+    /// The tool category (with --plan, --credential or --user).
     #[arg(long, value_enum)]
     category: Option<CategoryArg>,
     /// Calls per minute.
@@ -67,8 +83,8 @@ struct SetArgs {
     /// The plan's default per-OAuth-client limit, calls per minute (with --plan).
     #[arg(long, value_name = "N")]
     client_per_minute: Option<u64>,
-    /// Remove the override, so the plan's default applies again (with --credential or
-    /// --client).
+    /// Remove the override, so the plan's default applies again (with --credential,
+    /// --user or --client).
     #[arg(long, conflicts_with = "per_minute")]
     inherit: bool,
     /// Print machine-readable JSON.
@@ -181,15 +197,20 @@ fn render_report(report: &LimitsReport) -> String {
         out += "  (none)\n";
     }
     for c in &report.credentials {
-        let set: Vec<String> = Category::ALL
-            .iter()
-            .filter_map(|&cat| {
-                c.per_minute
-                    .get(cat)
-                    .map(|n| format!("{}={n}", cat.as_str()))
-            })
-            .collect();
-        out += &format!("  {} ({}): {}\n", c.credential_id, c.name, set.join(" "));
+        let set = set_limits(&c.per_minute);
+        out += &format!("  {} ({}): {set}\n", c.credential_id, c.name);
+    }
+    out += "\nUser overrides (calls/minute; names from the identity provider's tokens):\n";
+    if report.users.is_empty() {
+        out += "  (none)\n";
+    }
+    for u in &report.users {
+        out += &format!(
+            "  {} ({}): {}\n",
+            u.user_id,
+            escape_for_terminal(&u.name),
+            set_limits(&u.per_minute)
+        );
     }
     out += "\nOAuth client overrides (calls/minute, all the client's credentials together):\n";
     if report.clients.is_empty() {
@@ -201,13 +222,22 @@ fn render_report(report: &LimitsReport) -> String {
     out
 }
 
+/// The overrides that are set, as `limits show` prints them: `write=5 send=1`.
+fn set_limits(per_minute: &CategoryLimits<Option<u64>>) -> String {
+    let set: Vec<String> = Category::ALL
+        .iter()
+        .filter_map(|&cat| per_minute.get(cat).map(|n| format!("{}={n}", cat.as_str())))
+        .collect();
+    set.join(" ")
+}
+
 /// Turns the flags into one change, or says which flags are missing or out of place.
 fn change_from(args: &SetArgs) -> Result<LimitChange, String> {
     let category = args.category.map(Category::from);
     if let Some(plan) = &args.plan {
         if args.inherit {
             return Err(
-                "--inherit applies to --credential or --client; a plan always has \
+                "--inherit applies to --credential, --user or --client; a plan always has \
                         its own limits (use --per-hour unlimited to lift the hourly one)"
                     .into(),
             );
@@ -246,15 +276,18 @@ fn change_from(args: &SetArgs) -> Result<LimitChange, String> {
         _ => return Err("give --per-minute N, or --inherit to remove the override".into()),
     };
     if let Some(credential_id) = &args.credential {
-        let Some(category) = category else {
-            return Err(
-                "with --credential give --category (read, write, destructive, send \
-                        or generate)"
-                    .into(),
-            );
-        };
+        let category = category.ok_or_else(|| category_needed("--credential"))?;
         return Ok(LimitChange::Credential {
             credential_id: credential_id.clone(),
+            category,
+            per_minute,
+        });
+    }
+    if let Some(user) = &args.user {
+        let category = category.ok_or_else(|| category_needed("--user"))?;
+        // The user as named; `apply` resolves it to an id.
+        return Ok(LimitChange::User {
+            user_id: user.clone(),
             category,
             per_minute,
         });
@@ -267,18 +300,39 @@ fn change_from(args: &SetArgs) -> Result<LimitChange, String> {
         (Some(_), Some(_)) => {
             Err("an OAuth client has one limit for all categories; drop --category".into())
         }
-        (None, _) => Err("give --plan, --credential or --client".into()),
+        (None, _) => Err("give --plan, --credential, --user or --client".into()),
+    }
+}
+
+fn category_needed(flag: &str) -> String {
+    format!("with {flag} give --category (read, write, destructive, send or generate)")
+}
+
+/// `change` with its user, as the operator named them, resolved to their id.
+fn with_user_resolved(store: &Store, change: LimitChange) -> Result<LimitChange, String> {
+    match change {
+        LimitChange::User {
+            user_id,
+            category,
+            per_minute,
+        } => Ok(LimitChange::User {
+            user_id: resolve_user(store, &user_id)?.id,
+            category,
+            per_minute,
+        }),
+        other => Ok(other),
     }
 }
 
 fn apply(store: &Store, args: &SetArgs) -> ExitCode {
-    let change = match change_from(args) {
+    let change = match change_from(args).and_then(|change| with_user_resolved(store, change)) {
         Ok(change) => change,
         Err(message) => return fail(&format!("limits set: {message}")),
     };
     if let Err(e) = change.apply(store) {
         let hint = match e {
             ratelimit::LimitChangeError::NotFound("plan", _) => "; see `tollgate limits show`",
+            ratelimit::LimitChangeError::NotFound("user", _) => "; see `tollgate users list`",
             ratelimit::LimitChangeError::NotFound(..) => {
                 "; check the id with `tollgate key list` or `tollgate client list`"
             }
@@ -326,6 +380,14 @@ fn describe(change: &LimitChange) -> (String, Option<u64>) {
                 "credential {credential_id}: {} calls per minute",
                 category.as_str()
             ),
+            *per_minute,
+        ),
+        LimitChange::User {
+            user_id,
+            category,
+            per_minute,
+        } => (
+            format!("user {user_id}: {} calls per minute", category.as_str()),
             *per_minute,
         ),
         LimitChange::Client {
@@ -454,5 +516,71 @@ mod tests {
         assert!(parse(&["--plan", "pro", "--client", "c1", "--per-minute", "5"]).is_err());
         assert!(parse(&["--plan", "pro", "--per-hour", "lots"]).is_err());
         assert!(parse(&["--client", "c1"]).is_err());
+    }
+
+    #[test]
+    fn a_users_override_is_set_and_cleared_by_the_name_given() {
+        assert_eq!(
+            parse(&[
+                "--user",
+                "alice@acme.example",
+                "--category",
+                "send",
+                "--per-minute",
+                "2"
+            ]),
+            Ok(LimitChange::User {
+                user_id: "alice@acme.example".into(),
+                category: Category::Send,
+                per_minute: Some(2)
+            })
+        );
+        assert_eq!(
+            parse(&["--user", "alice", "--category", "send", "--inherit"]),
+            Ok(LimitChange::User {
+                user_id: "alice".into(),
+                category: Category::Send,
+                per_minute: None
+            })
+        );
+        assert_eq!(
+            parse(&["--user", "alice", "--per-minute", "2"]),
+            Err(category_needed("--user"))
+        );
+        assert!(
+            parse(&[
+                "--user",
+                "a",
+                "--credential",
+                "b",
+                "--category",
+                "read",
+                "--inherit"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_report_lists_users_overrides_with_their_names_escaped() {
+        let report = LimitsReport {
+            company_plan: None,
+            plans: Vec::new(),
+            credentials: Vec::new(),
+            clients: Vec::new(),
+            users: vec![ratelimit::limits::UserOverrides {
+                user_id: "u0123456789abcdef01234567".into(),
+                name: "Eve\u{1b}[31m".into(),
+                per_minute: CategoryLimits {
+                    send: Some(2),
+                    ..CategoryLimits::default()
+                },
+            }],
+        };
+        let text = render_report(&report);
+        assert!(
+            text.contains("User overrides (calls/minute; names from the identity provider's tokens):\n  u0123456789abcdef01234567 (Eve\\u{1b}[31m): send=2\n"),
+            "{text}"
+        );
     }
 }

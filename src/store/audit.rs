@@ -379,6 +379,55 @@ impl Store {
     }
 }
 
+/// The calls of one provider user with one outcome over a time range, as the users page
+/// counts them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserOutcomeCalls {
+    /// The user's id (the rows' `credential_id`).
+    pub user_id: String,
+    /// `ok` or a catalog code.
+    pub outcome: String,
+    /// The catalog entry of the failure, when its rows name one ([`AuditRow::entry`]).
+    pub entry: Option<ErrorKind>,
+    /// Calls (a summary row counts the calls it stands for).
+    pub calls: i64,
+}
+
+impl Store {
+    /// Calls per provider user, outcome and catalog entry in `since_ms..until_ms`, of the
+    /// users the `users` table holds (so the groups are bounded by it, whatever ids the
+    /// rows carry), ordered by user. The rows are found by the primary key as
+    /// [`Store::backend_calls_by_tool`] finds them.
+    pub fn user_calls_by_outcome(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> Result<Vec<UserOutcomeCalls>, StoreError> {
+        self.with_conn(|conn| {
+            let after = rows_before(conn, since_ms)?;
+            conn.query_all(
+                "SELECT credential_id, outcome, entry, CAST(SUM(calls) AS BIGINT) \
+                 FROM audit_log WHERE id > ?1 AND at >= ?2 AND at < ?3 \
+                 AND credential_id IN (SELECT id FROM users) AND tool NOT LIKE 'console:%' \
+                 GROUP BY credential_id, outcome, entry \
+                 ORDER BY credential_id, outcome, COALESCE(entry, '')",
+                args![after, since_ms, until_ms],
+                |row| {
+                    Ok(UserOutcomeCalls {
+                        user_id: row.get(0)?,
+                        outcome: row.get(1)?,
+                        entry: row
+                            .get::<Option<String>>(2)?
+                            .as_deref()
+                            .and_then(entry_named),
+                        calls: row.get(3)?,
+                    })
+                },
+            )
+        })
+    }
+}
+
 /// The id of the newest row written more than [`OUT_OF_ORDER_MS`] before `since_ms` (0 when
 /// there is none): every row of a range starting at `since_ms` has a greater id. The
 /// statement walks the primary key down from the newest row and stops at the first such row.
@@ -941,6 +990,59 @@ mod tests {
                 [
                     (since, "ok".to_owned(), None, 1),
                     (since, "timeout".to_owned(), None, 1)
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_users_calls_are_counted_by_outcome_and_entry_and_only_a_known_users() {
+        const DAY: i64 = 86_400_000;
+        for scratch in stores() {
+            let store = &scratch.store;
+            let seen = crate::store::users::SeenUser {
+                issuer: "https://idp.example.com",
+                subject: "alice",
+                display_name: Some("Alice"),
+                client_id: None,
+            };
+            let (alice, _) = store.record_user(&seen, 1).expect("record");
+            let since = 10 * DAY;
+            let limited = AuditRow {
+                entry: Some(ErrorKind::RateLimited),
+                ..call(since + 2, Some(&alice), "search_clients", "rate_limited")
+            };
+            write(store, &call(since - 1, Some(&alice), "a", "ok"), 1, None);
+            write(store, &call(since, Some(&alice), "a", "ok"), 1, None);
+            write(store, &call(since + 1, Some(&alice), "b", "ok"), 2, None);
+            write(store, &limited, 3, None);
+            // A key's calls, an id no user has, and an operator's change are not counted.
+            write(store, &call(since + 3, Some("K1"), "a", "ok"), 1, None);
+            let stranger = crate::store::users::user_id("https://idp.example.com", "bob");
+            write(store, &call(since + 3, Some(&stranger), "a", "ok"), 1, None);
+            write(
+                store,
+                &call(since + 4, Some(&alice), "console:x", "ok"),
+                1,
+                None,
+            );
+            write(store, &call(since + DAY, Some(&alice), "a", "ok"), 1, None);
+            let counted: Vec<_> = store
+                .user_calls_by_outcome(since, since + DAY)
+                .expect("count")
+                .into_iter()
+                .map(|c| (c.user_id, c.outcome, c.entry, c.calls))
+                .collect();
+            assert_eq!(
+                counted,
+                [
+                    (alice.clone(), "ok".to_owned(), None, 3),
+                    (
+                        alice.clone(),
+                        "rate_limited".to_owned(),
+                        Some(ErrorKind::RateLimited),
+                        3
+                    ),
                 ]
             );
         }

@@ -14,7 +14,7 @@
 use sha2::{Digest, Sha256};
 
 use super::plans::{PerMinute, to_count};
-use super::sql::{Row, args};
+use super::sql::{Param, Row, args};
 use super::{Conn, Store, StoreError, Tx};
 
 /// Step 9 of SQLite's schema: the `users` table.
@@ -132,6 +132,10 @@ impl UserRow {
     }
 }
 
+/// The most ids one statement of [`Store::users_among`] binds (well under either engine's
+/// limit on parameters).
+const IDS_PER_READ: usize = 500;
+
 const RECORD_SQL: &str = "\
     INSERT INTO users (id, issuer, subject, display_name, client_id, first_seen_at, last_seen_at)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
@@ -242,12 +246,38 @@ impl Store {
         })
     }
 
+    /// The users among `ids` (any id that names no user is left out), in one read per
+    /// [`IDS_PER_READ`] ids: how a listing of audit rows names the users it shows.
+    pub fn users_among(&self, ids: &[&str]) -> Result<Vec<UserRow>, StoreError> {
+        let mut ids: Vec<String> = ids
+            .iter()
+            .filter(|id| is_user_id(id))
+            .map(|id| (*id).to_owned())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        self.with_conn(|conn| {
+            let mut found = Vec::new();
+            for chunk in ids.chunks(IDS_PER_READ) {
+                let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("?{i}")).collect();
+                let params: Vec<&dyn Param> = chunk.iter().map(|id| id as &dyn Param).collect();
+                let sql = format!(
+                    "{USER_COLUMNS} WHERE id IN ({}) ORDER BY id",
+                    marks.join(", ")
+                );
+                found.extend(conn.query_all(&sql, &params, user_of)?);
+            }
+            Ok(found)
+        })
+    }
+
     /// Blocks (`Some(at)`) or unblocks (`None`) user `id`; `false` when there is no such
     /// user. Blocking an already blocked user keeps the first time.
     pub fn set_user_blocked(&self, id: &str, at: Option<i64>) -> Result<bool, StoreError> {
         let changed = self.in_transaction(|tx| {
             tx.execute(
-                "UPDATE users SET blocked_at = CASE WHEN ?1 IS NULL THEN NULL
+                // Cast: PostgreSQL cannot tell a bare parameter's type from `IS NULL`.
+                "UPDATE users SET blocked_at = CASE WHEN CAST(?1 AS BIGINT) IS NULL THEN NULL
                                                     ELSE COALESCE(blocked_at, ?1) END
                   WHERE id = ?2",
                 args![at, id],
@@ -351,6 +381,37 @@ mod tests {
                     .expect("clear")
             );
             assert_eq!(store.users().expect("users")[0].per_minute[1], None);
+        }
+    }
+
+    #[test]
+    fn the_users_among_some_ids_are_read_together_and_other_ids_left_out() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let (alice, _) = store.record_user(&seen("alice", None), 100).expect("alice");
+            let (bob, _) = store
+                .record_user(&seen("bob", Some("Bob")), 100)
+                .expect("bob");
+            store.record_user(&seen("carol", None), 100).expect("carol");
+            let never = user_id("https://idp.example.com", "dave");
+            let ids = [
+                bob.as_str(),
+                "0123456789abcdef0123",
+                alice.as_str(),
+                bob.as_str(),
+                never.as_str(),
+            ];
+            let mut found: Vec<(String, String)> = store
+                .users_among(&ids)
+                .expect("read")
+                .into_iter()
+                .map(|u| (u.id.clone(), u.label().to_owned()))
+                .collect();
+            found.sort();
+            let mut expected = vec![(alice, "alice".to_owned()), (bob, "Bob".to_owned())];
+            expected.sort();
+            assert_eq!(found, expected);
+            assert_eq!(store.users_among(&[]).expect("none"), []);
         }
     }
 }

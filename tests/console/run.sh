@@ -2,7 +2,10 @@
 # The operator console in a real browser: headless Chromium (Debian's package) driven by
 # playwright-core, against one `tollgate serve` on a free loopback port with a fresh
 # database (demo data, the admin key `tollgate init` prints) and one OpenAPI backend, `shop`
-# (shop.openapi.json, served by backend.mjs on another free loopback port).
+# (shop.openapi.json, served by backend.mjs on another free loopback port). Two users of an
+# identity provider are written into the database before the server starts (with python3's
+# sqlite3: no provider runs here), with two calls of the first in the audit log, for
+# users.test.mjs.
 #
 #   TG_BIN=target/debug/tollgate TG_TOOLS=target/ci-tools bash tests/console/run.sh
 #
@@ -11,7 +14,8 @@
 # under $TG_TOOLS/console-npm (reinstalled when the lock file changes). Screenshots of every
 # page go to target/console-screenshots/; with TG_CONSOLE_SCREENSHOT_DOC=1 the overview is
 # also written to docs/console-overview.png. Extra arguments go to `node --test`. The test
-# files (console.test.mjs, keys.test.mjs) run one after the other against the one server.
+# files (console.test.mjs, keys.test.mjs, users.test.mjs) run one after the other against
+# the one server.
 # Build the binary first: cargo build --bins --features conformance-pack
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -74,6 +78,41 @@ trap stop EXIT
 "$bin" --database "$data/t.db" init --company "ACME SL" --tax-id B12345674 --plan pro \
     --locale en --demo --json > "$data/init.json" 2> "$data/init.log" ||
     { cat "$data/init.log" >&2; exit 1; }
+# The users, as the server records them the first time one of their tokens is verified: an
+# id of `u` and 24 hex digits of SHA-256(issuer, NUL, subject), as src/store/users.rs
+# derives it. The second one's name is markup, as a token may carry.
+python3 - "$data/t.db" <<'PY'
+import hashlib
+import sqlite3
+import sys
+import time
+
+issuer = "https://login.acme.example"
+now = int(time.time())
+db = sqlite3.connect(sys.argv[1])
+
+
+def user(subject, name):
+    uid = "u" + hashlib.sha256(f"{issuer}\0{subject}".encode()).hexdigest()[:24]
+    db.execute(
+        "INSERT INTO users (id, issuer, subject, display_name, client_id, first_seen_at,"
+        " last_seen_at) VALUES (?, ?, ?, ?, 'portal', ?, ?)",
+        (uid, issuer, subject, name, now - 3600, now),
+    )
+    return uid
+
+
+ana = user("ana@acme.example", "Ana García")
+user("mallory@acme.example", '<img src=x onerror="document.title=1">')
+for at, outcome, entry in ((now * 1000 - 2000, "ok", None),
+                           (now * 1000 - 1000, "rate_limited", "RateLimited")):
+    db.execute(
+        "INSERT INTO audit_log (at, request_id, credential_id, tool, outcome, duration_us,"
+        " transport, entry) VALUES (?, '1', ?, 'search_clients', ?, 1000, 'http', ?)",
+        (at, ana, outcome, entry),
+    )
+db.commit()
+PY
 admin_key=$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).admin_key)' "$data/init.json")
 
 free_port() {
@@ -127,7 +166,7 @@ status=0
 TG_CONSOLE_URL="$base" TG_CONSOLE_ADMIN_KEY="$admin_key" TG_CONSOLE_CHROMIUM="$chromium" \
     TG_CONSOLE_NPM="$npm_dir" \
     timeout 300 node --test --test-concurrency=1 --test-timeout=120000 "$@" \
-        "$here/console.test.mjs" "$here/keys.test.mjs" || status=$?
+        "$here/console.test.mjs" "$here/keys.test.mjs" "$here/users.test.mjs" || status=$?
 if [ "$status" -ne 0 ]; then
     printf '\n==> tollgate serve log, last 50 lines\n'
     tail -n 50 "$data/serve.log"

@@ -28,6 +28,20 @@ pub struct CategoryLimits<T> {
     pub generate: T,
 }
 
+impl<T> CategoryLimits<T> {
+    /// The limits of the store's per-category columns, in their order (read, write,
+    /// destructive, send, generate).
+    pub fn from_columns([read, write, destructive, send, generate]: [T; 5]) -> Self {
+        CategoryLimits {
+            read,
+            write,
+            destructive,
+            send,
+            generate,
+        }
+    }
+}
+
 impl<T: Copy> CategoryLimits<T> {
     /// The value for `category`.
     pub fn get(&self, category: Category) -> T {
@@ -63,6 +77,17 @@ pub struct ClientOverride {
     pub per_minute: u64,
 }
 
+/// A provider user's overrides (only users with at least one are listed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UserOverrides {
+    /// The user's id (`u` and 24 hex digits).
+    pub user_id: String,
+    /// The name the user's tokens give, else the subject (from the tokens: untrusted).
+    pub name: String,
+    /// Overrides; `None` = the plan's default.
+    pub per_minute: CategoryLimits<Option<u64>>,
+}
+
 /// Everything `tollgate limits show` prints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LimitsReport {
@@ -75,6 +100,8 @@ pub struct LimitsReport {
     pub credentials: Vec<CredentialOverrides>,
     /// OAuth clients with an override.
     pub clients: Vec<ClientOverride>,
+    /// Provider users with overrides.
+    pub users: Vec<UserOverrides>,
 }
 
 impl LimitsReport {
@@ -83,19 +110,20 @@ impl LimitsReport {
         let credentials = store
             .credential_limits()?
             .into_iter()
-            .map(|c| {
-                let [read, write, destructive, send, generate] = c.per_minute;
-                CredentialOverrides {
-                    credential_id: c.credential_id,
-                    name: c.name,
-                    per_minute: CategoryLimits {
-                        read,
-                        write,
-                        destructive,
-                        send,
-                        generate,
-                    },
-                }
+            .map(|c| CredentialOverrides {
+                credential_id: c.credential_id,
+                name: c.name,
+                per_minute: CategoryLimits::from_columns(c.per_minute),
+            })
+            .collect();
+        let users = store
+            .users()?
+            .into_iter()
+            .filter(|u| u.per_minute.iter().any(Option::is_some))
+            .map(|u| UserOverrides {
+                name: u.label().to_owned(),
+                per_minute: CategoryLimits::from_columns(u.per_minute),
+                user_id: u.id,
             })
             .collect();
         let clients = store
@@ -112,6 +140,7 @@ impl LimitsReport {
             plans: store.plans()?,
             credentials,
             clients,
+            users,
         })
     }
 
@@ -142,11 +171,18 @@ impl LimitsReport {
             ));
         }
         let category = *Category::ALL.iter().find(|c| c.as_str() == bucket)?;
+        // As the charge reads them: the credential's override, else the user's.
         let own = self
             .credentials
             .iter()
             .find(|c| c.credential_id == key)
-            .and_then(|c| c.per_minute.get(category));
+            .and_then(|c| c.per_minute.get(category))
+            .or_else(|| {
+                self.users
+                    .iter()
+                    .find(|u| u.user_id == key)
+                    .and_then(|u| u.per_minute.get(category))
+            });
         own.or(Some(
             self.company_plan()
                 .map_or(fallback_per_minute(category), |p| {
@@ -216,6 +252,15 @@ pub enum LimitChange {
         /// Calls per minute; `None` = back to the plan's default.
         per_minute: Option<u64>,
     },
+    /// One provider user's override for one category.
+    User {
+        /// The user's id.
+        user_id: String,
+        /// Category.
+        category: Category,
+        /// Calls per minute; `None` = back to the plan's default.
+        per_minute: Option<u64>,
+    },
     /// One OAuth client's override.
     Client {
         /// Client id.
@@ -228,7 +273,7 @@ pub enum LimitChange {
 /// Why a limit change was not made.
 #[derive(Debug)]
 pub enum LimitChangeError {
-    /// No such plan, credential or client; the `&str` says which kind.
+    /// No such plan, credential, user or client; the `&str` says which kind.
     NotFound(&'static str, String),
     /// The limit does not fit SQLite's integers.
     TooLarge(u64),
@@ -299,6 +344,15 @@ impl LimitChange {
                 let changed = store.set_credential_limit(credential_id, of, value)?;
                 (changed, credential_id, "credential")
             }
+            Self::User {
+                user_id,
+                category,
+                per_minute,
+            } => {
+                let value = sql_limit(*per_minute)?;
+                let changed = store.set_user_limit(user_id, per_minute_of(*category), value)?;
+                (changed, user_id, "user")
+            }
             Self::Client {
                 client_id,
                 per_minute,
@@ -360,4 +414,82 @@ pub fn usage(store: &Store, now: i64) -> Result<Vec<UsageRow>, StoreError> {
             }
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guards::ratelimit::{ChargeRequest, charge_in};
+    use crate::store::testing::stores;
+    use crate::store::users::SeenUser;
+
+    const T0: i64 = 1_764_464_400; // a minute boundary
+
+    fn user_limit(user_id: &str, per_minute: Option<u64>) -> LimitChange {
+        LimitChange::User {
+            user_id: user_id.to_owned(),
+            category: Category::Write,
+            per_minute,
+        }
+    }
+
+    #[test]
+    fn a_users_override_is_reported_applied_to_its_counter_and_cleared() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let seen = SeenUser {
+                issuer: "https://idp.example.com",
+                subject: "alice",
+                display_name: Some("Alice A."),
+                client_id: None,
+            };
+            let (id, _) = store.record_user(&seen, T0).expect("record");
+            user_limit(&id, Some(4)).apply(store).expect("set");
+            let report = LimitsReport::load(store).expect("report");
+            assert_eq!(
+                report.users,
+                [UserOverrides {
+                    user_id: id.clone(),
+                    name: "Alice A.".into(),
+                    per_minute: CategoryLimits {
+                        write: Some(4),
+                        ..CategoryLimits::default()
+                    },
+                }]
+            );
+            let request = ChargeRequest {
+                credential_id: id.clone(),
+                client_id: None,
+                category: Category::Write,
+            };
+            store
+                .in_transaction(|tx| charge_in(tx, &[Some(&request)], T0 + 1).map(|_| ()))
+                .expect("charge");
+            let counter = usage(store, T0 + 2)
+                .expect("usage")
+                .into_iter()
+                .find(|r| r.key == id)
+                .expect("the user's counter");
+            assert_eq!(
+                (counter.bucket.as_str(), counter.count, counter.limit),
+                ("write", 1, Some(4))
+            );
+            user_limit(&id, None).apply(store).expect("clear");
+            assert_eq!(LimitsReport::load(store).expect("report").users, []);
+        }
+    }
+
+    #[test]
+    fn an_override_of_a_user_never_seen_is_refused() {
+        for scratch in stores() {
+            let never = crate::store::users::user_id("https://idp.example.com", "nobody");
+            let err = user_limit(&never, Some(1))
+                .apply(&scratch.store)
+                .expect_err("unknown user");
+            assert!(
+                matches!(err, LimitChangeError::NotFound("user", ref id) if *id == never),
+                "{err:?}"
+            );
+        }
+    }
 }

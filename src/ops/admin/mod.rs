@@ -1,7 +1,8 @@
-//! The operator's commands: `key`, `client`, `plan`, `company`, `sandbox`, `faults` and
-//! `audit`, with their arguments (here; `faults` keeps its own) and handlers (`credentials`
-//! for keys and clients, `company` for plans, the company and the sandbox, `faults` for
-//! rehearsed failures; `audit` here). `cli` routes to them; the credential
+//! The operator's commands: `key`, `client`, `plan`, `company`, `sandbox`, `faults`,
+//! `users` and `audit`, with their arguments (here; `faults` and `users` keep their own) and
+//! handlers (`credentials` for keys and clients, `company` for plans, the company and the
+//! sandbox, `faults` for rehearsed failures, `users` for the identity provider's users and
+//! how the operator names one; `audit` here). `cli` routes to them; the credential
 //! model they drive lives in [`crate::guards::auth`], the audit log's writer in
 //! [`crate::guards::audit`], the rows (and the audit log's one read) in [`crate::store`].
 //!
@@ -19,7 +20,7 @@ use crate::config::{Config, GuardChannel, Locale};
 use crate::guards::auth::{
     self, CredentialError, IssuedKey, KeyInfo, KnownScopes, Mode, NewKey, OAuthClient,
 };
-use crate::store::audit::AuditFilter;
+use crate::store::audit::{AuditFilter, AuditRow};
 use crate::store::{Store, StoreError};
 use crate::tools::invoicing::demo::DemoError;
 use crate::tools::invoicing::sandbox::{self, Filled, Seed};
@@ -28,6 +29,7 @@ mod company;
 mod credentials;
 mod faults;
 mod text;
+mod users;
 
 use company::company_mode;
 pub use company::{company, plan, sandbox};
@@ -35,6 +37,7 @@ pub use credentials::{client, first_admin_key, key};
 pub use faults::{FaultsCommand, faults};
 use text::format_time_ms;
 pub use text::{escape_for_terminal, format_time, parse_duration};
+pub use users::{UsersCommand, resolve_user, users};
 
 /// `--json` alone.
 #[derive(Debug, Args)]
@@ -298,6 +301,10 @@ pub struct AuditArgs {
     /// Only calls made with this credential (its id).
     #[arg(long, value_name = "ID")]
     credential: Option<String>,
+    /// Only calls of this user of the identity provider: its id, or a subject or display
+    /// name that names exactly one user (`tollgate users list`).
+    #[arg(long, value_name = "USER", conflicts_with = "credential")]
+    user: Option<String>,
     /// Only calls of this tool.
     #[arg(long, value_name = "NAME")]
     tool: Option<String>,
@@ -386,14 +393,20 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
             "--limit: give a number from 1 to 10000".to_owned(),
         ));
     }
+    let credential_id = match &args.user {
+        Some(wanted) => Some(resolve_user(store, wanted)?.id),
+        None => args.credential.clone(),
+    };
     let filter = AuditFilter {
-        credential_id: args.credential.clone(),
+        credential_id,
         tool: args.tool.clone(),
         outcome: args.outcome.clone(),
         limit: args.limit,
         ..AuditFilter::default()
     };
     let rows = store.audit_rows(&filter)?;
+    let names = users::user_names(store, &rows)?;
+    let name_of = |r: &AuditRow| r.credential_id.as_ref().and_then(|id| names.get(id));
     if args.json {
         let list: Vec<Value> = rows
             .iter()
@@ -402,7 +415,8 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
                         "request_id": r.request_id, "credential_id": r.credential_id,
                         "client_id": r.client_id, "tool": r.tool, "outcome": r.outcome,
                         "duration_us": r.duration_us, "transport": r.transport,
-                        "calls": r.calls, "source": r.source, "backend": r.backend })
+                        "calls": r.calls, "source": r.source, "backend": r.backend,
+                        "user_name": name_of(r) })
             })
             .collect();
         println!("{}", Value::Array(list));
@@ -417,9 +431,13 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
         "TIME", "CREDENTIAL", "TOOL", "OUTCOME", "CALLS", "DURATION", "TRANSPORT"
     );
     for r in &rows {
-        // Clients choose tool names and request ids: escaped, a name cannot forge a row
-        // or send escape codes to the operator's terminal.
-        let credential = escape_for_terminal(r.credential_id.as_deref().unwrap_or("-"));
+        // Clients choose tool names and request ids, and a provider's tokens the names of
+        // its users: escaped, a name cannot forge a row or send escape codes to the
+        // operator's terminal.
+        let mut credential = escape_for_terminal(r.credential_id.as_deref().unwrap_or("-"));
+        if let Some(name) = name_of(r) {
+            credential = format!("{credential} ({})", escape_for_terminal(name));
+        }
         let duration = format!("{:.1}ms", r.duration_us as f64 / 1000.0);
         println!(
             "{:<24}  {:<20}  {:<28}  {:<24}  {:>6}  {:>10}  {:<9}  {}",
