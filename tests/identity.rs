@@ -302,9 +302,17 @@ fn each_user_has_counters_of_its_own_over_http_and_stdio_and_a_block_applies_nex
     assert_eq!(charged(&auditor_id), 1);
 
     // An override of the user's own: none of its reads are left, the other user's stand.
-    db.sql(&format!(
-        "UPDATE users SET read_per_minute = 0 WHERE id = '{auditor_id}'"
-    ));
+    let set = db.run(&[
+        "limits",
+        "set",
+        "--user",
+        "auditor",
+        "--category",
+        "read",
+        "--per-minute",
+        "0",
+    ]);
+    assert!(set.status.success(), "{set:?}");
     let refused = call(&server, &auditor, "search_invoices");
     assert_eq!(
         refused["error"]["data"]["code"], "rate_limited",
@@ -313,9 +321,8 @@ fn each_user_has_counters_of_its_own_over_http_and_stdio_and_a_block_applies_nex
     assert!(call(&server, &clerk, "search_invoices")["result"].is_object());
 
     // Blocked by the operator: refused on the very next call, with the user named.
-    db.sql(&format!(
-        "UPDATE users SET blocked_at = 1 WHERE id = '{clerk_id}'"
-    ));
+    let block = db.run(&["users", "block", "clerk"]);
+    assert!(block.status.success(), "{block:?}");
     let blocked = call(&server, &clerk, "search_invoices");
     assert_eq!(error_of(&blocked)["code"], -32002, "{blocked}");
     assert_eq!(blocked["error"]["data"]["code"], "user_blocked");
@@ -336,6 +343,9 @@ fn each_user_has_counters_of_its_own_over_http_and_stdio_and_a_block_applies_nex
         listing["error"]["data"]["code"], "user_blocked",
         "{listing}"
     );
+    let unblock = db.run(&["users", "unblock", "clerk"]);
+    assert!(unblock.status.success(), "{unblock:?}");
+    assert!(call(&server, &clerk, "search_invoices")["result"].is_object());
 }
 
 #[test]
