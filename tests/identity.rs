@@ -145,7 +145,8 @@ fn each_bad_token_is_refused_invalid_token_with_its_reason() {
         IdpClient::jwt("clerk").roles(&["invoice-readers"]),
     ]));
     let db = TestDb::new();
-    let server = HttpServer::start_with_config(&db, &config_for(&idp), &[]);
+    let server =
+        HttpServer::start_with_config(&db, &config_for(&idp), &[("TOLLGATE_HTTP_METRICS", "true")]);
     let good = idp.client_credentials_token("clerk", "clients:read", AUDIENCE);
     let (header, claims) = crate::idp::jwt_parts(&good);
 
@@ -201,6 +202,15 @@ fn each_bad_token_is_refused_invalid_token_with_its_reason() {
         );
     }
     assert!(!log.contains(good.as_str()));
+    // Verifications are counted by issuer and outcome; users and tokens are no labels.
+    let metrics = String::from_utf8(server.get("/metrics").body).expect("utf-8");
+    for line in [
+        "tollgate_identity_verifications_total{issuer=\"test\",outcome=\"accepted\"} 1",
+        "tollgate_identity_verifications_total{issuer=\"-\",outcome=\"wrong_audience\"} 1",
+        "tollgate_identity_verifications_total{issuer=\"-\",outcome=\"bad_signature\"} 2",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! | `tollgate_http_responses_total` | `status` |
 //! | `tollgate_rate_charges_total`, `tollgate_rate_charge_transactions_total` | none: calls charged to the rate counters, and the transactions that did it (their ratio is how well group commit batches) |
 //! | `tollgate_log_lines_dropped_total` | none: log lines dropped because stderr did not take them in time (the logging queue) |
+//! | `tollgate_identity_verifications_total` | `issuer` (a configured `name`, or `-`), `outcome` (`accepted`, a refusal's reason, `unavailable`): with identity providers configured |
 //! | `tollgate_backend_calls_total`, `tollgate_backend_failures_total`, `tollgate_backend_up` | `backend` (and `kind`): with backends configured |
 //! | `tollgate_backend_tools_left_out` | `backend`, `reason`: tools a backend lists that are not offered |
 //! | `tollgate_backend_descriptions_cut` | `backend`: offered tools whose description was cut |
@@ -427,6 +428,31 @@ fn seconds(micros: u64) -> String {
     }
     let digits = format!("{frac:06}");
     format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+/// Appends the identity providers' family to `page`: tokens verified (not served from the
+/// verified-token cache) by issuer and outcome. Nothing without providers. Users are not
+/// labels (their number is the company's, not bounded by construction): each user's calls
+/// are on the console's users page and in the audit log.
+pub fn render_identity(page: &mut String, identity: Option<&crate::identity::Identity>) {
+    let Some(identity) = identity else {
+        return;
+    };
+    let name = "tollgate_identity_verifications_total";
+    header(
+        page,
+        name,
+        "counter",
+        "Identity-provider tokens verified (cache misses), by issuer and outcome: accepted, a refusal's reason, or unavailable.",
+    );
+    for (issuer, outcome, count) in identity.outcome_counts() {
+        sample(
+            page,
+            name,
+            &[("issuer", &issuer), ("outcome", outcome)],
+            count,
+        );
+    }
 }
 
 /// Appends the backends' families to `page`: calls forwarded and failed per backend, and

@@ -21,7 +21,8 @@ mod jwt;
 mod keys;
 mod provider;
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::clock::Clock;
 use crate::config::IssuerConfig;
@@ -36,7 +37,19 @@ pub struct Identity {
     clock: Clock,
     /// The runtime fetches run on; `None` without issuers.
     runtime: Option<tokio::runtime::Runtime>,
+    /// Verifications by issuer name and outcome, for `/metrics` (bounded: the configured
+    /// names, [`NO_ISSUER`], and the fixed outcomes).
+    outcomes: Mutex<BTreeMap<(String, &'static str), u64>>,
 }
+
+/// The issuer label of a refusal that names no configured issuer (or cannot be read).
+pub const NO_ISSUER: &str = "-";
+
+/// The outcome label of an accepted token.
+pub const ACCEPTED: &str = "accepted";
+
+/// The outcome label of a token the provider could not be asked about.
+pub const UNAVAILABLE: &str = "unavailable";
 
 /// A provider's token, verified: the caller it names and what it may do.
 #[derive(Debug, Clone)]
@@ -86,6 +99,7 @@ impl Identity {
                 providers: Vec::new(),
                 clock,
                 runtime: None,
+                outcomes: Mutex::default(),
             });
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -124,6 +138,7 @@ impl Identity {
             providers,
             clock,
             runtime: Some(runtime),
+            outcomes: Mutex::default(),
         })
     }
 
@@ -137,19 +152,49 @@ impl Identity {
     /// when the provider must be asked. The time is the injected clock's.
     pub fn verify(&self, token: &str) -> Result<ProviderToken, IdentityError> {
         let now = self.clock.unix_secs();
-        if jwt::looks_like_jwt(token) {
+        let verdict = if jwt::looks_like_jwt(token) {
             jwt::verify(&self.providers, token, now)
         } else {
             introspect::introspect(&self.providers, token, now)
-        }
+        };
+        self.count(&verdict);
+        verdict
     }
 
-    /// Every accepted issuer URL, for the protected resource metadata's
+    /// Counts a verdict: an accepted token under its issuer's name, a refusal or an
+    /// unreachable provider under [`NO_ISSUER`] (a refusal need not name a trusted one).
+    fn count(&self, verdict: &Result<ProviderToken, IdentityError>) {
+        let key = match verdict {
+            Ok(token) => (token.issuer_name.clone(), ACCEPTED),
+            Err(IdentityError::Invalid(reason)) => (NO_ISSUER.to_owned(), *reason),
+            Err(IdentityError::Unavailable(_)) => (NO_ISSUER.to_owned(), UNAVAILABLE),
+        };
+        *self
+            .outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key)
+            .or_default() += 1;
+    }
+
+    /// Verifications so far by issuer name and outcome (`accepted`, a refusal's reason,
+    /// or `unavailable`), in order.
+    pub fn outcome_counts(&self) -> Vec<(String, &'static str, u64)> {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|((issuer, outcome), count)| (issuer.clone(), *outcome, *count))
+            .collect()
+    }
+
+    /// Every provider's issuer URL (the canonical one: an Entra v1 issuer is accepted in
+    /// tokens but has no metadata of its own), for the protected resource metadata's
     /// `authorization_servers`.
     pub fn issuer_urls(&self) -> Vec<String> {
         self.providers
             .iter()
-            .flat_map(|p| p.config.accepted_issuers.iter().cloned())
+            .map(|p| p.config.issuer.clone())
             .collect()
     }
 }

@@ -252,6 +252,10 @@ impl App {
                 body: Body::Bytes({
                     let mut page = metrics.render();
                     crate::guards::metrics::render_backends(&mut page, self.server.backends());
+                    crate::guards::metrics::render_identity(
+                        &mut page,
+                        self.server.guards().authenticator().identity(),
+                    );
                     page.into_bytes()
                 }),
             },
