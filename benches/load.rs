@@ -2505,6 +2505,16 @@ fn print_summary(h: &Headlines, s: &Settings) {
             "≤ ×1.10",
             p.token.errors == 0 && ratio.is_some_and(|r| r <= provider::TARGET_PROVIDER_CPU_RATIO),
         );
+        rows.push([
+            "HTTP, the same with a JWT naming its OAuth client (one more bucket)".into(),
+            format!(
+                "{} µs/call{}",
+                us_or_dash(p.with_client.cpu_us),
+                errors_note(&p.with_client)
+            ),
+            "–".into(),
+            "–".into(),
+        ]);
     }
     if let Some(b) = &h.backend {
         let (p50, p99) = b.added_ms();
