@@ -165,6 +165,7 @@ pub(super) fn provider_scenario(dir: &Path, s: &Settings) -> ProviderFigures {
                 http_load(&server, &Requests::fixed(bearer, &guarded_call()), s).summarise(),
             );
         }
+        print_verifications(server.addr);
         drop(server);
         remove_database(&db);
     }
@@ -188,4 +189,20 @@ pub(super) fn provider_scenario(dir: &Path, s: &Settings) -> ProviderFigures {
         );
     }
     figures
+}
+
+/// Prints how many tokens the server verified against the provider's keys (from its
+/// `/metrics`): one per distinct token when the verified-token cache does its work.
+fn print_verifications(addr: SocketAddr) {
+    let Some(page) = http_get(addr, "/metrics") else {
+        return;
+    };
+    let verified: Vec<&str> = page
+        .lines()
+        .filter(|line| line.starts_with("tollgate_identity_verifications_total{"))
+        .collect();
+    println!(
+        "  tokens verified against the provider's keys: {}",
+        verified.join(", ")
+    );
 }
