@@ -215,4 +215,4 @@ impl Drop for Identity {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -138,3 +138,128 @@ pub(super) fn user_principal(
         installation: Mode::from_stored(standing.installation_mode.as_deref().unwrap_or_default()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::catalog::ErrorKind;
+    use crate::guards::auth::testing::{fresh, reason};
+    use crate::guards::auth::{CallAuth, Recheck};
+    use crate::guards::charging::CallCharge;
+    use crate::guards::ratelimit::{ChargeRequest, Limiter};
+    use crate::identity::tests::{NOW, Signer, offline};
+    use crate::tools::Category;
+
+    const ISSUER: &str = "https://idp.example.com";
+    const AUDIENCE: &str = "https://tollgate.example.com/mcp";
+
+    fn config() -> String {
+        format!(
+            "[[auth.issuers]]\nname = \"corp\"\nissuer = \"{ISSUER}\"\n\
+             audience = \"{AUDIENCE}\"\njwks_file = \"keys.json\"\nalgorithms = [\"ES256\"]\n"
+        )
+    }
+
+    /// A token of `ana` (named "Ana"), signed by `key`, expiring `ttl` seconds after
+    /// [`NOW`], for the client `portal`.
+    fn token(key: &Signer, ttl: i64) -> String {
+        key.sign(&json!({
+            "iss": ISSUER, "aud": AUDIENCE, "sub": "ana", "name": "Ana", "azp": "portal",
+            "iat": NOW, "exp": NOW + ttl, "scope": "invoices:read",
+        }))
+    }
+
+    fn accepted(identity: &crate::identity::Identity) -> u64 {
+        identity
+            .outcome_counts()
+            .iter()
+            .filter(|(_, outcome, _)| *outcome == crate::identity::ACCEPTED)
+            .map(|(_, _, count)| count)
+            .sum()
+    }
+
+    #[test]
+    fn a_verified_token_is_reused_until_it_expires_and_its_user_is_a_principal() {
+        let (_db, store) = fresh("pro");
+        let key = Signer::es256("k1");
+        let (identity, clock, _dir) = offline(&config(), &[&key]);
+        let identity = Arc::new(identity);
+        let auth =
+            Authenticator::new(store.clone(), clock.clock()).with_identity(Arc::clone(&identity));
+        let token = token(&key, 120);
+
+        let principal = auth.authenticate(Some(&token), "s").expect("accepted");
+        assert!(principal.is_user());
+        assert_eq!(principal.scopes, ["invoices:read"]);
+        assert_eq!(principal.client_id.as_deref(), Some("corp:portal"));
+        let user = store.users().expect("users").remove(0);
+        assert_eq!(user.id, principal.credential_id);
+        assert_eq!(user.label(), "Ana");
+        // Its sessions are the user's own, whatever client the token names.
+        assert_eq!(
+            crate::guards::auth::CredentialRef::from(&principal).client_id,
+            None
+        );
+        for _ in 0..3 {
+            auth.authenticate(Some(&token), "s").expect("cached");
+        }
+        assert_eq!(accepted(&identity), 1, "verified once");
+        assert_eq!(auth.argon2_runs(), 0, "no argon2 for a provider's token");
+
+        // Past its expiry (and the skew), the cached verdict is not reused.
+        clock.advance(Duration::from_secs(181));
+        let err = auth.authenticate(Some(&token), "s").expect_err("expired");
+        assert_eq!(err.kind(), ErrorKind::InvalidToken);
+        assert_eq!(reason(&err), "expired");
+    }
+
+    #[test]
+    fn a_blocked_user_is_refused_on_the_next_call_inside_the_charging_transaction() {
+        let (_db, store) = fresh("pro");
+        let key = Signer::es256("k1");
+        let (identity, clock, _dir) = offline(&config(), &[&key]);
+        let auth =
+            Authenticator::new(store.clone(), clock.clock()).with_identity(Arc::new(identity));
+        let token = token(&key, 3600);
+        let principal = auth.authenticate(Some(&token), "s").expect("accepted");
+        assert!(
+            store
+                .set_user_blocked(&principal.credential_id, Some(NOW))
+                .expect("block")
+        );
+
+        let call = auth.authenticate_call(Some(&token), "s").expect("cached");
+        assert!(matches!(call, CallAuth::Cached { .. }));
+        assert_eq!(call.client_id(), Some("corp:portal"), "the client's bucket");
+        let limiter: Limiter<CallCharge> = Limiter::with_batch(store.clone(), clock.clock());
+        let request = ChargeRequest {
+            credential_id: call.credential_id().to_owned(),
+            client_id: call.client_id().map(str::to_owned),
+            category: Category::Read,
+        };
+        let mut charged = limiter
+            .charge_many(vec![CallCharge::new(request, auth.call_checks(&call))])
+            .remove(0);
+        assert!(charged.outcome.is_none(), "a blocked user charges nothing");
+        match auth.finish_recheck(&call, &mut charged.checks, "s") {
+            Recheck::Refused(err) => {
+                assert_eq!(err.kind(), ErrorKind::UserBlocked);
+                assert_eq!(err.fields()["details"]["user"], "Ana");
+            }
+            _ => panic!("a blocked user is refused"),
+        }
+        let err = auth.authenticate(Some(&token), "s").expect_err("blocked");
+        assert_eq!(err.kind(), ErrorKind::UserBlocked);
+
+        assert!(
+            store
+                .set_user_blocked(&principal.credential_id, None)
+                .expect("unblock")
+        );
+        auth.authenticate(Some(&token), "s").expect("unblocked");
+    }
+}

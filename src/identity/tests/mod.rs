@@ -27,14 +27,14 @@ use crate::clock::ManualClock;
 use crate::config::{Config, Overrides};
 
 /// The time every test starts at (unix seconds).
-const NOW: i64 = 1_750_000_000;
+pub(crate) const NOW: i64 = 1_750_000_000;
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// A signing key made for the test, with its public JWK.
-struct Signer {
+pub(crate) struct Signer {
     kid: String,
     algorithm: Algorithm,
     key: EncodingKey,
@@ -43,7 +43,7 @@ struct Signer {
 
 impl Signer {
     /// A fresh P-256 key (ES256).
-    fn es256(kid: &str) -> Signer {
+    pub(crate) fn es256(kid: &str) -> Signer {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
             .expect("generate a P-256 key");
@@ -79,7 +79,7 @@ impl Signer {
     }
 
     /// A token of `claims` with the usual header (`alg`, `typ: JWT`, `kid`).
-    fn sign(&self, claims: &Value) -> String {
+    pub(crate) fn sign(&self, claims: &Value) -> String {
         let alg = crate::config::algorithm_name(self.algorithm).expect("a public-key algorithm");
         self.sign_with_header(&json!({"alg": alg, "typ": "JWT", "kid": self.kid}), claims)
     }
@@ -116,7 +116,10 @@ fn issuers_of(dir: &Path, toml: &str) -> Vec<IssuerConfig> {
 
 /// An [`Identity`] of the issuers `toml` configures, with `signers` as the local key file
 /// `keys.json`, on a manual clock at [`NOW`].
-fn offline(toml: &str, signers: &[&Signer]) -> (Identity, ManualClock, tempfile::TempDir) {
+pub(crate) fn offline(
+    toml: &str,
+    signers: &[&Signer],
+) -> (Identity, ManualClock, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("keys.json"), jwks(signers).to_string()).expect("write keys");
     let clock = ManualClock::at_unix_secs(NOW);
