@@ -91,11 +91,7 @@ impl TokenCache {
         hash_fingerprint: [u8; 32],
         client_id: Option<String>,
     ) {
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if entries.len() >= CACHE_MAX_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(
+        self.insert(
             digest,
             CacheEntry {
                 public_id: public_id.to_owned(),
@@ -114,11 +110,7 @@ impl TokenCache {
         client_id: Option<String>,
         grant: ProviderGrant,
     ) {
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if entries.len() >= CACHE_MAX_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(
+        self.insert(
             digest,
             CacheEntry {
                 public_id: user_id.to_owned(),
@@ -127,6 +119,15 @@ impl TokenCache {
                 provider: Some(Arc::new(grant)),
             },
         );
+    }
+
+    /// Keeps `entry` under `digest`, emptying the cache first when it is full.
+    fn insert(&self, digest: [u8; 32], entry: CacheEntry) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() >= CACHE_MAX_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(digest, entry);
     }
 
     /// Forgets the token of `digest` (its entry went stale).
