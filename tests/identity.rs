@@ -70,6 +70,24 @@ fn user_id(db: &TestDb, subject: &str) -> String {
         .unwrap_or_else(|| panic!("no user {subject}"))
 }
 
+/// The audit rows (tool, outcome, client) of `principal`, once there are `count`: calls are
+/// audited by a writer thread a few milliseconds after they are answered. Bounded: 100
+/// looks.
+fn audit_rows_of(db: &TestDb, principal: &str, count: usize) -> Vec<Vec<Option<String>>> {
+    let query = format!(
+        "SELECT tool, outcome, client_id FROM audit_log WHERE credential_id = '{principal}' \
+         ORDER BY id"
+    );
+    for _ in 0..100 {
+        let rows = db.sql_rows(&query);
+        if rows.len() >= count {
+            return rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the audit log never held {count} rows of {principal}");
+}
+
 fn call(server: &HttpServer, token: &str, tool: &str) -> Value {
     server.modern_tool_call(token, tool, &json!({})).json()
 }
@@ -102,10 +120,7 @@ fn a_providers_token_reaches_the_tools_its_roles_and_scopes_map_to_and_no_other(
 
     // The audit log names the user and the OAuth client the token was issued to.
     let clerk = user_id(&db, "clerk");
-    let rows = db.sql_rows(&format!(
-        "SELECT tool, outcome, client_id FROM audit_log WHERE credential_id = '{clerk}' \
-         ORDER BY id"
-    ));
+    let rows = audit_rows_of(&db, &clerk, 3);
     let seen: Vec<(String, String, String)> = rows
         .into_iter()
         .map(|r| {
