@@ -20,6 +20,7 @@ const TABLES: &[&str] = &[
     "company",
     "oauth_clients",
     "credentials",
+    "users",
     "rate_counters",
     "idempotency_keys",
     "audit_log",
@@ -126,6 +127,12 @@ fn installation() -> Installation {
     let http = HttpServer::start(&db, &[]);
     http.open_session("2025-11-25", &admin.token);
     drop(http);
+    // A user of the company's identity provider, as its first verified token records it.
+    db.sql(
+        "INSERT INTO users (id, issuer, subject, display_name, client_id, first_seen_at, \
+         last_seen_at, write_per_minute) VALUES ('u0123456789abcdef01234567', \
+         'https://idp.example.com', 'ana', 'Ana', 'portal', 1700000000, 1700000060, 5)",
+    );
     let keys = vec![admin, reader];
     Installation { db, keys, oauth }
 }
