@@ -602,12 +602,17 @@ fn authentication_failures_stay_jsonrpc_errors_on_the_tool_result_channel() {
     assert_error(&revoked.json(), -32001, "invalid_token", 401, 1101, false);
 
     // The authentication throttle's rate_limited (bucket "auth") is no rate limit of a call.
-    let mut last = None;
-    for n in 0..11 {
-        let stranger = format!("tg_live_{:020}_{}", n, "x".repeat(43));
-        last = Some(server.modern_tool_call(&stranger, "search_invoices", &json!({})));
-    }
-    let throttled = last.expect("calls").json();
+    // Its windows are fixed minutes: should one turn between two failures, the next window
+    // throttles within as many again, so two windows' worth of failures always reach it.
+    let throttled = (0..22)
+        .map(|n| {
+            let stranger = format!("tg_live_{:020}_{}", n, "x".repeat(43));
+            server
+                .modern_tool_call(&stranger, "search_invoices", &json!({}))
+                .json()
+        })
+        .find(|answer| answer["error"]["code"] == json!(-32006))
+        .expect("the failure throttle refuses within two windows");
     assert_error(&throttled, -32006, "rate_limited", 429, 3001, true);
     assert_eq!(
         throttled["error"]["data"]["bucket"],
