@@ -101,8 +101,6 @@ pub(super) fn token_of(
     (expires_at, cache_until): (i64, i64),
     introspected: bool,
 ) -> Result<ProviderToken, IdentityError> {
-    let subject = first_string(claims, std::slice::from_ref(&config.subject_claim))
-        .ok_or(IdentityError::Invalid("malformed"))?;
     let mut client_claims = config.client_claims.clone();
     let extra_scopes: &[&str] = if introspected {
         client_claims.push("client_id".to_owned());
@@ -110,12 +108,18 @@ pub(super) fn token_of(
     } else {
         &[]
     };
+    let client_id = first_string(claims, &client_claims);
+    // RFC 7662 makes `sub` optional, and a token of the client-credentials grant has no
+    // user: an introspected token without one is its client's, acting as itself.
+    let subject = first_string(claims, std::slice::from_ref(&config.subject_claim))
+        .or_else(|| client_id.clone().filter(|_| introspected))
+        .ok_or(IdentityError::Invalid("malformed"))?;
     Ok(ProviderToken {
         issuer_name: config.name.clone(),
         issuer: config.issuer.clone(),
         subject,
         display_name: first_string(claims, &config.name_claims),
-        client_id: first_string(claims, &client_claims),
+        client_id,
         scopes: granted_scopes(config, claims, extra_scopes),
         expires_at,
         cache_until,

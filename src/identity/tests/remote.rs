@@ -284,6 +284,15 @@ fn an_opaque_token_is_introspected_with_the_client_credentials() {
         (verified.expires_at, verified.cache_until),
         (NOW + 20, NOW + 20)
     );
+    // A client-credentials token: no `sub`, so its client is the caller.
+    provided.lock().expect("provided").introspection.insert(
+        "opaque-of-a-service".to_owned(),
+        json!({"active": true, "scope": "invoices:read", "client_id": "nightly-export",
+               "exp": NOW + 3600, "iss": issuer}),
+    );
+    let service = identity.verify("opaque-of-a-service").expect("active");
+    assert_eq!(service.subject, "nightly-export");
+    assert_eq!(service.client_id.as_deref(), Some("nightly-export"));
 }
 
 #[test]
