@@ -269,6 +269,9 @@ fn a_stopped_provider_leaves_held_keys_working_and_answers_the_rest_as_unavailab
         assert_eq!(error_of(&answer)["code"], -32603, "{answer}");
         assert_eq!(answer["error"]["data"]["code"], "backend_unavailable");
         assert_eq!(answer["error"]["data"]["retryable"], true, "{answer}");
+        // Why the provider could not be asked is the operator's: no endpoint reaches the
+        // caller.
+        assert!(!answer.to_string().contains("127.0.0.1"), "{answer}");
     }
     // The first token, verified before, still works from the cache.
     assert!(call(&server, &first, "search_invoices")["result"].is_object());

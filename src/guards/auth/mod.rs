@@ -121,9 +121,9 @@ enum Failure {
     Busy(McpError),
     /// `user_blocked`: the operator blocked the provider user (its label).
     UserBlocked(String),
-    /// The identity provider (its issuer name) could not be reached to decide; not the
-    /// caller's fault.
-    ProviderUnavailable(String),
+    /// The identity provider could not be reached to decide; not the caller's fault. Why
+    /// is the operator's to read in the log, never the caller's (it names endpoints).
+    ProviderUnavailable,
 }
 
 impl Failure {
@@ -131,7 +131,7 @@ impl Failure {
     fn is_callers_fault(&self) -> bool {
         !matches!(
             self,
-            Failure::Store(_) | Failure::Busy(_) | Failure::ProviderUnavailable(_)
+            Failure::Store(_) | Failure::Busy(_) | Failure::ProviderUnavailable
         )
     }
 
@@ -147,9 +147,7 @@ impl Failure {
             Failure::UserBlocked(user) => {
                 McpError::new(ErrorKind::UserBlocked).detail("user", user)
             }
-            Failure::ProviderUnavailable(issuer) => {
-                McpError::new(ErrorKind::IdentityProviderUnavailable).detail("issuer", issuer)
-            }
+            Failure::ProviderUnavailable => McpError::new(ErrorKind::IdentityProviderUnavailable),
         }
     }
 }

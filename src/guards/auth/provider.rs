@@ -52,7 +52,7 @@ impl Authenticator {
             IdentityError::Invalid(reason) => Failure::Invalid(reason),
             IdentityError::Unavailable(why) => {
                 tracing::warn!(cause = %why, "a token could not be verified: the identity provider is unreachable");
-                Failure::ProviderUnavailable(why)
+                Failure::ProviderUnavailable
             }
         })?;
         let seen = SeenUser {
