@@ -118,8 +118,17 @@ pub(super) fn verify(
     if !audience_matches(&jwt.claims, &config.audiences) {
         return Err(IdentityError::Invalid("wrong_audience"));
     }
-    let expires_at = check_times(&jwt.claims, now, i64::from(config.clock_skew_secs))?;
-    token_of(config, &jwt.claims, (expires_at, expires_at), false)
+    let skew = i64::from(config.clock_skew_secs);
+    let expires_at = check_times(&jwt.claims, now, skew)?;
+    // The verdict holds as long as `check_times` would give it again: up to the skew past
+    // `exp` (reusing it only until `exp` would verify and record the user on every call
+    // of that last minute).
+    token_of(
+        config,
+        &jwt.claims,
+        (expires_at, expires_at.saturating_add(skew)),
+        false,
+    )
 }
 
 /// `exp` (required) not reached and `nbf`, `iat` not in the future, each with `skew`

@@ -68,8 +68,9 @@ pub struct ProviderToken {
     pub scopes: Vec<String>,
     /// The token's `exp` (unix seconds).
     pub expires_at: i64,
-    /// Until when this verdict may be reused (unix seconds): a JWT's `exp`; for an
-    /// introspected token, `min(now + cache_secs, exp)`.
+    /// Until when this verdict may be reused (unix seconds): a JWT's `exp` plus the clock
+    /// skew (it verifies until then); for an introspected token, `min(now + cache_secs,
+    /// exp)`.
     pub cache_until: i64,
 }
 
