@@ -74,6 +74,14 @@ fn entry_named(name: &str) -> Option<ErrorKind> {
     ENTRIES.get(name).copied()
 }
 
+/// The catalog entry column `index` of `row` names (`None` for NULL or an unknown name).
+fn entry_at(row: &Row<'_>, index: usize) -> Result<Option<ErrorKind>, StoreError> {
+    Ok(row
+        .get::<Option<String>>(index)?
+        .as_deref()
+        .and_then(entry_named))
+}
+
 /// Writes `row` (standing for its `calls` calls, with the `source` of a summary row);
 /// returns its id.
 pub fn insert_row(tx: &Tx<'_>, row: &AuditRow) -> Result<i64, StoreError> {
@@ -167,10 +175,7 @@ fn row_from(row: &Row<'_>) -> Result<AuditRow, StoreError> {
         calls: row.get(9)?,
         source: row.get(10)?,
         backend: row.get(11)?,
-        entry: row
-            .get::<Option<String>>(12)?
-            .as_deref()
-            .and_then(entry_named),
+        entry: entry_at(row, 12)?,
     })
 }
 
@@ -313,10 +318,7 @@ impl Store {
                     Ok(OutcomeCalls {
                         bucket_ms: row.get(0)?,
                         outcome: row.get(1)?,
-                        entry: row
-                            .get::<Option<String>>(2)?
-                            .as_deref()
-                            .and_then(entry_named),
+                        entry: entry_at(row, 2)?,
                         calls: row.get(3)?,
                     })
                 },
@@ -416,10 +418,7 @@ impl Store {
                     Ok(UserOutcomeCalls {
                         user_id: row.get(0)?,
                         outcome: row.get(1)?,
-                        entry: row
-                            .get::<Option<String>>(2)?
-                            .as_deref()
-                            .and_then(entry_named),
+                        entry: entry_at(row, 2)?,
                         calls: row.get(3)?,
                     })
                 },
