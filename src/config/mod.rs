@@ -20,6 +20,7 @@ mod backends;
 mod database;
 mod issuer_checks;
 mod issuers;
+mod oauth_server;
 mod raw;
 mod validate;
 
@@ -35,6 +36,7 @@ pub use issuers::{
     ClientSecret, Discovery, IntrospectionConfig, IssuerConfig, Preset, algorithm_name,
     is_tool_scope, is_trusted_url,
 };
+pub use oauth_server::{ClientDocumentsConfig, OAuthServerConfig};
 
 use raw::*;
 use validate::{duration_millis, validate};
@@ -349,6 +351,8 @@ pub struct Config {
     pub errors: ErrorsConfig,
     /// `[console]`
     pub console: ConsoleConfig,
+    /// `[oauth_server]`
+    pub oauth_server: OAuthServerConfig,
     /// `[[backends]]`: the company's REST APIs and MCP servers behind the gate.
     pub backends: Vec<BackendConfig>,
 }
@@ -519,6 +523,7 @@ impl Default for Config {
                 enabled: true,
                 idle_timeout: Duration::from_secs(DEFAULT_CONSOLE_IDLE_MINUTES * 60),
             },
+            oauth_server: OAuthServerConfig::default(),
             backends: Vec::new(),
         }
     }
@@ -635,6 +640,7 @@ impl Config {
                 enabled: Some(self.console.enabled),
                 idle_minutes: Some(self.console.idle_timeout.as_secs() / 60),
             },
+            oauth_server: self.oauth_server.to_raw(),
             backends: self.backends.iter().map(BackendConfig::to_raw).collect(),
         }
     }

@@ -29,6 +29,8 @@ pub(super) struct RawConfig {
     pub(super) errors: RawErrors,
     #[serde(default)]
     pub(super) console: RawConsole,
+    #[serde(default)]
+    pub(super) oauth_server: super::oauth_server::RawOAuthServer,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) backends: Vec<super::backend_entries::RawEntry>,
 }
@@ -320,6 +322,10 @@ pub(super) const ENV_OVERRIDES: &[(&str, EnvSetter)] = &[
     }),
     ("TOLLGATE_STORE_BUSY_TIMEOUT_MS", |raw, v| {
         raw.store.busy_timeout_ms = Some(parse_u64(v)?);
+        Ok(())
+    }),
+    ("TOLLGATE_OAUTH_SERVER_ENABLED", |raw, v| {
+        raw.oauth_server.enabled = Some(parse_bool(v)?);
         Ok(())
     }),
     ("TOLLGATE_CONSOLE_ENABLED", |raw, v| {

@@ -14,6 +14,11 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
     };
     let http = validate_http(raw.http)?;
     let console = validate_console(raw.console, &http)?;
+    let oauth_server = super::oauth_server::validate_oauth_server(
+        raw.oauth_server,
+        http.public_base_url.as_deref(),
+        http.listen.ip().is_loopback(),
+    )?;
     let config = Config {
         file: None,
         database,
@@ -35,6 +40,7 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
             guard_channel: raw.errors.guard_channel.unwrap_or(GuardChannel::JsonRpc),
         },
         console,
+        oauth_server,
         backends: Vec::new(),
     };
     check_dev_mode_is_local(&config)?;

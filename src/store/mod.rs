@@ -45,6 +45,7 @@ mod health;
 pub mod idempotency;
 pub mod invoicing;
 pub mod migrations;
+pub mod oauth;
 pub mod plans;
 pub mod postgres;
 pub mod sessions;
