@@ -78,7 +78,22 @@ fn fill(store: &Store) {
                  INSERT INTO outbox VALUES ('live', 'out_1', 'inv_a', 'a@example.com', 'Invoice', 'Hi', 'delivered', 6),
                      ('live', 'out_2', 'inv_a', 'a@example.com', 'Invoice', 'Again', 'pending', 7);
                  INSERT INTO http_sessions VALUES ('5f1c0e9a-session', 'key:Abcdef012', '2025-06-18',
-                     '{\"elicitation\":{}}', 'info', 1700000000500, 1700000000900);",
+                     '{\"elicitation\":{}}', 'info', 1700000000500, 1700000000900);
+                 INSERT INTO oauth_registrations VALUES ('dcr_1', NULL, 'Host', NULL,
+                     '[\"http://127.0.0.1/cb\"]', '[\"authorization_code\"]', 'none', 'native',
+                     'http:127.0.0.1', 1700000030, NULL);
+                 INSERT INTO oauth_requests (id, csrf, client_id, redirect_uri, code_challenge,
+                     resource, created_at, expires_at) VALUES ('req_1', 'c', 'dcr_1',
+                     'http://127.0.0.1/cb', 'ch', 'http://t/mcp', 1700000031, 1700000631);
+                 INSERT INTO oauth_grants VALUES ('g_1', 'u0123456789abcdef01234567', 'Alice',
+                     'dcr_1', 'Host', '[\"invoices:read\"]', 1700000032, 1700000032, NULL, NULL);
+                 INSERT INTO oauth_codes VALUES ('h1', 'g_1', 'dcr_1', 'http://127.0.0.1/cb', 'ch',
+                     '[]', 'http://t/mcp', 1700000092, 1700000033, 'f_1');
+                 INSERT INTO oauth_families VALUES ('f_1', 'g_1', 'dcr_1', '[]', 'http://t/mcp',
+                     1700000033, 1702592033, NULL, NULL);
+                 INSERT INTO oauth_tokens VALUES ('h2', 'access', 'f_1', 1700000033, 1700000933,
+                     NULL, NULL, NULL), ('h3', 'refresh', 'f_1', 1700000033, 1702592033, NULL,
+                     NULL, NULL);",
             )
         })
         .expect("fill the source");
@@ -103,6 +118,12 @@ const FILLED: &[(&str, u64)] = &[
     ("payments", 1),
     ("outbox", 2),
     ("http_sessions", 1),
+    ("oauth_registrations", 1),
+    ("oauth_requests", 1),
+    ("oauth_grants", 1),
+    ("oauth_codes", 1),
+    ("oauth_families", 1),
+    ("oauth_tokens", 2),
 ];
 
 fn names(list: &[&str]) -> Vec<String> {
