@@ -14,6 +14,7 @@ pub mod config;
 pub mod console;
 pub mod guards;
 pub mod identity;
+pub mod oauth;
 pub mod ops;
 pub mod protocol;
 pub mod store;

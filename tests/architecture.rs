@@ -33,6 +33,7 @@ const LAYERS: &[&str] = &[
     "store",     // the database: the only code that holds SQL
     "tools",     // tool declarations, their context, the packs
     "guards",    // the chain around a call, its steps, audit and metrics
+    "oauth",     // the OAuth authorization server: client ID metadata documents
     "protocol",  // JSON-RPC, revisions and eras, the dispatcher
     "console",   // the operator's console: its pages, sign-ins and forms
     "transport", // stdio, Streamable HTTP, sessions, OAuth endpoints
