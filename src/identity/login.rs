@@ -181,6 +181,18 @@ fn exchange(
         .and_then(|posted| posted)
         .map_err(|cause| unavailable(provider, &cause))?;
     let secrets = [code, verifier, secret.unwrap_or_default()];
+    id_token_of(provider, &endpoint, posted, &secrets)
+}
+
+/// The ID token of the token endpoint's answer: a refusal (RFC 6749 §5.2) is logged with
+/// its `error` and is `login_refused`; any other failure is the provider's.
+fn id_token_of(
+    provider: &Provider,
+    endpoint: &str,
+    posted: Posted,
+    secrets: &[&str],
+) -> Result<String, IdentityError> {
+    let issuer = &provider.config.name;
     match posted {
         Posted {
             status: 200..=299,
@@ -191,7 +203,7 @@ fn exchange(
                 Some(id_token) => Ok(id_token.to_owned()),
                 None => {
                     tracing::warn!(
-                        issuer = %provider.config.name,
+                        issuer = %issuer,
                         "the token endpoint's answer to a sign-in holds no id_token; is \
                          \"openid\" among `login.scopes` and the client's allowed scopes?"
                     );
@@ -204,10 +216,10 @@ fn exchange(
             body: Ok(body),
         } if body.get("error").is_some_and(Value::is_string) => {
             tracing::warn!(
-                issuer = %provider.config.name,
+                issuer = %issuer,
                 status,
                 "the provider refused a sign-in's code: {}",
-                refusal_text(&body, &secrets)
+                refusal_text(&body, secrets)
             );
             Err(IdentityError::Invalid("login_refused"))
         }
