@@ -9,6 +9,7 @@
 //! (a `node_modules` directory) or `tests/idp/node_modules` (`npm ci --prefix tests/idp`);
 //! without them every test here fails with that command.
 
+use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -390,6 +391,58 @@ impl Idp {
         assert_eq!(response.status, 200, "revocation: {:?}", response.body);
     }
 
+    /// What a person's browser does with an authorization URL of this provider: follows
+    /// it, signs in as `login` on the provider's development login page, consents, and
+    /// stops at the redirect to the client's callback, whose query it returns (`code`,
+    /// `state`, `iss`, or `error`). Cookies are kept between the steps as a browser would.
+    pub fn sign_in(&self, authorization_url: &str, login: &str) -> BTreeMap<String, String> {
+        let mut cookies = BTreeMap::<String, String>::new();
+        let mut next = self.local_path(authorization_url);
+        for _ in 0..12 {
+            let cookie = cookie_header(&cookies);
+            let headers = [("Cookie", cookie.as_str())];
+            let response = if next.starts_with("/interaction/") {
+                let page = http_request(self.addr(), "GET", &next, &headers, b"");
+                keep_cookies(&mut cookies, &page);
+                let mut prompt = form_urlencoded::Serializer::new(String::new());
+                if String::from_utf8_lossy(&page.body).contains("name=\"login\"") {
+                    prompt.extend_pairs([("prompt", "login"), ("login", login), ("password", "-")]);
+                } else {
+                    prompt.append_pair("prompt", "consent");
+                }
+                let prompt = prompt.finish();
+                let cookie = cookie_header(&cookies);
+                let form = [
+                    ("Cookie", cookie.as_str()),
+                    ("Content-Type", "application/x-www-form-urlencoded"),
+                ];
+                http_request(self.addr(), "POST", &next, &form, prompt.as_bytes())
+            } else {
+                http_request(self.addr(), "GET", &next, &headers, b"")
+            };
+            keep_cookies(&mut cookies, &response);
+            let body = String::from_utf8_lossy(&response.body).into_owned();
+            assert!(
+                [302, 303].contains(&response.status),
+                "{next}: HTTP {}: {body}",
+                response.status
+            );
+            let location = response.header("location").expect("a redirect").to_owned();
+            let is_here = location.starts_with('/') || location.starts_with(self.issuer());
+            if !is_here {
+                let url = url::Url::parse(&location).expect("the callback URL");
+                return url.query_pairs().into_owned().collect();
+            }
+            next = self.local_path(&location);
+        }
+        panic!("the sign-in did not come back to the client within 12 steps");
+    }
+
+    /// The path and query of `url` on this provider (`url` absolute or a path already).
+    fn local_path(&self, url: &str) -> String {
+        url.strip_prefix(self.issuer()).unwrap_or(url).to_owned()
+    }
+
     /// Stops the provider; it stays stopped until [`Idp::start_again`]. Tokens it issued
     /// are forgotten (its store is in memory): opaque ones are inactive from then on.
     pub fn stop(&mut self) {
@@ -572,6 +625,31 @@ fn basic(client: &IdpClient) -> String {
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode(pair)
     )
+}
+
+/// The `Cookie` header of a browser holding `cookies`.
+fn cookie_header(cookies: &BTreeMap<String, String>) -> String {
+    cookies
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Keeps the cookies `response` sets (an emptied one is dropped), by name.
+fn keep_cookies(cookies: &mut BTreeMap<String, String>, response: &HttpResponse) {
+    let set = response
+        .headers
+        .iter()
+        .filter(|(name, _)| name == "set-cookie")
+        .filter_map(|(_, value)| value.split(';').next()?.split_once('='));
+    for (name, value) in set {
+        if value.is_empty() {
+            cookies.remove(name);
+        } else {
+            cookies.insert(name.to_owned(), value.to_owned());
+        }
+    }
 }
 
 /// The header and the claims of a JWT, decoded (not verified).

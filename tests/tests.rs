@@ -35,6 +35,7 @@ mod hints;
 mod http;
 mod http_sessions_shared;
 mod identity;
+mod identity_login;
 mod idp;
 mod invoicing;
 mod listener;

@@ -13,9 +13,9 @@ use jsonwebtoken::Algorithm;
 use super::ConfigError;
 use super::backends::{read_secret, resolve};
 use super::issuers::{
-    ALLOWED_ALGORITHMS, ClientSecret, DEFAULT_ALGORITHMS, Discovery, IntrospectionConfig,
-    IssuerConfig, OneOrMany, Preset, RawIntrospection, RawIssuer, claim_defaults, is_loopback_host,
-    is_tool_scope, owned,
+    ALLOWED_ALGORITHMS, ClientSecret, DEFAULT_ALGORITHMS, DEFAULT_LOGIN_SCOPES, Discovery,
+    IntrospectionConfig, IssuerConfig, LoginConfig, OneOrMany, Preset, RawIntrospection, RawIssuer,
+    RawLogin, claim_defaults, is_loopback_host, is_tool_scope, owned,
 };
 
 const DEFAULT_CLOCK_SKEW_SECS: u64 = 60;
@@ -38,7 +38,8 @@ fn issuer_error(index: usize, name: Option<&str>, what: impl fmt::Display) -> Co
 }
 
 /// Checks every `[[auth.issuers]]` table; relative paths are resolved against `base` (the
-/// configuration file's directory). The client secrets of introspection are read here.
+/// configuration file's directory). The client secrets of introspection and login are read
+/// here. At most one issuer may have `login`: tollgate sends people to one provider.
 pub(super) fn validate_issuers(
     raw: Vec<RawIssuer>,
     base: Option<&Path>,
@@ -60,6 +61,14 @@ pub(super) fn validate_issuers(
             return Err(err(format!(
                 "the issuer {iss} is already trusted by another entry; a token's `iss` must \
                  pick one entry"
+            )));
+        }
+        let other_login = out.iter().position(|other| other.login.is_some());
+        if let (Some(_), Some(first)) = (&issuer.login, other_login) {
+            return Err(err(format!(
+                "`login`: auth.issuers[{first}] ({}) has a `login` table already; people sign \
+                 in at one provider: keep `login` on one issuer only",
+                out[first].name
             )));
         }
         out.push(issuer);
@@ -132,6 +141,7 @@ fn validate_one(raw: RawIssuer, base: Option<&Path>) -> Result<IssuerConfig, Str
             .clone()
             .map(|i| introspection_of(i, base))
             .transpose()?,
+        login: raw.login.clone().map(|l| login_of(l, base)).transpose()?,
         discovery,
     };
     if config.jwks_uri.is_some() && config.jwks_file.is_some() {
@@ -144,6 +154,17 @@ fn validate_one(raw: RawIssuer, base: Option<&Path>) -> Result<IssuerConfig, Str
     if config.jwks_file.is_some() && needs_endpoint {
         return Err(
             "with `jwks_file` nothing is discovered: give the introspection `endpoint` too"
+                .to_owned(),
+        );
+    }
+    let login_needs_endpoints = config
+        .login
+        .as_ref()
+        .is_some_and(|l| l.authorization_endpoint.is_none() || l.token_endpoint.is_none());
+    if config.jwks_file.is_some() && login_needs_endpoints {
+        return Err(
+            "with `jwks_file` nothing is discovered: give `login.authorization_endpoint` and \
+             `login.token_endpoint` too"
                 .to_owned(),
         );
     }
@@ -389,4 +410,66 @@ fn introspection_of(
             (0, MAX_INTROSPECTION_CACHE_SECS),
         )?,
     })
+}
+
+/// `[auth.issuers.login]`: a client id, an optional secret file (read now), the scopes
+/// (`openid` among them) and the optional endpoint overrides.
+fn login_of(raw: RawLogin, base: Option<&Path>) -> Result<LoginConfig, String> {
+    let client_id = raw.client_id.filter(|c| !c.trim().is_empty()).ok_or(
+        "`login.client_id` is required: the client id tollgate is registered as at the \
+         provider",
+    )?;
+    let (client_secret_file, client_secret) = match raw.client_secret_file {
+        None => (None, None),
+        Some(file) => {
+            let file = resolve(base, file);
+            let secret =
+                read_secret(&file).map_err(|e| format!("`login.client_secret_file`: {e}"))?;
+            (Some(file), Some(ClientSecret::new(secret)))
+        }
+    };
+    let endpoint = |key: &str, value: Option<String>| {
+        value
+            .map(|url| checked_url(&format!("login.{key}"), url))
+            .transpose()
+    };
+    Ok(LoginConfig {
+        client_id,
+        client_secret_file,
+        client_secret,
+        scopes: login_scopes(raw.scopes)?,
+        authorization_endpoint: endpoint("authorization_endpoint", raw.authorization_endpoint)?,
+        token_endpoint: endpoint("token_endpoint", raw.token_endpoint)?,
+    })
+}
+
+/// `login.scopes`: OAuth scope tokens (RFC 6749 §3.3: printable ASCII but space, `"` and
+/// `\\`), `openid` among them, duplicates dropped.
+fn login_scopes(raw: Option<Vec<String>>) -> Result<Vec<String>, String> {
+    let list = raw.unwrap_or_else(|| owned(&DEFAULT_LOGIN_SCOPES));
+    let scope_token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\')
+    };
+    if let Some(bad) = list.iter().find(|s| !scope_token(s)) {
+        return Err(format!(
+            "`login.scopes`: {bad:?} is not a scope: one word of printable characters, without \
+             spaces or quotes"
+        ));
+    }
+    if !list.iter().any(|s| s == "openid") {
+        return Err(
+            "`login.scopes` must contain \"openid\": without it the provider gives no ID token \
+             (the default is [\"openid\", \"profile\", \"email\"])"
+                .to_owned(),
+        );
+    }
+    let mut out: Vec<String> = Vec::with_capacity(list.len());
+    for scope in list {
+        if !out.contains(&scope) {
+            out.push(scope);
+        }
+    }
+    Ok(out)
 }

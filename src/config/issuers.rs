@@ -6,7 +6,10 @@
 //! discovery, else RFC 8414; or a `jwks_uri`; or a local `jwks_file`), which algorithms are
 //! allowed, and which claims carry the user, the client, the scopes and the roles. A
 //! `roles` table turns role, group or scope values into tollgate scopes; an
-//! `introspection` table lets opaque tokens be asked about (RFC 7662).
+//! `introspection` table lets opaque tokens be asked about (RFC 7662); a `login` table
+//! makes the provider the place people sign in at when tollgate is the authorization
+//! server of an MCP host (OpenID Connect, authorization code flow with PKCE): at most one
+//! issuer has it.
 //!
 //! A `preset` sets the defaults and quirks of one provider; an explicit key always wins:
 //! - `entra` (Microsoft Entra ID): `tenant = "<tenant id>"` gives the issuer
@@ -145,6 +148,27 @@ pub struct IntrospectionConfig {
     pub cache_secs: u32,
 }
 
+/// The scopes asked for at sign-in when `login.scopes` is not set.
+pub const DEFAULT_LOGIN_SCOPES: [&str; 3] = ["openid", "profile", "email"];
+
+/// `[auth.issuers.login]`: tollgate as an OpenID Connect relying party of this provider,
+/// where people sign in (authorization code flow with PKCE S256 and a `nonce`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginConfig {
+    /// The client tollgate is registered as at the provider.
+    pub client_id: String,
+    /// Where the client secret was read from; `None`: a public client (PKCE only).
+    pub client_secret_file: Option<PathBuf>,
+    /// The client secret, read at load, sent with HTTP Basic (`client_secret_basic`).
+    pub client_secret: Option<ClientSecret>,
+    /// The scopes asked for, `openid` among them; no duplicates.
+    pub scopes: Vec<String>,
+    /// The authorization endpoint; `None`: the metadata's `authorization_endpoint`.
+    pub authorization_endpoint: Option<String>,
+    /// The token endpoint; `None`: the metadata's `token_endpoint`.
+    pub token_endpoint: Option<String>,
+}
+
 /// One trusted identity provider, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IssuerConfig {
@@ -186,6 +210,8 @@ pub struct IssuerConfig {
     pub roles: BTreeMap<String, Vec<String>>,
     /// Introspection of opaque tokens, if configured.
     pub introspection: Option<IntrospectionConfig>,
+    /// Sign-in of people at this provider, if configured (at most one issuer).
+    pub login: Option<LoginConfig>,
     /// Where metadata is discovered.
     pub discovery: Discovery,
 }
@@ -272,6 +298,7 @@ pub(super) struct RawIssuer {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(super) roles: BTreeMap<String, Vec<String>>,
     pub(super) introspection: Option<RawIntrospection>,
+    pub(super) login: Option<RawLogin>,
 }
 
 /// `[auth.issuers.introspection]` as the file holds it.
@@ -282,6 +309,17 @@ pub(super) struct RawIntrospection {
     pub(super) client_id: Option<String>,
     pub(super) client_secret_file: Option<PathBuf>,
     pub(super) cache_secs: Option<u64>,
+}
+
+/// `[auth.issuers.login]` as the file holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLogin {
+    pub(super) client_id: Option<String>,
+    pub(super) client_secret_file: Option<PathBuf>,
+    pub(super) scopes: Option<Vec<String>>,
+    pub(super) authorization_endpoint: Option<String>,
+    pub(super) token_endpoint: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -381,7 +419,28 @@ impl IssuerConfig {
                 client_secret_file: Some(i.client_secret_file.clone()),
                 cache_secs: Some(u64::from(i.cache_secs)),
             }),
+            login: self.login.as_ref().map(|l| RawLogin {
+                client_id: Some(l.client_id.clone()),
+                client_secret_file: l.client_secret_file.clone(),
+                scopes: Some(l.scopes.clone()),
+                authorization_endpoint: l.authorization_endpoint.clone(),
+                token_endpoint: l.token_endpoint.clone(),
+            }),
         }
+    }
+
+    /// The secret files this issuer reads (introspection's, login's), for the warning
+    /// about files every user of the machine can read.
+    pub fn secret_files(&self) -> Vec<&std::path::Path> {
+        let introspection = self
+            .introspection
+            .as_ref()
+            .map(|i| i.client_secret_file.as_path());
+        let login = self
+            .login
+            .as_ref()
+            .and_then(|l| l.client_secret_file.as_deref());
+        introspection.into_iter().chain(login).collect()
     }
 }
 
@@ -723,6 +782,99 @@ refresh_secs = 600
         );
     }
 
+    const LOGIN: &str = "[auth.issuers.login]\nclient_id = \"tollgate\"\n";
+
+    #[test]
+    fn login_defaults_to_a_public_client_asking_openid_profile_email() {
+        assert_eq!(issuer(CORP).login, None);
+        let login = issuer(&format!("{CORP}{LOGIN}")).login.expect("login");
+        assert_eq!(login.client_id, "tollgate");
+        assert_eq!(login.scopes, ["openid", "profile", "email"]);
+        assert_eq!(login.client_secret, None);
+        assert_eq!(login.client_secret_file, None);
+        assert_eq!(
+            (login.authorization_endpoint, login.token_endpoint),
+            (None, None)
+        );
+        let corp = issuer(&format!(
+            "{CORP}{LOGIN}client_secret_file = \"secret\"\nscopes = [\"openid\", \"groups\", \"openid\"]\n\
+             authorization_endpoint = \"https://idp.example.com/auth\"\n\
+             token_endpoint = \"http://127.0.0.1:8080/token\"\n"
+        ));
+        let login = corp.login.clone().expect("login");
+        assert_eq!(
+            login.client_secret.as_ref().map(ClientSecret::expose),
+            Some("s3cret")
+        );
+        assert!(!format!("{corp:?}").contains("s3cret"));
+        assert_eq!(login.scopes, ["openid", "groups"], "duplicates dropped");
+        assert_eq!(
+            login.authorization_endpoint.as_deref(),
+            Some("https://idp.example.com/auth")
+        );
+        assert_eq!(
+            corp.secret_files(),
+            [login.client_secret_file.as_deref().expect("file")]
+        );
+    }
+
+    #[test]
+    fn login_refusals_name_the_key() {
+        let message = refusal(&format!(
+            "{CORP}[auth.issuers.login]\nscopes = [\"openid\"]\n"
+        ));
+        assert!(
+            message.starts_with("auth.issuers[0] (corp): `login.client_id` is required"),
+            "{message}"
+        );
+        let message = refusal(&format!("{CORP}{LOGIN}scopes = [\"profile\", \"email\"]\n"));
+        assert!(
+            message.starts_with("auth.issuers[0] (corp): `login.scopes` must contain \"openid\""),
+            "{message}"
+        );
+        let message = refusal(&format!("{CORP}{LOGIN}scopes = [\"openid email\"]\n"));
+        assert!(
+            message.contains("`login.scopes`: \"openid email\" is not a scope"),
+            "{message}"
+        );
+        let message = refusal(&format!("{CORP}{LOGIN}client_secret = \"x\"\n"));
+        assert!(
+            message.contains("unknown field `client_secret`"),
+            "{message}"
+        );
+        assert!(message.contains("`client_secret_file`"), "{message}");
+        let message = refusal(&format!("{CORP}{LOGIN}client_secret_file = \"empty\"\n"));
+        assert!(
+            message.contains("`login.client_secret_file`: the secret file")
+                && message.contains("is empty"),
+            "{message}"
+        );
+        let message = refusal(&format!(
+            "{CORP}{LOGIN}token_endpoint = \"http://idp.example.com/token\"\n"
+        ));
+        assert!(message.contains("`login.token_endpoint`"), "{message}");
+        assert!(message.contains("must use https://"), "{message}");
+        let message = refusal(&format!("{CORP}jwks_file = \"keys.json\"\n{LOGIN}"));
+        assert!(
+            message.contains("give `login.authorization_endpoint` and `login.token_endpoint`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn only_one_issuer_may_have_login() {
+        let other = CORP
+            .replace("\"corp\"", "\"other\"")
+            .replace("realms/acme", "realms/other");
+        assert!(load(&format!("{CORP}{LOGIN}{other}")).is_ok());
+        let message = refusal(&format!("{CORP}{LOGIN}{other}{LOGIN}"));
+        assert_eq!(
+            message,
+            "auth.issuers[1] (other): `login`: auth.issuers[0] (corp) has a `login` table \
+             already; people sign in at one provider: keep `login` on one issuer only"
+        );
+    }
+
     #[test]
     fn the_effective_configuration_round_trips() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -731,6 +883,7 @@ refresh_secs = 600
         let text = format!(
             "{CORP}preset = \"keycloak\"\nclient = \"tollgate\"\n[auth.issuers.roles]\nclerks = [\"invoices:read\"]\n\
              [auth.issuers.introspection]\nclient_id = \"tollgate\"\nclient_secret_file = \"secret\"\ncache_secs = 0\n\
+             [auth.issuers.login]\nclient_id = \"tollgate\"\nclient_secret_file = \"secret\"\n\
              [[auth.issuers]]\nname = \"entra\"\npreset = \"entra\"\ntenant = \"t1\"\naudience = \"api://x\"\n"
         );
         std::fs::write(&path, text).expect("write config");
@@ -740,6 +893,7 @@ refresh_secs = 600
         let second = Config::load(Some(&path), &[], &Overrides::default()).expect("reloads");
         assert_eq!(first.auth.issuers, second.auth.issuers);
         assert_eq!(second.auth.issuers.len(), 2);
+        assert!(second.auth.issuers[0].login.is_some());
     }
 
     #[test]
@@ -750,11 +904,16 @@ refresh_secs = 600
             .skip(1)
             .map(|rest| rest.split("```").next().unwrap_or_default())
             .collect();
-        assert_eq!(blocks.len(), 6, "the reference and one block per provider");
+        assert_eq!(
+            blocks.len(),
+            7,
+            "the reference, sign-in and one block per provider"
+        );
         for block in blocks {
             let text = block
                 .replace("/etc/tollgate/introspect.secret", "secret")
-                .replace("/etc/tollgate/keycloak.secret", "secret");
+                .replace("/etc/tollgate/keycloak.secret", "secret")
+                .replace("/etc/tollgate/login.secret", "secret");
             let issuers = load(&text)
                 .unwrap_or_else(|e| panic!("{e}\n{block}"))
                 .auth

@@ -33,8 +33,8 @@ pub use backends::{
 
 pub use database::{Database, PostgresUrl};
 pub use issuers::{
-    ClientSecret, Discovery, IntrospectionConfig, IssuerConfig, Preset, algorithm_name,
-    is_tool_scope, is_trusted_url,
+    ClientSecret, DEFAULT_LOGIN_SCOPES, Discovery, IntrospectionConfig, IssuerConfig, LoginConfig,
+    Preset, algorithm_name, is_tool_scope, is_trusted_url,
 };
 pub use oauth_server::{ClientDocumentsConfig, OAuthServerConfig};
 

@@ -2,6 +2,9 @@
 //! the environment, no redirect followed) on the identity runtime, a GET of a JSON
 //! document and a form POST, each under a deadline and a cap on the body, read a chunk at a
 //! time and refused past the cap. Also how a blocking caller waits for that runtime.
+//!
+//! A form POST is answered whatever its status ([`Posted`]): a token endpoint's refusal
+//! (RFC 6749 §5.2) is an answer to read, not a provider that cannot be reached.
 
 use std::future::Future;
 use std::time::Duration;
@@ -21,11 +24,21 @@ pub(super) const MAX_BODY_BYTES: usize = 512 * 1024;
 pub(super) struct Http {
     client: Client,
     handle: tokio::runtime::Handle,
+    /// The longest a fetch may take, whole: [`FETCH_DEADLINE`] (shorter in tests).
+    deadline: Duration,
+}
+
+/// The answer to a form POST, of any status.
+pub(super) struct Posted {
+    /// The HTTP status.
+    pub(super) status: u16,
+    /// The body read as JSON, or why it could not be (too large, cut off, not JSON).
+    pub(super) body: Result<Value, String>,
 }
 
 impl Http {
-    /// The client, built on the runtime of `handle`.
-    pub(super) fn new(handle: tokio::runtime::Handle) -> Result<Http, String> {
+    /// The client, built on the runtime of `handle`, each fetch bounded by `deadline`.
+    pub(super) fn new(handle: tokio::runtime::Handle, deadline: Duration) -> Result<Http, String> {
         // One process-wide crypto provider for every TLS connection; installing it a second
         // time (the outbound backends do it too) is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -34,15 +47,19 @@ impl Http {
             Client::builder()
                 .redirect(redirect::Policy::none())
                 .no_proxy()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .timeout(FETCH_DEADLINE)
+                .connect_timeout(CONNECT_TIMEOUT.min(deadline))
+                .timeout(deadline)
                 .build()
                 .map_err(|e| format!("cannot build the HTTP client: {e}"))?
         };
-        Ok(Http { client, handle })
+        Ok(Http {
+            client,
+            handle,
+            deadline,
+        })
     }
 
-    /// Runs `work` on the identity runtime and waits for it, at most [`FETCH_DEADLINE`].
+    /// Runs `work` on the identity runtime and waits for it, at most the fetch deadline.
     /// Callers are plain threads; one that is itself inside a runtime (where waiting in
     /// place would panic) waits from a short-lived thread of its own instead.
     pub(super) fn wait<F>(&self, work: F) -> Result<F::Output, String>
@@ -50,10 +67,11 @@ impl Http {
         F: Future + Send,
         F::Output: Send,
     {
-        let bounded = async {
-            tokio::time::timeout(FETCH_DEADLINE, work)
+        let deadline = self.deadline;
+        let bounded = async move {
+            tokio::time::timeout(deadline, work)
                 .await
-                .map_err(|_| format!("no answer within {} s", FETCH_DEADLINE.as_secs()))
+                .map_err(|_| format!("no answer within {}", seconds(deadline)))
         };
         if tokio::runtime::Handle::try_current().is_err() {
             return self.handle.block_on(bounded);
@@ -85,34 +103,65 @@ impl Http {
         &self,
         url: &str,
         form: &[(&str, &str)],
-        (client_id, secret): (&str, &str),
+        client: (&str, &str),
     ) -> Result<Value, String> {
-        let encode = |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
-        let pair = format!("{}:{}", encode(client_id), encode(secret));
-        let basic = base64::engine::general_purpose::STANDARD.encode(pair);
+        let posted = self.post_form(url, form, Some(client)).await?;
+        if !(200..300).contains(&posted.status) {
+            return Err(format!("{url} answered HTTP {}", posted.status));
+        }
+        posted.body
+    }
+
+    /// POSTs `form` to `url`, with HTTP Basic client authentication when `basic` names the
+    /// client and its secret (RFC 6749 §2.3.1: both parts form-encoded first), and reads
+    /// the answer, whatever its status. An error only when no answer came. No part of the
+    /// form appears in an error.
+    pub(super) async fn post_form(
+        &self,
+        url: &str,
+        form: &[(&str, &str)],
+        basic: Option<(&str, &str)>,
+    ) -> Result<Posted, String> {
         let body: String = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(form)
             .finish();
-        let response = self
+        let mut request = self
             .client
             .post(url)
-            .header("authorization", format!("Basic {basic}"))
             .header("content-type", "application/x-www-form-urlencoded")
-            .header("accept", "application/json")
+            .header("accept", "application/json");
+        if let Some((client_id, secret)) = basic {
+            let encode =
+                |s: &str| form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+            let pair = format!("{}:{}", encode(client_id), encode(secret));
+            let basic = base64::engine::general_purpose::STANDARD.encode(pair);
+            request = request.header("authorization", format!("Basic {basic}"));
+        }
+        let response = request
             .body(body)
             .send()
             .await
             .map_err(|e| format!("POST {url}: {}", cause_of(&e.without_url())))?;
-        json_body(response, url).await
+        let status = response.status().as_u16();
+        let body = match bounded_body(response, url).await {
+            Ok(bytes) => json_of(&bytes, url),
+            Err(cause) => Err(cause),
+        };
+        Ok(Posted { status, body })
     }
 }
 
 /// The body of a successful answer, read up to [`MAX_BODY_BYTES`], as JSON.
-async fn json_body(mut response: Response, url: &str) -> Result<Value, String> {
+async fn json_body(response: Response, url: &str) -> Result<Value, String> {
     let status = response.status();
     if !status.is_success() {
         return Err(format!("{url} answered HTTP {}", status.as_u16()));
     }
+    json_of(&bounded_body(response, url).await?, url)
+}
+
+/// The body of an answer, read a chunk at a time and refused past [`MAX_BODY_BYTES`].
+async fn bounded_body(mut response: Response, url: &str) -> Result<Vec<u8>, String> {
     if response
         .content_length()
         .is_some_and(|n| n > MAX_BODY_BYTES as u64)
@@ -130,7 +179,20 @@ async fn json_body(mut response: Response, url: &str) -> Result<Value, String> {
         }
         body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body).map_err(|e| format!("{url} answered something not JSON: {e}"))
+    Ok(body)
+}
+
+fn json_of(body: &[u8], url: &str) -> Result<Value, String> {
+    serde_json::from_slice(body).map_err(|e| format!("{url} answered something not JSON: {e}"))
+}
+
+/// A deadline as the operator reads it: whole seconds ("3 s"), else milliseconds.
+fn seconds(deadline: Duration) -> String {
+    if deadline.subsec_millis() == 0 {
+        format!("{} s", deadline.as_secs())
+    } else {
+        format!("{} ms", deadline.as_millis())
+    }
 }
 
 fn too_large(url: &str) -> String {

@@ -3,6 +3,9 @@
 //! signature must verify under one of the provider's keys, and its audience and times
 //! must hold. The times are read from the injected clock, not by jsonwebtoken (which would
 //! read the system's); jsonwebtoken (on ring) checks the signature only.
+//!
+//! The header and signature checks ([`Jwt::check_signature`]) and the times
+//! ([`check_times`]) serve the ID token of a sign-in too (`login`).
 
 use base64::Engine as _;
 use jsonwebtoken::Algorithm;
@@ -28,16 +31,28 @@ pub(super) fn looks_like_jwt(token: &str) -> bool {
         && segments.iter().all(|s| base64url(s))
 }
 
+/// What a JWT is meant to be, which decides the header `typ` it may carry.
+#[derive(Clone, Copy)]
+pub(super) enum TokenKind {
+    /// An access token: `typ` absent, `JWT` or RFC 9068's `at+jwt`.
+    Access,
+    /// An OpenID Connect ID token: `typ` absent or `JWT` (an access token is not one).
+    Id,
+}
+
 /// A JWT's parts, decoded but not yet trusted.
-struct Jwt<'t> {
+pub(super) struct Jwt<'t> {
     header: Map<String, Value>,
-    claims: Map<String, Value>,
+    /// The claims, trusted only once [`Jwt::check_signature`] has passed.
+    pub(super) claims: Map<String, Value>,
     signing_input: &'t str,
     signature: &'t str,
 }
 
 impl<'t> Jwt<'t> {
-    fn parse(token: &'t str) -> Result<Jwt<'t>, IdentityError> {
+    /// Decodes the header and claims of a compact JWS; `malformed` when they are not JSON
+    /// objects.
+    pub(super) fn parse(token: &'t str) -> Result<Jwt<'t>, IdentityError> {
         let (signing_input, signature) = token.rsplit_once('.').ok_or(MALFORMED)?;
         let (header, claims) = signing_input.split_once('.').ok_or(MALFORMED)?;
         Ok(Jwt {
@@ -62,20 +77,48 @@ impl<'t> Jwt<'t> {
             .ok_or(IdentityError::Invalid("bad_signature"))
     }
 
-    /// `typ` absent, `JWT`, or RFC 9068's `at+jwt` (media types compare without case).
-    fn check_type(&self) -> Result<(), IdentityError> {
+    /// `typ` absent, `JWT`, or (for an access token) RFC 9068's `at+jwt` (media types
+    /// compare without case).
+    fn check_type(&self, kind: TokenKind) -> Result<(), IdentityError> {
         match self.header.get("typ") {
             None => Ok(()),
             Some(Value::String(typ)) => {
                 let typ = typ.to_ascii_lowercase();
                 let typ = typ.strip_prefix("application/").unwrap_or(&typ);
-                if typ == "jwt" || typ == "at+jwt" {
+                let access = matches!(kind, TokenKind::Access) && typ == "at+jwt";
+                if typ == "jwt" || access {
                     Ok(())
                 } else {
                     Err(MALFORMED)
                 }
             }
             Some(_) => Err(MALFORMED),
+        }
+    }
+
+    /// The header (an algorithm the issuer allows, the `typ` of `kind`) and the signature,
+    /// under one of `provider`'s keys (fetched again once for an unknown `kid`).
+    pub(super) fn check_signature(
+        &self,
+        provider: &Provider,
+        kind: TokenKind,
+    ) -> Result<(), IdentityError> {
+        let algorithm = self.algorithm(&provider.config.algorithms)?;
+        self.check_type(kind)?;
+        let keys = provider.keys_for(self.text("kid"), algorithm)?;
+        let verified = keys.iter().any(|key| {
+            jsonwebtoken::crypto::verify(
+                self.signature,
+                self.signing_input.as_bytes(),
+                key,
+                algorithm,
+            )
+            .unwrap_or(false)
+        });
+        if verified {
+            Ok(())
+        } else {
+            Err(IdentityError::Invalid("bad_signature"))
         }
     }
 }
@@ -105,16 +148,7 @@ pub(super) fn verify(
         .find(|p| iss.is_some_and(|iss| p.config.accepted_issuers.iter().any(|a| a == iss)))
         .ok_or(IdentityError::Invalid("untrusted_issuer"))?;
     let config = &provider.config;
-    let algorithm = jwt.algorithm(&config.algorithms)?;
-    jwt.check_type()?;
-    let keys = provider.keys_for(jwt.text("kid"), algorithm)?;
-    let verified = keys.iter().any(|key| {
-        jsonwebtoken::crypto::verify(jwt.signature, jwt.signing_input.as_bytes(), key, algorithm)
-            .unwrap_or(false)
-    });
-    if !verified {
-        return Err(IdentityError::Invalid("bad_signature"));
-    }
+    jwt.check_signature(provider, TokenKind::Access)?;
     if !audience_matches(&jwt.claims, &config.audiences) {
         return Err(IdentityError::Invalid("wrong_audience"));
     }

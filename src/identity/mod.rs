@@ -11,6 +11,12 @@
 //! (`provider`); fetches are bounded in time and size (`fetch`). Claims become scopes by
 //! the issuer's mapping (`claims`). A token never appears in an error or a log line.
 //!
+//! The issuer with `[auth.issuers.login]` is also where people sign in when tollgate is
+//! the authorization server of an MCP host: [`Identity::begin_login`] and
+//! [`Identity::finish_login`] are the relying party's half of OpenID Connect's
+//! authorization code flow (`login`), verifying the ID token with the same keys and
+//! checks as access tokens.
+//!
 //! This layer sits above config and catalog and below the store and the guards: the
 //! authenticator calls it and decides what a refusal becomes on the wire.
 
@@ -19,15 +25,18 @@ mod fetch;
 mod introspect;
 mod jwt;
 mod keys;
+mod login;
 mod provider;
+
+pub use login::LoginStart;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::clock::Clock;
-use crate::config::IssuerConfig;
+use crate::config::{IssuerConfig, secret_file_warning};
 
-use fetch::Http;
+use fetch::{FETCH_DEADLINE, Http};
 use provider::Provider;
 
 /// The trusted identity providers, ready to verify tokens. Send + Sync; share it in an
@@ -74,16 +83,23 @@ pub struct ProviderToken {
     pub cache_until: i64,
 }
 
-/// Why a provider token was not accepted.
+/// Why a provider token (or a sign-in) was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdentityError {
-    /// Refused: `invalid_token` with this reason: "expired", "not_yet_valid",
-    /// "wrong_audience", "untrusted_issuer", "bad_signature", "unknown_key", "inactive",
-    /// "malformed".
+    /// Refused, with this reason. For a bearer token (`invalid_token`): "expired",
+    /// "not_yet_valid", "wrong_audience", "untrusted_issuer", "bad_signature",
+    /// "unknown_key", "inactive", "malformed". A sign-in's ID token is refused with the
+    /// same words (its `aud` or `azp` not tollgate's client id is "wrong_audience", its
+    /// `iss` not the issuer "untrusted_issuer"), and besides: "nonce" (the ID token's
+    /// `nonce` is missing or not the one sent), "login_refused" (the token endpoint
+    /// answered an OAuth error such as `invalid_grant`: a code used twice or expired, a
+    /// wrong verifier or redirect URI, tollgate's client refused), "no_id_token" (the
+    /// provider's answer holds no ID token).
     Invalid(&'static str),
-    /// The provider could not be reached to decide (keys or introspection): the caller
-    /// answers `backend_unavailable` (retryable); the text is for the operator's log and
-    /// never holds the token.
+    /// The provider could not be reached to decide (keys, introspection, the metadata or
+    /// token endpoint of a sign-in), or no issuer has `login`: the caller answers
+    /// `backend_unavailable` (retryable); the text is for the operator's log and never
+    /// holds a token, a code or a secret.
     Unavailable(String),
 }
 
@@ -95,6 +111,24 @@ impl Identity {
     /// background. Fails only on a local problem (a `jwks_file` that cannot be read or
     /// parsed, a runtime that cannot start).
     pub fn start(issuers: &[IssuerConfig], clock: Clock) -> Result<Identity, String> {
+        Identity::start_with_deadline(issuers, clock, FETCH_DEADLINE)
+    }
+
+    /// [`Identity::start`], each fetch bounded by `deadline` (tests shorten it).
+    fn start_with_deadline(
+        issuers: &[IssuerConfig],
+        clock: Clock,
+        deadline: std::time::Duration,
+    ) -> Result<Identity, String> {
+        for issuer in issuers {
+            for warning in issuer
+                .secret_files()
+                .into_iter()
+                .filter_map(secret_file_warning)
+            {
+                tracing::warn!(issuer = %issuer.name, "{warning}");
+            }
+        }
         if issuers.is_empty() {
             return Ok(Identity {
                 providers: Vec::new(),
@@ -109,7 +143,7 @@ impl Identity {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the identity runtime: {e}"))?;
-        let http = Arc::new(Http::new(runtime.handle().clone())?);
+        let http = Arc::new(Http::new(runtime.handle().clone(), deadline)?);
         let providers = issuers
             .iter()
             .map(|config| {

@@ -1,5 +1,6 @@
 //! One trusted provider at run time: its configuration, its metadata (discovered once:
-//! the JWKS URL and the introspection endpoint), its current keys, and how they are kept
+//! the JWKS URL, the introspection endpoint, and the authorization and token endpoints of
+//! sign-in), its current keys, and how they are kept
 //! fresh — at start, every `refresh_secs` in the background, and once on demand when a
 //! token names a key not yet known (at most once per [`REFETCH_INTERVAL`]).
 //!
@@ -42,6 +43,8 @@ struct State {
     generation: u64,
     jwks_uri: Option<String>,
     introspection_endpoint: Option<String>,
+    authorization_endpoint: Option<String>,
+    token_endpoint: Option<String>,
     metadata_read: bool,
     /// When a token last made the keys be fetched ([`Clock::monotonic`]).
     last_demand: Option<Duration>,
@@ -68,6 +71,11 @@ impl Provider {
                 .introspection
                 .as_ref()
                 .and_then(|i| i.endpoint.clone()),
+            authorization_endpoint: config
+                .login
+                .as_ref()
+                .and_then(|l| l.authorization_endpoint.clone()),
+            token_endpoint: config.login.as_ref().and_then(|l| l.token_endpoint.clone()),
             ..State::default()
         };
         if let Some(file) = &config.jwks_file {
@@ -203,17 +211,48 @@ impl Provider {
     /// The introspection endpoint: configured, or from the provider's metadata (read
     /// now when it has not been yet). Waits at most the fetch deadline.
     pub(super) fn introspection_endpoint(&self) -> Result<String, String> {
-        if let Some(endpoint) = self.state().introspection_endpoint.clone() {
+        self.endpoint(
+            |state| &state.introspection_endpoint,
+            "the provider's metadata has no introspection_endpoint; set \
+             `introspection.endpoint`",
+        )
+    }
+
+    /// The authorization endpoint of sign-in: configured, or from the provider's metadata
+    /// (read now when it has not been yet). Waits at most the fetch deadline.
+    pub(super) fn authorization_endpoint(&self) -> Result<String, String> {
+        self.endpoint(
+            |state| &state.authorization_endpoint,
+            "the provider's metadata has no authorization_endpoint; set \
+             `login.authorization_endpoint`",
+        )
+    }
+
+    /// The token endpoint of sign-in: configured, or from the provider's metadata (read
+    /// now when it has not been yet). Waits at most the fetch deadline.
+    pub(super) fn token_endpoint(&self) -> Result<String, String> {
+        self.endpoint(
+            |state| &state.token_endpoint,
+            "the provider's metadata has no token_endpoint; set `login.token_endpoint`",
+        )
+    }
+
+    /// An endpoint `field` of the state: known, or discovered now; `missing` when the
+    /// metadata has none.
+    fn endpoint(
+        &self,
+        field: fn(&State) -> &Option<String>,
+        missing: &str,
+    ) -> Result<String, String> {
+        if let Some(endpoint) = field(&self.state()).clone() {
             return Ok(endpoint);
         }
         if !self.state().metadata_read {
             self.http.wait(self.discover())??;
         }
-        self.state().introspection_endpoint.clone().ok_or_else(|| {
-            "the provider's metadata has no introspection_endpoint; set \
-             `introspection.endpoint`"
-                .to_owned()
-        })
+        field(&self.state())
+            .clone()
+            .ok_or_else(|| missing.to_owned())
     }
 
     /// Reads the provider's metadata: OpenID Connect discovery, else (unless the preset
@@ -257,29 +296,51 @@ impl Provider {
         };
         let (jwks_uri, introspection) =
             (endpoint("jwks_uri")?, endpoint("introspection_endpoint")?);
+        // Sign-in's endpoints are read only for an issuer with `login`: an endpoint it does
+        // not use must not stop its keys from being found.
+        let (authorization, token) = if self.config.login.is_some() {
+            (
+                endpoint("authorization_endpoint")?,
+                endpoint("token_endpoint")?,
+            )
+        } else {
+            (None, None)
+        };
         let mut state = self.state();
         state.metadata_read = true;
         state.jwks_uri = state.jwks_uri.take().or(jwks_uri);
         state.introspection_endpoint = state.introspection_endpoint.take().or(introspection);
+        state.authorization_endpoint = state.authorization_endpoint.take().or(authorization);
+        state.token_endpoint = state.token_endpoint.take().or(token);
         Ok(())
     }
 
     /// The first fetch, at start: the keys (when they come from the network), and the
-    /// metadata when introspection needs its endpoint. Failures are logged, not returned.
+    /// metadata when introspection or sign-in needs an endpoint. Failures are logged, not
+    /// returned.
     pub(super) async fn first_fetch(&self) {
         if self.fetches_keys() {
             self.refetch(0, false).await;
         }
-        let needs_endpoint = {
+        let needs = {
             let state = self.state();
-            self.config.introspection.is_some()
-                && state.introspection_endpoint.is_none()
-                && !state.metadata_read
+            let introspection =
+                self.config.introspection.is_some() && state.introspection_endpoint.is_none();
+            let login = self.config.login.is_some()
+                && (state.authorization_endpoint.is_none() || state.token_endpoint.is_none());
+            match (introspection, login) {
+                _ if state.metadata_read => None,
+                (true, _) => Some("its introspection endpoint"),
+                (false, true) => Some("its sign-in endpoints"),
+                (false, false) => None,
+            }
         };
-        if needs_endpoint && let Err(cause) = self.discover().await {
+        if let Some(what) = needs
+            && let Err(cause) = self.discover().await
+        {
             tracing::warn!(
                 issuer = %self.config.name,
-                "cannot read the provider's metadata for its introspection endpoint: {cause}"
+                "cannot read the provider's metadata for {what}: {cause}"
             );
         }
     }

@@ -1,7 +1,9 @@
 //! Tests of the verification core: tokens laid out as each provider issues them, signed
 //! by keys made here (ring's ES256 and Ed25519), each refusal provoked on purpose, and the
-//! fetching of keys and introspection against a small HTTP server on 127.0.0.1.
+//! fetching of keys and introspection against a small HTTP server on 127.0.0.1, and
+//! sign-in against a token endpoint there.
 
+mod login;
 mod presets;
 mod refusals;
 mod remote;
@@ -120,11 +122,21 @@ pub(crate) fn offline(
     toml: &str,
     signers: &[&Signer],
 ) -> (Identity, ManualClock, tempfile::TempDir) {
+    offline_within(toml, signers, fetch::FETCH_DEADLINE)
+}
+
+/// [`offline`], each fetch bounded by `deadline`.
+fn offline_within(
+    toml: &str,
+    signers: &[&Signer],
+    deadline: std::time::Duration,
+) -> (Identity, ManualClock, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("keys.json"), jwks(signers).to_string()).expect("write keys");
     let clock = ManualClock::at_unix_secs(NOW);
     let identity =
-        Identity::start(&issuers_of(dir.path(), toml), clock.clock()).expect("identity starts");
+        Identity::start_with_deadline(&issuers_of(dir.path(), toml), clock.clock(), deadline)
+            .expect("identity starts");
     (identity, clock, dir)
 }
 
