@@ -342,7 +342,7 @@ fn an_oauth_access_token_works_until_its_expiry_and_not_a_second_longer() {
         server.store(),
         &oauth,
         &[],
-        tollgate::transport::http::oauth::ACCESS_TOKEN_TTL,
+        tollgate::oauth::CLIENT_TOKEN_TTL,
         server.clock(),
     )
     .expect("access token");
@@ -450,32 +450,44 @@ fn invoices_are_dated_by_the_server_clock_in_utc() {
 /// `POST /oauth/token` with HTTP Basic `id:secret` from `source`: (status, body).
 fn token_request(
     client: &InProcess,
-    endpoints: &tollgate::transport::http::oauth::Endpoints,
+    endpoints: &tollgate::oauth::AuthorizationServer,
     source: &str,
     (id, secret): (&str, &str),
 ) -> (u16, Value) {
     use base64::Engine as _;
     let basic = base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"));
-    let head = tollgate::transport::http::HttpHead {
-        method: tiny_http::Method::Post,
-        path: "/oauth/token".to_owned(),
-        query: String::new(),
-        headers: vec![
-            ("authorization".to_owned(), format!("Basic {basic}")),
-            (
-                "content-type".to_owned(),
-                "application/x-www-form-urlencoded".to_owned(),
-            ),
-        ],
-        peer: None,
-    };
-    let (status, _, body) = endpoints.token(
-        client.server(),
-        &head,
+    let headers = vec![
+        ("authorization".to_owned(), format!("Basic {basic}")),
+        (
+            "content-type".to_owned(),
+            "application/x-www-form-urlencoded".to_owned(),
+        ),
+    ];
+    let scopes = Vec::new();
+    let ctx = tollgate::oauth::Context {
+        issuer: "http://127.0.0.1:8787",
         source,
-        b"grant_type=client_credentials",
-    );
-    (status, body)
+        auth: client.server().guards().authenticator(),
+        locale: client.server().locale(),
+        scopes: &scopes,
+        headers: &headers,
+    };
+    match endpoints.token(&ctx, b"grant_type=client_credentials") {
+        tollgate::oauth::Reply::Json { status, body, .. } => (status, body),
+        other => panic!("the token endpoint answered {other:?}"),
+    }
+}
+
+/// The authorization server of `client`'s store, on its clock (the front door off).
+fn token_endpoint(client: &InProcess) -> tollgate::oauth::AuthorizationServer {
+    let server = client.server();
+    tollgate::oauth::AuthorizationServer::start(
+        tollgate::config::OAuthServerConfig::default(),
+        server.store().clone(),
+        server.clock().clone(),
+        None,
+    )
+    .expect("authorization server")
 }
 
 /// `(status, bucket, reset, retry_after)` of a token-endpoint answer.
@@ -499,8 +511,7 @@ fn the_token_endpoint_throttles_the_stranger_never_the_client() {
     let secret = printed["client_secret"].as_str().expect("client_secret");
     let wrong = "tg_cs_wrongwrongwrongwrongwrong";
     let client = InProcess::start(&db, None, T0 + 10);
-    let endpoints =
-        tollgate::transport::http::oauth::Endpoints::new(client.server().clock().clone());
+    let endpoints = token_endpoint(&client);
     let stranger = "http:198.51.100.66";
     let answers: Vec<(u16, Value)> = (0..40)
         .map(|_| token_request(&client, &endpoints, stranger, (id, wrong)))

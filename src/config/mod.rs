@@ -101,6 +101,30 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Checks `value` (default `default`) lies in `min..=max`; the error names the key and
+/// its environment variable, if it has one.
+fn in_range(
+    key: &str,
+    env: Option<&str>,
+    value: Option<u64>,
+    default: u64,
+    (min, max): (u64, u64),
+) -> Result<u64, ConfigError> {
+    let value = value.unwrap_or(default);
+    if (min..=max).contains(&value) {
+        return Ok(value);
+    }
+    let bound = if max == u64::MAX {
+        format!("at least {min}")
+    } else {
+        format!("between {min} and {max}")
+    };
+    let env = env.map(|e| format!(" or {e}")).unwrap_or_default();
+    Err(ConfigError::new(format!(
+        "{key} = {value} is out of range: it must be {bound} (set by the config key {key}{env})"
+    )))
+}
+
 /// Defines a closed set of words: the enum, `as_str`, `FromStr` (case-insensitive; the
 /// error lists the accepted words), `Display`, and serde as a plain string.
 macro_rules! word_enum {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use super::validate::in_range;
+use super::in_range;
 
 /// The typed `[oauth_server]` settings.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -47,30 +47,6 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
     Ok(config)
 }
 
-/// Checks `value` (default `default`) lies in `min..=max`; the error names the key and
-/// its environment variable, if it has one.
-pub(super) fn in_range(
-    key: &str,
-    env: Option<&str>,
-    value: Option<u64>,
-    default: u64,
-    (min, max): (u64, u64),
-) -> Result<u64, ConfigError> {
-    let value = value.unwrap_or(default);
-    if (min..=max).contains(&value) {
-        return Ok(value);
-    }
-    let bound = if max == u64::MAX {
-        format!("at least {min}")
-    } else {
-        format!("between {min} and {max}")
-    };
-    let env = env.map(|e| format!(" or {e}")).unwrap_or_default();
-    Err(ConfigError::new(format!(
-        "{key} = {value} is out of range: it must be {bound} (set by the config key {key}{env})"
-    )))
-}
-
 pub(super) fn to_usize(value: u64, key: &str) -> Result<usize, ConfigError> {
     usize::try_from(value)
         .map_err(|_| ConfigError::new(format!("{key} = {value} is too large for this machine")))

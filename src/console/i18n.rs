@@ -26,6 +26,72 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "OAuth client created",
         "Cliente OAuth creado",
     ),
+    // The OAuth front door (sign-in, consent, failures).
+    ("fd_sign_in", "Sign in", "Iniciar sesión"),
+    ("fd_consent", "Allow access?", "¿Permitir el acceso?"),
+    ("fd_error", "Sign-in stopped", "Inicio de sesión detenido"),
+    (
+        "fd_sign_in_for",
+        "An application wants to use tollgate as you:",
+        "Una aplicación quiere usar tollgate en su nombre:",
+    ),
+    ("fd_key", "Your personal key", "Su clave personal"),
+    (
+        "fd_key_help",
+        "The API key your operator gave you (tg_live_…). It proves who you are here; the application never sees it.",
+        "La clave de API que le dio su operador (tg_live_…). Demuestra quién es usted aquí; la aplicación nunca la ve.",
+    ),
+    (
+        "fd_sign_in_wrong",
+        "That key is not valid. Check it and try again.",
+        "Esa clave no es válida. Revísela e inténtelo de nuevo.",
+    ),
+    ("fd_continue", "Continue", "Continuar"),
+    (
+        "fd_consent_asks",
+        "asks to use tollgate as you, with these permissions.",
+        "pide usar tollgate en su nombre, con estos permisos.",
+    ),
+    ("fd_person", "Signed in as", "Sesión de"),
+    (
+        "fd_client_id",
+        "Application id",
+        "Identificador de la aplicación",
+    ),
+    ("fd_redirect_host", "You will be sent back to", "Volverá a"),
+    (
+        "fd_loopback_warning",
+        "This application receives its answer on this computer only. Allow it only if you started it yourself just now.",
+        "Esta aplicación recibe la respuesta solo en este ordenador. Permítalo solo si acaba de iniciarla usted.",
+    ),
+    ("fd_granted", "It will be allowed to", "Podrá"),
+    (
+        "fd_not_held",
+        "It also asked for, but you do not hold",
+        "También pidió, pero usted no tiene",
+    ),
+    ("fd_allow", "Allow", "Permitir"),
+    ("fd_deny", "Deny", "Denegar"),
+    (
+        "fd_error_invalid_request",
+        "This sign-in cannot go on.",
+        "Este inicio de sesión no puede continuar.",
+    ),
+    (
+        "fd_error_invalid_client",
+        "This application is not known here.",
+        "Esta aplicación no es conocida aquí.",
+    ),
+    (
+        "fd_error_access_denied",
+        "This request was refused.",
+        "Esta solicitud fue rechazada.",
+    ),
+    (
+        "fd_error_temporarily_unavailable",
+        "The server cannot complete the sign-in right now.",
+        "El servidor no puede completar el inicio de sesión ahora.",
+    ),
     // Frame.
     ("console", "console", "consola"),
     ("skip_to_content", "Skip to content", "Saltar al contenido"),

@@ -18,6 +18,7 @@ mod audit_log;
 mod backends;
 mod charts;
 mod credentials;
+pub mod front_door;
 mod i18n;
 mod pages;
 pub mod session;

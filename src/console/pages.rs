@@ -40,6 +40,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("backends.html", include_str!("templates/backends.html")),
     ("users.html", include_str!("templates/users.html")),
     ("refused.html", include_str!("templates/refused.html")),
+    ("front_door.html", include_str!("templates/front_door.html")),
 ];
 
 /// The templates, parsed once (HTML-escaped by their `.html` names), with the words of

@@ -51,6 +51,16 @@ pub(crate) struct ProviderGrant {
     pub(super) valid_until: i64,
     /// The user's name, for refusals.
     pub(super) label: String,
+    /// For an access token tollgate's authorization server issued: the token's row, read
+    /// again on every call (the entry's `public_id` is then the person's user id or key).
+    pub(super) issued: Option<IssuedRef>,
+}
+
+/// The row of an issued access token.
+#[derive(Debug)]
+pub(crate) struct IssuedRef {
+    /// The hex SHA-256 of the token.
+    pub(super) hash: String,
 }
 
 impl CacheEntry {

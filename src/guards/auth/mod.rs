@@ -54,6 +54,7 @@ use crate::tools::ToolSpec;
 
 mod access;
 mod cache;
+mod issued;
 mod keys;
 mod provider;
 mod recheck;
@@ -69,6 +70,7 @@ pub use access::{
 };
 pub use cache::CacheEntry;
 use cache::{Flights, TokenCache};
+pub use issued::{ACCESS_TOKEN_PREFIX, REFRESH_TOKEN_PREFIX, client_bucket};
 pub use keys::{
     CredentialError, IssuedClient, IssuedKey, KeyInfo, NewKey, create_client, create_key,
     issue_access_token, list_clients, list_keys, revoke_client, revoke_key, rotate_key,
@@ -183,11 +185,17 @@ pub struct CredentialRef {
 
 impl From<&Principal> for CredentialRef {
     /// A provider user's sessions are the user's own, whatever OAuth client the token
-    /// names (many people sign in through one client).
+    /// names (many people sign in through one client); so are the sessions of a person
+    /// who signed in with a key through tollgate's authorization server.
     fn from(principal: &Principal) -> CredentialRef {
         CredentialRef {
             credential_id: principal.credential_id.clone(),
-            client_id: if principal.is_user() {
+            client_id: if principal.is_user()
+                || principal
+                    .client_id
+                    .as_deref()
+                    .is_some_and(issued::is_client_bucket)
+            {
                 None
             } else {
                 principal.client_id.clone()
@@ -226,6 +234,12 @@ impl Authenticator {
     pub fn with_identity(mut self, identity: Arc<Identity>) -> Authenticator {
         self.identity = (!identity.is_empty()).then_some(identity);
         self
+    }
+
+    /// The identity providers this authenticator trusts, shared (the authorization server
+    /// signs people in at them).
+    pub fn shared_identity(&self) -> Option<Arc<Identity>> {
+        self.identity.clone()
     }
 
     /// The identity providers this authenticator trusts, if any.

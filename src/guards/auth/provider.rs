@@ -33,6 +33,7 @@ impl Authenticator {
     /// Whether `token` is for the identity providers: one is configured and the token is
     /// not in one of tollgate's own formats.
     pub(super) fn is_provider_token(&self, token: &str) -> bool {
+        // (Tokens of tollgate's own authorization server start with `tg_` too.)
         self.identity.is_some() && !token.starts_with(OWN_TOKEN_PREFIX)
     }
 
@@ -67,6 +68,7 @@ impl Authenticator {
             scopes: verified.scopes,
             valid_until: verified.cache_until,
             label: verified.display_name.unwrap_or(verified.subject),
+            issued: None,
         };
         check_user(&standing, &grant)?;
         let principal = user_principal(&user_id, client.clone(), &grant, &standing);
@@ -85,6 +87,9 @@ impl Authenticator {
     ) -> Option<Result<Principal, Failure>> {
         if now >= grant.valid_until {
             return None;
+        }
+        if let Some(issued) = &grant.issued {
+            return self.issued_cached(grant, issued, now);
         }
         let standing = match self.store.user_standing(&entry.public_id) {
             Ok(Some(standing)) => standing,

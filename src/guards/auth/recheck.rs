@@ -99,7 +99,16 @@ impl CallChecks {
         };
         let now = self.now;
         if let Some(grant) = &entry.provider {
-            let identity = recheck_user(tx, rows, entry, grant, now)?;
+            let identity = match &grant.issued {
+                _ if now >= grant.valid_until => Identity::Stale,
+                Some(issued) => {
+                    match super::issued::recheck_issued(tx, entry, grant, issued, now)? {
+                        Ok(principal) => Identity::Admitted(principal),
+                        Err(failure) => Identity::Refused(failure),
+                    }
+                }
+                None => recheck_user(tx, rows, entry, grant, now)?,
+            };
             let admitted = matches!(identity, Identity::Admitted(_));
             self.identity = Some(identity);
             return Ok(admitted);

@@ -159,6 +159,9 @@ impl Authenticator {
         if self.is_provider_token(token) {
             return self.authenticate_provider(token, digest, now);
         }
+        if token.starts_with(super::issued::ACCESS_TOKEN_PREFIX) {
+            return self.authenticate_issued(token, digest, now);
+        }
         let presented = parse_token(token)?;
         self.ceiling.admit(now).map_err(Failure::Busy)?;
         let pass = self.argon2_gate.enter();

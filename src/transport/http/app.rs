@@ -7,7 +7,6 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-use super::oauth::Endpoints;
 use super::origin::OriginPolicy;
 use super::sessions::Sessions;
 use crate::config::{ClientAddressHeader, Config, ErrorStatusMode, ProxyRange};
@@ -27,7 +26,14 @@ pub(super) struct App {
     pub(super) trusted_proxies: Vec<ProxyRange>,
     pub(super) client_address_header: ClientAddressHeader,
     pub(super) dev_credential: Option<String>,
-    pub(super) oauth: Endpoints,
+    /// tollgate's OAuth authorization server (`[oauth_server]`; its token endpoint serves
+    /// machine clients even when the front door is off).
+    pub(super) authorization: crate::oauth::AuthorizationServer,
+    /// The pages people see at the front door.
+    pub(super) front_door: crate::console::front_door::FrontDoor,
+    /// The MCP endpoint of API-key clients while the front door is on
+    /// (`oauth_server.key_path`).
+    pub(super) key_path: Option<String>,
     /// `GET /metrics` is served (`http.metrics`).
     pub(super) metrics: Option<&'static crate::guards::metrics::Metrics>,
     /// The operator's console under `/console` (`console.enabled`).
@@ -36,11 +42,23 @@ pub(super) struct App {
 
 impl App {
     /// The transport's state, from `[http]` and `[dev]`.
-    pub(super) fn new(server: Arc<Server>, config: &Config) -> App {
+    pub(super) fn new(server: Arc<Server>, config: &Config) -> Result<App, String> {
         let clock = server.clock().clone();
         let store = server.store().clone();
+        let authorization = crate::oauth::AuthorizationServer::start(
+            config.oauth_server.clone(),
+            store.clone(),
+            clock.clone(),
+            server.guards().authenticator().shared_identity(),
+        )?;
         let console = crate::console::Console::new(Arc::clone(&server), config);
-        App {
+        Ok(App {
+            front_door: crate::console::front_door::FrontDoor::new(server.locale()),
+            key_path: config
+                .oauth_server
+                .enabled
+                .then(|| config.oauth_server.key_path.clone()),
+            authorization,
             server,
             sessions: Sessions::new(config.http.session_ttl, clock.clone(), store),
             origins: OriginPolicy::new(&config.http.allowed_hosts, &config.http.allowed_origins),
@@ -51,10 +69,9 @@ impl App {
             trusted_proxies: config.http.trusted_proxies.clone(),
             client_address_header: config.http.client_address_header,
             dev_credential: config.dev.unauthenticated_credential.clone(),
-            oauth: Endpoints::new(clock),
             metrics: config.http.metrics.then(crate::guards::metrics::global),
             console,
-        }
+        })
     }
 
     /// Records the address the listener is bound to (the base URL when no public one is

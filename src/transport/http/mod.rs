@@ -102,7 +102,7 @@ pub fn serve_then(
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&shutdown))?;
     }
-    let app = Arc::new(App::new(server, config));
+    let app = Arc::new(App::new(server, config).map_err(std::io::Error::other)?);
     let slots = Arc::new(Slots::new(config.http.workers));
     let handler: tiny_http::Handler = {
         let (app, slots) = (Arc::clone(&app), Arc::clone(&slots));

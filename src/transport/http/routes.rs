@@ -26,18 +26,18 @@ fn host_is_unambiguous(head: &HttpHead, version: tiny_http::HTTPVersion) -> bool
     }
 }
 
-impl App {
-    /// The issuers of the company's identity providers, for the metadata's
-    /// `authorization_servers`.
-    fn identity_issuers(&self) -> Vec<String> {
-        self.server
-            .guards()
-            .authenticator()
-            .identity()
-            .map(crate::identity::Identity::issuer_urls)
-            .unwrap_or_default()
+/// A reply of the API-key endpoint: its challenge names no protected resource metadata,
+/// so that a host configured with a header keeps sending it instead of starting OAuth.
+fn without_discovery(mut reply: Reply) -> Reply {
+    for (name, value) in &mut reply.headers {
+        if name.eq_ignore_ascii_case("WWW-Authenticate") && value.contains("resource_metadata") {
+            *value = "Bearer realm=\"tollgate\"".to_owned();
+        }
     }
+    reply
+}
 
+impl App {
     /// Serves one request whose body is read; a panic in a handler becomes a `-32603`.
     pub(super) fn handle(&self, request: Request, body: Result<Vec<u8>, McpError>) {
         let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
@@ -78,8 +78,17 @@ impl App {
             (Method::Get, "/healthz") => self.healthz(),
             (Method::Get, "/metrics") if self.metrics.is_some() => self.metrics_page(head),
             (Method::Get, p) if p.starts_with("/.well-known/") => self.oauth_metadata(head),
-            (Method::Post, "/oauth/token") => self.oauth_token(head, stream),
             (_, "/mcp") => return self.mcp(head, stream),
+            (_, p) if self.key_path.as_deref() == Some(p) => {
+                return match self.mcp(head, stream) {
+                    Outgoing::Reply(reply) => Outgoing::Reply(without_discovery(reply)),
+                    streaming => streaming,
+                };
+            }
+            (_, p) if p.starts_with("/oauth/") => match self.oauth_endpoint(head, stream) {
+                Some(reply) => reply,
+                None => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
+            },
             (_, p) if p == "/console" || p.starts_with("/console/") => match &self.console {
                 Some(console) => self.console_page(console, head, stream),
                 None => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
@@ -87,60 +96,6 @@ impl App {
             _ => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
         };
         Outgoing::Reply(reply)
-    }
-
-    /// RFC 9728 and RFC 8414 documents. `Host`/`Origin` are checked as on `/mcp`, so a
-    /// rebinding page cannot read them, and the URLs in them never come from the request.
-    fn oauth_metadata(&self, head: &HttpHead) -> Reply {
-        if let Err(err) = self.origins.check(head) {
-            return self.error_reply(None, err);
-        }
-        let base = self.base_url();
-        let mut backend_scopes: Vec<String> = self
-            .server
-            .registry()
-            .tools()
-            .iter()
-            .filter(|t| t.tool.backend().is_some())
-            .map(|t| t.spec().scope.to_string())
-            .collect();
-        backend_scopes.sort();
-        backend_scopes.dedup();
-        match head.path.as_str() {
-            p if p.starts_with("/.well-known/oauth-protected-resource") => Reply::json(
-                200,
-                crate::transport::http::oauth::protected_resource_metadata(
-                    &base,
-                    &backend_scopes,
-                    &self.identity_issuers(),
-                ),
-            ),
-            "/.well-known/oauth-authorization-server" => Reply::json(
-                200,
-                crate::transport::http::oauth::authorization_server_metadata(
-                    &base,
-                    &backend_scopes,
-                ),
-            ),
-            _ => self.error_reply(None, McpError::new(ErrorKind::PathNotFound)),
-        }
-    }
-
-    /// `POST /oauth/token`, behind the same `Host`/`Origin` policy as `/mcp`.
-    pub(super) fn oauth_token(&self, head: &HttpHead, stream: &Stream) -> Reply {
-        if let Err(err) = self.origins.check(head) {
-            return self.error_reply(None, err);
-        }
-        match stream.read_body(self.max_body) {
-            Ok(body) => {
-                let source = self.client_source(head);
-                let (status, headers, body) = self.oauth.token(&self.server, head, &source, &body);
-                let mut reply = Reply::json(status, body);
-                reply.headers.extend(headers);
-                reply.header("Cache-Control", "no-store")
-            }
-            Err(err) => self.error_reply(None, err),
-        }
     }
 
     /// `GET /healthz`: 200 while the store can read and write; otherwise 503 with the
