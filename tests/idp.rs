@@ -233,6 +233,9 @@ pub struct IdpOptions {
     pub alg: SigningAlg,
     /// How the introspector authenticates.
     pub introspector_auth: ClientAuth,
+    /// The people who sign in, by login: the claims of each (`name`, `roles`, …), which
+    /// their ID tokens carry.
+    pub accounts: Value,
 }
 
 impl IdpOptions {
@@ -243,7 +246,14 @@ impl IdpOptions {
             port: 0,
             alg: SigningAlg::Rs256,
             introspector_auth: ClientAuth::Basic,
+            accounts: json!({}),
         }
+    }
+
+    /// The same provider with a person who signs in as `login`, with `claims`.
+    pub fn account(mut self, login: &str, claims: Value) -> IdpOptions {
+        self.accounts[login] = claims;
+        self
     }
 
     /// All clients, the introspector included.
@@ -542,7 +552,10 @@ impl Idp {
             .iter()
             .map(IdpClient::config)
             .collect();
-        let config = json!({"keys": "keys.json", "port": self.port, "clients": clients});
+        let config = json!({
+            "keys": "keys.json", "port": self.port, "clients": clients,
+            "accounts": self.options.accounts,
+        });
         std::fs::write(self.dir.path().join("config.json"), config.to_string())
             .expect("write the provider's configuration");
     }

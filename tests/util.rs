@@ -808,13 +808,28 @@ impl HttpServer {
         Self::spawn_serve(db, extra, env, Some(db.dir.path()))
     }
 
+    /// Like [`HttpServer::start`], on `port` (a test that must know the address before
+    /// the server starts: a provider's redirect URI names it).
+    pub fn start_on_port(db: &TestDb, port: u16, extra: &[&str]) -> HttpServer {
+        Self::spawn_serve_on(db, extra, &[], None, port)
+    }
+
     fn spawn_serve(
         db: &TestDb,
         extra: &[&str],
         env: &[(&str, &str)],
         working_dir: Option<&Path>,
     ) -> HttpServer {
-        let port = free_port();
+        Self::spawn_serve_on(db, extra, env, working_dir, free_port())
+    }
+
+    fn spawn_serve_on(
+        db: &TestDb,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        working_dir: Option<&Path>,
+        port: u16,
+    ) -> HttpServer {
         let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
         let listen = addr.to_string();
         let mut args = vec!["serve", "--listen", listen.as_str()];

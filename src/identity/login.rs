@@ -78,6 +78,14 @@ impl Identity {
             .map(|(provider, _)| provider.config.name.as_str())
     }
 
+    /// The issuer URL of the provider people sign in at, if one has `login`: an
+    /// authorization response that names another (`iss`, RFC 9207) is a mix-up.
+    pub fn login_issuer_url(&self) -> Option<&str> {
+        self.login_provider()
+            .ok()
+            .map(|(provider, _)| provider.config.issuer.as_str())
+    }
+
     /// A fresh state, nonce and PKCE verifier (random, from getrandom, base64url), and the
     /// provider's authorization URL: response_type=code, client_id, redirect_uri, scope
     /// (space-joined), state, nonce, code_challenge (S256 of the verifier),

@@ -100,6 +100,19 @@ impl AuthorizationServer {
             let _ = self.store.end_auth_request(&request.id);
             reply
         };
+        // RFC 9207: a provider that names itself must be the one the person was sent to;
+        // an answer from another (a mix-up attack) is refused before its code is used.
+        if let (Some(iss), Some(expected)) = (
+            query.get("iss"),
+            self.login_identity().and_then(|i| i.login_issuer_url()),
+        ) && iss != expected
+        {
+            tracing::warn!("an identity provider's answer named another issuer (mix-up); refused");
+            return end(back.error(
+                "access_denied",
+                "The sign-in answer came from another identity provider.",
+            ));
+        }
         if query.get("error").is_some() {
             return end(back.error(
                 "access_denied",

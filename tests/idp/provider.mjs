@@ -88,7 +88,16 @@ function providerConfiguration(config, jwks) {
     clients: config.clients.map(clientMetadata),
     clientDefaults: { id_token_signed_response_alg: signingAlg },
     cookies: { keys: [randomBytes(32).toString('base64url')] },
-    scopes: ['openid', 'offline_access'],
+    scopes: ['openid', 'offline_access', 'profile', 'email'],
+    // The people who sign in (devInteractions takes any login): their claims come from the
+    // configuration's `accounts` (login -> claims such as name and roles), and go into the
+    // ID token of the code flow too (not only the userinfo endpoint).
+    findAccount: async (_ctx, id) => ({
+      accountId: id,
+      claims: async () => ({ sub: id, ...(config.accounts?.[id] ?? {}) }),
+    }),
+    claims: { openid: ['sub'], profile: ['name', 'roles', 'groups'], email: ['email'] },
+    conformIdTokenClaims: false,
     ttl: {
       AccessToken: (_ctx, token) => token.resourceServer?.accessTokenTTL ?? 600,
       AuthorizationCode: 60,
