@@ -229,10 +229,7 @@ impl OAuthError {
 
     /// The answer: `Retry-After` on 429, a Basic challenge on 401, never cached.
     pub fn into_reply(self) -> Reply {
-        let mut headers = vec![
-            ("Cache-Control".to_owned(), "no-store".to_owned()),
-            ("Pragma".to_owned(), "no-cache".to_owned()),
-        ];
+        let mut headers = vec![("Cache-Control".to_owned(), "no-store".to_owned())];
         if self.status == 401 {
             headers.push((
                 "WWW-Authenticate".to_owned(),

@@ -104,10 +104,7 @@ impl AuthorizationServer {
             Ok(token) => Reply::Json {
                 status: 200,
                 body: token,
-                headers: vec![
-                    ("Cache-Control".to_owned(), "no-store".to_owned()),
-                    ("Pragma".to_owned(), "no-cache".to_owned()),
-                ],
+                headers: vec![("Cache-Control".to_owned(), "no-store".to_owned())],
             },
             Err(err) => err.into_reply(),
         }

@@ -59,6 +59,10 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without any TOLLGATE_* variable, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOLLGATE_")}
     env.setdefault("RUST_LOG", "warn")
+    # TG_FRONT_DOOR=on replays the suite with the OAuth front door on: a client with a key
+    # or a provider's token must see exactly what it saw without it.
+    if os.environ.get("TG_FRONT_DOOR") == "on":
+        env["TOLLGATE_OAUTH_SERVER_ENABLED"] = "true"
     for name, value in (extra or {}).items():
         if name.startswith("TOLLGATE_") and name not in ALLOWED_TOLLGATE_VARS:
             raise ValueError(f"{name} is not a variable tests may pass to tollgate")
