@@ -15,6 +15,9 @@ use super::core::{
     AuthorizationServer, Context, Page, REQUEST_COOKIE, Reply, origin_of, random_id, random_secret,
 };
 
+/// Authorization requests a source may start per minute.
+pub const AUTHORIZE_PER_MINUTE: u32 = 60;
+
 /// The longest `state` a client may send (it is stored and sent back).
 const MAX_STATE_BYTES: usize = 1024;
 
@@ -94,6 +97,20 @@ pub(super) fn scope_list(text: &str) -> Vec<String> {
 impl AuthorizationServer {
     /// `GET /oauth/authorize`.
     pub fn authorize(&self, ctx: &Context<'_>, query: &str) -> Reply {
+        // A request may make the server fetch a client's metadata document: bounded per
+        // source like the token endpoint, so that nobody keeps its workers waiting on
+        // documents of their choosing.
+        if self
+            .windows
+            .charge(&format!("authorize:{}", ctx.source), AUTHORIZE_PER_MINUTE)
+            .is_some()
+        {
+            return Reply::error_page(
+                429,
+                "temporarily_unavailable",
+                "Too many sign-ins were started from this address; wait a minute and try again.",
+            );
+        }
         let query = Query::parse(query);
         if let Some(name) = query.repeated() {
             return Reply::error_page(

@@ -29,3 +29,6 @@ pub use clients::{Client, ClientAuth, redirect_matches};
 pub use metadata::{SCOPES, supported_scopes};
 pub use register::MAX_REGISTRATION_BYTES;
 pub use token::{CLIENT_TOKEN_TTL, TOKEN_REQUESTS_PER_MINUTE};
+
+#[cfg(test)]
+mod tests;
