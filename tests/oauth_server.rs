@@ -228,7 +228,13 @@ fn personal_key(db: &TestDb, scopes: &str) -> (String, String) {
 
 /// A whole sign-in of the person holding `key`, for `scope`: the code (straight away when
 /// the person consented to this client before).
-fn code_for(server: &HttpServer, client: &str, redirect: &str, key: &str, scope: &str) -> String {
+pub fn code_for(
+    server: &HttpServer,
+    client: &str,
+    redirect: &str,
+    key: &str,
+    scope: &str,
+) -> String {
     let browser = start(server, client, redirect, scope);
     let signed_in = browser.post(server, "/oauth/sign-in", &[("key", key)]);
     let answer = if signed_in.status == 302 {

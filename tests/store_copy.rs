@@ -32,6 +32,12 @@ const TABLES: &[&str] = &[
     "payments",
     "outbox",
     "http_sessions",
+    "oauth_registrations",
+    "oauth_requests",
+    "oauth_grants",
+    "oauth_codes",
+    "oauth_families",
+    "oauth_tokens",
 ];
 
 /// A fresh, empty PostgreSQL database as a [`TestDb`] (dropped with it), or `None` (with
@@ -64,6 +70,8 @@ struct Installation {
     keys: Vec<Key>,
     /// Its OAuth client: id and secret.
     oauth: (String, String),
+    /// An access token its authorization server issued to a host for the reader key.
+    front_door_token: String,
 }
 
 /// An SQLite installation with rows in every table, made with the binary: `init --demo`
@@ -133,8 +141,34 @@ fn installation() -> Installation {
          last_seen_at, write_per_minute) VALUES ('u0123456789abcdef01234567', \
          'https://idp.example.com', 'ana', 'Ana', 'portal', 1700000000, 1700000060, 5)",
     );
+    // The front door: a host registered, the reader signed in and consented, the code
+    // exchanged (a grant, a code, a family of tokens), and a sign-in left half-way.
+    let front = crate::oauth_server::front_door(&db);
+    let redirect = "http://127.0.0.1:9/callback";
+    let host = crate::oauth_server::register(&front, redirect);
+    let code =
+        crate::oauth_server::code_for(&front, &host, redirect, &reader.token, "clients:read");
+    let tokens = crate::oauth_server::exchange(
+        &front,
+        &host,
+        &code,
+        redirect,
+        crate::oauth_server::VERIFIER,
+    )
+    .json();
+    let front_door_token = tokens["access_token"]
+        .as_str()
+        .expect("access token")
+        .to_owned();
+    crate::oauth_server::start(&front, &host, redirect, "clients:read");
+    drop(front);
     let keys = vec![admin, reader];
-    Installation { db, keys, oauth }
+    Installation {
+        db,
+        keys,
+        oauth,
+        front_door_token,
+    }
 }
 
 /// The id of an issued invoice of the live book.
@@ -383,6 +417,14 @@ fn every_key_and_client_authenticates_on_the_copy_and_an_idempotent_call_replays
         .as_str()
         .expect("access_token")
         .to_owned();
+    // A host's token from the front door works on the copy too: its grant came along.
+    let host = server.modern_tool_call(&inst.front_door_token, "search_clients", &json!({}));
+    assert_eq!(
+        host.json()["result"]["isError"],
+        json!(false),
+        "{}",
+        host.json()
+    );
     let called = server.modern_tool_call(&token, "search_clients", &json!({}));
     assert_eq!(called.status, 200);
     assert_ne!(
