@@ -152,23 +152,67 @@ fn settle(name: &str, lines: &[String]) {
     let (want, got) = (group(&expected), group(&text));
     let last = want.keys().chain(got.keys()).copied().max().unwrap_or(0);
     // With the OAuth front door on (`TOLLGATE_OAUTH_SERVER_ENABLED=true`, how CI replays
-    // every transcript a second time), the authorization server's metadata describes the
-    // endpoints it then serves; every other step must be the same byte for byte.
+    // every transcript a second time), two things differ by design and nothing else may:
+    // the authorization server's metadata describes the endpoints it then serves, and an
+    // `initialize` on `/mcp` without a valid credential is refused (the credential's own
+    // error: 401 and its challenge for a missing or invalid token) instead of opening an
+    // anonymous session — so the steps that used that session differ too.
     let front_door = std::env::var("TOLLGATE_OAUTH_SERVER_ENABLED").as_deref() == Ok("true");
-    let describes_the_front_door = |lines: Option<&Vec<String>>| {
-        front_door
-            && lines.and_then(|l| l.first()).is_some_and(|request| {
-                request.contains("\"path\":\"/.well-known/oauth-authorization-server\"")
+    let line = |lines: Option<&Vec<String>>, i: usize| {
+        lines
+            .and_then(|l| l.get(i))
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+            .unwrap_or(Value::Null)
+    };
+    let mut unopened: Vec<Value> = Vec::new();
+    let changed_by_the_front_door =
+        |w: Option<&Vec<String>>, g: Option<&Vec<String>>, unopened: &mut Vec<Value>| {
+            if !front_door {
+                return false;
+            }
+            let request = line(w, 0);
+            if request["http"]["path"] == "/.well-known/oauth-authorization-server" {
+                return true;
+            }
+            let (expected, actual) = (line(w, 1), line(g, 1));
+            let opened = |response: &Value| !response["headers"]["mcp-session-id"].is_null();
+            if request["http"]["body"]["method"] == "initialize"
+                && opened(&expected)
+                && !opened(&actual)
+                && actual["body"]["error"].is_object()
+            {
+                unopened.push(expected["headers"]["mcp-session-id"].clone());
+                return true;
+            }
+            request["http"]["headers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|h| h[0] == "Mcp-Session-Id" && unopened.contains(&h[1]))
+        };
+    // Sessions not opened shift the numbers of the later ones' placeholders.
+    let same = |w: Option<&Vec<String>>, g: Option<&Vec<String>>| {
+        if !front_door {
+            return w == g;
+        }
+        let masked = |lines: Option<&Vec<String>>| {
+            lines.map(|l| {
+                l.iter()
+                    .map(|line| without_session_numbers(line))
+                    .collect::<Vec<_>>()
             })
+        };
+        masked(w) == masked(g)
     };
     let mut differs = false;
     for step in 0..=last {
         let (w, g) = (want.get(&step), got.get(&step));
-        if w != g && describes_the_front_door(w) {
+        if !same(w, g) && changed_by_the_front_door(w, g, &mut unopened) {
             continue;
         }
-        differs |= w != g;
-        if w != g {
+        let w_differs = !same(w, g);
+        differs |= w_differs;
+        if w_differs {
             let show = |lines: Option<&Vec<String>>| {
                 lines.map_or_else(|| "(nothing)".to_owned(), |l| l.join("\n"))
             };
@@ -184,6 +228,19 @@ fn settle(name: &str, lines: &[String]) {
     if differs || !front_door {
         panic!("{name}: the transcript differs from {path} outside any step");
     }
+}
+
+/// `line` with every `<session#N>` placeholder as `<session>`.
+fn without_session_numbers(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("<session#") {
+        out.push_str(&rest[..at]);
+        out.push_str("<session");
+        rest = rest[at + "<session#".len()..].trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    out.push_str(rest);
+    out
 }
 
 // ---- Normalisation ------------------------------------------------------------------------

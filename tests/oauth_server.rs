@@ -667,6 +667,44 @@ fn registration_is_bounded_per_source_and_checks_redirect_uris() {
 }
 
 #[test]
+fn a_handshake_without_a_credential_is_challenged_on_mcp_and_kept_anonymous_on_the_key_endpoint() {
+    let db = TestDb::new();
+    let server = front_door(&db);
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "host", "version": "1"}},
+    });
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let body = initialize.to_string();
+    let on_mcp = http_request(server.addr, "POST", "/mcp", &headers, body.as_bytes());
+    assert_eq!(
+        on_mcp.status,
+        401,
+        "{}",
+        String::from_utf8_lossy(&on_mcp.body)
+    );
+    assert!(
+        on_mcp.header("mcp-session-id").is_none(),
+        "no session opened"
+    );
+    assert!(
+        on_mcp
+            .header("www-authenticate")
+            .expect("challenge")
+            .contains("/.well-known/oauth-protected-resource/mcp")
+    );
+    assert_eq!(on_mcp.json()["error"]["data"]["code"], "invalid_token");
+    // The key endpoint answers as /mcp did before the front door.
+    let on_key = http_request(server.addr, "POST", "/mcp-key", &headers, body.as_bytes());
+    assert_eq!(on_key.status, 200);
+    assert!(on_key.header("mcp-session-id").is_some());
+}
+
+#[test]
 fn the_key_endpoint_serves_api_keys_and_answers_no_discovery() {
     let db = TestDb::new();
     let (_, key) = personal_key(&db, "invoices:read");

@@ -37,49 +37,43 @@ impl FrontDoor {
     /// The HTTP answer of a front-door [`Reply`] that is a page or a redirect (`None` for
     /// JSON, which the transport writes itself).
     pub fn response(&self, reply: &Reply) -> Option<Response> {
-        match reply {
+        let (mut response, cookie, form_targets) = match reply {
             Reply::Page {
                 status,
                 page,
                 cookie,
                 form_targets,
-            } => {
-                let mut response = Response::html(*status, self.render(page));
-                let policy = CONTENT_SECURITY_POLICY.replace(
-                    "form-action 'self'",
-                    &std::iter::once("form-action 'self'".to_owned())
-                        .chain(form_targets.iter().filter(|t| is_source(t)).cloned())
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                );
-                for (name, value) in &mut response.headers {
-                    if name == "Content-Security-Policy" {
-                        value.clone_from(&policy);
-                    }
-                    if name == "Referrer-Policy" {
-                        *value = "no-referrer".to_owned();
-                    }
-                }
-                if let Some(cookie) = cookie {
-                    response.headers.push(("Set-Cookie".into(), cookie.clone()));
-                }
-                Some(response)
-            }
+            } => (
+                Response::html(*status, self.render(page)),
+                cookie,
+                form_targets.as_slice(),
+            ),
             Reply::Redirect { location, cookie } => {
                 let mut response = Response::new(302, "text/plain; charset=utf-8", Vec::new());
                 response.headers.push(("Location".into(), location.clone()));
-                for (name, value) in &mut response.headers {
-                    if name == "Referrer-Policy" {
-                        *value = "no-referrer".to_owned();
-                    }
-                }
-                if let Some(cookie) = cookie {
-                    response.headers.push(("Set-Cookie".into(), cookie.clone()));
-                }
-                Some(response)
+                (response, cookie, &[][..])
             }
-            Reply::Json { .. } => None,
+            Reply::Json { .. } => return None,
+        };
+        let policy = CONTENT_SECURITY_POLICY.replace(
+            "form-action 'self'",
+            &std::iter::once("form-action 'self'".to_owned())
+                .chain(form_targets.iter().filter(|t| is_source(t)).cloned())
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        for (name, value) in &mut response.headers {
+            match name.as_str() {
+                "Content-Security-Policy" => value.clone_from(&policy),
+                // The code in a redirect's URL never leaks to the next site in a Referer.
+                "Referrer-Policy" => *value = "no-referrer".to_owned(),
+                _ => {}
+            }
         }
+        if let Some(cookie) = cookie {
+            response.headers.push(("Set-Cookie".into(), cookie.clone()));
+        }
+        Some(response)
     }
 
     fn render(&self, page: &Page) -> String {

@@ -402,19 +402,30 @@ impl AuthorizationServer {
         }
     }
 
-    /// `POST /oauth/consent`: the person's answer.
-    pub fn consent(&self, ctx: &Context<'_>, body: &[u8]) -> Reply {
+    /// A form a person posted for a request: from this origin, for a live request whose
+    /// cookie the browser holds, with the request's token.
+    pub(super) fn posted_form(
+        &self,
+        ctx: &Context<'_>,
+        body: &[u8],
+    ) -> Result<(Form, AuthRequest), Box<Reply>> {
         let form = Form::parse(body);
         if !ctx.same_origin_post() {
-            return forbidden_page();
+            return Err(Box::new(forbidden_page()));
         }
-        let request = match self.live_request(ctx, form.get("request")) {
-            Ok(request) => request,
+        let request = self.live_request(ctx, form.get("request"))?;
+        if !super::core::same_token(form.get("csrf"), &request.csrf) {
+            return Err(Box::new(forbidden_page()));
+        }
+        Ok((form, request))
+    }
+
+    /// `POST /oauth/consent`: the person's answer.
+    pub fn consent(&self, ctx: &Context<'_>, body: &[u8]) -> Reply {
+        let (form, request) = match self.posted_form(ctx, body) {
+            Ok(posted) => posted,
             Err(reply) => return *reply,
         };
-        if !super::core::same_token(form.get("csrf"), &request.csrf) {
-            return forbidden_page();
-        }
         let Some(who) = request.signed_in.clone() else {
             return forbidden_page();
         };

@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::store::oauth::secret_digest;
 
 use super::core::{AuthorizationServer, Context, OAuthError, Reply};
-use super::token::{TOKEN_REQUESTS_PER_MINUTE, presented_client};
+use super::token::presented_client;
 
 impl AuthorizationServer {
     /// `POST /oauth/revoke`.
@@ -26,12 +26,7 @@ impl AuthorizationServer {
     }
 
     fn revocation(&self, ctx: &Context<'_>, body: &[u8]) -> Result<(), OAuthError> {
-        self.windows.admit(
-            &format!("source:{}", ctx.source),
-            TOKEN_REQUESTS_PER_MINUTE,
-            "oauth_token",
-            ctx.locale,
-        )?;
+        self.admit_source(ctx)?;
         let form: HashMap<String, String> = form_urlencoded::parse(body).into_owned().collect();
         let presented = presented_client(ctx, &form)?;
         let client = self.authenticate_client(&presented)?;

@@ -8,23 +8,16 @@ use crate::identity::IdentityError;
 use crate::store::oauth::SignedIn;
 use crate::store::users::SeenUser;
 
-use super::authorize::{Form, Query, Return, expired_page, forbidden_page, unavailable_page};
-use super::core::{AuthorizationServer, Context, Page, REQUEST_COOKIE, Reply, same_token};
+use super::authorize::{Query, Return, expired_page, unavailable_page};
+use super::core::{AuthorizationServer, Context, Page, REQUEST_COOKIE, Reply};
 
 impl AuthorizationServer {
     /// `POST /oauth/sign-in`: a person signs in with a personal key.
     pub fn sign_in(&self, ctx: &Context<'_>, body: &[u8]) -> Reply {
-        let form = Form::parse(body);
-        if !ctx.same_origin_post() {
-            return forbidden_page();
-        }
-        let request = match self.live_request(ctx, form.get("request")) {
-            Ok(request) => request,
+        let (form, request) = match self.posted_form(ctx, body) {
+            Ok(posted) => posted,
             Err(reply) => return *reply,
         };
-        if !same_token(form.get("csrf"), &request.csrf) {
-            return forbidden_page();
-        }
         let principal = match ctx.auth.authenticate(Some(form.get("key")), ctx.source) {
             Ok(principal) if !principal.is_user() && principal.client_id.is_none() => principal,
             Ok(_) | Err(_) => {

@@ -110,13 +110,18 @@ impl AuthorizationServer {
         }
     }
 
-    fn token_grant(&self, ctx: &Context<'_>, body: &[u8]) -> Result<Value, OAuthError> {
+    /// Counts a token or revocation request against its source.
+    pub(super) fn admit_source(&self, ctx: &Context<'_>) -> Result<(), OAuthError> {
         self.windows.admit(
             &format!("source:{}", ctx.source),
             TOKEN_REQUESTS_PER_MINUTE,
             "oauth_token",
             ctx.locale,
-        )?;
+        )
+    }
+
+    fn token_grant(&self, ctx: &Context<'_>, body: &[u8]) -> Result<Value, OAuthError> {
+        self.admit_source(ctx)?;
         let pairs: Vec<(String, String)> = form_urlencoded::parse(body).into_owned().collect();
         let mut form = HashMap::new();
         for (name, value) in pairs {

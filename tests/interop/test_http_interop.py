@@ -19,6 +19,7 @@ handles just as well (it parses a JSON-RPC error body at any status).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -129,7 +130,23 @@ async def test_lists_and_calls_with_a_bearer_token(mode: str, tollgate_db, serve
 async def test_bad_token_surfaces_invalid_token(mode: str, tollgate_db, serve_http) -> None:
     server = serve_http(tollgate_db, "--conformance-pack")
     log = StatusLog()
-    async with http_client(server.url, "tg_live_0000000000000000_not-a-secret", mode, log) as client:
+    bad = "tg_live_0000000000000000_not-a-secret"
+    if mode == "legacy" and os.environ.get("TG_FRONT_DOOR") == "on":
+        # With the OAuth front door on, /mcp opens no session for a refused credential:
+        # the handshake itself is answered invalid_token with its 401 challenge, so that a
+        # host signs its person in before it has a session it could not use afterwards.
+        with pytest.raises(BaseException) as raised:
+            async with http_client(server.url, bad, mode, log):
+                pass
+        # The client's task group may wrap the refusal in an exception group.
+        refusal = raised.value
+        while isinstance(refusal, BaseExceptionGroup):
+            refusal = refusal.exceptions[0]
+        assert isinstance(refusal, MCPError), repr(raised.value)
+        assert_catalog_error(refusal, -32001, "invalid_token", 401)
+        assert log.statuses_of("initialize") == [401]
+        return
+    async with http_client(server.url, bad, mode, log) as client:
         with pytest.raises(MCPError) as raised:
             await client.list_tools()
         assert_catalog_error(raised.value, -32001, "invalid_token", 401)

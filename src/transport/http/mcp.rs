@@ -100,8 +100,15 @@ impl App {
         // A session belongs to the credential of its `initialize`; one opened without a
         // credential is anonymous and lives in a pool of its own (see `sessions.rs`).
         let owner = if opens_session {
-            match self.caller(head) {
-                Ok(owner) => Some(owner),
+            match self.caller_with_refusal(head) {
+                // With the front door on, `/mcp` is where hosts sign people in: a session
+                // is never opened without a credential there, or a host that learns of
+                // OAuth only from a 401 would go on with an anonymous session it can no
+                // longer use once signed in. (The key endpoint keeps anonymous sessions.)
+                Ok((_, Some(refusal))) if self.signs_people_in(head) => {
+                    return Outgoing::Reply(self.error_reply(id, refusal));
+                }
+                Ok((owner, _)) => Some(owner),
                 Err(err) => return Outgoing::Reply(self.error_reply(id, err)),
             }
         } else {
@@ -129,6 +136,12 @@ impl App {
             }
         }
         Outgoing::Reply(reply)
+    }
+
+    /// Whether the request came to the endpoint where hosts sign people in: `/mcp` with
+    /// the OAuth front door on.
+    fn signs_people_in(&self, head: &HttpHead) -> bool {
+        self.authorization.enabled() && head.path == "/mcp"
     }
 
     /// The answer to a request naming a session that is not the caller's: an anonymous
