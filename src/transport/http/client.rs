@@ -58,14 +58,10 @@ impl App {
 
     /// The owner of the sessions the request may use: the credential of the presented
     /// token (from the verified-token cache, or verified now), or development mode's
-    /// credential for a request without one. A missing or refused credential makes the
-    /// request anonymous; a throttled one, or a store that cannot answer, is an error
-    /// (never mistaken for anonymity).
-    pub(super) fn caller(&self, head: &HttpHead) -> Result<SessionOwner, McpError> {
-        self.caller_with_refusal(head).map(|(owner, _)| owner)
-    }
-
-    /// [`App::caller`], with the refusal that made the request anonymous, if one did.
+    /// credential for a request without one; and the refusal that made the request
+    /// anonymous, if one did. A missing or refused credential makes the request
+    /// anonymous; a throttled one, or a store that cannot answer, is an error (never
+    /// mistaken for anonymity).
     pub(super) fn caller_with_refusal(
         &self,
         head: &HttpHead,
