@@ -8,8 +8,11 @@ real `tollgate` binary.
 - `run_tollgate`: runs a `tollgate` command line and returns the completed process.
 - `stdio_params`: builds the `StdioServerParameters` that start `tollgate stdio` on a
   database with the credential in `TOLLGATE_TOKEN`.
-- `serve_http`: starts `tollgate serve` on a free loopback port (optionally with a config
-  file) and returns an `HttpServer` with its MCP `url` once `/healthz` answers.
+- `serve_http`: starts `tollgate serve` on a free loopback port (or one given; optionally
+  with a config file) and returns an `HttpServer` with its MCP `url` once `/healthz` answers.
+- `oidc_provider`: runs the test OpenID Provider (`tests/idp/provider.mjs`, the npm package
+  `oidc-provider`) for the length of a `with` block; `count_rows` counts a table's rows in a
+  test database (SQLite or PostgreSQL).
 
 The server refuses unknown `TOLLGATE_*` variables, so every process started here gets an
 environment stripped of them; only `TOLLGATE_TOKEN`, `TOLLGATE_TOKEN_FILE` and
@@ -19,16 +22,22 @@ environment stripped of them; only `TOLLGATE_TOKEN`, `TOLLGATE_TOKEN_FILE` and
 from __future__ import annotations
 
 import json
+import queue
 import secrets
 import os
+import shutil
 import socket
+import sqlite3
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import StdioServerParameters
@@ -214,7 +223,8 @@ def _wait_healthy(server: HttpServer, timeout: float = 20) -> None:
 
 @pytest.fixture
 def serve_http(tollgate_bin: Path, tmp_path: Path):
-    """Starts `tollgate --database DB serve --listen 127.0.0.1:<free port> EXTRA…`.
+    """Starts `tollgate --database DB serve --listen 127.0.0.1:<port> EXTRA…` (`port`: a free
+    one unless given, e.g. one an identity provider already knows tollgate's callback on).
 
     `config` is TOML text written to a file and passed with `--config` (the way to set
     keys such as `[http] error_status = "semantic"` without TOLLGATE_* variables). Returns
@@ -222,8 +232,8 @@ def serve_http(tollgate_bin: Path, tmp_path: Path):
     """
     started: list[HttpServer] = []
 
-    def start(db: TollgateDb, *extra: str, config: str | None = None) -> HttpServer:
-        port = free_port()
+    def start(db: TollgateDb, *extra: str, config: str | None = None, port: int | None = None) -> HttpServer:
+        port = port or free_port()
         args = [str(tollgate_bin), "--database", str(db.path)]
         if config is not None:
             config_file = tmp_path / f"serve-{port}.toml"
@@ -249,3 +259,100 @@ def serve_http(tollgate_bin: Path, tmp_path: Path):
         except subprocess.TimeoutExpired:
             server.process.kill()
             server.process.wait()
+
+
+def _count_rows(db: TollgateDb, table: str) -> int:
+    """The number of rows of `table` in the test database (a SQLite file or, under
+    `TG_POSTGRES`, a PostgreSQL database), read directly."""
+    if str(db.path).startswith("postgres"):
+        done = subprocess.run(
+            ["psql", "-qtA", "-v", "ON_ERROR_STOP=1", str(db.path), "-c", f"SELECT count(*) FROM {table}"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        return int(done.stdout.strip())
+    with sqlite3.connect(f"file:{db.path}?mode=ro", uri=True) as connection:
+        return connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+@pytest.fixture
+def count_rows() -> Callable[[TollgateDb, str], int]:
+    """`count_rows(db, table)`: how many rows `table` holds in the test database `db`."""
+    return _count_rows
+
+
+# ---- the test OpenID Provider: tests/idp/provider.mjs ------------------------------------
+
+# How long the provider may take to print its ready line (Node loads oidc-provider first).
+PROVIDER_START_SECS = 30
+
+
+def idp_modules_dir() -> Path:
+    """The `node_modules` holding the provider's packages: `TG_IDP_MODULES`, else
+    `tests/idp/node_modules` (installed by `npm ci --prefix tests/idp`)."""
+    configured = os.environ.get("TG_IDP_MODULES")
+    modules = Path(configured) if configured else REPO_ROOT / "tests" / "idp" / "node_modules"
+    if not all((modules / package / "package.json").is_file() for package in ("oidc-provider", "jose")):
+        pytest.fail(
+            f"the test OpenID Provider's npm packages are not in {modules}: run "
+            "`npm ci --prefix tests/idp` (or set TG_IDP_MODULES to a node_modules directory holding them)"
+        )
+    return modules
+
+
+def _read_line_within(stream: Any, seconds: float) -> str | None:
+    """The next line of `stream`, or None when none comes within `seconds`."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
+    try:
+        return lines.get(timeout=seconds)
+    except queue.Empty:
+        return None
+
+
+@contextmanager
+def _run_oidc_provider(work: Path, clients: list[dict], accounts: dict | None = None) -> Iterator[dict[str, Any]]:
+    """`provider.mjs serve` in `work` on a free loopback port with a fresh RS256 key, these
+    `clients` and `accounts` (tests/idp/README.md describes both); yields its ready line (the
+    `issuer` and its endpoints). Node is `TG_NODE`, else `node`. Stopped on leaving: its
+    standard input closed, then killed if need be."""
+    node = os.environ.get("TG_NODE", "node")
+    shutil.copy(REPO_ROOT / "tests" / "idp" / "provider.mjs", work / "provider.mjs")
+    (work / "node_modules").symlink_to(idp_modules_dir())
+    subprocess.run(
+        [node, "provider.mjs", "newkeys", "keys.json", "RS256"], cwd=work, check=True, capture_output=True, timeout=60
+    )
+    config = {"keys": "keys.json", "port": 0, "clients": clients, "accounts": accounts or {}}
+    (work / "config.json").write_text(json.dumps(config))
+    log = work / "provider.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [node, "provider.mjs", "serve", "config.json"],
+            cwd=work,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=sink,
+            text=True,
+        )
+    try:
+        line = _read_line_within(process.stdout, PROVIDER_START_SECS)
+        if not line:
+            pytest.fail(f"the test provider did not start: {log.read_text(errors='replace')}")
+        yield json.loads(line)
+    finally:
+        process.stdin.close()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def oidc_provider() -> Callable[..., AbstractContextManager[dict[str, Any]]]:
+    """`with oidc_provider(work, clients, accounts) as ready:` runs the test OpenID Provider
+    in the folder `work` for the length of the block (see `_run_oidc_provider`)."""
+    return _run_oidc_provider

@@ -24,11 +24,6 @@ Afterwards `tollgate users list --json` holds the provider's user the calls ran 
 from __future__ import annotations
 
 import json
-import os
-import queue
-import shutil
-import subprocess
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -43,8 +38,6 @@ from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 SIMPLE_TEXT = "This is a simple text response for testing."
 
 # mode -> the protocol version the connection must end up on.
@@ -55,9 +48,6 @@ AUDIENCE = "https://tollgate.interop.test/mcp"
 
 # The issuer's name in tollgate's configuration (logs and the CLI name the provider by it).
 ISSUER_NAME = "corp"
-
-# How long the provider may take to print its ready line (Node loads oidc-provider first).
-PROVIDER_START_SECS = 30
 
 INTROSPECTOR = ("tollgate-introspector", "introspector-secret-5d1e07")
 
@@ -123,62 +113,13 @@ class Provider:
         )
 
 
-def _modules_dir() -> Path:
-    configured = os.environ.get("TG_IDP_MODULES")
-    modules = Path(configured) if configured else REPO_ROOT / "tests" / "idp" / "node_modules"
-    if not all((modules / package / "package.json").is_file() for package in ("oidc-provider", "jose")):
-        pytest.fail(
-            f"the test OpenID Provider's npm packages are not in {modules}: run "
-            "`npm ci --prefix tests/idp` (or set TG_IDP_MODULES to a node_modules directory holding them)"
-        )
-    return modules
-
-
-def _read_line_within(stream: Any, seconds: float) -> str | None:
-    """The next line of `stream`, or None when none comes within `seconds`."""
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
-    try:
-        return lines.get(timeout=seconds)
-    except queue.Empty:
-        return None
-
-
 @pytest.fixture(scope="module")
-def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Provider]:
-    """`provider.mjs serve` on a free loopback port, with a fresh RS256 key; stopped (its
-    standard input closed, then killed if need be) when the module's tests are done."""
-    node = os.environ.get("TG_NODE", "node")
+def provider(tmp_path_factory: pytest.TempPathFactory, oidc_provider) -> Iterator[Provider]:
+    """The test provider with `CLIENTS`, on a free loopback port with a fresh RS256 key;
+    stopped when the module's tests are done."""
     work = tmp_path_factory.mktemp("idp")
-    shutil.copy(REPO_ROOT / "tests" / "idp" / "provider.mjs", work / "provider.mjs")
-    (work / "node_modules").symlink_to(_modules_dir())
-    subprocess.run(
-        [node, "provider.mjs", "newkeys", "keys.json", "RS256"], cwd=work, check=True, capture_output=True, timeout=60
-    )
-    (work / "config.json").write_text(json.dumps({"keys": "keys.json", "port": 0, "clients": CLIENTS}))
-    log = work / "provider.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [node, "provider.mjs", "serve", "config.json"],
-            cwd=work,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=sink,
-            text=True,
-        )
-    try:
-        line = _read_line_within(process.stdout, PROVIDER_START_SECS)
-        if not line:
-            pytest.fail(f"the test provider did not start: {log.read_text(errors='replace')}")
-        yield Provider(ready=json.loads(line), dir=work)
-    finally:
-        process.stdin.close()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        process.stdout.close()
+    with oidc_provider(work, CLIENTS) as ready:
+        yield Provider(ready=ready, dir=work)
 
 
 @pytest.fixture
