@@ -458,26 +458,15 @@ def innermost(error: BaseException) -> BaseException:
     return error
 
 
-@pytest.mark.xfail(
-    raises=MCPError,
-    strict=True,
-    reason="tollgate answers an `initialize` without a credential on /mcp (an anonymous "
-    "session) instead of 401; the SDK signs in on the next request's 401, and the anonymous "
-    "session then answers the signed-in request session_not_found",
-)
 async def test_a_handshake_era_host_without_a_token_signs_in_on_its_first_request(
     tollgate_db, serve_http, run_tollgate, front_door: FrontDoor
 ) -> None:
     server = serve_http(tollgate_db, config=front_door.config(), port=front_door.port)
     host = make_host(server.url, f"http://127.0.0.1:{free_port()}/callback")
-    try:
-        async with host.connect(server.url, "legacy") as client:
-            await assert_acts_as_the_person(client, tool_scopes(run_tollgate, tollgate_db))
-    except BaseException as error:  # noqa: BLE001 (the task group wraps what failed)
-        cause = innermost(error)
-        if isinstance(cause, MCPError) and cause.message == "session_not_found":
-            raise cause from error
-        raise
+    # The handshake without a token is challenged (401): the SDK signs the person in, then
+    # opens its session with the token.
+    async with host.connect(server.url, "legacy") as client:
+        await assert_acts_as_the_person(client, tool_scopes(run_tollgate, tollgate_db))
     assert_signed_in_at_the_provider(host, front_door, "Interop host")
 
 

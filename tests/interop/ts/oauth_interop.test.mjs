@@ -530,14 +530,13 @@ async function signInAndCall(ctx, provider, login) {
   const recorder = recordingFetch();
   const held = PEOPLE[login].roles.flatMap((role) => ROLE_SCOPES[role]);
 
-  // 1. Unauthorized. tollgate answers `initialize` without a credential (an anonymous
-  // session, docs/authentication.md) and refuses the first request that needs one with 401:
-  // the SDK then discovers tollgate, gets the client's identity (registered or its
-  // document) and sends the person to the authorization URL with PKCE, state and resource.
+  // 1. Unauthorized. With the front door on, tollgate opens no session on /mcp without a
+  // credential: the handshake itself is answered 401 with its challenge, and the SDK then
+  // discovers tollgate, gets the client's identity (registered or its document) and sends
+  // the person to the authorization URL with PKCE, state and resource.
   const first = new StreamableHTTPClientTransport(new URL(server.url), { authProvider: provider, fetch: recorder.fetch });
   const anonymous = new Client({ name: 'tollgate-ts-oauth', version: '0.0.0' });
-  await anonymous.connect(first);
-  const refused = await rejection(anonymous.listTools());
+  const refused = await rejection(anonymous.connect(first));
   assert.ok(refused instanceof UnauthorizedError, `expected UnauthorizedError, got ${refused?.constructor?.name}: ${refused}`);
   const authorize = provider.authorizationUrl;
   assert.ok(authorize, 'the SDK did not send the person to sign in');
