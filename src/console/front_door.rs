@@ -83,7 +83,7 @@ impl FrontDoor {
     }
 
     fn render(&self, page: &Page) -> String {
-        let tr = texts(self.locale);
+        let words = texts(self.locale);
         let context = match page {
             Page::SignIn {
                 request,
@@ -91,7 +91,7 @@ impl FrontDoor {
                 client,
                 failed,
             } => json!({
-                "kind": "sign_in", "title": tr.get("fd_sign_in"), "request": request,
+                "kind": "sign_in", "title": words.get("fd_sign_in"), "request": request,
                 "csrf": csrf, "client": client, "failed": failed,
             }),
             Page::Consent {
@@ -105,14 +105,14 @@ impl FrontDoor {
                 granted,
                 not_held,
             } => json!({
-                "kind": "consent", "title": tr.get("fd_consent"), "request": request,
+                "kind": "consent", "title": words.get("fd_consent"), "request": request,
                 "csrf": csrf, "client": client, "client_id": client_id,
                 "redirect_host": redirect_host, "loopback_only": loopback_only,
                 "person": person, "granted": granted, "not_held": not_held,
             }),
             Page::Error { error, description } => json!({
-                "kind": "error", "title": tr.get("fd_error"), "error": error,
-                "message": tr.get(&format!("fd_error_{error}")), "description": description,
+                "kind": "error", "title": words.get("fd_error"), "error": error,
+                "message": words.get(&format!("fd_error_{error}")), "description": description,
             }),
         };
         match self
