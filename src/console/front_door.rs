@@ -52,12 +52,13 @@ impl FrontDoor {
                         .collect::<Vec<_>>()
                         .join(" "),
                 );
+                // The console's `Referrer-Policy: same-origin` stays: under `no-referrer` a
+                // browser sends `Origin: null` with the page's own form posts, which the
+                // same-origin check of those posts must refuse. Another origin is sent no
+                // referrer either way.
                 for (name, value) in &mut response.headers {
                     if name == "Content-Security-Policy" {
                         value.clone_from(&policy);
-                    }
-                    if name == "Referrer-Policy" {
-                        *value = "no-referrer".to_owned();
                     }
                 }
                 if let Some(cookie) = cookie {
@@ -185,6 +186,13 @@ mod tests {
                 !csp.contains("script-src *"),
                 "a target is never spliced in raw"
             );
+            // Its forms' posts carry their true `Origin` (under no-referrer: `null`).
+            assert!(
+                response
+                    .headers
+                    .contains(&("Referrer-Policy".into(), "same-origin".into()))
+            );
+            assert!(html.contains("<meta name=\"referrer\" content=\"same-origin\">"));
         }
     }
 
