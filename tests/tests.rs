@@ -39,6 +39,7 @@ mod identity_login;
 mod idp;
 mod invoicing;
 mod listener;
+mod oauth_cli;
 mod oauth_provider;
 mod oauth_server;
 mod optional_args;

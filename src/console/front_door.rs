@@ -62,11 +62,15 @@ impl FrontDoor {
                 .collect::<Vec<_>>()
                 .join(" "),
         );
+        let redirect = matches!(reply, Reply::Redirect { .. });
         for (name, value) in &mut response.headers {
             match name.as_str() {
                 "Content-Security-Policy" => value.clone_from(&policy),
                 // The code in a redirect's URL never leaks to the next site in a Referer.
-                "Referrer-Policy" => *value = "no-referrer".to_owned(),
+                // A page keeps the console's `same-origin`: under `no-referrer` a browser
+                // sends `Origin: null` with the page's own form posts, which the
+                // same-origin check of those posts must refuse.
+                "Referrer-Policy" if redirect => *value = "no-referrer".to_owned(),
                 _ => {}
             }
         }
@@ -77,7 +81,7 @@ impl FrontDoor {
     }
 
     fn render(&self, page: &Page) -> String {
-        let tr = texts(self.locale);
+        let words = texts(self.locale);
         let context = match page {
             Page::SignIn {
                 request,
@@ -85,7 +89,7 @@ impl FrontDoor {
                 client,
                 failed,
             } => json!({
-                "kind": "sign_in", "title": tr.get("fd_sign_in"), "request": request,
+                "kind": "sign_in", "title": words.get("fd_sign_in"), "request": request,
                 "csrf": csrf, "client": client, "failed": failed,
             }),
             Page::Consent {
@@ -99,14 +103,14 @@ impl FrontDoor {
                 granted,
                 not_held,
             } => json!({
-                "kind": "consent", "title": tr.get("fd_consent"), "request": request,
+                "kind": "consent", "title": words.get("fd_consent"), "request": request,
                 "csrf": csrf, "client": client, "client_id": client_id,
                 "redirect_host": redirect_host, "loopback_only": loopback_only,
                 "person": person, "granted": granted, "not_held": not_held,
             }),
             Page::Error { error, description } => json!({
-                "kind": "error", "title": tr.get("fd_error"), "error": error,
-                "message": tr.get(&format!("fd_error_{error}")), "description": description,
+                "kind": "error", "title": words.get("fd_error"), "error": error,
+                "message": words.get(&format!("fd_error_{error}")), "description": description,
             }),
         };
         match self
@@ -179,6 +183,13 @@ mod tests {
                 !csp.contains("script-src *"),
                 "a target is never spliced in raw"
             );
+            // Its forms' posts carry their true `Origin` (under no-referrer: `null`).
+            assert!(
+                response
+                    .headers
+                    .contains(&("Referrer-Policy".into(), "same-origin".into()))
+            );
+            assert!(html.contains("<meta name=\"referrer\" content=\"same-origin\">"));
         }
     }
 

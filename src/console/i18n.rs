@@ -1,5 +1,8 @@
-//! The console's words in English and Spanish, one table; the page follows the company's
-//! locale (`tollgate init --locale`, or `locale` in the configuration).
+//! The console's words in English and Spanish, one table made of two (the console's own,
+//! here, and the OAuth pages' in `oauth`); the page follows the company's locale
+//! (`tollgate init --locale`, or `locale` in the configuration).
+
+mod oauth;
 
 use std::sync::LazyLock;
 
@@ -25,72 +28,6 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "client_created",
         "OAuth client created",
         "Cliente OAuth creado",
-    ),
-    // The OAuth front door (sign-in, consent, failures).
-    ("fd_sign_in", "Sign in", "Iniciar sesión"),
-    ("fd_consent", "Allow access?", "¿Permitir el acceso?"),
-    ("fd_error", "Sign-in stopped", "Inicio de sesión detenido"),
-    (
-        "fd_sign_in_for",
-        "An application wants to use tollgate as you:",
-        "Una aplicación quiere usar tollgate en su nombre:",
-    ),
-    ("fd_key", "Your personal key", "Su clave personal"),
-    (
-        "fd_key_help",
-        "The API key your operator gave you (tg_live_…). It proves who you are here; the application never sees it.",
-        "La clave de API que le dio su operador (tg_live_…). Demuestra quién es usted aquí; la aplicación nunca la ve.",
-    ),
-    (
-        "fd_sign_in_wrong",
-        "That key is not valid. Check it and try again.",
-        "Esa clave no es válida. Revísela e inténtelo de nuevo.",
-    ),
-    ("fd_continue", "Continue", "Continuar"),
-    (
-        "fd_consent_asks",
-        "asks to use tollgate as you, with these permissions.",
-        "pide usar tollgate en su nombre, con estos permisos.",
-    ),
-    ("fd_person", "Signed in as", "Sesión de"),
-    (
-        "fd_client_id",
-        "Application id",
-        "Identificador de la aplicación",
-    ),
-    ("fd_redirect_host", "You will be sent back to", "Volverá a"),
-    (
-        "fd_loopback_warning",
-        "This application receives its answer on this computer only. Allow it only if you started it yourself just now.",
-        "Esta aplicación recibe la respuesta solo en este ordenador. Permítalo solo si acaba de iniciarla usted.",
-    ),
-    ("fd_granted", "It will be allowed to", "Podrá"),
-    (
-        "fd_not_held",
-        "It also asked for, but you do not hold",
-        "También pidió, pero usted no tiene",
-    ),
-    ("fd_allow", "Allow", "Permitir"),
-    ("fd_deny", "Deny", "Denegar"),
-    (
-        "fd_error_invalid_request",
-        "This sign-in cannot go on.",
-        "Este inicio de sesión no puede continuar.",
-    ),
-    (
-        "fd_error_invalid_client",
-        "This application is not known here.",
-        "Esta aplicación no es conocida aquí.",
-    ),
-    (
-        "fd_error_access_denied",
-        "This request was refused.",
-        "Esta solicitud fue rechazada.",
-    ),
-    (
-        "fd_error_temporarily_unavailable",
-        "The server cannot complete the sign-in right now.",
-        "El servidor no puede completar el inicio de sesión ahora.",
     ),
     // Frame.
     ("console", "console", "consola"),
@@ -579,10 +516,14 @@ pub struct Texts {
     map: Value,
 }
 
+/// Every `(key, English, Spanish)` of the console's and the OAuth pages' tables.
+fn every_text() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
+    TEXTS.iter().chain(oauth::TEXTS)
+}
+
 impl Texts {
     fn of(english: bool) -> Texts {
-        let map: Map<String, Value> = TEXTS
-            .iter()
+        let map: Map<String, Value> = every_text()
             .map(|(k, en, es)| {
                 (
                     (*k).to_owned(),
@@ -638,7 +579,9 @@ mod tests {
             include_str!("templates/audit_row.html"),
             include_str!("templates/backends.html"),
             include_str!("templates/users.html"),
+            include_str!("templates/grants.html"),
             include_str!("templates/refused.html"),
+            include_str!("templates/front_door.html"),
             include_str!("mod.rs"),
             include_str!("pages.rs"),
             include_str!("credentials.rs"),
@@ -646,6 +589,8 @@ mod tests {
             include_str!("audit_log.rs"),
             include_str!("backends.rs"),
             include_str!("users.rs"),
+            include_str!("grants.rs"),
+            include_str!("front_door.rs"),
         ];
         let mut keys = BTreeSet::new();
         for source in sources {
@@ -667,6 +612,7 @@ mod tests {
                 "overview",
                 "credentials",
                 "users",
+                "grants",
                 "limits",
                 "audit",
                 "backends",
@@ -678,8 +624,12 @@ mod tests {
 
     #[test]
     fn every_text_used_exists_in_both_languages_and_each_key_once() {
-        let defined: BTreeSet<&str> = TEXTS.iter().map(|(k, _, _)| *k).collect();
-        assert_eq!(defined.len(), TEXTS.len(), "a key is defined twice");
+        let defined: BTreeSet<&str> = every_text().map(|(k, _, _)| *k).collect();
+        assert_eq!(
+            defined.len(),
+            every_text().count(),
+            "a key is defined twice"
+        );
         // Fields of the pages' data read with get() (a form's fields) are not texts.
         let not_texts = [
             "csrf",
@@ -704,7 +654,7 @@ mod tests {
             missing.is_empty(),
             "texts used but not defined: {missing:?}"
         );
-        for (key, en, es) in TEXTS {
+        for (key, en, es) in every_text() {
             assert!(!en.is_empty() && !es.is_empty(), "{key}");
         }
     }

@@ -5,9 +5,10 @@
 //! every change made here is written to the audit log under the operator's credential
 //! before the page says it is done. Pages read and change state through the same
 //! functions as the command line (`guards::auth` keys and clients, `guards::ratelimit`
-//! limits and usage, the identity provider's users and their blocks in `users`, the audit
-//! log) and are rendered from the templates in `templates/` with HTML autoescaping, in the
-//! company's language (`i18n`). They work with JavaScript off; the one script copies a new
+//! limits and usage, the identity provider's users and their blocks in `users`, the OAuth
+//! front door's grants and registered clients in `grants`, the audit log) and are rendered
+//! from the templates in `templates/` with HTML autoescaping, in the company's language
+//! (`i18n`). They work with JavaScript off; the one script copies a new
 //! secret to the clipboard. Nothing is loaded from anywhere but this server.
 //!
 //! The transport hands a [`Request`] in and writes the [`Response`] out; it has already
@@ -19,6 +20,7 @@ mod backends;
 mod charts;
 mod credentials;
 pub mod front_door;
+mod grants;
 mod i18n;
 mod pages;
 pub mod session;
@@ -188,6 +190,9 @@ pub struct Console {
     secure: bool,
     /// The scopes a credential made here may hold (the configured backends' included).
     scopes: KnownScopes,
+    /// Whether the OAuth front door (`[oauth_server]`) is on: the grants page says when
+    /// it is not.
+    front_door: bool,
 }
 
 impl Console {
@@ -210,6 +215,7 @@ impl Console {
             templates,
             secure,
             scopes: KnownScopes::new(&config.backends, config.tools.conformance_pack),
+            front_door: config.oauth_server.enabled,
         })
     }
 

@@ -10,8 +10,8 @@ use super::backends::backends;
 use super::charts::chart;
 use super::credentials::{self, credential_failed, secret_page};
 use super::i18n::texts;
-use super::users;
 use super::{Console, Form, Method, Operator, Request, Response, form_status};
+use super::{grants, users};
 use crate::clock::format_time;
 use crate::config::Locale;
 use crate::guards::auth;
@@ -39,6 +39,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("audit_row.html", include_str!("templates/audit_row.html")),
     ("backends.html", include_str!("templates/backends.html")),
     ("users.html", include_str!("templates/users.html")),
+    ("grants.html", include_str!("templates/grants.html")),
     ("refused.html", include_str!("templates/refused.html")),
     ("front_door.html", include_str!("templates/front_door.html")),
 ];
@@ -87,8 +88,12 @@ pub fn get(console: &Console, request: &Request<'_>, op: &Operator) -> Option<Re
         "/console/audit.csv" => return Some(audit_csv(console, request)),
         "/console/backends" => backends(console, op),
         "/console/users" => users::page(console, op),
+        "/console/grants" => grants::page(console, op),
         _ if path.starts_with("/console/audit/") => return row_page(console, op, path),
         _ if path.starts_with("/console/users/") => return users::confirm_page(console, op, path),
+        _ if path.starts_with("/console/grants/") => {
+            return grants::confirm_page(console, op, path);
+        }
         _ => return confirm_page(console, op, path),
     };
     Some(page)
@@ -109,6 +114,9 @@ pub fn post(
         "/console/limits/plan" => set_plan_limit(console, request, op, form),
         path if path.starts_with("/console/users/") => {
             return users::post(console, request, op, path);
+        }
+        path if path.starts_with("/console/grants/") => {
+            return grants::post(console, request, op, path);
         }
         path => {
             let (kind, id, action) = action_path(path)?;

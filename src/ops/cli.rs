@@ -154,6 +154,16 @@ enum Command {
   tollgate users block alice@acme.example"
     )]
     Users(crate::ops::admin::UsersCommand),
+    /// The OAuth front door's grants and registered clients: grants, revoke-grant,
+    /// clients, delete-client.
+    #[command(
+        subcommand,
+        name = "oauth",
+        after_help = "Examples:
+  tollgate oauth grants
+  tollgate oauth revoke-grant g_5e0d2a9c41b7f3e8d6a15e0d2a9c41b7"
+    )]
+    OAuth(crate::ops::admin::OAuthCommand),
     /// The plans: list, show, set (move the company to another), exclude and include
     /// (edit what a plan includes).
     #[command(
@@ -323,6 +333,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Key(command) => crate::ops::admin::key(&config, &command),
         Command::Client(command) => crate::ops::admin::client(&config, &command),
         Command::Users(command) => crate::ops::admin::users(&config, &command),
+        Command::OAuth(command) => crate::ops::admin::oauth(&config, &command),
         Command::Plan(command) => crate::ops::admin::plan(&config, &command),
         Command::Company(command) => crate::ops::admin::company(&config, &command),
         Command::Sandbox(command) => crate::ops::admin::sandbox(&config, &command),

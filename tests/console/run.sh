@@ -5,7 +5,10 @@
 # (shop.openapi.json, served by backend.mjs on another free loopback port). Two users of an
 # identity provider are written into the database before the server starts (with python3's
 # sqlite3: no provider runs here), with two calls of the first in the audit log, for
-# users.test.mjs.
+# users.test.mjs. The OAuth front door is on ([oauth_server]), and a second server on the same
+# database speaks Spanish (`locale = "es"`), for oauth.test.mjs: a person signs an
+# application in with a personal key (Pablo Ruiz's, made here) in both languages, and the
+# operator revokes the grant on the console's Grants page.
 #
 #   TG_BIN=target/debug/tollgate TG_TOOLS=target/ci-tools bash tests/console/run.sh
 #
@@ -14,8 +17,8 @@
 # under $TG_TOOLS/console-npm (reinstalled when the lock file changes). Screenshots of every
 # page go to target/console-screenshots/; with TG_CONSOLE_SCREENSHOT_DOC=1 the overview is
 # also written to docs/console-overview.png. Extra arguments go to `node --test`. The test
-# files (console.test.mjs, keys.test.mjs, users.test.mjs) run one after the other against
-# the one server.
+# files (console.test.mjs, keys.test.mjs, users.test.mjs, oauth.test.mjs) run one after the
+# other against the one server (and, for oauth.test.mjs, the Spanish one).
 # Build the binary first: cargo build --bins --features conformance-pack
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,6 +61,7 @@ while IFS= read -r name; do unset "$name"; done < <(compgen -e | grep '^TOLLGATE
 
 data=$(mktemp -d /tmp/tollgate-console.XXXXXX)
 server=""
+server_es=""
 backend=""
 # Ends process $1: TERM, then KILL if it is still there after 5 s.
 end() {
@@ -70,6 +74,7 @@ end() {
 }
 stop() {
     end "$server"
+    end "$server_es"
     end "$backend"
     rm -rf "$data"
 }
@@ -114,6 +119,11 @@ for at, outcome, entry in ((now * 1000 - 2000, "ok", None),
 db.commit()
 PY
 admin_key=$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).admin_key)' "$data/init.json")
+# The personal key a person signs in with at the OAuth front door.
+"$bin" --database "$data/t.db" key create --name "Pablo Ruiz" \
+    --scopes invoices:read,clients:read --json > "$data/person.json" 2> "$data/person.log" ||
+    { cat "$data/person.log" >&2; exit 1; }
+person_key=$(node -e 'process.stdout.write(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).token)' "$data/person.json")
 
 free_port() {
     node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { process.stdout.write(String(s.address().port)); s.close(); })'
@@ -142,34 +152,53 @@ if ! until_answers "http://127.0.0.1:$backend_port/things" 200; then
 fi
 cp "$here/shop.openapi.json" "$data/shop.openapi.json"
 cat > "$data/tollgate.toml" <<TOML
+[oauth_server]
+enabled = true
+
 [[backends]]
 name = "shop"
 kind = "openapi"
 spec = "shop.openapi.json"
 base_url = "http://127.0.0.1:$backend_port"
 TOML
+# The same, in Spanish: the language of the console and of the front door's pages.
+{ echo 'locale = "es"'; cat "$data/tollgate.toml"; } > "$data/tollgate-es.toml"
 
 port=$(free_port)
 base="http://127.0.0.1:$port"
 RUST_LOG=warn "$bin" --database "$data/t.db" serve --listen "127.0.0.1:$port" \
     --config "$data/tollgate.toml" > "$data/serve.log" 2>&1 &
 server=$!
+port_es=$(free_port)
+base_es="http://127.0.0.1:$port_es"
+RUST_LOG=warn "$bin" --database "$data/t.db" serve --listen "127.0.0.1:$port_es" \
+    --config "$data/tollgate-es.toml" > "$data/serve-es.log" 2>&1 &
+server_es=$!
 # /healthz within 20 s, or the server's log.
 if ! until_answers "$base/healthz" 200 || ! kill -0 "$server" 2>/dev/null; then
     echo "tests/console: tollgate serve did not become healthy on $base" >&2
     cat "$data/serve.log" >&2
     exit 1
 fi
+if ! until_answers "$base_es/healthz" 200 || ! kill -0 "$server_es" 2>/dev/null; then
+    echo "tests/console: the Spanish tollgate serve did not become healthy on $base_es" >&2
+    cat "$data/serve-es.log" >&2
+    exit 1
+fi
 
 started=$SECONDS
 status=0
-TG_CONSOLE_URL="$base" TG_CONSOLE_ADMIN_KEY="$admin_key" TG_CONSOLE_CHROMIUM="$chromium" \
+TG_CONSOLE_URL="$base" TG_CONSOLE_URL_ES="$base_es" TG_CONSOLE_ADMIN_KEY="$admin_key" \
+    TG_CONSOLE_PERSON_KEY="$person_key" TG_CONSOLE_CHROMIUM="$chromium" \
     TG_CONSOLE_NPM="$npm_dir" \
     timeout 300 node --test --test-concurrency=1 --test-timeout=120000 "$@" \
-        "$here/console.test.mjs" "$here/keys.test.mjs" "$here/users.test.mjs" || status=$?
+        "$here/console.test.mjs" "$here/keys.test.mjs" "$here/users.test.mjs" \
+        "$here/oauth.test.mjs" || status=$?
 if [ "$status" -ne 0 ]; then
     printf '\n==> tollgate serve log, last 50 lines\n'
     tail -n 50 "$data/serve.log"
+    printf '\n==> the Spanish tollgate serve log, last 20 lines\n'
+    tail -n 20 "$data/serve-es.log"
 fi
 printf '\ntests/console: %ss, screenshots in target/console-screenshots/\n' "$((SECONDS - started))"
 exit "$status"

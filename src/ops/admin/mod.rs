@@ -1,8 +1,9 @@
 //! The operator's commands: `key`, `client`, `plan`, `company`, `sandbox`, `faults`,
-//! `users` and `audit`, with their arguments (here; `faults` and `users` keep their own) and
-//! handlers (`credentials` for keys and clients, `company` for plans, the company and the
-//! sandbox, `faults` for rehearsed failures, `users` for the identity provider's users and
-//! how the operator names one; `audit` here). `cli` routes to them; the credential
+//! `users`, `oauth` and `audit`, with their arguments (here; `faults`, `users` and `oauth`
+//! keep their own) and handlers (`credentials` for keys and clients, `company` for plans,
+//! the company and the sandbox, `faults` for rehearsed failures, `users` for the identity
+//! provider's users and how the operator names one, `oauth` for the front door's grants and
+//! registered clients; `audit` here). `cli` routes to them; the credential
 //! model they drive lives in [`crate::guards::auth`], the audit log's writer in
 //! [`crate::guards::audit`], the rows (and the audit log's one read) in [`crate::store`].
 //!
@@ -28,6 +29,7 @@ use crate::tools::invoicing::sandbox::{self, Filled, Seed};
 mod company;
 mod credentials;
 mod faults;
+mod oauth;
 mod text;
 mod users;
 
@@ -35,6 +37,7 @@ use company::company_mode;
 pub use company::{company, plan, sandbox};
 pub use credentials::{client, first_admin_key, key};
 pub use faults::{FaultsCommand, faults};
+pub use oauth::{OAuthCommand, oauth};
 use text::format_time_ms;
 pub use text::{escape_for_terminal, format_time, parse_duration};
 pub use users::{UsersCommand, resolve_user, users};

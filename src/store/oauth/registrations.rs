@@ -131,20 +131,34 @@ impl Store {
         })
     }
 
-    /// Deletes the registration of `client_id` and revokes every grant it holds; `false`
-    /// when there was none.
-    pub fn delete_registration(&self, client_id: &str, now: i64) -> Result<bool, StoreError> {
+    /// Deletes the registration of `client_id` and revokes every standing grant to it, with
+    /// their token families (so their tokens are refused on their next call): the number of
+    /// grants revoked, or `None` when no client registered with that id (nothing changes).
+    pub fn delete_registration(
+        &self,
+        client_id: &str,
+        now: i64,
+    ) -> Result<Option<usize>, StoreError> {
         self.in_transaction(|tx| {
-            tx.execute(
-                "UPDATE oauth_grants SET revoked_at = ?2 \
-                 WHERE client_id = ?1 AND revoked_at IS NULL",
-                args![client_id, now],
-            )?;
             let gone = tx.execute(
                 "DELETE FROM oauth_registrations WHERE client_id = ?1",
                 args![client_id],
             )?;
-            Ok(gone > 0)
+            if gone == 0 {
+                return Ok(None);
+            }
+            tx.execute(
+                "UPDATE oauth_families SET revoked_at = ?2, revoked_reason = 'grant_revoked' \
+                 WHERE revoked_at IS NULL AND grant_id IN \
+                 (SELECT id FROM oauth_grants WHERE client_id = ?1 AND revoked_at IS NULL)",
+                args![client_id, now],
+            )?;
+            let revoked = tx.execute(
+                "UPDATE oauth_grants SET revoked_at = ?2 \
+                 WHERE client_id = ?1 AND revoked_at IS NULL",
+                args![client_id, now],
+            )?;
+            Ok(Some(revoked))
         })
     }
 }

@@ -277,8 +277,39 @@ fn registrations_are_bounded_and_unused_ones_expire() {
             .map(|r| r.client_id)
             .collect();
         assert_eq!(left, ["c4", "c2"]);
-        assert!(store.delete_registration("c2", 1_200).expect("delete"));
-        assert!(!store.delete_registration("c2", 1_200).expect("twice"));
+        // Deleting a client revokes its grants and their tokens; an unknown id changes
+        // nothing, not even the grants of a client by that id that never registered.
+        let grant = consent(store, "u1", "c2", 1_150);
+        issue(store, &grant, 7, 1_150);
+        let unregistered = consent(store, "u1", "https://host.example/client.json", 1_150);
+        assert_eq!(
+            store.delete_registration("c2", 1_200).expect("delete"),
+            Some(1)
+        );
+        assert_eq!(store.delete_registration("c2", 1_200).expect("twice"), None);
+        assert_eq!(
+            store
+                .delete_registration(&unregistered.client_id, 1_200)
+                .expect("unknown"),
+            None
+        );
+        assert_eq!(
+            store
+                .grant(&grant.id)
+                .expect("read")
+                .expect("grant")
+                .revoked_at,
+            Some(1_200)
+        );
+        assert!(
+            store
+                .access_standing("a7")
+                .expect("read")
+                .expect("token")
+                .revoked
+        );
+        let standing = store.grant(&unregistered.id).expect("read").expect("grant");
+        assert_eq!(standing.revoked_at, None);
     }
 }
 
