@@ -776,3 +776,26 @@ fn the_key_endpoint_serves_api_keys_and_answers_no_discovery() {
     assert_eq!(listed.status, 200);
     assert!(listed.json()["result"]["tools"].is_array());
 }
+
+#[test]
+fn the_front_doors_answers_are_counted_on_metrics_by_endpoint_and_outcome() {
+    let db = TestDb::new();
+    let server = HttpServer::start_with_env(
+        &db,
+        &[],
+        &[
+            ("TOLLGATE_OAUTH_SERVER_ENABLED", "true"),
+            ("TOLLGATE_HTTP_METRICS", "true"),
+        ],
+    );
+    let client = register(&server, REDIRECT);
+    let refused = exchange(&server, &client, "tg_ac_nope", REDIRECT, VERIFIER);
+    assert_eq!(refused.status, 400);
+    let page = String::from_utf8(server.get("/metrics").body).expect("utf-8");
+    for line in [
+        "tollgate_oauth_requests_total{endpoint=\"register\",outcome=\"ok\"} 1",
+        "tollgate_oauth_requests_total{endpoint=\"token\",outcome=\"invalid_grant\"} 1",
+    ] {
+        assert!(page.contains(line), "{line} in\n{page}");
+    }
+}

@@ -567,12 +567,14 @@ fn render_listings(page: &mut String, statuses: &[crate::tools::backends::Backen
     );
 }
 
-fn header(page: &mut String, name: &str, kind: &str, help: &str) {
+/// Appends the `# HELP` and `# TYPE` lines of family `name`.
+pub fn header(page: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(page, "# HELP {name} {}", escape_help(help));
     let _ = writeln!(page, "# TYPE {name} {kind}");
 }
 
-fn sample(page: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+/// Appends one sample of family `name` with `labels` (values escaped).
+pub fn sample(page: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
     page.push_str(name);
     if !labels.is_empty() {
         page.push('{');

@@ -362,6 +362,7 @@ pub struct AuthorizationServer {
     pub(super) identity: Option<std::sync::Arc<Identity>>,
     pub(super) documents: Option<DocumentFetcher>,
     pub(super) windows: Windows,
+    pub(super) outcomes: super::outcomes::Outcomes,
 }
 
 impl AuthorizationServer {
@@ -384,6 +385,7 @@ impl AuthorizationServer {
         };
         Ok(AuthorizationServer {
             windows: Windows::new(clock.clone()),
+            outcomes: super::outcomes::Outcomes::default(),
             config,
             store,
             clock,

@@ -19,6 +19,7 @@ pub mod client_document;
 mod clients;
 mod core;
 mod metadata;
+mod outcomes;
 mod register;
 mod revoke;
 mod sign_in;

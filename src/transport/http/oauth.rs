@@ -122,15 +122,16 @@ impl App {
             headers: &head.headers,
         };
         let server = &self.authorization;
-        let reply = match head.path.as_str() {
-            "/oauth/token" => server.token(&ctx, &body),
-            "/oauth/register" => server.register(&ctx, &body),
-            "/oauth/revoke" => server.revoke(&ctx, &body),
-            "/oauth/authorize" => server.authorize(&ctx, &head.query),
-            "/oauth/callback" => server.callback(&ctx, &head.query),
-            "/oauth/sign-in" => server.sign_in(&ctx, &body),
-            _ => server.consent(&ctx, &body),
+        let (endpoint, reply) = match head.path.as_str() {
+            "/oauth/token" => ("token", server.token(&ctx, &body)),
+            "/oauth/register" => ("register", server.register(&ctx, &body)),
+            "/oauth/revoke" => ("revoke", server.revoke(&ctx, &body)),
+            "/oauth/authorize" => ("authorize", server.authorize(&ctx, &head.query)),
+            "/oauth/callback" => ("callback", server.callback(&ctx, &head.query)),
+            "/oauth/sign-in" => ("sign_in", server.sign_in(&ctx, &body)),
+            _ => ("consent", server.consent(&ctx, &body)),
         };
+        server.count(endpoint, &reply);
         Some(self.oauth_reply(reply))
     }
 

@@ -211,6 +211,7 @@ impl App {
                         &mut page,
                         self.server.guards().authenticator().identity(),
                     );
+                    self.authorization.render_metrics(&mut page);
                     page.into_bytes()
                 }),
             },
