@@ -138,3 +138,22 @@ fn metadata_describes_the_front_door_only_when_it_is_on() {
     );
     assert_eq!(prm["authorization_servers"][0], "https://idp.example.com");
 }
+
+#[test]
+fn with_registration_off_the_endpoint_is_not_advertised_nor_served() {
+    let (_dir, store) = fresh("pro");
+    let config = OAuthServerConfig {
+        enabled: true,
+        registration: false,
+        ..OAuthServerConfig::default()
+    };
+    let server = AuthorizationServer::start(config, store, crate::clock::Clock::System, None)
+        .expect("start");
+    assert!(!server.registration_open());
+    let metadata = server.authorization_server_metadata("https://mcp.example.com", &[]);
+    assert!(
+        metadata.get("registration_endpoint").is_none(),
+        "{metadata}"
+    );
+    assert_eq!(metadata["client_id_metadata_document_supported"], true);
+}
