@@ -16,29 +16,31 @@
 // tests/interop/ts and `npm ci --prefix tests/idp`.
 
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
+import { spawn } from 'node:child_process';
+import { openSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import {
+  TOLLGATE,
+  START_MS,
+  cleanEnv,
+  onStop,
+  stopChild,
+  tollgate,
+  freePort,
+  makeDb,
+  startProvider,
+  rejection,
+} from './harness.mjs';
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-const REPO = resolve(HERE, '..', '..', '..');
-const TOLLGATE = resolve(REPO, process.env.TG_BIN ?? 'target/debug/tollgate');
-const NODE = process.env.TG_NODE ?? 'node';
-const IDP_MODULES = resolve(process.env.TG_IDP_MODULES ?? join(REPO, 'tests', 'idp', 'node_modules'));
 const SIMPLE_TEXT = 'This is a simple text response for testing.';
 // The resource the token is asked for, hence its audience; never dialled.
 const AUDIENCE = 'https://tollgate.interop.test/mcp';
 // How long the provider and tollgate may take to be ready.
-const START_MS = 30_000;
 
 // `agent` gets JWTs carrying the role `interop-testers` (mapped to `conformance:use` below)
 // and may be granted `invoices:read`, a tollgate scope taken as it is.
@@ -52,84 +54,6 @@ const AGENT = {
 
 // ---- harness ------------------------------------------------------------------------------
 
-/** This process's environment without TOLLGATE_* (the server refuses unknown ones). */
-function cleanEnv() {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TOLLGATE_')));
-  env.RUST_LOG ??= 'warn';
-  return env;
-}
-
-const scratch = [];
-const stops = [];
-after(async () => {
-  for (const stop of stops.reverse()) await stop();
-  for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
-});
-
-function scratchDir(prefix) {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  scratch.push(dir);
-  return dir;
-}
-
-/** Waits for `child` to exit, killing it when it has not within `ms`. */
-function stopChild(child, ms = 10_000) {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((ok) => {
-    const killer = setTimeout(() => child.kill('SIGKILL'), ms);
-    child.once('exit', () => {
-      clearTimeout(killer);
-      ok();
-    });
-  });
-}
-
-/** Runs `tollgate --database DB ARGS…` and returns stdout (throws on failure). */
-function tollgate(db, ...args) {
-  return execFileSync(TOLLGATE, ['--database', db.path, ...args], { env: cleanEnv(), encoding: 'utf8' });
-}
-
-/**
- * The test provider (`provider.mjs serve`) on a free loopback port with a fresh RS256 key,
- * resolving with its ready line; it exits when its standard input closes, at the end.
- */
-async function startProvider(clients) {
-  for (const pkg of ['oidc-provider', 'jose']) {
-    assert.ok(
-      existsSync(join(IDP_MODULES, pkg, 'package.json')),
-      `the test OpenID Provider's npm packages are not in ${IDP_MODULES}: run \`npm ci --prefix tests/idp\``,
-    );
-  }
-  const dir = scratchDir('tollgate-ts-idp-');
-  copyFileSync(join(REPO, 'tests', 'idp', 'provider.mjs'), join(dir, 'provider.mjs'));
-  symlinkSync(IDP_MODULES, join(dir, 'node_modules'));
-  execFileSync(NODE, ['provider.mjs', 'newkeys', 'keys.json', 'RS256'], { cwd: dir, timeout: START_MS });
-  writeFileSync(join(dir, 'config.json'), JSON.stringify({ keys: 'keys.json', port: 0, clients }));
-  const log = join(dir, 'provider.log');
-  const child = spawn(NODE, ['provider.mjs', 'serve', 'config.json'], {
-    cwd: dir,
-    stdio: ['pipe', 'pipe', openSync(log, 'w')],
-  });
-  // Closing its input stops it; a provider already gone must not fail the run with EPIPE.
-  child.stdin.on('error', () => {});
-  stops.push(() => {
-    child.stdin.end();
-    return stopChild(child);
-  });
-  const lines = createInterface({ input: child.stdout });
-  const ready = await new Promise((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`the provider did not start: ${readFileSync(log, 'utf8')}`)), START_MS);
-    lines.once('line', (line) => {
-      clearTimeout(timer);
-      ok(JSON.parse(line));
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      fail(new Error(`the provider exited with ${code}: ${readFileSync(log, 'utf8')}`));
-    });
-  });
-  return ready;
-}
 
 /** A client-credentials access token for `client` with `scope`, on `AUDIENCE`. */
 async function clientCredentialsToken(provider, client, scope) {
@@ -145,26 +69,8 @@ async function clientCredentialsToken(provider, client, scope) {
   return body.access_token;
 }
 
-function freePort() {
-  return new Promise((ok, fail) => {
-    const probe = createServer();
-    probe.on('error', fail);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => ok(port));
-    });
-  });
-}
-
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
-/** A fresh database made by `tollgate init --json`. */
-function makeDb() {
-  const dir = scratchDir('tollgate-ts-identity-');
-  const db = { dir, path: join(dir, 'tollgate.db') };
-  tollgate(db, 'init', '--json', '--company', 'Interop Co');
-  return db;
-}
 
 /** `tollgate serve --conformance-pack` with `config`, resolving once /healthz answers. */
 async function serve(db, config) {
@@ -174,7 +80,7 @@ async function serve(db, config) {
   const args = ['--database', db.path, '--config', file, 'serve', '--listen', `127.0.0.1:${port}`, '--conformance-pack'];
   const log = join(db.dir, 'serve.log');
   const child = spawn(TOLLGATE, args, { env: cleanEnv(), stdio: ['ignore', 'ignore', openSync(log, 'w')] });
-  stops.push(() => {
+  onStop(() => {
     child.kill('SIGTERM');
     return stopChild(child);
   });
@@ -200,16 +106,6 @@ async function connect(server, token) {
   return client;
 }
 
-/** Resolves with whatever `promise` rejects with (fails if it resolves). */
-async function rejection(promise) {
-  try {
-    const value = await promise;
-    assert.fail(`expected a rejection, got ${JSON.stringify(value)}`);
-  } catch (error) {
-    if (error instanceof assert.AssertionError) throw error;
-    return error;
-  }
-}
 
 // ---- the test ------------------------------------------------------------------------------
 
@@ -219,7 +115,7 @@ describe("TypeScript SDK 1.32.2 over HTTP with the identity provider's token", {
   let builtIn;
   before(async () => {
     provider = await startProvider([AGENT]);
-    const db = makeDb();
+    const db = makeDb('tollgate-ts-identity-');
     const config = [
       '[[auth.issuers]]',
       'name = "corp"',

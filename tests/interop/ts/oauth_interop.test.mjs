@@ -27,24 +27,29 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { openSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpsServer } from 'node:https';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
 import { Client, ProtocolError, StreamableHTTPClientTransport, UnauthorizedError } from '@modelcontextprotocol/client';
+import {
+  TOLLGATE,
+  NODE,
+  START_MS,
+  cleanEnv,
+  scratchDir,
+  onStop,
+  stopChild,
+  tollgate,
+  freePort,
+  makeDb,
+  startProvider,
+  rejection,
+} from './harness.mjs';
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-const REPO = resolve(HERE, '..', '..', '..');
-const TOLLGATE = resolve(REPO, process.env.TG_BIN ?? 'target/debug/tollgate');
-const NODE = process.env.TG_NODE ?? 'node';
-const IDP_MODULES = resolve(process.env.TG_IDP_MODULES ?? join(REPO, 'tests', 'idp', 'node_modules'));
 // How long the provider and tollgate may take to be ready.
-const START_MS = 30_000;
 // The most redirects and pages one sign-in may take in the scripted browser.
 const MAX_BROWSER_STEPS = 20;
 
@@ -63,105 +68,9 @@ const ROLE_SCOPES = {
 
 // ---- harness ------------------------------------------------------------------------------
 
-/** This process's environment without TOLLGATE_* (the server refuses unknown ones). */
-function cleanEnv() {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TOLLGATE_')));
-  env.RUST_LOG ??= 'warn';
-  return env;
-}
-
-const scratch = [];
-const stops = [];
-after(async () => {
-  for (const stop of stops.reverse()) await stop();
-  for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
-});
-
-function scratchDir(prefix) {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  scratch.push(dir);
-  return dir;
-}
-
-/** Waits for `child` to exit, killing it when it has not within `ms`. */
-function stopChild(child, ms = 10_000) {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((ok) => {
-    const killer = setTimeout(() => child.kill('SIGKILL'), ms);
-    child.once('exit', () => {
-      clearTimeout(killer);
-      ok();
-    });
-  });
-}
-
-/** Runs `tollgate --database DB ARGS…` and returns stdout (throws on failure). */
-function tollgate(db, ...args) {
-  return execFileSync(TOLLGATE, ['--database', db.path, ...args], { env: cleanEnv(), encoding: 'utf8' });
-}
-
-function freePort() {
-  return new Promise((ok, fail) => {
-    const probe = createServer();
-    probe.on('error', fail);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => ok(port));
-    });
-  });
-}
-
 const sleep = (ms) => new Promise((ok) => setTimeout(ok, ms));
 
-/**
- * The test provider (`provider.mjs serve`) on a free loopback port with a fresh RS256 key,
- * its `clients` and `accounts` (the people who sign in and the claims of their ID tokens),
- * resolving with its ready line; it exits when its standard input closes, at the end.
- */
-async function startProvider(clients, accounts) {
-  for (const pkg of ['oidc-provider', 'jose']) {
-    assert.ok(
-      existsSync(join(IDP_MODULES, pkg, 'package.json')),
-      `the test OpenID Provider's npm packages are not in ${IDP_MODULES}: run \`npm ci --prefix tests/idp\``,
-    );
-  }
-  const dir = scratchDir('tollgate-ts-oauth-idp-');
-  copyFileSync(join(REPO, 'tests', 'idp', 'provider.mjs'), join(dir, 'provider.mjs'));
-  symlinkSync(IDP_MODULES, join(dir, 'node_modules'));
-  execFileSync(NODE, ['provider.mjs', 'newkeys', 'keys.json', 'RS256'], { cwd: dir, timeout: START_MS });
-  writeFileSync(join(dir, 'config.json'), JSON.stringify({ keys: 'keys.json', port: 0, clients, accounts }));
-  const log = join(dir, 'provider.log');
-  const child = spawn(NODE, ['provider.mjs', 'serve', 'config.json'], {
-    cwd: dir,
-    stdio: ['pipe', 'pipe', openSync(log, 'w')],
-  });
-  // Closing its input stops it; a provider already gone must not fail the run with EPIPE.
-  child.stdin.on('error', () => {});
-  stops.push(() => {
-    child.stdin.end();
-    return stopChild(child);
-  });
-  const lines = createInterface({ input: child.stdout });
-  return new Promise((ok, fail) => {
-    const timer = setTimeout(() => fail(new Error(`the provider did not start: ${readFileSync(log, 'utf8')}`)), START_MS);
-    lines.once('line', (line) => {
-      clearTimeout(timer);
-      ok(JSON.parse(line));
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      fail(new Error(`the provider exited with ${code}: ${readFileSync(log, 'utf8')}`));
-    });
-  });
-}
 
-/** A fresh database made by `tollgate init --json`. */
-function makeDb() {
-  const dir = scratchDir('tollgate-ts-oauth-');
-  const db = { dir, path: join(dir, 'tollgate.db') };
-  tollgate(db, 'init', '--json', '--company', 'Interop Co');
-  return db;
-}
 
 /** `tollgate serve` on 127.0.0.1:`port` with `config`, resolving once /healthz answers. */
 async function serve(db, port, config) {
@@ -170,7 +79,7 @@ async function serve(db, port, config) {
   const args = ['--database', db.path, '--config', file, 'serve', '--listen', `127.0.0.1:${port}`];
   const log = join(db.dir, 'serve.log');
   const child = spawn(TOLLGATE, args, { env: cleanEnv(), stdio: ['ignore', 'ignore', openSync(log, 'w')] });
-  stops.push(() => {
+  onStop(() => {
     child.kill('SIGTERM');
     return stopChild(child);
   });
@@ -269,7 +178,7 @@ async function serveClientDocument(pki, documentFor) {
   await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
   const { port } = server.address();
   const url = `https://127.0.0.1:${port}/oauth/client.json`;
-  stops.push(() => new Promise((ok) => server.close(ok)));
+  onStop(() => new Promise((ok) => server.close(ok)));
   return { url, host: `127.0.0.1:${port}`, fetches };
 }
 
@@ -507,16 +416,6 @@ async function connect(server, provider, recorder) {
   return client;
 }
 
-/** Resolves with whatever `promise` rejects with (fails if it resolves). */
-async function rejection(promise) {
-  try {
-    const value = await promise;
-    assert.fail(`expected a rejection, got ${JSON.stringify(value)}`);
-  } catch (error) {
-    if (error instanceof assert.AssertionError) throw error;
-    return error;
-  }
-}
 
 /**
  * The whole flow for the person `login` with `provider`: the first request that needs a
@@ -637,7 +536,7 @@ describe("TypeScript SDK 2.x's OAuth client provider through tollgate's front do
       response_types: ['code'],
       token_endpoint_auth_method: 'none',
     }));
-    ctx.db = makeDb();
+    ctx.db = makeDb('tollgate-ts-oauth-');
     writeFileSync(join(ctx.db.dir, 'login.secret'), LOGIN_CLIENT.client_secret, { mode: 0o600 });
     const roles = Object.entries(ROLE_SCOPES).map(([role, scopes]) => `"${role}" = ${JSON.stringify(scopes)}`);
     const config = [
