@@ -30,6 +30,8 @@ import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
+import { SCROLL_TOLERANCE_PX, cell, overflowingBoxes, submit, watchedContext } from './browser.mjs';
+
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BASE = required('TG_CONSOLE_URL');
@@ -47,7 +49,6 @@ const PERSON = 'Pablo Ruiz';
 const APP = 'Claude (browser test)';
 const SCOPES = ['invoices:read', 'clients:read'];
 /** The rendered page may be this much wider than the viewport (rounding, a border). */
-const SCROLL_TOLERANCE_PX = 4;
 
 function required(name) {
   const value = process.env[name];
@@ -151,29 +152,7 @@ async function searchInvoices(token) {
 
 // ---- the browser --------------------------------------------------------------------------
 
-/**
- * A fresh context whose pages record every Content-Security-Policy violation, as the
- * browser reports it to the page and to its console: `{ context, violations }`.
- */
-async function watchedContext(options = {}) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ...options });
-  context.setDefaultTimeout(10_000);
-  const violations = [];
-  await context.exposeBinding('reportViolation', (_source, text) => violations.push(text));
-  await context.addInitScript(() => {
-    document.addEventListener('securitypolicyviolation', (e) =>
-      window.reportViolation(`${e.violatedDirective}: ${e.blockedURI}`));
-  });
-  context.on('console', (message) => {
-    if (/Content Security Policy/i.test(message.text())) violations.push(message.text());
-  });
-  return { context, violations };
-}
 
-async function submit(page, selector) {
-  const [response] = await Promise.all([page.waitForNavigation(), page.click(selector)]);
-  return response;
-}
 
 async function texts(page, selector) {
   return page.$$eval(selector, (all) => all.map((e) => e.textContent.trim()));
@@ -222,7 +201,7 @@ function landedOn(page) {
 let accessToken;
 
 test('front door: a person signs in with a personal key, reads what the application asks, allows it, and lands on its redirect with a code', async () => {
-  const { context, violations } = await watchedContext();
+  const { context, violations } = await watchedContext(browser);
   try {
     const words = { lang: 'en', signIn: 'Sign in', consent: 'Allow access?', allow: 'Allow' };
     const { page, client, verifier } = await toConsent(context, BASE, words, 'st-en');
@@ -249,7 +228,7 @@ test('front door: a person signs in with a personal key, reads what the applicat
 });
 
 test('front door: the same pages in Spanish, where the person denies and the application hears access_denied', async () => {
-  const { context, violations } = await watchedContext();
+  const { context, violations } = await watchedContext(browser);
   try {
     const words = { lang: 'es', signIn: 'Iniciar sesión', consent: '¿Permitir el acceso?', allow: 'Permitir' };
     const { page } = await toConsent(context, BASE_ES, words, 'st-es');
@@ -285,20 +264,11 @@ function grantRow(page) {
     .filter({ has: page.locator('td.client', { hasText: APP }) });
 }
 
-async function cell(row, name) {
-  return (await row.locator(`td.${name}`).textContent()).trim();
-}
 
-function overflowingBoxes(page) {
-  return page.$$eval('.scroll', (boxes, tolerance) =>
-    boxes.filter((box) => box.scrollWidth > box.clientWidth + tolerance)
-      .map((box) => `${box.firstElementChild?.id}: ${box.scrollWidth} > ${box.clientWidth}`),
-  SCROLL_TOLERANCE_PX);
-}
 
 test('grants: the operator finds the grant, revokes it through the confirmation, sees it revoked and audited, and its token is refused', async () => {
   assert.ok(accessToken, 'the front door test made a grant');
-  const { context, violations } = await watchedContext();
+  const { context, violations } = await watchedContext(browser);
   try {
     const page = await grantsPage(context);
     assert.equal(await page.getAttribute('#nav a[aria-current=page]', 'href'), '/console/grants');
@@ -343,7 +313,7 @@ test('grants: the operator finds the grant, revokes it through the confirmation,
 });
 
 test('grants: at 320 px the page does not scroll sideways, nor do its tables', async () => {
-  const { context, violations } = await watchedContext({ viewport: { width: 320, height: 640 } });
+  const { context, violations } = await watchedContext(browser, { viewport: { width: 320, height: 640 } });
   try {
     const page = await grantsPage(context);
     await page.screenshot({ path: join(SHOTS, 'grants-320.png'), fullPage: true });

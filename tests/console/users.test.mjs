@@ -19,6 +19,8 @@ import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
+import { SCROLL_TOLERANCE_PX, cell, overflowingBoxes, submit, watchedContext } from './browser.mjs';
+
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BASE = required('TG_CONSOLE_URL');
@@ -33,7 +35,6 @@ const { chromium } = requireFrom('playwright-core');
 const ANA = 'Ana García';
 const MARKUP = '<img src=x onerror="document.title=1">';
 /** The rendered page may be this much wider than the viewport (rounding, a border). */
-const SCROLL_TOLERANCE_PX = 4;
 
 function required(name) {
   const value = process.env[name];
@@ -54,30 +55,7 @@ after(async () => {
   await browser?.close();
 });
 
-/**
- * A fresh context whose pages record every Content-Security-Policy violation, as the
- * browser reports it to the page and to its console: `{ context, violations }`.
- */
-async function watchedContext(options = {}) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ...options });
-  context.setDefaultTimeout(10_000);
-  const violations = [];
-  await context.exposeBinding('reportViolation', (_source, text) => violations.push(text));
-  // Injected by the browser itself, not by the page: the policy does not apply to it.
-  await context.addInitScript(() => {
-    document.addEventListener('securitypolicyviolation', (e) =>
-      window.reportViolation(`${e.violatedDirective}: ${e.blockedURI}`));
-  });
-  context.on('console', (message) => {
-    if (/Content Security Policy/i.test(message.text())) violations.push(message.text());
-  });
-  return { context, violations };
-}
 
-async function submit(page, selector) {
-  const [response] = await Promise.all([page.waitForNavigation(), page.click(selector)]);
-  return response;
-}
 
 async function usersPage(context) {
   const page = await context.newPage();
@@ -94,19 +72,10 @@ function rowOf(page, name) {
   return page.locator('#users tbody tr').filter({ has: page.locator('th.name', { hasText: name }) });
 }
 
-/** The scroll boxes of the page whose table is wider than they are. */
-function overflowingBoxes(page) {
-  return page.$$eval('.scroll', (boxes, tolerance) =>
-    boxes.filter((box) => box.scrollWidth > box.clientWidth + tolerance)
-      .map((box) => `${box.scrollWidth} > ${box.clientWidth}`), SCROLL_TOLERANCE_PX);
-}
 
-async function cell(row, name) {
-  return (await row.locator(`td.${name}`).textContent()).trim();
-}
 
 test('users: the page lists who called with their calls and refusals, and a name from a token stays text', async () => {
-  const { context, violations } = await watchedContext();
+  const { context, violations } = await watchedContext(browser);
   try {
     const page = await usersPage(context);
     const title = await page.title();
@@ -144,7 +113,7 @@ test('users: the page lists who called with their calls and refusals, and a name
 });
 
 test('users: blocking through the confirmation shows the user blocked and is audited; unblocking undoes it', async () => {
-  const { context, violations } = await watchedContext();
+  const { context, violations } = await watchedContext(browser);
   try {
     const page = await usersPage(context);
     await submit(page, `#users tbody tr:has(th.name:has-text("${ANA}")) a.block`);
@@ -172,7 +141,7 @@ test('users: blocking through the confirmation shows the user blocked and is aud
 });
 
 test('users: at 320 px the page does not scroll sideways, nor does its table', async () => {
-  const { context, violations } = await watchedContext({ viewport: { width: 320, height: 640 } });
+  const { context, violations } = await watchedContext(browser, { viewport: { width: 320, height: 640 } });
   try {
     const page = await usersPage(context);
     await page.screenshot({ path: join(SHOTS, 'users-320.png'), fullPage: true });
