@@ -354,6 +354,12 @@ pub fn document_settings(config: &ClientDocumentsConfig) -> DocumentSettings {
     }
 }
 
+/// The front door's answers counted by `(endpoint, outcome)` (see `outcomes`).
+#[derive(Default)]
+pub struct Outcomes(
+    pub(super) Mutex<std::collections::BTreeMap<(&'static str, &'static str), u64>>,
+);
+
 /// tollgate's OAuth authorization server: its settings, its store, and what it fetches.
 pub struct AuthorizationServer {
     pub(super) config: OAuthServerConfig,
@@ -362,7 +368,7 @@ pub struct AuthorizationServer {
     pub(super) identity: Option<std::sync::Arc<Identity>>,
     pub(super) documents: Option<DocumentFetcher>,
     pub(super) windows: Windows,
-    pub(super) outcomes: super::outcomes::Outcomes,
+    pub(super) outcomes: Outcomes,
 }
 
 impl AuthorizationServer {
@@ -385,7 +391,7 @@ impl AuthorizationServer {
         };
         Ok(AuthorizationServer {
             windows: Windows::new(clock.clone()),
-            outcomes: super::outcomes::Outcomes::default(),
+            outcomes: Outcomes::default(),
             config,
             store,
             clock,

@@ -3,8 +3,7 @@
 //! sets — the endpoints, and the error words this server writes — so the family stays
 //! bounded whatever clients send.
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::PoisonError;
 
 use serde_json::Value;
 
@@ -24,10 +23,6 @@ pub const ENDPOINTS: &[&str] = &[
 /// The outcome words beside the refusals' `error` values.
 const OK: &str = "ok";
 const PAGE: &str = "page";
-
-/// Counts by `(endpoint, outcome)`.
-#[derive(Default)]
-pub struct Outcomes(Mutex<BTreeMap<(&'static str, &'static str), u64>>);
 
 /// The outcome word of `reply`: `ok` for a success or a redirect carrying a code, `page`
 /// for a sign-in or consent page, otherwise the refusal's OAuth `error`.
