@@ -308,14 +308,25 @@ impl Guards {
             };
             self.finish(&cx, &passage, started, outcome, done);
         };
-        std::thread::scope(|scope| {
-            for (passage, charge) in charged {
-                if charge.is_ok() && passage.tool.is_some_and(|tool| tool.tool.waits()) {
-                    scope.spawn(move || finish_charged(passage, charge));
-                } else {
-                    finish_charged(passage, charge);
-                }
+        // Calls that wait on the network run side by side: every one but the last on a
+        // thread of its own, the last on this one. A single call (nearly every request)
+        // never starts a thread: that would cost more than forwarding it.
+        let mut waiting = Vec::new();
+        for (passage, charge) in charged {
+            if charge.is_ok() && passage.tool.is_some_and(|tool| tool.tool.waits()) {
+                waiting.push((passage, charge));
+            } else {
+                finish_charged(passage, charge);
             }
+        }
+        let Some((last, last_charge)) = waiting.pop() else {
+            return;
+        };
+        std::thread::scope(|scope| {
+            for (passage, charge) in waiting {
+                scope.spawn(move || finish_charged(passage, charge));
+            }
+            finish_charged(last, last_charge);
         });
     }
 
