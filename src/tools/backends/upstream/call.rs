@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ServerResult,
+    ClientRequest, NumberOrString, ProgressToken, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value, json};
@@ -36,6 +36,7 @@ use crate::tools::ToolOutput;
 use crate::tools::backends::Call;
 
 use super::Shared;
+use super::direct::{Answer, CallResult, Direct, Failure, Prepared};
 use super::progress::{LatestProgress, PROGRESS_EVERY, Progress, Relay, cut};
 use super::session::Link;
 
@@ -44,13 +45,20 @@ use super::session::Link;
 const POLL: Duration = Duration::from_millis(50);
 /// How long a call that relays progress waits after its result for progress still on its way.
 const PROGRESS_SETTLE: Duration = Duration::from_millis(10);
-/// The upstream's answer to the call, or why there is none.
-type Outcome = Result<ServerResult, ServiceError>;
+/// The call's outcome, as the tool returns it.
+type Outcome = Result<ToolOutput, McpError>;
 
 /// Why the waiting thread gave up.
 enum GiveUp {
     Deadline,
     Cancelled,
+}
+
+/// What a call's task needs to report its outcome.
+struct Report {
+    backend: Arc<str>,
+    deadline: Duration,
+    done: Sender<Outcome>,
 }
 
 /// Forwards `operation` with `args` and waits for the outcome.
@@ -61,7 +69,7 @@ pub(super) fn forward(
     args: &Map<String, Value>,
     call: &Call<'_>,
 ) -> Result<ToolOutput, McpError> {
-    let backend = shared.name.as_str();
+    let backend: &str = &shared.name;
     let Some(upstream_name) = shared.upstream_name(operation) else {
         return Err(McpError::new(ErrorKind::NotImplemented).detail("backend", backend));
     };
@@ -70,18 +78,32 @@ pub(super) fn forward(
     };
     let (done_tx, done) = std::sync::mpsc::channel();
     let (give_up_tx, give_up) = oneshot::channel();
-    // The one copy of the arguments a call makes: rmcp's request owns them, without
-    // tollgate's own idempotency key.
-    let mut arguments = args.clone();
-    arguments.remove(crate::tools::schema::KEY_ARGUMENT);
-    let params = CallToolRequestParams::new(upstream_name).with_arguments(arguments);
     let latest = call
         .ctx
         .progress_token
         .is_some()
         .then(|| Arc::new(LatestProgress::default()));
     let relayed = latest.clone();
-    runtime.spawn(run(link, params, call.timeout, relayed, done_tx, give_up));
+    let report = Report {
+        backend: Arc::clone(&shared.name),
+        deadline: call.timeout,
+        done: done_tx,
+    };
+    match link.direct.clone() {
+        Some(direct) => {
+            // The body is written here, from the caller's arguments, once.
+            let prepared = direct.prepare(&upstream_name, args, relayed.is_some());
+            runtime.spawn(run_direct(link, direct, prepared, relayed, report, give_up));
+        }
+        None => {
+            // rmcp's request owns its arguments: one copy, without tollgate's own
+            // idempotency key.
+            let mut arguments = args.clone();
+            arguments.remove(crate::tools::schema::KEY_ARGUMENT);
+            let params = CallToolRequestParams::new(upstream_name).with_arguments(arguments);
+            runtime.spawn(run(link, params, relayed, report, give_up));
+        }
+    }
     wait(backend, call, &done, latest.as_deref(), give_up_tx)
 }
 
@@ -117,7 +139,7 @@ fn wait(
                 if let Some(progress) = relay.as_mut().and_then(Relay::last) {
                     send(progress);
                 }
-                return outcome_of(backend, call.timeout, outcome);
+                return outcome;
             }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(unavailable(backend, "connection lost"));
@@ -127,26 +149,90 @@ fn wait(
     }
 }
 
-/// The call on the runtime: sends it, routes its progress to `latest` (when the caller
-/// asked for progress), and sends `notifications/cancelled` when the waiting thread gives up.
+/// The reason sent with `notifications/cancelled` when the waiting thread gives up.
+fn cancel_reason(why: Result<GiveUp, oneshot::error::RecvError>) -> &'static str {
+    match why {
+        Ok(GiveUp::Cancelled) => "cancelled by the client",
+        Ok(GiveUp::Deadline) | Err(_) => "request timeout",
+    }
+}
+
+/// A call posted straight to a Streamable HTTP upstream ([`super::direct`]); a session the
+/// upstream no longer knows is handed to rmcp, which recovers it and sends the call again
+/// (the upstream did not take it).
+async fn run_direct(
+    link: Link,
+    direct: Arc<Direct>,
+    prepared: Prepared,
+    latest: Option<Arc<LatestProgress>>,
+    report: Report,
+    mut give_up: oneshot::Receiver<GiveUp>,
+) {
+    let token = ProgressToken(NumberOrString::String(prepared.id.as_str().into()));
+    if let Some(latest) = &latest {
+        // Progress the upstream sends on its own stream rather than the call's.
+        link.progress.register(token.clone(), Arc::clone(latest));
+    }
+    let answer = tokio::select! {
+        answer = direct.call(&prepared, latest.as_deref()) => Some(answer),
+        why = &mut give_up => {
+            let reason = cancel_reason(why);
+            let direct = Arc::clone(&direct);
+            let id = prepared.id.clone();
+            tokio::spawn(async move { direct.cancel(&id, reason).await });
+            None
+        }
+    };
+    if latest.is_some() {
+        link.progress.unregister(&token);
+    }
+    let Some(answer) = answer else {
+        return;
+    };
+    let outcome = match answer {
+        Ok(Answer::Result(result)) => result_of(&report.backend, result),
+        Ok(Answer::Rpc { code, message }) => Err(rpc_error(&report.backend, code, &message)),
+        Err(Failure::SessionExpired) => {
+            let Some(params) = direct.params_of(&prepared) else {
+                let _ = report
+                    .done
+                    .send(Err(unavailable(&report.backend, "session expired")));
+                return;
+            };
+            return run(link, params, latest, report, give_up).await;
+        }
+        Err(failure) => {
+            if failure.breaks_session() {
+                link.break_off();
+            }
+            Err(failure_of(&report.backend, failure))
+        }
+    };
+    let _ = report.done.send(outcome);
+}
+
+/// The call through rmcp's peer (stdio upstreams, and a session being recovered): sends
+/// it, routes its progress to `latest` (when the caller asked for progress), and sends
+/// `notifications/cancelled` when the waiting thread gives up.
 async fn run(
     link: Link,
     params: CallToolRequestParams,
-    deadline: Duration,
     latest: Option<Arc<LatestProgress>>,
-    done: Sender<Outcome>,
+    report: Report,
     give_up: oneshot::Receiver<GiveUp>,
 ) {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     // rmcp's own timeout sends `notifications/cancelled` ("request timeout") when it fires.
-    let options = PeerRequestOptions::with_timeout(deadline);
+    let options = PeerRequestOptions::with_timeout(report.deadline);
     let handle = match link.peer.send_request_with_option(request, options).await {
         Ok(handle) => handle,
         Err(e) => {
             if transport_failed(&e) {
                 link.break_off();
             }
-            let _ = done.send(Err(e));
+            let _ = report
+                .done
+                .send(outcome_of(&report.backend, report.deadline, Err(e)));
             return;
         }
     };
@@ -158,10 +244,7 @@ async fn run(
     let outcome = tokio::select! {
         outcome = handle.await_response() => outcome,
         why = give_up => {
-            let reason = match why {
-                Ok(GiveUp::Cancelled) => "cancelled by the client",
-                Ok(GiveUp::Deadline) | Err(_) => "request timeout",
-            };
+            let reason = cancel_reason(why);
             let cancel = CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
             let _ = link.peer.notify_cancelled(cancel).await;
             Err(ServiceError::Cancelled { reason: Some(reason.to_owned()) })
@@ -181,7 +264,9 @@ async fn run(
     {
         link.break_off();
     }
-    let _ = done.send(outcome);
+    let _ = report
+        .done
+        .send(outcome_of(&report.backend, report.deadline, outcome));
 }
 
 /// Whether an error means the session itself is failing.
@@ -192,14 +277,14 @@ fn transport_failed(error: &ServiceError) -> bool {
     )
 }
 
-/// The tool's outcome for the upstream's answer.
+/// The tool's outcome for the upstream's answer through rmcp.
 fn outcome_of(
     backend: &str,
     deadline: Duration,
     outcome: Result<ServerResult, ServiceError>,
 ) -> Result<ToolOutput, McpError> {
     match outcome {
-        Ok(ServerResult::CallToolResult(result)) => result_of(backend, result),
+        Ok(ServerResult::CallToolResult(result)) => result_of(backend, kept_of(result)),
         Ok(_) => Err(McpError::new(ErrorKind::AdapterError)
             .detail("backend", backend)
             .detail("original_error", "unexpected_response")),
@@ -207,15 +292,24 @@ fn outcome_of(
     }
 }
 
+/// What the gate keeps of rmcp's result.
+fn kept_of(result: CallToolResult) -> CallResult {
+    CallResult {
+        content: result
+            .content
+            .iter()
+            .filter_map(|block| serde_json::to_value(block).ok())
+            .collect(),
+        structured: result.structured_content,
+        is_error: result.is_error,
+    }
+}
+
 /// The upstream's result as the tool's output; its `isError` result as `adapter_error`.
-fn result_of(backend: &str, result: CallToolResult) -> Result<ToolOutput, McpError> {
-    let content: Vec<Value> = result
-        .content
-        .iter()
-        .filter_map(|block| serde_json::to_value(block).ok())
-        .collect();
+fn result_of(backend: &str, result: CallResult) -> Result<ToolOutput, McpError> {
     if result.is_error == Some(true) {
-        let text = content
+        let text = result
+            .content
             .iter()
             .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
             .filter_map(|block| block.get("text").and_then(Value::as_str))
@@ -228,28 +322,57 @@ fn result_of(backend: &str, result: CallToolResult) -> Result<ToolOutput, McpErr
         });
     }
     Ok(ToolOutput {
-        content,
-        structured: result.structured_content,
+        content: result.content,
+        structured: result.structured,
         input_required: None,
     })
 }
 
-/// The catalog error of a failed request.
+/// The catalog error of the upstream's JSON-RPC error.
+fn rpc_error(backend: &str, code: i64, message: &str) -> McpError {
+    McpError::new(ErrorKind::UpstreamRpcError)
+        .detail("backend", backend)
+        .detail(
+            "original_error",
+            json!({ "code": code, "message": cut(message) }),
+        )
+        .detail("message", cut(message))
+}
+
+/// The catalog error of a failed request through rmcp.
 fn error_of(backend: &str, deadline: Duration, error: ServiceError) -> McpError {
     match error {
-        ServiceError::McpError(data) => McpError::new(ErrorKind::UpstreamRpcError)
-            .detail("backend", backend)
-            .detail(
-                "original_error",
-                json!({ "code": data.code.0, "message": cut(&data.message) }),
-            )
-            .detail("message", cut(&data.message)),
+        ServiceError::McpError(data) => rpc_error(backend, i64::from(data.code.0), &data.message),
         ServiceError::Timeout { .. } => timeout(backend, deadline),
         ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
             unavailable(backend, "connection lost")
         }
         ServiceError::Cancelled { .. } => unavailable(backend, "cancelled by the upstream"),
         _ => McpError::new(ErrorKind::AdapterError)
+            .detail("backend", backend)
+            .detail("original_error", "unexpected_response"),
+    }
+}
+
+/// The catalog error of a call posted straight to the upstream that has no answer.
+fn failure_of(backend: &str, failure: Failure) -> McpError {
+    match failure {
+        Failure::Status(status @ (401 | 403)) => McpError::new(ErrorKind::BackendCredentialRefused)
+            .detail("backend", backend)
+            .detail("status", status),
+        Failure::Status(status @ (429 | 502 | 503 | 504)) => {
+            McpError::new(ErrorKind::AdapterErrorRetryable)
+                .detail("backend", backend)
+                .detail("original_error", format!("HTTP {status}"))
+        }
+        Failure::Status(status) => McpError::new(ErrorKind::AdapterError)
+            .detail("backend", backend)
+            .detail("original_error", format!("HTTP {status}")),
+        Failure::Lost | Failure::SessionExpired => unavailable(backend, "connection lost"),
+        Failure::TooLarge => McpError::new(ErrorKind::AdapterError)
+            .detail("backend", backend)
+            .detail("original_error", "response_too_large"),
+        Failure::Malformed => McpError::new(ErrorKind::AdapterError)
             .detail("backend", backend)
             .detail("original_error", "unexpected_response"),
     }
@@ -273,8 +396,8 @@ mod tests {
     use crate::config::Locale;
     use rmcp::model::{ErrorCode, ErrorData};
 
-    fn result(value: Value) -> CallToolResult {
-        serde_json::from_value(value).expect("a result")
+    fn result(value: Value) -> CallResult {
+        kept_of(serde_json::from_value::<CallToolResult>(value).expect("a result"))
     }
 
     #[test]

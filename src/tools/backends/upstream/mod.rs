@@ -16,10 +16,12 @@
 //! outcome into the catalog, [`progress`] paces the call's progress to the caller.
 
 mod call;
+mod direct;
 mod listing;
 mod progress;
 mod relist;
 mod session;
+mod session_client;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -177,7 +179,7 @@ impl Backend for Upstream {
 /// What the supervisor and the calls share.
 pub(super) struct Shared {
     /// The backend's name.
-    name: String,
+    name: Arc<str>,
     /// Tells the server the list of tools changed.
     changed: Arc<dyn Fn() + Send + Sync>,
     /// How much of the upstream's list is offered.
@@ -213,7 +215,7 @@ struct State {
 impl Shared {
     fn new(name: &str, changed: Arc<dyn Fn() + Send + Sync>, limits: Limits) -> Shared {
         Shared {
-            name: name.to_owned(),
+            name: Arc::from(name),
             changed,
             limits,
             state: Mutex::new(State {

@@ -40,8 +40,10 @@ use crate::config::{HeaderValue, McpTransport, read_secret};
 use crate::tools::backends::Health;
 
 use super::Shared;
+use super::direct::Direct;
 use super::progress::{LatestProgress, Progress};
 use super::relist::{self, ListChanges};
+use super::session_client::{SessionClient, SessionId};
 
 /// The longest one connection attempt (start, handshake, first list) may take.
 const ATTEMPT_LIMIT: Duration = Duration::from_secs(15);
@@ -175,6 +177,8 @@ pub(super) struct Link {
     pub(super) progress: Arc<ProgressRoutes>,
     /// Raised by a call that found the transport failing: the supervisor reconnects.
     broken: Arc<Notify>,
+    /// How calls are posted straight to a Streamable HTTP upstream (none for stdio).
+    pub(super) direct: Option<Arc<Direct>>,
 }
 
 impl Link {
@@ -293,22 +297,39 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
         progress: Arc::clone(&progress),
         changes: Arc::clone(&changes),
     };
-    let (running, pid) = match target {
-        Target::Stdio { .. } => start_child(shared, target, handler).await?,
+    let (running, pid, direct) = match target {
+        Target::Stdio { .. } => {
+            let (running, pid) = start_child(shared, target, handler).await?;
+            (running, pid, None)
+        }
         Target::Http { url, headers } => {
             let client = reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .connect_timeout(PING_LIMIT)
+                .tcp_nodelay(true)
                 .build()
                 .map_err(|e| format!("no MCP server answered at {url}: {e}"))?;
+            let session = Arc::new(SessionId::default());
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers.clone());
-            let transport = StreamableHttpClientTransport::with_client(client, config);
+            let transport = StreamableHttpClientTransport::with_client(
+                SessionClient {
+                    inner: client.clone(),
+                    session: Arc::clone(&session),
+                },
+                config,
+            );
             let running = handler
                 .serve(transport)
                 .await
                 .map_err(|e| format!("no MCP server answered at {url}: {}", cause_of(&e)))?;
-            (running, None)
+            let version = running
+                .peer()
+                .peer_info()
+                .map(|info| info.protocol_version.to_string())
+                .unwrap_or_else(|| ProtocolVersion::LATEST_WITH_INITIALIZE.to_string());
+            let direct = Direct::new(client, url, headers, session, &version)?;
+            (running, None, Some(Arc::new(direct)))
         }
     };
     let tools = match relist::read_tools(running.peer(), shared.limits.max_tools).await {
@@ -323,6 +344,7 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
         peer: running.peer().clone(),
         progress,
         broken: Arc::new(Notify::new()),
+        direct,
     };
     Ok(Session {
         running,
@@ -368,7 +390,7 @@ async fn start_child(
         .map_err(|e| format!("the upstream did not start: {command}: {e}"))?;
     let pid = child.id();
     if let Some(stderr) = stderr {
-        tokio::spawn(drain_stderr(shared.name.clone(), stderr));
+        tokio::spawn(drain_stderr(shared.name.to_string(), stderr));
     }
     match handler.serve(child).await {
         Ok(running) => Ok((running, pid)),
