@@ -45,6 +45,14 @@ fn a_mistake_in_a_backend_entry_is_refused_with_what_to_fix() {
             "[[backends]]\nname = \"crm\"\nkind = \"mcp\"\ncommand = \"x\"\n[backends.tools.other_tool]\nenabled = false\n",
             "starts with `crm_`",
         ),
+        (
+            "[[backends]]\nname = \"crm\"\nkind = \"openapi\"\nspec = \"x.json\"\ntimeout_ms = 2000\nqueue_timeout_ms = 5000\n",
+            "backends[0] (crm): `queue_timeout_ms` must be between 1 and the backend's `timeout_ms` (2000)",
+        ),
+        (
+            "[[backends]]\nname = \"crm\"\nkind = \"mcp\"\ncommand = \"x\"\nmax_in_flight = 0\n",
+            "backends[0] (crm): `max_in_flight` must be between 1 and 4096",
+        ),
     ];
     for (text, expected) in cases {
         let config = write(&db, "bad.toml", text);
@@ -81,7 +89,21 @@ fn backends_check_lists_each_tool_with_its_category_scope_and_idempotency() {
         report["backends"][0]["tools"],
         json!([{"name": "inv_get_thing", "category": "read", "scope": "inv:things", "idempotency": "none"}])
     );
+    assert_eq!(
+        report["backends"][0]["limits"],
+        json!({"timeout_ms": 30000, "max_in_flight": 64, "queue": 256, "queue_timeout_ms": 5000,
+               "breaker_failures": 5, "breaker_cooldown_ms": 30000})
+    );
     assert!(backend.received().is_empty(), "checking calls no operation");
+    let out = db.run(&["--config", &config, "backends", "check"]);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains(
+            "backend inv (openapi): ready\n  limits: 30000 ms a call; 64 at once, 256 more \
+             waiting up to 5000 ms; circuit opens after 5 failures in a row, for 30000 ms\n"
+        ),
+        "{printed}"
+    );
 }
 
 #[test]

@@ -43,12 +43,23 @@ impl InProcess {
     /// A server over `db` (with the conformance pack) whose clock stands at `start`, for a
     /// client presenting `token`.
     pub fn start(db: &TestDb, token: Option<&str>, start: i64) -> InProcess {
+        Self::start_with_config(db, token, start, None)
+    }
+
+    /// [`InProcess::start`] with the configuration file at `config` (its backends opened on
+    /// the manual clock too).
+    pub fn start_with_config(
+        db: &TestDb,
+        token: Option<&str>,
+        start: i64,
+        config: Option<&std::path::Path>,
+    ) -> InProcess {
         let flags = Overrides {
             database: Some(db.database_arg().into()),
             conformance_pack: Some(true),
             ..Overrides::default()
         };
-        let config = Config::load(None, &[], &flags).expect("config");
+        let config = Config::load(config, &[], &flags).expect("config");
         let store = Store::open_database(
             &db.database(),
             &tollgate::store::StoreOptions::from_config(&config, false),

@@ -931,6 +931,9 @@ fn the_backends_page_counts_each_tools_calls_and_failures_of_the_last_day() {
     let backend = |class: &str| cell(&html, "id=\"backend-shop\"", "td", class);
     assert_eq!(backend("state").as_deref(), Some("ready"));
     assert_eq!(backend("tool-count").as_deref(), Some("2"));
+    assert_eq!(backend("in-flight").as_deref(), Some("0 / 64"));
+    assert_eq!(backend("queued").as_deref(), Some("0"));
+    assert_eq!(backend("circuit").as_deref(), Some("closed"));
     assert_eq!(backend("calls").as_deref(), Some("4"));
     assert_eq!(backend("failures").as_deref(), Some("2"));
     let tool = |name: &str, class: &str| cell(&html, &format!("id=\"tool-{name}\""), "td", class);

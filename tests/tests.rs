@@ -13,6 +13,7 @@ mod architecture;
 mod backends_config;
 mod backends_guards;
 mod backends_openapi;
+mod backends_resilience;
 mod backends_spec_url;
 mod backends_upstream;
 mod backup;

@@ -412,6 +412,17 @@ catalog! {
         "The business backend[ {details.backend}] cannot be reached right now[ ({details.reason})]; retry with backoff.",
         "No se puede contactar con el sistema de negocio[ {details.backend}] ahora[ ({details.reason})]; reintente con espera.",
         "the backend cannot be reached"),
+    /// The gate already forwards as many calls to the backend as it lets through at once,
+    /// and this one could not wait for a slot (its queue is full, or none freed in time).
+    BackendBusy => (-32603, "backend_unavailable", 503, 4002, true, Tool, Ok,
+        "The {details.backend} system already has as many calls in progress as the gateway lets through at once ({details.max_in_flight}) and no place freed up for this one ({details.reason}); it did not reach the system, so nothing changed: retry it in a few seconds.",
+        "El sistema {details.backend} ya tiene en curso tantas llamadas como la pasarela deja pasar a la vez ({details.max_in_flight}) y no quedó sitio libre para esta ({details.reason}); no llegó al sistema, así que nada cambió: reinténtela en unos segundos.",
+        "too many calls to the backend at once: its queue is full (`details.reason: queue_full`) or no slot freed within `queue_timeout_ms` (`queue_timeout`); `details.max_in_flight`; never forwarded"),
+    /// The backend kept failing, so its circuit is open: calls are not forwarded for a while.
+    BackendCircuitOpen => (-32603, "backend_unavailable", 503, 4002, true, Tool, Ok,
+        "The {details.backend} system has been failing, so the gateway is not sending it calls for now; this call did not reach it, so nothing changed. Wait {retry_after:seconds} before calling it again, and meanwhile tell the user that {details.backend} is unavailable or carry on with other tools.",
+        "El sistema {details.backend} está fallando, así que la pasarela no le envía llamadas por ahora; esta llamada no le llegó, así que nada cambió. Espere {retry_after:seconds} antes de volver a llamarlo y, mientras tanto, diga al usuario que {details.backend} no está disponible o siga con otras herramientas.",
+        "the backend's circuit is open after `breaker_failures` consecutive failures (`details.reason: circuit_open`); never forwarded; `retry_after` is the rest of the cooldown"),
     /// The backend does not support this tool.
     NotImplemented => (-32603, "not_implemented", 501, 5001, false, Tool, Ok,
         "The business backend[ {details.backend}] does not support this operation[ (HTTP {details.status})]; use another tool.",

@@ -111,6 +111,14 @@ fn example(kind: K) -> McpError {
         K::ToolBackendUnavailable => McpError::new(kind)
             .detail("backend", "crm")
             .detail("reason", "connection refused"),
+        K::BackendBusy => McpError::new(kind)
+            .detail("backend", "crm")
+            .detail("reason", "queue_full")
+            .detail("max_in_flight", 64),
+        K::BackendCircuitOpen => McpError::new(kind)
+            .with("retry_after", 25)
+            .detail("backend", "crm")
+            .detail("reason", "circuit_open"),
         K::NotImplemented => McpError::new(kind)
             .detail("backend", "crm")
             .detail("status", 501),

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use super::backend_limits::RawLimits;
 use super::backends::{
     BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_BACKEND_TIMEOUT_MS,
     DEFAULT_ERROR_ID_POINTERS, DEFAULT_ERROR_MESSAGE_POINTERS, DEFAULT_MAX_RESPONSE_BYTES,
@@ -66,6 +67,11 @@ pub(super) enum RawBackend {
 pub(super) struct RawOpenApi {
     name: String,
     timeout_ms: Option<u64>,
+    max_in_flight: Option<u64>,
+    queue: Option<u64>,
+    queue_timeout_ms: Option<u64>,
+    breaker_failures: Option<u64>,
+    breaker_cooldown_ms: Option<u64>,
     spec: Option<String>,
     base_url: Option<String>,
     auth: Option<RawAuth>,
@@ -83,6 +89,11 @@ pub(super) struct RawOpenApi {
 pub(super) struct RawMcp {
     name: String,
     timeout_ms: Option<u64>,
+    max_in_flight: Option<u64>,
+    queue: Option<u64>,
+    queue_timeout_ms: Option<u64>,
+    breaker_failures: Option<u64>,
+    breaker_cooldown_ms: Option<u64>,
     command: Option<String>,
     args: Option<Vec<String>>,
     env: Option<BTreeMap<String, String>>,
@@ -111,6 +122,26 @@ impl RawBackend {
         match self {
             RawBackend::OpenApi(o) => (&o.name, o.timeout_ms, &o.tools),
             RawBackend::Mcp(m) => (&m.name, m.timeout_ms, &m.tools),
+        }
+    }
+
+    /// The keys every kind has that bound its calls.
+    fn limits(&self) -> RawLimits {
+        match self {
+            RawBackend::OpenApi(o) => RawLimits {
+                max_in_flight: o.max_in_flight,
+                queue: o.queue,
+                queue_timeout_ms: o.queue_timeout_ms,
+                breaker_failures: o.breaker_failures,
+                breaker_cooldown_ms: o.breaker_cooldown_ms,
+            },
+            RawBackend::Mcp(m) => RawLimits {
+                max_in_flight: m.max_in_flight,
+                queue: m.queue,
+                queue_timeout_ms: m.queue_timeout_ms,
+                breaker_failures: m.breaker_failures,
+                breaker_cooldown_ms: m.breaker_cooldown_ms,
+            },
         }
     }
 }
@@ -199,7 +230,7 @@ fn validate_one(
     base: Option<&Path>,
 ) -> Result<BackendConfig, ConfigError> {
     let (name, timeout_ms, tools) = raw.common();
-    let (name, tools) = (name.to_owned(), tools.clone());
+    let (name, tools, limits) = (name.to_owned(), tools.clone(), raw.limits());
     let err = |what: &str| backend_error(index, Some(&name), what);
     if !valid_backend_name(&name) {
         return Err(err(
@@ -210,6 +241,7 @@ fn validate_one(
     if !(100..=600_000).contains(&timeout_ms) {
         return Err(err("`timeout_ms` must be between 100 and 600000"));
     }
+    let limits = limits.check(timeout_ms).map_err(|e| err(&e))?;
     check_overrides(&name, &tools).map_err(|e| err(&e))?;
     let kind = match raw {
         RawBackend::OpenApi(openapi) => validate_openapi(openapi, base).map(BackendKind::OpenApi),
@@ -219,6 +251,7 @@ fn validate_one(
         kind: kind.map_err(|e| err(&e))?,
         name,
         timeout: Duration::from_millis(timeout_ms),
+        limits,
         tools,
     })
 }
@@ -396,10 +429,16 @@ impl BackendConfig {
     pub(super) fn to_raw(&self) -> RawEntry {
         let (name, timeout_ms) = (self.name.clone(), Some(self.timeout.as_millis() as u64));
         let tools = self.tools.clone();
+        let limits = RawLimits::from(&self.limits);
         RawEntry::Effective(Box::new(match &self.kind {
             BackendKind::OpenApi(o) => RawBackend::OpenApi(RawOpenApi {
                 name,
                 timeout_ms,
+                max_in_flight: limits.max_in_flight,
+                queue: limits.queue,
+                queue_timeout_ms: limits.queue_timeout_ms,
+                breaker_failures: limits.breaker_failures,
+                breaker_cooldown_ms: limits.breaker_cooldown_ms,
                 spec: Some(o.spec.to_config_text()),
                 base_url: o.base_url.clone(),
                 auth: o.auth.as_ref().map(RawAuth::from),
@@ -408,7 +447,7 @@ impl BackendConfig {
                 error_message_pointers: Some(o.error_message_pointers.clone()),
                 tools,
             }),
-            BackendKind::Mcp(mcp) => RawBackend::Mcp(raw_mcp(name, timeout_ms, mcp, tools)),
+            BackendKind::Mcp(mcp) => RawBackend::Mcp(raw_mcp(name, timeout_ms, limits, mcp, tools)),
         }))
     }
 }
@@ -417,12 +456,18 @@ impl BackendConfig {
 fn raw_mcp(
     name: String,
     timeout_ms: Option<u64>,
+    limits: RawLimits,
     mcp: &McpBackend,
     tools: BTreeMap<String, ToolOverride>,
 ) -> RawMcp {
     let mut raw = RawMcp {
         name,
         timeout_ms,
+        max_in_flight: limits.max_in_flight,
+        queue: limits.queue,
+        queue_timeout_ms: limits.queue_timeout_ms,
+        breaker_failures: limits.breaker_failures,
+        breaker_cooldown_ms: limits.breaker_cooldown_ms,
         command: None,
         args: None,
         env: None,
@@ -548,9 +593,24 @@ mod tests {
             timeout_ms = 5000
             max_tools = 40
             max_schema_bytes = 4096
+            max_in_flight = 8
+            queue = 0
+            breaker_failures = 0
+            breaker_cooldown_ms = 1000
             "#,
         )
         .expect("valid");
+        assert_eq!(backends[0].limits, crate::config::BackendLimits::default());
+        assert_eq!(
+            backends[1].limits,
+            crate::config::BackendLimits {
+                max_in_flight: 8,
+                queue: 0,
+                queue_timeout: Duration::from_millis(5000),
+                breaker_failures: 0,
+                breaker_cooldown: Duration::from_millis(1000),
+            }
+        );
         assert!(
             matches!(&backends[0].kind, BackendKind::Mcp(McpBackend { transport: McpTransport::Stdio { args, .. }, .. }) if args.len() == 2)
         );
@@ -601,8 +661,9 @@ mod tests {
             (
                 "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nspec = \"s.json\"",
                 "backends[0] (a): unknown field `spec`, expected one of `name`, `timeout_ms`, \
-                 `command`, `args`, `env`, `cwd`, `url`, `headers`, `max_tools`, \
-                 `max_schema_bytes`, `tools`",
+                 `max_in_flight`, `queue`, `queue_timeout_ms`, `breaker_failures`, \
+                 `breaker_cooldown_ms`, `command`, `args`, `env`, `cwd`, `url`, `headers`, \
+                 `max_tools`, `max_schema_bytes`, `tools`",
             ),
             (
                 "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\", value = \"secret\" }",
@@ -643,8 +704,9 @@ mod tests {
             (
                 "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nmax_tools = 10",
                 "backends[0] (a): unknown field `max_tools`, expected one of `name`, \
-                 `timeout_ms`, `spec`, `base_url`, `auth`, `max_response_bytes`, \
-                 `error_id_pointers`, `error_message_pointers`, `tools`",
+                 `timeout_ms`, `max_in_flight`, `queue`, `queue_timeout_ms`, \
+                 `breaker_failures`, `breaker_cooldown_ms`, `spec`, `base_url`, `auth`, \
+                 `max_response_bytes`, `error_id_pointers`, `error_message_pointers`, `tools`",
             ),
             (
                 "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\ntimeout_ms = \"30s\"",
@@ -665,6 +727,22 @@ mod tests {
             (
                 "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nflavour = 1",
                 "unknown field `flavour`",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nmax_in_flight = 0",
+                "backends[0] (a): `max_in_flight` must be between 1 and 4096",
+            ),
+            (
+                "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\ntimeout_ms = 1000\nqueue_timeout_ms = 2000",
+                "backends[0] (a): `queue_timeout_ms` must be between 1 and the backend's `timeout_ms` (1000)",
+            ),
+            (
+                "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nbreaker_cooldown_ms = 5",
+                "backends[0] (a): `breaker_cooldown_ms` must be between 100 and 3600000",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nqueue = -1",
+                "backends[0] (a): `queue`: invalid value: integer `-1`, expected u64",
             ),
         ];
         for (entry, expected) in cases {

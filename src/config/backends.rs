@@ -9,13 +9,16 @@
 //! URL ([`SpecSource`]); plain `http://` is accepted only to this machine ([`SpecUrl`]).
 //!
 //! Here: the checked form of an entry ([`BackendConfig`]) and the secret files it names;
-//! `backend_entries` reads the entries into it.
+//! `backend_entries` reads the entries into it, `backend_limits` checks the keys that bound
+//! its calls.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use super::backend_limits::BackendLimits;
 
 /// A backend's deadline per call unless configured (`timeout_ms`).
 pub const DEFAULT_BACKEND_TIMEOUT_MS: u64 = 30_000;
@@ -56,6 +59,10 @@ pub struct BackendConfig {
     pub kind: BackendKind,
     /// The deadline of one call (`timeout_ms`): past it the call is `timeout`.
     pub timeout: Duration,
+    /// How many of its calls are forwarded at once, how many wait and how long, and when
+    /// its circuit opens (`max_in_flight`, `queue`, `queue_timeout_ms`,
+    /// `breaker_failures`, `breaker_cooldown_ms`).
+    pub limits: BackendLimits,
     /// The operator's overrides, by the tool's full name (`crm_create_order`).
     pub tools: BTreeMap<String, ToolOverride>,
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 mod backend_entries;
+mod backend_limits;
 mod backends;
 mod database;
 mod issuer_checks;
@@ -24,6 +25,10 @@ mod oauth_server;
 mod raw;
 mod validate;
 
+pub use backend_limits::{
+    BackendLimits, DEFAULT_BREAKER_COOLDOWN_MS, DEFAULT_BREAKER_FAILURES, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_QUEUE, DEFAULT_QUEUE_TIMEOUT_MS,
+};
 pub use backends::{
     BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_ERROR_ID_POINTERS,
     DEFAULT_ERROR_MESSAGE_POINTERS, DEFAULT_MAX_SCHEMA_BYTES, DEFAULT_MAX_TOOLS, HeaderValue,

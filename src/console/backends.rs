@@ -1,6 +1,7 @@
-//! The backends page: each configured backend's state, its tools with their scope and
-//! rate-limit category, and per tool and per backend the calls and failures of the last
-//! 24 hours, counted from the audit log (`Store::backend_calls_by_tool`).
+//! The backends page: each configured backend's state, its calls in flight (of its
+//! limit) and waiting now and its circuit, its tools with their scope and rate-limit
+//! category, and per tool and per backend the calls and failures of the last 24 hours,
+//! counted from the audit log (`Store::backend_calls_by_tool`).
 //!
 //! A failure is any outcome but `ok`: the backend's own errors and the refusals of calls
 //! meant for it alike, as the audit log's failure filter counts them. A tool the backend
@@ -90,9 +91,13 @@ fn backend_json(
             .map(|c| tool_json(&c.tool, None, c.calls, c.failures, since)),
     );
     tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    let admission = &b.admission;
     json!({
         "name": b.name, "kind": b.kind, "state": b.health.as_str(),
         "reason": b.health.reason(), "tools": tools,
+        "in_flight": admission.in_flight, "max_in_flight": admission.max_in_flight,
+        "queued": admission.queued, "circuit": admission.circuit.as_str(),
+        "retry_after": admission.retry_after_secs,
         "served": served.len(),
         "calls": mine.iter().map(|c| c.calls).sum::<i64>(),
         "failures": mine.iter().map(|c| c.failures).sum::<i64>(),

@@ -502,6 +502,25 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "Calls in the last 24 hours, from the audit log. A failure is any outcome but ok: the backend's errors and the refusals of calls meant for it alike. A tool's counts open its rows of the audit log.",
         "Llamadas de las últimas 24 horas, según el registro de auditoría. Un fallo es cualquier resultado distinto de ok: tanto los errores del sistema como los rechazos de llamadas dirigidas a él. Los números de cada herramienta abren sus filas del registro.",
     ),
+    (
+        "backend_admission_help",
+        "In flight: the calls being forwarded now, of the most the backend is sent at once (max_in_flight); waiting: the calls queued for one of those places. After breaker_failures failures in a row (unreachable, too slow, a temporary 502, 503 or 504) the circuit opens: calls are refused without reaching the backend until, after the cooldown, one trial call succeeds.",
+        "En curso: las llamadas que se reenvían ahora, del máximo que se envía a la vez al sistema (max_in_flight); en espera: las llamadas en cola para uno de esos puestos. Tras breaker_failures fallos seguidos (inalcanzable, demasiado lento, un 502, 503 o 504 temporal) el circuito se abre: las llamadas se rechazan sin llegar al sistema hasta que, pasada la pausa, una llamada de prueba sale bien.",
+    ),
+    ("in_flight", "In flight / limit", "En curso / límite"),
+    ("queued", "Waiting", "En espera"),
+    ("circuit", "Circuit", "Circuito"),
+    ("circuit_closed", "closed", "cerrado"),
+    (
+        "circuit_open_for",
+        "open: refused for {seconds} s more",
+        "abierto: rechaza {seconds} s más",
+    ),
+    (
+        "circuit_half_open",
+        "half-open: one trial call",
+        "semiabierto: una llamada de prueba",
+    ),
     ("tools_of", "Tools of {name}", "Herramientas de {name}"),
     ("no_longer_offered", "no longer offered", "ya no se ofrece"),
     (

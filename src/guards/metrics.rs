@@ -18,6 +18,9 @@
 //! | `tollgate_backend_tools_left_out` | `backend`, `reason`: tools a backend lists that are not offered |
 //! | `tollgate_backend_descriptions_cut` | `backend`: offered tools whose description was cut |
 //! | `tollgate_backend_list_changed_total`, `tollgate_backend_list_changed_coalesced_total`, `tollgate_backend_relists_total` | `backend`: an upstream's list-changed notifications, those folded into a read already due, and the reads |
+//! | `tollgate_backend_in_flight`, `tollgate_backend_queued`, `tollgate_backend_circuit_open` | `backend`: calls forwarded now, calls waiting for a slot, and 1 while its circuit is not closed |
+//! | `tollgate_backend_rejected_total` | `backend`, `reason` (`queue_full`, `queue_timeout`, `circuit_open`): calls not forwarded |
+//! | `tollgate_backend_circuit_opened_total` | `backend`: times its circuit opened |
 //!
 //! plus `tollgate_build_info`, `tollgate_uptime_seconds`, `process_start_time_seconds` and,
 //! where `/proc` is readable, `process_resident_memory_bytes`, `process_threads` and
@@ -27,7 +30,7 @@
 //! the registry, the catalog or a fixed list; a name a client made up is folded into
 //! `unknown`. Counting is lock-light: a read lock and an atomic increment per counter, a
 //! write lock only the first time a label set appears. Nothing here ever holds an argument
-//! value, a token or a request id.
+//! value, a token or a request id. The backends' families are rendered by `backends`.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -43,6 +46,8 @@ use crate::catalog::{ErrorKind, McpError};
 use crate::guards::outcome::Verdict;
 use crate::guards::ratelimit::{CLIENT_BUCKET, ChargeCounters, ChargeCounts, PLAN_BUCKET};
 use crate::tools::{Category, Registry, Resolution};
+
+pub mod backends;
 
 /// The `Content-Type` of the exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -453,118 +458,6 @@ pub fn render_identity(page: &mut String, identity: Option<&crate::identity::Ide
             count,
         );
     }
-}
-
-/// Appends the backends' families to `page`: calls forwarded and failed per backend, and
-/// each backend's state (1 when ready). Nothing when no backend is configured.
-pub fn render_backends(page: &mut String, backends: &crate::tools::backends::Backends) {
-    use crate::tools::backends::BackendCount;
-    if backends.is_empty() {
-        return;
-    }
-    let counters = backends.counters();
-    let family = |page: &mut String, name: &str, help: &str, value: fn(&BackendCount) -> u64| {
-        header(page, name, "counter", help);
-        for count in &counters {
-            sample(page, name, &[("backend", &count.name)], value(count));
-        }
-    };
-    family(
-        page,
-        "tollgate_backend_calls_total",
-        "Calls forwarded to a backend, by backend.",
-        |c| c.calls,
-    );
-    family(
-        page,
-        "tollgate_backend_failures_total",
-        "Forwarded calls that failed (any catalog error), by backend.",
-        |c| c.failures,
-    );
-    let statuses = backends.status();
-    let name = "tollgate_backend_up";
-    header(
-        page,
-        name,
-        "gauge",
-        "Whether a backend can be called now (1) or not (0), by backend and kind.",
-    );
-    for status in &statuses {
-        let up = u64::from(status.health == crate::tools::backends::Health::Ready);
-        sample(
-            page,
-            name,
-            &[("backend", &status.name), ("kind", status.kind)],
-            up,
-        );
-    }
-    render_listings(page, &statuses);
-}
-
-/// The backends' listing families: tools left out by reason, descriptions cut, and how
-/// often an upstream's list was read again after it said it changed.
-fn render_listings(page: &mut String, statuses: &[crate::tools::backends::BackendStatus]) {
-    use crate::tools::backends::{LeftOutReason, ListingReport};
-    let name = "tollgate_backend_tools_left_out";
-    header(
-        page,
-        name,
-        "gauge",
-        "Tools a backend lists that are not offered now, by backend and reason.",
-    );
-    for status in statuses {
-        for reason in LeftOutReason::ALL {
-            let n = status.listing.left_out.get(&reason).copied().unwrap_or(0);
-            let labels = [
-                ("backend", status.name.as_str()),
-                ("reason", reason.as_str()),
-            ];
-            sample(page, name, &labels, u64::try_from(n).unwrap_or(u64::MAX));
-        }
-    }
-    let family = |page: &mut String,
-                  name: &str,
-                  kind: &str,
-                  help: &str,
-                  value: fn(&ListingReport) -> u64| {
-        header(page, name, kind, help);
-        for status in statuses {
-            sample(
-                page,
-                name,
-                &[("backend", &status.name)],
-                value(&status.listing),
-            );
-        }
-    };
-    family(
-        page,
-        "tollgate_backend_descriptions_cut",
-        "gauge",
-        "Tools offered now whose description was cut to the length limit, by backend.",
-        |l| u64::try_from(l.descriptions_cut).unwrap_or(u64::MAX),
-    );
-    family(
-        page,
-        "tollgate_backend_list_changed_total",
-        "counter",
-        "notifications/tools/list_changed received from an upstream MCP server, by backend.",
-        |l| l.list_changed,
-    );
-    family(
-        page,
-        "tollgate_backend_list_changed_coalesced_total",
-        "counter",
-        "Of those, the ones folded into a re-read of the list already due, by backend.",
-        |l| l.list_changed_coalesced,
-    );
-    family(
-        page,
-        "tollgate_backend_relists_total",
-        "counter",
-        "Reads of an upstream's list of tools after it said the list changed (at most one per second), by backend.",
-        |l| l.relists,
-    );
 }
 
 /// Appends the `# HELP` and `# TYPE` lines of family `name`.

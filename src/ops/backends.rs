@@ -1,7 +1,8 @@
 //! The backends at start and while serving: opening them for `serve` and `stdio`, keeping
 //! the server's registry in step with their tools (an upstream MCP server's list can
 //! change), and `tollgate backends check`, which opens every configured backend (or the
-//! one `--backend` names) and prints the tools each yields, or every problem found.
+//! one `--backend` names) and prints the bounds of its calls and the tools it yields, or
+//! every problem found.
 //!
 //! Warnings do not stop a start or fail a check, and are logged at start and printed by
 //! the check alike: a secret file every user of the machine can read, a document opened
@@ -24,8 +25,9 @@ use crate::tools::{Idempotency, Tool};
 /// `tollgate backends …`
 #[derive(Debug, Subcommand)]
 pub enum BackendsCommand {
-    /// Open every configured backend, print the tools it yields (name, category, scope,
-    /// idempotency) and its state; exit 1 with one line per problem found.
+    /// Open every configured backend, print its state, the bounds of its calls (deadline,
+    /// calls at once, queue, circuit breaker) and the tools it yields (name, category,
+    /// scope, idempotency); exit 1 with one line per problem found.
     #[command(after_help = "Example:
   tollgate backends check --config /etc/tollgate/tollgate.toml --json")]
     Check {
@@ -225,6 +227,7 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                 report.push(serde_json::json!({
                     "name": name, "kind": item.config.kind.as_str(), "state": "down",
                     "problems": found.iter().map(|p| p.message.clone()).collect::<Vec<_>>(),
+                    "limits": limits_json(&item.config),
                     "tools": [],
                 }));
             }
@@ -259,6 +262,7 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                 warnings.extend(left_out_warnings(name, &listing));
                 let mut line = serde_json::json!({
                     "name": name, "kind": item.config.kind.as_str(), "state": state,
+                    "limits": limits_json(&item.config),
                     "tools": tools.iter().map(|t| {
                         let spec = t.spec();
                         serde_json::json!({
@@ -341,6 +345,40 @@ fn left_out_warnings(backend: &str, listing: &ListingReport) -> Vec<String> {
     lines
 }
 
+/// The bounds of a backend's calls, as configured (or by default): its deadline, the calls
+/// forwarded at once, the calls that may wait and for how long, and its circuit breaker.
+fn limits_json(config: &BackendConfig) -> serde_json::Value {
+    let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let limits = &config.limits;
+    serde_json::json!({
+        "timeout_ms": millis(config.timeout),
+        "max_in_flight": limits.max_in_flight,
+        "queue": limits.queue,
+        "queue_timeout_ms": millis(limits.queue_timeout),
+        "breaker_failures": limits.breaker_failures,
+        "breaker_cooldown_ms": millis(limits.breaker_cooldown),
+    })
+}
+
+/// The limits of a backend's JSON entry as one line of the table.
+fn limits_line(limits: &serde_json::Value) -> String {
+    let n = |key: &str| limits[key].as_u64().unwrap_or_default();
+    let breaker = match n("breaker_failures") {
+        0 => "no circuit breaker".to_owned(),
+        failures => format!(
+            "circuit opens after {failures} failures in a row, for {} ms",
+            n("breaker_cooldown_ms")
+        ),
+    };
+    format!(
+        "  limits: {} ms a call; {} at once, {} more waiting up to {} ms; {breaker}",
+        n("timeout_ms"),
+        n("max_in_flight"),
+        n("queue"),
+        n("queue_timeout_ms"),
+    )
+}
+
 /// Adds what the backend left out of its list, and the descriptions it cut, to its entry
 /// of the JSON report (when there are any).
 fn add_listing(line: &mut serde_json::Value, listing: &ListingReport) {
@@ -372,6 +410,7 @@ fn print_table(report: &[serde_json::Value]) {
             field(&backend["kind"]),
             field(&backend["state"])
         );
+        println!("{}", limits_line(&backend["limits"]));
         let tools = backend["tools"].as_array().cloned().unwrap_or_default();
         let width = tools
             .iter()

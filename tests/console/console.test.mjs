@@ -519,6 +519,9 @@ test('backends: each tool shows its scope, category and the calls and failures o
     const idle = '#tools-shop tr[id="tool-shop_list_things"]';
     assert.equal((await page.textContent(`${backend} .state`)).trim(), 'ready');
     assert.equal((await page.textContent(`${backend} .tool-count`)).trim(), '2');
+    assert.equal((await page.textContent(`${backend} .in-flight`)).trim(), '0 / 64');
+    assert.equal((await page.textContent(`${backend} .queued`)).trim(), '0');
+    assert.equal((await page.textContent(`${backend} .circuit`)).trim(), 'closed');
     assert.equal((await page.textContent(`${tool} .scope`)).trim(), 'shop:read');
     assert.equal((await page.textContent(`${tool} .category`)).trim(), 'read');
     const before = { backend: await counts(page, backend), tool: await counts(page, tool) };

@@ -249,6 +249,7 @@ mod tests {
                 max_schema_bytes: crate::config::DEFAULT_MAX_SCHEMA_BYTES,
             }),
             timeout: Duration::from_secs(1),
+            limits: crate::config::BackendLimits::default(),
             tools: Default::default(),
         }
     }

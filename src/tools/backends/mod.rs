@@ -5,8 +5,11 @@
 //!
 //! The outbound side runs on one small tokio runtime ([`Backends`] owns it); a tool call,
 //! which runs on a worker thread of a transport, waits for its backend call on it with the
-//! backend's deadline, and gives up when the caller cancels. A backend's failures become
-//! catalog entries, always `isError` results: the model reads them and can act.
+//! backend's deadline, and gives up when the caller cancels. Every call of a backend's
+//! tools is admitted first ([`admission`]): a bounded number in flight, a bounded queue
+//! with a deadline, and a circuit breaker that stops forwarding to a backend that keeps
+//! failing. A backend's failures become catalog entries, always `isError` results: the
+//! model reads them and can act.
 //!
 //! Here: the [`Backend`] trait the two kinds implement, what an operation declares
 //! ([`Operation`]), every backend opened together ([`Backends`]), what a backend left out
@@ -14,6 +17,7 @@
 //! `/metrics`. The tool an operation becomes with the operator's overrides applied
 //! ([`BackendTool`]: name, category, scope, idempotency) is in `tool`.
 
+pub mod admission;
 pub mod openapi;
 mod tool;
 pub mod upstream;
@@ -30,6 +34,7 @@ use crate::clock::Clock;
 use crate::config::{BackendConfig, BackendKind};
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 
+pub use admission::{Admission, AdmissionStatus, Circuit, Rejection};
 pub use tool::{
     BackendTool, OPERATION_CATEGORIES, configured_scopes, tool_name, unmatched_overrides,
 };
@@ -276,11 +281,12 @@ pub struct BackendCount {
     pub failures: u64,
 }
 
-/// One backend with its configuration and counters.
+/// One backend with its configuration, counters and the admission of its calls.
 struct Entry {
     config: BackendConfig,
     backend: Arc<dyn Backend>,
     counters: Arc<BackendCounters>,
+    admission: Arc<Admission>,
 }
 
 /// What is called when a backend's list of tools changed.
@@ -306,6 +312,8 @@ pub struct BackendStatus {
     pub tools: usize,
     /// What it left out of its list of tools, and how often it read the list again.
     pub listing: ListingReport,
+    /// Its calls in flight and waiting, its circuit, and the calls it refused.
+    pub admission: AdmissionStatus,
 }
 
 impl Backends {
@@ -375,6 +383,11 @@ impl Backends {
                     config: config.clone(),
                     backend,
                     counters: Arc::default(),
+                    admission: Arc::new(Admission::new(
+                        &config.name,
+                        config.limits,
+                        opening.clock.clone(),
+                    )),
                 }),
                 Err(problem) => problems.push(problem),
             }
@@ -457,7 +470,7 @@ impl Backends {
             .collect()
     }
 
-    /// Every backend's state and tool count.
+    /// Every backend's state, tool count and admission.
     pub fn status(&self) -> Vec<BackendStatus> {
         self.entries
             .iter()
@@ -472,6 +485,7 @@ impl Backends {
                     .filter(|op| tool::enabled(&e.config, op))
                     .count(),
                 listing: e.backend.listing_report(),
+                admission: e.admission.status(),
             })
             .collect()
     }

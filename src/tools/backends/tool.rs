@@ -3,7 +3,8 @@
 //! (an `idempotency_key` argument added to its schema when it takes one), title and
 //! description — plus the scopes a backend's tools can need, known from its configuration
 //! alone. The declaration owns its texts: when a backend lists its tools again, the old
-//! tools and their texts go once nothing holds them.
+//! tools and their texts go once nothing holds them. Every call of the tool passes its
+//! backend's admission (`admission`) before it is forwarded.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::admission::Admission;
 use super::{Backend, BackendCounters, Call, Entry, Operation};
 use crate::catalog::McpError;
 use crate::config::{BackendConfig, IdempotencyPolicy, ToolOverride};
@@ -88,6 +90,7 @@ pub struct BackendTool {
     backend: Arc<dyn Backend>,
     timeout: Duration,
     counters: Arc<BackendCounters>,
+    admission: Arc<Admission>,
 }
 
 impl BackendTool {
@@ -131,6 +134,7 @@ impl BackendTool {
             backend: Arc::clone(&entry.backend),
             timeout: config.timeout,
             counters: Arc::clone(&entry.counters),
+            admission: Arc::clone(&entry.admission),
         })
     }
 }
@@ -198,17 +202,21 @@ impl Tool for BackendTool {
         ctx: &ToolContext<'_>,
         args: &Map<String, Value>,
     ) -> Result<ToolOutput, McpError> {
-        self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let call = Call {
             ctx,
             idempotency_key: ctx.idempotency_key(),
             timeout: self.timeout,
         };
-        let outcome = self.backend.call(&self.operation, args, &call);
-        if outcome.is_err() {
-            self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        }
-        outcome
+        // Every forwarded call of either kind passes the backend's admission; a refused
+        // one never reaches the backend and is not counted as forwarded.
+        self.admission.run(&|| ctx.is_cancelled(), || {
+            self.counters.calls.fetch_add(1, Ordering::Relaxed);
+            let outcome = self.backend.call(&self.operation, args, &call);
+            if outcome.is_err() {
+                self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            }
+            outcome
+        })
     }
 }
 
@@ -250,6 +258,7 @@ mod tests {
                 max_schema_bytes: crate::config::DEFAULT_MAX_SCHEMA_BYTES,
             }),
             timeout: Duration::from_secs(1),
+            limits: crate::config::BackendLimits::default(),
             tools: tools
                 .iter()
                 .map(|(name, over)| ((*name).to_owned(), over.clone()))
@@ -358,6 +367,11 @@ mod tests {
                 config: crm(&[]),
                 backend: Arc::clone(&upstream) as Arc<dyn Backend>,
                 counters: Arc::default(),
+                admission: Arc::new(Admission::new(
+                    "crm",
+                    crate::config::BackendLimits::default(),
+                    crate::clock::Clock::System,
+                )),
             }],
             listener: Arc::new(Mutex::new(None)),
         };

@@ -13,6 +13,7 @@ use super::mcp::accepts_sse;
 use super::sse::{Outgoing, Stream};
 use super::status::{Body, Reply};
 use crate::catalog::{ErrorKind, McpError};
+use crate::tools::backends::BackendStatus;
 
 /// Whether the request names one host (RFC 9112 §3.2): exactly one non-empty `Host`, or
 /// none on HTTP/1.0. Two `Host` lines could be read differently by a proxy in front and by
@@ -35,6 +36,42 @@ fn without_discovery(mut reply: Reply) -> Reply {
         }
     }
     reply
+}
+
+/// One backend's line in `/healthz`: its state (with the reason when not ready) and tool
+/// count; its calls in flight (of `max_in_flight`) and waiting for a slot; its circuit
+/// (`closed`, `open`, `half_open`) and, while open, the seconds until a trial call
+/// (`retry_after`); how many of its tools were left out by reason (`left_out`) and how
+/// many descriptions cut (`descriptions_cut`) when any.
+fn backend_health(b: &BackendStatus) -> serde_json::Value {
+    let admission = &b.admission;
+    let mut line = json!({
+        "name": b.name, "kind": b.kind,
+        "state": b.health.as_str(), "tools": b.tools,
+        "in_flight": admission.in_flight, "max_in_flight": admission.max_in_flight,
+        "queued": admission.queued, "circuit": admission.circuit.as_str(),
+    });
+    if let Some(reason) = b.health.reason() {
+        line["reason"] = reason.into();
+    }
+    if let Some(secs) = admission.retry_after_secs {
+        line["retry_after"] = secs.into();
+    }
+    // Counts only: tool names an upstream made up are not echoed on an unauthenticated
+    // page (`backends check` names them).
+    if !b.listing.left_out.is_empty() {
+        line["left_out"] = b
+            .listing
+            .left_out
+            .iter()
+            .map(|(reason, n)| (reason.as_str().to_owned(), json!(n)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+    }
+    if b.listing.descriptions_cut > 0 {
+        line["descriptions_cut"] = b.listing.descriptions_cut.into();
+    }
+    line
 }
 
 impl App {
@@ -101,8 +138,7 @@ impl App {
     /// `GET /healthz`: 200 while the store can read and write; otherwise 503 with the
     /// catalog code `backend_unavailable` and the reason (`disk_full`,
     /// `database_unreachable`, …). Both name the store (`sqlite` or `postgres`). With
-    /// backends, each one's state and tool count, and how many of its tools were left out
-    /// by reason (`left_out`) and how many descriptions cut (`descriptions_cut`) when any.
+    /// backends, each one's line ([`backend_health`]); a backend never changes the status.
     pub(super) fn healthz(&self) -> Reply {
         let store = self.server.store();
         let engine = match store.dialect() {
@@ -114,33 +150,7 @@ impl App {
                 let mut body = json!({"status": "ok", "store": engine, "schema_version": version});
                 let backends = self.server.backends().status();
                 if !backends.is_empty() {
-                    body["backends"] = backends
-                        .iter()
-                        .map(|b| {
-                            let mut line = json!({
-                                "name": b.name, "kind": b.kind,
-                                "state": b.health.as_str(), "tools": b.tools,
-                            });
-                            if let Some(reason) = b.health.reason() {
-                                line["reason"] = reason.into();
-                            }
-                            // Counts only: tool names an upstream made up are not echoed
-                            // on an unauthenticated page (`backends check` names them).
-                            if !b.listing.left_out.is_empty() {
-                                line["left_out"] = b
-                                    .listing
-                                    .left_out
-                                    .iter()
-                                    .map(|(reason, n)| (reason.as_str().to_owned(), json!(n)))
-                                    .collect::<serde_json::Map<_, _>>()
-                                    .into();
-                            }
-                            if b.listing.descriptions_cut > 0 {
-                                line["descriptions_cut"] = b.listing.descriptions_cut.into();
-                            }
-                            line
-                        })
-                        .collect();
+                    body["backends"] = backends.iter().map(backend_health).collect();
                 }
                 Reply::json(200, body)
             }
@@ -206,7 +216,10 @@ impl App {
                 )],
                 body: Body::Bytes({
                     let mut page = metrics.render();
-                    crate::guards::metrics::render_backends(&mut page, self.server.backends());
+                    crate::guards::metrics::backends::render_backends(
+                        &mut page,
+                        self.server.backends(),
+                    );
                     crate::guards::metrics::render_identity(
                         &mut page,
                         self.server.guards().authenticator().identity(),

@@ -105,6 +105,7 @@ fn config(spec: &Path, base_url: Option<String>, auth: Option<BackendAuth>) -> B
                 .collect(),
         }),
         timeout: Duration::from_millis(500),
+        limits: crate::config::BackendLimits::default(),
         tools: Default::default(),
     }
 }
