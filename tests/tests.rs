@@ -16,6 +16,7 @@ mod backends_openapi;
 mod backends_resilience;
 mod backends_spec_url;
 mod backends_upstream;
+mod backends_upstream_http;
 mod backup;
 mod call_notifications;
 mod capabilities;

@@ -229,21 +229,29 @@ impl Direct {
         if status == StatusCode::NOT_FOUND && session.is_some() {
             return Err(Failure::SessionExpired);
         }
-        if !status.is_success() {
-            return Err(Failure::Status(status.as_u16()));
-        }
-        let is_stream = response
+        let media = response
             .headers()
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
-        if is_stream {
-            self.read_stream(response, &call.id, latest).await
-        } else {
-            let body = read_capped(response).await?;
-            let incoming: Incoming =
-                serde_json::from_slice(&body).map_err(|_| Failure::Malformed)?;
-            answer_of(incoming, &call.id).ok_or(Failure::Malformed)
+            .map(|v| v.trim_start().to_ascii_lowercase())
+            .unwrap_or_default();
+        if status.is_success() && media.starts_with("text/event-stream") {
+            return self.read_stream(response, &call.id, latest).await;
+        }
+        let refused = matches!(status.as_u16(), 401 | 403);
+        if !status.is_success() && (refused || !media.starts_with("application/json")) {
+            return Err(Failure::Status(status.as_u16()));
+        }
+        // A server may send a JSON-RPC error with a failure status (429 with -32006, say):
+        // the error is the answer, the status only its echo.
+        let body = read_capped(response).await?;
+        let answer = serde_json::from_slice::<Incoming>(&body)
+            .ok()
+            .and_then(|incoming| answer_of(incoming, &call.id));
+        match answer {
+            Some(answer) => Ok(answer),
+            None if status.is_success() => Err(Failure::Malformed),
+            None => Err(Failure::Status(status.as_u16())),
         }
     }
 
@@ -397,6 +405,8 @@ mod tests {
     use serde_json::json;
 
     fn direct() -> Direct {
+        // As `Backends::open` does for the server.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Direct::new(
             reqwest::Client::new(),
             "http://127.0.0.1:9/mcp",
@@ -424,6 +434,17 @@ mod tests {
         assert_ne!(again.id, call.id);
         let body: Value = serde_json::from_slice(&again.body).expect("json");
         assert_eq!(body["params"]["_meta"], json!({"progressToken": again.id}));
+    }
+
+    #[test]
+    fn a_call_handed_to_rmcp_keeps_its_name_and_arguments() {
+        let direct = direct();
+        let mut args = Map::new();
+        args.insert("text".into(), json!("hi"));
+        let call = direct.prepare("echo", &args, true);
+        let params = direct.params_of(&call).expect("params");
+        assert_eq!(params.name, "echo");
+        assert_eq!(params.arguments, Some(args));
     }
 
     #[test]

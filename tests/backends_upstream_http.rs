@@ -1,0 +1,181 @@
+//! An upstream MCP server over Streamable HTTP behind the gate: `tollgate serve
+//! --conformance-pack` (the binary under test, with a database and a credential of its
+//! own) is the upstream of another `tollgate serve`. A forwarded call is one POST on the
+//! session the gate opened: its answer comes back as the upstream gave it, JSON or an event
+//! stream whose progress is relayed; the upstream's JSON-RPC error keeps its code and
+//! message, and the upstream refusing the gate's own credential is the operator's problem,
+//! said so.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::util::{HttpServer, Key, TestDb, assert_tool_error, merge_modern_meta};
+
+/// How long a test waits for the backend to be ready.
+const READY_WAIT: Duration = Duration::from_secs(30);
+
+/// The upstream (with its database and the gate's key on it) and the gate in front of it.
+struct Gate {
+    upstream_db: TestDb,
+    upstream: HttpServer,
+    upstream_key: Key,
+    db: TestDb,
+    server: HttpServer,
+}
+
+impl Gate {
+    /// `tollgate serve` with the backend `up`: `tollgate serve --conformance-pack` over
+    /// Streamable HTTP, the gate's key sent as a secret header read from a file.
+    fn start() -> Gate {
+        let upstream_db = TestDb::on_sqlite(&[]);
+        let upstream_key = upstream_db.create_key("gate", "*", &[]);
+        let upstream = HttpServer::start(&upstream_db, &["--conformance-pack"]);
+        let db = TestDb::new();
+        let token_file = db.dir.path().join("upstream.token");
+        std::fs::write(&token_file, format!("Bearer {}", upstream_key.token)).expect("token");
+        let config = format!(
+            r#"
+[[backends]]
+name = "up"
+kind = "mcp"
+url = "http://{addr}/mcp"
+headers = {{ Authorization = {{ file = "{file}" }} }}
+timeout_ms = 10000
+"#,
+            addr = upstream.addr,
+            file = token_file.display(),
+        );
+        let server = HttpServer::start_with_config(&db, &config, &[]);
+        let gate = Gate {
+            upstream_db,
+            upstream,
+            upstream_key,
+            db,
+            server,
+        };
+        let deadline = Instant::now() + READY_WAIT;
+        while gate.server.get("/healthz").json()["backends"][0]["state"] != "ready" {
+            assert!(Instant::now() < deadline, "{}", gate.server.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        gate
+    }
+
+    fn admin(&self) -> &str {
+        self.db.admin_key.as_deref().expect("admin key")
+    }
+
+    fn call(&self, tool: &str, args: Value) -> Value {
+        self.server
+            .modern_tool_call(self.admin(), tool, &args)
+            .json()
+    }
+
+    /// `tool` called through the gate with a progress token.
+    fn call_with_progress(&self, tool: &str, token: &str) -> crate::util::HttpResponse {
+        let mut params = json!({"name": tool, "arguments": {}, "_meta": {"progressToken": token}});
+        merge_modern_meta(&mut params);
+        let auth = format!("Bearer {}", self.admin());
+        self.server.post_mcp(
+            &[
+                ("Authorization", auth.as_str()),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", tool),
+            ],
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}),
+        )
+    }
+}
+
+#[test]
+fn a_forwarded_answer_is_the_upstream_s_own() {
+    let gate = Gate::start();
+    let direct = gate
+        .upstream
+        .modern_tool_call(&gate.upstream_key.token, "test_simple_text", &json!({}))
+        .json();
+    let forwarded = gate.call("up_test_simple_text", json!({}));
+    assert_eq!(forwarded["result"]["isError"], false, "{forwarded}");
+    assert_eq!(
+        forwarded["result"]["content"], direct["result"]["content"],
+        "{forwarded} / {direct}"
+    );
+    // Arguments cross as given: the upstream echoes them.
+    let args = json!({"name": "Ada", "contactMethod": "email", "email": "ada@example.com"});
+    let echoed = gate.call("up_json_schema_2020_12_tool", args.clone());
+    assert_eq!(echoed["result"]["isError"], false, "{echoed}");
+    let text = echoed["result"]["content"][0]["text"]
+        .as_str()
+        .expect("a text block");
+    for value in ["Ada", "ada@example.com"] {
+        assert!(text.contains(value), "{text}");
+    }
+}
+
+#[test]
+fn the_progress_of_an_event_stream_answer_is_relayed_before_the_result() {
+    let gate = Gate::start();
+    let response = gate.call_with_progress("up_test_tool_with_progress", "p-1");
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    let messages = response.sse_messages();
+    let (last, notifications) = messages.split_last().expect("a response");
+    let values: Vec<f64> = notifications
+        .iter()
+        .map(|n| {
+            assert_eq!(n["method"], "notifications/progress", "{n}");
+            assert_eq!(n["params"]["progressToken"], "p-1", "{n}");
+            n["params"]["progress"].as_f64().expect("a progress value")
+        })
+        .collect();
+    // 0, 50 and 100 of 100 come about 50 ms apart: the throttle may pass on fewer, never
+    // the last one less.
+    assert_eq!(values.last(), Some(&100.0), "{messages:?}");
+    assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
+    assert_eq!(last["result"]["isError"], false, "{last}");
+}
+
+#[test]
+fn an_upstream_json_rpc_error_keeps_its_code_and_message() {
+    let gate = Gate::start();
+    gate.upstream_db
+        .limit_per_minute(&gate.upstream_key.id, "read", 1);
+    let first = gate.call("up_test_simple_text", json!({}));
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    // The upstream's windows are fixed minutes: should one turn after the first call, the
+    // next window admits one more, so its refusal comes within two windows' worth.
+    let refused = (0..2)
+        .map(|_| gate.call("up_test_simple_text", json!({})))
+        .find(|answer| answer["result"]["isError"] == json!(true))
+        .expect("the upstream refuses within two windows");
+    assert_tool_error(&refused, "adapter_error", 502, 4001);
+    let envelope = &refused["result"]["_meta"]["dev.tollgate/error"];
+    assert_eq!(
+        envelope["details"]["original_error"],
+        json!({"code": -32006, "message": "rate_limited"})
+    );
+    assert_eq!(
+        envelope["hint"],
+        "The business backend up answered with error -32006: rate_limited; the call did not complete."
+    );
+}
+
+#[test]
+fn the_upstream_refusing_the_gate_s_credential_is_the_operator_s_problem() {
+    let gate = Gate::start();
+    let revoked = gate
+        .upstream_db
+        .run(&["key", "revoke", &gate.upstream_key.id]);
+    assert!(revoked.status.success(), "{revoked:?}");
+    let refused = gate.call("up_test_simple_text", json!({}));
+    assert_tool_error(&refused, "adapter_error", 502, 4001);
+    let envelope = &refused["result"]["_meta"]["dev.tollgate/error"];
+    assert_eq!(envelope["retryable"], false);
+    assert_eq!(envelope["details"], json!({"backend": "up", "status": 401}));
+    let hint = envelope["hint"].as_str().expect("a hint");
+    assert!(
+        hint.contains("refused the gateway's own credential"),
+        "{hint}"
+    );
+}
