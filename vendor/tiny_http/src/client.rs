@@ -2,7 +2,7 @@ use ascii::AsciiString;
 
 use std::io::Error as IoError;
 use std::io::Result as IoResult;
-use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::io::{BufRead, BufReader, BufWriter, ErrorKind, Read};
 
 use std::net::{Shutdown, SocketAddr};
 use std::str::FromStr;
@@ -111,7 +111,6 @@ impl ClientConnection {
     ///  at the first byte of the new line.
     fn read_next_line(&mut self) -> Result<AsciiString, ReadError> {
         let mut buf = Vec::new();
-        let mut prev_byte_was_cr = false;
         let limits = &self.options.limits;
 
         loop {
@@ -120,17 +119,20 @@ impl ClientConnection {
                 return Err(ReadError::HeadTooLarge);
             }
 
-            let byte = self.next_header_source.by_ref().bytes().next();
-
-            let byte = match byte {
-                Some(b) => b.map_err(ReadError::ReadIoError)?,
-                None => {
-                    return Err(ReadError::ReadIoError(IoError::new(
-                        ErrorKind::ConnectionAborted,
-                        "Unexpected EOF",
-                    )))
-                }
+            // Patched for tollgate: the line is taken from the reader's buffer as far as it
+            // goes (the head's bytes are never read past: the body stays in the buffer),
+            // rather than a byte at a time through `Read`.
+            let source = self.next_header_source.reader();
+            let available = match source.fill_buf() {
+                Ok(available) => available,
+                Err(e) => return Err(ReadError::ReadIoError(e)),
             };
+            if available.is_empty() {
+                return Err(ReadError::ReadIoError(IoError::new(
+                    ErrorKind::ConnectionAborted,
+                    "Unexpected EOF",
+                )));
+            }
             // Patched for tollgate: the first byte of a request on a kept-alive connection
             // starts its head deadline.
             if self.head_bytes == 0
@@ -144,16 +146,31 @@ impl ClientConnection {
                     "connection evicted",
                 )));
             }
-            self.head_bytes += 1;
-
-            if byte == b'\n' && prev_byte_was_cr {
-                buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf).map_err(|_| ReadError::WrongRequestLine);
+            // Never more than the caps allow past what is already held.
+            let room = (limits.max_header_line + 1 - buf.len().min(limits.max_header_line))
+                .min(limits.max_header_bytes + 1 - self.head_bytes.min(limits.max_header_bytes));
+            let window = &available[..available.len().min(room.max(1))];
+            match window.iter().position(|&b| b == b'\n') {
+                Some(end) => {
+                    buf.extend_from_slice(&window[..=end]);
+                    source.consume(end + 1);
+                    self.head_bytes += end + 1;
+                    buf.pop(); // the '\n'
+                    if buf.last() == Some(&b'\r') {
+                        buf.pop(); // the '\r'
+                        return AsciiString::from_ascii(buf)
+                            .map_err(|_| ReadError::WrongRequestLine);
+                    }
+                    // A bare LF does not end a line: it is part of it, as before.
+                    buf.push(b'\n');
+                }
+                None => {
+                    let taken = window.len();
+                    buf.extend_from_slice(window);
+                    source.consume(taken);
+                    self.head_bytes += taken;
+                }
             }
-
-            prev_byte_was_cr = byte == b'\r';
-
-            buf.push(byte);
         }
     }
 

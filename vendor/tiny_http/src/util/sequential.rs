@@ -110,6 +110,22 @@ impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
     }
 }
 
+impl<R: Read + Send> SequentialReader<R> {
+    /// Patched for tollgate: the reader itself, once it is this reader's turn (waiting for
+    /// the previous request to be done with it first), so that a request head can be read
+    /// from its buffer rather than a byte at a time through `Read`.
+    pub fn reader(&mut self) -> &mut R {
+        if let SequentialReaderInner::Waiting(ref mut recv) = self.inner {
+            let reader = recv.recv().unwrap();
+            self.inner = SequentialReaderInner::MyTurn(reader);
+        }
+        match self.inner {
+            SequentialReaderInner::MyTurn(ref mut reader) => reader,
+            _ => unreachable!(),
+        }
+    }
+}
+
 impl<R: Read + Send> Read for SequentialReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
         let mut reader = match self.inner {
