@@ -19,7 +19,7 @@
 //! `timeout` with `details.reason = "cancelled"`.
 
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceError;
@@ -58,7 +58,7 @@ enum GiveUp {
 struct Report {
     backend: Arc<str>,
     deadline: Duration,
-    done: Sender<Outcome>,
+    done: SyncSender<Outcome>,
 }
 
 /// Forwards `operation` with `args` and waits for the outcome.
@@ -76,7 +76,9 @@ pub(super) fn forward(
     let Some(link) = shared.link() else {
         return Err(unavailable(backend, "not connected"));
     };
-    let (done_tx, done) = std::sync::mpsc::channel();
+    // One outcome: a channel of one slot (an unbounded channel allocates and zeroes a block
+    // of slots per call).
+    let (done_tx, done) = std::sync::mpsc::sync_channel(1);
     let (give_up_tx, give_up) = oneshot::channel();
     let latest = call
         .ctx
@@ -168,11 +170,12 @@ async fn run_direct(
     report: Report,
     mut give_up: oneshot::Receiver<GiveUp>,
 ) {
-    let token = ProgressToken(NumberOrString::String(prepared.id.as_str().into()));
-    if let Some(latest) = &latest {
+    let token = latest.as_ref().map(|latest| {
         // Progress the upstream sends on its own stream rather than the call's.
+        let token = ProgressToken(NumberOrString::String(prepared.id.as_str().into()));
         link.progress.register(token.clone(), Arc::clone(latest));
-    }
+        token
+    });
     let answer = tokio::select! {
         answer = direct.call(&prepared, latest.as_deref()) => Some(answer),
         why = &mut give_up => {
@@ -183,8 +186,8 @@ async fn run_direct(
             None
         }
     };
-    if latest.is_some() {
-        link.progress.unregister(&token);
+    if let Some(token) = &token {
+        link.progress.unregister(token);
     }
     let Some(answer) = answer else {
         return;
