@@ -2,8 +2,8 @@
 //! binary — guarded `tools/call` throughput, latency and memory over HTTP and stdio, a
 //! built-in read tool on a large invoice book, the same HTTP load on a database with a
 //! large audit log and a million rate windows, cold start, a call forwarded to an upstream
-//! MCP server (against the upstream called directly and against mcp-proxy), the cost of
-//! each guard — and the rate limiter alone, in-process.
+//! MCP server (against the upstream called directly and against mcp-proxy) and to a REST
+//! backend, the cost of each guard — and the rate limiter alone, in-process.
 //!
 //! ```text
 //! cargo bench --features conformance-pack --bench load -- [options]
@@ -85,6 +85,15 @@
 //!   through tollgate / direct (≤ 1.10), and with one connection the p50 tollgate adds over
 //!   direct (≤ 0.3 ms). When the gate does not report the backend ready, prints `skipped:`
 //!   and why.
+//! - `rest` — a call forwarded to a REST backend against a local guarded call, on one
+//!   `tollgate serve --conformance-pack` (`benches/load/rest.rs`). The backend is the
+//!   bench's own REST server (`GET /items/{id}`, a small JSON object) described by an
+//!   OpenAPI 3.1 document written to the temporary directory, configured as `shop`
+//!   (`kind = "openapi"`): its operation `getItem` is the tool `shop_get_item` (read). Each
+//!   run measures `tools/call test_simple_text` (as in `http`) and `tools/call
+//!   shop_get_item`, both with the admin key and every guard, alternating which goes
+//!   first; prints both, the REST server's CPU per forwarded call, and the gate's CPU per
+//!   forwarded call as a ratio to its CPU per local call (target ≤ 2.5).
 //! - `postgres` — the guarded HTTP load of `http` on an SQLite file, then on a PostgreSQL
 //!   database with one `tollgate serve` node, then with two nodes on one database (the
 //!   connections split between them; CPU per call is both nodes' together), in the same
@@ -109,10 +118,11 @@
 //! mcp-proxy binary `backend` measures.
 //!
 //! The bench's own servers (`benches/load/serve.rs`): the bench binary re-executes itself
-//! with a hidden first argument, `--serve-upstream ADDR` (the rmcp upstream), so it runs in
-//! a process of its own, pinned to CPU 0 like the servers under test, its CPU time its own:
-//! hyper's HTTP/1 server on tokio, `TCP_NODELAY` on every accepted socket. It ends when its
-//! standard input (held by the bench) closes, or on SIGTERM.
+//! with a hidden first argument, `--serve-upstream ADDR` (the rmcp upstream) or
+//! `--serve-rest ADDR` (the REST backend), so each runs in a process of its own, pinned to
+//! CPU 0 like the servers under test, its CPU time its own: hyper's HTTP/1 server on tokio,
+//! `TCP_NODELAY` on every accepted socket. Each ends when its standard input (held by the
+//! bench) closes, or on SIGTERM.
 //!
 //! Everything talks to 127.0.0.1 only, every load stops after its time, every server is
 //! stopped (SIGTERM, then SIGKILL after 10 s) and the databases live in a temporary
@@ -127,6 +137,8 @@ mod mcp_proxy;
 mod postgres;
 #[path = "load/provider.rs"]
 mod provider;
+#[path = "load/rest.rs"]
+mod rest;
 #[path = "load/serve.rs"]
 mod serve;
 
@@ -165,7 +177,7 @@ fn bin() -> String {
 /// The variable a `bench-switches` build reads to switch guards off.
 const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "http",
     "stdio",
     "provider",
@@ -173,6 +185,7 @@ const SCENARIOS: [&str; 10] = [
     "bigdb",
     "coldstart",
     "backend",
+    "rest",
     "postgres",
     "guards",
     "limiter",
@@ -1310,6 +1323,8 @@ struct Headlines {
     coldstart: Option<(Duration, Duration, usize)>,
     /// Direct, through tollgate and through mcp-proxy.
     backend: Option<forwarding::ForwardingFigures>,
+    /// A REST backend's forwarded call against a local guarded call.
+    rest: Option<rest::RestFigures>,
     /// SQLite, PostgreSQL with one node and with two.
     postgres: Option<postgres::PostgresFigures>,
     /// The API key and the provider's token on one server.
@@ -2331,6 +2346,9 @@ fn print_summary(h: &Headlines, s: &Settings) {
     if let Some(b) = &h.backend {
         rows.extend(b.goals());
     }
+    if let Some(r) = &h.rest {
+        rows.push(r.goal());
+    }
     if let Some(p) = &h.postgres {
         for (label, f) in [
             ("SQLite file, one node", &p.sqlite),
@@ -2378,13 +2396,15 @@ fn main() {
     let s = Settings::from_args();
     // These scenarios call the conformance fixtures (`test_simple_text` and friends), which
     // a binary carries only when built with the `conformance-pack` feature.
-    let needs_fixtures = ["http", "stdio", "provider", "bigdb", "postgres", "guards"];
+    let needs_fixtures = [
+        "http", "stdio", "provider", "bigdb", "rest", "postgres", "guards",
+    ];
     if !tollgate::HAS_CONFORMANCE_PACK
         && std::env::var_os("TG_BENCH_BIN").is_none()
         && needs_fixtures.iter().any(|name| s.wants(name))
     {
         eprintln!(
-            "load: the http, stdio, provider, bigdb, postgres and guards scenarios need the conformance fixtures: \
+            "load: the http, stdio, provider, bigdb, rest, postgres and guards scenarios need the conformance fixtures: \
              run `cargo bench --features conformance-pack --bench load` (with \
              `--only invoice,coldstart,backend,limiter` they are not needed)"
         );
@@ -2413,6 +2433,9 @@ fn main() {
     }
     if s.wants("backend") {
         headlines.backend = forwarding::backend_scenario(dir.path(), &s);
+    }
+    if s.wants("rest") {
+        headlines.rest = rest::rest_scenario(dir.path(), &s);
     }
     if s.wants("postgres") {
         headlines.postgres = postgres::postgres_scenario(dir.path(), &s);

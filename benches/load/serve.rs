@@ -7,15 +7,20 @@
 //!   stateless Streamable HTTP with JSON responses (`legacy_session_mode = false`,
 //!   `json_response = true`: no session, no SSE stream, one JSON body per POST), serving one
 //!   read-only tool, `echo` (argument `text`, returned as text content).
+//! - `--serve-rest ADDR`: a REST backend with one JSON endpoint, `GET /items/{id}`, described
+//!   by [`rest_document`].
 //!
-//! Each is hyper's HTTP/1 server on a multi-threaded tokio runtime (one worker per CPU the
+//! Both are hyper's HTTP/1 server on a multi-threaded tokio runtime (one worker per CPU the
 //! process may use: one when pinned), with `TCP_NODELAY` on every accepted socket. A child
 //! ends when its standard input closes (the bench holds the other end, so a bench that dies
 //! leaves no server behind) or on SIGTERM from [`Running`]'s drop.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
+use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use rmcp::model::{
@@ -32,21 +37,28 @@ use super::*;
 
 /// The hidden first argument that makes the bench the rmcp upstream.
 const SERVE_UPSTREAM: &str = "--serve-upstream";
+/// The hidden first argument that makes the bench the REST backend.
+const SERVE_REST: &str = "--serve-rest";
 
 /// The upstream's one tool.
 pub(super) const ECHO: &str = "echo";
+/// The REST backend's one operation (`GET /items/{id}`).
+pub(super) const GET_ITEM: &str = "getItem";
 
 /// Which of the bench's own servers to run.
 #[derive(Clone, Copy)]
 pub(super) enum Own {
     /// The rmcp upstream (`--serve-upstream`).
     Upstream,
+    /// The REST backend (`--serve-rest`).
+    Rest,
 }
 
 impl Own {
     fn flag(self) -> &'static str {
         match self {
             Own::Upstream => SERVE_UPSTREAM,
+            Own::Rest => SERVE_REST,
         }
     }
 }
@@ -57,6 +69,7 @@ pub(super) fn serve_if_asked() {
     let mut args = std::env::args().skip(1);
     let own = match args.next().as_deref() {
         Some(SERVE_UPSTREAM) => Own::Upstream,
+        Some(SERVE_REST) => Own::Rest,
         _ => return,
     };
     let addr: SocketAddr = args
@@ -76,6 +89,7 @@ pub(super) fn serve_if_asked() {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         match own {
             Own::Upstream => serve_upstream(listener).await,
+            Own::Rest => serve_rest(listener).await,
         }
     });
     if let Err(e) = served {
@@ -196,6 +210,72 @@ async fn serve_upstream(listener: tokio::net::TcpListener) -> std::io::Result<()
         stream.set_nodelay(true)?;
         let service = TowerToHyperService::new(service.clone());
         tokio::spawn(async move {
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The REST backend
+
+/// The OpenAPI 3.1 document of the REST backend listening on `addr`.
+pub(super) fn rest_document(addr: SocketAddr) -> Value {
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Bench shop", "version": "1"},
+        "servers": [{"url": format!("http://{addr}")}],
+        "paths": {
+            "/items/{id}": {
+                "get": {
+                    "operationId": GET_ITEM,
+                    "summary": "One item of the catalogue.",
+                    "parameters": [{"name": "id", "in": "path", "required": true,
+                                    "schema": {"type": "string"}}],
+                    "responses": {
+                        "200": {"description": "The item.", "content": {"application/json": {
+                            "schema": {"type": "object", "properties": {
+                                "id": {"type": "string"},
+                                "name": {"type": "string"},
+                                "price_cents": {"type": "integer"},
+                                "in_stock": {"type": "boolean"}}}}}},
+                        "404": {"description": "No such path."}
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// `GET /items/{id}`: the item as JSON; anything else 404.
+fn rest_answer(request: &hyper::Request<Incoming>) -> hyper::Response<String> {
+    let item = request
+        .uri()
+        .path()
+        .strip_prefix("/items/")
+        .filter(|id| request.method() == hyper::Method::GET && !id.is_empty());
+    let (status, body) = match item {
+        Some(id) => (
+            200,
+            json!({"id": id, "name": "Widget", "price_cents": 1250, "in_stock": true}).to_string(),
+        ),
+        None => (404, json!({"error": "no such path"}).to_string()),
+    };
+    hyper::Response::builder()
+        .status(status)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .expect("a valid response")
+}
+
+async fn serve_rest(listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    loop {
+        let (stream, _) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        tokio::spawn(async move {
+            let service =
+                service_fn(|request| async move { Ok::<_, Infallible>(rest_answer(&request)) });
             let _ = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
