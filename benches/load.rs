@@ -1,8 +1,9 @@
 //! Load benchmark: every figure of the performance acceptance table, measured on the real
 //! binary — guarded `tools/call` throughput, latency and memory over HTTP and stdio, a
 //! built-in read tool on a large invoice book, the same HTTP load on a database with a
-//! large audit log and a million rate windows, cold start, the cost of each guard — and
-//! the rate limiter alone, in-process.
+//! large audit log and a million rate windows, cold start, a call forwarded to an upstream
+//! MCP server (against the upstream called directly and against mcp-proxy) and to a REST
+//! backend, the cost of each guard — and the rate limiter alone, in-process.
 //!
 //! ```text
 //! cargo bench --features conformance-pack --bench load -- [options]
@@ -58,26 +59,46 @@
 //! - `coldstart` — `--starts` times: spawn `tollgate serve` (not pinned, not wrapped) on an
 //!   initialised database and poll `GET /healthz` (a new connection every ~1 ms) until it
 //!   answers 200; median and max.
+//! - `backend` — a `tools/call` forwarded to an upstream MCP server, against the upstream
+//!   called directly and against a peer gateway (`benches/load/forwarding.rs`). The upstream
+//!   is the official Rust SDK's server, rmcp 3.11, stateless Streamable HTTP with JSON
+//!   responses, run by the bench itself (below) with one read-only tool, `echo`. The gate is
+//!   `tollgate serve` on a fresh database whose configuration has one backend, `up`
+//!   (`kind = "mcp"`, `url` the upstream's `/mcp`); its key has the scope `up:read` and its
+//!   limits raised, so every guard runs and nothing is refused. The peer is mcp-proxy 0.6.0
+//!   (`benches/load/mcp_proxy.rs`; bearer authentication, the upstream as its HTTP backend
+//!   `up`, so the tool is `up/echo`; each connection opens a session of its own first), when
+//!   its binary is found (`TG_BENCH_MCP_PROXY`, else `PATH`, else `~/.cargo/bin`); when not,
+//!   one line says so (`mcp-proxy: skipped (not installed; cargo install mcp-proxy
+//!   --version 0.6.0 --locked)`) and the rest runs. The run waits (at most 30 s) for the
+//!   gate's `/healthz` to report the backend `ready` and for a first call through mcp-proxy,
+//!   then measures `echo` direct (as the gate's client sends it: revision 2025-11-25, no
+//!   session), `up_echo` through tollgate and `up/echo` through mcp-proxy, in an order that
+//!   rotates from run to run, with `--connections` connections and then with one (no
+//!   queueing: the latency a caller sees). Upstream, gate and mcp-proxy are all pinned to
+//!   CPU 0, so a gateway's latency includes its share of the one core. Prints calls/s, p50,
+//!   p99, errors, the CPU µs per call and peak RSS of the process in front (the upstream
+//!   when direct, else the gateway) and the upstream's CPU µs per call during each
+//!   gateway's load; then the goals as ratios beside their targets: tollgate's CPU per
+//!   forwarded call / the upstream's per direct call (≤ 2.5) and / mcp-proxy's (≤ 1.0),
+//!   calls/s through tollgate / through mcp-proxy (≥ 1.2), the upstream's CPU per call
+//!   through tollgate / direct (≤ 1.10), and with one connection the p50 tollgate adds over
+//!   direct (≤ 0.3 ms). When the gate does not report the backend ready, prints `skipped:`
+//!   and why.
+//! - `rest` — a call forwarded to a REST backend against a local guarded call, on one
+//!   `tollgate serve --conformance-pack` (`benches/load/rest.rs`). The backend is the
+//!   bench's own REST server (`GET /items/{id}`, a small JSON object) described by an
+//!   OpenAPI 3.1 document written to the temporary directory, configured as `shop`
+//!   (`kind = "openapi"`): its operation `getItem` is the tool `shop_get_item` (read). Each
+//!   run measures `tools/call test_simple_text` (as in `http`) and `tools/call
+//!   shop_get_item`, both with the admin key and every guard, alternating which goes
+//!   first; prints both, the REST server's CPU per forwarded call, and the gate's CPU per
+//!   forwarded call as a ratio to its CPU per local call (target ≤ 2.5).
 //! - `postgres` — the guarded HTTP load of `http` on an SQLite file, then on a PostgreSQL
 //!   database with one `tollgate serve` node, then with two nodes on one database (the
 //!   connections split between them; CPU per call is both nodes' together), in the same
 //!   run. The server is `TG_BENCH_POSTGRES` (a URL without a database) when set, else a
 //!   private one started by `tests/postgres/cluster.sh`; without either it is skipped.
-//! - `backend` — a forwarded call against the same upstream called directly. The upstream
-//!   MCP server is a `tollgate serve --conformance-pack` on a fresh database, as in `http`;
-//!   the gate is a second `tollgate serve` on a database of its own whose configuration has
-//!   one backend, `up` (`kind = "mcp"`, Streamable HTTP to the upstream's `/mcp`, the
-//!   upstream key as its `Authorization` header, read from a file). The gate's key has the
-//!   scope `up:read` (`test_simple_text` is read-only, so `up_test_simple_text` is in the
-//!   read category); both keys have their limits raised so nothing is refused. The run
-//!   waits (at most 30 s) for the gate's `/healthz` to report the backend `ready`, then
-//!   measures the guarded `tools/call test_simple_text` on the upstream (direct), then
-//!   `tools/call up_test_simple_text` on the gate (forwarded: the gate's guards, then the
-//!   upstream's). Prints calls/s, p50, p99 and errors of both; the upstream's CPU µs per
-//!   call during each; the gate's CPU µs per call and peak RSS; and what the gate adds: the
-//!   forwarded p50 and p99 minus the direct ones. Both servers are pinned to CPU 0, so the
-//!   added latency includes the gate's share of the one core. When the gate does not
-//!   report the backend ready (it could not open it), prints `skipped:` and why.
 //! - `guards` — the guarded HTTP and stdio loads once with the whole guard chain and once
 //!   with the chain built without each step in turn (`TG_BENCH_SKIP_GUARDS=<step>`), so the
 //!   CPU each step costs per call is the difference. Needs `--features bench-switches` (only
@@ -89,20 +110,37 @@
 //! At the end a markdown table of the headline figures with their targets is printed, to
 //! paste into a report.
 //!
-//! Environment: `TG_BENCH_WRAP="perf record -g -o perf.data --"` runs every measured server
-//! under that command (profiling; not the cold starts). `TG_BENCH_SKIP_GUARDS` is set by the
-//! `guards` scenario alone and removed from every other server. `TG_BENCH_BIN` measures
-//! another build of the binary (an A/B comparison) instead of the one built with the bench.
+//! Environment: `TG_BENCH_WRAP="perf record -g -o perf.data --"` runs every measured
+//! tollgate server under that command (profiling; not the cold starts, not the bench's own
+//! servers, not mcp-proxy). `TG_BENCH_SKIP_GUARDS` is set by the `guards` scenario alone and
+//! removed from every other server. `TG_BENCH_BIN` measures another build of the binary (an
+//! A/B comparison) instead of the one built with the bench. `TG_BENCH_MCP_PROXY` names the
+//! mcp-proxy binary `backend` measures.
+//!
+//! The bench's own servers (`benches/load/serve.rs`): the bench binary re-executes itself
+//! with a hidden first argument, `--serve-upstream ADDR` (the rmcp upstream) or
+//! `--serve-rest ADDR` (the REST backend), so each runs in a process of its own, pinned to
+//! CPU 0 like the servers under test, its CPU time its own: hyper's HTTP/1 server on tokio,
+//! `TCP_NODELAY` on every accepted socket. Each ends when its standard input (held by the
+//! bench) closes, or on SIGTERM.
 //!
 //! Everything talks to 127.0.0.1 only, every load stops after its time, every server is
 //! stopped (SIGTERM, then SIGKILL after 10 s) and the databases live in a temporary
 //! directory that is removed at the end. The load generator runs wherever the OS puts it.
 //! Figures are printed, never asserted.
 
+#[path = "load/forwarding.rs"]
+mod forwarding;
+#[path = "load/mcp_proxy.rs"]
+mod mcp_proxy;
 #[path = "load/postgres.rs"]
 mod postgres;
 #[path = "load/provider.rs"]
 mod provider;
+#[path = "load/rest.rs"]
+mod rest;
+#[path = "load/serve.rs"]
+mod serve;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -139,7 +177,7 @@ fn bin() -> String {
 /// The variable a `bench-switches` build reads to switch guards off.
 const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "http",
     "stdio",
     "provider",
@@ -147,6 +185,7 @@ const SCENARIOS: [&str; 10] = [
     "bigdb",
     "coldstart",
     "backend",
+    "rest",
     "postgres",
     "guards",
     "limiter",
@@ -178,6 +217,7 @@ const TARGET_COLD_START_MS: f64 = 50.0;
 // Settings
 
 /// What to run and for how long, from the command line.
+#[derive(Clone)]
 struct Settings {
     /// Scenarios to run; empty: all.
     only: Vec<String>,
@@ -444,6 +484,11 @@ fn thousands(value: f64) -> String {
         out.push(c);
     }
     out
+}
+
+/// `12.3`, or `–` when the figure could not be read.
+fn us_or_dash(us: Option<f64>) -> String {
+    us.map_or_else(|| "–".to_owned(), |us| format!("{us:.1}"))
 }
 
 /// User + system CPU time of process `pid` so far (all its threads), from `/proc`.
@@ -829,6 +874,9 @@ enum Requests {
         after: String,
         ids: Vec<String>,
     },
+    /// The same request every time on a session each connection opens first (`initialize`,
+    /// then `notifications/initialized`), carrying its `Mcp-Session-Id`.
+    Session(mcp_proxy::SessionCalls),
 }
 
 impl Requests {
@@ -866,6 +914,9 @@ impl Requests {
                 let id = &ids[rng.index(ids.len())];
                 Cow::Owned(with_body(head, &format!("{before}{id}{after}")))
             }
+            Requests::Session(_) => {
+                unreachable!("a connection sends the calls its session's opening returned")
+            }
         }
     }
 }
@@ -890,6 +941,17 @@ fn http_client(
     let mut rng = SplitMix64(seed);
     let mut samples = Vec::new();
     let mut line = String::new();
+    let opened;
+    let requests = match requests {
+        Requests::Session(calls) => match calls.open(&mut stream, &mut reader, &mut line) {
+            Some(fixed) => {
+                opened = fixed;
+                &opened
+            }
+            None => return (samples, true),
+        },
+        other => other,
+    };
     while !stop.load(Ordering::Relaxed) {
         let request = requests.next(&mut rng);
         let sent = Instant::now();
@@ -899,18 +961,41 @@ fn http_client(
         let Some((status_ok, body)) = read_response(&mut reader, &mut line) else {
             return (samples, true);
         };
-        let ok = status_ok
-            && !body.windows(8).any(|w| w == b"\"error\"")
-            && !body.windows(14).any(|w| w == b"\"isError\":true");
-        samples.push((sent, sent.elapsed(), ok));
+        samples.push((sent, sent.elapsed(), status_ok && answered_ok(&body)));
     }
     (samples, false)
+}
+
+/// Whether a JSON-RPC answer is neither an error nor a tool's `isError` result.
+fn answered_ok(body: &[u8]) -> bool {
+    !body.windows(8).any(|w| w == b"\"error\"")
+        && !body.windows(14).any(|w| w == b"\"isError\":true")
 }
 
 /// Reads one HTTP/1.1 response: whether its status is 200, and its body (`Content-Length`
 /// or chunked). `None` when the connection ends or fails.
 fn read_response(reader: &mut BufReader<TcpStream>, line: &mut String) -> Option<(bool, Vec<u8>)> {
-    let (mut status_ok, mut length, mut chunked) = (false, 0usize, false);
+    let head = read_head(reader, line)?;
+    Some((head.status_ok, read_body(reader, line, &head)?))
+}
+
+/// What [`read_head`] keeps of a response's status line and headers.
+struct ResponseHead {
+    status_ok: bool,
+    length: usize,
+    chunked: bool,
+    /// `Mcp-Session-Id`, when the response has one.
+    session_id: Option<String>,
+}
+
+/// Reads a response's status line and headers, up to the empty line.
+fn read_head(reader: &mut BufReader<TcpStream>, line: &mut String) -> Option<ResponseHead> {
+    let mut head = ResponseHead {
+        status_ok: false,
+        length: 0,
+        chunked: false,
+        session_id: None,
+    };
     loop {
         line.clear();
         if reader.read_line(line).ok()? == 0 {
@@ -918,24 +1003,33 @@ fn read_response(reader: &mut BufReader<TcpStream>, line: &mut String) -> Option
         }
         let header = line.trim_end().to_ascii_lowercase();
         if header.is_empty() {
-            break;
+            return Some(head);
         }
         if let Some(status) = header.strip_prefix("http/1.1 ") {
-            status_ok = status.starts_with("200");
+            head.status_ok = status.starts_with("200");
         } else if let Some(value) = header.strip_prefix("content-length:") {
-            length = value.trim().parse().ok()?;
+            head.length = value.trim().parse().ok()?;
         } else if header.starts_with("transfer-encoding:") && header.contains("chunked") {
-            chunked = true;
+            head.chunked = true;
+        } else if header.starts_with("mcp-session-id:") {
+            let value = line.trim_end().split_once(':')?.1.trim();
+            head.session_id = Some(value.to_owned());
         }
     }
-    let body = if chunked {
-        read_chunked(reader, line)?
-    } else {
-        let mut body = vec![0u8; length];
-        reader.read_exact(&mut body).ok()?;
-        body
-    };
-    Some((status_ok, body))
+}
+
+/// Reads the body of the response whose head is `head`.
+fn read_body(
+    reader: &mut BufReader<TcpStream>,
+    line: &mut String,
+    head: &ResponseHead,
+) -> Option<Vec<u8>> {
+    if head.chunked {
+        return read_chunked(reader, line);
+    }
+    let mut body = vec![0u8; head.length];
+    reader.read_exact(&mut body).ok()?;
+    Some(body)
 }
 
 fn read_chunked(reader: &mut BufReader<TcpStream>, line: &mut String) -> Option<Vec<u8>> {
@@ -1227,8 +1321,10 @@ struct Headlines {
     bigdb: Option<(RunFigures, RunFigures)>,
     /// Median and max of the starts that answered, and how many starts were tried.
     coldstart: Option<(Duration, Duration, usize)>,
-    /// Direct and forwarded.
-    backend: Option<BackendFigures>,
+    /// Direct, through tollgate and through mcp-proxy.
+    backend: Option<forwarding::ForwardingFigures>,
+    /// A REST backend's forwarded call against a local guarded call.
+    rest: Option<rest::RestFigures>,
     /// SQLite, PostgreSQL with one node and with two.
     postgres: Option<postgres::PostgresFigures>,
     /// The API key and the provider's token on one server.
@@ -1438,275 +1534,6 @@ fn bigdb_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
     );
     headlines.bigdb = Some((f, l));
     remove_database(&big);
-}
-
-// ---------------------------------------------------------------------------------------
-// backend: a call forwarded to an upstream MCP server against the same upstream called
-// directly
-
-/// The gate's one backend: the prefix of its tools and of their scopes.
-const BACKEND_NAME: &str = "up";
-/// How long the gate may take to listen and report its backend `ready`.
-const BACKEND_READY_WAIT: Duration = Duration::from_secs(30);
-
-/// The backend scenario's medians, for the summary.
-#[derive(Clone, Copy)]
-struct BackendFigures {
-    /// The upstream called directly (its CPU is the upstream's).
-    direct: RunFigures,
-    /// The same call through the gate (its CPU and peak RSS are the gate's).
-    forwarded: RunFigures,
-    /// The upstream's CPU µs per call during the forwarded load.
-    upstream_cpu_us: Option<f64>,
-}
-
-impl BackendFigures {
-    /// Forwarded minus direct, p50 and p99, in ms (negative when the gate came out ahead,
-    /// which is noise).
-    fn added_ms(&self) -> (f64, f64) {
-        (
-            ms(self.forwarded.p50) - ms(self.direct.p50),
-            ms(self.forwarded.p99) - ms(self.direct.p99),
-        )
-    }
-}
-
-/// The upstream and the gate in front of it, both running.
-struct GatePair {
-    upstream: HttpServer,
-    gate: HttpServer,
-    /// The upstream key (the gate's credential for the upstream, and the direct load's).
-    upstream_token: String,
-    /// The gate's key, scope `up:read`.
-    gate_token: String,
-    databases: [PathBuf; 2],
-}
-
-impl GatePair {
-    /// Starts the upstream, writes the gate's configuration and starts the gate; `Err`
-    /// (why) when the gate does not report its backend ready within
-    /// [`BACKEND_READY_WAIT`].
-    fn start(dir: &Path, run: usize, s: &Settings) -> Result<GatePair, String> {
-        let upstream_db = dir.join(format!("backend-upstream-{run}.db"));
-        prepare_database(&upstream_db);
-        let client = create_key(&upstream_db, "bench-gate", "conformance:use");
-        let upstream = HttpServer::start(&upstream_db, &["--conformance-pack"], None, s);
-        let gate_db = dir.join(format!("backend-gate-{run}.db"));
-        prepare_database(&gate_db);
-        let config = write_gate_config(dir, run, upstream.addr, &client.token);
-        let config_arg = config.to_string_lossy().into_owned();
-        // A backend's scopes are known only with its configuration.
-        let agent = create_key_with(
-            &gate_db,
-            "bench-agent",
-            &format!("{BACKEND_NAME}:read"),
-            &["--config", &config_arg],
-        );
-        let log = dir.join(format!("backend-gate-{run}.log"));
-        let stderr = std::fs::File::create(&log).expect("create the gate's log");
-        let mut gate = HttpServer::spawn(
-            &gate_db,
-            &["--config", &config_arg],
-            None,
-            s,
-            Stdio::from(stderr),
-        );
-        wait_backend_ready(&mut gate, BACKEND_NAME, &log)?;
-        Ok(GatePair {
-            upstream,
-            gate,
-            upstream_token: client.token,
-            gate_token: agent.token,
-            databases: [upstream_db, gate_db],
-        })
-    }
-
-    /// Stops both servers (the gate first) and removes their databases.
-    fn stop(self) {
-        let GatePair {
-            upstream,
-            gate,
-            databases,
-            ..
-        } = self;
-        drop(gate);
-        drop(upstream);
-        for db in &databases {
-            remove_database(db);
-        }
-    }
-}
-
-/// Writes the gate's configuration (one `kind = "mcp"` backend over Streamable HTTP to
-/// `upstream`, whose `Authorization` header is read from a file beside it) and that file.
-fn write_gate_config(dir: &Path, run: usize, upstream: SocketAddr, token: &str) -> PathBuf {
-    let token_file = dir.join(format!("backend-{run}.token"));
-    std::fs::write(&token_file, format!("Bearer {token}")).expect("write the token file");
-    let quoted = |text: &str| toml::Value::String(text.to_owned()).to_string();
-    let config = format!(
-        "[[backends]]\nname = {name}\nkind = \"mcp\"\nurl = {url}\n\
-         headers = {{ \"Authorization\" = {{ file = {file} }} }}\ntimeout_ms = 30000\n",
-        name = quoted(BACKEND_NAME),
-        url = quoted(&format!("http://{upstream}/mcp")),
-        file = quoted(&token_file.to_string_lossy()),
-    );
-    let path = dir.join(format!("backend-gate-{run}.toml"));
-    std::fs::write(&path, config).expect("write the gate's configuration");
-    path
-}
-
-/// Polls the gate's `/healthz` until it reports `backend` ready; `Err` with what was seen
-/// when the gate exits first (with the last line it logged, from `log`) or the wait ends.
-fn wait_backend_ready(gate: &mut HttpServer, backend: &str, log: &Path) -> Result<(), String> {
-    let deadline = Instant::now() + BACKEND_READY_WAIT;
-    let mut seen = String::from("the gate did not answer GET /healthz");
-    while Instant::now() < deadline {
-        if let Some(status) = gate.exited() {
-            return Err(format!(
-                "the gate exited at start ({status}): {}",
-                last_line(log).unwrap_or_else(|| "it logged nothing".into())
-            ));
-        }
-        if let Some(state) =
-            http_get(gate.addr, "/healthz").and_then(|b| backend_state(&b, backend))
-        {
-            if state == "ready" {
-                return Ok(());
-            }
-            seen = format!("the gate's /healthz reports backend `{backend}` {state}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(format!(
-        "{seen} after {} s, not ready",
-        BACKEND_READY_WAIT.as_secs()
-    ))
-}
-
-/// `backend`'s state in a `/healthz` body (with its reason when it has one).
-fn backend_state(body: &str, backend: &str) -> Option<String> {
-    let health: Value = serde_json::from_str(body).ok()?;
-    let line = health["backends"]
-        .as_array()?
-        .iter()
-        .find(|b| b["name"] == backend)?;
-    let state = line["state"].as_str()?;
-    Some(match line["reason"].as_str() {
-        Some(reason) if state != "ready" => format!("{state} ({reason})"),
-        _ => state.to_owned(),
-    })
-}
-
-/// The last line of text in `path` that is not blank.
-fn last_line(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .map(|l| l.trim().to_owned())
-}
-
-fn backend_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
-    println!(
-        "\n== backend: tools/call forwarded by a gate (tollgate serve with one upstream MCP \
-         backend over Streamable HTTP) against the upstream (tollgate serve --conformance-pack) \
-         called directly, {} keep-alive connections; {}",
-        s.connections,
-        s.timing()
-    );
-    let mut direct = Series::new("direct: test_simple_text on the upstream").of("upstream");
-    let mut forwarded = Series::new("forwarded: up_test_simple_text via the gate").of("gate");
-    let mut upstream_cpu = Vec::new();
-    for run in 1..=s.runs {
-        let pair = match GatePair::start(dir, run, s) {
-            Ok(pair) => pair,
-            Err(why) => {
-                println!("  skipped: {why}");
-                return;
-            }
-        };
-        let on_upstream = Requests::fixed(&pair.upstream_token, &tool_call("test_simple_text"));
-        let before = upstream_charges(&pair);
-        direct.record(http_load(&pair.upstream, &on_upstream, s).summarise());
-        let after_direct = upstream_charges(&pair);
-        println!(
-            "  {:<46} {:<9} upstream group commit {}",
-            "",
-            "",
-            calls_per_transaction(before, after_direct)
-        );
-        let through_gate = Requests::fixed(
-            &pair.gate_token,
-            &tool_call(&format!("{BACKEND_NAME}_test_simple_text")),
-        );
-        let (figures, others) =
-            http_load_watching(&pair.gate, &through_gate, s, &[pair.upstream.pid()]);
-        let figures = figures.summarise();
-        forwarded.record(figures);
-        let upstream_us = others.first().copied().flatten();
-        print_forwarded_cpu(upstream_us, &figures);
-        let after_forwarded = upstream_charges(&pair);
-        let gate = http_get(pair.gate.addr, "/metrics").and_then(|p| charge_totals(&p));
-        println!(
-            "  {:<46} {:<9} upstream group commit {}   gate group commit {}",
-            "",
-            "",
-            calls_per_transaction(after_direct, after_forwarded),
-            calls_per_transaction(Some((0.0, 0.0)), gate)
-        );
-        upstream_cpu.extend(upstream_us);
-        pair.stop();
-    }
-    direct.print_median();
-    forwarded.print_median();
-    let figures = BackendFigures {
-        direct: direct.median(),
-        forwarded: forwarded.median(),
-        upstream_cpu_us: (!upstream_cpu.is_empty()).then(|| median(upstream_cpu.into_iter())),
-    };
-    let (p50, p99) = figures.added_ms();
-    println!(
-        "  added by the gate: p50 {p50:+.3} ms, p99 {p99:+.3} ms; gate CPU {} µs/call (upstream {} µs/call forwarded, {} direct)",
-        us_or_dash(figures.forwarded.cpu_us),
-        us_or_dash(figures.upstream_cpu_us),
-        us_or_dash(figures.direct.cpu_us),
-    );
-    headlines.backend = Some(figures);
-}
-
-/// The upstream's CPU per call during a forwarded run, and the two servers' together.
-fn print_forwarded_cpu(upstream_us: Option<f64>, forwarded: &RunFigures) {
-    let both = upstream_us.zip(forwarded.cpu_us).map(|(u, g)| u + g);
-    println!(
-        "  {:<46} {:<9} upstream CPU {} µs/call   gate + upstream {} µs/call",
-        "",
-        "",
-        us_or_dash(upstream_us),
-        us_or_dash(both)
-    );
-}
-
-/// The upstream's charge totals so far (see [`charge_totals`]).
-fn upstream_charges(pair: &GatePair) -> Option<(f64, f64)> {
-    http_get(pair.upstream.addr, "/metrics").and_then(|page| charge_totals(&page))
-}
-
-/// Calls per charging transaction between two readings of [`charge_totals`].
-fn calls_per_transaction(from: Option<(f64, f64)>, to: Option<(f64, f64)>) -> String {
-    match from.zip(to) {
-        Some(((c0, t0), (c1, t1))) => {
-            format!(
-                "{:.1} calls per charging transaction",
-                (c1 - c0) / (t1 - t0).max(1.0)
-            )
-        }
-        None => "–".to_owned(),
-    }
-}
-
-/// `12.3`, or `–` when the figure could not be read.
-fn us_or_dash(us: Option<f64>) -> String {
-    us.map_or_else(|| "–".to_owned(), |us| format!("{us:.1}"))
 }
 
 fn coldstart_scenario(dir: &Path, s: &Settings, headlines: &mut Headlines) {
@@ -2517,21 +2344,10 @@ fn print_summary(h: &Headlines, s: &Settings) {
         ]);
     }
     if let Some(b) = &h.backend {
-        let (p50, p99) = b.added_ms();
-        rows.push([
-            "HTTP, tools/call forwarded to an upstream MCP server: added by the gate".into(),
-            format!(
-                "p50 {p50:+.3} ms, p99 {p99:+.3} ms; gate CPU {} µs/call, upstream {} µs/call \
-                 ({} calls/s forwarded vs {} direct){}",
-                us_or_dash(b.forwarded.cpu_us),
-                us_or_dash(b.upstream_cpu_us),
-                thousands(b.forwarded.calls_per_sec),
-                thousands(b.direct.calls_per_sec),
-                errors_note(&b.forwarded)
-            ),
-            "–".into(),
-            "–".into(),
-        ]);
+        rows.extend(b.goals());
+    }
+    if let Some(r) = &h.rest {
+        rows.push(r.goal());
     }
     if let Some(p) = &h.postgres {
         for (label, f) in [
@@ -2575,20 +2391,22 @@ fn print_summary(h: &Headlines, s: &Settings) {
 }
 
 fn main() {
+    // The bench re-executed as one of its own servers serves and never comes back.
+    serve::serve_if_asked();
     let s = Settings::from_args();
     // These scenarios call the conformance fixtures (`test_simple_text` and friends), which
     // a binary carries only when built with the `conformance-pack` feature.
     let needs_fixtures = [
-        "http", "stdio", "provider", "bigdb", "backend", "postgres", "guards",
+        "http", "stdio", "provider", "bigdb", "rest", "postgres", "guards",
     ];
     if !tollgate::HAS_CONFORMANCE_PACK
         && std::env::var_os("TG_BENCH_BIN").is_none()
         && needs_fixtures.iter().any(|name| s.wants(name))
     {
         eprintln!(
-            "load: the http, stdio, provider, bigdb, backend, postgres and guards scenarios need the conformance fixtures: \
+            "load: the http, stdio, provider, bigdb, rest, postgres and guards scenarios need the conformance fixtures: \
              run `cargo bench --features conformance-pack --bench load` (with \
-             `--only invoice,coldstart,limiter` they are not needed)"
+             `--only invoice,coldstart,backend,limiter` they are not needed)"
         );
         std::process::exit(2);
     }
@@ -2614,7 +2432,10 @@ fn main() {
         coldstart_scenario(dir.path(), &s, &mut headlines);
     }
     if s.wants("backend") {
-        backend_scenario(dir.path(), &s, &mut headlines);
+        headlines.backend = forwarding::backend_scenario(dir.path(), &s);
+    }
+    if s.wants("rest") {
+        headlines.rest = rest::rest_scenario(dir.path(), &s);
     }
     if s.wants("postgres") {
         headlines.postgres = postgres::postgres_scenario(dir.path(), &s);
