@@ -215,7 +215,13 @@ fn an_upstream_json_rpc_error_keeps_its_code_and_message() {
         .map(|_| gate.call("up_search_clients", json!({})))
         .find(|answer| answer["result"]["isError"] == json!(true))
         .expect("the upstream refuses within two windows");
-    assert_tool_error(&refused, "adapter_error", 502, 4001);
+    assert_upstream_rate_limited(&refused);
+}
+
+/// `refused` is the upstream's own rate-limit refusal (JSON-RPC -32006) as the gate passes it
+/// on for the backend `up`: an `adapter_error` keeping the upstream's code and message.
+pub fn assert_upstream_rate_limited(refused: &Value) {
+    assert_tool_error(refused, "adapter_error", 502, 4001);
     let envelope = &refused["result"]["_meta"]["dev.tollgate/error"];
     assert_eq!(envelope["retryable"], false);
     assert_eq!(

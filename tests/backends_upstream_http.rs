@@ -149,16 +149,7 @@ fn an_upstream_json_rpc_error_keeps_its_code_and_message() {
         .map(|_| gate.call("up_test_simple_text", json!({})))
         .find(|answer| answer["result"]["isError"] == json!(true))
         .expect("the upstream refuses within two windows");
-    assert_tool_error(&refused, "adapter_error", 502, 4001);
-    let envelope = &refused["result"]["_meta"]["dev.tollgate/error"];
-    assert_eq!(
-        envelope["details"]["original_error"],
-        json!({"code": -32006, "message": "rate_limited"})
-    );
-    assert_eq!(
-        envelope["hint"],
-        "The business backend up answered with error -32006: rate_limited; the call did not complete."
-    );
+    crate::backends_upstream::assert_upstream_rate_limited(&refused);
 }
 
 #[test]

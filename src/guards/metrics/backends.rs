@@ -81,15 +81,7 @@ fn render_listings(page: &mut String, statuses: &[BackendStatus]) {
                   kind: &str,
                   help: &str,
                   value: fn(&ListingReport) -> u64| {
-        header(page, name, kind, help);
-        for status in statuses {
-            sample(
-                page,
-                name,
-                &[("backend", &status.name)],
-                value(&status.listing),
-            );
-        }
+        per_backend(page, statuses, (name, kind, help), |s| value(&s.listing));
     };
     family(
         page,
@@ -129,15 +121,7 @@ fn render_admission(page: &mut String, statuses: &[BackendStatus]) {
                   kind: &str,
                   help: &str,
                   value: fn(&AdmissionStatus) -> u64| {
-        header(page, name, kind, help);
-        for status in statuses {
-            sample(
-                page,
-                name,
-                &[("backend", &status.name)],
-                value(&status.admission),
-            );
-        }
+        per_backend(page, statuses, (name, kind, help), |s| value(&s.admission));
     };
     family(
         page,
@@ -183,4 +167,17 @@ fn render_admission(page: &mut String, statuses: &[BackendStatus]) {
         "Times a backend's circuit opened after consecutive failures (a failed trial call included), by backend.",
         |a| a.circuit_opened,
     );
+}
+
+/// One family (name, type, help) with a sample per backend.
+fn per_backend(
+    page: &mut String,
+    statuses: &[BackendStatus],
+    (name, kind, help): (&str, &str, &str),
+    value: impl Fn(&BackendStatus) -> u64,
+) {
+    header(page, name, kind, help);
+    for status in statuses {
+        sample(page, name, &[("backend", &status.name)], value(status));
+    }
 }
