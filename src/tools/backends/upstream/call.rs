@@ -363,11 +363,12 @@ fn failure_of(backend: &str, failure: Failure) -> McpError {
         Failure::Status(status @ (401 | 403)) => McpError::new(ErrorKind::BackendCredentialRefused)
             .detail("backend", backend)
             .detail("status", status),
-        Failure::Status(status @ (429 | 502 | 503 | 504)) => {
-            McpError::new(ErrorKind::AdapterErrorRetryable)
-                .detail("backend", backend)
-                .detail("original_error", format!("HTTP {status}"))
+        Failure::Status(429) => {
+            McpError::new(ErrorKind::BackendRateLimited).detail("backend", backend)
         }
+        Failure::Status(status @ 502..=504) => McpError::new(ErrorKind::AdapterErrorRetryable)
+            .detail("backend", backend)
+            .detail("original_error", format!("HTTP {status}")),
         Failure::Status(status) => McpError::new(ErrorKind::AdapterError)
             .detail("backend", backend)
             .detail("original_error", format!("HTTP {status}")),
@@ -463,6 +464,52 @@ mod tests {
             "The business backend files answered with error -32602: Unknown tool: nope; the call did not complete."
         );
         assert!(err.unfilled_placeholders(Locale::Es).is_empty());
+    }
+
+    #[test]
+    fn a_direct_call_without_an_answer_maps_to_its_entry() {
+        let refused = failure_of("files", Failure::Status(401));
+        assert_eq!(refused.kind(), ErrorKind::BackendCredentialRefused);
+        assert_eq!(
+            refused.envelope(Locale::En)["details"],
+            json!({"backend": "files", "status": 401})
+        );
+        assert_eq!(
+            failure_of("files", Failure::Status(429)).kind(),
+            ErrorKind::BackendRateLimited
+        );
+        let busy = failure_of("files", Failure::Status(503));
+        assert_eq!(busy.kind(), ErrorKind::AdapterErrorRetryable);
+        assert_eq!(
+            busy.envelope(Locale::En)["details"]["original_error"],
+            "HTTP 503"
+        );
+        assert_eq!(
+            failure_of("files", Failure::Status(418)).kind(),
+            ErrorKind::AdapterError
+        );
+        let lost = failure_of("files", Failure::Lost);
+        assert_eq!(lost.kind(), ErrorKind::ToolBackendUnavailable);
+        assert_eq!(
+            lost.envelope(Locale::En)["details"]["reason"],
+            "connection lost"
+        );
+        assert_eq!(
+            failure_of("files", Failure::TooLarge).envelope(Locale::En)["details"]["original_error"],
+            "response_too_large"
+        );
+        for failure in [
+            Failure::Status(401),
+            Failure::Status(429),
+            Failure::Status(503),
+            Failure::Lost,
+            Failure::TooLarge,
+            Failure::Malformed,
+        ] {
+            let err = failure_of("files", failure);
+            assert!(err.unfilled_placeholders(Locale::En).is_empty(), "{err:?}");
+            assert!(err.unfilled_placeholders(Locale::Es).is_empty(), "{err:?}");
+        }
     }
 
     #[test]
