@@ -4,7 +4,8 @@
 //! session the gate opened: its answer comes back as the upstream gave it, JSON or an event
 //! stream whose progress is relayed; the upstream's JSON-RPC error keeps its code and
 //! message, and the upstream refusing the gate's own credential is the operator's problem,
-//! said so.
+//! said so. An upstream restarted without the session answers the next call 404; the call
+//! is sent again on a new session and goes through.
 
 use std::time::{Duration, Instant};
 
@@ -169,4 +170,19 @@ fn the_upstream_refusing_the_gate_s_credential_is_the_operator_s_problem() {
         hint.contains("refused the gateway's own credential"),
         "{hint}"
     );
+}
+
+#[test]
+fn a_call_on_a_session_the_upstream_forgot_goes_through_on_a_new_one() {
+    let mut gate = Gate::start();
+    let first = gate.call("up_test_simple_text", json!({}));
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    // The upstream stops, forgets every session, and comes back on the same address.
+    let port = gate.upstream.addr.port();
+    gate.upstream.terminate();
+    gate.upstream_db.sql("DELETE FROM http_sessions");
+    gate.upstream = HttpServer::start_on_port(&gate.upstream_db, port, &["--conformance-pack"]);
+    let again = gate.call("up_test_simple_text", json!({}));
+    assert_eq!(again["result"]["isError"], false, "{again}");
+    assert_eq!(again["result"]["content"], first["result"]["content"]);
 }
