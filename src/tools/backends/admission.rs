@@ -33,6 +33,7 @@ use crate::catalog::{Class, ErrorKind, McpError};
 use crate::clock::Clock;
 use crate::config::BackendLimits;
 use crate::tools::ToolOutput;
+use crate::tools::backends::NOT_CONNECTED;
 
 /// How long a queued call sleeps at most between looks at its caller's cancellation.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
@@ -141,6 +142,11 @@ impl Sign {
             return Sign::Alive;
         };
         match error.kind() {
+            // Refused by the gate while it knows the backend is down (it is reconnecting):
+            // counting these would keep the circuit open past the outage.
+            ErrorKind::ToolBackendUnavailable if detail_reason(error) == Some(NOT_CONNECTED) => {
+                Sign::Unknown
+            }
             ErrorKind::ToolBackendUnavailable | ErrorKind::AdapterErrorRetryable => Sign::Failing,
             ErrorKind::Timeout if detail_reason(error) == Some("cancelled") => Sign::Unknown,
             ErrorKind::Timeout => Sign::Failing,
@@ -715,6 +721,14 @@ mod tests {
         assert_eq!(Sign::of(&ok()), Sign::Alive);
         assert_eq!(Sign::of(&timed_out), Sign::Failing);
         assert_eq!(Sign::of(&cancelled()), Sign::Unknown);
+        let not_connected = Err(McpError::new(ErrorKind::ToolBackendUnavailable)
+            .detail("backend", "crm")
+            .detail("reason", NOT_CONNECTED));
+        assert_eq!(Sign::of(&not_connected), Sign::Unknown);
+        let lost = Err(McpError::new(ErrorKind::ToolBackendUnavailable)
+            .detail("backend", "crm")
+            .detail("reason", "connection lost"));
+        assert_eq!(Sign::of(&lost), Sign::Failing);
         for kind in [
             ErrorKind::ToolBackendUnavailable,
             ErrorKind::AdapterErrorRetryable,

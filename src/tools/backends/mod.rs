@@ -39,6 +39,11 @@ pub use tool::{
     BackendTool, OPERATION_CATEGORIES, configured_scopes, tool_name, unmatched_overrides,
 };
 
+/// `details.reason` of a call refused because its backend is known to be down (an upstream
+/// reconnecting): the call never left the gate, so it says nothing new of the backend's
+/// health and does not count towards opening its circuit.
+pub const NOT_CONNECTED: &str = "not connected";
+
 /// What one operation of a backend declares, before the operator's overrides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Operation {

@@ -33,7 +33,7 @@ use tokio::sync::oneshot;
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::tools::ToolOutput;
-use crate::tools::backends::Call;
+use crate::tools::backends::{Call, NOT_CONNECTED};
 
 use super::Shared;
 use super::direct::{Answer, CallResult, Direct, Failure, Prepared};
@@ -74,7 +74,7 @@ pub(super) fn forward(
         return Err(McpError::new(ErrorKind::NotImplemented).detail("backend", backend));
     };
     let Some(link) = shared.link() else {
-        return Err(unavailable(backend, "not connected"));
+        return Err(unavailable(backend, NOT_CONNECTED));
     };
     // One outcome: a channel of one slot (an unbounded channel allocates and zeroes a block
     // of slots per call).
