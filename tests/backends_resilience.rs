@@ -466,3 +466,74 @@ fn after_the_cooldown_one_trial_call_closes_the_circuit_or_opens_it_again() {
     let admission = &gate.server().backends().status()[0].admission;
     assert_eq!(admission.circuit_opened, 2);
 }
+
+#[test]
+fn a_call_a_backend_holds_leaves_the_listener_s_only_worker_free() {
+    let erp = Erp::start();
+    let (db, path) = prepared(&erp, "");
+    let config = std::fs::read_to_string(&path)
+        .expect("read config")
+        .replace(
+            "[http]\nmetrics = true\n",
+            "[http]\nmetrics = true\nworkers = 1\n",
+        );
+    std::fs::write(&path, config).expect("write config");
+    let server = Arc::new(HttpServer::start(
+        &db,
+        &["--config", path.to_str().expect("utf-8")],
+    ));
+    let token = db.admin_key.clone().expect("admin key");
+    let call = |case: &'static str| {
+        let (server, token) = (Arc::clone(&server), token.clone());
+        std::thread::spawn(move || {
+            server
+                .modern_tool_call(&token, "erp_get_thing", &json!({"case": case}))
+                .json()
+        })
+    };
+    let held = call("hold");
+    erp.until_hits(1);
+    // The one worker slot is not held while the first call waits on the backend: the second
+    // call is worked on and reaches the backend meanwhile.
+    let other = call("ok");
+    erp.until_hits(2);
+    let other = other.join().expect("the second call");
+    assert_eq!(other["result"]["isError"], false, "{other}");
+    erp.release();
+    let held = held.join().expect("the held call");
+    assert_eq!(held["result"]["isError"], false, "{held}");
+    assert_eq!(held["result"]["structuredContent"]["held"], true, "{held}");
+}
+
+#[test]
+fn a_stopping_server_waits_for_a_call_a_backend_holds() {
+    let erp = Erp::start();
+    let (db, path) = prepared(&erp, "");
+    let server = Arc::new(HttpServer::start(
+        &db,
+        &["--config", path.to_str().expect("utf-8")],
+    ));
+    let token = db.admin_key.clone().expect("admin key");
+    let held = {
+        let (server, token) = (Arc::clone(&server), token.clone());
+        std::thread::spawn(move || {
+            server
+                .modern_tool_call(&token, "erp_get_thing", &json!({"case": "hold"}))
+                .json()
+        })
+    };
+    erp.until_hits(1);
+    // The call gave its worker slot up while it waits on the backend; SIGTERM still lets it
+    // finish before the process ends.
+    server.signal_term();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(server.addr).is_ok() {
+        assert!(Instant::now() < give_up, "the listener never closed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The listener is closed: the server is draining the requests in flight.
+    erp.release();
+    let held = held.join().expect("the held call");
+    assert_eq!(held["result"]["isError"], false, "{held}");
+    assert_eq!(held["result"]["structuredContent"]["held"], true, "{held}");
+}

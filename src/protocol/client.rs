@@ -27,6 +27,13 @@ pub trait Notifier: Send + Sync {
     fn delivers(&self) -> bool {
         true
     }
+
+    /// Runs `wait`, a wait on another system, without holding a place the transport keeps
+    /// for requests being worked on (where it has such places), so that a slow system
+    /// never stops the server working on other requests. It has its place back after.
+    fn off_worker(&self, wait: &mut dyn FnMut()) {
+        wait();
+    }
 }
 
 /// The client of one request, as its tool reaches it.
@@ -67,6 +74,10 @@ impl ClientLink for RequestClient<'_> {
 
     fn can_ask(&self, capability: &str) -> bool {
         !self.era.is_modern() && self.session.client_supports(capability)
+    }
+
+    fn off_worker(&self, wait: &mut dyn FnMut()) {
+        self.notifier.off_worker(wait);
     }
 
     fn ask(

@@ -44,6 +44,12 @@ pub trait ClientLink: Send + Sync {
         params: Value,
         give_up: &dyn Fn() -> Option<McpError>,
     ) -> Result<Value, McpError>;
+
+    /// Runs `wait`, a wait on another system, without holding the transport's place for a
+    /// request being worked on (see [`crate::protocol::client::Notifier::off_worker`]).
+    fn off_worker(&self, wait: &mut dyn FnMut()) {
+        wait();
+    }
 }
 
 /// What a tool can see and use while it runs.
@@ -241,6 +247,26 @@ impl ToolContext<'_> {
     /// True once the caller has cancelled the request.
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// `wait()`, a wait on another system (a backend), run without holding the transport's
+    /// place for a request being worked on.
+    pub fn off_worker<R>(&self, wait: impl FnOnce() -> R) -> R {
+        let mut wait = Some(wait);
+        let mut out = None;
+        self.client.off_worker(&mut || {
+            if let Some(wait) = wait.take() {
+                out = Some(wait());
+            }
+        });
+        match out {
+            Some(out) => out,
+            // A link that did not run it: run it here.
+            None => match wait.take() {
+                Some(wait) => wait(),
+                None => unreachable!("the wait ran or is still here"),
+            },
+        }
     }
 }
 

@@ -208,14 +208,17 @@ impl Tool for BackendTool {
             timeout: self.timeout,
         };
         // Every forwarded call of either kind passes the backend's admission; a refused
-        // one never reaches the backend and is not counted as forwarded.
-        self.admission.run(&|| ctx.is_cancelled(), || {
-            self.counters.calls.fetch_add(1, Ordering::Relaxed);
-            let outcome = self.backend.call(&self.operation, args, &call);
-            if outcome.is_err() {
-                self.counters.failures.fetch_add(1, Ordering::Relaxed);
-            }
-            outcome
+        // one never reaches the backend and is not counted as forwarded. Waiting for a
+        // place and for the backend's answer holds none of the transport's workers.
+        ctx.off_worker(|| {
+            self.admission.run(&|| ctx.is_cancelled(), || {
+                self.counters.calls.fetch_add(1, Ordering::Relaxed);
+                let outcome = self.backend.call(&self.operation, args, &call);
+                if outcome.is_err() {
+                    self.counters.failures.fetch_add(1, Ordering::Relaxed);
+                }
+                outcome
+            })
         })
     }
 }

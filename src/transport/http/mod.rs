@@ -11,7 +11,8 @@
 //! (statuses and headers of replies), [`oauth`] and [`sessions`].
 //!
 //! Each connection is served on a thread of its own, at most `http.max_connections` of
-//! them; a request is worked on once its body is in, at most `http.workers` at once. The
+//! them; a request is worked on once its body is in, at most `http.workers` at once (a
+//! request waiting on a backend gives its slot up meanwhile). The
 //! listener (the vendored tiny_http) enforces the connection cap, the head, body and idle
 //! deadlines and the header caps, and asks `App::refusal` for the catalog body of each
 //! refusal it writes. A panic while serving a request becomes a `-32603` for that request
@@ -109,7 +110,7 @@ pub fn serve_then(
         Arc::new(move |mut request| {
             let body = read_body(&mut request, app.max_body);
             let _slot = slots.enter();
-            app.handle(request, body);
+            app.handle(request, body, Some(Arc::clone(&slots)));
         })
     };
     let listener = tiny_http::Server::http_with_options(
@@ -190,8 +191,9 @@ fn listener_options(app: &Arc<App>, config: &Config) -> tiny_http::ServerOptions
     }
 }
 
-/// The worker slots: how many requests are worked on at once.
-struct Slots {
+/// The worker slots: how many requests are worked on at once. A request that waits on
+/// another system (a backend) gives its slot up meanwhile (`sse::Stream::off_worker`).
+pub(super) struct Slots {
     max: usize,
     state: Mutex<SlotCount>,
     changed: Condvar,
@@ -199,7 +201,11 @@ struct Slots {
 
 #[derive(Default)]
 struct SlotCount {
+    /// Requests being worked on.
     busy: usize,
+    /// Requests that gave their slot up while they wait on another system: still in
+    /// flight, so a stopping server waits for them too.
+    away: usize,
     closed: bool,
 }
 
@@ -223,6 +229,13 @@ impl Slots {
 
     /// Waits for a free slot.
     fn enter(&self) -> Slot<'_> {
+        let mut state = self.wait_free();
+        state.busy += 1;
+        Slot(self)
+    }
+
+    /// The count once a slot is free.
+    fn wait_free(&self) -> std::sync::MutexGuard<'_, SlotCount> {
         let mut state = self.lock();
         while state.busy >= self.max {
             state = self
@@ -230,8 +243,34 @@ impl Slots {
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
+        state
+    }
+
+    /// Gives up the slot of a request that is going to wait on another system; it stays
+    /// in flight ([`Slots::step_back`] ends the wait).
+    pub(super) fn step_away(&self) {
+        let mut state = self.lock();
+        state.busy = state.busy.saturating_sub(1);
+        state.away += 1;
+        self.changed_after(state);
+    }
+
+    /// Takes a slot again for a request whose wait ([`Slots::step_away`]) is over.
+    pub(super) fn step_back(&self) {
+        let mut state = self.wait_free();
         state.busy += 1;
-        Slot(self)
+        state.away = state.away.saturating_sub(1);
+    }
+
+    /// Wakes who waits for a slot (everyone once the server is stopping).
+    fn changed_after(&self, state: std::sync::MutexGuard<'_, SlotCount>) {
+        let stopping = state.closed;
+        drop(state);
+        if stopping {
+            self.changed.notify_all();
+        } else {
+            self.changed.notify_one();
+        }
     }
 
     /// Marks the server as stopping (for [`Slots::wait_idle`]).
@@ -243,11 +282,12 @@ impl Slots {
     fn wait_idle(&self, limit: Duration) {
         let deadline = std::time::Instant::now() + limit;
         let mut state = self.lock();
-        while state.busy > 0 {
+        while state.busy > 0 || state.away > 0 {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 tracing::warn!(
                     busy = state.busy,
+                    waiting_on_backends = state.away,
                     "stopping with requests still being served"
                 );
                 return;
@@ -264,14 +304,8 @@ impl Slots {
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
-        state.busy -= 1;
-        let stopping = state.closed;
-        drop(state);
-        if stopping {
-            self.0.changed.notify_all();
-        } else {
-            self.0.changed.notify_one();
-        }
+        state.busy = state.busy.saturating_sub(1);
+        self.0.changed_after(state);
     }
 }
 

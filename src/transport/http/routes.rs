@@ -3,15 +3,16 @@
 //! and token endpoint, the operator's console).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 use serde_json::json;
 use tiny_http::{Method, Request};
 
-use super::HttpHead;
 use super::app::App;
 use super::mcp::accepts_sse;
 use super::sse::{Outgoing, Stream};
 use super::status::{Body, Reply};
+use super::{HttpHead, Slots};
 use crate::catalog::{ErrorKind, McpError};
 use crate::tools::backends::BackendStatus;
 
@@ -76,7 +77,12 @@ fn backend_health(b: &BackendStatus) -> serde_json::Value {
 
 impl App {
     /// Serves one request whose body is read; a panic in a handler becomes a `-32603`.
-    pub(super) fn handle(&self, request: Request, body: Result<Vec<u8>, McpError>) {
+    pub(super) fn handle(
+        &self,
+        request: Request,
+        body: Result<Vec<u8>, McpError>,
+        slots: Option<Arc<Slots>>,
+    ) {
         let (path, query) = request.url().split_once('?').unwrap_or((request.url(), ""));
         let head = HttpHead {
             method: request.method().clone(),
@@ -95,7 +101,7 @@ impl App {
             peer: request.remote_addr().copied(),
         };
         let one_host = host_is_unambiguous(&head, request.http_version().clone());
-        let stream = Stream::new(request, accepts_sse(&head), body);
+        let stream = Stream::new(request, accepts_sse(&head), body, slots);
         if !one_host {
             let reply = self.error_reply(None, McpError::new(ErrorKind::HostHeaderInvalid));
             stream.finish(Outgoing::Reply(reply));

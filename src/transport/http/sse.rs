@@ -2,11 +2,12 @@
 //! notification of a tool call, and ends with the final response as its last event.
 
 use std::io::Read;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tiny_http::{Header, Request, Response, StatusCode};
 
+use super::Slots;
 use super::status::{Body, Reply, respond};
 use crate::catalog::{ErrorKind, McpError};
 use crate::protocol::client::Notifier;
@@ -27,6 +28,12 @@ pub(super) struct Stream {
     pub(super) sse_allowed: bool,
     /// The body, read before the request took its worker slot.
     pub(super) body: Mutex<Option<Result<Vec<u8>, McpError>>>,
+    /// The worker slots, one of which the request holds (none in tests).
+    slots: Option<Arc<Slots>>,
+    /// The request's calls waiting on another system now: the request's slot is given
+    /// up by the first and taken again by the last (the calls of one batch wait side by
+    /// side, on threads of their own).
+    waiting: Mutex<usize>,
 }
 
 pub(super) enum StreamState {
@@ -42,16 +49,26 @@ impl Stream {
         request: Request,
         sse_allowed: bool,
         body: Result<Vec<u8>, McpError>,
+        slots: Option<Arc<Slots>>,
     ) -> Stream {
         Stream {
             state: Mutex::new(StreamState::Pending(Some(request))),
             sse_allowed,
             body: Mutex::new(Some(body)),
+            slots,
+            waiting: Mutex::new(0),
         }
     }
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, StreamState> {
         self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many of the request's calls wait on another system now.
+    fn waiting(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.waiting
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -102,9 +119,44 @@ impl Stream {
     }
 }
 
+/// Takes the request's worker slot again when the last of its waiting calls is done, even
+/// when it unwinds.
+struct TakeBack<'a> {
+    stream: &'a Stream,
+    slots: &'a Slots,
+}
+
+impl Drop for TakeBack<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.stream.waiting();
+        *waiting = waiting.saturating_sub(1);
+        if *waiting == 0 {
+            self.slots.step_back();
+        }
+    }
+}
+
 impl Notifier for Stream {
     fn delivers(&self) -> bool {
         self.sse_allowed
+    }
+
+    fn off_worker(&self, wait: &mut dyn FnMut()) {
+        let Some(slots) = &self.slots else {
+            return wait();
+        };
+        {
+            let mut waiting = self.waiting();
+            if *waiting == 0 {
+                slots.step_away();
+            }
+            *waiting += 1;
+        }
+        let _back = TakeBack {
+            stream: self,
+            slots,
+        };
+        wait();
     }
 
     fn notify(&self, message: Value) {
