@@ -207,21 +207,22 @@ fn an_upstream_json_rpc_error_keeps_its_code_and_message() {
     let gate = Gate::start();
     gate.upstream
         .limit_per_minute(&gate.upstream_key.id, "read", 1);
-    let first = gate.call("up_search_clients", json!({}));
+    refused_past_one_call_a_minute(|| gate.call("up_search_clients", json!({})));
+}
+
+/// `call` (a forwarded read) goes through once, then meets the upstream's own limit of one
+/// read a minute: its refusal (JSON-RPC -32006) as the gate passes it on for the backend
+/// `up`, an `adapter_error` keeping the upstream's code and message.
+pub fn refused_past_one_call_a_minute(call: impl Fn() -> Value) {
+    let first = call();
     assert_eq!(first["result"]["isError"], false, "{first}");
     // The upstream's windows are fixed minutes: should one turn after the first call, the
     // next window admits one more, so its refusal comes within two windows' worth.
     let refused = (0..2)
-        .map(|_| gate.call("up_search_clients", json!({})))
+        .map(|_| call())
         .find(|answer| answer["result"]["isError"] == json!(true))
         .expect("the upstream refuses within two windows");
-    assert_upstream_rate_limited(&refused);
-}
-
-/// `refused` is the upstream's own rate-limit refusal (JSON-RPC -32006) as the gate passes it
-/// on for the backend `up`: an `adapter_error` keeping the upstream's code and message.
-pub fn assert_upstream_rate_limited(refused: &Value) {
-    assert_tool_error(refused, "adapter_error", 502, 4001);
+    assert_tool_error(&refused, "adapter_error", 502, 4001);
     let envelope = &refused["result"]["_meta"]["dev.tollgate/error"];
     assert_eq!(envelope["retryable"], false);
     assert_eq!(
