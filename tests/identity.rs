@@ -210,10 +210,12 @@ fn each_bad_token_is_refused_invalid_token_with_its_reason() {
     assert!(call(&server, &good, "search_invoices")["result"].is_object());
     let log = server.log_text();
     for (token, _) in &cases {
+        // A part too short to be told from ordinary text ("x.y.z" ends in "z") proves
+        // nothing either way.
         let signature = token.rsplit('.').next().unwrap_or_default();
         assert!(
-            signature.is_empty() || !log.contains(signature),
-            "a token in the log"
+            signature.len() < 12 || !log.contains(signature),
+            "a token in the log: {signature}"
         );
     }
     assert!(!log.contains(good.as_str()));
