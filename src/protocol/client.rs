@@ -28,12 +28,13 @@ pub trait Notifier: Send + Sync {
         true
     }
 
-    /// Runs `wait`, a wait on another system, without holding a place the transport keeps
-    /// for requests being worked on (where it has such places), so that a slow system
-    /// never stops the server working on other requests. It has its place back after.
-    fn off_worker(&self, wait: &mut dyn FnMut()) {
-        wait();
-    }
+    /// The request starts waiting on another system: it gives up the place the transport
+    /// keeps for requests being worked on (where it has such places), so that a slow
+    /// system never stops the server working on other requests.
+    fn step_away(&self) {}
+
+    /// The wait [`Notifier::step_away`] began is over: the request takes a place again.
+    fn step_back(&self) {}
 }
 
 /// The client of one request, as its tool reaches it.
@@ -76,8 +77,12 @@ impl ClientLink for RequestClient<'_> {
         !self.era.is_modern() && self.session.client_supports(capability)
     }
 
-    fn off_worker(&self, wait: &mut dyn FnMut()) {
-        self.notifier.off_worker(wait);
+    fn step_away(&self) {
+        self.notifier.step_away();
+    }
+
+    fn step_back(&self) {
+        self.notifier.step_back();
     }
 
     fn ask(

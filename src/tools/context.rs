@@ -45,11 +45,12 @@ pub trait ClientLink: Send + Sync {
         give_up: &dyn Fn() -> Option<McpError>,
     ) -> Result<Value, McpError>;
 
-    /// Runs `wait`, a wait on another system, without holding the transport's place for a
-    /// request being worked on (see [`crate::protocol::client::Notifier::off_worker`]).
-    fn off_worker(&self, wait: &mut dyn FnMut()) {
-        wait();
-    }
+    /// The request starts waiting on another system and gives up the transport's place for
+    /// a request being worked on (see [`crate::protocol::client::Notifier::step_away`]).
+    fn step_away(&self) {}
+
+    /// The wait is over: the request takes a place again.
+    fn step_back(&self) {}
 }
 
 /// What a tool can see and use while it runs.
@@ -250,23 +251,21 @@ impl ToolContext<'_> {
     }
 
     /// `wait()`, a wait on another system (a backend), run without holding the transport's
-    /// place for a request being worked on.
+    /// place for a request being worked on; the place is taken again after it, even when
+    /// it unwinds.
     pub fn off_worker<R>(&self, wait: impl FnOnce() -> R) -> R {
-        let mut wait = Some(wait);
-        let mut out = None;
-        self.client.off_worker(&mut || {
-            if let Some(wait) = wait.take() {
-                out = Some(wait());
-            }
-        });
-        match out {
-            Some(out) => out,
-            // A link that did not run it: run it here.
-            None => match wait.take() {
-                Some(wait) => wait(),
-                None => unreachable!("the wait ran or is still here"),
-            },
-        }
+        self.client.step_away();
+        let _back = StepBack(self.client);
+        wait()
+    }
+}
+
+/// Takes the request's place back when dropped ([`ToolContext::off_worker`]).
+struct StepBack<'a>(&'a dyn ClientLink);
+
+impl Drop for StepBack<'_> {
+    fn drop(&mut self) {
+        self.0.step_back();
     }
 }
 

@@ -192,7 +192,7 @@ fn listener_options(app: &Arc<App>, config: &Config) -> tiny_http::ServerOptions
 }
 
 /// The worker slots: how many requests are worked on at once. A request that waits on
-/// another system (a backend) gives its slot up meanwhile (`sse::Stream::off_worker`).
+/// another system (a backend) gives its slot up meanwhile (the `step_away` and `step_back` of `sse::Stream`).
 pub(super) struct Slots {
     max: usize,
     state: Mutex<SlotCount>,

@@ -119,44 +119,33 @@ impl Stream {
     }
 }
 
-/// Takes the request's worker slot again when the last of its waiting calls is done, even
-/// when it unwinds.
-struct TakeBack<'a> {
-    stream: &'a Stream,
-    slots: &'a Slots,
-}
-
-impl Drop for TakeBack<'_> {
-    fn drop(&mut self) {
-        let mut waiting = self.stream.waiting();
-        *waiting = waiting.saturating_sub(1);
-        if *waiting == 0 {
-            self.slots.step_back();
-        }
-    }
-}
-
 impl Notifier for Stream {
     fn delivers(&self) -> bool {
         self.sse_allowed
     }
 
-    fn off_worker(&self, wait: &mut dyn FnMut()) {
+    /// The first of the request's calls to wait on a backend gives its slot up.
+    fn step_away(&self) {
         let Some(slots) = &self.slots else {
-            return wait();
+            return;
         };
-        {
-            let mut waiting = self.waiting();
-            if *waiting == 0 {
-                slots.step_away();
-            }
-            *waiting += 1;
+        let mut waiting = self.waiting();
+        if *waiting == 0 {
+            slots.step_away();
         }
-        let _back = TakeBack {
-            stream: self,
-            slots,
+        *waiting += 1;
+    }
+
+    /// The last of them to be done takes a slot again.
+    fn step_back(&self) {
+        let Some(slots) = &self.slots else {
+            return;
         };
-        wait();
+        let mut waiting = self.waiting();
+        *waiting = waiting.saturating_sub(1);
+        if *waiting == 0 {
+            slots.step_back();
+        }
     }
 
     fn notify(&self, message: Value) {
