@@ -44,6 +44,35 @@ pub use tool::{
 /// health and does not count towards opening its circuit.
 pub const NOT_CONNECTED: &str = "not connected";
 
+/// Why a backend's answer could not be read whole ([`read_capped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyFailure {
+    /// It is (or says it is) larger than the cap.
+    TooLarge,
+    /// The connection failed before its end.
+    Lost,
+}
+
+/// The body of `response`, refused past `max` bytes (by its `Content-Length` before any of
+/// it is read, else as it comes): the one way both kinds of backend read an answer.
+pub(crate) async fn read_capped(
+    response: &mut reqwest::Response,
+    max: u64,
+) -> Result<Vec<u8>, BodyFailure> {
+    let length = response.content_length();
+    if length.is_some_and(|n| n > max) {
+        return Err(BodyFailure::TooLarge);
+    }
+    let mut body = Vec::with_capacity(length.unwrap_or(0) as usize);
+    while let Some(chunk) = response.chunk().await.map_err(|_| BodyFailure::Lost)? {
+        if (body.len() + chunk.len()) as u64 > max {
+            return Err(BodyFailure::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
 /// What one operation of a backend declares, before the operator's overrides.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Operation {

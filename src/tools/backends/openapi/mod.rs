@@ -46,7 +46,8 @@ use crate::config::{
 };
 use crate::tools::ToolOutput;
 use crate::tools::backends::{
-    Backend, BackendEnv, BackendProblem, Call, Health, Operation, tool_name,
+    Backend, BackendEnv, BackendProblem, BodyFailure, Call, Health, Operation, read_capped,
+    tool_name,
 };
 
 /// How often a waiting call looks at the caller's cancellation.
@@ -321,24 +322,13 @@ impl OpenApi {
             .await
             .map_err(|e| Failure::Unreachable(unreachable_reason(&e)))?;
         let status = response.status();
-        if response
-            .content_length()
-            .is_some_and(|n| n > self.max_response_bytes)
-        {
-            return Err(Failure::TooLarge(status.as_u16()));
-        }
         let headers = response.headers().clone();
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
+        let body = read_capped(&mut response, self.max_response_bytes)
             .await
-            .map_err(|_| Failure::Unreachable("connection closed during the response"))?
-        {
-            if (body.len() + chunk.len()) as u64 > self.max_response_bytes {
-                return Err(Failure::TooLarge(status.as_u16()));
-            }
-            body.extend_from_slice(&chunk);
-        }
+            .map_err(|failure| match failure {
+                BodyFailure::TooLarge => Failure::TooLarge(status.as_u16()),
+                BodyFailure::Lost => Failure::Unreachable("connection closed during the response"),
+            })?;
         Ok(Answer {
             status,
             headers,

@@ -373,9 +373,10 @@ fn failure_of(backend: &str, failure: Failure) -> McpError {
             .detail("backend", backend)
             .detail("original_error", format!("HTTP {status}")),
         Failure::Lost | Failure::SessionExpired => unavailable(backend, "connection lost"),
+        // Said as a REST backend's answer past its cap is.
         Failure::TooLarge => McpError::new(ErrorKind::AdapterError)
             .detail("backend", backend)
-            .detail("original_error", "response_too_large"),
+            .detail("reason", "response_too_large"),
         Failure::Malformed => McpError::new(ErrorKind::AdapterError)
             .detail("backend", backend)
             .detail("original_error", "unexpected_response"),
@@ -495,7 +496,7 @@ mod tests {
             "connection lost"
         );
         assert_eq!(
-            failure_of("files", Failure::TooLarge).envelope(Locale::En)["details"]["original_error"],
+            failure_of("files", Failure::TooLarge).envelope(Locale::En)["details"]["reason"],
             "response_too_large"
         );
         for failure in [

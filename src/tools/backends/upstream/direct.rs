@@ -29,6 +29,7 @@ use sse_stream::SseStream;
 
 use super::progress::{LatestProgress, Progress};
 use super::session_client::SessionId;
+use crate::tools::backends::{BodyFailure, read_capped};
 
 /// The largest answer read from the upstream, JSON or the whole event stream.
 pub(super) const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
@@ -224,7 +225,7 @@ impl Direct {
         latest: Option<&LatestProgress>,
     ) -> Result<Answer, Failure> {
         let session = self.session.get();
-        let response = self.post(session.as_deref(), call.body.clone()).await?;
+        let mut response = self.post(session.as_deref(), call.body.clone()).await?;
         let status = response.status();
         if status == StatusCode::NOT_FOUND && session.is_some() {
             return Err(Failure::SessionExpired);
@@ -244,7 +245,12 @@ impl Direct {
         }
         // A server may send a JSON-RPC error with a failure status (429 with -32006, say):
         // the error is the answer, the status only its echo.
-        let body = read_capped(response).await?;
+        let body = read_capped(&mut response, MAX_ANSWER_BYTES as u64)
+            .await
+            .map_err(|failure| match failure {
+                BodyFailure::TooLarge => Failure::TooLarge,
+                BodyFailure::Lost => Failure::Lost,
+            })?;
         let answer = serde_json::from_slice::<Incoming>(&body)
             .ok()
             .and_then(|incoming| answer_of(incoming, &call.id));
@@ -379,24 +385,6 @@ fn relay(method: &str, params: Option<Value>, id: &str, latest: Option<&LatestPr
     if ours {
         latest.offer(Progress::from(&params));
     }
-}
-
-/// A JSON answer's body, refused past [`MAX_ANSWER_BYTES`].
-async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, Failure> {
-    if response
-        .content_length()
-        .is_some_and(|length| length > MAX_ANSWER_BYTES as u64)
-    {
-        return Err(Failure::TooLarge);
-    }
-    let mut body = Vec::with_capacity(response.content_length().unwrap_or(0) as usize);
-    while let Some(chunk) = response.chunk().await.map_err(|_| Failure::Lost)? {
-        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-            return Err(Failure::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 #[cfg(test)]
