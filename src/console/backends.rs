@@ -91,17 +91,17 @@ fn backend_json(
             .map(|c| tool_json(&c.tool, None, c.calls, c.failures, since)),
     );
     tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    let admission = &b.admission;
-    json!({
+    let mut line = json!({
         "name": b.name, "kind": b.kind, "state": b.health.as_str(),
         "reason": b.health.reason(), "tools": tools,
-        "in_flight": admission.in_flight, "max_in_flight": admission.max_in_flight,
-        "queued": admission.queued, "circuit": admission.circuit.as_str(),
-        "retry_after": admission.retry_after_secs,
         "served": served.len(),
         "calls": mine.iter().map(|c| c.calls).sum::<i64>(),
         "failures": mine.iter().map(|c| c.failures).sum::<i64>(),
-    })
+    });
+    if let Some(fields) = line.as_object_mut() {
+        fields.extend(b.admission.fields());
+    }
+    line
 }
 
 /// One tool for the template; `served` is its scope and category while the backend

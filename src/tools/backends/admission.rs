@@ -122,6 +122,20 @@ impl AdmissionStatus {
     pub fn rejected(&self, reason: Rejection) -> u64 {
         self.rejected[reason.index()]
     }
+
+    /// What `/healthz` and the console show of it: `in_flight` of `max_in_flight`,
+    /// `queued`, the `circuit` and, while it is open, `retry_after` (seconds).
+    pub fn fields(&self) -> serde_json::Map<String, Value> {
+        let mut fields = serde_json::Map::new();
+        fields.insert("in_flight".into(), self.in_flight.into());
+        fields.insert("max_in_flight".into(), self.max_in_flight.into());
+        fields.insert("queued".into(), self.queued.into());
+        fields.insert("circuit".into(), self.circuit.as_str().into());
+        if let Some(secs) = self.retry_after_secs {
+            fields.insert("retry_after".into(), secs.into());
+        }
+        fields
+    }
 }
 
 /// What a forwarded call's outcome says about the backend's health.

@@ -45,18 +45,15 @@ fn without_discovery(mut reply: Reply) -> Reply {
 /// (`retry_after`); how many of its tools were left out by reason (`left_out`) and how
 /// many descriptions cut (`descriptions_cut`) when any.
 fn backend_health(b: &BackendStatus) -> serde_json::Value {
-    let admission = &b.admission;
     let mut line = json!({
         "name": b.name, "kind": b.kind,
         "state": b.health.as_str(), "tools": b.tools,
-        "in_flight": admission.in_flight, "max_in_flight": admission.max_in_flight,
-        "queued": admission.queued, "circuit": admission.circuit.as_str(),
     });
     if let Some(reason) = b.health.reason() {
         line["reason"] = reason.into();
     }
-    if let Some(secs) = admission.retry_after_secs {
-        line["retry_after"] = secs.into();
+    if let Some(fields) = line.as_object_mut() {
+        fields.extend(b.admission.fields());
     }
     // Counts only: tool names an upstream made up are not echoed on an unauthenticated
     // page (`backends check` names them).
