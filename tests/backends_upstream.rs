@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::util::{HttpServer, Key, TestDb, assert_tool_error, bin, merge_modern_meta};
+use crate::util::{HttpServer, Key, TestDb, assert_tool_error, bin};
 
 /// How long a test waits for the upstream to change state.
 const STATE_WAIT: Duration = Duration::from_secs(30);
@@ -448,18 +448,8 @@ impl Hostile {
 
     /// A 2026-07-28 `tools/call` of `tool` with the progress token `token`, read whole.
     fn call_with_progress(&self, tool: &str, token: &str) -> crate::util::HttpResponse {
-        let mut params = json!({"name": tool, "arguments": {}, "_meta": {"progressToken": token}});
-        merge_modern_meta(&mut params);
-        let auth = format!("Bearer {}", self.admin());
-        self.server.post_mcp(
-            &[
-                ("Authorization", auth.as_str()),
-                ("MCP-Protocol-Version", "2026-07-28"),
-                ("Mcp-Method", "tools/call"),
-                ("Mcp-Name", tool),
-            ],
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}),
-        )
+        self.server
+            .modern_tool_call_with_progress(self.admin(), tool, token)
     }
 }
 

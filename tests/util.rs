@@ -982,7 +982,23 @@ impl HttpServer {
 
     /// A 2026-07-28 `tools/call` (id 1) with the headers a conforming client sends.
     pub fn modern_tool_call(&self, token: &str, tool: &str, args: &Value) -> HttpResponse {
-        let mut params = json!({"name": tool, "arguments": args});
+        self.modern_tool_call_with(token, tool, json!({"name": tool, "arguments": args}))
+    }
+
+    /// A 2026-07-28 `tools/call` of `tool` without arguments that asks for progress under
+    /// `progress_token` (the answer an event stream when progress is sent).
+    pub fn modern_tool_call_with_progress(
+        &self,
+        token: &str,
+        tool: &str,
+        progress_token: &str,
+    ) -> HttpResponse {
+        let params =
+            json!({"name": tool, "arguments": {}, "_meta": {"progressToken": progress_token}});
+        self.modern_tool_call_with(token, tool, params)
+    }
+
+    fn modern_tool_call_with(&self, token: &str, tool: &str, mut params: Value) -> HttpResponse {
         merge_modern_meta(&mut params);
         let auth = format!("Bearer {token}");
         self.post_mcp(
