@@ -18,6 +18,7 @@ pub mod oauth;
 pub mod ops;
 pub mod protocol;
 pub mod store;
+pub mod telemetry;
 pub mod tools;
 pub mod transport;
 

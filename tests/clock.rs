@@ -108,6 +108,8 @@ impl InProcess {
             dev_credential: None,
             source: self.source.clone(),
             idempotency_header: None,
+            http: None,
+            session_id: None,
         };
         let answers = Mutex::new(Vec::new());
         self.server.handle(messages, &env, &|answer| {

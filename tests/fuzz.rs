@@ -266,5 +266,7 @@ fn env<'a>(session: &'a Session, sink: &'a Sink, db: &'a TestDb) -> Env<'a> {
         dev_credential: None,
         source: "fuzz".to_owned(),
         idempotency_header: None,
+        http: None,
+        session_id: None,
     }
 }

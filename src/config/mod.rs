@@ -23,6 +23,7 @@ mod issuer_checks;
 mod issuers;
 mod oauth_server;
 mod raw;
+mod telemetry;
 mod validate;
 
 pub use backend_limits::{
@@ -42,6 +43,7 @@ pub use issuers::{
     Preset, algorithm_name, is_tool_scope, is_trusted_url,
 };
 pub use oauth_server::{ClientDocumentsConfig, OAuthServerConfig};
+pub use telemetry::{Sampler, TelemetryConfig};
 
 use raw::*;
 use validate::{duration_millis, validate};
@@ -382,6 +384,8 @@ pub struct Config {
     pub console: ConsoleConfig,
     /// `[oauth_server]`
     pub oauth_server: OAuthServerConfig,
+    /// `[telemetry]`: traces over OTLP.
+    pub telemetry: TelemetryConfig,
     /// `[[backends]]`: the company's REST APIs and MCP servers behind the gate.
     pub backends: Vec<BackendConfig>,
 }
@@ -553,6 +557,7 @@ impl Default for Config {
                 idle_timeout: Duration::from_secs(DEFAULT_CONSOLE_IDLE_MINUTES * 60),
             },
             oauth_server: OAuthServerConfig::default(),
+            telemetry: TelemetryConfig::default(),
             backends: Vec::new(),
         }
     }
@@ -574,6 +579,7 @@ impl Config {
             None => RawConfig::default(),
         };
         apply_env(&mut raw, env)?;
+        telemetry::apply_otel_env(&mut raw.telemetry, env)?;
         apply_flags(&mut raw, flags)?;
         let base = file
             .as_deref()
@@ -670,6 +676,7 @@ impl Config {
                 idle_minutes: Some(self.console.idle_timeout.as_secs() / 60),
             },
             oauth_server: self.oauth_server.to_raw(),
+            telemetry: self.telemetry.to_raw(),
             backends: self.backends.iter().map(BackendConfig::to_raw).collect(),
         }
     }

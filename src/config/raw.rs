@@ -31,6 +31,8 @@ pub(super) struct RawConfig {
     pub(super) console: RawConsole,
     #[serde(default)]
     pub(super) oauth_server: super::oauth_server::RawOAuthServer,
+    #[serde(default)]
+    pub(super) telemetry: super::telemetry::RawTelemetry,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) backends: Vec<super::backend_entries::RawEntry>,
 }
@@ -215,7 +217,11 @@ pub(super) fn env_value<'a>(env: &'a [(String, String)], name: &str) -> Option<&
 pub(super) fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
     let mut vars = Vec::new();
     for (name, value) in std::env::vars_os() {
-        let Some(name) = name.to_str().filter(|n| n.starts_with("TOLLGATE_")) else {
+        // tollgate's own variables, and OpenTelemetry's standard ones for `[telemetry]`.
+        let Some(name) = name
+            .to_str()
+            .filter(|n| n.starts_with("TOLLGATE_") || n.starts_with("OTEL_"))
+        else {
             continue;
         };
         let value = value

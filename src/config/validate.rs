@@ -41,6 +41,7 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
         },
         console,
         oauth_server,
+        telemetry: super::telemetry::validate_telemetry(raw.telemetry)?,
         backends: Vec::new(),
     };
     check_dev_mode_is_local(&config)?;

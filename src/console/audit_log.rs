@@ -355,6 +355,7 @@ mod tests {
             calls: 1,
             source: None,
             backend: Some("crm".into()),
+            trace_id: None,
         };
         assert_eq!(row_entries(&row), [ErrorKind::BackendRateLimited]);
         let older = AuditRow { entry: None, ..row };

@@ -65,6 +65,8 @@ pub struct AuditEntry<'a> {
     /// Who is asking, as the failure throttle sees it (`http:<address>`, `stdio:<pid>`);
     /// recorded only on summary rows.
     pub source: &'a str,
+    /// The request's trace id, when it has one (never on a summary row).
+    pub trace_id: Option<String>,
 }
 
 /// Length of a summary window, in milliseconds.
@@ -266,12 +268,17 @@ impl Auditor {
             calls: 1,
             source: None,
             backend: entry.backend.map(str::to_owned),
+            trace_id: None,
         };
         let mut buffer = self.shared.lock();
         if let Some(outcome) = summarised(entry) {
             buffer.summarise(row, outcome, entry.source);
             return;
         }
+        let row = AuditRow {
+            trace_id: entry.trace_id.clone(),
+            ..row
+        };
         while buffer.rows.len() >= QUEUE {
             buffer = self
                 .shared
@@ -474,6 +481,7 @@ pub fn record_operator_change(
         calls: 1,
         source: Some(source.to_owned()),
         backend: None,
+        trace_id: None,
     };
     db.in_transaction(|tx| store::insert_row(tx, &row))
         .map(|_| ())
@@ -505,6 +513,7 @@ mod tests {
                 duration: Duration::from_micros(1500),
                 transport: "stdio",
                 source: "stdio:1",
+                trace_id: None,
             });
         }
         // Dropping the auditor flushes its queue.
@@ -554,6 +563,7 @@ mod tests {
                 duration: Duration::from_micros(10),
                 transport: "http",
                 source: "http:10.0.0.1",
+                trace_id: None,
             });
         }
         drop(auditor);
@@ -622,6 +632,7 @@ mod tests {
             duration: Duration::from_micros(10),
             transport: "http",
             source,
+            trace_id: None,
         }
     }
 
@@ -713,6 +724,7 @@ mod tests {
             calls: 1,
             source: None,
             backend: None,
+            trace_id: None,
         };
         for i in 0..SUMMARY_SOURCES + 50 {
             buffer.summarise(row(60_000), "invalid_token", &format!("http:10.0.{i}"));

@@ -10,6 +10,9 @@
 //! | `tollgate_guard_rejections_total` | `code`: every JSON-RPC error of the chain except the `-32603` server faults (tool calls and data reads) |
 //! | `tollgate_rate_limited_total` | `bucket`: a category, `plan`, `client`, `auth`, or `other` |
 //! | `tollgate_tool_call_duration_seconds` | a histogram with fixed buckets ([`LATENCY_BUCKETS_MICROS`]) |
+//! | `mcp_server_operation_duration_seconds` | a histogram per `mcp_method_name`, `gen_ai_tool_name`, `error_type`, `network_transport` (OpenTelemetry's MCP convention) |
+//! | `tollgate_spans_exported_total`, `tollgate_spans_dropped_total`, `tollgate_span_export_failures_total` | none: with traces exported |
+//! | `tollgate_backend_call_duration_seconds` | `backend`: a histogram of forwarded calls, admission wait included |
 //! | `tollgate_http_responses_total` | `status` |
 //! | `tollgate_rate_charges_total`, `tollgate_rate_charge_transactions_total` | none: calls charged to the rate counters, and the transactions that did it (their ratio is how well group commit batches) |
 //! | `tollgate_log_lines_dropped_total` | none: log lines dropped because stderr did not take them in time (the logging queue) |
@@ -48,15 +51,13 @@ use crate::guards::ratelimit::{CLIENT_BUCKET, ChargeCounters, ChargeCounts, PLAN
 use crate::tools::{Category, Registry, Resolution};
 
 pub mod backends;
+pub mod operations;
 
 /// The `Content-Type` of the exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Upper bounds of the latency histogram, in microseconds (rendered in seconds).
-pub const LATENCY_BUCKETS_MICROS: [u64; 14] = [
-    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
-    2_500_000, 5_000_000, 10_000_000,
-];
+pub use crate::telemetry::LATENCY_BUCKETS_MICROS;
+use crate::telemetry::{Histogram, HistogramSnapshot};
 
 /// The label of a tool name that is not in the registry.
 pub const UNKNOWN_TOOL: &str = "unknown";
@@ -125,35 +126,6 @@ impl<K: Clone + Eq + Hash + Ord> CounterFamily<K> {
     }
 }
 
-/// A histogram with the fixed [`LATENCY_BUCKETS_MICROS`] bounds.
-struct Histogram {
-    /// Observations per bucket (not cumulative); the last slot is `+Inf`.
-    buckets: [AtomicU64; LATENCY_BUCKETS_MICROS.len() + 1],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
-}
-
-impl Histogram {
-    fn new() -> Self {
-        Histogram {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_micros: AtomicU64::new(0),
-        }
-    }
-
-    fn observe(&self, elapsed: Duration) {
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        let slot = LATENCY_BUCKETS_MICROS
-            .iter()
-            .position(|&bound| micros <= bound)
-            .unwrap_or(LATENCY_BUCKETS_MICROS.len());
-        self.buckets[slot].fetch_add(1, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
-    }
-}
-
 /// The counters of one process. [`global`] is the one the server uses.
 pub struct Metrics {
     started: Instant,
@@ -164,6 +136,7 @@ pub struct Metrics {
     rate_limited: CounterFamily<&'static str>,
     http_responses: CounterFamily<u16>,
     latency: Histogram,
+    operations: operations::Operations,
 }
 
 impl Default for Metrics {
@@ -186,7 +159,8 @@ impl Metrics {
             guard_rejections: CounterFamily::new(),
             rate_limited: CounterFamily::new(),
             http_responses: CounterFamily::new(),
-            latency: Histogram::new(),
+            latency: Histogram::default(),
+            operations: operations::Operations::default(),
         }
     }
 
@@ -251,6 +225,11 @@ impl Metrics {
         }
     }
 
+    /// Counts one answered MCP request in `mcp_server_operation_duration_seconds`.
+    pub fn observe_operation(&self, operation: operations::Operation, elapsed: Duration) {
+        self.operations.observe(operation, elapsed);
+    }
+
     /// Counts one HTTP response by status.
     pub fn record_http_status(&self, status: u16) {
         self.http_responses.inc(status);
@@ -262,6 +241,8 @@ impl Metrics {
         self.render_info(&mut page);
         self.render_calls(&mut page);
         self.render_latency(&mut page);
+        self.operations.render(&mut page);
+        render_spans(&mut page);
         self.render_http(&mut page);
         render_process(&mut page);
         page
@@ -360,23 +341,7 @@ impl Metrics {
             "histogram",
             "Time to answer a tools/call, guards included.",
         );
-        let mut cumulative = 0;
-        for (bound, count) in LATENCY_BUCKETS_MICROS.iter().zip(&self.latency.buckets) {
-            cumulative += count.load(Ordering::Relaxed);
-            let le = seconds(*bound);
-            sample(page, &format!("{name}_bucket"), &[("le", &le)], cumulative);
-        }
-        cumulative += self.latency.buckets[LATENCY_BUCKETS_MICROS.len()].load(Ordering::Relaxed);
-        sample(
-            page,
-            &format!("{name}_bucket"),
-            &[("le", "+Inf")],
-            cumulative,
-        );
-        let sum = seconds(self.latency.sum_micros.load(Ordering::Relaxed));
-        let _ = writeln!(page, "{name}_sum {sum}");
-        // The count is the +Inf bucket, so the page stays self-consistent under races.
-        let _ = writeln!(page, "{name}_count {cumulative}");
+        histogram(page, name, &[], &self.latency.snapshot());
     }
 
     fn render_http(&self, page: &mut String) {
@@ -435,6 +400,34 @@ fn seconds(micros: u64) -> String {
     format!("{whole}.{}", digits.trim_end_matches('0'))
 }
 
+/// The span exporter's families, when spans are exported.
+fn render_spans(page: &mut String) {
+    if !crate::telemetry::enabled() {
+        return;
+    }
+    let counts = crate::telemetry::span_counts();
+    for (name, help, value) in [
+        (
+            "tollgate_spans_exported_total",
+            "Spans the collector took.",
+            counts.exported,
+        ),
+        (
+            "tollgate_spans_dropped_total",
+            "Spans dropped: the export queue was full, or the collector refused them or did not answer in time (export never blocks a call).",
+            counts.dropped,
+        ),
+        (
+            "tollgate_span_export_failures_total",
+            "Exports that failed.",
+            counts.failed_exports,
+        ),
+    ] {
+        header(page, name, "counter", help);
+        sample(page, name, &[], value);
+    }
+}
+
 /// Appends the identity providers' family to `page`: tokens verified (not served from the
 /// verified-token cache) by issuer and outcome. Nothing without providers. Users are not
 /// labels (their number is the company's, not bounded by construction): each user's calls
@@ -460,6 +453,35 @@ pub fn render_identity(page: &mut String, identity: Option<&crate::identity::Ide
     }
 }
 
+/// Appends the samples of one histogram of family `name` with `labels` (its header is
+/// the caller's): cumulative buckets, the sum in seconds, and the count.
+pub fn histogram(
+    page: &mut String,
+    name: &str,
+    labels: &[(&str, &str)],
+    snapshot: &HistogramSnapshot,
+) {
+    let bucket = format!("{name}_bucket");
+    let bounds = LATENCY_BUCKETS_MICROS
+        .iter()
+        .map(|bound| seconds(*bound))
+        .chain(std::iter::once("+Inf".to_owned()));
+    let mut cumulative = 0;
+    for (le, count) in bounds.zip(&snapshot.buckets) {
+        cumulative += count;
+        let mut with_le = labels.to_vec();
+        with_le.push(("le", &le));
+        sample(page, &bucket, &with_le, cumulative);
+    }
+    let sum = seconds(snapshot.sum_micros);
+    page.push_str(name);
+    page.push_str("_sum");
+    write_labels(page, labels);
+    let _ = writeln!(page, " {sum}");
+    // The count is the +Inf bucket, so the page stays self-consistent under races.
+    sample(page, &format!("{name}_count"), labels, cumulative);
+}
+
 /// Appends the `# HELP` and `# TYPE` lines of family `name`.
 pub fn header(page: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(page, "# HELP {name} {}", escape_help(help));
@@ -469,17 +491,23 @@ pub fn header(page: &mut String, name: &str, kind: &str, help: &str) {
 /// Appends one sample of family `name` with `labels` (values escaped).
 pub fn sample(page: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
     page.push_str(name);
-    if !labels.is_empty() {
-        page.push('{');
-        for (i, (label, value)) in labels.iter().enumerate() {
-            if i > 0 {
-                page.push(',');
-            }
-            let _ = write!(page, "{label}=\"{}\"", escape_label_value(value));
-        }
-        page.push('}');
-    }
+    write_labels(page, labels);
     let _ = writeln!(page, " {value}");
+}
+
+/// Appends `{label="value",…}` (values escaped), or nothing without labels.
+fn write_labels(page: &mut String, labels: &[(&str, &str)]) {
+    if labels.is_empty() {
+        return;
+    }
+    page.push('{');
+    for (i, (label, value)) in labels.iter().enumerate() {
+        if i > 0 {
+            page.push(',');
+        }
+        let _ = write!(page, "{label}=\"{}\"", escape_label_value(value));
+    }
+    page.push('}');
 }
 
 /// A label value as the text format wants it: `\`, `"` and newline escaped.

@@ -413,7 +413,7 @@ impl Guards {
         metrics::global().observe_data_read(read.audit_name, verdict, started.elapsed());
         let principal = principal[0].take();
         self.audit(
-            read.request_id,
+            (read.request_id, None),
             (read.audit_name, None),
             caller,
             started,
@@ -479,8 +479,11 @@ impl Guards {
         };
         let verdict = outcome.verdict();
         metrics::global().observe_tool_call(cx.registry, call.name, verdict, started.elapsed());
+        if crate::telemetry::enabled() {
+            annotate_decisions(passage, &outcome);
+        }
         self.audit(
-            call.request_id,
+            (call.request_id, call.meta),
             (call.name, passage.tool.and_then(|t| t.tool.backend())),
             cx.caller,
             started,
@@ -501,10 +504,10 @@ impl Guards {
     }
 
     /// [`steps::Step::Audit`]: the audit row of a finished call of the tool `name`, with
-    /// the backend it forwards to.
+    /// the backend it forwards to, and the trace of the request (`meta`, its `_meta`).
     fn audit(
         &self,
-        request_id: &Value,
+        (request_id, meta): (&Value, Option<&Map<String, Value>>),
         (name, backend): (&str, Option<&str>),
         caller: &Caller<'_>,
         started: Instant,
@@ -512,6 +515,7 @@ impl Guards {
         outcome: Verdict<'_>,
     ) {
         if self.chain.audits() {
+            let trace_id = crate::telemetry::current_trace_id(meta);
             self.auditor.record(&AuditEntry {
                 request_id,
                 principal,
@@ -521,6 +525,7 @@ impl Guards {
                 duration: started.elapsed(),
                 transport: caller.transport,
                 source: caller.source,
+                trace_id,
             });
         }
     }
@@ -658,4 +663,32 @@ mod bench {
         }
         steps
     }
+}
+
+/// Puts the chain's decisions on the call's span: who called, the tightest bucket charged
+/// and what is left of it, and whether the result was an idempotent replay.
+fn annotate_decisions(passage: &Passage<'_, '_>, outcome: &CallOutcome) {
+    let span = tracing::Span::current();
+    if let Some(principal) = &passage.principal {
+        crate::telemetry::annotate(&span, "tollgate.principal", principal.credential_id.clone());
+        if let Some(client) = &principal.client_id {
+            crate::telemetry::annotate(&span, "tollgate.client", client.clone());
+        }
+    }
+    if let Some(bucket) = passage.budget.tightest() {
+        crate::telemetry::annotate(&span, "tollgate.rate.bucket", bucket.bucket);
+        let left = i64::try_from(bucket.remaining()).unwrap_or(i64::MAX);
+        crate::telemetry::annotate(&span, "tollgate.rate.remaining", left);
+    }
+    if let Some(backend) = passage.tool.and_then(|t| t.tool.backend()) {
+        crate::telemetry::annotate(&span, "tollgate.backend", backend.to_owned());
+    }
+    let replayed = matches!(
+        outcome,
+        CallOutcome::Admitted {
+            output: outcome::Output::Replayed(_),
+            ..
+        }
+    );
+    crate::telemetry::annotate(&span, "tollgate.idempotent_replay", replayed);
 }

@@ -298,7 +298,12 @@ pub fn run(cli: Cli) -> ExitCode {
         return refuse(NO_CONFORMANCE_PACK);
     }
     // Held until the command returns: dropping it flushes the queued log lines.
-    let _log = crate::ops::logging::init(&config.log);
+    // Spans are exported by the commands that serve MCP requests.
+    let serves = matches!(
+        cli.command,
+        Command::Stdio(_) | Command::Serve(_) | Command::Quickstart { .. }
+    );
+    let _log = crate::ops::logging::init(&config.log, serves.then_some(&config.telemetry));
     match cli.command {
         Command::Init(args) => crate::ops::init::init(&config, &args),
         Command::Stdio(_) => crate::ops::serve::stdio(&config),

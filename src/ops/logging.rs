@@ -26,7 +26,11 @@ use tracing_appender::non_blocking::{ErrorCounter, NonBlocking, NonBlockingBuild
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
-use crate::config::{LogConfig, LogFormat};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+use crate::config::{LogConfig, LogFormat, TelemetryConfig};
 
 /// Lines queued for stderr at most; past it, lines are dropped (a few MiB at most).
 pub const BUFFERED_LINES: usize = 8192;
@@ -183,10 +187,14 @@ pub struct LogGuard {
     tally: Arc<Tally>,
     /// How long the drop waits for the queue to empty ([`FLUSH_WAIT`]).
     flush_wait: Duration,
+    /// The span exporter, flushed first when the guard is dropped.
+    exporting: Option<crate::telemetry::Exporting>,
 }
 
 impl Drop for LogGuard {
     fn drop(&mut self) {
+        // The last spans first: the exporter may log that it could not send them.
+        drop(self.exporting.take());
         let Some((worker, refusals)) = self.writer.take() else {
             return;
         };
@@ -205,8 +213,11 @@ impl Drop for LogGuard {
     }
 }
 
-/// Installs the global subscriber; `RUST_LOG` refines the configured level when set.
-pub fn init(config: &LogConfig) -> LogGuard {
+/// Installs the global subscriber; `RUST_LOG` refines the configured level when set. With
+/// `telemetry` naming an endpoint, the spans of requests are exported too (the guard keeps
+/// the exporter running, and flushes it when dropped); an exporter that cannot start is
+/// reported and the process logs without it.
+pub fn init(config: &LogConfig, telemetry: Option<&TelemetryConfig>) -> LogGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         // The MCP client library logs every message of an upstream session at info: at the
         // default level only its warnings are kept.
@@ -225,8 +236,7 @@ pub fn init(config: &LogConfig) -> LogGuard {
         return log_directly(filter, config.format);
     };
     let refusals = queue.error_counter();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(Sink {
             queue,
             refusals: refusals.clone(),
@@ -235,17 +245,37 @@ pub fn init(config: &LogConfig) -> LogGuard {
         // Colour codes only for a person at a terminal, never into the journal or a file.
         .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
         .with_target(false);
-    // A second init (tests embedding the library) keeps the first subscriber.
-    let installed = match config.format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Human => builder.try_init(),
+    let mut layers: Vec<Box<dyn Layer<Filtered> + Send + Sync>> = vec![match config.format {
+        LogFormat::Json => lines.json().boxed(),
+        LogFormat::Human => lines.boxed(),
+    }];
+    let (exporting, failure) = match telemetry.map(crate::telemetry::start::<Filtered>) {
+        Some(Ok(Some((layer, exporting)))) => {
+            layers.push(layer);
+            (Some(exporting), None)
+        }
+        Some(Err(e)) => (None, Some(e)),
+        Some(Ok(None)) | None => (None, None),
     };
+    // A second init (tests embedding the library) keeps the first subscriber.
+    let installed = tracing_subscriber::registry()
+        .with(filter)
+        .with(layers)
+        .try_init();
+    if let Some(e) = failure {
+        tracing::error!("{e}; spans are not exported");
+    }
     LogGuard {
         writer: installed.is_ok().then_some((worker, refusals)),
         tally,
         flush_wait: FLUSH_WAIT,
+        exporting,
     }
 }
+
+/// The subscriber under the log formatter and the span exporter: the registry behind the
+/// level filter.
+type Filtered = tracing_subscriber::layer::Layered<EnvFilter, tracing_subscriber::Registry>;
 
 /// The lossy queue and its writer thread, writing to `lines`; `None` when no thread can
 /// be started (the library then panics, which is caught here).
@@ -272,6 +302,7 @@ fn log_directly(filter: EnvFilter, format: LogFormat) -> LogGuard {
         writer: None,
         tally: Arc::default(),
         flush_wait: FLUSH_WAIT,
+        exporting: None,
     }
 }
 
@@ -379,6 +410,7 @@ mod tests {
             writer: Some((worker, sink.refusals.clone())),
             tally: Arc::clone(&tally),
             flush_wait: FLUSH_WAIT,
+            exporting: None,
         };
         drop(guard);
         let text = String::from_utf8(written.lock().expect("lock").clone()).expect("utf-8");
@@ -428,6 +460,7 @@ mod tests {
             writer: Some((worker, refusals)),
             tally: Arc::clone(&tally),
             flush_wait: Duration::ZERO,
+            exporting: None,
         };
         // Returns although the line is never written (and prints nothing).
         drop(guard);

@@ -17,6 +17,7 @@
 mod lifecycle;
 mod listing;
 mod logging;
+mod observed;
 mod prompts;
 mod resources;
 mod route;
@@ -78,6 +79,10 @@ pub struct Env<'a> {
     pub source: String,
     /// An `Idempotency-Key` header, when the transport has one.
     pub idempotency_header: Option<&'a str>,
+    /// The HTTP request's trace headers and the listener's address (`None` on stdio).
+    pub http: Option<crate::telemetry::HttpTrace<'a>>,
+    /// The `Mcp-Session-Id` the request names, when it names one.
+    pub session_id: Option<&'a str>,
 }
 
 impl Env<'_> {

@@ -104,7 +104,14 @@ fn target_name(req: &Request) -> Option<Option<&str>> {
 /// `rpc_id`, the client's JSON-RPC id as JSON text (control characters escaped); and the
 /// `method`. Client-chosen text is cut at 64 characters. The span is at ERROR level so that
 /// no log filter drops it: at `--log-level warn` the warnings still carry the request id.
-pub(crate) fn request_span(req: &Request) -> tracing::Span {
+///
+/// With traces exported and `trace` given, it is also the request's SERVER span: named
+/// `{method} {tool or prompt}`, continuing the caller's trace
+/// ([`crate::telemetry::continue_trace`]), its `trace_id` and `span_id` on every log line.
+pub(crate) fn request_span(
+    req: &Request,
+    trace: Option<&crate::telemetry::ServerRequest<'_>>,
+) -> tracing::Span {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     fn clip(text: &str) -> &str {
         text.char_indices()
@@ -116,7 +123,30 @@ pub(crate) fn request_span(req: &Request) -> tracing::Span {
         .id
         .as_ref()
         .map_or_else(|| "null".to_owned(), Value::to_string);
-    tracing::error_span!("request", id, rpc_id = %clip(&rpc_id), method = clip(&req.method))
+    let Some(trace) = trace.filter(|_| crate::telemetry::enabled()) else {
+        return tracing::error_span!(
+            "request",
+            id,
+            rpc_id = %clip(&rpc_id),
+            method = clip(&req.method)
+        );
+    };
+    let name = match trace.target {
+        Some(target) => format!("{} {}", clip(&req.method), clip(target)),
+        None => clip(&req.method).to_owned(),
+    };
+    let span = tracing::error_span!(
+        "request",
+        id,
+        rpc_id = %clip(&rpc_id),
+        method = clip(&req.method),
+        otel.name = %name,
+        otel.kind = "server",
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
+    );
+    crate::telemetry::continue_trace(&span, trace);
+    span
 }
 
 /// A response to send, with what its transport needs to know of it.

@@ -45,6 +45,10 @@ pub struct AuditRow {
     pub source: Option<String>,
     /// The backend the tool forwards to (`None` for a built-in tool).
     pub backend: Option<String>,
+    /// The W3C trace id of the request (32 lowercase hex digits): its span's when traces
+    /// are exported, otherwise the caller's when it sent one; `None` on a summary row and
+    /// on the rows written before schema version 11.
+    pub trace_id: Option<String>,
 }
 
 /// Schema version 8 on SQLite: the catalog entry of a failure, by name (NULL on `ok`
@@ -53,6 +57,12 @@ pub(super) const SQLITE_ENTRY_STEP: &str = "ALTER TABLE audit_log ADD COLUMN ent
 /// Schema version 8 on PostgreSQL.
 pub(super) const POSTGRES_ENTRY_STEP: &str =
     "ALTER TABLE audit_log ADD COLUMN entry TEXT COLLATE \"C\";";
+
+/// Schema version 11 on SQLite: the trace id of the request.
+pub(super) const SQLITE_TRACE_STEP: &str = "ALTER TABLE audit_log ADD COLUMN trace_id TEXT;";
+/// Schema version 11 on PostgreSQL.
+pub(super) const POSTGRES_TRACE_STEP: &str =
+    "ALTER TABLE audit_log ADD COLUMN trace_id TEXT COLLATE \"C\";";
 
 /// The name an entry is stored under: its name in the catalog, as its [`ErrorKind`] variant
 /// is spelled (`BackendRateLimited`).
@@ -87,8 +97,8 @@ fn entry_at(row: &Row<'_>, index: usize) -> Result<Option<ErrorKind>, StoreError
 pub fn insert_row(tx: &Tx<'_>, row: &AuditRow) -> Result<i64, StoreError> {
     tx.insert_returning_id(
         "INSERT INTO audit_log (at, request_id, credential_id, client_id, tool, outcome, \
-         duration_us, transport, calls, source, backend, entry) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+         duration_us, transport, calls, source, backend, entry, trace_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         args![
             row.at_ms,
             row.request_id,
@@ -101,7 +111,8 @@ pub fn insert_row(tx: &Tx<'_>, row: &AuditRow) -> Result<i64, StoreError> {
             row.calls,
             row.source,
             row.backend,
-            row.entry.map(entry_name)
+            row.entry.map(entry_name),
+            row.trace_id
         ],
     )
 }
@@ -159,7 +170,7 @@ fn row_limit(limit: impl TryInto<i32>) -> i64 {
 
 /// Every column of a row, in the order [`row_from`] reads them.
 const ROW_COLUMNS: &str = "SELECT id, at, request_id, credential_id, client_id, tool, outcome, \
-     duration_us, transport, calls, source, backend, entry FROM audit_log";
+     duration_us, transport, calls, source, backend, entry, trace_id FROM audit_log";
 
 fn row_from(row: &Row<'_>) -> Result<AuditRow, StoreError> {
     Ok(AuditRow {
@@ -176,6 +187,7 @@ fn row_from(row: &Row<'_>) -> Result<AuditRow, StoreError> {
         source: row.get(10)?,
         backend: row.get(11)?,
         entry: entry_at(row, 12)?,
+        trace_id: row.get(13)?,
     })
 }
 
@@ -459,6 +471,7 @@ mod tests {
             calls: 1,
             source: None,
             backend: None,
+            trace_id: None,
         }
     }
 
@@ -517,6 +530,7 @@ mod tests {
                     calls: 1,
                     source: None,
                     backend: Some("crm".into()),
+                    trace_id: None,
                 }
             );
             assert_eq!(records[0].id, two);

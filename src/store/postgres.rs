@@ -49,6 +49,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (8, super::audit::POSTGRES_ENTRY_STEP),
     (9, super::users::POSTGRES_SCHEMA_STEP),
     (10, super::oauth::POSTGRES_SCHEMA_STEP),
+    (11, super::audit::POSTGRES_TRACE_STEP),
 ];
 
 /// One pooled connection and the statements it has prepared.

@@ -77,6 +77,8 @@ pub struct ToolContext<'a> {
     pub commit_hook: Option<&'a dyn CommitHook>,
     /// What the client sent back for an earlier `input_required` result (2026-07-28).
     pub input: InputContext<'a>,
+    /// The request's `params._meta`: its trace context goes on to a backend.
+    pub meta: Option<&'a Map<String, Value>>,
 }
 
 /// The multi-round inputs of a call: the client's answers to the server's earlier

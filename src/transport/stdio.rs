@@ -190,6 +190,8 @@ impl Worker {
             dev_credential: None,
             source: self.source.clone(),
             idempotency_header: None,
+            http: None,
+            session_id: None,
         };
         self.server.handle(messages, &env, &|response| {
             self.notifier.notify(response.body)

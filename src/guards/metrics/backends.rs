@@ -3,7 +3,7 @@
 //! waiting, refused by reason, its circuit). Every label value is a configured backend name
 //! or a word of a fixed list.
 
-use super::{header, sample};
+use super::{header, histogram, sample};
 use crate::tools::backends::{
     AdmissionStatus, BackendCount, BackendStatus, Backends, Circuit, Health, LeftOutReason,
     ListingReport, Rejection,
@@ -35,6 +35,16 @@ pub fn render_backends(page: &mut String, backends: &Backends) {
         "Forwarded calls that failed (any catalog error), by backend.",
         |c| c.failures,
     );
+    let name = "tollgate_backend_call_duration_seconds";
+    header(
+        page,
+        name,
+        "histogram",
+        "Time of a call forwarded to a backend, the wait for admission included, by backend.",
+    );
+    for count in &counters {
+        histogram(page, name, &[("backend", &count.name)], &count.durations);
+    }
     let statuses = backends.status();
     let name = "tollgate_backend_up";
     header(

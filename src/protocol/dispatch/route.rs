@@ -7,8 +7,10 @@
 use serde_json::Value;
 
 use super::logging::set_log_level;
+use super::observed::note_era;
 use super::{Answer, Env, Server};
 use crate::catalog::McpError;
+use crate::guards::outcome::Verdict;
 use crate::protocol::inbound::{Response, request_span};
 use crate::protocol::jsonrpc::{Incoming, Parsed, Request};
 use crate::protocol::revisions::{self, Era, finish_result, select_era};
@@ -76,8 +78,10 @@ impl Server {
     /// sent without an id (a `prompts/get` that would be charged and audited, an
     /// `initialize` that would set up a session) is logged and dropped, like a `tools/call`.
     fn handle_request(&self, req: Request, env: &Env<'_>) -> Option<Response> {
+        let started = std::time::Instant::now();
         // Every log line of this request carries its id (never its params or token).
-        let _span = request_span(&req).entered();
+        let span = request_span(&req, Some(&env.server_request(&req)));
+        let _entered = span.enter();
         if req.id.is_none() && !req.method.starts_with("notifications/") {
             tracing::warn!(
                 method = %req.method,
@@ -87,6 +91,7 @@ impl Server {
         }
         let era = select_era(&req, env.session);
         let served = era.as_ref().ok().copied();
+        note_era(&span, served);
         let outcome = era.and_then(|era| {
             self.route(&req, era, env).map(|answer| Answer {
                 result: finish_result(answer.result, era, &req.method),
@@ -96,7 +101,14 @@ impl Server {
         let initialized = (req.method == "initialize" && outcome.is_ok())
             .then(|| env.session.negotiated())
             .flatten();
-        let id = req.id?;
+        let id = req.id.clone()?;
+        self.observe_request(
+            &span,
+            (&req.method, None),
+            Verdict::of_read(&outcome),
+            env,
+            started,
+        );
         self.send_updates(outcome.is_ok(), env);
         let response = self.response(id, outcome).in_era(served);
         Some(Response {

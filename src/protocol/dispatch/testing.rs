@@ -95,6 +95,8 @@ impl Fixture {
             dev_credential: None,
             source: "stdio:unit".to_owned(),
             idempotency_header: None,
+            http: None,
+            session_id: None,
         }
     }
 }

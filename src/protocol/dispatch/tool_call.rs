@@ -6,12 +6,15 @@
 //! JSON-RPC never answers and MCP does not define: it runs nothing (no tool, no charge, no
 //! audit row) and is answered with nothing.
 
+use std::time::Instant;
+
 use serde_json::{Map, Value};
 
+use super::observed::note_era;
 use super::{Answer, Env, Server};
 use crate::catalog::McpError;
 use crate::config::{GuardChannel, Locale};
-use crate::guards::outcome::{Addressee, CallOutcome, Output};
+use crate::guards::outcome::{Addressee, CallOutcome, Output, Verdict};
 use crate::guards::ratelimit::Budget;
 use crate::guards::{META_MODE, META_RATELIMIT, META_REPLAY, ToolCall};
 use crate::protocol::client::RequestClient;
@@ -35,14 +38,23 @@ impl Server {
         let calls: Vec<(RequestId, Request)> = calls.into_iter().filter_map(answerable).collect();
         let mut requests = Vec::with_capacity(calls.len());
         for (id, req) in &calls {
-            let span = request_span(req);
+            let started = Instant::now();
+            let span = request_span(req, Some(&env.server_request(req)));
             let parsed = span.in_scope(|| {
                 select_era(req, env.session)
                     .and_then(|era| ToolRequest::parse(req, id.clone(), era, env))
             });
             match parsed {
-                Ok(request) => requests.push(request.with_span(span)),
-                Err(err) => respond(self.error_response(Some(id.clone()), err)),
+                Ok(request) => {
+                    note_era(&span, Some(request.era));
+                    requests.push(request.with_span(span, started));
+                }
+                Err(err) => {
+                    let name = req.params.get("name").and_then(Value::as_str);
+                    let verdict = Verdict::Rejected(&err);
+                    self.observe_request(&span, ("tools/call", name), verdict, env, started);
+                    respond(self.error_response(Some(id.clone()), err));
+                }
             }
         }
         let tool_calls: Vec<ToolCall<'_>> = requests.iter().map(ToolRequest::call).collect();
@@ -53,10 +65,17 @@ impl Server {
             &|i, tool, args, book, hook| self.run_tool(&requests[i], env, tool, args, book, hook),
             &|i, outcome| {
                 let request = &requests[i];
+                if let Some((span, started)) = &request.span {
+                    let name = ("tools/call", Some(request.name));
+                    self.observe_request(span, name, outcome.verdict(), env, *started);
+                }
                 let outcome = render_call_outcome(outcome, self.locale).map(|answer| Answer {
                     result: finish_result(answer.result, request.era, "tools/call"),
                     ..answer
                 });
+                if let Some((span, _)) = &request.span {
+                    record_call_content(span, request.args, outcome.as_ref().ok());
+                }
                 self.send_updates(outcome.is_ok(), env);
                 respond(
                     self.response(request.id.clone(), outcome)
@@ -100,10 +119,41 @@ impl Server {
                 client_capabilities: &request.client_capabilities,
                 state_key: &self.state_key,
             },
+            meta: meta(request.req),
         };
         let outcome = tool.tool.call(&ctx, args);
         env.session.finish(&request.id);
         outcome
+    }
+}
+
+/// The longest arguments or result text put on a span.
+const RECORDED_BYTES: usize = 4096;
+
+/// Puts a call's arguments (without tollgate's idempotency key) and result on its span,
+/// when the operator opted in (`telemetry.record_arguments`): they may hold personal data.
+/// A backend's credential never appears in either.
+fn record_call_content(span: &tracing::Span, args: &Map<String, Value>, answer: Option<&Answer>) {
+    if !crate::telemetry::records_arguments() {
+        return;
+    }
+    let clipped = |mut text: String| {
+        if text.len() > RECORDED_BYTES {
+            let cut = (0..=RECORDED_BYTES)
+                .rev()
+                .find(|i| text.is_char_boundary(*i))
+                .unwrap_or(0);
+            text.truncate(cut);
+        }
+        text
+    };
+    let mut forwarded = args.clone();
+    forwarded.remove(crate::tools::schema::KEY_ARGUMENT);
+    let arguments = Value::Object(forwarded).to_string();
+    crate::telemetry::annotate(span, "gen_ai.tool.call.arguments", clipped(arguments));
+    if let Some(answer) = answer {
+        let result = answer.result.to_string();
+        crate::telemetry::annotate(span, "gen_ai.tool.call.result", clipped(result));
     }
 }
 
@@ -114,7 +164,7 @@ fn answerable(req: Request) -> Option<(RequestId, Request)> {
     match req.id.clone() {
         Some(id) => Some((id, req)),
         None => {
-            request_span(&req).in_scope(|| {
+            request_span(&req, None).in_scope(|| {
                 tracing::warn!(
                     "a tools/call without an id is a notification: not run, not answered"
                 );
@@ -136,8 +186,9 @@ struct ToolRequest<'q> {
     log_level: Option<LogLevel>,
     input: InputParams<'q>,
     client_capabilities: Value,
-    /// Its own log span (it is handled beside the others of its read).
-    span: Option<tracing::Span>,
+    /// Its own log span (it is handled beside the others of its read), and when it
+    /// started.
+    span: Option<(tracing::Span, Instant)>,
 }
 
 impl<'q> ToolRequest<'q> {
@@ -162,10 +213,11 @@ impl<'q> ToolRequest<'q> {
         })
     }
 
-    /// The same request, logging under its own `span` (it is handled beside others).
-    fn with_span(self, span: tracing::Span) -> ToolRequest<'q> {
+    /// The same request, logging under its own `span` (it is handled beside others),
+    /// started at `started`.
+    fn with_span(self, span: tracing::Span, started: Instant) -> ToolRequest<'q> {
         ToolRequest {
-            span: Some(span),
+            span: Some((span, started)),
             ..self
         }
     }
@@ -176,7 +228,7 @@ impl<'q> ToolRequest<'q> {
             args: self.args,
             meta: meta(self.req),
             request_id: &self.id,
-            span: self.span.as_ref(),
+            span: self.span.as_ref().map(|(span, _)| span),
         }
     }
 }

@@ -185,6 +185,7 @@ pub const TABLES: &[Table] = &[
             "source",
             "backend",
             "entry",
+            "trace_id",
         ],
         key: &[int("id")],
         identity: true,

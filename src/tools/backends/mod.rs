@@ -201,6 +201,9 @@ pub struct Call<'a> {
     pub idempotency_key: Option<&'a str>,
     /// The backend's deadline for this call.
     pub timeout: Duration,
+    /// The trace context the call carries to the backend: HTTP headers to a REST API,
+    /// `params._meta` to an upstream MCP server.
+    pub trace: &'a crate::telemetry::TraceFields,
 }
 
 /// One configured backend, connected. Implementations keep the backend's credential to
@@ -246,6 +249,12 @@ pub trait Backend: Send + Sync {
         args: &Map<String, Value>,
         call: &Call<'_>,
     ) -> Result<ToolOutput, McpError>;
+
+    /// The name and attributes of the CLIENT span of a call of `operation`, by
+    /// OpenTelemetry's conventions for the backend's protocol.
+    fn describe_call(&self, operation: &str) -> (String, Vec<(&'static str, String)>) {
+        (operation.to_owned(), Vec::new())
+    }
 
     /// Stops what it runs (child processes, sessions); called once at shutdown.
     fn shutdown(&self) {}
@@ -302,6 +311,8 @@ pub struct BackendCounters {
     pub calls: AtomicU64,
     /// Of those, the ones that failed (any catalog error).
     pub failures: AtomicU64,
+    /// How long they took, the wait for admission included.
+    pub durations: crate::telemetry::Histogram,
 }
 
 /// One backend's [`BackendCounters`] read at one moment.
@@ -313,6 +324,8 @@ pub struct BackendCount {
     pub calls: u64,
     /// Of those, the ones that failed.
     pub failures: u64,
+    /// How long they took.
+    pub durations: crate::telemetry::HistogramSnapshot,
 }
 
 /// One backend with its configuration, counters and the admission of its calls.
@@ -532,6 +545,7 @@ impl Backends {
                 name: e.config.name.clone(),
                 calls: e.counters.calls.load(Ordering::Relaxed),
                 failures: e.counters.failures.load(Ordering::Relaxed),
+                durations: e.counters.durations.snapshot(),
             })
             .collect()
     }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
@@ -17,6 +17,7 @@ use super::admission::Admission;
 use super::{Backend, BackendCounters, Call, Entry, Operation};
 use crate::catalog::McpError;
 use crate::config::{BackendConfig, IdempotencyPolicy, ToolOverride};
+use crate::telemetry::ClientCall;
 use crate::tools::{Category, Idempotency, Tool, ToolContext, ToolOutput, ToolSpec, schema};
 
 /// The full tool name of `operation` on `backend`.
@@ -202,15 +203,19 @@ impl Tool for BackendTool {
         ctx: &ToolContext<'_>,
         args: &Map<String, Value>,
     ) -> Result<ToolOutput, McpError> {
+        // The CLIENT span of the call (with traces exported), under the request's.
+        let traced = ClientCall::start(|| self.backend.describe_call(&self.operation), ctx.meta);
         let call = Call {
             ctx,
             idempotency_key: ctx.idempotency_key(),
             timeout: self.timeout,
+            trace: traced.fields(),
         };
+        let started = Instant::now();
         // Every forwarded call of either kind passes the backend's admission; a refused
         // one never reaches the backend and is not counted as forwarded. Waiting for a
         // place and for the backend's answer holds none of the transport's workers.
-        ctx.off_worker(|| {
+        let outcome = ctx.off_worker(|| {
             self.admission.run(&|| ctx.is_cancelled(), || {
                 self.counters.calls.fetch_add(1, Ordering::Relaxed);
                 let outcome = self.backend.call(&self.operation, args, &call);
@@ -219,7 +224,10 @@ impl Tool for BackendTool {
                 }
                 outcome
             })
-        })
+        });
+        self.counters.durations.observe(started.elapsed());
+        traced.finish(outcome.as_ref().err().map(|e| e.kind().spec().code));
+        outcome
     }
 }
 

@@ -475,6 +475,7 @@ mod tests {
                 client_capabilities: &Value::Null,
                 state_key: &crate::tools::request_state::StateKey::new(vec![0; 32]),
             },
+            meta: None,
         };
         let tool = tools()
             .into_iter()

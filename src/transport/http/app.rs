@@ -22,6 +22,8 @@ pub(super) struct App {
     pub(super) public_base_url: Option<String>,
     /// `http://<bound address>`, the base URL when no public one is configured.
     pub(super) listen_url: OnceLock<String>,
+    /// The bound address (`server.address` and `server.port` of the request spans).
+    pub(super) listening: OnceLock<SocketAddr>,
     /// Peers whose client-address header names the real client (`http.trusted_proxies`).
     pub(super) trusted_proxies: Vec<ProxyRange>,
     pub(super) client_address_header: ClientAddressHeader,
@@ -66,6 +68,7 @@ impl App {
             mode: config.http.error_status,
             public_base_url: config.http.public_base_url.clone(),
             listen_url: OnceLock::new(),
+            listening: OnceLock::new(),
             trusted_proxies: config.http.trusted_proxies.clone(),
             client_address_header: config.http.client_address_header,
             dev_credential: config.dev.unauthenticated_credential.clone(),
@@ -85,6 +88,7 @@ impl App {
             );
         }
         let _ = self.listen_url.set(format!("http://{addr}"));
+        let _ = self.listening.set(addr);
     }
 
     /// The base of every URL this server advertises (OAuth metadata, the

@@ -30,6 +30,12 @@ impl App {
             dev_credential: self.dev_credential_for(token),
             source: self.client_source(head),
             idempotency_header: head.header("idempotency-key"),
+            http: Some(crate::telemetry::HttpTrace {
+                traceparent: head.header("traceparent"),
+                tracestate: head.header("tracestate"),
+                local: self.listening.get().copied(),
+            }),
+            session_id: head.header("mcp-session-id"),
         }
     }
 

@@ -236,22 +236,27 @@ impl OpenApi {
         &self,
         operation: &str,
         args: &Map<String, Value>,
-        idempotency_key: Option<&str>,
-        timeout: Duration,
+        call: Invocation<'_>,
         cancelled: &dyn Fn() -> bool,
         now: i64,
     ) -> Result<ToolOutput, McpError> {
+        let Invocation {
+            idempotency_key,
+            timeout,
+            trace,
+        } = call;
         let endpoint = self
             .endpoints
             .get(operation)
             .ok_or_else(|| McpError::unknown_tool(&tool_name(&self.name, operation)))?;
-        let outgoing = request::build(
+        let mut outgoing = request::build(
             &self.base_url,
             endpoint,
             args,
             self.credential.as_ref(),
             idempotency_key,
         )?;
+        request::add_trace(&mut outgoing.headers, trace);
         let waited = self.wait(self.exchange(outgoing), timeout, cancelled);
         self.note(&waited);
         match waited {
@@ -417,6 +422,17 @@ fn io_reason(io: &std::io::Error) -> Option<&'static str> {
         .and_then(io_reason)
 }
 
+/// How one call is made, besides its operation and arguments.
+#[derive(Clone, Copy)]
+struct Invocation<'a> {
+    /// The idempotency key the call holds.
+    idempotency_key: Option<&'a str>,
+    /// The backend's deadline for it.
+    timeout: Duration,
+    /// The trace context it carries.
+    trace: &'a crate::telemetry::TraceFields,
+}
+
 impl Backend for OpenApi {
     fn name(&self) -> &str {
         &self.name
@@ -458,11 +474,36 @@ impl Backend for OpenApi {
         self.invoke(
             operation,
             args,
-            call.idempotency_key,
-            call.timeout,
+            Invocation {
+                idempotency_key: call.idempotency_key,
+                timeout: call.timeout,
+                trace: call.trace,
+            },
             &|| call.ctx.is_cancelled(),
             call.ctx.clock.unix_secs(),
         )
+    }
+
+    /// `{METHOD} {path template}`, with the HTTP client conventions' attributes.
+    fn describe_call(&self, operation: &str) -> (String, Vec<(&'static str, String)>) {
+        let Some(endpoint) = self.endpoints.get(operation) else {
+            return (operation.to_owned(), Vec::new());
+        };
+        let method = endpoint.method.as_str().to_owned();
+        let mut attributes = vec![
+            ("http.request.method", method.clone()),
+            ("url.template", endpoint.path.clone()),
+            ("tollgate.backend", self.name.clone()),
+        ];
+        if let Ok(url) = reqwest::Url::parse(&self.base_url) {
+            if let Some(host) = url.host_str() {
+                attributes.push(("server.address", host.to_owned()));
+            }
+            if let Some(port) = url.port_or_known_default() {
+                attributes.push(("server.port", port.to_string()));
+            }
+        }
+        (format!("{method} {}", endpoint.path), attributes)
     }
 }
 

@@ -167,6 +167,19 @@ pub(super) fn build(
     })
 }
 
+/// Adds the trace context the call carries (`traceparent`, `tracestate`, `baggage`) to its
+/// headers; the caller's own headers of the same names are replaced.
+pub(super) fn add_trace(headers: &mut HeaderMap, trace: &crate::telemetry::TraceFields) {
+    for (name, value) in trace.iter() {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+}
+
 fn first_path_param(endpoint: &Endpoint) -> &str {
     endpoint
         .params

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::*;
 use crate::config::{DEFAULT_ERROR_ID_POINTERS, DEFAULT_ERROR_MESSAGE_POINTERS};
+use crate::telemetry::TraceFields;
 use crate::tools::Category;
 
 const PETS: &str = r##"
@@ -326,8 +327,12 @@ impl Harness {
         let Value::Object(args) = args else {
             panic!("object")
         };
-        self.backend
-            .invoke(op, &args, key, Duration::from_millis(300), &|| cancelled, 0)
+        let call = Invocation {
+            idempotency_key: key,
+            timeout: Duration::from_millis(300),
+            trace: &TraceFields::default(),
+        };
+        self.backend.invoke(op, &args, call, &|| cancelled, 0)
     }
 }
 
@@ -568,8 +573,11 @@ fn a_tls_failure_is_backend_unavailable() {
         .invoke(
             "get_pet_by_id",
             &args,
-            None,
-            Duration::from_secs(5),
+            Invocation {
+                idempotency_key: None,
+                timeout: Duration::from_secs(5),
+                trace: &TraceFields::default(),
+            },
             &|| false,
             0,
         )

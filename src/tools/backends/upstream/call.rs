@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, NumberOrString, ProgressToken, ServerResult,
+    ClientRequest, MetaObject, NumberOrString, ProgressToken, RequestMetaObject, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value, json};
@@ -94,7 +94,7 @@ pub(super) fn forward(
     match link.direct.clone() {
         Some(direct) => {
             // The body is written here, from the caller's arguments, once.
-            let prepared = direct.prepare(&upstream_name, args, relayed.is_some());
+            let prepared = direct.prepare(&upstream_name, args, relayed.is_some(), call.trace);
             runtime.spawn(run_direct(link, direct, prepared, relayed, report, give_up));
         }
         None => {
@@ -102,7 +102,10 @@ pub(super) fn forward(
             // idempotency key.
             let mut arguments = args.clone();
             arguments.remove(crate::tools::schema::KEY_ARGUMENT);
-            let params = CallToolRequestParams::new(upstream_name).with_arguments(arguments);
+            let mut params = CallToolRequestParams::new(upstream_name).with_arguments(arguments);
+            if !call.trace.is_empty() {
+                params.meta = Some(RequestMetaObject(MetaObject(call.trace.to_meta())));
+            }
             runtime.spawn(run(link, params, relayed, report, give_up));
         }
     }

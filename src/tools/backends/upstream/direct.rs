@@ -29,6 +29,7 @@ use sse_stream::SseStream;
 
 use super::progress::{LatestProgress, Progress};
 use super::session_client::SessionId;
+use crate::telemetry::TraceFields;
 use crate::tools::backends::{BodyFailure, read_capped};
 
 /// The largest answer read from the upstream, JSON or the whole event stream.
@@ -132,8 +133,24 @@ struct Params<'a> {
 
 #[derive(Serialize)]
 struct Meta<'a> {
-    #[serde(rename = "progressToken")]
-    progress_token: &'a str,
+    #[serde(rename = "progressToken", skip_serializing_if = "Option::is_none")]
+    progress_token: Option<&'a str>,
+    /// The trace context the call carries (`traceparent`, `tracestate`, `baggage`).
+    #[serde(flatten)]
+    trace: Trace<'a>,
+}
+
+/// The trace fields, written as entries of `_meta`.
+struct Trace<'a>(&'a TraceFields);
+
+impl Serialize for Trace<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in self.0.iter() {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
 }
 
 /// The caller's arguments without tollgate's own idempotency key, written as they are.
@@ -192,12 +209,13 @@ impl Direct {
     }
 
     /// The request for `tools/call` of `name` with `arguments` (without tollgate's
-    /// idempotency key), asking for progress when `progress`.
+    /// idempotency key), asking for progress when `progress`, carrying `trace`.
     pub(super) fn prepare(
         &self,
         name: &str,
         arguments: &Map<String, Value>,
         progress: bool,
+        trace: &TraceFields,
     ) -> Prepared {
         // A namespace of its own: rmcp numbers its requests on the same session.
         let id = format!("tg-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
@@ -208,8 +226,9 @@ impl Direct {
             params: Params {
                 name,
                 arguments: Arguments(arguments),
-                meta: progress.then_some(Meta {
-                    progress_token: &id,
+                meta: (progress || !trace.is_empty()).then_some(Meta {
+                    progress_token: progress.then_some(id.as_str()),
+                    trace: Trace(trace),
                 }),
             },
         };
@@ -411,17 +430,38 @@ mod tests {
         let mut args = Map::new();
         args.insert("text".into(), json!("hi"));
         args.insert(crate::tools::schema::KEY_ARGUMENT.into(), json!("k-1"));
-        let call = direct.prepare("echo", &args, false);
+        let call = direct.prepare("echo", &args, false, &TraceFields::default());
         let body: Value = serde_json::from_slice(&call.body).expect("json");
         assert_eq!(
             body,
             json!({"jsonrpc": "2.0", "id": call.id, "method": "tools/call",
                    "params": {"name": "echo", "arguments": {"text": "hi"}}})
         );
-        let again = direct.prepare("echo", &args, true);
+        let again = direct.prepare("echo", &args, true, &TraceFields::default());
         assert_ne!(again.id, call.id);
         let body: Value = serde_json::from_slice(&again.body).expect("json");
         assert_eq!(body["params"]["_meta"], json!({"progressToken": again.id}));
+    }
+
+    #[test]
+    fn the_request_carries_the_trace_context_in_its_meta() {
+        let direct = direct();
+        let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let meta = json!({"traceparent": parent, "tracestate": "team=ops"});
+        let trace = TraceFields::continuing(meta.as_object());
+        let call = direct.prepare("echo", &Map::new(), false, &trace);
+        let body: Value = serde_json::from_slice(&call.body).expect("json");
+        assert_eq!(
+            body["params"]["_meta"],
+            json!({"traceparent": parent, "tracestate": "team=ops"})
+        );
+        let with_progress = direct.prepare("echo", &Map::new(), true, &trace);
+        let body: Value = serde_json::from_slice(&with_progress.body).expect("json");
+        assert_eq!(
+            body["params"]["_meta"]["progressToken"],
+            json!(with_progress.id)
+        );
+        assert_eq!(body["params"]["_meta"]["traceparent"], parent);
     }
 
     #[test]
@@ -429,7 +469,7 @@ mod tests {
         let direct = direct();
         let mut args = Map::new();
         args.insert("text".into(), json!("hi"));
-        let call = direct.prepare("echo", &args, true);
+        let call = direct.prepare("echo", &args, true, &TraceFields::default());
         let params = direct.params_of(&call).expect("params");
         assert_eq!(params.name, "echo");
         assert_eq!(params.arguments, Some(args));

@@ -158,6 +158,17 @@ impl Backend for Upstream {
         call::forward(&self.shared, &self.runtime, operation, args, call)
     }
 
+    /// `tools/call {tool}`, by the MCP conventions of a client's span.
+    fn describe_call(&self, operation: &str) -> (String, Vec<(&'static str, String)>) {
+        let attributes = vec![
+            ("mcp.method.name", "tools/call".to_owned()),
+            ("gen_ai.tool.name", operation.to_owned()),
+            ("gen_ai.operation.name", "execute_tool".to_owned()),
+            ("tollgate.backend", self.name.clone()),
+        ];
+        (format!("tools/call {operation}"), attributes)
+    }
+
     /// Stops the supervisor, which closes the session (for stdio: closes the child's
     /// stdin, then SIGTERM, then SIGKILL, and reaps it), then kills whatever is left of
     /// the child's process group.

@@ -1,0 +1,176 @@
+//! The spans: a request's SERVER span (its attributes, how it continues the caller's trace,
+//! its outcome) and the CLIENT span of a call to a backend.
+
+use opentelemetry::trace::{Status, TraceContextExt};
+use serde_json::{Map, Value};
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::context::{HttpTrace, TraceFields, from_headers, from_meta};
+use super::enabled;
+
+/// Whether a tool call's arguments and result go on its span (`telemetry.record_arguments`).
+static RECORD_ARGUMENTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(super) fn record_arguments(on: bool) {
+    RECORD_ARGUMENTS.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the operator asked for a call's arguments and result on its span.
+pub fn records_arguments() -> bool {
+    enabled() && RECORD_ARGUMENTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// What the SERVER span of one MCP request says of it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ServerRequest<'a> {
+    /// The JSON-RPC method.
+    pub method: &'a str,
+    /// The tool or prompt the request names, if any.
+    pub target: Option<&'a str>,
+    /// The JSON-RPC id.
+    pub rpc_id: Option<&'a Value>,
+    /// The request's `params._meta`.
+    pub meta: Option<&'a Map<String, Value>>,
+    /// The HTTP request's trace headers and address (`None` on stdio).
+    pub http: Option<&'a HttpTrace<'a>>,
+    /// The MCP session, when there is one.
+    pub session_id: Option<&'a str>,
+}
+
+/// Makes the fresh, not yet entered `request` span the SERVER span of `req`: parented on
+/// the caller's context in `_meta` (or, without one, in the HTTP headers; both present
+/// and different, the headers' context is linked), with the conventions' attributes, and
+/// its `trace_id` and `span_id` recorded for the log lines. Nothing when telemetry is off.
+pub fn continue_trace(span: &Span, req: &ServerRequest<'_>) {
+    if !enabled() {
+        return;
+    }
+    let header = from_headers(req.http);
+    match (from_meta(req.meta), header) {
+        (Some(parent), header) => {
+            if let Some(header) = header {
+                let linked = header.span().span_context().clone();
+                if linked != *parent.span().span_context() {
+                    span.add_link(linked);
+                }
+            }
+            let _ = span.set_parent(parent);
+        }
+        (None, Some(parent)) => {
+            let _ = span.set_parent(parent);
+        }
+        (None, None) => {}
+    }
+    span.set_attribute("mcp.method.name", req.method.to_owned());
+    match (req.method, req.target) {
+        ("tools/call", Some(name)) => {
+            span.set_attribute("gen_ai.tool.name", name.to_owned());
+            span.set_attribute("gen_ai.operation.name", "execute_tool");
+        }
+        ("prompts/get", Some(name)) => span.set_attribute("gen_ai.prompt.name", name.to_owned()),
+        _ => {}
+    }
+    if let Some(id) = req.rpc_id {
+        let id = match id {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        span.set_attribute("jsonrpc.request.id", id);
+    }
+    if let Some(session) = req.session_id {
+        span.set_attribute("mcp.session.id", session.to_owned());
+    }
+    match req.http {
+        Some(http) => {
+            span.set_attribute("network.transport", "tcp");
+            span.set_attribute("network.protocol.name", "http");
+            if let Some(local) = http.local {
+                span.set_attribute("server.address", local.ip().to_string());
+                span.set_attribute("server.port", i64::from(local.port()));
+            }
+        }
+        None => span.set_attribute("network.transport", "pipe"),
+    }
+    let cx = span.context();
+    let started = cx.span();
+    let ids = started.span_context();
+    span.record("trace_id", tracing::field::display(ids.trace_id()));
+    span.record("span_id", tracing::field::display(ids.span_id()));
+}
+
+/// Sets one more attribute on `span` (the protocol revision, the guards' decisions).
+pub fn annotate(span: &Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
+    if enabled() {
+        span.set_attribute(key, value);
+    }
+}
+
+/// Marks `span` failed: `error_type` is the catalog's string code of a refusal or
+/// `tool_error`; `rpc_code` the JSON-RPC error code of an error response.
+pub fn record_failure(span: &Span, error_type: &str, rpc_code: Option<i64>, message: &str) {
+    if !enabled() {
+        return;
+    }
+    span.set_attribute("error.type", error_type.to_owned());
+    if let Some(code) = rpc_code {
+        span.set_attribute("rpc.response.status_code", code.to_string());
+    }
+    span.set_status(Status::error(message.to_owned()));
+}
+
+/// The trace id of the request being handled on this thread, for its audit row: its span's
+/// with telemetry on, otherwise the one the caller sent in `meta`.
+pub fn current_trace_id(meta: Option<&Map<String, Value>>) -> Option<String> {
+    let cx = if enabled() {
+        Span::current().context()
+    } else {
+        from_meta(meta)?
+    };
+    let span = cx.span();
+    let ids = span.span_context();
+    ids.is_valid().then(|| ids.trace_id().to_string())
+}
+
+/// The CLIENT span of one call to a backend, and the trace fields the call carries.
+pub struct ClientCall {
+    span: Option<Span>,
+    fields: TraceFields,
+}
+
+impl ClientCall {
+    /// Starts the span `name` under the request being handled on this thread, with
+    /// `attributes`. With telemetry off there is no span, and the caller's own context in
+    /// `meta` is what goes on.
+    pub fn start(
+        describe: impl FnOnce() -> (String, Vec<(&'static str, String)>),
+        meta: Option<&Map<String, Value>>,
+    ) -> ClientCall {
+        if !enabled() {
+            let fields = TraceFields::continuing(meta);
+            return ClientCall { span: None, fields };
+        }
+        let (name, attributes) = describe();
+        let span = tracing::error_span!("backend call", otel.name = %name, otel.kind = "client");
+        for (key, value) in attributes {
+            span.set_attribute(key, value);
+        }
+        let fields = TraceFields::of(&span.context());
+        ClientCall {
+            span: Some(span),
+            fields,
+        }
+    }
+
+    /// What goes to the backend with the call.
+    pub fn fields(&self) -> &TraceFields {
+        &self.fields
+    }
+
+    /// Ends the span, failed with the catalog code `error_type` when the call failed.
+    pub fn finish(self, error_type: Option<&str>) {
+        if let (Some(span), Some(error_type)) = (&self.span, error_type) {
+            record_failure(span, error_type, None, error_type);
+        }
+    }
+}
