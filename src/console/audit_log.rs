@@ -65,6 +65,7 @@ pub(super) fn audit_json(r: &AuditRow, names: &UserNames) -> Value {
         "client": r.client_id, "tool": r.tool, "outcome": r.outcome, "calls": r.calls,
         "duration_ms": r.duration_us as f64 / 1000.0, "transport": r.transport,
         "source": r.source, "backend": r.backend, "request_id": r.request_id,
+        "trace_id": r.trace_id,
     })
 }
 
@@ -214,7 +215,7 @@ pub(super) fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
         }
     };
     let mut out = String::from(
-        "id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id,user_name\r\n",
+        "id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id,user_name,trace_id\r\n",
     );
     for r in &rows {
         let cells = [
@@ -231,6 +232,7 @@ pub(super) fn audit_csv(console: &Console, request: &Request<'_>) -> Response {
             r.backend.clone().unwrap_or_default(),
             r.request_id.clone(),
             names.of_row(r).unwrap_or_default().to_owned(),
+            r.trace_id.clone().unwrap_or_default(),
         ];
         let line: Vec<String> = cells.iter().map(|c| csv::field(c)).collect();
         out.push_str(&line.join(","));

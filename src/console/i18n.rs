@@ -411,6 +411,12 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "ninguno: una herramienta incluida",
     ),
     ("request_id", "Request id", "Id. de la solicitud"),
+    ("trace_id", "Trace id", "Id. de la traza"),
+    (
+        "no_trace",
+        "none: the caller sent no trace and traces are not exported",
+        "ninguno: quien llamó no envió traza y las trazas no se exportan",
+    ),
     ("changed", "What was changed", "Qué se cambió"),
     ("transport", "Transport", "Transporte"),
     (

@@ -419,7 +419,7 @@ fn audit_list(store: &Store, args: &AuditArgs) -> Result<(), Failed> {
                         "client_id": r.client_id, "tool": r.tool, "outcome": r.outcome,
                         "duration_us": r.duration_us, "transport": r.transport,
                         "calls": r.calls, "source": r.source, "backend": r.backend,
-                        "user_name": name_of(r) })
+                        "trace_id": r.trace_id, "user_name": name_of(r) })
             })
             .collect();
         println!("{}", Value::Array(list));
