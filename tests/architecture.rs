@@ -29,6 +29,7 @@ const LAYERS: &[&str] = &[
     "clock",     // the one clock
     "config",    // settings: file, environment, flags
     "catalog",   // the error catalog every layer reports through
+    "telemetry", // traces (OpenTelemetry) and the latency histogram
     "identity",  // tokens of the company's identity providers, verified
     "store",     // the database: the only code that holds SQL
     "tools",     // tool declarations, their context, the packs
@@ -50,6 +51,10 @@ const CONFINED: &[(&str, &str)] = &[
     ("r2d2_sqlite", "store"),
     ("postgres", "store"),
     ("tiny_http", "transport"),
+    ("opentelemetry", "telemetry"),
+    ("opentelemetry_sdk", "telemetry"),
+    ("opentelemetry_otlp", "telemetry"),
+    ("tracing_opentelemetry", "telemetry"),
 ];
 
 /// Where the paths ARCHITECTURE.md names may start: a backticked text beginning with one of
