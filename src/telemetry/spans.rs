@@ -174,3 +174,177 @@ impl ClientCall {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry::trace::{SpanKind, TracerProvider as _};
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+    use serde_json::json;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::*;
+
+    /// Keeps what it is given.
+    #[derive(Debug, Clone, Default)]
+    struct Kept(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanExporter for Kept {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            self.0.lock().expect("spans").extend(batch);
+            Ok(())
+        }
+    }
+
+    /// The spans `work` makes with a layer like the one `export::start` installs (one
+    /// test at a time: the switch is the process's).
+    fn spans_of(work: impl FnOnce()) -> Vec<SpanData> {
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kept = Kept::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(kept.clone())
+            .build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("test"));
+        let subscriber = tracing_subscriber::registry().with(layer);
+        super::super::ENABLED.store(true, Ordering::Relaxed);
+        tracing::subscriber::with_default(subscriber, work);
+        super::super::ENABLED.store(false, Ordering::Relaxed);
+        let _ = provider.force_flush();
+        kept.0.lock().expect("spans").clone()
+    }
+
+    fn attribute(span: &SpanData, key: &str) -> Option<String> {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    }
+
+    const CALLER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+    const CALLER_SPAN: &str = "b7ad6b7169203331";
+
+    #[test]
+    fn a_request_continues_the_callers_trace_and_its_backend_call_carries_it_on() {
+        let meta = json!({"traceparent": format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")});
+        let header = "00-11111111111111111111111111111111-2222222222222222-01";
+        let http = HttpTrace {
+            traceparent: Some(header),
+            tracestate: None,
+            local: Some("127.0.0.1:8787".parse().expect("address")),
+        };
+        let mut sent = TraceFields::default();
+        let mut audited = None;
+        let spans = spans_of(|| {
+            let span = tracing::error_span!(
+                "request",
+                otel.name = "tools/call lookup",
+                otel.kind = "server",
+                trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty,
+            );
+            continue_trace(
+                &span,
+                &ServerRequest {
+                    method: "tools/call",
+                    target: Some("lookup"),
+                    rpc_id: Some(&json!(7)),
+                    meta: meta.as_object(),
+                    http: Some(&http),
+                    session_id: Some("s-1"),
+                },
+            );
+            let _entered = span.enter();
+            let call = ClientCall::start(
+                || {
+                    (
+                        "tools/call lookup".to_owned(),
+                        vec![("tollgate.backend", "wh".to_owned())],
+                    )
+                },
+                None,
+            );
+            sent = call.fields().clone();
+            call.finish(Some("backend_unavailable"));
+            audited = current_trace_id(None);
+            record_failure(&span, "tool_error", None, "backend_unavailable");
+        });
+        assert_eq!(spans.len(), 2, "{spans:?}");
+        let client = spans
+            .iter()
+            .find(|s| s.span_kind == SpanKind::Client)
+            .expect("client");
+        let server = spans
+            .iter()
+            .find(|s| s.span_kind == SpanKind::Server)
+            .expect("server");
+        assert_eq!(server.name, "tools/call lookup");
+        assert_eq!(server.span_context.trace_id().to_string(), CALLER_TRACE);
+        assert_eq!(server.parent_span_id.to_string(), CALLER_SPAN);
+        assert_eq!(
+            server.links.links.len(),
+            1,
+            "the header's context is linked"
+        );
+        for (key, value) in [
+            ("mcp.method.name", "tools/call"),
+            ("gen_ai.tool.name", "lookup"),
+            ("gen_ai.operation.name", "execute_tool"),
+            ("jsonrpc.request.id", "7"),
+            ("mcp.session.id", "s-1"),
+            ("network.transport", "tcp"),
+            ("server.address", "127.0.0.1"),
+            ("server.port", "8787"),
+            ("error.type", "tool_error"),
+        ] {
+            assert_eq!(attribute(server, key).as_deref(), Some(value), "{key}");
+        }
+        assert_eq!(server.status, Status::error("backend_unavailable"));
+        assert_eq!(client.parent_span_id, server.span_context.span_id());
+        assert_eq!(client.span_context.trace_id().to_string(), CALLER_TRACE);
+        assert_eq!(
+            attribute(client, "error.type").as_deref(),
+            Some("backend_unavailable")
+        );
+        let traceparent = sent
+            .iter()
+            .find(|(k, _)| *k == "traceparent")
+            .map(|(_, v)| v.to_owned())
+            .expect("traceparent sent on");
+        assert_eq!(
+            traceparent,
+            format!("00-{CALLER_TRACE}-{}-01", client.span_context.span_id())
+        );
+        assert_eq!(audited.as_deref(), Some(CALLER_TRACE));
+    }
+
+    #[test]
+    fn without_a_caller_context_the_header_is_the_parent() {
+        let header = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+        let http = HttpTrace {
+            traceparent: Some(&header),
+            tracestate: None,
+            local: None,
+        };
+        let spans = spans_of(|| {
+            let span = tracing::error_span!("request", otel.kind = "server");
+            continue_trace(
+                &span,
+                &ServerRequest {
+                    method: "tools/list",
+                    http: Some(&http),
+                    ..ServerRequest::default()
+                },
+            );
+        });
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].span_context.trace_id().to_string(), CALLER_TRACE);
+        assert_eq!(spans[0].parent_span_id.to_string(), CALLER_SPAN);
+        assert!(spans[0].links.links.is_empty());
+    }
+}

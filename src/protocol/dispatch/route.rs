@@ -91,7 +91,9 @@ impl Server {
         }
         let era = select_era(&req, env.session);
         let served = era.as_ref().ok().copied();
-        note_era(&span, served);
+        if req.method != "initialize" {
+            note_era(&span, served);
+        }
         let outcome = era.and_then(|era| {
             self.route(&req, era, env).map(|answer| Answer {
                 result: finish_result(answer.result, era, &req.method),
@@ -101,6 +103,9 @@ impl Server {
         let initialized = (req.method == "initialize" && outcome.is_ok())
             .then(|| env.session.negotiated())
             .flatten();
+        if let Some(version) = initialized {
+            crate::telemetry::annotate(&span, "mcp.protocol.version", version);
+        }
         let id = req.id.clone()?;
         self.observe_request(
             &span,
