@@ -1204,17 +1204,18 @@ fn the_users_page_counts_a_users_calls_and_refusals_and_blocks_it_behind_a_confi
     let formula = seed_user(&db, "sheet@acme.example", Some("=cmd|calc"), now);
     seed_call(&db, &formula, at, "ok", "");
     let csv = text(&browser.get("/console/audit.csv?tool=search_clients"));
+    // `user_name` is the next-to-last column, before `trace_id` (empty: no trace).
     let names: Vec<&str> = csv
         .lines()
         .skip(1)
-        .map(|line| line.rsplit(',').next().expect("a last field"))
+        .map(|line| line.rsplit(',').nth(1).expect("a user_name field"))
         .collect();
     assert_eq!(names, ["'=cmd|calc", name, name, name, name], "{csv}");
     assert!(
         csv.lines()
             .next()
             .expect("header")
-            .ends_with(",request_id,user_name")
+            .ends_with(",request_id,user_name,trace_id")
     );
 
     // Block: a confirmation, then the form; without its token nothing changes.
