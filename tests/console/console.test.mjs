@@ -486,7 +486,7 @@ test('audit: the filter keeps only the matching rows, and the CSV export has the
     assert.equal(csv.status(), 200);
     assert.match(csv.headers()['content-type'], /^text\/csv\b/);
     const lines = (await csv.text()).split(/\r?\n/).filter((line) => line.length > 0);
-    assert.equal(lines[0], 'id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id,user_name');
+    assert.equal(lines[0], 'id,at,credential_id,client_id,tool,outcome,calls,duration_us,transport,source,backend,request_id,user_name,trace_id');
     assert.equal(lines.length - 1, clients.length, lines.join('\n'));
     for (const line of lines.slice(1)) assert.ok(line.includes('search_clients'), line);
 
