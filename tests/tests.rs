@@ -56,4 +56,5 @@ mod side_doors;
 mod stdio_protocol;
 mod store_copy;
 mod store_file;
+mod telemetry;
 mod users;

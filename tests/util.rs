@@ -377,11 +377,16 @@ impl StdioServer {
         Self::spawn(cmd)
     }
 
-    /// Spawns a prepared command with piped stdio.
-    pub fn spawn(mut cmd: Command) -> StdioServer {
+    /// Spawns a prepared command with piped stdin and stdout, stderr inherited.
+    pub fn spawn(cmd: Command) -> StdioServer {
+        Self::spawn_with_stderr(cmd, Stdio::inherit())
+    }
+
+    /// Spawns a prepared command with piped stdin and stdout, stderr to `stderr`.
+    pub fn spawn_with_stderr(mut cmd: Command, stderr: Stdio) -> StdioServer {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(stderr);
         let mut child = cmd.spawn().expect("spawn tollgate stdio");
         let rx = read_lines(child.stdout.take().expect("stdout"));
         StdioServer {
