@@ -31,7 +31,7 @@ use crate::config::{Sampler, TelemetryConfig};
 /// Spans sent in one export at most.
 const BATCH: usize = 512;
 /// How long a clean exit waits for the spans still queued to be sent.
-const FLUSH_WAIT: Duration = Duration::from_secs(3);
+const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
 static EXPORTED: AtomicU64 = AtomicU64::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
