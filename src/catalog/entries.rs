@@ -156,6 +156,7 @@ impl ErrorKind {
             self,
             ErrorKind::UnknownTool
                 | ErrorKind::ToolRetired
+                | ErrorKind::ToolUnderReview
                 | ErrorKind::RateLimited
                 | ErrorKind::PlanUpgradeRequired
                 | ErrorKind::PlanLimitExceeded
@@ -196,6 +197,12 @@ catalog! {
         "No tool is named {details.name:q}; call tools/list to see the tools you can use.",
         "Ninguna herramienta se llama {details.name:q}; llame a tools/list para ver las disponibles.",
         "`tools/call` name does not resolve"),
+    /// A backend tool whose definition changed since an operator approved it (or a new
+    /// one under manual pinning): held until an operator decides.
+    ToolUnderReview => (-32602, "tool_under_review", 423, 1021, false, Protocol, Ok,
+        "The tool {details.name:q} is held until an operator reviews its definition, which changed or is new; ask your user to have it approved, then call tools/list again.",
+        "La herramienta {details.name:q} está retenida hasta que un operador revise su definición, que cambió o es nueva; pida a su usuario que la haga aprobar y vuelva a llamar a tools/list.",
+        "a backend tool whose definition differs from the approved one (or is new under `pinning = \"manual\"`): hidden from tools/list, never forwarded; `details.state` is `pending` or `rejected`"),
     /// A retired tool name.
     ToolRetired => (-32602, "tool_retired", 410, 1006, false, Protocol, Ok,
         "The tool {details.name:q} was retired; call {replacement} instead.",
@@ -516,6 +523,7 @@ mod tests {
             (ErrorKind::MethodNotFound, -32601, 404, 1003),
             (ErrorKind::UnknownTool, -32602, 404, 1005),
             (ErrorKind::ToolRetired, -32602, 410, 1006),
+            (ErrorKind::ToolUnderReview, -32602, 423, 1021),
             (
                 ErrorKind::UnsupportedProtocolVersionModern,
                 -32022,

@@ -107,6 +107,14 @@ impl McpError {
             .detail("name", name)
     }
 
+    /// `-32602 tool_under_review`: the backend tool `name` is held (`state`: `pending` or
+    /// `rejected`) until an operator decides on its definition.
+    pub fn tool_under_review(name: &str, state: &str) -> Self {
+        Self::new(ErrorKind::ToolUnderReview)
+            .detail("name", name)
+            .detail("state", state)
+    }
+
     /// `-32602 resource_not_found` for `uri`.
     pub fn resource_not_found(uri: &str) -> Self {
         Self::new(ErrorKind::ResourceNotFound).detail("uri", uri)

@@ -129,6 +129,7 @@ impl Guards {
             }
             ErrorKind::UnknownTool => McpError::unknown_tool(&spec.name),
             ErrorKind::ToolRetired => McpError::tool_retired(&spec.name, &spec.name),
+            ErrorKind::ToolUnderReview => McpError::tool_under_review(&spec.name, "pending"),
             ErrorKind::GuardrailViolation => {
                 crate::tools::invoicing::guardrails::example_violation(&spec.name)
                     .unwrap_or_else(|| McpError::new(kind))

@@ -41,6 +41,7 @@ pub mod copy;
 pub mod counters;
 pub mod credentials;
 pub mod faults;
+pub mod pins;
 mod health;
 pub mod idempotency;
 pub mod invoicing;

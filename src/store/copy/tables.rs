@@ -192,6 +192,22 @@ pub const TABLES: &[Table] = &[
         deferred: None,
     },
     Table {
+        name: "tool_pins",
+        columns: &[
+            "backend",
+            "tool",
+            "digest",
+            "definition",
+            "state",
+            "seen_at",
+            "decided_at",
+            "decided_by",
+        ],
+        key: &[text("backend"), text("tool"), text("digest")],
+        identity: false,
+        deferred: None,
+    },
+    Table {
         name: "faults",
         columns: &[
             "id",

@@ -51,6 +51,10 @@ fn fill(store: &Store) {
                      duration_us, transport, calls, source, backend, entry) VALUES
                      (5, 1700000000123, 'r1', 'Abcdef012', NULL, 'search_clients', 'ok', 812, 'stdio', 1, NULL, NULL, NULL),
                      (9, 1700000000456, 'r2', NULL, NULL, 'tools/call', 'invalid_token', 3, 'http', 4, '127.0.0.1', 'crm', 'InvalidToken');
+                 INSERT INTO tool_pins VALUES ('wh', 'lookup', 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', '{\"name\":\"lookup\"}',
+                     'approved', 1700000030, 1700000030, 'first use'),
+                     ('wh', 'lookup', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', '{\"name\":\"lookup\",\"description\":\"x\"}',
+                     'pending', 1700000040, NULL, NULL);
                  INSERT INTO faults VALUES (3, 'search_clients', NULL, 'timeout', 0.25, 2, NULL, 1700000020),
                      (7, 'create_client', 'Abcdef012', 'rate_limited', 1.0, NULL, 30, 1700000021);
                  INSERT INTO clients VALUES ('live', 'cli_1', 'Client One', 'B12345674', 'a@example.com', NULL, 1, 2),
@@ -110,6 +114,7 @@ const FILLED: &[(&str, u64)] = &[
     ("rate_counters", 3),
     ("idempotency_keys", 2),
     ("audit_log", 2),
+    ("tool_pins", 2),
     ("faults", 2),
     ("clients", 2),
     ("invoice_series", 2),
