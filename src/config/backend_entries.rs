@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::{ConfigError, Pinning};
 use super::backend_limits::RawLimits;
 use super::backends::{
     BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_BACKEND_TIMEOUT_MS,
@@ -102,6 +102,7 @@ pub(super) struct RawMcp {
     headers: Option<BTreeMap<String, HeaderValue>>,
     max_tools: Option<u64>,
     max_schema_bytes: Option<u64>,
+    pinning: Option<Pinning>,
     #[serde(default)]
     tools: BTreeMap<String, ToolOverride>,
 }
@@ -368,11 +369,13 @@ fn validate_mcp(raw: RawMcp, base: Option<&Path>) -> Result<McpBackend, String> 
     if !(1024..=1024 * 1024).contains(&max_schema_bytes) {
         return Err("`max_schema_bytes` must be between 1024 and 1048576".to_owned());
     }
+    let pinning = raw.pinning.unwrap_or(Pinning::FirstUse);
     Ok(McpBackend {
         transport: validate_transport(raw, base)?,
         // Both ranges were checked above.
         max_tools: max_tools as usize,
         max_schema_bytes: max_schema_bytes as usize,
+        pinning,
     })
 }
 
@@ -476,6 +479,7 @@ fn raw_mcp(
         headers: None,
         max_tools: Some(mcp.max_tools as u64),
         max_schema_bytes: Some(mcp.max_schema_bytes as u64),
+        pinning: Some(mcp.pinning),
         tools,
     };
     match &mcp.transport {
@@ -618,6 +622,7 @@ mod tests {
             transport: McpTransport::Http { headers, .. },
             max_tools,
             max_schema_bytes,
+            ..
         }) = &backends[1].kind
         else {
             panic!("http")
@@ -663,7 +668,7 @@ mod tests {
                 "backends[0] (a): unknown field `spec`, expected one of `name`, `timeout_ms`, \
                  `max_in_flight`, `queue`, `queue_timeout_ms`, `breaker_failures`, \
                  `breaker_cooldown_ms`, `command`, `args`, `env`, `cwd`, `url`, `headers`, \
-                 `max_tools`, `max_schema_bytes`, `tools`",
+                 `max_tools`, `max_schema_bytes`, `pinning`, `tools`",
             ),
             (
                 "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\", value = \"secret\" }",

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::Pinning;
 use super::backend_limits::BackendLimits;
 
 /// A backend's deadline per call unless configured (`timeout_ms`).
@@ -244,6 +245,9 @@ pub struct McpBackend {
     /// A tool whose input or output schema serializes to more bytes than this is left out
     /// (`max_schema_bytes`).
     pub max_schema_bytes: usize,
+    /// Which of its tools' definitions are offered without an operator's approval
+    /// (`pinning`).
+    pub pinning: Pinning,
 }
 
 /// How the upstream MCP server is reached.

@@ -225,6 +225,18 @@ word_enum!(
 );
 
 word_enum!(
+    /// Which definitions of an upstream's tools are offered without an operator's approval.
+    /// Either way, a tool whose definition changes after it was approved is held until an
+    /// operator approves the change.
+    Pinning, "pinning", {
+        /// A tool seen for the first time is approved as it is (trust on first use).
+        FirstUse => "first_use",
+        /// Every new tool waits for an operator too.
+        Manual => "manual",
+    }
+);
+
+word_enum!(
     /// The header a trusted reverse proxy names the client address in.
     ClientAddressHeader, "client_address_header", {
         /// `X-Forwarded-For: client, proxy1, …` (nginx, HAProxy, most load balancers).

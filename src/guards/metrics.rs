@@ -177,7 +177,9 @@ impl Metrics {
     ) {
         let label = match registry.resolve(name) {
             Resolution::Tool(tool) => &tool.spec().name,
-            Resolution::Retired(_) | Resolution::Unknown => &Cow::Borrowed(UNKNOWN_TOOL),
+            Resolution::Retired(_) | Resolution::Held(_) | Resolution::Unknown => {
+                &Cow::Borrowed(UNKNOWN_TOOL)
+            }
         };
         let code = verdict.code();
         self.tool_calls.inc((label.clone(), code));

@@ -313,7 +313,8 @@ impl CallStep for StandIn {
     }
 }
 
-/// [`Step::Resolve`]. An unknown or retired name is refused once the caller is confirmed.
+/// [`Step::Resolve`]. An unknown or retired name, or a backend tool held for review, is
+/// refused once the caller is confirmed: a held tool never reaches its backend.
 #[derive(Debug)]
 struct Resolve;
 
@@ -326,6 +327,7 @@ impl CallStep for Resolve {
                 return Flow::Next;
             }
             Resolution::Retired(r) => McpError::tool_retired(r.name, r.replacement),
+            Resolution::Held(state) => McpError::tool_under_review(passage.call.name, state),
             Resolution::Unknown => McpError::unknown_tool(passage.call.name),
         };
         let confirmed = match &passage.auth {

@@ -66,8 +66,9 @@ pub fn build_server_with_clock(
     store: Store,
     clock: Clock,
 ) -> Result<Server, String> {
-    let backends = super::backends::open(config, &clock)?;
-    let registry = build_registry_with(config, &store, &clock, backends.tools())?;
+    let backends = super::backends::open(config, &clock, &store)?;
+    let registry =
+        build_registry_with(config, &store, &clock, backends.tools())?.with_held(backends.held());
     let locale = match config.locale {
         Some(locale) => locale,
         None => company_locale(&store),

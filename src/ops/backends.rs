@@ -16,6 +16,7 @@ use clap::Subcommand;
 use crate::clock::Clock;
 use crate::config::{BackendConfig, Config, secret_file_warning};
 use crate::protocol::dispatch::Server;
+use crate::store::Store;
 use crate::tools::backends::openapi::Copies;
 use crate::tools::backends::{
     BackendProblem, Backends, LeftOutReason, ListingReport, Opening, TOOL_NAME_MAX_CHARS,
@@ -38,6 +39,34 @@ pub enum BackendsCommand {
         #[arg(long, value_name = "NAME")]
         backend: Option<String>,
     },
+    /// List the definitions of the upstream MCP servers' tools: approved (offered),
+    /// pending (held until you decide: changed since approved, or new under
+    /// `pinning = "manual"`) or rejected, with their digests.
+    #[command(after_help = "Example:
+  tollgate backends pins --backend wh --json")]
+    Pins {
+        /// Only the tools of this backend.
+        #[arg(long, value_name = "NAME")]
+        backend: Option<String>,
+        /// Print JSON (with each definition) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve the pending definition of a tool held for review: it is offered again, as
+    /// it is now, at the next tools/list on every node.
+    #[command(after_help = "Example:
+  tollgate backends approve wh_lookup")]
+    Approve {
+        /// The tool's name as tools/list shows it (`<backend>_<tool>`).
+        name: String,
+    },
+    /// Reject the pending definition of a tool held for review: the tool stays out.
+    #[command(after_help = "Example:
+  tollgate backends reject wh_lookup")]
+    Reject {
+        /// The tool's name as tools/list shows it (`<backend>_<tool>`).
+        name: String,
+    },
 }
 
 fn problems_text(problems: &[BackendProblem]) -> String {
@@ -51,7 +80,7 @@ fn problems_text(problems: &[BackendProblem]) -> String {
 /// Opens the configured backends for `serve` and `stdio` (none: nothing is started),
 /// keeping the last good copy of every document fetched, and logs what the operator
 /// should know.
-pub fn open(config: &Config, clock: &Clock) -> Result<Arc<Backends>, String> {
+pub fn open(config: &Config, clock: &Clock, store: &Store) -> Result<Arc<Backends>, String> {
     for (backend, warning) in config.backends.iter().flat_map(secret_warnings) {
         tracing::warn!(backend = %backend, "{warning}");
     }
@@ -59,6 +88,7 @@ pub fn open(config: &Config, clock: &Clock) -> Result<Arc<Backends>, String> {
         strict: false,
         copies: Copies::beside(&config.state_dir(), true),
         clock: clock.clone(),
+        store: Some(store.clone()),
     };
     let backends =
         Backends::open(&config.backends, &opening).map_err(|problems| problems_text(&problems))?;
@@ -107,13 +137,15 @@ fn rebuild_registry(server: &Server, config: &Config) {
         server.store(),
         server.clock(),
         server.backends().tools(),
-    );
+    )
+    .map(|registry| registry.with_held(server.backends().held()));
     match rebuilt {
         Ok(registry) => {
             let listed = |r: &crate::tools::Registry| -> Vec<serde_json::Value> {
                 r.tools().iter().map(|t| t.spec().to_list_entry()).collect()
             };
-            if listed(&registry) == listed(&server.registry()) {
+            let current = server.registry();
+            if listed(&registry) == listed(&current) && registry.held() == current.held() {
                 return;
             }
             tracing::info!(tools = registry.tools().len(), "a backend's tools changed");
@@ -132,6 +164,11 @@ pub fn backends(config: &Config, command: &BackendsCommand) -> ExitCode {
             Ok(chosen) => check(&chosen, config, *json),
             Err(message) => crate::ops::exit::refuse(&message),
         },
+        BackendsCommand::Pins { backend, json } => {
+            crate::ops::pins::list(config, backend.as_deref(), *json)
+        }
+        BackendsCommand::Approve { name } => crate::ops::pins::decide(config, name, true),
+        BackendsCommand::Reject { name } => crate::ops::pins::decide(config, name, false),
     }
 }
 
@@ -154,6 +191,8 @@ pub(crate) fn open_each(backends: &[BackendConfig], config: &Config) -> Vec<Chec
         strict: true,
         copies: Copies::beside(&config.state_dir(), false),
         clock: Clock::System,
+        // A check offers nothing: it lists what the upstream has; the server decides.
+        store: None,
     };
     backends
         .iter()
@@ -200,6 +239,12 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let checked = open_each(backends, config);
+    // The definitions held for review, as the servers decided them (when the database
+    // can be read from here).
+    let pins = super::assemble::open_store(config, false)
+        .ok()
+        .and_then(|store| store.pins(None).ok())
+        .unwrap_or_default();
     let mut problems: Vec<String> = Vec::new();
     // What the operator should know but that does not fail the check: a secret file others
     // can read, a document opened from its last good copy, tools an upstream lists that
@@ -272,6 +317,28 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                     }).collect::<Vec<_>>(),
                 });
                 add_listing(&mut line, &listing);
+                let held: Vec<&crate::store::pins::Pin> = pins
+                    .iter()
+                    .filter(|p| &p.backend == name && (p.state == "pending" || p.state == "rejected"))
+                    .collect();
+                for pin in &held {
+                    let tool = crate::tools::backends::tool_name(name, &pin.tool);
+                    if pin.state == "pending" {
+                        warnings.push(format!(
+                            "backend {name}: the tool {tool} is held for review (its definition changed or is new); `tollgate backends pins --backend {name}` shows it, `tollgate backends approve {tool}` or `reject {tool}` decides"
+                        ));
+                    }
+                }
+                if !held.is_empty() {
+                    line["held_for_review"] = held
+                        .iter()
+                        .map(|p| serde_json::json!({
+                            "name": crate::tools::backends::tool_name(name, &p.tool),
+                            "state": p.state, "digest": p.digest,
+                        }))
+                        .collect::<Vec<_>>()
+                        .into();
+                }
                 report.push(line);
             }
         }

@@ -15,6 +15,7 @@ pub mod cli;
 mod exit;
 pub mod healthcheck;
 mod init;
+mod pins;
 pub mod logging;
 pub mod quickstart;
 mod registry;

@@ -379,6 +379,9 @@ pub enum Resolution<'a> {
     Tool(&'a RegisteredTool),
     /// A retired name.
     Retired(&'a RetiredTool),
+    /// A backend's tool held until an operator decides on its definition (`pending` or
+    /// `rejected`).
+    Held(&'static str),
     /// Nothing by that name.
     Unknown,
 }
@@ -391,6 +394,8 @@ pub struct Registry {
     /// and a copy for a backend's.
     by_name: HashMap<Cow<'static, str>, usize>,
     retired: &'static [RetiredTool],
+    /// Backend tools held for review, by full name, with their state.
+    held: HashMap<String, &'static str>,
     resources: Vec<Arc<dyn ResourceProvider>>,
     prompts: Vec<Arc<dyn Prompt>>,
 }
@@ -441,6 +446,7 @@ impl Registry {
             tools: registered,
             by_name,
             retired,
+            held: HashMap::new(),
             resources,
             prompts,
         };
@@ -499,10 +505,26 @@ impl Registry {
         self.tools.iter().any(|t| t.tool.logs())
     }
 
+    /// The same registry, with the backend tools `held` for review (full name, state).
+    pub fn with_held(self, held: Vec<(String, &'static str)>) -> Registry {
+        Registry {
+            held: held.into_iter().collect(),
+            ..self
+        }
+    }
+
+    /// The backend tools held for review, by name.
+    pub fn held(&self) -> &HashMap<String, &'static str> {
+        &self.held
+    }
+
     /// Resolves a `tools/call` name.
     pub fn resolve(&self, name: &str) -> Resolution<'_> {
         if let Some(&i) = self.by_name.get(name) {
             return Resolution::Tool(&self.tools[i]);
+        }
+        if let Some(state) = self.held.get(name) {
+            return Resolution::Held(state);
         }
         match self.retired.iter().find(|r| r.name == name) {
             Some(retired) => Resolution::Retired(retired),

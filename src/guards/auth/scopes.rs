@@ -247,6 +247,7 @@ mod tests {
                 },
                 max_tools: crate::config::DEFAULT_MAX_TOOLS,
                 max_schema_bytes: crate::config::DEFAULT_MAX_SCHEMA_BYTES,
+                pinning: crate::config::Pinning::FirstUse,
             }),
             timeout: Duration::from_secs(1),
             limits: crate::config::BackendLimits::default(),

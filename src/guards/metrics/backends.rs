@@ -102,6 +102,13 @@ fn render_listings(page: &mut String, statuses: &[BackendStatus]) {
     );
     family(
         page,
+        "tollgate_backend_tools_held",
+        "gauge",
+        "Tools held for review because their definition changed since approved (or is new under manual pinning), by backend.",
+        |l| u64::try_from(l.held).unwrap_or(u64::MAX),
+    );
+    family(
+        page,
         "tollgate_backend_list_changed_total",
         "counter",
         "notifications/tools/list_changed received from an upstream MCP server, by backend.",

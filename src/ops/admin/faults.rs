@@ -159,7 +159,7 @@ fn check_tool(
              (replacement {}); rehearse on a registered tool",
             retired.replacement
         ))),
-        Resolution::Unknown => Err(Failed::from(format!(
+        Resolution::Held(_) | Resolution::Unknown => Err(Failed::from(format!(
             "--tool: no tool is named {name:?}; the tools are: {}",
             registry
                 .tools()

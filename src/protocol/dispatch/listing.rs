@@ -17,6 +17,9 @@ impl Server {
         req: &Request,
         principal: &Principal,
     ) -> Result<Value, McpError> {
+        // An operator's decision on an upstream tool's definition, made on any node,
+        // applies from the next listing on.
+        self.backends.review_pins();
         let visibility = self.guards.visibility(principal);
         let visible: Vec<Value> = self
             .registry()

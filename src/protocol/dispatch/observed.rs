@@ -63,7 +63,9 @@ impl Server {
         };
         let tool = tool.map(|name| match self.registry().resolve(name) {
             Resolution::Tool(tool) => tool.spec().name.clone(),
-            Resolution::Retired(_) | Resolution::Unknown => Cow::Borrowed(metrics::UNKNOWN_TOOL),
+            Resolution::Retired(_) | Resolution::Held(_) | Resolution::Unknown => {
+                Cow::Borrowed(metrics::UNKNOWN_TOOL)
+            }
         });
         let operation = Operation {
             method: Operation::method_label(method),

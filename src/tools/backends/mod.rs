@@ -19,6 +19,7 @@
 
 pub mod admission;
 pub mod openapi;
+pub mod pins;
 mod tool;
 pub mod upstream;
 
@@ -183,6 +184,8 @@ pub struct ListingReport {
     pub list_changed: u64,
     /// Of those, the ones folded into a re-read already due.
     pub list_changed_coalesced: u64,
+    /// Tools held for review: pending an operator's decision, or rejected.
+    pub held: usize,
 }
 
 impl ListingReport {
@@ -256,6 +259,16 @@ pub trait Backend: Send + Sync {
         (operation.to_owned(), Vec::new())
     }
 
+    /// Its tools held until an operator decides on their definitions, as (operation,
+    /// `pending` or `rejected`) ([`pins`]).
+    fn held(&self) -> Vec<(String, &'static str)> {
+        Vec::new()
+    }
+
+    /// Reads the operators' decisions on its tools' definitions again, telling the server
+    /// when what it offers changed.
+    fn review_pins(&self) {}
+
     /// Stops what it runs (child processes, sessions); called once at shutdown.
     fn shutdown(&self) {}
 }
@@ -276,6 +289,9 @@ pub struct BackendEnv {
     pub copies: openapi::Copies,
     /// The server's clock (when a copy was fetched, how old it is).
     pub clock: Clock,
+    /// Where the approved definitions of upstream tools are kept (`None`: every tool is
+    /// offered as listed, for a command that serves no calls).
+    pub store: Option<crate::store::Store>,
 }
 
 /// How [`Backends::open`] opens the backends.
@@ -287,6 +303,8 @@ pub struct Opening {
     pub copies: openapi::Copies,
     /// The server's clock.
     pub clock: Clock,
+    /// Where the approved definitions of upstream tools are kept ([`BackendEnv::store`]).
+    pub store: Option<crate::store::Store>,
 }
 
 /// A backend that could not be opened: what is wrong, for the operator.
@@ -417,6 +435,7 @@ impl Backends {
             strict: opening.strict,
             copies: opening.copies.clone(),
             clock: opening.clock.clone(),
+            store: opening.store.clone(),
         };
         let mut entries = Vec::new();
         let mut problems = Vec::new();
@@ -486,6 +505,29 @@ impl Backends {
                     .collect::<Vec<_>>()
             })
             .collect()
+    }
+
+    /// The tools held for review, by full name, with their state (`pending` or
+    /// `rejected`).
+    pub fn held(&self) -> Vec<(String, &'static str)> {
+        self.entries
+            .iter()
+            .flat_map(|entry| {
+                entry
+                    .backend
+                    .held()
+                    .into_iter()
+                    .map(|(op, state)| (tool_name(&entry.config.name, &op), state))
+            })
+            .collect()
+    }
+
+    /// Reads the operators' decisions on the upstreams' tool definitions again (on every
+    /// `tools/list`, so a decision made on any node applies here).
+    pub fn review_pins(&self) {
+        for entry in &self.entries {
+            entry.backend.review_pins();
+        }
     }
 
     /// The overrides that name no tool their backend yields (most likely a mistyped

@@ -43,7 +43,8 @@ fn without_discovery(mut reply: Reply) -> Reply {
 /// count; its calls in flight (of `max_in_flight`) and waiting for a slot; its circuit
 /// (`closed`, `open`, `half_open`) and, while open, the seconds until a trial call
 /// (`retry_after`); how many of its tools were left out by reason (`left_out`) and how
-/// many descriptions cut (`descriptions_cut`) when any.
+/// many descriptions cut (`descriptions_cut`) and tools held for review
+/// (`held_for_review`) when any.
 fn backend_health(b: &BackendStatus) -> serde_json::Value {
     let mut line = json!({
         "name": b.name, "kind": b.kind,
@@ -68,6 +69,9 @@ fn backend_health(b: &BackendStatus) -> serde_json::Value {
     }
     if b.listing.descriptions_cut > 0 {
         line["descriptions_cut"] = b.listing.descriptions_cut.into();
+    }
+    if b.listing.held > 0 {
+        line["held_for_review"] = b.listing.held.into();
     }
     line
 }

@@ -23,6 +23,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::McpBackend;
+use crate::tools::backends::pins::{Hold, Pins, Presented};
 use crate::tools::Category;
 use crate::tools::backends::{LeftOutReason, Operation, TOOL_NAME_MAX_CHARS, snake_case};
 
@@ -68,6 +69,11 @@ pub(super) struct Listing {
     pub(super) left_out_tools: Vec<(String, LeftOutReason)>,
     /// Descriptions cut to [`DESCRIPTION_MAX_BYTES`].
     pub(super) descriptions_cut: usize,
+    /// Every operation within the limits with its definition as presented, the held ones
+    /// included (with pinning; empty without).
+    pub(super) candidates: Vec<(Operation, Presented)>,
+    /// The operations held until an operator decides, with their state.
+    pub(super) held: Vec<(String, &'static str)>,
 }
 
 impl Listing {
@@ -99,6 +105,45 @@ pub(super) fn listing_of(tools: &[UpstreamTool], limits: Limits) -> Listing {
         }
     }
     listing
+}
+
+impl Listing {
+    /// Notes each operation's definition as `tools` present it, then keeps offered only
+    /// those `pins` approve.
+    pub(super) fn pin(&mut self, tools: &[UpstreamTool], pins: &Pins) {
+        self.candidates = self
+            .operations
+            .iter()
+            .filter_map(|op| {
+                let upstream = self.names.get(&op.name)?;
+                let tool = tools.iter().find(|t| t.name == upstream.as_str())?;
+                Some((op.clone(), Presented::of(&op.name, tool)))
+            })
+            .collect();
+        self.apply(pins);
+    }
+
+    /// Sorts the candidates into offered and held by the decisions in the store now. A
+    /// store that cannot be read holds them all: nothing unapproved is offered.
+    pub(super) fn apply(&mut self, pins: &Pins) {
+        let presented: Vec<Presented> = self.candidates.iter().map(|(_, p)| p.clone()).collect();
+        let holds = pins.review(&presented).unwrap_or_else(|e| {
+            tracing::warn!(
+                backend = %pins.backend,
+                error = %e,
+                "cannot read the approved tool definitions; the backend's tools are held"
+            );
+            vec![Hold::Held(crate::store::pins::PENDING); presented.len()]
+        });
+        self.operations.clear();
+        self.held.clear();
+        for ((op, _), hold) in self.candidates.iter().zip(holds) {
+            match hold {
+                Hold::Offered => self.operations.push(op.clone()),
+                Hold::Held(state) => self.held.push((op.name.clone(), state)),
+            }
+        }
+    }
 }
 
 /// The operation `tool` becomes and whether its description was cut, or why it is left out.

@@ -39,6 +39,8 @@ use crate::tools::backends::{
 };
 
 use listing::{Limits, Listing, Logged, listing_of};
+
+use crate::tools::backends::pins::Pins;
 use session::{Link, Target};
 
 /// The longest `open` waits for the first connection: a little longer than one attempt may
@@ -63,11 +65,14 @@ pub fn open(config: &BackendConfig, env: &BackendEnv) -> Result<Arc<dyn Backend>
         return Err(problem("this backend is not of kind \"mcp\"".into()));
     };
     let target = Target::from_config(&mcp.transport).map_err(problem)?;
-    let shared = Arc::new(Shared::new(
-        &config.name,
-        Arc::clone(&env.changed),
-        Limits::of(mcp),
-    ));
+    let mut shared = Shared::new(&config.name, Arc::clone(&env.changed), Limits::of(mcp));
+    shared.pins = env.store.clone().map(|store| Pins {
+        store,
+        backend: config.name.clone(),
+        pinning: mcp.pinning,
+        clock: env.clock.clone(),
+    });
+    let shared = Arc::new(shared);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let (first_tx, first_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -149,6 +154,14 @@ impl Backend for Upstream {
         self.shared.report()
     }
 
+    fn held(&self) -> Vec<(String, &'static str)> {
+        self.shared.listing().held.clone()
+    }
+
+    fn review_pins(&self) {
+        self.shared.review_pins();
+    }
+
     fn call(
         &self,
         operation: &str,
@@ -201,6 +214,8 @@ pub(super) struct Shared {
     logged: Mutex<Logged>,
     /// How often the list was read again.
     counts: RelistCounts,
+    /// The approved definitions of its tools (`None`: every tool is offered as listed).
+    pins: Option<Pins>,
 }
 
 /// How often an upstream's list was read again, for `/metrics`.
@@ -237,6 +252,7 @@ impl Shared {
             listing: RwLock::new(Listing::default()),
             logged: Mutex::new(Logged::default()),
             counts: RelistCounts::default(),
+            pins: None,
         }
     }
 
@@ -250,6 +266,7 @@ impl Shared {
             relists: self.counts.relists.load(Ordering::Relaxed),
             list_changed: self.counts.list_changed.load(Ordering::Relaxed),
             list_changed_coalesced: self.counts.coalesced.load(Ordering::Relaxed),
+            held: listing.held.len(),
         }
     }
 
@@ -304,13 +321,31 @@ impl Shared {
     /// is logged once), and tells the server when they differ from the ones offered until
     /// now.
     fn replace_tools(&self, tools: &[UpstreamTool]) {
-        let listing = listing_of(tools, self.limits);
+        let mut listing = listing_of(tools, self.limits);
+        if let Some(pins) = &self.pins {
+            listing.pin(tools, pins);
+        }
         match self.logged.lock() {
             Ok(mut logged) => logged.log_new(&self.name, &listing, self.limits),
             Err(poisoned) => poisoned
                 .into_inner()
                 .log_new(&self.name, &listing, self.limits),
         }
+        self.put(listing);
+    }
+
+    /// The operators' decisions read again: the same candidates, sorted anew.
+    fn review_pins(&self) {
+        let Some(pins) = &self.pins else {
+            return;
+        };
+        let mut listing = self.listing().clone();
+        listing.apply(pins);
+        self.put(listing);
+    }
+
+    /// Puts `listing` in place, telling the server when it differs from the one before.
+    fn put(&self, listing: Listing) {
         let differs = {
             let mut current = match self.listing.write() {
                 Ok(current) => current,

@@ -1,0 +1,153 @@
+//! `tollgate backends pins|approve|reject`: the definitions of the upstream MCP servers'
+//! tools, and the operator's decisions on the ones held for review. A decision is written
+//! to the store (an audit row with it) and applies on every node at its next `tools/list`,
+//! whose sessions are then told `notifications/tools/list_changed`.
+
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+
+use crate::clock::{Clock, format_time_ms};
+use crate::config::{BackendKind, Config};
+use crate::ops::admin::escape_for_terminal;
+use crate::ops::exit::{fail, refuse};
+use crate::store::Store;
+use crate::store::audit::{AuditRow, insert_row};
+use crate::store::pins::{Decided, Pin};
+
+/// Who decides from this command line: `cli:<user>`.
+fn operator() -> String {
+    let user = std::env::var("SUDO_USER")
+        .or_else(|_| std::env::var("USER"))
+        .unwrap_or_else(|_| "unknown".to_owned());
+    format!("cli:{}", escape_for_terminal(&user))
+}
+
+/// `tollgate backends pins`: every definition of every upstream tool (of `backend` only
+/// with one), its state and digest.
+pub fn list(config: &Config, backend: Option<&str>, json: bool) -> ExitCode {
+    let store = match super::assemble::open_store(config, false) {
+        Ok(store) => store,
+        Err(code) => return code,
+    };
+    let pins = match store.pins(backend) {
+        Ok(pins) => pins,
+        Err(e) => return fail(&format!("cannot read the pinned definitions: {e}")),
+    };
+    let shown: Vec<&Pin> = pins.iter().filter(|p| p.state != "replaced").collect();
+    if json {
+        let rows: Vec<Value> = shown
+            .iter()
+            .map(|p| {
+                json!({"backend": p.backend, "tool": crate::tools::backends::tool_name(&p.backend, &p.tool),
+                       "state": p.state, "digest": p.digest,
+                       "definition": serde_json::from_str::<Value>(&p.definition).unwrap_or(Value::Null),
+                       "seen_at": format_time_ms(p.seen_at),
+                       "decided_at": p.decided_at.map(format_time_ms), "decided_by": p.decided_by})
+            })
+            .collect();
+        println!("{}", Value::Array(rows));
+        return ExitCode::SUCCESS;
+    }
+    if shown.is_empty() {
+        println!("No upstream tool definitions are pinned yet.");
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:<40}  {:<9}  {:<16}  {:<24}  DECIDED BY",
+        "TOOL", "STATE", "DIGEST", "SEEN"
+    );
+    for p in shown {
+        println!(
+            "{:<40}  {:<9}  {:<16}  {:<24}  {}",
+            escape_for_terminal(&crate::tools::backends::tool_name(&p.backend, &p.tool)),
+            p.state,
+            &p.digest[..16.min(p.digest.len())],
+            format_time_ms(p.seen_at),
+            escape_for_terminal(p.decided_by.as_deref().unwrap_or("-"))
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// `tollgate backends approve|reject NAME`: decides on the held definition of the tool
+/// `name` (`<backend>_<tool>`, as `tools/list` named it).
+pub fn decide(config: &Config, name: &str, approve: bool) -> ExitCode {
+    let Some((backend, tool)) = split(config, name) else {
+        return refuse(&format!(
+            "{name:?} is not a tool of a configured MCP backend; `tollgate backends pins` lists them"
+        ));
+    };
+    let store = match super::assemble::open_store(config, false) {
+        Ok(store) => store,
+        Err(code) => return code,
+    };
+    let clock = Clock::System;
+    let by = operator();
+    let now = clock.unix_millis();
+    let decided = if approve {
+        store.approve_pin((&backend, &tool), &by, now)
+    } else {
+        store.reject_pin((&backend, &tool), &by, now)
+    };
+    match decided {
+        Ok(Decided::NothingPending) => refuse(&format!(
+            "{name} has no definition waiting for a decision; `tollgate backends pins --backend {backend}` shows its state"
+        )),
+        Ok(decided) => {
+            let action = if approve { "approve_tool" } else { "reject_tool" };
+            if let Err(e) = audit(&store, (&by, action), (name, &backend), now) {
+                return fail(&format!("decided, but the audit row was not written: {e}"));
+            }
+            match decided {
+                Decided::Approved(digest) => println!(
+                    "Approved {name} (definition {}); it is offered again at the next tools/list on every node.",
+                    &digest[..16]
+                ),
+                _ => println!("Rejected the new definition of {name}; it stays held."),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&format!("cannot record the decision: {e}")),
+    }
+}
+
+/// `name` as (backend, tool): the configured MCP backend whose prefix it carries (the
+/// longest, when one name is the prefix of another).
+fn split(config: &Config, name: &str) -> Option<(String, String)> {
+    config
+        .backends
+        .iter()
+        .filter(|b| matches!(b.kind, BackendKind::Mcp(_)))
+        .filter_map(|b| {
+            let tool = name.strip_prefix(&b.name)?.strip_prefix('_')?;
+            (!tool.is_empty()).then(|| (b.name.clone(), tool.to_owned()))
+        })
+        .max_by_key(|(backend, _)| backend.len())
+}
+
+/// The audit row of a decision made here.
+fn audit(
+    store: &Store,
+    (by, action): (&str, &str),
+    (name, backend): (&str, &str),
+    at_ms: i64,
+) -> Result<(), crate::store::StoreError> {
+    let row = AuditRow {
+        id: 0,
+        at_ms,
+        request_id: Value::from(name).to_string(),
+        credential_id: None,
+        client_id: None,
+        tool: format!("cli:{action}"),
+        outcome: "ok".to_owned(),
+        entry: None,
+        duration_us: 0,
+        transport: "stdio".to_owned(),
+        calls: 1,
+        source: Some(by.to_owned()),
+        backend: Some(backend.to_owned()),
+        trace_id: None,
+    };
+    store.in_transaction(|tx| insert_row(tx, &row)).map(|_| ())
+}
