@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, Pinning};
 use super::backend_limits::RawLimits;
 use super::backends::{
     BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_BACKEND_TIMEOUT_MS,
@@ -20,6 +19,7 @@ use super::backends::{
     DEFAULT_MAX_SCHEMA_BYTES, DEFAULT_MAX_TOOLS, HeaderValue, McpBackend, McpTransport,
     OpenApiBackend, SpecSource, ToolOverride, resolve, valid_backend_name,
 };
+use super::{ConfigError, Pinning};
 
 /// The words `kind` may be, in the order the messages list them.
 const KINDS: [&str; 2] = ["openapi", "mcp"];

@@ -319,7 +319,9 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                 add_listing(&mut line, &listing);
                 let held: Vec<&crate::store::pins::Pin> = pins
                     .iter()
-                    .filter(|p| &p.backend == name && (p.state == "pending" || p.state == "rejected"))
+                    .filter(|p| {
+                        &p.backend == name && (p.state == "pending" || p.state == "rejected")
+                    })
                     .collect();
                 for pin in &held {
                     let tool = crate::tools::backends::tool_name(name, &pin.tool);
@@ -332,10 +334,12 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                 if !held.is_empty() {
                     line["held_for_review"] = held
                         .iter()
-                        .map(|p| serde_json::json!({
-                            "name": crate::tools::backends::tool_name(name, &p.tool),
-                            "state": p.state, "digest": p.digest,
-                        }))
+                        .map(|p| {
+                            serde_json::json!({
+                                "name": crate::tools::backends::tool_name(name, &p.tool),
+                                "state": p.state, "digest": p.digest,
+                            })
+                        })
                         .collect::<Vec<_>>()
                         .into();
                 }

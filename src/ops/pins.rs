@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 
 use crate::clock::{Clock, format_time_ms};
-use crate::config::{BackendKind, Config};
+use crate::config::Config;
 use crate::ops::admin::escape_for_terminal;
 use crate::ops::exit::{fail, refuse};
 use crate::store::Store;
@@ -73,14 +73,19 @@ pub fn list(config: &Config, backend: Option<&str>, json: bool) -> ExitCode {
 /// `tollgate backends approve|reject NAME`: decides on the held definition of the tool
 /// `name` (`<backend>_<tool>`, as `tools/list` named it).
 pub fn decide(config: &Config, name: &str, approve: bool) -> ExitCode {
-    let Some((backend, tool)) = split(config, name) else {
-        return refuse(&format!(
-            "{name:?} is not a tool of a configured MCP backend; `tollgate backends pins` lists them"
-        ));
-    };
     let store = match super::assemble::open_store(config, false) {
         Ok(store) => store,
         Err(code) => return code,
+    };
+    let pins = match store.pins(None) {
+        Ok(pins) => pins,
+        Err(e) => return fail(&format!("cannot read the pinned definitions: {e}")),
+    };
+    let Some((backend, tool)) = split(&pins, name) else {
+        return refuse(&format!(
+            "no upstream tool is named {}; `tollgate backends pins` lists them",
+            escape_for_terminal(name)
+        ));
     };
     let clock = Clock::System;
     let by = operator();
@@ -95,7 +100,11 @@ pub fn decide(config: &Config, name: &str, approve: bool) -> ExitCode {
             "{name} has no definition waiting for a decision; `tollgate backends pins --backend {backend}` shows its state"
         )),
         Ok(decided) => {
-            let action = if approve { "approve_tool" } else { "reject_tool" };
+            let action = if approve {
+                "approve_tool"
+            } else {
+                "reject_tool"
+            };
             if let Err(e) = audit(&store, (&by, action), (name, &backend), now) {
                 return fail(&format!("decided, but the audit row was not written: {e}"));
             }
@@ -112,18 +121,11 @@ pub fn decide(config: &Config, name: &str, approve: bool) -> ExitCode {
     }
 }
 
-/// `name` as (backend, tool): the configured MCP backend whose prefix it carries (the
-/// longest, when one name is the prefix of another).
-fn split(config: &Config, name: &str) -> Option<(String, String)> {
-    config
-        .backends
-        .iter()
-        .filter(|b| matches!(b.kind, BackendKind::Mcp(_)))
-        .filter_map(|b| {
-            let tool = name.strip_prefix(&b.name)?.strip_prefix('_')?;
-            (!tool.is_empty()).then(|| (b.name.clone(), tool.to_owned()))
-        })
-        .max_by_key(|(backend, _)| backend.len())
+/// `name` (as `tools/list` names it) as the (backend, tool) of a pinned definition.
+fn split(pins: &[Pin], name: &str) -> Option<(String, String)> {
+    pins.iter()
+        .find(|p| crate::tools::backends::tool_name(&p.backend, &p.tool) == name)
+        .map(|p| (p.backend.clone(), p.tool.clone()))
 }
 
 /// The audit row of a decision made here.

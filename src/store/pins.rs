@@ -267,15 +267,21 @@ mod tests {
                 ]
             );
             assert_eq!(
-                store.approve_pin(("wh", "lookup"), "operator", 11).expect("again"),
+                store
+                    .approve_pin(("wh", "lookup"), "operator", 11)
+                    .expect("again"),
                 Decided::NothingPending
             );
             assert_eq!(
-                store.reject_pin(("wh", "other"), "operator", 12).expect("reject"),
+                store
+                    .reject_pin(("wh", "other"), "operator", 12)
+                    .expect("reject"),
                 Decided::Rejected(1)
             );
             assert_eq!(
-                store.reject_pin(("wh", "other"), "operator", 13).expect("again"),
+                store
+                    .reject_pin(("wh", "other"), "operator", 13)
+                    .expect("again"),
                 Decided::NothingPending
             );
             assert!(store.pins(Some("crm")).expect("none").is_empty());

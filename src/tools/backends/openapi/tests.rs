@@ -85,6 +85,7 @@ fn env(runtime: &tokio::runtime::Runtime) -> BackendEnv {
         // Every document here is a file: no copy is read or written.
         copies: Copies::beside(Path::new("/nonexistent"), false),
         clock: crate::clock::Clock::System,
+        store: None,
     }
 }
 

@@ -23,8 +23,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::McpBackend;
-use crate::tools::backends::pins::{Hold, Pins, Presented};
 use crate::tools::Category;
+use crate::tools::backends::pins::{Hold, Pins, Presented};
 use crate::tools::backends::{LeftOutReason, Operation, TOOL_NAME_MAX_CHARS, snake_case};
 
 /// The longest tool description offered, in bytes; a longer one is cut, ending with `…`.
