@@ -29,6 +29,7 @@ const LAYERS: &[&str] = &[
     "clock",     // the one clock
     "config",    // settings: file, environment, flags
     "catalog",   // the error catalog every layer reports through
+    "telemetry", // OpenTelemetry spans, their export, the latency histograms
     "identity",  // tokens of the company's identity providers, verified
     "store",     // the database: the only code that holds SQL
     "tools",     // tool declarations, their context, the packs
