@@ -267,7 +267,7 @@ mod tests {
                 || {
                     (
                         "tools/call lookup".to_owned(),
-                        vec![("tollgate.backend", "wh".to_owned())],
+                        vec![("tollgate.backend", "wh".into())],
                     )
                 },
                 None,
