@@ -666,7 +666,8 @@ mod bench {
 }
 
 /// Puts the chain's decisions on the call's span: who called, the tightest bucket charged
-/// and what is left of it, and whether the result was an idempotent replay.
+/// and what is left of it, and whether the result was an idempotent replay. An answered
+/// call's budget has moved into its outcome; a refused one's is still the passage's.
 fn annotate_decisions(passage: &Passage<'_, '_>, outcome: &CallOutcome) {
     let span = tracing::Span::current();
     if let Some(principal) = &passage.principal {
@@ -675,7 +676,8 @@ fn annotate_decisions(passage: &Passage<'_, '_>, outcome: &CallOutcome) {
             crate::telemetry::annotate(&span, "tollgate.client", client.clone());
         }
     }
-    if let Some(bucket) = passage.budget.tightest() {
+    let budget = outcome.budget().unwrap_or(&passage.budget);
+    if let Some(bucket) = budget.tightest() {
         crate::telemetry::annotate(&span, "tollgate.rate.bucket", bucket.bucket);
         let left = i64::try_from(bucket.remaining()).unwrap_or(i64::MAX);
         crate::telemetry::annotate(&span, "tollgate.rate.remaining", left);

@@ -120,8 +120,12 @@ impl TraceFields {
 }
 
 impl Injector for TraceFields {
+    /// Keeps a field that says something: the trace-context propagator writes `tracestate`
+    /// even when there is none, and an empty one is not sent on.
     fn set(&mut self, key: &str, value: String) {
-        self.0.push((key.to_owned(), value));
+        if !value.trim().is_empty() {
+            self.0.push((key.to_owned(), value));
+        }
     }
 }
 
@@ -141,6 +145,18 @@ mod tests {
         assert!(sent.contains(&("traceparent", PARENT)), "{sent:?}");
         assert!(sent.contains(&("tracestate", "vendor=1")), "{sent:?}");
         assert_eq!(fields.to_meta()["traceparent"], PARENT);
+    }
+
+    #[test]
+    fn an_empty_tracestate_is_not_sent_on() {
+        let meta = json!({"traceparent": PARENT});
+        let fields = TraceFields::continuing(meta.as_object());
+        let sent: Vec<_> = fields.iter().collect();
+        assert_eq!(sent, vec![("traceparent", PARENT)]);
+        assert_eq!(
+            Value::Object(fields.to_meta()),
+            json!({"traceparent": PARENT})
+        );
     }
 
     #[test]

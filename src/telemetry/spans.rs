@@ -132,6 +132,9 @@ pub fn current_trace_id(meta: Option<&Map<String, Value>>) -> Option<String> {
     ids.is_valid().then(|| ids.trace_id().to_string())
 }
 
+/// The attributes of a CLIENT span, each with its type (`server.port` is an integer).
+pub type SpanAttributes = Vec<(&'static str, opentelemetry::Value)>;
+
 /// The CLIENT span of one call to a backend, and the trace fields the call carries.
 pub struct ClientCall {
     span: Option<Span>,
@@ -143,7 +146,7 @@ impl ClientCall {
     /// `attributes`. With telemetry off there is no span, and the caller's own context in
     /// `meta` is what goes on.
     pub fn start(
-        describe: impl FnOnce() -> (String, Vec<(&'static str, String)>),
+        describe: impl FnOnce() -> (String, SpanAttributes),
         meta: Option<&Map<String, Value>>,
     ) -> ClientCall {
         if !enabled() {
@@ -264,7 +267,7 @@ mod tests {
                 || {
                     (
                         "tools/call lookup".to_owned(),
-                        vec![("tollgate.backend", "wh".to_owned())],
+                        vec![("tollgate.backend", "wh".into())],
                     )
                 },
                 None,

@@ -12,8 +12,8 @@ Run: `python -m uvicorn fastapi_backend:app --host 127.0.0.1 --port N` from this
 - `GET /limited`: 429 with `Retry-After: 30`. `GET /broken`: 500. `GET /busy`: 503.
 - `GET /slow`: answers after 5 seconds, unless the client goes away first (recorded). `GET /drop`: the connection is closed before any
   answer.
-- `GET /received` (not in the document): what `POST /items` received and what `/slow`
-  saw, for the tests.
+- `GET /received` (not in the document): what `POST /items` received, what `/slow` saw,
+  and the W3C trace headers (`traceparent`, `tracestate`) of every request, for the tests.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ api = FastAPI(title="Items", version="1")
 ITEMS: dict[int, dict] = {}
 RECEIVED: list[dict] = []
 EVENTS: list[str] = []
+TRACES: list[dict] = []
 
 
 def expected_key() -> str:
@@ -114,11 +115,28 @@ async def drop():
 
 @api.get("/received", include_in_schema=False)
 async def received():
-    return {"received": RECEIVED, "events": EVENTS}
+    return {"received": RECEIVED, "events": EVENTS, "traces": TRACES}
+
+
+def record_trace_headers(scope) -> None:
+    """Notes the W3C trace headers of a request (recorded here, in plain ASGI: an HTTP
+    middleware of FastAPI's would hide a client's disconnection from `/slow`)."""
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+    TRACES.append(
+        {
+            "method": scope["method"],
+            "path": scope["path"],
+            "traceparent": headers.get("traceparent"),
+            "tracestate": headers.get("tracestate"),
+        }
+    )
 
 
 async def app(scope, receive, send):
-    """The FastAPI app, except that `/drop` closes the connection before any answer."""
+    """The FastAPI app, except that `/drop` closes the connection before any answer; the
+    trace headers of every request but `/received` are recorded."""
+    if scope["type"] == "http" and scope["path"] != "/received":
+        record_trace_headers(scope)
     if scope["type"] == "http" and scope["path"] == "/drop":
         # uvicorn's `send` is a method of the request cycle that owns the connection.
         transport = getattr(getattr(send, "__self__", None), "transport", None)

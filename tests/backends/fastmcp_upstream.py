@@ -1,17 +1,21 @@
-"""A FastMCP server (from PyPI) used as an upstream MCP server behind tollgate, over stdio.
+"""A FastMCP server (from PyPI) used as an upstream MCP server behind tollgate, over stdio
+(or over Streamable HTTP at `/mcp` on a loopback port).
 
 Its tools cover each outcome tollgate must map: one that succeeds with structured content,
 one that raises, one that returns `isError: true` itself, one that answers with a JSON-RPC
 error, one that is slow (and writes `CANCEL_MARKER` when its request is cancelled), one that
-reports progress, and one that adds a tool and sends `notifications/tools/list_changed`.
+reports progress, one that adds a tool and sends `notifications/tools/list_changed`, and one
+that answers with the W3C trace context its request carried in `params._meta`.
 
-    python fastmcp_upstream.py        # stdio
+    python fastmcp_upstream.py             # stdio
+    python fastmcp_upstream.py http PORT   # Streamable HTTP on 127.0.0.1:PORT/mcp
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 from fastmcp import Context, FastMCP
@@ -95,5 +99,16 @@ async def grow(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
+@mcp.tool(annotations={"readOnlyHint": True})
+def trace_meta(ctx: Context) -> dict:
+    """The `traceparent` and `tracestate` of this request's `_meta` (null when absent)."""
+    request = ctx.request_context
+    meta = (request.meta if request is not None else None) or {}
+    return {"traceparent": meta.get("traceparent"), "tracestate": meta.get("tracestate")}
+
+
 if __name__ == "__main__":
-    mcp.run(show_banner=False)
+    if sys.argv[1:2] == ["http"]:
+        mcp.run(transport="http", host="127.0.0.1", port=int(sys.argv[2]), path="/mcp", show_banner=False)
+    else:
+        mcp.run(show_banner=False)

@@ -227,12 +227,19 @@ def serve_http(tollgate_bin: Path, tmp_path: Path):
     one unless given, e.g. one an identity provider already knows tollgate's callback on).
 
     `config` is TOML text written to a file and passed with `--config` (the way to set
-    keys such as `[http] error_status = "semantic"` without TOLLGATE_* variables). Returns
+    keys such as `[http] error_status = "semantic"` without TOLLGATE_* variables); `env`
+    adds variables (e.g. `OTEL_*`; among TOLLGATE_* only those `clean_env` allows). Returns
     an `HttpServer` once `/healthz` answers; every server is stopped at teardown.
     """
     started: list[HttpServer] = []
 
-    def start(db: TollgateDb, *extra: str, config: str | None = None, port: int | None = None) -> HttpServer:
+    def start(
+        db: TollgateDb,
+        *extra: str,
+        config: str | None = None,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> HttpServer:
         port = port or free_port()
         args = [str(tollgate_bin), "--database", str(db.path)]
         if config is not None:
@@ -243,7 +250,7 @@ def serve_http(tollgate_bin: Path, tmp_path: Path):
         log = tmp_path / f"serve-{port}.log"
         with log.open("wb") as sink:
             process = subprocess.Popen(
-                args, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink
+                args, env=clean_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink
             )
         base = f"http://127.0.0.1:{port}"
         server = HttpServer(url=f"{base}/mcp", base=base, process=process, log=log)

@@ -255,7 +255,7 @@ pub trait Backend: Send + Sync {
 
     /// The name and attributes of the CLIENT span of a call of `operation`, by
     /// OpenTelemetry's conventions for the backend's protocol.
-    fn describe_call(&self, operation: &str) -> (String, Vec<(&'static str, String)>) {
+    fn describe_call(&self, operation: &str) -> (String, crate::telemetry::SpanAttributes) {
         (operation.to_owned(), Vec::new())
     }
 

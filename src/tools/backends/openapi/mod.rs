@@ -485,22 +485,22 @@ impl Backend for OpenApi {
     }
 
     /// `{METHOD} {path template}`, with the HTTP client conventions' attributes.
-    fn describe_call(&self, operation: &str) -> (String, Vec<(&'static str, String)>) {
+    fn describe_call(&self, operation: &str) -> (String, crate::telemetry::SpanAttributes) {
         let Some(endpoint) = self.endpoints.get(operation) else {
             return (operation.to_owned(), Vec::new());
         };
         let method = endpoint.method.as_str().to_owned();
         let mut attributes = vec![
-            ("http.request.method", method.clone()),
-            ("url.template", endpoint.path.clone()),
-            ("tollgate.backend", self.name.clone()),
+            ("http.request.method", method.clone().into()),
+            ("url.template", endpoint.path.clone().into()),
+            ("tollgate.backend", self.name.clone().into()),
         ];
         if let Ok(url) = reqwest::Url::parse(&self.base_url) {
             if let Some(host) = url.host_str() {
-                attributes.push(("server.address", host.to_owned()));
+                attributes.push(("server.address", host.to_owned().into()));
             }
             if let Some(port) = url.port_or_known_default() {
-                attributes.push(("server.port", port.to_string()));
+                attributes.push(("server.port", i64::from(port).into()));
             }
         }
         (format!("{method} {}", endpoint.path), attributes)

@@ -172,12 +172,12 @@ impl Backend for Upstream {
     }
 
     /// `tools/call {tool}`, by the MCP conventions of a client's span.
-    fn describe_call(&self, operation: &str) -> (String, Vec<(&'static str, String)>) {
+    fn describe_call(&self, operation: &str) -> (String, crate::telemetry::SpanAttributes) {
         let attributes = vec![
-            ("mcp.method.name", "tools/call".to_owned()),
-            ("gen_ai.tool.name", operation.to_owned()),
-            ("gen_ai.operation.name", "execute_tool".to_owned()),
-            ("tollgate.backend", self.name.clone()),
+            ("mcp.method.name", "tools/call".into()),
+            ("gen_ai.tool.name", operation.to_owned().into()),
+            ("gen_ai.operation.name", "execute_tool".into()),
+            ("tollgate.backend", self.name.clone().into()),
         ];
         (format!("tools/call {operation}"), attributes)
     }
