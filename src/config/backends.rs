@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::Pinning;
 use super::backend_limits::BackendLimits;
 
 /// A backend's deadline per call unless configured (`timeout_ms`).
@@ -248,6 +247,19 @@ pub struct McpBackend {
     /// Which of its tools' definitions are offered without an operator's approval
     /// (`pinning`).
     pub pinning: Pinning,
+}
+
+/// Which definitions of an upstream's tools are offered without an operator's approval.
+/// Either way, a tool whose definition changes after it was approved is held until an
+/// operator approves the change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pinning {
+    /// A tool seen for the first time is approved as it is (trust on first use).
+    #[default]
+    FirstUse,
+    /// Every new tool waits for an operator too.
+    Manual,
 }
 
 /// How the upstream MCP server is reached.

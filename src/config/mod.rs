@@ -33,8 +33,8 @@ pub use backend_limits::{
 pub use backends::{
     BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_ERROR_ID_POINTERS,
     DEFAULT_ERROR_MESSAGE_POINTERS, DEFAULT_MAX_SCHEMA_BYTES, DEFAULT_MAX_TOOLS, HeaderValue,
-    IdempotencyPolicy, McpBackend, McpTransport, OpenApiBackend, SpecSource, SpecUrl, ToolOverride,
-    read_secret, secret_file_warning, valid_backend_name,
+    IdempotencyPolicy, McpBackend, McpTransport, OpenApiBackend, Pinning, SpecSource, SpecUrl,
+    ToolOverride, read_secret, secret_file_warning, valid_backend_name,
 };
 
 pub use database::{Database, PostgresUrl};
@@ -221,18 +221,6 @@ word_enum!(
         /// An `isError` tool result carrying the same envelope and the JSON-RPC code it
         /// would have had, which agent hosts hand to the model.
         ToolResult => "tool_result",
-    }
-);
-
-word_enum!(
-    /// Which definitions of an upstream's tools are offered without an operator's approval.
-    /// Either way, a tool whose definition changes after it was approved is held until an
-    /// operator approves the change.
-    Pinning, "pinning", {
-        /// A tool seen for the first time is approved as it is (trust on first use).
-        FirstUse => "first_use",
-        /// Every new tool waits for an operator too.
-        Manual => "manual",
     }
 );
 

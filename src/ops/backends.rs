@@ -241,10 +241,7 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
     let checked = open_each(backends, config);
     // The definitions held for review, as the servers decided them (when the database
     // can be read from here).
-    let pins = super::assemble::open_store(config, false)
-        .ok()
-        .and_then(|store| store.pins(None).ok())
-        .unwrap_or_default();
+    let pins = crate::ops::pins::held_definitions(config);
     let mut problems: Vec<String> = Vec::new();
     // What the operator should know but that does not fail the check: a secret file others
     // can read, a document opened from its last good copy, tools an upstream lists that
