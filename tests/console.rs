@@ -803,9 +803,10 @@ fn an_audit_row_opens_on_a_page_of_its_own_with_what_the_catalog_says_of_its_cod
     let field = |html: &str, class: &str| cell(html, "id=\"audit-row\"", "dd", class);
     assert_eq!(field(&html, "tool").as_deref(), Some("search_clients"));
     assert_eq!(field(&html, "outcome").as_deref(), Some("ok (admitted)"));
+    // The caller by its key's name, its id beside it on the row's own page.
     assert_eq!(
-        field(&html, "credential").as_deref(),
-        Some(db.admin_key_id().as_str())
+        field(&html, "credential"),
+        Some(format!("admin {}", db.admin_key_id()))
     );
     assert_eq!(field(&html, "transport").as_deref(), Some("http"));
     assert_eq!(field(&html, "request-id").as_deref(), Some("1"));
@@ -829,8 +830,8 @@ fn an_audit_row_opens_on_a_page_of_its_own_with_what_the_catalog_says_of_its_cod
         Some("insufficient_scope")
     );
     assert_eq!(
-        field(&html, "credential").as_deref(),
-        Some(reader.id.as_str())
+        field(&html, "credential"),
+        Some(format!("reader {}", reader.id))
     );
     let entry = |class: &str| cell(&html, "id=\"catalog\"", "dd", class);
     assert_eq!(entry("code").as_deref(), Some("insufficient_scope"));
@@ -1192,7 +1193,7 @@ fn the_users_page_counts_a_users_calls_and_refusals_and_blocks_it_behind_a_confi
     assert_eq!(
         audit_page
             .matches(&format!(
-                "{ana} <span class=\"user-name\">({})</span>",
+                "title=\"{ana}\"><span class=\"name user-name\">{}</span>",
                 escaped(name)
             ))
             .count(),
