@@ -3,7 +3,8 @@
 //! headers of every page; a form without its CSRF token, or from another origin, is
 //! refused and changes nothing; failed sign-ins go through the authentication throttle;
 //! a change made here applies to the next MCP call and is an audit row naming the
-//! operator. Idle expiry runs in-process on a manual clock. The pages in a real browser
+//! operator; the latency page's percentiles and slowest calls come from the audit rows'
+//! durations. Idle expiry runs in-process on a manual clock. The pages in a real browser
 //! are driven by `tests/console/` (headless Chromium).
 
 use std::sync::Arc;
@@ -803,9 +804,10 @@ fn an_audit_row_opens_on_a_page_of_its_own_with_what_the_catalog_says_of_its_cod
     let field = |html: &str, class: &str| cell(html, "id=\"audit-row\"", "dd", class);
     assert_eq!(field(&html, "tool").as_deref(), Some("search_clients"));
     assert_eq!(field(&html, "outcome").as_deref(), Some("ok (admitted)"));
+    // The caller by its key's name, its id beside it on the row's own page.
     assert_eq!(
-        field(&html, "credential").as_deref(),
-        Some(db.admin_key_id().as_str())
+        field(&html, "credential"),
+        Some(format!("admin {}", db.admin_key_id()))
     );
     assert_eq!(field(&html, "transport").as_deref(), Some("http"));
     assert_eq!(field(&html, "request-id").as_deref(), Some("1"));
@@ -829,8 +831,8 @@ fn an_audit_row_opens_on_a_page_of_its_own_with_what_the_catalog_says_of_its_cod
         Some("insufficient_scope")
     );
     assert_eq!(
-        field(&html, "credential").as_deref(),
-        Some(reader.id.as_str())
+        field(&html, "credential"),
+        Some(format!("reader {}", reader.id))
     );
     let entry = |class: &str| cell(&html, "id=\"catalog\"", "dd", class);
     assert_eq!(entry("code").as_deref(), Some("insufficient_scope"));
@@ -1192,7 +1194,7 @@ fn the_users_page_counts_a_users_calls_and_refusals_and_blocks_it_behind_a_confi
     assert_eq!(
         audit_page
             .matches(&format!(
-                "{ana} <span class=\"user-name\">({})</span>",
+                "title=\"{ana}\"><span class=\"name user-name\">{}</span>",
                 escaped(name)
             ))
             .count(),
@@ -1274,5 +1276,106 @@ fn the_users_page_counts_a_users_calls_and_refusals_and_blocks_it_behind_a_confi
     assert_eq!(
         browser.get(&format!("/console/users/{ana}/delete")).status,
         404
+    );
+}
+
+/// Writes audit rows of single calls `(at_ms, tool, backend, duration_us)` by `caller`, in
+/// the order given (the log is written in time order), and a summary row of refusals.
+fn seed_timed(db: &TestDb, caller: &str, rows: &[(i64, &str, Option<&str>, i64)]) {
+    let values: Vec<String> = rows
+        .iter()
+        .map(|(at, tool, backend, us)| {
+            let backend = backend.map_or_else(|| "NULL".to_owned(), |b| format!("'{b}'"));
+            format!("({at}, '1', '{caller}', '{tool}', 'ok', {us}, 'http', {backend})")
+        })
+        .collect();
+    db.sql(&format!(
+        "INSERT INTO audit_log (at, request_id, credential_id, tool, outcome, duration_us, \
+         transport, backend) VALUES {}",
+        values.join(", ")
+    ));
+}
+
+#[test]
+fn the_latency_page_shows_each_tools_percentiles_and_its_slowest_calls() {
+    let db = TestDb::new();
+    let server = HttpServer::start(&db, &[]);
+    // Behind the sign-in, as the audit log is.
+    let anonymous = server.get("/console/latency");
+    assert_eq!(anonymous.status, 303);
+    let at = unix_now() * 1000;
+    let reader = db.create_key("latency reader", "clients:read", &[]);
+    // Three hours ago (in the day, not the hour): the day's slowest call.
+    seed_timed(
+        &db,
+        &reader.id,
+        &[(at - 3 * 3_600_000, "search_clients", None, 500_000)],
+    );
+    // In the last hour: 1 to 100 ms, and two calls of a backend's tool.
+    let hour: Vec<(i64, &str, Option<&str>, i64)> = (1..=100)
+        .map(|ms| (at - 600_000 + ms, "search_clients", None, ms * 1000))
+        .chain([
+            (at - 1_000, "shop_list_things", Some("shop"), 7_000),
+            (at - 900, "shop_list_things", Some("shop"), 3_000),
+        ])
+        .collect();
+    seed_timed(&db, &reader.id, &hour);
+    // A summary row of refusals times none of them: left out, however long it says.
+    db.sql(&format!(
+        "INSERT INTO audit_log (at, request_id, credential_id, tool, outcome, duration_us, \
+         transport, calls, source) VALUES ({}, '1', '{}', 'search_clients', 'rate_limited', \
+         9000000, 'http', 40, 'http:10.0.0.1')",
+        at - 500,
+        reader.id
+    ));
+
+    let mut browser = Browser::signed_in(&server, &db);
+    let page = browser.get("/console/latency");
+    assert_eq!(page.status, 200, "{}", text(&page));
+    assert_page_headers(&page);
+    let html = text(&page);
+    assert!(html.contains("aria-current=\"page\">Latency<"), "{html}");
+    let tool = "data-name=\"search_clients\"";
+    let of = |from: &str, class: &str| cell(&html, from, "td", class).expect(class);
+    assert_eq!(of(tool, "hour calls"), "100");
+    assert_eq!(of(tool, "hour p50"), "50 ms");
+    assert_eq!(of(tool, "hour p95"), "95 ms");
+    assert_eq!(of(tool, "hour p99"), "99 ms");
+    // The day adds the call of three hours ago: 101 calls, the 500 ms one the slowest.
+    assert_eq!(of(tool, "day calls"), "101");
+    assert_eq!(of(tool, "day p50"), "51 ms");
+    assert_eq!(of(tool, "day p99"), "100 ms");
+    // Per backend: the backend's tool under its backend.
+    let shop = "id=\"by-backend\"";
+    assert!(html[html.find(shop).expect("by backend")..].contains("data-name=\"shop\""));
+    let backend = "data-name=\"shop\"";
+    assert_eq!(of(backend, "hour calls"), "2");
+    assert_eq!(of(backend, "hour p50"), "3 ms");
+    assert_eq!(of(backend, "hour p99"), "7 ms");
+    // The slowest calls: the hour's is 100 ms, the day's 500 ms, each linking to its row.
+    let slowest = |window: &str| {
+        let from = &html[html
+            .find(&format!("id=\"slowest-{window}\""))
+            .expect(window)..];
+        let link = &from[from.find("href=\"/console/audit/").expect("a link") + 6..];
+        let path = link[..link.find('"').expect("end")].to_owned();
+        (
+            path,
+            cell(from, "tr class=\"slow-call\"", "td", "duration").expect("duration"),
+        )
+    };
+    let (hour_row, hour_slowest) = slowest("hour");
+    assert_eq!(hour_slowest, "100 ms");
+    let (day_row, day_slowest) = slowest("day");
+    assert_eq!(day_slowest, "500 ms");
+    let row = text(&browser.get(&day_row));
+    let shown = cell(&row, "id=\"audit-row\"", "dd", "duration").expect("duration");
+    let ms: f64 = shown.trim_end_matches(" ms").parse().expect(&shown);
+    assert!((ms - 500.0).abs() < f64::EPSILON, "{shown}");
+    assert_ne!(hour_row, day_row);
+    // The caller by its key's name.
+    assert_eq!(
+        cell(&html, "id=\"slowest-day\"", "td", "credential").as_deref(),
+        Some("latency reader")
     );
 }

@@ -9,19 +9,20 @@
 //! their entry shows every entry with its code.
 //!
 //! The list, the export and the overview's last failures read through the same filter and
-//! the same read as `tollgate audit` ([`AuditFilter`], `Store::audit_rows`). A caller that is
-//! a user of the identity provider is shown with the user's name ([`UserNames`], one read
-//! of the users for all the rows shown).
-
-use std::collections::HashMap;
+//! the same read as `tollgate audit` ([`AuditFilter`], `Store::audit_rows`). A caller is
+//! shown by its name — the key's name, the provider user's name — and a client by its
+//! name, the ids in the `title` and on the row's own page ([`UserNames`], one read of the
+//! keys, clients and users for all the rows shown).
 
 use serde_json::{Value, json};
 
+use super::names::Names;
 use super::{Console, Operator, Request, Response};
 use crate::catalog::{Channel, Class, ErrorKind};
 use crate::clock::{format_time_ms, parse_utc_minute};
 use crate::config::Locale;
 use crate::store::audit::{AuditFilter, AuditRow};
+use crate::store::users::is_user_id;
 use crate::store::{Store, StoreError, store_failure};
 use crate::tools::csv;
 
@@ -32,28 +33,24 @@ pub const CSV_EXPORT_ROWS: u32 = 100_000;
 /// The path of one row's page, before its id.
 const ROW_PATH: &str = "/console/audit/";
 
-/// The names of the provider users among some rows' callers, by id.
-pub(super) struct UserNames(HashMap<String, String>);
+/// The names of the callers and clients of some rows.
+pub(super) struct UserNames(Names);
 
 impl UserNames {
-    /// The names of the users among `rows`' callers, in one read.
+    /// The names of `rows`' callers and clients: every key and client, and the users among
+    /// the callers, in one read each.
     pub(super) fn of(store: &Store, rows: &[AuditRow]) -> Result<UserNames, StoreError> {
         let ids: Vec<&str> = rows
             .iter()
             .filter_map(|r| r.credential_id.as_deref())
             .collect();
-        let users = store.users_among(&ids)?;
-        Ok(UserNames(
-            users
-                .into_iter()
-                .map(|u| (u.id.clone(), u.label().to_owned()))
-                .collect(),
-        ))
+        Names::read(store, &ids).map(UserNames)
     }
 
     /// The name of the row's caller, when it is a user.
     fn of_row(&self, r: &AuditRow) -> Option<&str> {
-        self.0.get(r.credential_id.as_deref()?).map(String::as_str)
+        let id = r.credential_id.as_deref()?;
+        is_user_id(id).then(|| self.0.credential(id)).flatten()
     }
 }
 
@@ -61,6 +58,8 @@ impl UserNames {
 pub(super) fn audit_json(r: &AuditRow, names: &UserNames) -> Value {
     json!({
         "id": r.id, "at": format_time_ms(r.at_ms), "credential": r.credential_id,
+        "who": names.0.credential_json(r.credential_id.as_deref()),
+        "client_shown": names.0.client_json(r.client_id.as_deref()),
         "user": names.of_row(r),
         "client": r.client_id, "tool": r.tool, "outcome": r.outcome, "calls": r.calls,
         "duration_ms": r.duration_us as f64 / 1000.0, "transport": r.transport,

@@ -138,13 +138,34 @@ pub struct Legend {
     pub count: i64,
 }
 
+/// A tick of an axis: where it is along the axis (SVG units of the plot) and its label.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Tick {
+    pub at: f64,
+    pub label: String,
+}
+
 /// One chart, ready for the template.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Chart {
     pub id: &'static str,
     pub title: String,
+    /// The plot's width and height (the bars'); the drawing adds the axes' margins.
     pub width: i64,
     pub height: i64,
+    /// The margins around the plot: left (count labels), top, right, bottom (time labels).
+    pub left: i64,
+    pub top: i64,
+    pub right: i64,
+    pub bottom: i64,
+    /// The time axis: ticks at round times (`HH:MM` UTC, with the date at midnight and at
+    /// the first tick of a chart longer than a day's buckets of an hour).
+    pub x_ticks: Vec<Tick>,
+    /// The count axis: ticks at round counts from 0 to at most the peak.
+    pub y_ticks: Vec<Tick>,
+    /// The window's start and end (`YYYY-MM-DD HH:MM` UTC), for the drawing's description.
+    pub from: String,
+    pub to: String,
     /// Every call in the window.
     pub total: i64,
     /// The tallest bar (the top of the scale).
@@ -232,16 +253,125 @@ pub fn chart(
             count: *count,
         })
         .collect();
+    let end = first + buckets * bucket_ms;
     Chart {
         id,
         title,
         width: WIDTH,
         height: HEIGHT,
+        left: MARGIN_LEFT,
+        top: MARGIN_TOP,
+        right: MARGIN_RIGHT,
+        bottom: MARGIN_BOTTOM,
+        x_ticks: time_ticks(first, end, bucket_ms),
+        y_ticks: count_ticks(peak),
+        from: day_minute(first),
+        to: day_minute(end),
         total: per_series.values().sum(),
         peak,
         bars,
         legend,
     }
+}
+
+/// The margins around the plot, in SVG units: room for the count labels on the left and
+/// the time labels below.
+const MARGIN_LEFT: i64 = 48;
+const MARGIN_TOP: i64 = 16;
+const MARGIN_RIGHT: i64 = 24;
+const MARGIN_BOTTOM: i64 = 24;
+/// At most this many ticks on the time axis (and about as many on the count axis).
+const MAX_TICKS: i64 = 6;
+/// The intervals a time axis may step by, shortest first.
+const TIME_STEPS_MS: &[i64] = &[
+    60_000,
+    2 * 60_000,
+    5 * 60_000,
+    10 * 60_000,
+    15 * 60_000,
+    30 * 60_000,
+    3_600_000,
+    2 * 3_600_000,
+    3 * 3_600_000,
+    6 * 3_600_000,
+    12 * 3_600_000,
+    24 * 3_600_000,
+];
+
+/// The ticks of a time axis from `first` up to `end` (unix milliseconds; the plot's left and
+/// right edges, the right one left out), `bucket_ms` wide per bar: at every multiple of the shortest step in
+/// [`TIME_STEPS_MS`] that gives at most [`MAX_TICKS`] of them. A tick at midnight, and the
+/// first tick of a chart of hourly buckets, carries its date (`MM-DD HH:MM`).
+pub fn time_ticks(first: i64, end: i64, bucket_ms: i64) -> Vec<Tick> {
+    let span = (end - first).max(1);
+    let step = TIME_STEPS_MS
+        .iter()
+        .copied()
+        .find(|step| span / step <= MAX_TICKS)
+        .unwrap_or(span.max(1));
+    let per_ms = WIDTH as f64 / span as f64;
+    let mut at = first.div_euclid(step) * step;
+    if at < first {
+        at += step;
+    }
+    let mut ticks = Vec::new();
+    while at < end {
+        let stamp = crate::clock::format_time(at.div_euclid(1000));
+        let dated = stamp[11..16] == *"00:00" || (ticks.is_empty() && bucket_ms >= 3_600_000);
+        let label = if dated {
+            format!("{} {}", &stamp[5..10], &stamp[11..16])
+        } else {
+            stamp[11..16].to_owned()
+        };
+        ticks.push(Tick {
+            at: round((at - first) as f64 * per_ms),
+            label,
+        });
+        at += step;
+    }
+    ticks
+}
+
+/// The ticks of a count axis whose top is `peak`: 0 and every multiple of a round step (1,
+/// 2 or 5 times a power of ten) up to the peak, about [`MAX_TICKS`] - 2 of them at most;
+/// `at` is the height above the axis, in SVG units of the plot.
+pub fn count_ticks(peak: i64) -> Vec<Tick> {
+    let zero = Tick {
+        at: 0.0,
+        label: "0".to_owned(),
+    };
+    if peak <= 0 {
+        return vec![zero];
+    }
+    let wanted = MAX_TICKS - 2;
+    let mut power = 1_i64;
+    let step = loop {
+        if let Some(step) = [1, 2, 5]
+            .iter()
+            .map(|m| m * power)
+            .find(|step| peak / step <= wanted)
+        {
+            break step;
+        }
+        power = power.saturating_mul(10);
+    };
+    let scale = HEIGHT as f64 / peak as f64;
+    let mut ticks = vec![zero];
+    let mut n = step;
+    while n <= peak {
+        ticks.push(Tick {
+            at: round(n as f64 * scale),
+            label: n.to_string(),
+        });
+        n += step;
+    }
+    ticks
+}
+
+/// `YYYY-MM-DD HH:MM` (UTC) of unix milliseconds.
+fn day_minute(ms: i64) -> String {
+    let stamp = crate::clock::format_time(ms.div_euclid(1000));
+    format!("{} {}", &stamp[..10], &stamp[11..16])
 }
 
 fn round(v: f64) -> f64 {
@@ -511,6 +641,79 @@ mod tests {
         for colour in all {
             assert!(css.contains(&format!(".o-{colour} {{")), "{colour}");
         }
+    }
+
+    #[test]
+    fn the_time_axis_has_a_tick_at_every_round_time_with_the_date_at_midnight() {
+        // The last hour in minutes, from 10:01 to 11:01: a tick every 10 minutes.
+        let first = 10 * 3_600_000 + MINUTE;
+        let ticks = time_ticks(first, first + 60 * MINUTE, MINUTE);
+        let labels: Vec<&str> = ticks.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["10:10", "10:20", "10:30", "10:40", "10:50", "11:00"]
+        );
+        // 10:10 is 9 of the 60 minutes along the 600 units.
+        assert_eq!(ticks[0].at, 90.0);
+        assert_eq!(ticks[5].at, 590.0);
+        // The last day in hours, from 13:00 one day to 13:00 the next: every 6 hours,
+        // dated at the start and at midnight.
+        let day = 86_400_000;
+        let first = 20 * day + 13 * 3_600_000;
+        let ticks = time_ticks(first, first + day, 3_600_000);
+        let labels: Vec<&str> = ticks.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["01-21 18:00", "01-22 00:00", "06:00", "12:00"],
+            "{ticks:?}"
+        );
+        assert_eq!(ticks[0].at, 125.0);
+        assert!(ticks.iter().all(|t| (0.0..=WIDTH as f64).contains(&t.at)));
+        // A tick exactly on the left edge counts.
+        let ticks = time_ticks(0, 3 * MINUTE, MINUTE);
+        assert_eq!(ticks[0].at, 0.0);
+        assert_eq!(ticks.len(), 3);
+    }
+
+    #[test]
+    fn the_count_axis_steps_by_round_numbers_up_to_the_peak() {
+        let labels =
+            |peak| -> Vec<String> { count_ticks(peak).into_iter().map(|t| t.label).collect() };
+        assert_eq!(labels(0), ["0"]);
+        assert_eq!(labels(1), ["0", "1"]);
+        assert_eq!(labels(3), ["0", "1", "2", "3"]);
+        assert_eq!(labels(13), ["0", "5", "10"]);
+        assert_eq!(labels(40), ["0", "10", "20", "30", "40"]);
+        assert_eq!(labels(1234), ["0", "500", "1000"]);
+        // The peak is at the top of the plot, 0 on the axis.
+        let ticks = count_ticks(40);
+        assert_eq!(ticks[0].at, 0.0);
+        assert_eq!(ticks[4].at, HEIGHT as f64);
+        assert_eq!(ticks[2].at, HEIGHT as f64 / 2.0);
+    }
+
+    #[test]
+    fn a_chart_carries_both_axes_and_its_window() {
+        let now = 59 * MINUTE + 30_000;
+        let c = chart(
+            "calls-hour",
+            "t".into(),
+            texts(),
+            &counts(),
+            now,
+            MINUTE,
+            60,
+        );
+        assert_eq!(
+            c.x_ticks.first().map(|t| t.label.as_str()),
+            Some("01-01 00:00")
+        );
+        assert_eq!(c.x_ticks.len(), 6);
+        assert_eq!(c.y_ticks.last().map(|t| t.label.as_str()), Some("400"));
+        assert_eq!(
+            (c.from.as_str(), c.to.as_str()),
+            ("1970-01-01 00:00", "1970-01-01 01:00")
+        );
     }
 
     #[test]

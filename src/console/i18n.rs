@@ -1,7 +1,9 @@
-//! The console's words in English and Spanish, one table made of two (the console's own,
-//! here, and the OAuth pages' in `oauth`); the page follows the company's locale
-//! (`tollgate init --locale`, or `locale` in the configuration).
+//! The console's words in English and Spanish, one table made of three (the console's
+//! own, here, the OAuth pages' in `oauth` and the latency page's in `latency`); the page
+//! follows the company's locale (`tollgate init --locale`, or `locale` in the
+//! configuration).
 
+mod latency;
 mod oauth;
 
 use std::sync::LazyLock;
@@ -543,7 +545,7 @@ pub struct Texts {
 
 /// Every `(key, English, Spanish)` of the console's and the OAuth pages' tables.
 fn every_text() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
-    TEXTS.iter().chain(oauth::TEXTS)
+    TEXTS.iter().chain(oauth::TEXTS).chain(latency::TEXTS)
 }
 
 impl Texts {
@@ -607,6 +609,7 @@ mod tests {
             include_str!("templates/grants.html"),
             include_str!("templates/refused.html"),
             include_str!("templates/front_door.html"),
+            include_str!("templates/latency.html"),
             include_str!("mod.rs"),
             include_str!("pages.rs"),
             include_str!("credentials.rs"),
@@ -616,6 +619,8 @@ mod tests {
             include_str!("users.rs"),
             include_str!("grants.rs"),
             include_str!("front_door.rs"),
+            include_str!("latency.rs"),
+            include_str!("names.rs"),
         ];
         let mut keys = BTreeSet::new();
         for source in sources {
@@ -640,6 +645,7 @@ mod tests {
                 "grants",
                 "limits",
                 "audit",
+                "latency",
                 "backends",
             ]
             .map(String::from),

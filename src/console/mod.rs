@@ -22,6 +22,8 @@ mod credentials;
 pub mod front_door;
 mod grants;
 mod i18n;
+mod latency;
+mod names;
 mod pages;
 pub mod session;
 mod users;
@@ -408,7 +410,7 @@ impl Console {
         let mut context = json!({
             "page": page,
             "title": texts.get(page),
-            "operator": operator.map(|o| o.principal.credential_id.clone()),
+            "operator": operator.map(|o| self.operator_shown(o)),
             "csrf": operator.map(|o| o.signed.csrf.clone()),
         });
         if let (Value::Object(all), Value::Object(own)) = (&mut context, data) {
@@ -427,6 +429,18 @@ impl Console {
                 )
             }
         }
+    }
+
+    /// The signed-in operator as the frame shows it: the key's name, its id in the
+    /// `title` (the id alone when the keys cannot be read now).
+    fn operator_shown(&self, op: &Operator) -> Value {
+        let id = op.principal.credential_id.as_str();
+        let name = self.server.store().api_keys().ok().and_then(|keys| {
+            keys.into_iter()
+                .find(|k| k.public_id == id && !k.name.trim().is_empty())
+                .map(|k| k.name)
+        });
+        json!({"id": id, "name": name.as_deref().unwrap_or(id)})
     }
 
     /// A plain page for a refused request (`status` says why).

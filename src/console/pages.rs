@@ -10,6 +10,8 @@ use super::backends::backends;
 use super::charts::chart;
 use super::credentials::{self, credential_failed, secret_page};
 use super::i18n::texts;
+use super::latency::latency;
+use super::names::Names;
 use super::{Console, Form, Method, Operator, Request, Response, form_status};
 use super::{grants, users};
 use crate::clock::format_time;
@@ -42,6 +44,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("grants.html", include_str!("templates/grants.html")),
     ("refused.html", include_str!("templates/refused.html")),
     ("front_door.html", include_str!("templates/front_door.html")),
+    ("latency.html", include_str!("templates/latency.html")),
 ];
 
 /// The templates, parsed once (HTML-escaped by their `.html` names), with the words of
@@ -87,6 +90,7 @@ pub fn get(console: &Console, request: &Request<'_>, op: &Operator) -> Option<Re
         "/console/audit" => audit(console, request, op),
         "/console/audit.csv" => return Some(audit_csv(console, request)),
         "/console/backends" => backends(console, op),
+        "/console/latency" => latency(console, op),
         "/console/users" => users::page(console, op),
         "/console/grants" => grants::page(console, op),
         _ if path.starts_with("/console/audit/") => return row_page(console, op, path),
@@ -187,20 +191,28 @@ fn overview(console: &Console, op: &Operator) -> Response {
                 r.count as f64 / r.limit.unwrap_or(1).max(1) as f64
             };
             limited.sort_by(|a, b| fill(b).total_cmp(&fill(a)));
+            limited.truncate(TIGHTEST_BUCKETS);
             limited
-                .into_iter()
-                .take(TIGHTEST_BUCKETS)
-                .map(|r| {
-                    json!({
-                        "bucket": r.bucket, "key": r.key, "count": r.count,
-                        "limit": r.limit, "window_secs": r.window_secs,
-                        "reset_at": format_time(r.reset), "reset_in": (r.reset - now).max(0),
-                    })
-                })
-                .collect::<Vec<_>>()
         }
         Err(e) => return console.store_failed(op, e),
     };
+    let keys: Vec<&str> = buckets.iter().map(|r| r.key.as_str()).collect();
+    let names = match Names::read(store, &keys) {
+        Ok(names) => names,
+        Err(e) => return console.store_failed(op, e),
+    };
+    let buckets: Vec<Value> = buckets
+        .iter()
+        .map(|r| {
+            let limit = r.limit.unwrap_or(0);
+            json!({
+                "bucket": r.bucket, "key": r.key, "who": names.any_json(&r.key),
+                "count": r.count, "limit": limit, "window_secs": r.window_secs,
+                "fill": bucket_fill(r.count, limit), "full": r.count >= limit,
+                "reset_at": format_time(r.reset), "reset_in": (r.reset - now).max(0),
+            })
+        })
+        .collect();
     let errors = store
         .audit_rows(&AuditFilter {
             failures_only: true,
@@ -227,6 +239,17 @@ fn overview(console: &Console, op: &Operator) -> Response {
     Response::html(200, page)
 }
 
+/// How much of a bucket's bar is filled, in percent of its width: the count over the
+/// limit, capped at the full width (a bucket past its limit is drawn full, in the warning
+/// colour, and its text still says how far past it is).
+fn bucket_fill(count: u64, limit: u64) -> f64 {
+    if limit == 0 {
+        return 100.0;
+    }
+    let share = (count as f64 / limit as f64).min(1.0);
+    (share * 1000.0).round() / 10.0
+}
+
 // ---- Credentials ------------------------------------------------------------------
 
 /// `GET …/{id}/{revoke|rotate}`: the confirmation the change needs.
@@ -239,12 +262,16 @@ fn confirm_page(console: &Console, op: &Operator, path: &str) -> Option<Response
         ("clients", "revoke") => texts.get("confirm_revoke_client"),
         _ => return None,
     };
+    // The key or client by its name (its id when it has none, or when the names cannot
+    // be read now: the question must still be asked).
+    let names = Names::read(console.server.store(), &[]).unwrap_or_default();
+    let shown = names.any(id).unwrap_or(id);
     let page = console.render(
         "confirm.html",
         "confirm",
         Some(op),
         json!({
-            "question": question.replace("{id}", id), "action": path, "id": id,
+            "question": question.replace("{id}", shown), "action": path, "id": id,
             "rotate": action == "rotate",
         }),
     );
@@ -485,6 +512,17 @@ mod tests {
         ] {
             assert_eq!(action_path(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_bucket_bar_fills_with_its_count_and_stops_at_full_width() {
+        assert_eq!(bucket_fill(0, 10), 0.0);
+        assert_eq!(bucket_fill(1, 3), 33.3);
+        assert_eq!(bucket_fill(9, 10), 90.0);
+        assert_eq!(bucket_fill(10, 10), 100.0);
+        // Past the limit (2 / 1): the full width, never more.
+        assert_eq!(bucket_fill(2, 1), 100.0);
+        assert_eq!(bucket_fill(0, 0), 100.0);
     }
 
     #[test]

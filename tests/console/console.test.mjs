@@ -14,7 +14,12 @@
 //     and signs in and reads the overview and the audit log with JavaScript off;
 //   - opens an audit row from the list: its outcome and duration, and for a failure what
 //     the catalog says of its code;
-//   - sees a code keep its colour in the charts when the ranking of the codes changes.
+//   - sees a code keep its colour in the charts when the ranking of the codes changes;
+//   - reads keys by their names (the operator, the buckets, the last failures, the
+//     credentials page), the ids only on hover, and a bucket past its limit drawn full in
+//     the warning colour while one below it is not;
+//   - reads the charts' time and count axes;
+//   - reads a tool's p50/p95/p99 on the latency page and opens its slowest call's row.
 //
 // A screenshot of every page goes to target/console-screenshots/; with
 // TG_CONSOLE_SCREENSHOT_DOC=1 the overview at 1280 px is also written to
@@ -147,11 +152,15 @@ async function untilAudited(page, query, count) {
   assert.fail(`the audit log never held ${count} rows for ${query}`);
 }
 
-/** The `.audit-row`s of the page's `#audit` table, as `{ credential, tool, outcome }`. */
+/**
+ * The `.audit-row`s of the page's `#audit` table, as `{ credential, name, tool, outcome }`:
+ * the caller's id (kept in the cell's `data-id` and `title`) and the name it shows.
+ */
 async function auditRows(page) {
   return page.$$eval('#audit .audit-row', (rows) =>
     rows.map((row) => ({
-      credential: row.querySelector('.credential').textContent.trim(),
+      credential: row.querySelector('.credential').getAttribute('data-id'),
+      name: row.querySelector('.credential').textContent.trim(),
       tool: row.querySelector('.tool').textContent.trim(),
       outcome: row.querySelector('.outcome').textContent.trim(),
     })),
@@ -317,11 +326,15 @@ test('overview: the calls just made show in the chart of the last hour', async (
     assert.ok(Number.isInteger(day) && day >= hour, `calls in the last day: ${day} (hour: ${hour})`);
     assert.equal(await page.getAttribute('#calls-hour svg', 'role'), 'img');
     assert.ok((await page.textContent('#calls-hour figcaption')).trim().length > 0);
-    // The admin key's `read` bucket was just charged: it is among the tightest, with a meter.
-    const buckets = await page.$$eval('#buckets li.bucket meter', (meters) =>
-      meters.map((m) => ({ value: Number(m.getAttribute('value')), max: Number(m.getAttribute('max')) })),
+    // The admin key's `read` bucket was just charged: it is among the tightest, with a bar.
+    const buckets = await page.$$eval('#buckets li.bucket', (items) =>
+      items.map((li) => ({
+        value: Number(li.getAttribute('data-count')),
+        max: Number(li.getAttribute('data-limit')),
+        bar: li.querySelector('svg.bucket-bar rect.fill') !== null,
+      })),
     );
-    assert.ok(buckets.some((b) => b.value >= made && b.max > 0), JSON.stringify(buckets));
+    assert.ok(buckets.some((b) => b.value >= made && b.max > 0 && b.bar), JSON.stringify(buckets));
     await assertPresent(page, '#errors');
     await shot(page, 'overview');
   } finally {
@@ -410,7 +423,10 @@ test('limits: a key lowered to one read a minute gets its second call refused', 
     assert.equal(new URL(page.url()).pathname, '/console/limits');
     const override = `#overrides tr[id="override-${key.id}-read"]`;
     const cells = await page.$$eval(`${override} td`, (tds) => tds.map((td) => td.textContent.trim()));
-    assert.deepEqual(cells, [key.id, 'browser test limited', 'read', '1']);
+    assert.deepEqual(cells, ['read', '1']);
+    // The key by its name, its id on hover.
+    assert.equal((await page.textContent(`${override} th.name`)).trim(), 'browser test limited');
+    assert.equal(await page.getAttribute(`${override} th.name`, 'title'), key.id);
     await shot(page, 'limits');
 
     assertClientsFound(await callTool(key.secret, 'search_clients'));
@@ -574,7 +590,7 @@ test('backends: each tool shows its scope, category and the calls and failures o
   }
 });
 
-test('320 px: the overview, credentials, limits, audit, audit row and backends pages do not scroll sideways, nor do their tables', async () => {
+test('320 px: the overview, credentials, limits, audit, audit row, latency and backends pages do not scroll sideways, nor do their tables', async () => {
   const context = await newContext({ viewport: { width: 320, height: 640 } });
   try {
     const page = await signIn(context);
@@ -586,6 +602,7 @@ test('320 px: the overview, credentials, limits, audit, audit row and backends p
       ['/console/limits', 'limits-320'],
       ['/console/audit', 'audit-320'],
       ['/console/backends', 'backends-320'],
+      ['/console/latency', 'latency-320'],
       [row, 'audit-row-320'],
     ]) {
       await page.goto(`${BASE}${path}`);
@@ -671,7 +688,9 @@ test('audit row: opened from the list, it shows its outcome and duration, and a 
     assert.equal((await page.textContent('#audit-row dd.outcome')).trim(), 'ok (admitted)');
     assert.match((await page.textContent('#audit-row dd.duration')).trim(), /^\d+(\.\d+)? ms$/);
     assert.equal((await page.textContent('#audit-row dd.tool')).trim(), 'search_clients');
-    assert.equal((await page.textContent('#audit-row dd.credential')).trim(), key.id);
+    // The caller by its key's name (a link to its calls), its id beside it on this page.
+    assert.equal((await page.textContent('#audit-row dd.credential a.name')).trim(), 'browser test row');
+    assert.equal((await page.textContent('#audit-row dd.credential code.id')).trim(), key.id);
     assert.equal((await page.textContent('#audit-row dd.transport')).trim(), 'http');
     assert.equal(await page.$('#catalog'), null, 'an admitted call has no catalog entry');
     assert.equal(await page.getAttribute('#nav a[aria-current=page]', 'href'), '/console/audit');
@@ -758,6 +777,164 @@ test('overview: a code keeps its colour in both charts when the ranking of the c
       [...new Set(rects.map((r) => getComputedStyle(r).fill))]);
     assert.deepEqual(bars, [second[required].css]);
     await shot(page, 'overview-colours');
+  } finally {
+    await context.close();
+  }
+});
+
+test('names: the overview and the credentials page show keys by their names, the ids on hover, and a bucket past its limit in the warning colour', async () => {
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    const name = 'browser test named';
+    const key = await createKey(page, name, 'clients:read');
+    // One read a minute, then two calls: the key's `read` bucket stands at 2 / 1.
+    await page.goto(`${BASE}/console/limits`);
+    await page.selectOption('#set-credential-limit [name=credential]', key.id);
+    await page.selectOption('#set-credential-limit [name=category]', 'read');
+    await page.fill('#set-credential-limit [name=per_minute]', '1');
+    await submit(page, '#set-credential-limit [type=submit]');
+    assertClientsFound(await callTool(key.secret, 'search_clients'));
+    const refused = await callTool(key.secret, 'search_clients');
+    assert.equal(refused.body.error?.data?.code, 'rate_limited', JSON.stringify(refused.body));
+    // And the admin key's own `read` bucket, well below its limit.
+    assertClientsFound(await callTool(ADMIN_KEY, 'search_clients'));
+    await untilAudited(page, `credential=${key.id}`, 2);
+
+    await page.goto(`${BASE}/console`);
+    // The operator by the key's name, not its id; the id on hover.
+    const who = await page.$eval('#sign-out .who', (span) => ({
+      text: span.innerText.trim(),
+      name: span.querySelector('.operator-name').innerText.trim(),
+      title: span.querySelector('.operator-name').getAttribute('title'),
+    }));
+    assert.equal(who.title, ADMIN_ID);
+    assert.ok(who.name.length > 0 && who.name !== ADMIN_ID, JSON.stringify(who));
+    assert.ok(!who.text.includes(ADMIN_ID), `the frame shows the id: ${JSON.stringify(who)}`);
+
+    // The buckets by their credential's name; past its limit, full and in the warning colour.
+    const buckets = await page.$$eval('#buckets li.bucket', (items) =>
+      items.map((li) => {
+        const fill = li.querySelector('svg.bucket-bar rect.fill');
+        return {
+          id: li.querySelector('.bucket-name .name').getAttribute('title'),
+          name: li.querySelector('.bucket-name .name').innerText.trim(),
+          text: li.innerText,
+          count: li.querySelector('.bucket-count').innerText.trim(),
+          full: li.classList.contains('bucket-full'),
+          width: Number(fill.getAttribute('width')),
+          colour: getComputedStyle(fill).fill,
+        };
+      }),
+    );
+    const mine = buckets.find((b) => b.id === key.id);
+    assert.ok(mine, `no bucket of ${key.id}: ${JSON.stringify(buckets)}`);
+    assert.equal(mine.name, name);
+    assert.ok(!mine.text.includes(key.id), JSON.stringify(mine));
+    assert.match(mine.count, /^2 \/ 1\b/);
+    assert.equal(mine.full, true);
+    assert.equal(mine.width, 100, 'the bar stops at full width');
+    const admin = buckets.find((b) => b.id === ADMIN_ID && !b.full);
+    assert.ok(admin, `no admin bucket below its limit: ${JSON.stringify(buckets)}`);
+    assert.ok(admin.width < 100, JSON.stringify(admin));
+    assert.notEqual(mine.colour, admin.colour, 'a bucket past its limit looks like one below it');
+    assert.equal(mine.colour, 'rgb(198, 40, 40)');
+    // The last failures name the caller too.
+    const failure = await page.$eval(`#errors td.credential[data-id="${key.id}"]`, (td) => td.innerText.trim());
+    assert.equal(failure, name);
+    await shot(page, 'overview-names');
+
+    // The credentials page: the key's row by its name, its id only in the title.
+    await page.goto(`${BASE}/console/credentials`);
+    const row = `#keys tr[id="key-${key.id}"]`;
+    assert.equal((await page.innerText(`${row} th.name`)).trim(), name);
+    assert.equal(await page.getAttribute(`${row} th.name`, 'title'), key.id);
+    assert.ok(!(await page.innerText(row)).includes(key.id), 'the credentials page shows the id');
+  } finally {
+    await context.close();
+  }
+});
+
+test('overview: the charts have a time axis and a count axis with labelled ticks', async () => {
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    assertClientsFound(await callTool(ADMIN_KEY, 'search_clients'));
+    await page.goto(`${BASE}/console`);
+    for (const chart of ['calls-hour', 'calls-day']) {
+      const axes = await page.$eval(`#${chart} svg`, (svg) => ({
+        x: [...svg.querySelectorAll('.x-axis text.tick')].map((t) => t.textContent.trim()),
+        y: [...svg.querySelectorAll('.y-axis text.tick')].map((t) => t.textContent.trim()),
+        titles: [...svg.querySelectorAll('text.axis-title')].map((t) => t.textContent.trim()),
+        desc: svg.querySelector('desc').textContent.trim(),
+        peak: Number(svg.getAttribute('data-peak')),
+      }));
+      assert.ok(axes.x.length >= 3, `${chart}: ${JSON.stringify(axes)}`);
+      for (const label of axes.x) assert.match(label, /^(\d\d-\d\d )?\d\d:\d\d$/, chart);
+      assert.equal(axes.y[0], '0', chart);
+      assert.ok(axes.y.length >= 2, `${chart}: a count tick above 0: ${JSON.stringify(axes)}`);
+      for (const label of axes.y) assert.ok(Number(label) <= axes.peak, `${chart}: ${label} > ${axes.peak}`);
+      assert.deepEqual(axes.titles, ['UTC', 'calls']);
+      assert.match(axes.desc, /UTC/);
+    }
+    // The day's first tick carries its date.
+    const first = await page.textContent('#calls-day .x-axis text.tick');
+    assert.match(first.trim(), /^\d\d-\d\d \d\d:\d\d$/);
+  } finally {
+    await context.close();
+  }
+});
+
+test('latency: a tool called a few times shows its p50, p95 and p99, and its slowest call opens its audit row', async () => {
+  const anonymous = await fetch(`${BASE}/console/latency`, { redirect: 'manual' });
+  assert.equal(anonymous.status, 303);
+  assert.equal(new URL(anonymous.headers.get('location'), BASE).pathname, '/console/sign-in');
+  const context = await newContext();
+  try {
+    const page = await signIn(context);
+    const key = await createKey(page, 'browser test latency', 'clients:read');
+    for (let i = 0; i < 3; i++) assertClientsFound(await callTool(key.secret, 'search_clients'));
+    await untilAudited(page, `credential=${key.id}`, 3);
+
+    await page.goto(`${BASE}/console/latency`);
+    assert.equal(await page.getAttribute('#nav a[aria-current=page]', 'href'), '/console/latency');
+    assert.equal((await page.textContent('h1')).trim(), 'Latency');
+    const line = '#by-tool tr[data-name="search_clients"]';
+    const figures = await page.$eval(line, (tr) => {
+      const cell = (c) => tr.querySelector(`td.hour.${c}`);
+      return {
+        calls: Number(cell('calls').textContent),
+        text: ['p50', 'p95', 'p99'].map((p) => cell(p).textContent.trim()),
+        us: ['p50', 'p95', 'p99'].map((p) => Number(cell(p).getAttribute('data-us'))),
+        dayCalls: Number(tr.querySelector('td.day.calls').textContent),
+        backend: tr.querySelector('.backend').textContent.trim(),
+      };
+    });
+    assert.ok(figures.calls >= 3, JSON.stringify(figures));
+    assert.ok(figures.dayCalls >= figures.calls, JSON.stringify(figures));
+    for (const text of figures.text) assert.match(text, /^\d+(\.\d+)? ms$/);
+    const [p50, p95, p99] = figures.us;
+    assert.ok(p50 >= 0 && p50 <= p95 && p95 <= p99, JSON.stringify(figures));
+    assert.equal(figures.backend, '(none: a built-in tool)');
+    // The backend test's calls count under their backend.
+    await assertPresent(page, '#by-backend tr[data-name="shop"]');
+    await assertPresent(page, '#by-tool tr[data-name="shop_get_thing"]');
+    await shot(page, 'latency');
+
+    // The slowest call of the hour opens its row of the audit log, with that duration.
+    const slowest = await page.$eval('#slowest-hour tr.slow-call', (tr) => ({
+      us: Number(tr.getAttribute('data-us')),
+      duration: tr.querySelector('td.duration').textContent.trim(),
+      tool: tr.querySelector('td.tool').textContent.trim(),
+    }));
+    const listed = await page.$$eval('#slowest-hour tr.slow-call', (trs) => trs.map((tr) => Number(tr.getAttribute('data-us'))));
+    assert.deepEqual(listed, [...listed].sort((a, b) => b - a), 'slowest first');
+    await Promise.all([page.waitForNavigation(), page.click('#slowest-hour tr.slow-call a.open')]);
+    assert.match(new URL(page.url()).pathname, /^\/console\/audit\/\d+$/);
+    const shown = (await page.textContent('#audit-row dd.duration')).trim();
+    assert.match(shown, /^\d+(\.\d+)? ms$/);
+    assert.equal(Math.round(parseFloat(shown) * 1000), slowest.us, `${shown} vs ${slowest.duration}`);
+    assert.equal((await page.textContent('#audit-row dd.tool')).trim(), slowest.tool);
   } finally {
     await context.close();
   }
