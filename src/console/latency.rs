@@ -266,6 +266,7 @@ mod tests {
             calls: 1,
             source: None,
             backend: backend.map(str::to_owned),
+            trace_id: None,
         }
     }
 
