@@ -45,11 +45,15 @@ pub(super) fn backends(console: &Console, op: &Operator) -> Response {
         .iter()
         .map(|b| backend_json(b, &registry, &counts, &since))
         .collect();
+    let held = match super::pins::held(console) {
+        Ok(held) => held,
+        Err(e) => return console.store_failed(op, e),
+    };
     let page = console.render(
         "backends.html",
         "backends",
         Some(op),
-        json!({"backends": backends}),
+        json!({"backends": backends, "held": held}),
     );
     Response::html(200, page)
 }

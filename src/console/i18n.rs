@@ -5,6 +5,7 @@
 
 mod latency;
 mod oauth;
+mod pins;
 
 use std::sync::LazyLock;
 
@@ -545,7 +546,11 @@ pub struct Texts {
 
 /// Every `(key, English, Spanish)` of the console's and the OAuth pages' tables.
 fn every_text() -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
-    TEXTS.iter().chain(oauth::TEXTS).chain(latency::TEXTS)
+    TEXTS
+        .iter()
+        .chain(oauth::TEXTS)
+        .chain(latency::TEXTS)
+        .chain(pins::TEXTS)
 }
 
 impl Texts {

@@ -25,6 +25,7 @@ mod i18n;
 mod latency;
 mod names;
 mod pages;
+mod pins;
 pub mod session;
 mod users;
 

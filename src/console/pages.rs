@@ -98,6 +98,9 @@ pub fn get(console: &Console, request: &Request<'_>, op: &Operator) -> Option<Re
         _ if path.starts_with("/console/grants/") => {
             return grants::confirm_page(console, op, path);
         }
+        _ if path.starts_with("/console/backends/held/") => {
+            return super::pins::confirm_page(console, op, path);
+        }
         _ => return confirm_page(console, op, path),
     };
     Some(page)
@@ -121,6 +124,9 @@ pub fn post(
         }
         path if path.starts_with("/console/grants/") => {
             return grants::post(console, request, op, path);
+        }
+        path if path.starts_with("/console/backends/held/") => {
+            return super::pins::post(console, request, op, path);
         }
         path => {
             let (kind, id, action) = action_path(path)?;

@@ -203,7 +203,8 @@ enum Command {
   tollgate faults clear"
     )]
     Faults(crate::ops::admin::FaultsCommand),
-    /// The REST APIs and MCP servers behind the gate: check what they yield.
+    /// The REST APIs and MCP servers behind the gate: check what they yield, list the
+    /// pinned definitions of the upstream tools (pins), approve or reject a changed one.
     #[command(
         subcommand,
         after_help = "Example:

@@ -190,10 +190,10 @@ started=$SECONDS
 status=0
 TG_CONSOLE_URL="$base" TG_CONSOLE_URL_ES="$base_es" TG_CONSOLE_ADMIN_KEY="$admin_key" \
     TG_CONSOLE_PERSON_KEY="$person_key" TG_CONSOLE_CHROMIUM="$chromium" \
-    TG_CONSOLE_NPM="$npm_dir" \
+    TG_CONSOLE_NPM="$npm_dir" TG_CONSOLE_BIN="$bin" \
     timeout 300 node --test --test-concurrency=1 --test-timeout=120000 "$@" \
         "$here/console.test.mjs" "$here/keys.test.mjs" "$here/users.test.mjs" \
-        "$here/oauth.test.mjs" || status=$?
+        "$here/oauth.test.mjs" "$here/pins.test.mjs" || status=$?
 if [ "$status" -ne 0 ]; then
     printf '\n==> tollgate serve log, last 50 lines\n'
     tail -n 50 "$data/serve.log"
