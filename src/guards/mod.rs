@@ -668,9 +668,6 @@ mod bench {
 /// Puts the chain's decisions on the call's span: who called, the tightest bucket charged
 /// and what is left of it, and whether the result was an idempotent replay.
 fn annotate_decisions(passage: &Passage<'_, '_>, outcome: &CallOutcome) {
-    if !crate::telemetry::enabled() {
-        return;
-    }
     let mut decisions: Vec<(&'static str, opentelemetry::Value)> = Vec::with_capacity(6);
     if let Some(principal) = &passage.principal {
         decisions.push(("tollgate.principal", principal.credential_id.clone().into()));
@@ -678,7 +675,8 @@ fn annotate_decisions(passage: &Passage<'_, '_>, outcome: &CallOutcome) {
             decisions.push(("tollgate.client", client.clone().into()));
         }
     }
-    if let Some(bucket) = passage.budget.tightest() {
+    // An answered call's budget has moved into its outcome; a refusal's is the passage's.
+    if let Some(bucket) = outcome.budget().unwrap_or(&passage.budget).tightest() {
         decisions.push(("tollgate.rate.bucket", bucket.bucket.into()));
         let left = i64::try_from(bucket.remaining()).unwrap_or(i64::MAX);
         decisions.push(("tollgate.rate.remaining", left.into()));
