@@ -110,7 +110,8 @@ impl TelemetryFigures {
 
     /// `exporter`'s server CPU per call over export off's.
     fn cpu_ratio(&self, exporter: Exporter) -> Option<f64> {
-        let off = self.of(Exporter::Off)?.1.cpu_us?;
+        // Under `TG_BENCH_WRAP` the process measured is the wrapper's: no ratio.
+        let off = self.of(Exporter::Off)?.1.cpu_us.filter(|us| *us > 0.0)?;
         Some(self.of(exporter)?.1.cpu_us? / off)
     }
 
@@ -390,7 +391,7 @@ pub(super) fn telemetry_scenario(dir: &Path, s: &Settings) -> TelemetryFigures {
         let runs: Vec<String> = per_run
             .iter()
             .map(|cpu| match (cpu[i], cpu[0]) {
-                (Some(on), Some(off)) => format!("{:.3}", on / off),
+                (Some(on), Some(off)) if off > 0.0 => format!("{:.3}", on / off),
                 _ => "–".to_owned(),
             })
             .collect();
