@@ -3,7 +3,8 @@
 //! built-in read tool on a large invoice book, the same HTTP load on a database with a
 //! large audit log and a million rate windows, cold start, a call forwarded to an upstream
 //! MCP server (against the upstream called directly and against mcp-proxy) and to a REST
-//! backend, the cost of each guard — and the rate limiter alone, in-process.
+//! backend, the cost of exporting traces (and of an exporter that cannot deliver), the cost
+//! of each guard — and the rate limiter alone, in-process.
 //!
 //! ```text
 //! cargo bench --features conformance-pack --bench load -- [options]
@@ -94,6 +95,19 @@
 //!   shop_get_item`, both with the admin key and every guard, alternating which goes
 //!   first; prints both, the REST server's CPU per forwarded call, and the gate's CPU per
 //!   forwarded call as a ratio to its CPU per local call (target ≤ 2.5).
+//! - `telemetry` — what exporting traces costs a call (`benches/load/telemetry.rs`): the
+//!   guarded HTTP load of `http` on four `tollgate serve --conformance-pack` gates that
+//!   differ only in their OTLP exporter: export off; export on to a closed port (a listener
+//!   bound, its port noted, the listener dropped); to a receiver that accepts TCP
+//!   connections and never answers (`OTEL_EXPORTER_OTLP_TIMEOUT` 3 s); and to one that
+//!   answers every export 200 with an empty protobuf body (the cost of export that works).
+//!   Both receivers are threads of the bench's own. Each run starts every gate afresh on a
+//!   fresh database, one after the other in an order that rotates from run to run, and
+//!   reads each exporting gate's span counts (exported, dropped, failed exports) from its
+//!   `/metrics` after its load. Prints calls/s, p50, p99 and server CPU per call of each,
+//!   the span counts, each exporter's CPU per call as a ratio to export off's (target for
+//!   the two failing ones: ≤ 1.05, with spans dropped and counted in every run), by run and
+//!   median, and a markdown table of the four.
 //! - `postgres` — the guarded HTTP load of `http` on an SQLite file, then on a PostgreSQL
 //!   database with one `tollgate serve` node, then with two nodes on one database (the
 //!   connections split between them; CPU per call is both nodes' together), in the same
@@ -112,7 +126,8 @@
 //!
 //! Environment: `TG_BENCH_WRAP="perf record -g -o perf.data --"` runs every measured
 //! tollgate server under that command (profiling; not the cold starts, not the bench's own
-//! servers, not mcp-proxy). `TG_BENCH_SKIP_GUARDS` is set by the `guards` scenario alone and
+//! servers, not mcp-proxy). No `OTEL_*` variable of the bench's environment reaches a
+//! server: only the `telemetry` scenario's gates export. `TG_BENCH_SKIP_GUARDS` is set by the `guards` scenario alone and
 //! removed from every other server. `TG_BENCH_BIN` measures another build of the binary (an
 //! A/B comparison) instead of the one built with the bench. `TG_BENCH_MCP_PROXY` names the
 //! mcp-proxy binary `backend` measures.
@@ -141,6 +156,8 @@ mod provider;
 mod rest;
 #[path = "load/serve.rs"]
 mod serve;
+#[path = "load/telemetry.rs"]
+mod telemetry;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -177,7 +194,7 @@ fn bin() -> String {
 /// The variable a `bench-switches` build reads to switch guards off.
 const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 11] = [
+const SCENARIOS: [&str; 12] = [
     "http",
     "stdio",
     "provider",
@@ -186,6 +203,7 @@ const SCENARIOS: [&str; 11] = [
     "coldstart",
     "backend",
     "rest",
+    "telemetry",
     "postgres",
     "guards",
     "limiter",
@@ -703,7 +721,9 @@ fn file_mib(path: &Path) -> f64 {
 
 /// The server under test on `db`: run by `TG_BENCH_WRAP` when set, else pinned to CPU 0
 /// when `pinned` (so the load generator does not compete with it for the core), with the
-/// `skip`: the guard steps to leave out (honoured by a `bench-switches` build only).
+/// `skip`: the guard steps to leave out (honoured by a `bench-switches` build only). No
+/// `OTEL_*` variable of the bench's environment reaches it: traces are exported only where
+/// the `telemetry` scenario asks.
 fn server_command(db: &Path, skip: Option<&str>, pinned: bool) -> Command {
     let mut cmd = if let Ok(wrapper) = std::env::var("TG_BENCH_WRAP") {
         let mut words = wrapper.split_whitespace();
@@ -722,6 +742,11 @@ fn server_command(db: &Path, skip: Option<&str>, pinned: bool) -> Command {
         .env_remove("TOLLGATE_TOKEN")
         .env_remove(SKIP_VAR)
         .env("RUST_LOG", "error");
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("OTEL_") {
+            cmd.env_remove(name);
+        }
+    }
     if let Some(skip) = skip {
         cmd.env(SKIP_VAR, skip);
     }
@@ -770,7 +795,18 @@ struct HttpServer {
 impl HttpServer {
     /// Starts `tollgate serve <extra>` on `db` and waits until it accepts connections.
     fn start(db: &Path, extra: &[&str], skip: Option<&str>, s: &Settings) -> HttpServer {
-        let server = HttpServer::spawn(db, extra, skip, s, Stdio::inherit());
+        HttpServer::start_env(db, extra, skip, &[], s)
+    }
+
+    /// [`HttpServer::start`] with the variables `env` set in the server's environment.
+    fn start_env(
+        db: &Path,
+        extra: &[&str],
+        skip: Option<&str>,
+        env: &[(&str, String)],
+        s: &Settings,
+    ) -> HttpServer {
+        let server = HttpServer::spawn_env(db, extra, skip, env, s, Stdio::inherit());
         let addr = server.addr;
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(addr).is_err() {
@@ -791,12 +827,25 @@ impl HttpServer {
         s: &Settings,
         stderr: Stdio,
     ) -> HttpServer {
+        HttpServer::spawn_env(db, extra, skip, &[], s, stderr)
+    }
+
+    /// [`HttpServer::spawn`] with the variables `env` set in the server's environment.
+    fn spawn_env(
+        db: &Path,
+        extra: &[&str],
+        skip: Option<&str>,
+        env: &[(&str, String)],
+        s: &Settings,
+        stderr: Stdio,
+    ) -> HttpServer {
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let mut cmd = server_command(db, skip, s.pin);
         cmd.arg("serve")
             .args(extra)
             .args(["--listen", &addr.to_string()])
             .env("TOLLGATE_HTTP_METRICS", "true")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(stderr);
         HttpServer {
@@ -1329,6 +1378,8 @@ struct Headlines {
     postgres: Option<postgres::PostgresFigures>,
     /// The API key and the provider's token on one server.
     provider: Option<provider::ProviderFigures>,
+    /// Export off, failing and succeeding.
+    telemetry: Option<telemetry::TelemetryFigures>,
 }
 
 /// Prints how many calls the server's charging transactions held on average so far, from
@@ -2349,6 +2400,9 @@ fn print_summary(h: &Headlines, s: &Settings) {
     if let Some(r) = &h.rest {
         rows.push(r.goal());
     }
+    if let Some(t) = &h.telemetry {
+        rows.extend(t.goals());
+    }
     if let Some(p) = &h.postgres {
         for (label, f) in [
             ("SQLite file, one node", &p.sqlite),
@@ -2397,14 +2451,21 @@ fn main() {
     // These scenarios call the conformance fixtures (`test_simple_text` and friends), which
     // a binary carries only when built with the `conformance-pack` feature.
     let needs_fixtures = [
-        "http", "stdio", "provider", "bigdb", "rest", "postgres", "guards",
+        "http",
+        "stdio",
+        "provider",
+        "bigdb",
+        "rest",
+        "telemetry",
+        "postgres",
+        "guards",
     ];
     if !tollgate::HAS_CONFORMANCE_PACK
         && std::env::var_os("TG_BENCH_BIN").is_none()
         && needs_fixtures.iter().any(|name| s.wants(name))
     {
         eprintln!(
-            "load: the http, stdio, provider, bigdb, rest, postgres and guards scenarios need the conformance fixtures: \
+            "load: the http, stdio, provider, bigdb, rest, telemetry, postgres and guards scenarios need the conformance fixtures: \
              run `cargo bench --features conformance-pack --bench load` (with \
              `--only invoice,coldstart,backend,limiter` they are not needed)"
         );
@@ -2436,6 +2497,9 @@ fn main() {
     }
     if s.wants("rest") {
         headlines.rest = rest::rest_scenario(dir.path(), &s);
+    }
+    if s.wants("telemetry") {
+        headlines.telemetry = Some(telemetry::telemetry_scenario(dir.path(), &s));
     }
     if s.wants("postgres") {
         headlines.postgres = postgres::postgres_scenario(dir.path(), &s);

@@ -666,24 +666,23 @@ mod bench {
 }
 
 /// Puts the chain's decisions on the call's span: who called, the tightest bucket charged
-/// and what is left of it, and whether the result was an idempotent replay. An answered
-/// call's budget has moved into its outcome; a refused one's is still the passage's.
+/// and what is left of it, and whether the result was an idempotent replay.
 fn annotate_decisions(passage: &Passage<'_, '_>, outcome: &CallOutcome) {
-    let span = tracing::Span::current();
+    let mut decisions: crate::telemetry::SpanAttributes = Vec::with_capacity(6);
     if let Some(principal) = &passage.principal {
-        crate::telemetry::annotate(&span, "tollgate.principal", principal.credential_id.clone());
+        decisions.push(("tollgate.principal", principal.credential_id.clone().into()));
         if let Some(client) = &principal.client_id {
-            crate::telemetry::annotate(&span, "tollgate.client", client.clone());
+            decisions.push(("tollgate.client", client.clone().into()));
         }
     }
-    let budget = outcome.budget().unwrap_or(&passage.budget);
-    if let Some(bucket) = budget.tightest() {
-        crate::telemetry::annotate(&span, "tollgate.rate.bucket", bucket.bucket);
+    // An answered call's budget has moved into its outcome; a refusal's is the passage's.
+    if let Some(bucket) = outcome.budget().unwrap_or(&passage.budget).tightest() {
+        decisions.push(("tollgate.rate.bucket", bucket.bucket.into()));
         let left = i64::try_from(bucket.remaining()).unwrap_or(i64::MAX);
-        crate::telemetry::annotate(&span, "tollgate.rate.remaining", left);
+        decisions.push(("tollgate.rate.remaining", left.into()));
     }
     if let Some(backend) = passage.tool.and_then(|t| t.tool.backend()) {
-        crate::telemetry::annotate(&span, "tollgate.backend", backend.to_owned());
+        decisions.push(("tollgate.backend", backend.to_owned().into()));
     }
     let replayed = matches!(
         outcome,
@@ -692,5 +691,6 @@ fn annotate_decisions(passage: &Passage<'_, '_>, outcome: &CallOutcome) {
             ..
         }
     );
-    crate::telemetry::annotate(&span, "tollgate.idempotent_replay", replayed);
+    decisions.push(("tollgate.idempotent_replay", replayed.into()));
+    crate::telemetry::annotate_all(&tracing::Span::current(), decisions);
 }

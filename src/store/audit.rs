@@ -451,113 +451,6 @@ fn rows_before(conn: &Conn<'_>, since_ms: i64) -> Result<i64, StoreError> {
     Ok(older.unwrap_or(0))
 }
 
-/// The console's latency page: the single calls of a time range with their durations,
-/// newest first and bounded (the percentiles are computed over them in the console).
-mod durations {
-    use super::{ROW_COLUMNS, row_from, row_limit, rows_before};
-    use crate::store::sql::args;
-    use crate::store::{Store, StoreError};
-
-    use super::AuditRow;
-
-    impl Store {
-        /// The rows of single calls in `since_ms..until_ms`, newest first, at most `limit`:
-        /// summary rows (which stand for many refusals and time none of them) and the
-        /// console's own changes (`console:…`) are left out. The rows are found by the
-        /// primary key as [`Store::backend_calls_by_tool`] finds them (a row up to
-        /// [`super::OUT_OF_ORDER_MS`] out of order still counts).
-        pub fn timed_calls(
-            &self,
-            since_ms: i64,
-            until_ms: i64,
-            limit: u32,
-        ) -> Result<Vec<AuditRow>, StoreError> {
-            let limit = row_limit(limit);
-            self.with_conn(|conn| {
-                let after = rows_before(conn, since_ms)?;
-                conn.query_all(
-                    &format!(
-                        "{ROW_COLUMNS} WHERE id > ?1 AND at >= ?2 AND at < ?3 \
-                         AND source IS NULL AND tool NOT LIKE 'console:%' \
-                         ORDER BY id DESC LIMIT ?4 + 0"
-                    ),
-                    args![after, since_ms, until_ms, limit],
-                    row_from,
-                )
-            })
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::super::{AuditRow, OUT_OF_ORDER_MS, insert_row};
-        use crate::store::testing::stores;
-
-        fn timed(at: i64, tool: &str, duration_us: i64, source: Option<&str>) -> AuditRow {
-            AuditRow {
-                id: 0,
-                at_ms: at,
-                request_id: "1".to_owned(),
-                credential_id: Some("K1".to_owned()),
-                client_id: None,
-                tool: tool.to_owned(),
-                outcome: "ok".to_owned(),
-                entry: None,
-                duration_us,
-                transport: "http".to_owned(),
-                calls: if source.is_some() { 7 } else { 1 },
-                source: source.map(str::to_owned),
-                backend: tool.starts_with("shop_").then(|| "shop".to_owned()),
-                trace_id: None,
-            }
-        }
-
-        #[test]
-        fn the_single_calls_of_a_range_are_read_newest_first_up_to_the_limit() {
-            const HOUR: i64 = 3_600_000;
-            for scratch in stores() {
-                let store = &scratch.store;
-                let since = 10 * HOUR;
-                let rows = [
-                    // Before the range (even within the out-of-order margin): left out.
-                    timed(since - OUT_OF_ORDER_MS / 2, "a", 1, None),
-                    timed(since, "a", 10, None),
-                    timed(since + 1, "shop_list", 20, None),
-                    // A summary row and a console change: not timed calls.
-                    timed(since + 2, "a", 30, Some("http:10.0.0.1")),
-                    timed(since + 3, "console:revoke_key", 40, None),
-                    timed(since + 4, "a", 50, None),
-                    // At the end of the range: left out.
-                    timed(since + HOUR, "a", 60, None),
-                ];
-                for row in &rows {
-                    store
-                        .in_transaction(|tx| insert_row(tx, row))
-                        .expect("insert");
-                }
-                let read = |limit| -> Vec<(String, i64, Option<String>)> {
-                    store
-                        .timed_calls(since, since + HOUR, limit)
-                        .expect("read")
-                        .into_iter()
-                        .map(|r| (r.tool, r.duration_us, r.backend))
-                        .collect()
-                };
-                assert_eq!(
-                    read(100),
-                    [
-                        ("a".to_owned(), 50, None),
-                        ("shop_list".to_owned(), 20, Some("shop".to_owned())),
-                        ("a".to_owned(), 10, None),
-                    ]
-                );
-                assert_eq!(read(2).len(), 2);
-                assert_eq!(read(2)[0].1, 50);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1165,6 +1058,114 @@ mod tests {
                     ),
                 ]
             );
+        }
+    }
+}
+
+/// The console's latency page: the single calls of a time range with their durations,
+/// newest first and bounded (the percentiles are computed over them in the console).
+/// After the tests above: its own tests are inside it.
+mod durations {
+    use super::{ROW_COLUMNS, row_from, row_limit, rows_before};
+    use crate::store::sql::args;
+    use crate::store::{Store, StoreError};
+
+    use super::AuditRow;
+
+    impl Store {
+        /// The rows of single calls in `since_ms..until_ms`, newest first, at most `limit`:
+        /// summary rows (which stand for many refusals and time none of them) and the
+        /// console's own changes (`console:…`) are left out. The rows are found by the
+        /// primary key as [`Store::backend_calls_by_tool`] finds them (a row up to
+        /// [`super::OUT_OF_ORDER_MS`] out of order still counts).
+        pub fn timed_calls(
+            &self,
+            since_ms: i64,
+            until_ms: i64,
+            limit: u32,
+        ) -> Result<Vec<AuditRow>, StoreError> {
+            let limit = row_limit(limit);
+            self.with_conn(|conn| {
+                let after = rows_before(conn, since_ms)?;
+                conn.query_all(
+                    &format!(
+                        "{ROW_COLUMNS} WHERE id > ?1 AND at >= ?2 AND at < ?3 \
+                         AND source IS NULL AND tool NOT LIKE 'console:%' \
+                         ORDER BY id DESC LIMIT ?4 + 0"
+                    ),
+                    args![after, since_ms, until_ms, limit],
+                    row_from,
+                )
+            })
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::super::{AuditRow, OUT_OF_ORDER_MS, insert_row};
+        use crate::store::testing::stores;
+
+        fn timed(at: i64, tool: &str, duration_us: i64, source: Option<&str>) -> AuditRow {
+            AuditRow {
+                id: 0,
+                at_ms: at,
+                request_id: "1".to_owned(),
+                credential_id: Some("K1".to_owned()),
+                client_id: None,
+                tool: tool.to_owned(),
+                outcome: "ok".to_owned(),
+                entry: None,
+                duration_us,
+                transport: "http".to_owned(),
+                calls: if source.is_some() { 7 } else { 1 },
+                source: source.map(str::to_owned),
+                backend: tool.starts_with("shop_").then(|| "shop".to_owned()),
+                trace_id: None,
+            }
+        }
+
+        #[test]
+        fn the_single_calls_of_a_range_are_read_newest_first_up_to_the_limit() {
+            const HOUR: i64 = 3_600_000;
+            for scratch in stores() {
+                let store = &scratch.store;
+                let since = 10 * HOUR;
+                let rows = [
+                    // Before the range (even within the out-of-order margin): left out.
+                    timed(since - OUT_OF_ORDER_MS / 2, "a", 1, None),
+                    timed(since, "a", 10, None),
+                    timed(since + 1, "shop_list", 20, None),
+                    // A summary row and a console change: not timed calls.
+                    timed(since + 2, "a", 30, Some("http:10.0.0.1")),
+                    timed(since + 3, "console:revoke_key", 40, None),
+                    timed(since + 4, "a", 50, None),
+                    // At the end of the range: left out.
+                    timed(since + HOUR, "a", 60, None),
+                ];
+                for row in &rows {
+                    store
+                        .in_transaction(|tx| insert_row(tx, row))
+                        .expect("insert");
+                }
+                let read = |limit| -> Vec<(String, i64, Option<String>)> {
+                    store
+                        .timed_calls(since, since + HOUR, limit)
+                        .expect("read")
+                        .into_iter()
+                        .map(|r| (r.tool, r.duration_us, r.backend))
+                        .collect()
+                };
+                assert_eq!(
+                    read(100),
+                    [
+                        ("a".to_owned(), 50, None),
+                        ("shop_list".to_owned(), 20, Some("shop".to_owned())),
+                        ("a".to_owned(), 10, None),
+                    ]
+                );
+                assert_eq!(read(2).len(), 2);
+                assert_eq!(read(2)[0].1, 50);
+            }
         }
     }
 }

@@ -135,6 +135,10 @@ where
         .with_threads(false)
         .with_target(false)
         .with_tracked_inactivity(false)
+        // Nothing reads the thread's current OpenTelemetry context (spans are parented on
+        // tracing's, backends get the context of their span): entering and leaving a span
+        // need not switch it.
+        .with_context_activation(false)
         .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
             if meta.is_span() {
                 matches!(meta.name(), "request" | "backend call")

@@ -28,8 +28,8 @@ pub use context::{HttpTrace, TraceFields};
 pub use export::{Exporting, SpanCounts, SpanLayer, span_counts, start};
 pub use histogram::{Histogram, HistogramSnapshot, LATENCY_BUCKETS_MICROS};
 pub use spans::{
-    ClientCall, ServerRequest, SpanAttributes, annotate, continue_trace, current_trace_id,
-    record_failure, records_arguments,
+    ClientCall, ServerRequest, SpanAttributes, annotate, annotate_all, continue_trace,
+    current_trace_id, record_failure, records_arguments,
 };
 
 /// Whether spans are being recorded (an exporter is running).

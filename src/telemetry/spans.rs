@@ -1,6 +1,7 @@
 //! The spans: a request's SERVER span (its attributes, how it continues the caller's trace,
 //! its outcome) and the CLIENT span of a call to a backend.
 
+use opentelemetry::KeyValue;
 use opentelemetry::trace::{Status, TraceContextExt};
 use serde_json::{Map, Value};
 use tracing::Span;
@@ -62,13 +63,18 @@ pub fn continue_trace(span: &Span, req: &ServerRequest<'_>) {
         }
         (None, None) => {}
     }
-    span.set_attribute("mcp.method.name", req.method.to_owned());
+    // Set at once on the started span: one look-up of it, where the span's own
+    // `set_attribute` makes one per attribute.
+    let mut attributes = Vec::with_capacity(8);
+    attributes.push(KeyValue::new("mcp.method.name", req.method.to_owned()));
     match (req.method, req.target) {
         ("tools/call", Some(name)) => {
-            span.set_attribute("gen_ai.tool.name", name.to_owned());
-            span.set_attribute("gen_ai.operation.name", "execute_tool");
+            attributes.push(KeyValue::new("gen_ai.tool.name", name.to_owned()));
+            attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
         }
-        ("prompts/get", Some(name)) => span.set_attribute("gen_ai.prompt.name", name.to_owned()),
+        ("prompts/get", Some(name)) => {
+            attributes.push(KeyValue::new("gen_ai.prompt.name", name.to_owned()));
+        }
         _ => {}
     }
     if let Some(id) = req.rpc_id {
@@ -76,24 +82,25 @@ pub fn continue_trace(span: &Span, req: &ServerRequest<'_>) {
             Value::String(text) => text.clone(),
             other => other.to_string(),
         };
-        span.set_attribute("jsonrpc.request.id", id);
+        attributes.push(KeyValue::new("jsonrpc.request.id", id));
     }
     if let Some(session) = req.session_id {
-        span.set_attribute("mcp.session.id", session.to_owned());
+        attributes.push(KeyValue::new("mcp.session.id", session.to_owned()));
     }
     match req.http {
         Some(http) => {
-            span.set_attribute("network.transport", "tcp");
-            span.set_attribute("network.protocol.name", "http");
+            attributes.push(KeyValue::new("network.transport", "tcp"));
+            attributes.push(KeyValue::new("network.protocol.name", "http"));
             if let Some(local) = http.local {
-                span.set_attribute("server.address", local.ip().to_string());
-                span.set_attribute("server.port", i64::from(local.port()));
+                attributes.push(KeyValue::new("server.address", local.ip().to_string()));
+                attributes.push(KeyValue::new("server.port", i64::from(local.port())));
             }
         }
-        None => span.set_attribute("network.transport", "pipe"),
+        None => attributes.push(KeyValue::new("network.transport", "pipe")),
     }
     let cx = span.context();
     let started = cx.span();
+    started.set_attributes(attributes);
     let ids = started.span_context();
     span.record("trace_id", tracing::field::display(ids.trace_id()));
     span.record("span_id", tracing::field::display(ids.span_id()));
@@ -103,6 +110,20 @@ pub fn continue_trace(span: &Span, req: &ServerRequest<'_>) {
 pub fn annotate(span: &Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
     if enabled() {
         span.set_attribute(key, value);
+    }
+}
+
+/// Sets several attributes on `span` at once: one look-up of its OpenTelemetry span, where
+/// [`annotate`] makes one each.
+pub fn annotate_all(
+    span: &Span,
+    attributes: impl IntoIterator<Item = (&'static str, opentelemetry::Value)>,
+) {
+    if enabled() {
+        let attributes = attributes
+            .into_iter()
+            .map(|(key, value)| KeyValue::new(key, value));
+        span.context().span().set_attributes(attributes);
     }
 }
 
