@@ -404,7 +404,7 @@ fn seconds(micros: u64) -> String {
 
 /// The span exporter's families, when spans are exported.
 fn render_spans(page: &mut String) {
-    if !crate::telemetry::enabled() {
+    if !crate::telemetry::configured() {
         return;
     }
     let counts = crate::telemetry::span_counts();

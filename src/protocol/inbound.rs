@@ -123,7 +123,7 @@ pub(crate) fn request_span(
         .id
         .as_ref()
         .map_or_else(|| "null".to_owned(), Value::to_string);
-    let Some(trace) = trace.filter(|_| crate::telemetry::enabled()) else {
+    let Some(trace) = trace.filter(|_| crate::telemetry::recording_request()) else {
         return tracing::error_span!(
             "request",
             id,

@@ -6,7 +6,9 @@
 //! queue; when [`TelemetryConfig::queue`] spans are already waiting or being sent — the
 //! collector is down, slow, or never answers within the export deadline — the span is
 //! dropped and counted, as is every span of a batch the collector refused. The counts are
-//! on `/metrics` ([`span_counts`]).
+//! on `/metrics` ([`span_counts`]). After a failed export or a full queue, spans are not
+//! recorded at all for [`PAUSE`] (each request counted as a dropped span): a collector
+//! that is down costs the calls nothing, rather than the work of spans thrown away.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +29,38 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{Sampler, TelemetryConfig};
+
+/// How long spans are not recorded after an export failed or the queue filled: a collector
+/// that cannot take them costs the calls nothing meanwhile. The first batch after the pause
+/// tries again.
+const PAUSE: Duration = Duration::from_secs(30);
+
+/// Until when recording is paused, in nanoseconds since [`since_start`]'s origin; 0: not.
+static PAUSED_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+/// Nanoseconds since the first time this was asked (a monotonic origin of the process).
+fn since_start() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = ORIGIN.get_or_init(std::time::Instant::now);
+    u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Whether recording is paused now (one atomic load while it is not).
+pub(super) fn paused() -> bool {
+    let until = PAUSED_UNTIL.load(Ordering::Relaxed);
+    until != 0 && since_start() < until
+}
+
+/// Pauses recording for [`PAUSE`] from now.
+fn pause() {
+    let until = since_start().saturating_add(u64::try_from(PAUSE.as_nanos()).unwrap_or(u64::MAX));
+    PAUSED_UNTIL.store(until.max(1), Ordering::Relaxed);
+}
+
+/// Counts one span not recorded because recording is paused.
+pub(super) fn count_unrecorded() {
+    DROPPED.fetch_add(1, Ordering::Relaxed);
+}
 
 /// Spans sent in one export at most.
 const BATCH: usize = 512;
@@ -141,7 +175,10 @@ where
         .with_context_activation(false)
         .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
             if meta.is_span() {
+                // The spans made to be exported: those that name their kind. A request's
+                // log span without one (telemetry paused) costs the exporter nothing.
                 matches!(meta.name(), "request" | "backend call")
+                    && meta.fields().field("otel.kind").is_some()
             } else {
                 *meta.level() <= tracing::Level::WARN
             }
@@ -183,6 +220,7 @@ impl SpanProcessor for Bounded {
         if self.in_queue.fetch_add(1, Ordering::AcqRel) >= self.capacity {
             self.in_queue.fetch_sub(1, Ordering::AcqRel);
             DROPPED.fetch_add(1, Ordering::Relaxed);
+            pause();
             return;
         }
         self.inner.on_end(span);
@@ -220,6 +258,7 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
         match &result {
             Ok(()) => {
                 EXPORTED.fetch_add(count, Ordering::Relaxed);
+                PAUSED_UNTIL.store(0, Ordering::Relaxed);
                 if self.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(endpoint = %self.endpoint, "spans are exported again");
                 }
@@ -227,6 +266,7 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
             Err(e) => {
                 DROPPED.fetch_add(count, Ordering::Relaxed);
                 FAILED_EXPORTS.fetch_add(1, Ordering::Relaxed);
+                pause();
                 if !self.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         endpoint = %self.endpoint,

@@ -35,7 +35,26 @@ pub use spans::{
 /// Whether spans are being recorded (an exporter is running).
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
-/// Whether spans are recorded and exported in this process.
+/// Whether spans are recorded and exported in this process now: configured, and not
+/// paused because the collector could not take them.
 pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed) && !export::paused()
+}
+
+/// Whether spans are exported in this process (paused or not).
+pub fn configured() -> bool {
     ENABLED.load(Ordering::Relaxed)
+}
+
+/// Whether a request starting now gets a SERVER span: [`enabled`], and when it is not only
+/// because recording is paused, the span it does not get is counted as dropped.
+pub fn recording_request() -> bool {
+    if !ENABLED.load(Ordering::Relaxed) {
+        return false;
+    }
+    if export::paused() {
+        export::count_unrecorded();
+        return false;
+    }
+    true
 }
