@@ -1,6 +1,6 @@
 // What the console's browser tests share: a fresh Chromium context whose pages record every
 // Content-Security-Policy violation, a form submitted and its navigation awaited, a table
-// cell's text, and the scroll boxes a table overflows.
+// cell's text, the scroll boxes a table overflows, and the tools an agent is shown.
 
 /** Wider than its box by more than this many pixels, a table scrolls sideways. */
 export const SCROLL_TOLERANCE_PX = 4;
@@ -43,4 +43,30 @@ export function overflowingBoxes(page) {
     boxes.filter((box) => box.scrollWidth > box.clientWidth + tolerance)
       .map((box) => `${box.firstElementChild?.id}: ${box.scrollWidth} > ${box.clientWidth}`),
   SCROLL_TOLERANCE_PX);
+}
+
+/**
+ * The tools a stateless (2026-07-28) `tools/list` on `base`'s `/mcp` with `token` shows,
+ * as the server lists them.
+ */
+export async function listTools(base, token, client = 'tollgate-console-tests') {
+  const meta = {
+    'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+    'io.modelcontextprotocol/clientCapabilities': {},
+    'io.modelcontextprotocol/clientInfo': { name: client, version: '0' },
+  };
+  const response = await fetch(`${base}/mcp`, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json',
+      Accept: 'application/json, text/event-stream',
+      'MCP-Protocol-Version': '2026-07-28',
+      'Mcp-Method': 'tools/list',
+      Authorization: `Bearer ${token}`,
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: meta } }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  if (response.status !== 200) throw new Error(`tools/list answered ${response.status}`);
+  return (await response.json()).result.tools;
 }

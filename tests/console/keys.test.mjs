@@ -19,6 +19,8 @@ import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
+import { listTools } from './browser.mjs';
+
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BASE = required('TG_CONSOLE_URL');
@@ -82,26 +84,7 @@ function scopeBox(page, scope) {
 
 /** The names of the tools a stateless (2026-07-28) `tools/list` with `token` shows. */
 async function listedTools(token) {
-  const meta = {
-    'io.modelcontextprotocol/protocolVersion': '2026-07-28',
-    'io.modelcontextprotocol/clientCapabilities': {},
-    'io.modelcontextprotocol/clientInfo': { name: 'tollgate-console-keys-tests', version: '0' },
-  };
-  const response = await fetch(`${BASE}/mcp`, {
-    method: 'POST',
-    headers: {
-      'Content-Type': 'application/json',
-      Accept: 'application/json, text/event-stream',
-      'MCP-Protocol-Version': '2026-07-28',
-      'Mcp-Method': 'tools/list',
-      Authorization: `Bearer ${token}`,
-    },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: meta } }),
-    signal: AbortSignal.timeout(10_000),
-  });
-  assert.equal(response.status, 200);
-  const body = await response.json();
-  return body.result.tools.map((tool) => tool.name).sort();
+  return (await listTools(BASE, token, 'tollgate-console-keys-tests')).map((tool) => tool.name).sort();
 }
 
 test('the picker groups the known scopes, each checkbox named by its label', async () => {

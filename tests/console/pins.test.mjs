@@ -19,6 +19,8 @@ import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
+import { listTools, submit } from './browser.mjs';
+
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BIN = required('TG_CONSOLE_BIN');
@@ -114,31 +116,8 @@ after(async () => {
 });
 
 /** The tools a stateless (2026-07-28) `tools/list` with the admin key shows. */
-async function listed() {
-  const meta = {
-    'io.modelcontextprotocol/protocolVersion': '2026-07-28',
-    'io.modelcontextprotocol/clientCapabilities': {},
-    'io.modelcontextprotocol/clientInfo': { name: 'tollgate-console-pins-tests', version: '0' },
-  };
-  const response = await fetch(`${base}/mcp`, {
-    method: 'POST',
-    headers: {
-      'Content-Type': 'application/json',
-      Accept: 'application/json, text/event-stream',
-      'MCP-Protocol-Version': '2026-07-28',
-      'Mcp-Method': 'tools/list',
-      Authorization: `Bearer ${adminKey}`,
-    },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: meta } }),
-    signal: AbortSignal.timeout(10_000),
-  });
-  assert.equal(response.status, 200);
-  return (await response.json()).result.tools;
-}
-
-async function submit(page, selector) {
-  const [response] = await Promise.all([page.waitForNavigation(), page.click(selector)]);
-  return response;
+function listed() {
+  return listTools(base, adminKey, 'tollgate-console-pins-tests');
 }
 
 test('a changed upstream tool is reviewed side by side and approved from the backends page', async () => {
