@@ -24,6 +24,7 @@ const TABLES: &[&str] = &[
     "rate_counters",
     "idempotency_keys",
     "audit_log",
+    "tool_pins",
     "faults",
     "clients",
     "invoice_series",
@@ -141,6 +142,15 @@ fn installation() -> Installation {
          last_seen_at, write_per_minute) VALUES ('u0123456789abcdef01234567', \
          'https://idp.example.com', 'ana', 'Ana', 'portal', 1700000000, 1700000060, 5)",
     );
+    // An upstream tool's definition approved on first use, and a change of it held.
+    db.sql(&format!(
+        "INSERT INTO tool_pins (backend, tool, digest, definition, state, seen_at, decided_at, \
+         decided_by) VALUES ('wh', 'lookup', '{a}', '{{\"name\":\"lookup\"}}', 'approved', \
+         1700000000000, 1700000000000, 'first use'), ('wh', 'lookup', '{b}', \
+         '{{\"name\":\"lookup\",\"description\":\"changed\"}}', 'pending', 1700000060000, NULL, NULL)",
+        a = "a".repeat(64),
+        b = "b".repeat(64),
+    ));
     // The front door: a host registered, the reader signed in and consented, the code
     // exchanged (a grant, a code, a family of tokens), and a sign-in left half-way.
     let front = crate::oauth_server::front_door(&db);

@@ -127,7 +127,7 @@ impl Listing {
     /// store that cannot be read holds them all: nothing unapproved is offered.
     pub(super) fn apply(&mut self, pins: &Pins) {
         let presented: Vec<Presented> = self.candidates.iter().map(|(_, p)| p.clone()).collect();
-        let holds = pins.review(&presented).unwrap_or_else(|e| {
+        let holds = review_off_runtime(pins, &presented).unwrap_or_else(|e| {
             tracing::warn!(
                 backend = %pins.backend,
                 error = %e,
@@ -144,6 +144,23 @@ impl Listing {
             }
         }
     }
+}
+
+/// [`Pins::review`], on a thread of its own when called on the outbound runtime (a list
+/// that arrives with a connection or `list_changed`): the store's PostgreSQL client blocks
+/// on a runtime of its own, which cannot run inside another.
+fn review_off_runtime(pins: &Pins, presented: &[Presented]) -> Result<Vec<Hold>, String> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return pins.review(presented).map_err(|e| e.to_string());
+    }
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("tollgate-pins".to_owned())
+            .spawn_scoped(scope, || pins.review(presented).map_err(|e| e.to_string()))
+            .map_err(|e| format!("cannot start a thread to read the approved definitions: {e}"))?
+            .join()
+            .map_err(|_| "reading the approved definitions panicked".to_owned())?
+    })
 }
 
 /// The operation `tool` becomes and whether its description was cut, or why it is left out.
