@@ -155,6 +155,20 @@ fn a_user_is_blocked_by_name_or_id_and_unblocked_and_a_name_must_name_exactly_on
     let text = run_ok(&db, &["users", "list"]);
     let line = text.lines().find(|l| l.starts_with(&alice)).expect("alice");
     assert!(line.contains(" blocked "), "{line}");
+    // The change is an audit row, with who ran the command as its source.
+    let audited = db.run_json(&["audit", "--json", "--tool", "cli:block_user"]);
+    assert_eq!(audited.as_array().map(Vec::len), Some(1), "{audited}");
+    assert_eq!(
+        audited[0]["request_id"],
+        json!(format!("\"{alice}\"")),
+        "{audited}"
+    );
+    assert!(
+        audited[0]["source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("cli:")),
+        "{audited}"
+    );
 
     // By id, again: nothing changes and it says so; the first block's time is kept.
     let again = run_ok(&db, &["users", "block", &alice]);

@@ -12,16 +12,7 @@ use crate::config::Config;
 use crate::ops::admin::escape_for_terminal;
 use crate::ops::exit::{fail, refuse};
 use crate::store::Store;
-use crate::store::audit::{AuditRow, insert_row};
 use crate::store::pins::{Decided, Pin};
-
-/// Who decides from this command line: `cli:<user>`.
-fn operator() -> String {
-    let user = std::env::var("SUDO_USER")
-        .or_else(|_| std::env::var("USER"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    format!("cli:{}", escape_for_terminal(&user))
-}
 
 /// The existing database (never created here).
 fn open(config: &Config) -> Result<Store, ExitCode> {
@@ -115,7 +106,7 @@ pub fn decide(config: &Config, name: &str, approve: bool) -> ExitCode {
         ));
     };
     let clock = Clock::System;
-    let by = operator();
+    let by = crate::ops::admin::cli_operator();
     let now = clock.unix_millis();
     let decided = if approve {
         store.approve_pin((&backend, &tool), &by, now)
@@ -132,7 +123,9 @@ pub fn decide(config: &Config, name: &str, approve: bool) -> ExitCode {
             } else {
                 "reject_tool"
             };
-            if let Err(e) = audit(&store, (&by, action), (name, &backend), now) {
+            if let Err(e) =
+                crate::ops::admin::record_cli_change(&store, action, name, Some(&backend))
+            {
                 return fail(&format!("decided, but the audit row was not written: {e}"));
             }
             match decided {
@@ -153,30 +146,4 @@ fn split(pins: &[Pin], name: &str) -> Option<(String, String)> {
     pins.iter()
         .find(|p| crate::tools::backends::tool_name(&p.backend, &p.tool) == name)
         .map(|p| (p.backend.clone(), p.tool.clone()))
-}
-
-/// The audit row of a decision made here.
-fn audit(
-    store: &Store,
-    (by, action): (&str, &str),
-    (name, backend): (&str, &str),
-    at_ms: i64,
-) -> Result<(), crate::store::StoreError> {
-    let row = AuditRow {
-        id: 0,
-        at_ms,
-        request_id: Value::from(name).to_string(),
-        credential_id: None,
-        client_id: None,
-        tool: format!("cli:{action}"),
-        outcome: "ok".to_owned(),
-        entry: None,
-        duration_us: 0,
-        transport: "stdio".to_owned(),
-        calls: 1,
-        source: Some(by.to_owned()),
-        backend: Some(backend.to_owned()),
-        trace_id: None,
-    };
-    store.in_transaction(|tx| insert_row(tx, &row)).map(|_| ())
 }

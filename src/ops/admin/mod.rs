@@ -26,6 +26,7 @@ use crate::store::{Store, StoreError};
 use crate::tools::invoicing::demo::DemoError;
 use crate::tools::invoicing::sandbox::{self, Filled, Seed};
 
+mod changes;
 mod company;
 mod credentials;
 mod faults;
@@ -33,6 +34,7 @@ mod oauth;
 mod text;
 mod users;
 
+pub use changes::{cli_operator, record_cli_change};
 use company::company_mode;
 pub use company::{company, plan, sandbox};
 pub use credentials::{client, first_admin_key, key};

@@ -163,6 +163,10 @@ fn set_blocked(store: &Store, args: &UserArgs, block: bool) -> Result<(), Failed
         if !store.set_user_blocked(&user.id, at)? {
             return Err(Failed::from(format!("user {} is gone", user.id)));
         }
+        let action = if block { "block_user" } else { "unblock_user" };
+        super::record_cli_change(store, action, &user.id, None).map_err(|e| {
+            Failed::from(format!("changed, but the audit row was not written: {e}"))
+        })?;
     }
     if args.json {
         println!(
