@@ -104,7 +104,7 @@ impl Pins {
     /// Decides, for each of `presented`, whether it is offered; records the definitions
     /// seen for the first time (approved on first use, or pending). A store that cannot be
     /// read holds every tool: nothing unapproved is offered.
-    pub fn review(&self, presented: &[Presented]) -> Result<Vec<Hold>, StoreError> {
+    pub fn review(&self, presented: &[&Presented]) -> Result<Vec<Hold>, StoreError> {
         let rows = self.store.pins(Some(&self.backend))?;
         let now = self.clock.unix_millis();
         let mut new = Vec::new();
@@ -214,37 +214,21 @@ mod tests {
         let (_dir, pins) = pins(Pinning::FirstUse);
         let schema = json!({"type": "object"});
         let first = Presented::of("lookup", &tool("Look up stock.", schema.clone()));
-        assert_eq!(
-            pins.review(std::slice::from_ref(&first)).expect("review"),
-            [Hold::Offered]
-        );
-        assert_eq!(
-            pins.review(std::slice::from_ref(&first)).expect("again"),
-            [Hold::Offered]
-        );
+        assert_eq!(pins.review(&[&first]).expect("review"), [Hold::Offered]);
+        assert_eq!(pins.review(&[&first]).expect("again"), [Hold::Offered]);
         let changed = Presented::of("lookup", &tool("Look up stock, then email it.", schema));
         assert_eq!(
-            pins.review(std::slice::from_ref(&changed))
-                .expect("changed"),
+            pins.review(&[&changed]).expect("changed"),
             [Hold::Held(PENDING)]
         );
         // The upstream going back to the approved definition is offered again.
-        assert_eq!(
-            pins.review(std::slice::from_ref(&first)).expect("back"),
-            [Hold::Offered]
-        );
+        assert_eq!(pins.review(&[&first]).expect("back"), [Hold::Offered]);
         // Approved, the new definition is offered and the old one is not any more.
         pins.store
             .approve_pin(("wh", "lookup"), "operator", 1)
             .expect("approve");
-        assert_eq!(
-            pins.review(std::slice::from_ref(&changed)).expect("new"),
-            [Hold::Offered]
-        );
-        assert_eq!(
-            pins.review(std::slice::from_ref(&first)).expect("old"),
-            [Hold::Held(PENDING)]
-        );
+        assert_eq!(pins.review(&[&changed]).expect("new"), [Hold::Offered]);
+        assert_eq!(pins.review(&[&first]).expect("old"), [Hold::Held(PENDING)]);
     }
 
     #[test]
@@ -252,14 +236,14 @@ mod tests {
         let (_dir, pins) = pins(Pinning::Manual);
         let first = Presented::of("lookup", &tool("Look up stock.", json!({"type": "object"})));
         assert_eq!(
-            pins.review(std::slice::from_ref(&first)).expect("review"),
+            pins.review(&[&first]).expect("review"),
             [Hold::Held(PENDING)]
         );
         pins.store
             .reject_pin(("wh", "lookup"), "operator", 1)
             .expect("reject");
         assert_eq!(
-            pins.review(std::slice::from_ref(&first)).expect("again"),
+            pins.review(&[&first]).expect("again"),
             [Hold::Held(REJECTED)]
         );
     }

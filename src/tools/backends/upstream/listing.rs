@@ -123,18 +123,45 @@ impl Listing {
         self.apply(pins);
     }
 
-    /// Sorts the candidates into offered and held by the decisions in the store now. A
-    /// store that cannot be read holds them all: nothing unapproved is offered.
+    /// Sorts the candidates into offered and held by the decisions in the store now.
     pub(super) fn apply(&mut self, pins: &Pins) {
-        let presented: Vec<Presented> = self.candidates.iter().map(|(_, p)| p.clone()).collect();
-        let holds = review_off_runtime(pins, &presented).unwrap_or_else(|e| {
+        let holds = self.holds(pins);
+        self.sort(holds);
+    }
+
+    /// What the decisions in the store say of each candidate now. A store that cannot be
+    /// read holds them all: nothing unapproved is offered.
+    pub(super) fn holds(&self, pins: &Pins) -> Vec<Hold> {
+        let presented: Vec<&Presented> = self.candidates.iter().map(|(_, p)| p).collect();
+        review_off_runtime(pins, &presented).unwrap_or_else(|e| {
             tracing::warn!(
                 backend = %pins.backend,
                 error = %e,
                 "cannot read the approved tool definitions; the backend's tools are held"
             );
             vec![Hold::Held(crate::store::pins::PENDING); presented.len()]
-        });
+        })
+    }
+
+    /// Whether `holds` (one per candidate) are the ones the listing is sorted by now: the
+    /// same tools held, in the same states (the others are the offered ones).
+    pub(super) fn sorted_by(&self, holds: &[Hold]) -> bool {
+        let expected = self
+            .candidates
+            .iter()
+            .zip(holds)
+            .filter_map(|((op, _), hold)| match hold {
+                Hold::Offered => None,
+                Hold::Held(state) => Some((op.name.as_str(), *state)),
+            });
+        expected.eq(self
+            .held
+            .iter()
+            .map(|(name, state)| (name.as_str(), *state)))
+    }
+
+    /// Offers the candidates `holds` says are offered and holds the others.
+    pub(super) fn sort(&mut self, holds: Vec<Hold>) {
         self.operations.clear();
         self.held.clear();
         for ((op, _), hold) in self.candidates.iter().zip(holds) {
@@ -149,7 +176,7 @@ impl Listing {
 /// [`Pins::review`], on a thread of its own when called on the outbound runtime (a list
 /// that arrives with a connection or `list_changed`): the store's PostgreSQL client blocks
 /// on a runtime of its own, which cannot run inside another.
-fn review_off_runtime(pins: &Pins, presented: &[Presented]) -> Result<Vec<Hold>, String> {
+fn review_off_runtime(pins: &Pins, presented: &[&Presented]) -> Result<Vec<Hold>, String> {
     if tokio::runtime::Handle::try_current().is_err() {
         return pins.review(presented).map_err(|e| e.to_string());
     }

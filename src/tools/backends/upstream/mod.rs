@@ -334,13 +334,22 @@ impl Shared {
         self.put(listing);
     }
 
-    /// The operators' decisions read again: the same candidates, sorted anew.
+    /// The operators' decisions read again (on every `tools/list`): the same candidates,
+    /// sorted anew only when a decision changed how.
     fn review_pins(&self) {
         let Some(pins) = &self.pins else {
             return;
         };
+        let holds = {
+            let listing = self.listing();
+            let holds = listing.holds(pins);
+            if listing.sorted_by(&holds) {
+                return;
+            }
+            holds
+        };
         let mut listing = self.listing().clone();
-        listing.apply(pins);
+        listing.sort(holds);
         self.put(listing);
     }
 
