@@ -702,7 +702,8 @@ impl fmt::Display for Config {
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    /// `pairs` as the environment `Config::load` reads (shared with the sections' tests).
+    pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))

@@ -362,13 +362,7 @@ pub(super) fn validate_telemetry(raw: RawTelemetry) -> Result<TelemetryConfig, C
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::config::tests::env;
 
     fn from_env(pairs: &[(&str, &str)]) -> Result<TelemetryConfig, String> {
         let mut raw = RawTelemetry::default();

@@ -13,21 +13,7 @@ use crate::guards::Guards;
 use crate::protocol::dispatch::Server;
 use crate::store::Store;
 
-/// Opens the configured database (creating it when `create`), or says why it cannot and
-/// gives the exit status.
-pub(super) fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
-    Store::open_database(
-        &config.database,
-        &crate::store::StoreOptions::from_config(config, create),
-    )
-    .map_err(|e| {
-        if e.is_refusal() {
-            refuse(&e.to_string())
-        } else {
-            fail(&format!("cannot open the database: {e}"))
-        }
-    })
-}
+pub(super) use super::open_store;
 
 /// Opens the existing database and assembles the server for `stdio` and `serve`.
 pub(super) fn open_server(config: &Config) -> Result<Arc<Server>, ExitCode> {

@@ -23,3 +23,24 @@ mod serve;
 pub mod store_copy;
 pub mod tools;
 pub mod usage;
+
+use std::process::ExitCode;
+
+use crate::config::Config;
+use crate::store::Store;
+
+/// Opens the configured database (creating it when `create`), or says why it cannot and
+/// gives the exit status.
+pub(crate) fn open_store(config: &Config, create: bool) -> Result<Store, ExitCode> {
+    Store::open_database(
+        &config.database,
+        &crate::store::StoreOptions::from_config(config, create),
+    )
+    .map_err(|e| {
+        if e.is_refusal() {
+            exit::refuse(&e.to_string())
+        } else {
+            exit::fail(&format!("cannot open the database: {e}"))
+        }
+    })
+}

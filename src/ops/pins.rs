@@ -14,21 +14,6 @@ use crate::ops::exit::{fail, refuse};
 use crate::store::Store;
 use crate::store::pins::{Decided, Pin};
 
-/// The existing database (never created here).
-fn open(config: &Config) -> Result<Store, ExitCode> {
-    Store::open_database(
-        &config.database,
-        &crate::store::StoreOptions::from_config(config, false),
-    )
-    .map_err(|e| {
-        if e.is_refusal() {
-            refuse(&e.to_string())
-        } else {
-            fail(&format!("cannot open the database: {e}"))
-        }
-    })
-}
-
 /// Every pinned definition, for `backends check` to name the held ones; none when the
 /// database cannot be read from here (the check is about the backends).
 pub(crate) fn held_definitions(config: &Config) -> Vec<Pin> {
@@ -44,7 +29,7 @@ pub(crate) fn held_definitions(config: &Config) -> Vec<Pin> {
 /// `tollgate backends pins`: every definition of every upstream tool (of `backend` only
 /// with one), its state and digest.
 pub fn list(config: &Config, backend: Option<&str>, json: bool) -> ExitCode {
-    let store = match open(config) {
+    let store = match super::open_store(config, false) {
         Ok(store) => store,
         Err(code) => return code,
     };
@@ -91,7 +76,7 @@ pub fn list(config: &Config, backend: Option<&str>, json: bool) -> ExitCode {
 /// `tollgate backends approve|reject NAME`: decides on the held definition of the tool
 /// `name` (`<backend>_<tool>`, as `tools/list` named it).
 pub fn decide(config: &Config, name: &str, approve: bool) -> ExitCode {
-    let store = match open(config) {
+    let store = match super::open_store(config, false) {
         Ok(store) => store,
         Err(code) => return code,
     };
