@@ -143,6 +143,9 @@ test('a changed upstream tool is reviewed side by side and approved from the bac
     assert.ok(added.some((line) => line.includes('"note"')), added.join('\n'));
     const removed = await held.locator('.old .line.removed').allTextContents();
     assert.ok(!removed.some((line) => line.includes('"note"')), removed.join('\n'));
+    // The schema only grew: every line of the approved one is still there, none marked.
+    assert.deepEqual(removed, []);
+    assert.ok((await held.locator('.old .line').count()) > 0, 'the approved schema is shown');
     await page.screenshot({ path: join(SHOTS, 'backends-held.png'), fullPage: true });
 
     // Approve, behind a confirmation that names the tool.
