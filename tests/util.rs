@@ -1017,6 +1017,31 @@ impl HttpServer {
         )
     }
 
+    /// A 2026-07-28 request (id 1) of `method` with `params` by `token`, with the headers a
+    /// conforming client sends (`Mcp-Name` for the methods that name their target).
+    pub fn modern_request(&self, token: &str, method: &str, mut params: Value) -> Value {
+        merge_modern_meta(&mut params);
+        let auth = format!("Bearer {token}");
+        let name = params
+            .get("name")
+            .or_else(|| params.get("uri"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut headers = vec![
+            ("Authorization", auth.as_str()),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", method),
+        ];
+        if let Some(name) = &name {
+            headers.push(("Mcp-Name", name.as_str()));
+        }
+        self.post_mcp(
+            &headers,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+        )
+        .json()
+    }
+
     /// Sends SIGTERM (through `kill(1)`) and waits for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         self.signal_term();

@@ -203,6 +203,12 @@ catalog! {
         "The tool {details.name:q} is held until an operator reviews its definition, which changed or is new; ask your user to have it approved, then call tools/list again.",
         "La herramienta {details.name:q} está retenida hasta que un operador revise su definición, que cambió o es nueva; pida a su usuario que la haga aprobar y vuelva a llamar a tools/list.",
         "a backend tool whose definition differs from the approved one (or is new under `pinning = \"manual\"`): hidden from tools/list, never forwarded; `details.state` is `pending` or `rejected`"),
+    /// An upstream's prompt whose definition changed since an operator approved it (or a
+    /// new one under manual pinning): held until an operator decides.
+    PromptUnderReview => (-32602, "prompt_under_review", 423, 1022, false, Protocol, Ok,
+        "The prompt {details.name:q} is held until an operator reviews its definition, which changed or is new; ask your user to have it approved, then call prompts/list again.",
+        "La plantilla {details.name:q} está retenida hasta que un operador revise su definición, que cambió o es nueva; pida a su usuario que la haga aprobar y vuelva a llamar a prompts/list.",
+        "an upstream's prompt whose definition differs from the approved one (or is new under `pinning = \"manual\"`): hidden from prompts/list, never forwarded; `details.state` is `pending` or `rejected`"),
     /// A retired tool name.
     ToolRetired => (-32602, "tool_retired", 410, 1006, false, Protocol, Ok,
         "The tool {details.name:q} was retired; call {replacement} instead.",
@@ -524,6 +530,7 @@ mod tests {
             (ErrorKind::UnknownTool, -32602, 404, 1005),
             (ErrorKind::ToolRetired, -32602, 410, 1006),
             (ErrorKind::ToolUnderReview, -32602, 423, 1021),
+            (ErrorKind::PromptUnderReview, -32602, 423, 1022),
             (
                 ErrorKind::UnsupportedProtocolVersionModern,
                 -32022,

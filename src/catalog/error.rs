@@ -115,6 +115,14 @@ impl McpError {
             .detail("state", state)
     }
 
+    /// `prompt_under_review`: the upstream's prompt `name` is held (`pending` or
+    /// `rejected`) until an operator decides on its definition.
+    pub fn prompt_under_review(name: &str, state: &str) -> Self {
+        Self::new(ErrorKind::PromptUnderReview)
+            .detail("name", name)
+            .detail("state", state)
+    }
+
     /// `-32602 resource_not_found` for `uri`.
     pub fn resource_not_found(uri: &str) -> Self {
         Self::new(ErrorKind::ResourceNotFound).detail("uri", uri)

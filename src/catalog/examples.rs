@@ -25,6 +25,7 @@ fn example(kind: K) -> McpError {
         K::UnknownTool => McpError::unknown_tool("create_invoices"),
         K::ToolRetired => McpError::tool_retired("list_clients", "search_clients"),
         K::ToolUnderReview => McpError::tool_under_review("wh_lookup", "pending"),
+        K::PromptUnderReview => McpError::prompt_under_review("wh_restock_plan", "pending"),
         K::ResourceNotFound => McpError::resource_not_found("tollgate://guardrails/none"),
         K::UnsupportedProtocolVersion => McpError::new(kind)
             .with("supported", ["2025-06-18", "2025-11-25"])

@@ -19,7 +19,7 @@ use super::backends::{
     DEFAULT_MAX_SCHEMA_BYTES, DEFAULT_MAX_TOOLS, HeaderValue, McpBackend, McpTransport,
     OpenApiBackend, SpecSource, ToolOverride, resolve, valid_backend_name,
 };
-use super::{ConfigError, Pinning};
+use super::{ConfigError, Exposed, Pinning};
 
 /// The words `kind` may be, in the order the messages list them.
 const KINDS: [&str; 2] = ["openapi", "mcp"];
@@ -103,6 +103,8 @@ pub(super) struct RawMcp {
     max_tools: Option<u64>,
     max_schema_bytes: Option<u64>,
     pinning: Option<Pinning>,
+    expose: Option<Vec<String>>,
+    read_scope: Option<String>,
     #[serde(default)]
     tools: BTreeMap<String, ToolOverride>,
 }
@@ -370,12 +372,25 @@ fn validate_mcp(raw: RawMcp, base: Option<&Path>) -> Result<McpBackend, String> 
         return Err("`max_schema_bytes` must be between 1024 and 1048576".to_owned());
     }
     let pinning = raw.pinning.unwrap_or(Pinning::FirstUse);
+    let expose = match &raw.expose {
+        Some(words) => Exposed::of(words)?,
+        None => Exposed::ALL,
+    };
+    let read_scope = raw.read_scope.clone();
+    if read_scope
+        .as_deref()
+        .is_some_and(|s| s.trim().is_empty() || s.contains(char::is_whitespace))
+    {
+        return Err("`read_scope` must be one scope, without spaces".to_owned());
+    }
     Ok(McpBackend {
         transport: validate_transport(raw, base)?,
         // Both ranges were checked above.
         max_tools: max_tools as usize,
         max_schema_bytes: max_schema_bytes as usize,
         pinning,
+        expose,
+        read_scope,
     })
 }
 
@@ -480,6 +495,8 @@ fn raw_mcp(
         max_tools: Some(mcp.max_tools as u64),
         max_schema_bytes: Some(mcp.max_schema_bytes as u64),
         pinning: Some(mcp.pinning),
+        expose: (mcp.expose != Exposed::ALL).then(|| mcp.expose.words()),
+        read_scope: mcp.read_scope.clone(),
         tools,
     };
     match &mcp.transport {
@@ -660,6 +677,22 @@ mod tests {
             ),
             ("name = \"a\"\nkind = \"mcp\"", "`command` (stdio) or `url`"),
             (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nexpose = []",
+                "`expose` names nothing",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nexpose = [\"tools\", \"files\"]",
+                "`expose`: \"files\" is not one of",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nexpose = [\"tools\", \"tools\"]",
+                "`expose` names \"tools\" twice",
+            ),
+            (
+                "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nread_scope = \"a b\"",
+                "`read_scope` must be one scope",
+            ),
+            (
                 "name = \"a\"\nkind = \"mcp\"\ncommand = \"x\"\nurl = \"http://h/mcp\"",
                 "not both",
             ),
@@ -668,7 +701,7 @@ mod tests {
                 "backends[0] (a): unknown field `spec`, expected one of `name`, `timeout_ms`, \
                  `max_in_flight`, `queue`, `queue_timeout_ms`, `breaker_failures`, \
                  `breaker_cooldown_ms`, `command`, `args`, `env`, `cwd`, `url`, `headers`, \
-                 `max_tools`, `max_schema_bytes`, `pinning`, `tools`",
+                 `max_tools`, `max_schema_bytes`, `pinning`, `expose`, `read_scope`, `tools`",
             ),
             (
                 "name = \"a\"\nkind = \"openapi\"\nspec = \"s\"\nauth = { header = \"X\", value = \"secret\" }",

@@ -244,9 +244,76 @@ pub struct McpBackend {
     /// A tool whose input or output schema serializes to more bytes than this is left out
     /// (`max_schema_bytes`).
     pub max_schema_bytes: usize,
-    /// Which of its tools' definitions are offered without an operator's approval
-    /// (`pinning`).
+    /// Which of its tools' (and prompts') definitions are offered without an operator's
+    /// approval (`pinning`).
     pub pinning: Pinning,
+    /// Which of what it offers is put behind the gate (`expose`).
+    pub expose: Exposed,
+    /// The scope a read of its resources or prompts needs (`read_scope`; `None`:
+    /// `<backend>:read`).
+    pub read_scope: Option<String>,
+}
+
+/// Which kinds of an upstream's offer are put behind the gate (`expose = ["tools",
+/// "resources", "prompts"]`, all three by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exposed {
+    /// Its tools.
+    pub tools: bool,
+    /// Its resources and resource templates.
+    pub resources: bool,
+    /// Its prompts.
+    pub prompts: bool,
+}
+
+impl Exposed {
+    /// The words of `expose`, in order.
+    pub const WORDS: [&'static str; 3] = ["tools", "resources", "prompts"];
+
+    /// Every kind.
+    pub const ALL: Exposed = Exposed {
+        tools: true,
+        resources: true,
+        prompts: true,
+    };
+
+    /// The kinds named by `words` (each one of [`Exposed::WORDS`], at least one, none twice).
+    pub fn of(words: &[String]) -> Result<Exposed, String> {
+        let mut exposed = Exposed {
+            tools: false,
+            resources: false,
+            prompts: false,
+        };
+        if words.is_empty() {
+            return Err("`expose` names nothing: name at least one of \"tools\", \"resources\", \"prompts\" (or remove the backend)".to_owned());
+        }
+        for word in words {
+            let kind = match word.as_str() {
+                "tools" => &mut exposed.tools,
+                "resources" => &mut exposed.resources,
+                "prompts" => &mut exposed.prompts,
+                other => {
+                    return Err(format!(
+                        "`expose`: {other:?} is not one of \"tools\", \"resources\", \"prompts\""
+                    ));
+                }
+            };
+            if std::mem::replace(kind, true) {
+                return Err(format!("`expose` names {word:?} twice"));
+            }
+        }
+        Ok(exposed)
+    }
+
+    /// Its words, in the order of [`Exposed::WORDS`].
+    pub fn words(self) -> Vec<String> {
+        Exposed::WORDS
+            .iter()
+            .zip([self.tools, self.resources, self.prompts])
+            .filter(|(_, on)| *on)
+            .map(|(word, _)| (*word).to_owned())
+            .collect()
+    }
 }
 
 /// Which definitions of an upstream's tools are offered without an operator's approval.

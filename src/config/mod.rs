@@ -32,9 +32,9 @@ pub use backend_limits::{
 };
 pub use backends::{
     BackendAuth, BackendConfig, BackendKind, CATEGORY_WORDS, DEFAULT_ERROR_ID_POINTERS,
-    DEFAULT_ERROR_MESSAGE_POINTERS, DEFAULT_MAX_SCHEMA_BYTES, DEFAULT_MAX_TOOLS, HeaderValue,
-    IdempotencyPolicy, McpBackend, McpTransport, OpenApiBackend, Pinning, SpecSource, SpecUrl,
-    ToolOverride, read_secret, secret_file_warning, valid_backend_name,
+    DEFAULT_ERROR_MESSAGE_POINTERS, DEFAULT_MAX_SCHEMA_BYTES, DEFAULT_MAX_TOOLS, Exposed,
+    HeaderValue, IdempotencyPolicy, McpBackend, McpTransport, OpenApiBackend, Pinning, SpecSource,
+    SpecUrl, ToolOverride, read_secret, secret_file_warning, valid_backend_name,
 };
 
 pub use database::{Database, PostgresUrl};

@@ -12,7 +12,7 @@ use super::{Console, Operator, Request, Response};
 use crate::clock::format_time_ms;
 use crate::store::StoreError;
 use crate::store::pins::{APPROVED, Decided, PENDING, Pin, REJECTED, REPLACED};
-use crate::tools::backends::tool_name;
+use crate::tools::backends::pins::pinned_name as tool_name;
 
 /// Where the forms of a held tool are: `{HELD_PATH}{backend}/{tool}/{approve|reject}`.
 const HELD_PATH: &str = "/console/backends/held/";
@@ -48,7 +48,11 @@ fn decision_path(path: &str) -> Option<(&str, &str, Decision)> {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     };
-    (name_like(backend) && name_like(tool)).then_some((backend, tool, decision))
+    // A prompt's pin is kept as `prompt:<name>`.
+    let pinned = tool
+        .strip_prefix(crate::tools::backends::pins::PROMPT_PIN)
+        .unwrap_or(tool);
+    (name_like(backend) && name_like(pinned)).then_some((backend, tool, decision))
 }
 
 /// A definition's parts a reviewer reads: its description, and its input schema as
@@ -56,7 +60,12 @@ fn decision_path(path: &str) -> Option<(&str, &str, Decision)> {
 fn readable(definition: &str) -> (String, String) {
     let value: Value = serde_json::from_str(definition).unwrap_or(Value::Null);
     let description = value["description"].as_str().unwrap_or_default().to_owned();
-    let schema = serde_json::to_string_pretty(&value["inputSchema"]).unwrap_or_default();
+    // A tool's input schema; a prompt's arguments.
+    let input = match value.get("inputSchema") {
+        Some(schema) => schema,
+        None => &value["arguments"],
+    };
+    let schema = serde_json::to_string_pretty(input).unwrap_or_default();
     (description, schema)
 }
 

@@ -6,7 +6,7 @@
 //! | metric | labels |
 //! |---|---|
 //! | `tollgate_tool_calls_total` | `tool` (a registry name, or `unknown`), `code` (`ok` or a catalog code) |
-//! | `tollgate_data_reads_total` | `method` (`prompts/get`, `completion/complete`), `code`: the prompts and completions that read business data and so pass the guard chain |
+//! | `tollgate_data_reads_total` | `method` (`prompts/get`, `resources/read`, `completion/complete`), `code`: the reads of business data that pass the guard chain (prompts and completions that declare it, an upstream's resources and prompts) |
 //! | `tollgate_guard_rejections_total` | `code`: every JSON-RPC error of the chain except the `-32603` server faults (tool calls and data reads) |
 //! | `tollgate_rate_limited_total` | `bucket`: a category, `plan`, `client`, `auth`, or `other` |
 //! | `tollgate_tool_call_duration_seconds` | a histogram with fixed buckets ([`LATENCY_BUCKETS_MICROS`]) |
@@ -203,6 +203,7 @@ impl Metrics {
     pub fn observe_data_read(&self, name: &str, verdict: Verdict<'_>, elapsed: Duration) {
         let method = match name.split(' ').next() {
             Some("prompts/get") => "prompts/get",
+            Some("resources/read") => "resources/read",
             Some("completion/complete") => "completion/complete",
             _ => UNKNOWN_TOOL,
         };

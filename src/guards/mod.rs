@@ -59,7 +59,9 @@ use crate::guards::ratelimit::{Budget, ChargeRequest, Limiter};
 use crate::guards::steps::Step;
 use crate::guards::steps::{CHAIN, Chain, Cx, Passage};
 use crate::store::Store;
-use crate::tools::{Book, Category, CommitHook, DataAccess, RegisteredTool, Registry, ToolOutput};
+use crate::tools::{
+    Book, Category, CommitHook, DataAccess, RegisteredTool, Registry, ToolOutput, ToolSpec,
+};
 
 /// `_meta` key of the remaining budget on successful results.
 pub const META_RATELIMIT: &str = "dev.tollgate/ratelimit";
@@ -121,10 +123,20 @@ pub struct DataRead<'a> {
     /// (`prompts/get chase_overdue_invoices`,
     /// `completion/complete issue_invoice_for_client.client`).
     pub audit_name: &'a str,
-    /// The data it reads, and the read tool whose guards it passes.
-    pub access: DataAccess,
+    /// What it reads through: whose guards it passes.
+    pub through: ReadThrough<'a>,
     /// The request id, for the audit log.
     pub request_id: &'a Value,
+}
+
+/// Whose guards a [`DataRead`] passes.
+#[derive(Debug, Clone, Copy)]
+pub enum ReadThrough<'a> {
+    /// A built-in prompt's declaration: the registered read tool serving the same data.
+    Declared(DataAccess),
+    /// A backend's resources or prompts, as the subject they are guarded as
+    /// ([`crate::tools::backends::Offered::subject`]).
+    Subject(&'a ToolSpec),
 }
 
 /// Produces the result of an admitted [`DataRead`], as the principal admitted.
@@ -135,10 +147,11 @@ pub type RunRead<'r> = dyn Fn(&Principal) -> Result<Value, McpError> + 'r;
 pub type CallDone<'r> = dyn Fn(usize, CallOutcome) + Sync + 'r;
 
 /// A call that passed the steps before the charge: who, and which tool.
-struct ToCharge<'r> {
+struct ToCharge {
     index: usize,
     auth: CallAuth,
-    tool: &'r RegisteredTool,
+    /// The category of the tool (or read) charged.
+    category: Category,
 }
 
 /// The guard chain.
@@ -374,7 +387,11 @@ impl Guards {
         let mut lost = vec![false; open.len()];
         for (index, p) in open.iter_mut().enumerate() {
             match (p.auth.take(), p.tool) {
-                (Some(auth), Some(tool)) => to_charge.push(ToCharge { index, auth, tool }),
+                (Some(auth), Some(tool)) => to_charge.push(ToCharge {
+                    index,
+                    auth,
+                    category: tool.spec().category,
+                }),
                 _ => lost[index] = true,
             }
         }
@@ -437,15 +454,19 @@ impl Guards {
         if let CallAuth::Verified(verified) = &auth {
             principal[0] = Some(verified.clone());
         }
-        // The registry only accepts a declaration that names a registered read tool.
-        let tool = registry
-            .reader(&read.access)
-            .ok_or_else(McpError::internal)?;
+        let spec = match read.through {
+            // The registry only accepts a declaration that names a registered read tool.
+            ReadThrough::Declared(access) => registry
+                .reader(&access)
+                .ok_or_else(McpError::internal)?
+                .spec(),
+            ReadThrough::Subject(spec) => spec,
+        };
         let (budget, facts) = if self.chain.charges() {
             let to_charge = ToCharge {
                 index: 0,
                 auth,
-                tool,
+                category: spec.category,
             };
             let charged = self
                 .charge_many(std::slice::from_ref(&to_charge), caller, principal)
@@ -458,7 +479,7 @@ impl Guards {
             (Budget::default(), self.auth.read_access_facts()?)
         };
         let admitted = principal[0].as_ref().ok_or_else(McpError::internal)?;
-        self.auth.check_access_with(admitted, tool.spec(), &facts)?;
+        self.auth.check_access_with(admitted, spec, &facts)?;
         Ok((run(admitted)?, budget))
     }
 
@@ -571,14 +592,14 @@ impl Guards {
     /// principal.
     fn charge_many(
         &self,
-        calls: &[ToCharge<'_>],
+        calls: &[ToCharge],
         caller: &Caller<'_>,
         principals: &mut [Option<Principal>],
     ) -> Vec<Result<(Budget, AccessFacts), McpError>> {
         let requests = calls
             .iter()
             .map(|call| {
-                let request = charge_request(&call.auth, call.tool.spec().category);
+                let request = charge_request(&call.auth, call.category);
                 CallCharge::new(request, self.auth.call_checks(&call.auth))
             })
             .collect();
@@ -603,7 +624,7 @@ impl Guards {
                         let again = ToCharge {
                             index: 0,
                             auth: CallAuth::Verified(principal),
-                            tool: call.tool,
+                            category: call.category,
                         };
                         let mut principal = [None];
                         let charged =

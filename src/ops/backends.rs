@@ -16,10 +16,11 @@ use clap::Subcommand;
 use crate::clock::Clock;
 use crate::config::{BackendConfig, Config, secret_file_warning};
 use crate::protocol::dispatch::Server;
+use crate::protocol::revisions::Listed;
 use crate::store::Store;
 use crate::tools::backends::openapi::Copies;
 use crate::tools::backends::{
-    BackendProblem, Backends, LeftOutReason, ListingReport, Opening, TOOL_NAME_MAX_CHARS,
+    BackendProblem, Backends, Change, LeftOutReason, ListingReport, Opening, TOOL_NAME_MAX_CHARS,
 };
 use crate::tools::{Idempotency, Tool};
 
@@ -109,24 +110,31 @@ fn secret_warnings(backend: &BackendConfig) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Rebuilds the server's registry whenever a backend's list of tools changes. A list that
-/// cannot be registered (a new tool named like another) is logged, and the last good
-/// registry stays.
+/// Follows what the backends offer: the server's registry is rebuilt whenever a backend's
+/// list of tools changes (a list that cannot be registered, a new tool named like another,
+/// is logged, and the last good registry stays); its sessions are told when a backend's
+/// resources or prompts changed, and the sessions subscribed to a resource when it did.
 pub fn follow_changes(server: &Arc<Server>, config: &Config) {
     if !server.backends().tools_can_change() {
         return;
     }
     let weak: Weak<Server> = Arc::downgrade(server);
     let config = config.clone();
-    let rebuild: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-        if let Some(server) = weak.upgrade() {
-            rebuild_registry(&server, &config);
+    let follow: crate::tools::backends::ChangeListener = Arc::new(move |change| {
+        let Some(server) = weak.upgrade() else {
+            return;
+        };
+        match change {
+            Change::Tools => rebuild_registry(&server, &config),
+            Change::Resources => server.list_changed(Listed::Resources),
+            Change::Prompts => server.list_changed(Listed::Prompts),
+            Change::ResourceUpdated(uri) => server.resource_changed(&uri),
         }
     });
-    server.backends().on_change(Arc::clone(&rebuild));
+    server.backends().on_change(Arc::clone(&follow));
     // An upstream that finished connecting in the background between the server's build
     // and the line above changed its tools with no one listening: look once more.
-    rebuild();
+    follow(Change::Tools);
 }
 
 /// Builds the registry anew from the backends' tools now, and puts it in place when its
@@ -321,7 +329,7 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                     })
                     .collect();
                 for pin in &held {
-                    let tool = crate::tools::backends::tool_name(name, &pin.tool);
+                    let tool = crate::tools::backends::pins::pinned_name(name, &pin.tool);
                     if pin.state == "pending" {
                         warnings.push(format!(
                             "backend {name}: the tool {tool} is held for review (its definition changed or is new); `tollgate backends pins --backend {name}` shows it, `tollgate backends approve {tool}` or `reject {tool}` decides"
@@ -333,7 +341,7 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                         .iter()
                         .map(|p| {
                             serde_json::json!({
-                                "name": crate::tools::backends::tool_name(name, &p.tool),
+                                "name": crate::tools::backends::pins::pinned_name(name, &p.tool),
                                 "state": p.state, "digest": p.digest,
                             })
                         })

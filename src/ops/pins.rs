@@ -42,7 +42,7 @@ pub fn list(config: &Config, backend: Option<&str>, json: bool) -> ExitCode {
         let rows: Vec<Value> = shown
             .iter()
             .map(|p| {
-                json!({"backend": p.backend, "tool": crate::tools::backends::tool_name(&p.backend, &p.tool),
+                json!({"backend": p.backend, "tool": crate::tools::backends::pins::pinned_name(&p.backend, &p.tool),
                        "state": p.state, "digest": p.digest,
                        "definition": serde_json::from_str::<Value>(&p.definition).unwrap_or(Value::Null),
                        "seen_at": format_time_ms(p.seen_at),
@@ -63,7 +63,9 @@ pub fn list(config: &Config, backend: Option<&str>, json: bool) -> ExitCode {
     for p in shown {
         println!(
             "{:<40}  {:<9}  {:<16}  {:<24}  {}",
-            escape_for_terminal(&crate::tools::backends::tool_name(&p.backend, &p.tool)),
+            escape_for_terminal(&crate::tools::backends::pins::pinned_name(
+                &p.backend, &p.tool
+            )),
             p.state,
             &p.digest[..16.min(p.digest.len())],
             format_time_ms(p.seen_at),
@@ -129,6 +131,6 @@ pub fn decide(config: &Config, name: &str, approve: bool) -> ExitCode {
 /// `name` (as `tools/list` names it) as the (backend, tool) of a pinned definition.
 fn split(pins: &[Pin], name: &str) -> Option<(String, String)> {
     pins.iter()
-        .find(|p| crate::tools::backends::tool_name(&p.backend, &p.tool) == name)
+        .find(|p| crate::tools::backends::pins::pinned_name(&p.backend, &p.tool) == name)
         .map(|p| (p.backend.clone(), p.tool.clone()))
 }

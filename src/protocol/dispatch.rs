@@ -37,7 +37,7 @@ use crate::guards::{Caller, Guards};
 use crate::protocol::client::Notifier;
 use crate::protocol::inbound::{Message, Response};
 use crate::protocol::jsonrpc::{self, Incoming, Parsed, RequestId};
-use crate::protocol::revisions::Subscribers;
+use crate::protocol::revisions::{Listed, Subscribers};
 use crate::store::Store;
 use crate::tools::Registry;
 use crate::tools::backends::Backends;
@@ -103,9 +103,10 @@ pub struct Server {
     /// What the server offers now: replaced whole when a backend's list of tools changes,
     /// so a request works on one snapshot from start to end.
     registry: RwLock<Arc<Registry>>,
-    /// How many times the registry was replaced; a session told of an older one is sent
-    /// `notifications/tools/list_changed`.
-    generation: AtomicU64,
+    /// How many times each list changed ([`Listed`]: the registry was replaced, a backend's
+    /// resources or prompts changed); a session told of an older one is sent
+    /// `notifications/<list>/list_changed`.
+    generations: [AtomicU64; 3],
     /// The company's systems behind the gate (none by default).
     backends: Arc<Backends>,
     store: Store,
@@ -130,7 +131,7 @@ impl Server {
     ) -> Server {
         Server {
             registry: RwLock::new(Arc::new(registry)),
-            generation: AtomicU64::new(0),
+            generations: Default::default(),
             backends: Arc::new(Backends::none()),
             store,
             guards,
@@ -168,7 +169,18 @@ impl Server {
             Err(poisoned) => poisoned.into_inner(),
         };
         *current = Arc::new(registry);
-        self.generation.fetch_add(1, Ordering::Release);
+        self.list_changed(Listed::Tools);
+    }
+
+    /// Every session is told that `list` changed, on its next stream that can carry it.
+    pub fn list_changed(&self, list: Listed) {
+        self.generations[list as usize].fetch_add(1, Ordering::Release);
+    }
+
+    /// The sessions subscribed to the resource `uri` are told it changed, on their next
+    /// stream that can carry it.
+    pub fn resource_changed(&self, uri: &str) {
+        self.subscribers.changed(uri);
     }
 
     /// The backends behind the gate.
@@ -272,12 +284,12 @@ impl Server {
             for update in env.session.take_updates() {
                 env.notifier.notify(update);
             }
-            let generation = self.generation.load(Ordering::Acquire);
-            if env.session.tools_changed_since(generation) {
-                env.notifier.notify(jsonrpc::notification(
-                    "notifications/tools/list_changed",
-                    json!({}),
-                ));
+            for list in Listed::ALL {
+                let generation = self.generations[list as usize].load(Ordering::Acquire);
+                if env.session.changed_since(list, generation) {
+                    env.notifier
+                        .notify(jsonrpc::notification(list.notification(), json!({})));
+                }
             }
         }
     }

@@ -224,6 +224,16 @@ impl Subscribers {
         sessions.push(Arc::downgrade(watch));
     }
 
+    /// Whether a live session is subscribed to `uri`.
+    pub fn watched(&self, uri: &str) -> bool {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|w| w.strong_count() > 0);
+        sessions
+            .iter()
+            .filter_map(Weak::upgrade)
+            .any(|watch| lock(&watch).uris.contains(uri))
+    }
+
     /// Records that the resource `uri` changed: every live session subscribed to it gets
     /// one update queued (changes made before it is sent add no second one).
     pub fn changed(&self, uri: &str) {
@@ -249,8 +259,34 @@ pub struct Session {
     in_flight: Mutex<HashMap<String, Arc<AtomicBool>>>,
     outgoing: Mutex<HashMap<String, SyncSender<Value>>>,
     next_outgoing: AtomicU64,
-    /// The registry generation this session was last told of (`u64::MAX`: not yet looked).
-    tools_seen: AtomicU64,
+    /// The generation of each list ([`Listed`]) this session was last told of (`u64::MAX`:
+    /// not yet looked).
+    seen: [AtomicU64; 3],
+}
+
+/// A list whose changes a session is told of with `notifications/<list>/list_changed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    /// `tools/list`.
+    Tools = 0,
+    /// `resources/list` and `resources/templates/list`.
+    Resources = 1,
+    /// `prompts/list`.
+    Prompts = 2,
+}
+
+impl Listed {
+    /// Every list.
+    pub const ALL: [Listed; 3] = [Listed::Tools, Listed::Resources, Listed::Prompts];
+
+    /// The notification a session is sent when the list changed.
+    pub fn notification(self) -> &'static str {
+        match self {
+            Listed::Tools => "notifications/tools/list_changed",
+            Listed::Resources => "notifications/resources/list_changed",
+            Listed::Prompts => "notifications/prompts/list_changed",
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -266,7 +302,11 @@ impl Default for Session {
             in_flight: Mutex::default(),
             outgoing: Mutex::default(),
             next_outgoing: AtomicU64::new(0),
-            tools_seen: AtomicU64::new(UNSEEN),
+            seen: [
+                AtomicU64::new(UNSEEN),
+                AtomicU64::new(UNSEEN),
+                AtomicU64::new(UNSEEN),
+            ],
         }
     }
 }
@@ -360,10 +400,10 @@ impl Session {
         watch.pending.retain(|p| p != uri);
     }
 
-    /// Whether the registry was replaced since this session last looked (`generation` is
-    /// the server's now); the first look only records it.
-    pub fn tools_changed_since(&self, generation: u64) -> bool {
-        let seen = self.tools_seen.swap(generation, Ordering::AcqRel);
+    /// Whether `list` changed since this session last looked (`generation` is the
+    /// server's now); the first look only records it.
+    pub fn changed_since(&self, list: Listed, generation: u64) -> bool {
+        let seen = self.seen[list as usize].swap(generation, Ordering::AcqRel);
         seen != UNSEEN && seen != generation
     }
 

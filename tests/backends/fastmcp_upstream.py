@@ -5,7 +5,9 @@ Its tools cover each outcome tollgate must map: one that succeeds with structure
 one that raises, one that returns `isError: true` itself, one that answers with a JSON-RPC
 error, one that is slow (and writes `CANCEL_MARKER` when its request is cancelled), one that
 reports progress, one that adds a tool and sends `notifications/tools/list_changed`, and one
-that answers with the W3C trace context its request carried in `params._meta`.
+that answers with the W3C trace context its request carried in `params._meta`; a resource, a
+resource template and a prompt, and a tool that adds a resource and sends
+`notifications/resources/list_changed`.
 
     python fastmcp_upstream.py             # stdio
     python fastmcp_upstream.py http PORT   # Streamable HTTP on 127.0.0.1:PORT/mcp
@@ -23,7 +25,7 @@ from fastmcp.server.middleware import Middleware
 from fastmcp.tools import Tool
 from fastmcp.tools.base import ToolResult
 from mcp.shared.exceptions import MCPError
-from mcp.types import TextContent, ToolListChangedNotification
+from mcp.types import ResourceListChangedNotification, TextContent, ToolListChangedNotification
 
 mcp = FastMCP("fastmcp-upstream", mask_error_details=False)
 
@@ -105,6 +107,33 @@ def trace_meta(ctx: Context) -> dict:
     request = ctx.request_context
     meta = (request.meta if request is not None else None) or {}
     return {"traceparent": meta.get("traceparent"), "tracestate": meta.get("tracestate")}
+
+
+@mcp.resource("notes://shelf/readme", mime_type="text/plain", description="How the shelf is organised.")
+def readme() -> str:
+    return "Aisle 1: bolts. Aisle 2: nuts."
+
+
+@mcp.resource("notes://shelf/aisle/{number}", mime_type="text/plain", description="One aisle's notes.")
+def aisle(number: str) -> str:
+    return f"Notes of aisle {number}."
+
+
+@mcp.prompt(name="restock-plan", description="Plans a restock of one SKU.")
+def restock_plan(sku: str) -> str:
+    return f"Plan a restock of {sku}: check stock, then order what is missing."
+
+
+@mcp.tool
+async def add_note(name: str, ctx: Context) -> str:
+    """Adds a resource `notes://shelf/<name>` and tells the client its list of resources changed."""
+
+    def note() -> str:
+        return f"the {name} note"
+
+    mcp.resource(f"notes://shelf/{name}", mime_type="text/plain", description="A note added at run time.")(note)
+    await ctx.send_notification(ResourceListChangedNotification())
+    return f"added {name}"
 
 
 if __name__ == "__main__":

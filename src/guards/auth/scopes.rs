@@ -248,6 +248,8 @@ mod tests {
                 max_tools: crate::config::DEFAULT_MAX_TOOLS,
                 max_schema_bytes: crate::config::DEFAULT_MAX_SCHEMA_BYTES,
                 pinning: crate::config::Pinning::FirstUse,
+                expose: crate::config::Exposed::ALL,
+                read_scope: None,
             }),
             timeout: Duration::from_secs(1),
             limits: crate::config::BackendLimits::default(),

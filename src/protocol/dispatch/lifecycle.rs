@@ -70,29 +70,38 @@ impl Server {
         })
     }
 
-    /// What the server announces. Tools change while the process runs only when an
-    /// upstream MCP server is behind the gate (its list can change), so `tools.listChanged`
-    /// is announced only then; nothing else changes its list; `resources.subscribe`
-    /// (handshake era only: 2026-07-28 removed the method) only when some resource can
-    /// change, for nothing else is ever updated; and `logging` only when some tool sends log
-    /// messages, for otherwise a level would govern nothing.
+    /// What the server announces. Lists change while the process runs only when an
+    /// upstream MCP server is behind the gate (its lists can change), so `listChanged` is
+    /// announced only then, for each kind it exposes; `resources.subscribe` (handshake era
+    /// only: 2026-07-28 removed the method) only when some resource can change (one of
+    /// tollgate's, or an upstream's), for nothing else is ever updated; and `logging` only
+    /// when some tool sends log messages, for otherwise a level would govern nothing.
     fn capabilities(&self, era: Era) -> Value {
         let registry = self.registry();
-        let resources = if !era.is_modern() && registry.has_changing_resources() {
-            json!({ "subscribe": true, "listChanged": false })
+        let resources_change = self.backends.offers_resources();
+        let resources = if !era.is_modern() && self.can_subscribe() {
+            json!({ "subscribe": true, "listChanged": resources_change })
         } else {
-            json!({ "listChanged": false })
+            json!({ "listChanged": resources_change })
         };
         let mut capabilities = json!({
             "tools": { "listChanged": self.backends.tools_can_change() },
             "resources": resources,
-            "prompts": { "listChanged": false },
+            "prompts": { "listChanged": self.backends.offers_prompts() },
             "completions": {},
         });
         if registry.has_logging_tools() {
             capabilities["logging"] = json!({});
         }
         capabilities
+    }
+}
+
+impl Server {
+    /// Whether some resource can change, so that subscribing to it means something: one of
+    /// tollgate's own, or an upstream's.
+    pub(super) fn can_subscribe(&self) -> bool {
+        self.registry().has_changing_resources() || self.backends.offers_resources()
     }
 }
 

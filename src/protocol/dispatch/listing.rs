@@ -1,6 +1,8 @@
 //! The `*/list` methods, paged behind an opaque cursor: `tools/list` (the tools the caller
 //! may see, by scope and plan), `resources/list`, `resources/templates/list` and
-//! `prompts/list` (the prompts whose data the caller may read).
+//! `prompts/list` (the prompts whose data the caller may read). An upstream MCP server's
+//! resources, templates and prompts follow tollgate's own, listed to a caller who may read
+//! them (its backend's read scope and the plan).
 
 use serde_json::{Value, json};
 
@@ -33,8 +35,12 @@ impl Server {
     }
 
     /// `resources/list`: every resource, sorted by URI.
-    pub(super) fn list_resources(&self, req: &Request) -> Result<Value, McpError> {
-        let all: Vec<Value> = self
+    pub(super) fn list_resources(
+        &self,
+        req: &Request,
+        principal: &Principal,
+    ) -> Result<Value, McpError> {
+        let mut all: Vec<Value> = self
             .registry()
             .resources()
             .into_iter()
@@ -43,13 +49,19 @@ impl Server {
                         "description": r.description, "mimeType": r.mime_type })
             })
             .collect();
+        all.extend(self.visible(self.backends.resources(), principal));
         let (page, next) = paginate(all, req, "resources")?;
         Ok(with_cursor(json!({ "resources": page }), next))
     }
 
     /// `resources/templates/list`.
-    pub(super) fn list_resource_templates(&self, req: &Request) -> Result<Value, McpError> {
-        let templates = self.registry().resource_templates();
+    pub(super) fn list_resource_templates(
+        &self,
+        req: &Request,
+        principal: &Principal,
+    ) -> Result<Value, McpError> {
+        let mut templates = self.registry().resource_templates();
+        templates.extend(self.visible(self.backends.resource_templates(), principal));
         let (page, next) = paginate(templates, req, "templates")?;
         Ok(with_cursor(json!({ "resourceTemplates": page }), next))
     }
@@ -83,8 +95,32 @@ impl Server {
                 json!({ "name": s.name, "title": s.title, "description": s.description, "arguments": args })
             })
             .collect();
+        // An operator's decision on an upstream prompt's definition applies from the next
+        // listing on.
+        self.backends.review_pins();
+        let mut all = all;
+        all.extend(self.visible(self.backends.prompts(), principal));
         let (page, next) = paginate(all, req, "prompts")?;
         Ok(with_cursor(json!({ "prompts": page }), next))
+    }
+}
+
+impl Server {
+    /// The entries of `offered` whose backend's subject `principal` may see.
+    fn visible(
+        &self,
+        offered: Vec<crate::tools::backends::Offered>,
+        principal: &Principal,
+    ) -> Vec<Value> {
+        if offered.is_empty() {
+            return Vec::new();
+        }
+        let visibility = self.guards.visibility(principal);
+        offered
+            .into_iter()
+            .filter(|o| visibility.can_see(&o.subject))
+            .map(|o| o.entry)
+            .collect()
     }
 }
 
@@ -177,7 +213,7 @@ mod tests {
         let fx = Fixture::invoicing();
         let listed = fx
             .server
-            .list_resources(&request("resources/list", json!({})))
+            .list_resources(&request("resources/list", json!({})), &fx.principal(&["*"]))
             .expect("listed");
         let uris: Vec<&str> = listed["resources"]
             .as_array()

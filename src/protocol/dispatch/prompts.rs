@@ -11,10 +11,10 @@ use super::tool_call::{input_params, mark, name_and_arguments};
 use super::{Answer, Env, Server};
 use crate::catalog::McpError;
 use crate::guards::auth::Principal;
-use crate::guards::{DataRead, META_RATELIMIT, RunRead};
+use crate::guards::{DataRead, META_RATELIMIT, ReadThrough, RunRead};
 use crate::protocol::jsonrpc::Request;
 use crate::protocol::revisions::{Era, client_capabilities};
-use crate::tools::{Book, DataAccess, InputContext, PromptReply, PromptSpec};
+use crate::tools::{Book, InputContext, PromptReply, PromptSpec, ToolSpec};
 
 /// Most completion values one answer carries.
 const MAX_COMPLETIONS: usize = 100;
@@ -36,6 +36,11 @@ impl Server {
         let client_capabilities = client_capabilities(req, era, env.session);
         let registry = self.registry();
         let prompt = registry.prompt(name);
+        if prompt.is_none()
+            && let Some((subject, operation, held)) = self.backends().prompt(name)
+        {
+            return self.get_upstream_prompt(req, env, (name, &operation), &subject, held, &args);
+        }
         let render = |principal: &Principal| {
             let prompt = prompt.ok_or_else(|| {
                 McpError::invalid_params("name").detail("reason", "unknown_prompt")
@@ -57,9 +62,13 @@ impl Server {
             })
         };
         match prompt.and_then(|p| p.spec().reads) {
-            Some(access) => {
-                self.read_data(req, &format!("prompts/get {name}"), access, env, &render)
-            }
+            Some(access) => self.read_data(
+                req,
+                &format!("prompts/get {name}"),
+                ReadThrough::Declared(access),
+                env,
+                &render,
+            ),
             None => render(&self.authenticate(env)?).map(Answer::uncharged),
         }
     }
@@ -97,25 +106,62 @@ impl Server {
         match declared.and_then(|a| a.completes_from) {
             Some(access) => {
                 let audit_name = format!("completion/complete {name}.{arg_name}");
-                self.read_data(req, &audit_name, access, env, &values)
+                self.read_data(
+                    req,
+                    &audit_name,
+                    ReadThrough::Declared(access),
+                    env,
+                    &values,
+                )
             }
             None => values(&self.authenticate(env)?).map(Answer::uncharged),
         }
     }
 
+    /// `prompts/get` of an upstream's prompt (`name` in full, `operation` after the
+    /// backend's prefix): a read of its backend's prompts through the guard chain, the
+    /// arguments passed on as they are (the upstream checks them). A held prompt is refused
+    /// once the caller is known, and never reaches the upstream.
+    fn get_upstream_prompt(
+        &self,
+        req: &Request,
+        env: &Env<'_>,
+        (name, operation): (&str, &str),
+        subject: &ToolSpec,
+        held: Option<&'static str>,
+        args: &Map<String, Value>,
+    ) -> Result<Answer, McpError> {
+        if let Some(state) = held {
+            self.authenticate(env)?;
+            return Err(McpError::prompt_under_review(name, state));
+        }
+        let backend = name
+            .strip_suffix(operation)
+            .and_then(|b| b.strip_suffix('_'))
+            .ok_or_else(McpError::internal)?;
+        let get = |_: &Principal| self.backends().get_prompt(backend, operation, args);
+        self.read_data(
+            req,
+            &format!("prompts/get {name}"),
+            ReadThrough::Subject(subject),
+            env,
+            &get,
+        )
+    }
+
     /// Runs a request that reads business data through the guard chain.
-    fn read_data(
+    pub(super) fn read_data(
         &self,
         req: &Request,
         audit_name: &str,
-        access: DataAccess,
+        through: ReadThrough<'_>,
         env: &Env<'_>,
         run: &RunRead<'_>,
     ) -> Result<Answer, McpError> {
         let request_id = req.id.clone().unwrap_or(Value::Null);
         let read = DataRead {
             audit_name,
-            access,
+            through,
             request_id: &request_id,
         };
         let (mut result, budget) =

@@ -1,8 +1,8 @@
 //! The route of every message but `tools/call`: an unreadable message or batch is answered
 //! with its error, a client's answer reaches the request that waits for it, and a request
 //! or notification gets its protocol era and is handed to the handler of its method. The
-//! methods that may pass the guard chain (`prompts/get`, `completion/complete`) answer with
-//! the rate budget; the others are never charged.
+//! methods that may pass the guard chain (`prompts/get`, `completion/complete`,
+//! `resources/read`) answer with the rate budget; the others are never charged.
 
 use serde_json::Value;
 
@@ -131,6 +131,7 @@ impl Server {
             // The methods that can pass the guard chain, whose answer carries the budget.
             "prompts/get" => self.get_prompt(req, era, env),
             "completion/complete" => self.complete(req, env),
+            "resources/read" => self.read_resource(req, env),
             _ => self.route_uncharged(req, era, env).map(Answer::uncharged),
         }
     }
@@ -154,23 +155,16 @@ impl Server {
                 self.list_tools(req, &principal)
             }
             "resources/list" => {
-                self.authenticate(env)?;
-                self.list_resources(req)
+                let principal = self.authenticate(env)?;
+                self.list_resources(req, &principal)
             }
             "resources/templates/list" => {
-                self.authenticate(env)?;
-                self.list_resource_templates(req)
-            }
-            "resources/read" => {
-                self.authenticate(env)?;
-                self.read_resource(req)
+                let principal = self.authenticate(env)?;
+                self.list_resource_templates(req, &principal)
             }
             // Announced, and answered, only when some resource can change.
-            "resources/subscribe" | "resources/unsubscribe"
-                if self.registry().has_changing_resources() =>
-            {
-                self.authenticate(env)?;
-                self.subscription(req, env.session)
+            "resources/subscribe" | "resources/unsubscribe" if self.can_subscribe() => {
+                self.subscription(req, env)
             }
             "prompts/list" => {
                 let principal = self.authenticate(env)?;

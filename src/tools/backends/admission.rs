@@ -32,7 +32,6 @@ use serde_json::Value;
 use crate::catalog::{Class, ErrorKind, McpError};
 use crate::clock::Clock;
 use crate::config::BackendLimits;
-use crate::tools::ToolOutput;
 use crate::tools::backends::NOT_CONNECTED;
 
 /// How long a queued call sleeps at most between looks at its caller's cancellation.
@@ -151,7 +150,7 @@ enum Sign {
 
 impl Sign {
     /// The sign of `outcome`.
-    fn of(outcome: &Result<ToolOutput, McpError>) -> Sign {
+    fn of<T>(outcome: &Result<T, McpError>) -> Sign {
         let Err(error) = outcome else {
             return Sign::Alive;
         };
@@ -247,11 +246,11 @@ impl Admission {
     /// Runs `forward` once the breaker and a slot admit the call, and learns from its
     /// outcome; otherwise answers the refusal without running it. `cancelled` is the
     /// caller's cancellation, looked at while the call waits for a slot.
-    pub fn run(
+    pub fn run<T>(
         &self,
         cancelled: &dyn Fn() -> bool,
-        forward: impl FnOnce() -> Result<ToolOutput, McpError>,
-    ) -> Result<ToolOutput, McpError> {
+        forward: impl FnOnce() -> Result<T, McpError>,
+    ) -> Result<T, McpError> {
         let mut ticket = Ticket {
             admission: self,
             pass: self.pass()?,
@@ -476,6 +475,7 @@ mod tests {
 
     use super::*;
     use crate::clock::ManualClock;
+    use crate::tools::ToolOutput;
 
     /// A minute and hour boundary (unix seconds).
     const T0: i64 = 1_800_000_000;
@@ -728,20 +728,26 @@ mod tests {
 
     #[test]
     fn what_each_outcome_says_about_the_backend() {
-        let failing = |kind| Err(McpError::new(kind).detail("backend", "crm"));
-        let timed_out = Err(McpError::new(ErrorKind::Timeout)
-            .detail("backend", "crm")
-            .detail("timeout_ms", 300));
+        let failing = |kind| Err::<ToolOutput, _>(McpError::new(kind).detail("backend", "crm"));
+        let timed_out = Err::<ToolOutput, _>(
+            McpError::new(ErrorKind::Timeout)
+                .detail("backend", "crm")
+                .detail("timeout_ms", 300),
+        );
         assert_eq!(Sign::of(&ok()), Sign::Alive);
         assert_eq!(Sign::of(&timed_out), Sign::Failing);
         assert_eq!(Sign::of(&cancelled()), Sign::Unknown);
-        let not_connected = Err(McpError::new(ErrorKind::ToolBackendUnavailable)
-            .detail("backend", "crm")
-            .detail("reason", NOT_CONNECTED));
+        let not_connected = Err::<ToolOutput, _>(
+            McpError::new(ErrorKind::ToolBackendUnavailable)
+                .detail("backend", "crm")
+                .detail("reason", NOT_CONNECTED),
+        );
         assert_eq!(Sign::of(&not_connected), Sign::Unknown);
-        let lost = Err(McpError::new(ErrorKind::ToolBackendUnavailable)
-            .detail("backend", "crm")
-            .detail("reason", "connection lost"));
+        let lost = Err::<ToolOutput, _>(
+            McpError::new(ErrorKind::ToolBackendUnavailable)
+                .detail("backend", "crm")
+                .detail("reason", "connection lost"),
+        );
         assert_eq!(Sign::of(&lost), Sign::Failing);
         for kind in [
             ErrorKind::ToolBackendUnavailable,

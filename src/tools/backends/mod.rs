@@ -18,6 +18,7 @@
 //! ([`BackendTool`]: name, category, scope, idempotency) is in `tool`.
 
 pub mod admission;
+mod offered;
 pub mod openapi;
 pub mod pins;
 mod tool;
@@ -36,6 +37,7 @@ use crate::config::{BackendConfig, BackendKind};
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 
 pub use admission::{Admission, AdmissionStatus, Circuit, Rejection};
+pub use offered::{Offered, UPSTREAM_SCHEME, gate_uri, split_gate_uri};
 pub use tool::{
     BackendTool, OPERATION_CATEGORIES, configured_scopes, tool_name, unmatched_overrides,
 };
@@ -269,6 +271,49 @@ pub trait Backend: Send + Sync {
     /// when what it offers changed.
     fn review_pins(&self) {}
 
+    /// Its resources, as it lists them (its own URIs).
+    fn resources(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
+    /// Its resource templates, as it lists them.
+    fn resource_templates(&self) -> Vec<Value> {
+        Vec::new()
+    }
+
+    /// Its prompts offered now: the name after the backend's prefix, and the entry as it
+    /// lists it.
+    fn prompts(&self) -> Vec<(String, Value)> {
+        Vec::new()
+    }
+
+    /// Its prompts held until an operator decides on their definitions, as (name after
+    /// the prefix, `pending` or `rejected`).
+    fn held_prompts(&self) -> Vec<(String, &'static str)> {
+        Vec::new()
+    }
+
+    /// Reads its resource `uri` (its own URI): the `resources/read` result it answers.
+    fn read_resource(&self, uri: &str, _timeout: Duration) -> Result<Value, McpError> {
+        Err(McpError::resource_not_found(uri).with("uri", uri))
+    }
+
+    /// Gets its prompt `operation` with `args`: the `prompts/get` result it answers.
+    fn get_prompt(
+        &self,
+        _operation: &str,
+        _args: &Map<String, Value>,
+        _timeout: Duration,
+    ) -> Result<Value, McpError> {
+        Err(McpError::invalid_params("name").detail("reason", "unknown_prompt"))
+    }
+
+    /// Follows (`on`) or stops following the updates of its resource `uri`; false when it
+    /// sends none.
+    fn subscribe(&self, _uri: &str, _on: bool, _timeout: Duration) -> Result<bool, McpError> {
+        Ok(false)
+    }
+
     /// Stops what it runs (child processes, sessions); called once at shutdown.
     fn shutdown(&self) {}
 }
@@ -278,9 +323,10 @@ pub trait Backend: Send + Sync {
 pub struct BackendEnv {
     /// The outbound runtime.
     pub runtime: tokio::runtime::Handle,
-    /// Called when the backend's list of operations changed (an upstream's
-    /// `notifications/tools/list_changed`, a reconnect that listed other tools).
-    pub changed: Arc<dyn Fn() + Send + Sync>,
+    /// Called when what the backend offers changed (an upstream's
+    /// `notifications/tools/list_changed`, a reconnect that listed other tools, a resource
+    /// it updated).
+    pub changed: Arc<dyn Fn(Change) + Send + Sync>,
     /// Whether a backend that cannot be reached at start is a problem (`backends check`),
     /// rather than connected in the background while the rest is served (`serve`,
     /// `stdio`: its tools appear once it answers).
@@ -354,8 +400,21 @@ struct Entry {
     admission: Arc<Admission>,
 }
 
-/// What is called when a backend's list of tools changed.
-pub type ChangeListener = Arc<dyn Fn() + Send + Sync>;
+/// What changed in what a backend offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Its list of tools (or of the tools held for review).
+    Tools,
+    /// Its list of resources or resource templates.
+    Resources,
+    /// Its list of prompts (or of the prompts held for review).
+    Prompts,
+    /// One of its resources, by the gate's URI: the sessions subscribed to it are told.
+    ResourceUpdated(String),
+}
+
+/// What is called when what a backend offers changed.
+pub type ChangeListener = Arc<dyn Fn(Change) + Send + Sync>;
 
 /// Every configured backend, connected, with the runtime they run on.
 pub struct Backends {
@@ -420,12 +479,12 @@ impl Backends {
                 }]
             })?;
         let listener: Arc<Mutex<Option<ChangeListener>>> = Arc::new(Mutex::new(None));
-        let changed: Arc<dyn Fn() + Send + Sync> = {
+        let changed: ChangeListener = {
             let listener = Arc::clone(&listener);
-            Arc::new(move || {
+            Arc::new(move |change| {
                 let current = listener.lock().ok().and_then(|l| l.clone());
                 if let Some(notify) = current {
-                    notify();
+                    notify(change);
                 }
             })
         };
@@ -482,9 +541,9 @@ impl Backends {
         self.entries.iter().any(|e| e.backend.kind() == "mcp")
     }
 
-    /// Calls `notify` whenever a backend's list of tools changed (the server then rebuilds
-    /// its registry and tells its clients).
-    pub fn on_change(&self, notify: Arc<dyn Fn() + Send + Sync>) {
+    /// Calls `notify` whenever what a backend offers changed (the server then rebuilds its
+    /// registry, or tells its clients).
+    pub fn on_change(&self, notify: ChangeListener) {
         if let Ok(mut listener) = self.listener.lock() {
             *listener = Some(notify);
         }

@@ -51,6 +51,23 @@ impl Presented {
                 definition.insert(key.into(), value.clone());
             }
         }
+        Presented::digested(operation, definition)
+    }
+
+    /// The definition of the prompt `entry` (as the upstream lists it: name, title,
+    /// description, arguments), offered as `operation`. Its pin is kept under
+    /// [`prompt_key`] of the operation, apart from a tool of the same name.
+    pub fn of_prompt(operation: &str, entry: &Value) -> Presented {
+        let mut definition = serde_json::Map::new();
+        for key in ["name", "title", "description", "arguments"] {
+            if let Some(value) = entry.get(key).filter(|v| !v.is_null()) {
+                definition.insert(key.into(), value.clone());
+            }
+        }
+        Presented::digested(&prompt_key(operation), definition)
+    }
+
+    fn digested(operation: &str, definition: serde_json::Map<String, Value>) -> Presented {
         let definition = canonical(&Value::Object(definition));
         let digest = hex::encode(Sha256::digest(definition.as_bytes()));
         Presented {
@@ -58,6 +75,25 @@ impl Presented {
             digest,
             definition,
         }
+    }
+}
+
+/// What marks a prompt's pin among a backend's pins: `prompt:<operation>` (a tool's
+/// operation name never holds a colon).
+pub const PROMPT_PIN: &str = "prompt:";
+
+/// The key a prompt's pin is stored under.
+pub fn prompt_key(operation: &str) -> String {
+    format!("{PROMPT_PIN}{operation}")
+}
+
+/// The name an operator sees and types for a pin of `backend` stored under `key`: the
+/// tool's full name (`wh_lookup`), or `prompt:` and the prompt's full name
+/// (`prompt:wh_restock_plan`).
+pub fn pinned_name(backend: &str, key: &str) -> String {
+    match key.strip_prefix(PROMPT_PIN) {
+        Some(prompt) => format!("{PROMPT_PIN}{backend}_{prompt}"),
+        None => format!("{backend}_{key}"),
     }
 }
 

@@ -276,7 +276,7 @@ async fn run(
 }
 
 /// Whether an error means the session itself is failing.
-fn transport_failed(error: &ServiceError) -> bool {
+pub(super) fn transport_failed(error: &ServiceError) -> bool {
     matches!(
         error,
         ServiceError::TransportClosed | ServiceError::TransportSend(_)
@@ -335,7 +335,7 @@ fn result_of(backend: &str, result: CallResult) -> Result<ToolOutput, McpError> 
 }
 
 /// The catalog error of the upstream's JSON-RPC error.
-fn rpc_error(backend: &str, code: i64, message: &str) -> McpError {
+pub(super) fn rpc_error(backend: &str, code: i64, message: &str) -> McpError {
     McpError::new(ErrorKind::UpstreamRpcError)
         .detail("backend", backend)
         .detail(
@@ -346,7 +346,7 @@ fn rpc_error(backend: &str, code: i64, message: &str) -> McpError {
 }
 
 /// The catalog error of a failed request through rmcp.
-fn error_of(backend: &str, deadline: Duration, error: ServiceError) -> McpError {
+pub(super) fn error_of(backend: &str, deadline: Duration, error: ServiceError) -> McpError {
     match error {
         ServiceError::McpError(data) => rpc_error(backend, i64::from(data.code.0), &data.message),
         ServiceError::Timeout { .. } => timeout(backend, deadline),
@@ -386,13 +386,13 @@ fn failure_of(backend: &str, failure: Failure) -> McpError {
     }
 }
 
-fn unavailable(backend: &str, reason: &'static str) -> McpError {
+pub(super) fn unavailable(backend: &str, reason: &'static str) -> McpError {
     McpError::new(ErrorKind::ToolBackendUnavailable)
         .detail("backend", backend)
         .detail("reason", reason)
 }
 
-fn timeout(backend: &str, deadline: Duration) -> McpError {
+pub(super) fn timeout(backend: &str, deadline: Duration) -> McpError {
     McpError::new(ErrorKind::Timeout)
         .detail("backend", backend)
         .detail("timeout_ms", deadline.as_millis() as u64)

@@ -176,7 +176,10 @@ impl Listing {
 /// [`Pins::review`], on a thread of its own when called on the outbound runtime (a list
 /// that arrives with a connection or `list_changed`): the store's PostgreSQL client blocks
 /// on a runtime of its own, which cannot run inside another.
-fn review_off_runtime(pins: &Pins, presented: &[&Presented]) -> Result<Vec<Hold>, String> {
+pub(super) fn review_off_runtime(
+    pins: &Pins,
+    presented: &[&Presented],
+) -> Result<Vec<Hold>, String> {
     if tokio::runtime::Handle::try_current().is_err() {
         return pins.review(presented).map_err(|e| e.to_string());
     }

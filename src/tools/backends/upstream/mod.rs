@@ -18,8 +18,10 @@
 mod call;
 mod direct;
 mod listing;
+mod offer;
 mod progress;
 mod relist;
+mod requests;
 mod session;
 mod session_client;
 
@@ -32,10 +34,11 @@ use rmcp::model::Tool as UpstreamTool;
 use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
+use crate::config::Exposed;
 use crate::config::{BackendConfig, BackendKind};
 use crate::tools::ToolOutput;
 use crate::tools::backends::{
-    Backend, BackendEnv, BackendProblem, Call, Health, ListingReport, Operation,
+    Backend, BackendEnv, BackendProblem, Call, Change, Health, ListingReport, Operation, gate_uri,
 };
 
 use listing::{Limits, Listing, Logged, listing_of};
@@ -66,6 +69,7 @@ pub fn open(config: &BackendConfig, env: &BackendEnv) -> Result<Arc<dyn Backend>
     };
     let target = Target::from_config(&mcp.transport).map_err(problem)?;
     let mut shared = Shared::new(&config.name, Arc::clone(&env.changed), Limits::of(mcp));
+    shared.exposed = mcp.expose;
     shared.pins = env.store.clone().map(|store| Pins {
         store,
         backend: config.name.clone(),
@@ -162,6 +166,74 @@ impl Backend for Upstream {
         self.shared.review_pins();
     }
 
+    fn resources(&self) -> Vec<Value> {
+        self.shared.offer().resources.clone()
+    }
+
+    fn resource_templates(&self) -> Vec<Value> {
+        self.shared.offer().templates.clone()
+    }
+
+    fn prompts(&self) -> Vec<(String, Value)> {
+        self.shared.offer().prompts.clone()
+    }
+
+    fn held_prompts(&self) -> Vec<(String, &'static str)> {
+        self.shared.offer().held.clone()
+    }
+
+    /// Reads a resource it lists, or one of its templates makes; any other URI is not
+    /// asked for (an upstream's URIs are not a way to its file system).
+    fn read_resource(&self, uri: &str, timeout: Duration) -> Result<Value, McpError> {
+        if !self.shared.offer().may_read(uri) {
+            return Err(McpError::resource_not_found(uri).with("uri", uri));
+        }
+        requests::read_resource(&self.shared, &self.runtime, uri, timeout)
+    }
+
+    fn get_prompt(
+        &self,
+        operation: &str,
+        args: &Map<String, Value>,
+        timeout: Duration,
+    ) -> Result<Value, McpError> {
+        let Some(name) = self
+            .shared
+            .offer()
+            .upstream_prompt(operation)
+            .map(str::to_owned)
+        else {
+            return Err(McpError::invalid_params("name").detail("reason", "unknown_prompt"));
+        };
+        requests::get_prompt(&self.shared, &self.runtime, &name, args, timeout)
+    }
+
+    /// Subscribes upstream on the first subscription to `uri` (and again on every new
+    /// session); unsubscribes when asked. False when the upstream sends no updates.
+    fn subscribe(&self, uri: &str, on: bool, timeout: Duration) -> Result<bool, McpError> {
+        if !self.shared.offer().subscribe {
+            return Ok(false);
+        }
+        let first = {
+            let mut subscribed = self.shared.subscribed_uris();
+            if on {
+                subscribed.insert(uri.to_owned())
+            } else {
+                subscribed.remove(uri)
+            }
+        };
+        if first {
+            let sent = requests::subscription(&self.shared, &self.runtime, uri, on, timeout);
+            if let Err(e) = sent {
+                if on {
+                    self.shared.subscribed_uris().remove(uri);
+                }
+                return Err(e);
+            }
+        }
+        Ok(true)
+    }
+
     fn call(
         &self,
         operation: &str,
@@ -204,8 +276,14 @@ impl Backend for Upstream {
 pub(super) struct Shared {
     /// The backend's name.
     name: Arc<str>,
-    /// Tells the server the list of tools changed.
-    changed: Arc<dyn Fn() + Send + Sync>,
+    /// Tells the server what it offers changed.
+    changed: Arc<dyn Fn(Change) + Send + Sync>,
+    /// Which of what the upstream offers is put behind the gate.
+    exposed: Exposed,
+    /// Its resources, resource templates and prompts, as offered now.
+    offer: RwLock<offer::Offer>,
+    /// The upstream URIs subscribed to (on every new session too).
+    subscribed: Mutex<std::collections::HashSet<String>>,
     /// How much of the upstream's list is offered.
     limits: Limits,
     state: Mutex<State>,
@@ -239,10 +317,13 @@ struct State {
 }
 
 impl Shared {
-    fn new(name: &str, changed: Arc<dyn Fn() + Send + Sync>, limits: Limits) -> Shared {
+    fn new(name: &str, changed: Arc<dyn Fn(Change) + Send + Sync>, limits: Limits) -> Shared {
         Shared {
             name: Arc::from(name),
             changed,
+            exposed: Exposed::ALL,
+            offer: RwLock::new(offer::Offer::default()),
+            subscribed: Mutex::default(),
             limits,
             state: Mutex::new(State {
                 health: Health::Connecting("starting".into()),
@@ -266,7 +347,62 @@ impl Shared {
             relists: self.counts.relists.load(Ordering::Relaxed),
             list_changed: self.counts.list_changed.load(Ordering::Relaxed),
             list_changed_coalesced: self.counts.coalesced.load(Ordering::Relaxed),
-            held: listing.held.len(),
+            held: listing.held.len() + self.offer().held.len(),
+        }
+    }
+
+    fn offer(&self) -> std::sync::RwLockReadGuard<'_, offer::Offer> {
+        match self.offer.read() {
+            Ok(offer) => offer,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn subscribed_uris(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
+        match self.subscribed.lock() {
+            Ok(subscribed) => subscribed,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// The upstream URIs subscribed to now.
+    fn subscribed(&self) -> Vec<String> {
+        self.subscribed_uris().iter().cloned().collect()
+    }
+
+    /// The upstream says its resource `uri` changed: the sessions subscribed to it are told.
+    fn resource_updated(&self, uri: &str) {
+        if self.exposed.resources {
+            (self.changed)(Change::ResourceUpdated(gate_uri(&self.name, uri)));
+        }
+    }
+
+    /// Puts what the upstream offers besides tools in place (its prompts pinned), telling
+    /// the server which lists differ from the ones offered until now.
+    fn replace_offer(&self, mut offer: offer::Offer) {
+        if let Some(pins) = &self.pins {
+            offer.pin(pins);
+        }
+        self.put_offer(offer);
+    }
+
+    fn put_offer(&self, offer: offer::Offer) {
+        let (resources, prompts) = {
+            let mut current = match self.offer.write() {
+                Ok(current) => current,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let resources =
+                current.resources != offer.resources || current.templates != offer.templates;
+            let prompts = current.prompts != offer.prompts || current.held != offer.held;
+            *current = offer;
+            (resources, prompts)
+        };
+        if resources {
+            (self.changed)(Change::Resources);
+        }
+        if prompts {
+            (self.changed)(Change::Prompts);
         }
     }
 
@@ -298,8 +434,9 @@ impl Shared {
         self.listing().names.get(operation).cloned()
     }
 
-    /// A session is up: calls go to `link`, the operations are `tools`.
-    fn connected(&self, link: Link, pid: Option<u32>, tools: &[UpstreamTool]) {
+    /// A session is up: calls go to `link`, the operations are `tools`, and the rest of
+    /// what it offers is `offer`.
+    fn connected(&self, link: Link, pid: Option<u32>, tools: &[UpstreamTool], offer: offer::Offer) {
         {
             let mut state = self.state();
             state.link = Some(link);
@@ -307,6 +444,7 @@ impl Shared {
             state.health = Health::Ready;
         }
         self.replace_tools(tools);
+        self.replace_offer(offer);
     }
 
     /// The session ended: calls answer `backend_unavailable` until the next one.
@@ -340,6 +478,16 @@ impl Shared {
         let Some(pins) = &self.pins else {
             return;
         };
+        let prompt_holds = {
+            let offer = self.offer();
+            let holds = offer.holds(pins);
+            (!offer.sorted_by(&holds)).then_some(holds)
+        };
+        if let Some(holds) = prompt_holds {
+            let mut offer = self.offer().clone();
+            offer.sort(holds);
+            self.put_offer(offer);
+        }
         let holds = {
             let listing = self.listing();
             let holds = listing.holds(pins);
@@ -365,7 +513,7 @@ impl Shared {
             differs
         };
         if differs {
-            (self.changed)();
+            (self.changed)(Change::Tools);
         }
     }
 }
@@ -390,7 +538,7 @@ mod tests {
         let counted = Arc::clone(&count);
         let shared = Shared::new(
             "files",
-            Arc::new(move || {
+            Arc::new(move |_| {
                 counted.fetch_add(1, Ordering::SeqCst);
             }),
             LIMITS,

@@ -82,16 +82,28 @@ impl Pace {
     }
 }
 
+/// Which of an upstream's lists a [`ListChanges`] follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lists {
+    /// Its tools (`notifications/tools/list_changed`), counted for `/metrics`.
+    Tools,
+    /// Its resources, resource templates and prompts (`notifications/resources/list_changed`,
+    /// `notifications/prompts/list_changed`), read again together.
+    Offer,
+}
+
 /// One session's [`Pace`], shared by its notification handler and its reader.
 pub(super) struct ListChanges {
+    lists: Lists,
     pace: Mutex<Pace>,
     wake: Notify,
 }
 
 impl ListChanges {
-    /// The changes of a session whose list is being read now.
-    pub(super) fn new() -> ListChanges {
+    /// The changes of a session whose `lists` are being read now.
+    pub(super) fn new(lists: Lists) -> ListChanges {
         ListChanges {
+            lists,
             pace: Mutex::new(Pace::new(Instant::now(), RELIST_EVERY)),
             wake: Notify::new(),
         }
@@ -107,17 +119,20 @@ impl ListChanges {
     /// The upstream said its list changed: a read is due (and the reader woken), or the
     /// notification is folded into the read already due.
     pub(super) fn notified(&self, shared: &Shared) {
-        shared.counts.list_changed.fetch_add(1, Ordering::Relaxed);
+        let counted = self.lists == Lists::Tools;
+        if counted {
+            shared.counts.list_changed.fetch_add(1, Ordering::Relaxed);
+        }
         if self.pace().notified() {
             self.wake.notify_one();
-        } else {
+        } else if counted {
             shared.counts.coalesced.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-/// The session's reader: reads the list again whenever [`ListChanges`] says so, until the
-/// session ends (the task is aborted) or the backend is gone.
+/// The session's reader of `changes`' lists: reads them again whenever [`ListChanges`]
+/// says so, until the session ends (the task is aborted) or the backend is gone.
 pub(super) async fn follow(
     shared: Weak<Shared>,
     peer: Peer<RoleClient>,
@@ -134,6 +149,11 @@ pub(super) async fn follow(
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
+                if changes.lists == Lists::Offer {
+                    let offer = super::offer::read_offer(&shared.name, &peer, shared.exposed).await;
+                    shared.replace_offer(offer);
+                    continue;
+                }
                 shared.counts.relists.fetch_add(1, Ordering::Relaxed);
                 match read_tools(&peer, shared.limits.max_tools).await {
                     Ok(tools) => shared.replace_tools(&tools),

@@ -41,8 +41,9 @@ use crate::tools::backends::Health;
 
 use super::Shared;
 use super::direct::Direct;
+use super::offer::{Offer, read_offer};
 use super::progress::{LatestProgress, Progress};
-use super::relist::{self, ListChanges};
+use super::relist::{self, ListChanges, Lists};
 use super::session_client::{SessionClient, SessionId};
 
 /// The longest one connection attempt (start, handshake, first list) may take.
@@ -239,11 +240,13 @@ impl ProgressRoutes {
     }
 }
 
-/// tollgate as an MCP client: relays progress, marks the list of tools as changed.
+/// tollgate as an MCP client: relays progress and resource updates, marks the lists as
+/// changed.
 struct Handler {
     shared: Weak<Shared>,
     progress: Arc<ProgressRoutes>,
     changes: Arc<ListChanges>,
+    offer_changes: Arc<ListChanges>,
 }
 
 impl ClientHandler for Handler {
@@ -268,6 +271,37 @@ impl ClientHandler for Handler {
         std::future::ready(())
     }
 
+    fn on_resource_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        if let Some(shared) = self.shared.upgrade() {
+            self.offer_changes.notified(&shared);
+        }
+        std::future::ready(())
+    }
+
+    fn on_prompt_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        if let Some(shared) = self.shared.upgrade() {
+            self.offer_changes.notified(&shared);
+        }
+        std::future::ready(())
+    }
+
+    fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.resource_updated(&params.uri);
+        }
+        std::future::ready(())
+    }
+
     fn get_info(&self) -> ClientConfig {
         let mut info = ClientConfig::new(
             ClientCapabilities::default(),
@@ -279,23 +313,27 @@ impl ClientHandler for Handler {
     }
 }
 
-/// A connected session with its first list of tools.
+/// A connected session with its first lists.
 struct Session {
     running: RunningService<RoleClient, Handler>,
     pid: Option<u32>,
     link: Link,
     tools: Vec<UpstreamTool>,
+    offer: Offer,
     changes: Arc<ListChanges>,
+    offer_changes: Arc<ListChanges>,
 }
 
 /// Starts or connects to the upstream, does the handshake and lists its tools.
 async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, String> {
     let progress = Arc::new(ProgressRoutes::default());
-    let changes = Arc::new(ListChanges::new());
+    let changes = Arc::new(ListChanges::new(Lists::Tools));
+    let offer_changes = Arc::new(ListChanges::new(Lists::Offer));
     let handler = Handler {
         shared: Arc::downgrade(shared),
         progress: Arc::clone(&progress),
         changes: Arc::clone(&changes),
+        offer_changes: Arc::clone(&offer_changes),
     };
     let (running, pid, direct) = match target {
         Target::Stdio { .. } => {
@@ -332,7 +370,12 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
             (running, None, Some(Arc::new(direct)))
         }
     };
-    let tools = match relist::read_tools(running.peer(), shared.limits.max_tools).await {
+    let listed = if shared.exposed.tools {
+        relist::read_tools(running.peer(), shared.limits.max_tools).await
+    } else {
+        Ok(Vec::new())
+    };
+    let tools = match listed {
         Ok(tools) => tools,
         Err(e) => {
             let _ = tokio::time::timeout(CLOSE_LIMIT, running.cancel()).await;
@@ -340,6 +383,7 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
             return Err(format!("the upstream did not list its tools: {e}"));
         }
     };
+    let offer = read_offer(&shared.name, running.peer(), shared.exposed).await;
     let link = Link {
         peer: running.peer().clone(),
         progress,
@@ -351,7 +395,9 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
         pid,
         link,
         tools,
+        offer,
         changes,
+        offer_changes,
     })
 }
 
@@ -537,10 +583,15 @@ pub(super) async fn supervise(
             _ = stop.changed() => break,
         };
         let reason = match attempt {
-            Ok(session) => {
+            Ok(mut session) => {
                 // The tools are in place before `open` returns: the server builds its
                 // first registry from them.
-                shared.connected(session.link.clone(), session.pid, &session.tools);
+                shared.connected(
+                    session.link.clone(),
+                    session.pid,
+                    &session.tools,
+                    std::mem::take(&mut session.offer),
+                );
                 if let Some(first) = first.take() {
                     let _ = first.send(Ok(()));
                 }
@@ -599,14 +650,37 @@ async fn watch_session(
         link,
         tools,
         changes,
+        offer_changes,
+        ..
     } = session;
     tracing::info!(backend = %shared.name, tools = tools.len(), "upstream connected");
-    // The session's reader of its list of tools ends with it.
+    // The session's readers of its lists end with it.
     let _reader = AbortOnDrop(tokio::spawn(relist::follow(
         Arc::downgrade(shared),
         link.peer.clone(),
         changes,
     )));
+    let _offer_reader = AbortOnDrop(tokio::spawn(relist::follow(
+        Arc::downgrade(shared),
+        link.peer.clone(),
+        offer_changes,
+    )));
+    // The resources the gate's sessions follow are followed on the new session too.
+    for uri in shared.subscribed() {
+        let peer = link.peer.clone();
+        tokio::spawn(async move {
+            #[expect(
+                deprecated,
+                reason = "the handshake era's subscription is the one upstreams take"
+            )]
+            let subscribed = peer
+                .subscribe(rmcp::model::SubscribeRequestParams::new(uri))
+                .await;
+            if let Err(e) = subscribed {
+                tracing::warn!(error = %e, "a resource could not be subscribed to again");
+            }
+        });
+    }
     let cancel = running.cancellation_token();
     let mut waiting = Box::pin(running.waiting());
     let mut ping = tokio::time::interval(PING_EVERY);
