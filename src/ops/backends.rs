@@ -322,6 +322,12 @@ fn check(backends: &[BackendConfig], config: &Config, json: bool) -> ExitCode {
                     }).collect::<Vec<_>>(),
                 });
                 add_listing(&mut line, &listing);
+                if let Some(status) = status.first().filter(|s| s.kind == "mcp") {
+                    let [resources, templates, prompts] = status.offered;
+                    line["resources"] = resources.into();
+                    line["resource_templates"] = templates.into();
+                    line["prompts"] = prompts.into();
+                }
                 let held: Vec<&crate::store::pins::Pin> = pins
                     .iter()
                     .filter(|p| {
@@ -507,6 +513,15 @@ fn print_table(report: &[serde_json::Value]) {
                 field(&tool["category"]),
                 field(&tool["scope"]),
                 field(&tool["idempotency"])
+            );
+        }
+        if let (Some(resources), Some(templates), Some(prompts)) = (
+            backend["resources"].as_u64(),
+            backend["resource_templates"].as_u64(),
+            backend["prompts"].as_u64(),
+        ) {
+            println!(
+                "  also offered: {resources} resources, {templates} resource templates, {prompts} prompts"
             );
         }
         if let Some(counts) = backend["left_out"].as_object() {

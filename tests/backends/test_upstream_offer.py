@@ -26,6 +26,7 @@ import httpx2
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import PromptReference
 
 from test_upstream import FASTMCP_UPSTREAM, stdio_backend
 
@@ -149,11 +150,16 @@ async def test_everything_resources_and_prompts_are_listed_read_and_audited(kind
         assert "ev_simple_prompt" in names and "ev_args_prompt" in names, names
         got = await client.get_prompt("ev_args_prompt", {"city": "Lisbon"})
         assert "Lisbon" in got.messages[0].content.text
+        completed = await client.complete(
+            PromptReference(type="ref/prompt", name="ev_completable_prompt"), {"name": "department", "value": "S"}
+        )
+        assert completed.completion.values == ["Sales", "Support"], completed
     rows = audit_rows(run_tollgate, db)
     tools = [row["tool"] for row in rows]
     assert f"resources/read {first}" in tools, tools
     assert "resources/read upstream://ev/demo://resource/dynamic/text/7" in tools, tools
     assert "prompts/get ev_args_prompt" in tools, tools
+    assert "completion/complete ev_completable_prompt.department" in tools, tools
 
 
 @pytest.mark.parametrize("kind", ["stdio", "http"])
@@ -177,9 +183,10 @@ async def test_an_everything_resource_update_reaches_the_subscribed_session(kind
         await client.unsubscribe_resource(uri)
 
 
-async def test_fastmcp_resources_prompts_and_a_list_change_through_the_gate(fixtures, run_tollgate) -> None:
+@pytest.mark.parametrize("kind", ["stdio", "http"])
+async def test_fastmcp_resources_prompts_and_a_list_change_through_the_gate(kind, fixtures, run_tollgate) -> None:
     db = fixtures[0]
-    transport = gate("http", fixtures, stdio_backend("fm", sys.executable, [str(FASTMCP_UPSTREAM)]))
+    transport = gate(kind, fixtures, stdio_backend("fm", sys.executable, [str(FASTMCP_UPSTREAM)]))
     seen = Seen()
     async with gate_client(transport, db.admin_key, seen) as client:
         assert client.server_capabilities.resources.list_changed is True
@@ -209,6 +216,9 @@ async def test_fastmcp_resources_prompts_and_a_list_change_through_the_gate(fixt
                 await anyio.sleep(0.1)
         late = await client.read_resource("upstream://fm/notes://shelf/late")
         assert text_of_contents(late) == "the late note"
+    tools = [row["tool"] for row in audit_rows(run_tollgate, db)]
+    assert "prompts/get fm_restock_plan" in tools, tools
+    assert "resources/read upstream://fm/notes://shelf/aisle/4" in tools, tools
 
 
 @pytest.mark.parametrize("kind", ["stdio", "http"])

@@ -94,6 +94,19 @@ impl Server {
         let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
         let registry = self.registry();
         let prompt = registry.prompt(name);
+        if prompt.is_none()
+            && let Some((subject, operation, None)) = self.backends().prompt(name)
+        {
+            let backend = backend_of(name, &operation)?;
+            let values = |_: &Principal| {
+                self.backends()
+                    .complete_prompt(backend, &operation, (arg_name, arg_value))
+                    .map(completion_result)
+            };
+            let audit_name = format!("completion/complete {name}.{arg_name}");
+            let through = ReadThrough::Subject(&subject);
+            return self.read_data(req, &audit_name, through, env, &values);
+        }
         let declared = prompt.and_then(|p| p.spec().arguments.iter().find(|a| a.name == arg_name));
         let values = |principal: &Principal| {
             let prompt = prompt.ok_or_else(|| McpError::invalid_params("ref.name"))?;
@@ -135,10 +148,7 @@ impl Server {
             self.authenticate(env)?;
             return Err(McpError::prompt_under_review(name, state));
         }
-        let backend = name
-            .strip_suffix(operation)
-            .and_then(|b| b.strip_suffix('_'))
-            .ok_or_else(McpError::internal)?;
+        let backend = backend_of(name, operation)?;
         let get = |_: &Principal| self.backends().get_prompt(backend, operation, args);
         self.read_data(
             req,
@@ -174,6 +184,13 @@ impl Server {
             refusal: None,
         })
     }
+}
+
+/// The backend of the upstream prompt `name`, offered as `operation` after its prefix.
+fn backend_of<'n>(name: &'n str, operation: &str) -> Result<&'n str, McpError> {
+    name.strip_suffix(operation)
+        .and_then(|b| b.strip_suffix('_'))
+        .ok_or_else(McpError::internal)
 }
 
 /// The object parameter `name`, or `invalid_params` naming it.

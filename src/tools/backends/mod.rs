@@ -39,7 +39,8 @@ use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 pub use admission::{Admission, AdmissionStatus, Circuit, Rejection};
 pub use offered::{Offered, UPSTREAM_SCHEME, gate_uri, split_gate_uri};
 pub use tool::{
-    BackendTool, OPERATION_CATEGORIES, configured_scopes, tool_name, unmatched_overrides,
+    BackendTool, OPERATION_CATEGORIES, configured_scopes, snake_case, tool_name,
+    unmatched_overrides,
 };
 
 /// `details.reason` of a call refused because its backend is known to be down (an upstream
@@ -308,6 +309,17 @@ pub trait Backend: Send + Sync {
         Err(McpError::invalid_params("name").detail("reason", "unknown_prompt"))
     }
 
+    /// The values it completes the argument `argument` (partly `value`) of its prompt
+    /// `operation` with.
+    fn complete_prompt(
+        &self,
+        _operation: &str,
+        _argument: (&str, &str),
+        _timeout: Duration,
+    ) -> Result<Vec<String>, McpError> {
+        Ok(Vec::new())
+    }
+
     /// Follows (`on`) or stops following the updates of its resource `uri`; false when it
     /// sends none.
     fn subscribe(&self, _uri: &str, _on: bool, _timeout: Duration) -> Result<bool, McpError> {
@@ -434,6 +446,9 @@ pub struct BackendStatus {
     pub health: Health,
     /// How many tools it yields now.
     pub tools: usize,
+    /// How many resources, resource templates and prompts it offers now (none from a
+    /// backend that does not expose them).
+    pub offered: [usize; 3],
     /// What it left out of its list of tools, and how often it read the list again.
     pub listing: ListingReport,
     /// Its calls in flight and waiting, its circuit, and the calls it refused.
@@ -632,6 +647,11 @@ impl Backends {
                     .iter()
                     .filter(|op| tool::enabled(&e.config, op))
                     .count(),
+                offered: [
+                    e.backend.resources().len(),
+                    e.backend.resource_templates().len(),
+                    e.backend.prompts().len(),
+                ],
                 listing: e.backend.listing_report(),
                 admission: e.admission.status(),
             })
@@ -673,52 +693,6 @@ impl Drop for Backends {
         self.stop();
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
-        }
-    }
-}
-
-/// Snake case of an identifier (`createOrder`, `create-order`, `Create Order` →
-/// `create_order`): the default tool name of an OpenAPI `operationId`.
-pub fn snake_case(id: &str) -> String {
-    let mut out = String::with_capacity(id.len() + 4);
-    let mut prev_lower_or_digit = false;
-    for c in id.chars() {
-        if c.is_ascii_uppercase() {
-            if prev_lower_or_digit && !out.ends_with('_') {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-            prev_lower_or_digit = false;
-        } else if c.is_ascii_alphanumeric() {
-            out.push(c);
-            prev_lower_or_digit = true;
-        } else if !out.is_empty() && !out.ends_with('_') {
-            out.push('_');
-            prev_lower_or_digit = false;
-        }
-    }
-    while out.ends_with('_') {
-        out.pop();
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn operation_ids_become_snake_case_names() {
-        for (id, name) in [
-            ("createOrder", "create_order"),
-            ("listPetsByTag", "list_pets_by_tag"),
-            ("get-user", "get_user"),
-            ("Create Order", "create_order"),
-            ("already_snake", "already_snake"),
-            ("getV2Items", "get_v2_items"),
-            ("HTTPStatus", "httpstatus"),
-        ] {
-            assert_eq!(snake_case(id), name, "{id}");
         }
     }
 }

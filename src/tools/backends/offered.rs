@@ -238,6 +238,22 @@ impl Backends {
         })
     }
 
+    /// The values the prompt `operation` of `backend` completes `argument` (partly
+    /// `value`) with (through the backend's admission).
+    pub fn complete_prompt(
+        &self,
+        backend: &str,
+        operation: &str,
+        argument: (&str, &str),
+    ) -> Result<Vec<String>, McpError> {
+        let entry = self.upstream(backend).ok_or_else(McpError::internal)?;
+        forwarded(entry, || {
+            entry
+                .backend
+                .complete_prompt(operation, argument, entry.config.timeout)
+        })
+    }
+
     /// Follows (`on`) or stops following the updates of the resource the gate's `uri`
     /// names; false when its backend sends none.
     pub fn subscribe(&self, uri: &str, on: bool) -> Result<bool, McpError> {
@@ -251,10 +267,10 @@ impl Backends {
 }
 
 /// Runs one request to `entry`'s backend through its admission, counted in its counters.
-fn forwarded(
+fn forwarded<T>(
     entry: &Entry,
-    request: impl FnOnce() -> Result<Value, McpError>,
-) -> Result<Value, McpError> {
+    request: impl FnOnce() -> Result<T, McpError>,
+) -> Result<T, McpError> {
     let started = Instant::now();
     let outcome = entry.admission.run(&|| false, || {
         entry.counters.calls.fetch_add(1, Ordering::Relaxed);

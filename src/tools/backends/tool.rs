@@ -246,6 +246,32 @@ pub fn unmatched_overrides(config: &BackendConfig, operations: &[String]) -> Vec
         .collect()
 }
 
+/// Snake case of an identifier (`createOrder`, `create-order`, `Create Order` →
+/// `create_order`): the default tool name of an OpenAPI `operationId`.
+pub fn snake_case(id: &str) -> String {
+    let mut out = String::with_capacity(id.len() + 4);
+    let mut prev_lower_or_digit = false;
+    for c in id.chars() {
+        if c.is_ascii_uppercase() {
+            if prev_lower_or_digit && !out.ends_with('_') {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+            prev_lower_or_digit = false;
+        } else if c.is_ascii_alphanumeric() {
+            out.push(c);
+            prev_lower_or_digit = true;
+        } else if !out.is_empty() && !out.ends_with('_') {
+            out.push('_');
+            prev_lower_or_digit = false;
+        }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
@@ -255,6 +281,21 @@ mod tests {
 
     use super::super::{Backends, Health};
     use super::*;
+
+    #[test]
+    fn operation_ids_become_snake_case_names() {
+        for (id, name) in [
+            ("createOrder", "create_order"),
+            ("listPetsByTag", "list_pets_by_tag"),
+            ("get-user", "get_user"),
+            ("Create Order", "create_order"),
+            ("already_snake", "already_snake"),
+            ("getV2Items", "get_v2_items"),
+            ("HTTPStatus", "httpstatus"),
+        ] {
+            assert_eq!(snake_case(id), name, "{id}");
+        }
+    }
     use crate::config::BackendKind;
 
     fn crm(tools: &[(&str, ToolOverride)]) -> BackendConfig {

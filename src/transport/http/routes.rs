@@ -40,7 +40,7 @@ fn without_discovery(mut reply: Reply) -> Reply {
 }
 
 /// One backend's line in `/healthz`: its state (with the reason when not ready) and tool
-/// count; its calls in flight (of `max_in_flight`) and waiting for a slot; its circuit
+/// count (an upstream MCP server's resource, template and prompt counts too); its calls in flight (of `max_in_flight`) and waiting for a slot; its circuit
 /// (`closed`, `open`, `half_open`) and, while open, the seconds until a trial call
 /// (`retry_after`); how many of its tools were left out by reason (`left_out`) and how
 /// many descriptions cut (`descriptions_cut`) and tools held for review
@@ -50,6 +50,12 @@ fn backend_health(b: &BackendStatus) -> serde_json::Value {
         "name": b.name, "kind": b.kind,
         "state": b.health.as_str(), "tools": b.tools,
     });
+    let [resources, templates, prompts] = b.offered;
+    if b.kind == "mcp" {
+        line["resources"] = resources.into();
+        line["resource_templates"] = templates.into();
+        line["prompts"] = prompts.into();
+    }
     if let Some(reason) = b.health.reason() {
         line["reason"] = reason.into();
     }

@@ -17,6 +17,7 @@
 
 mod call;
 mod direct;
+mod handler;
 mod listing;
 mod offer;
 mod progress;
@@ -52,6 +53,9 @@ use session::{Link, Target};
 /// The backend's per-call deadline does not shorten it: starting a server can take longer
 /// than answering a call.
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(16);
+
+/// The longest one read of one of the upstream's lists (all of its pages) may take.
+const LIST_LIMIT: Duration = Duration::from_secs(15);
 
 /// The longest `shutdown` waits for the upstream to stop before killing what is left of it.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -206,6 +210,36 @@ impl Backend for Upstream {
             return Err(McpError::invalid_params("name").detail("reason", "unknown_prompt"));
         };
         requests::get_prompt(&self.shared, &self.runtime, &name, args, timeout)
+    }
+
+    /// The values the upstream completes its prompt's argument with (none when it does not
+    /// complete).
+    fn complete_prompt(
+        &self,
+        operation: &str,
+        (argument, value): (&str, &str),
+        timeout: Duration,
+    ) -> Result<Vec<String>, McpError> {
+        let (name, completes) = {
+            let offer = self.shared.offer();
+            (
+                offer.upstream_prompt(operation).map(str::to_owned),
+                offer.completes,
+            )
+        };
+        let Some(name) = name else {
+            return Err(McpError::invalid_params("ref.name"));
+        };
+        if !completes {
+            return Ok(Vec::new());
+        }
+        requests::complete(
+            &self.shared,
+            &self.runtime,
+            &name,
+            (argument, value),
+            timeout,
+        )
     }
 
     /// Subscribes upstream on the first subscription to `uri` (and again on every new

@@ -17,8 +17,8 @@ use rmcp::model::PaginatedRequestParams;
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 
+use super::LIST_LIMIT;
 use super::listing::{review_off_runtime, safe_name};
-use super::relist::LIST_LIMIT;
 use crate::config::Exposed;
 use crate::tools::backends::TOOL_NAME_MAX_CHARS;
 use crate::tools::backends::pins::{Hold, Pins, Presented};
@@ -44,6 +44,8 @@ pub(super) struct Offer {
     pub(super) held: Vec<(String, &'static str)>,
     /// Whether it takes `resources/subscribe`.
     pub(super) subscribe: bool,
+    /// Whether it answers `completion/complete`.
+    pub(super) completes: bool,
     /// Entries left out: past [`MAX_ENTRIES`], or a prompt whose name cannot be offered.
     pub(super) left_out: usize,
 }
@@ -129,6 +131,7 @@ pub(super) async fn read_offer(backend: &str, peer: &Peer<RoleClient>, exposed: 
         subscribe: resources
             .as_ref()
             .is_some_and(|r| r.subscribe == Some(true)),
+        completes: declared.as_ref().is_some_and(|c| c.completions.is_some()),
         ..Offer::default()
     };
     let failed = |what: &str, e: String| {

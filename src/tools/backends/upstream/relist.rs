@@ -18,13 +18,11 @@ use rmcp::model::{PaginatedRequestParams, Tool as UpstreamTool};
 use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::Notify;
 
-use super::Shared;
+use super::{LIST_LIMIT, Shared};
 
 /// The shortest time between two reads of an upstream's list (the session's first read
 /// included).
 pub(super) const RELIST_EVERY: Duration = Duration::from_secs(1);
-/// The longest one read of the list (all of its pages) may take.
-pub(super) const LIST_LIMIT: Duration = Duration::from_secs(15);
 /// The most pages of `tools/list` one read follows: an upstream whose cursors never end is
 /// not followed forever.
 const MAX_PAGES: usize = 64;

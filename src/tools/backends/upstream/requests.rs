@@ -9,8 +9,9 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 
 use rmcp::model::{
-    ClientRequest, GetPromptRequest, GetPromptRequestParams, ReadResourceRequest,
-    ReadResourceRequestParams, ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
+    ArgumentInfo, ClientRequest, CompleteRequest, CompleteRequestParams, GetPromptRequest,
+    GetPromptRequestParams, ReadResourceRequest, ReadResourceRequestParams, Reference,
+    ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value};
@@ -58,6 +59,27 @@ pub(super) fn get_prompt(
     let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
     match send(shared, runtime, request, deadline) {
         Ok(ServerResult::GetPromptResult(result)) => to_value(&shared.name, &result),
+        Ok(_) => Err(unexpected(&shared.name)),
+        Err(failed) => Err(failed.into_error(&shared.name, deadline)),
+    }
+}
+
+/// `completion/complete` of the argument `argument` (partly `value`) of the upstream's
+/// prompt `name`: the values it offers.
+pub(super) fn complete(
+    shared: &Arc<Shared>,
+    runtime: &tokio::runtime::Handle,
+    name: &str,
+    (argument, value): (&str, &str),
+    deadline: Duration,
+) -> Result<Vec<String>, McpError> {
+    let params = CompleteRequestParams::new(
+        Reference::for_prompt(name),
+        ArgumentInfo::new(argument, value),
+    );
+    let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
+    match send(shared, runtime, request, deadline) {
+        Ok(ServerResult::CompleteResult(result)) => Ok(result.completion.values),
         Ok(_) => Err(unexpected(&shared.name)),
         Err(failed) => Err(failed.into_error(&shared.name, deadline)),
     }

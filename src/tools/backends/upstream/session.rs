@@ -14,25 +14,20 @@
 //! exponential backoff (0.5 s doubling to 30 s, back to 0.5 s after a session that stayed
 //! up a minute).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderName, HeaderValue as HttpHeaderValue};
-use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientRequest, Implementation, PingRequest,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, Tool as UpstreamTool,
-};
-use rmcp::service::{
-    ClientInitializeError, NotificationContext, PeerRequestOptions, QuitReason, RunningService,
-};
+use rmcp::model::{ClientRequest, PingRequest, ProtocolVersion, Tool as UpstreamTool};
+use rmcp::service::{ClientInitializeError, PeerRequestOptions, QuitReason, RunningService};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use rmcp::{Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, watch};
 
@@ -41,8 +36,8 @@ use crate::tools::backends::Health;
 
 use super::Shared;
 use super::direct::Direct;
+use super::handler::{Handler, ProgressRoutes};
 use super::offer::{Offer, read_offer};
-use super::progress::{LatestProgress, Progress};
 use super::relist::{self, ListChanges, Lists};
 use super::session_client::{SessionClient, SessionId};
 
@@ -61,8 +56,6 @@ const PING_LIMIT: Duration = Duration::from_secs(5);
 const CLOSE_LIMIT: Duration = Duration::from_secs(4);
 /// The variables of tollgate's own environment a stdio upstream inherits.
 const INHERITED_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
-/// Progress notifications kept while their call is being registered.
-const EARLY_PROGRESS: usize = 32;
 /// The longest stderr line logged as it is.
 const STDERR_LINE_MAX: usize = 2000;
 
@@ -186,130 +179,6 @@ impl Link {
     /// Tells the supervisor the session is failing.
     pub(super) fn break_off(&self) {
         self.broken.notify_one();
-    }
-}
-
-/// Routes the upstream's progress notifications to the calls waiting for them, by the
-/// progress token rmcp put on each request. Each call holds only the newest notification
-/// ([`LatestProgress`]): a flood of them costs the memory of one.
-#[derive(Default)]
-pub(super) struct ProgressRoutes {
-    inner: Mutex<Routes>,
-}
-
-#[derive(Default)]
-struct Routes {
-    calls: HashMap<ProgressToken, Arc<LatestProgress>>,
-    /// Notifications that arrived before their call registered (a fast upstream).
-    early: VecDeque<ProgressNotificationParam>,
-}
-
-impl ProgressRoutes {
-    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
-        match self.inner.lock() {
-            Ok(routes) => routes,
-            Err(poisoned) => poisoned.into_inner(),
-        }
-    }
-
-    /// Sends the progress of `token` to `latest` from now on (and what already came).
-    pub(super) fn register(&self, token: ProgressToken, latest: Arc<LatestProgress>) {
-        let mut routes = self.routes();
-        for params in routes.early.iter().filter(|p| p.progress_token == token) {
-            latest.offer(Progress::from(params));
-        }
-        routes.early.retain(|p| p.progress_token != token);
-        routes.calls.insert(token, latest);
-    }
-
-    /// Stops routing `token`.
-    pub(super) fn unregister(&self, token: &ProgressToken) {
-        self.routes().calls.remove(token);
-    }
-
-    fn deliver(&self, params: ProgressNotificationParam) {
-        let mut routes = self.routes();
-        if let Some(latest) = routes.calls.get(&params.progress_token) {
-            latest.offer(Progress::from(&params));
-            return;
-        }
-        if routes.early.len() >= EARLY_PROGRESS {
-            routes.early.pop_front();
-        }
-        routes.early.push_back(params);
-    }
-}
-
-/// tollgate as an MCP client: relays progress and resource updates, marks the lists as
-/// changed.
-struct Handler {
-    shared: Weak<Shared>,
-    progress: Arc<ProgressRoutes>,
-    changes: Arc<ListChanges>,
-    offer_changes: Arc<ListChanges>,
-}
-
-impl ClientHandler for Handler {
-    fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        self.progress.deliver(params);
-        std::future::ready(())
-    }
-
-    /// Only marks the list as due to be read again: the session's reader reads it, at its
-    /// own pace, however many notifications come.
-    fn on_tool_list_changed(
-        &self,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        if let Some(shared) = self.shared.upgrade() {
-            self.changes.notified(&shared);
-        }
-        std::future::ready(())
-    }
-
-    fn on_resource_list_changed(
-        &self,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        if let Some(shared) = self.shared.upgrade() {
-            self.offer_changes.notified(&shared);
-        }
-        std::future::ready(())
-    }
-
-    fn on_prompt_list_changed(
-        &self,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        if let Some(shared) = self.shared.upgrade() {
-            self.offer_changes.notified(&shared);
-        }
-        std::future::ready(())
-    }
-
-    fn on_resource_updated(
-        &self,
-        params: rmcp::model::ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) -> impl Future<Output = ()> + Send + '_ {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.resource_updated(&params.uri);
-        }
-        std::future::ready(())
-    }
-
-    fn get_info(&self) -> ClientConfig {
-        let mut info = ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("tollgate", env!("CARGO_PKG_VERSION")),
-        );
-        // The handshake era: the newest revision that still has `initialize`.
-        info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
-        info
     }
 }
 
@@ -809,29 +678,5 @@ mod tests {
         };
         let err = Target::from_config(&reserved).expect_err("reserved");
         assert!(err.contains("set by the MCP transport itself"), "{err}");
-    }
-
-    #[test]
-    fn progress_that_comes_before_its_call_registered_is_kept_for_it() {
-        let routes = ProgressRoutes::default();
-        let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
-        let params = |progress: u32| -> ProgressNotificationParam {
-            serde_json::from_value(serde_json::json!({
-                "progressToken": 7, "progress": progress, "total": 10
-            }))
-            .expect("params")
-        };
-        routes.deliver(params(1));
-        let latest = Arc::new(LatestProgress::default());
-        routes.register(token.clone(), Arc::clone(&latest));
-        assert_eq!(latest.take().map(|p| p.progress), Some(1.0));
-        for progress in 2..=9 {
-            routes.deliver(params(progress));
-        }
-        // Only the newest is held.
-        assert_eq!(latest.take().map(|p| p.progress), Some(9.0));
-        assert_eq!(latest.take(), None);
-        routes.unregister(&token);
-        assert!(routes.routes().calls.is_empty() && routes.routes().early.is_empty());
     }
 }
