@@ -286,12 +286,30 @@ impl Server {
             }
             for list in Listed::ALL {
                 let generation = self.generations[list as usize].load(Ordering::Acquire);
-                if env.session.changed_since(list, generation) {
+                if env.session.changed_since(list, generation) && self.may_see(list, env) {
                     env.notifier
                         .notify(jsonrpc::notification(list.notification(), json!({})));
                 }
             }
         }
+    }
+}
+
+impl Server {
+    /// Whether the session's caller may see what changed in `list`: every caller sees the
+    /// tools' list change (its own view of it may have changed); a backend's resources or
+    /// prompts only a caller who may read some backend's.
+    fn may_see(&self, list: Listed, env: &Env<'_>) -> bool {
+        let subjects = match list {
+            Listed::Tools => return true,
+            Listed::Resources => self.backends.offer_subjects(false),
+            Listed::Prompts => self.backends.offer_subjects(true),
+        };
+        let Ok(principal) = self.guards.authenticate(&env.caller()) else {
+            return false;
+        };
+        let visibility = self.guards.visibility(&principal);
+        subjects.iter().any(|subject| visibility.can_see(subject))
     }
 }
 

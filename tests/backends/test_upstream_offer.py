@@ -266,3 +266,26 @@ async def test_expose_turns_a_backends_resources_and_prompts_off(fixtures) -> No
         with pytest.raises(MCPError) as refused:
             await client.read_resource("upstream://fm/notes://shelf/readme")
         assert refused.value.error.data["code"] == "resource_not_found"
+
+
+async def test_a_list_change_reaches_only_the_sessions_that_may_read_the_backend(fixtures, run_tollgate) -> None:
+    db, write_config = fixtures[0], fixtures[1]
+    config_text = stdio_backend("fm", sys.executable, [str(FASTMCP_UPSTREAM)])
+    key = create_key(run_tollgate, db, write_config(config_text, "keys.toml"), "fm:write")
+    transport = gate("http", fixtures, config_text)
+    reader_seen, writer_seen = Seen(), Seen()
+    async with gate_client(transport, db.admin_key, reader_seen) as reader:
+        async with gate_client(transport, key["token"], writer_seen) as writer:
+            # Both sessions have answered once, so both were told of the lists as they are.
+            await reader.send_ping()
+            await writer.send_ping()
+            await writer.call_tool("fm_add_note", {"name": "late"})
+            with anyio.fail_after(WAIT):
+                while "notifications/resources/list_changed" not in reader_seen.methods():
+                    await reader.send_ping()
+                    await anyio.sleep(0.1)
+            # The change was counted before the reader was told: the writer's next answer
+            # is where it would be told, and is not.
+            await writer.send_ping()
+            await writer.send_ping()
+            assert "notifications/resources/list_changed" not in writer_seen.methods(), writer_seen.methods()

@@ -132,6 +132,17 @@ impl Backends {
             .any(|e| e.backend.kind() == "mcp")
     }
 
+    /// The subjects of the backends that may offer resources (`prompts` false) or prompts:
+    /// who may see at least one of them may be told their lists changed.
+    pub fn offer_subjects(&self, prompts: bool) -> Vec<ToolSpec> {
+        let kind = if prompts {
+            Kind::Prompts
+        } else {
+            Kind::Resources
+        };
+        self.offering(kind).map(|e| subject(e, kind)).collect()
+    }
+
     /// Every backend's resources, by the gate's URIs.
     pub fn resources(&self) -> Vec<Offered> {
         self.listed(Kind::Resources, |e| e.backend.resources(), "uri")
