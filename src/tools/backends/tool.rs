@@ -52,15 +52,23 @@ fn tool_scope(config: &BackendConfig, category: Category, over: &ToolOverride) -
 }
 
 /// Every scope a tool of the backend `config` can need, from its configuration alone (no
-/// connection): `<backend>:<category>` for each category an operation can have, and for
-/// each override that keeps its tool enabled, the scope it sets or the category scope it
-/// moves the tool to. Each once, the category scopes first in category order, then the
+/// connection): `<backend>:<category>` for each category an operation can have, an
+/// upstream's `read_scope`, and for each override that keeps its tool enabled, the scope it
+/// sets or the category scope it moves the tool to. Each once, the category scopes first in category order, then the
 /// others by name.
 pub fn configured_scopes(config: &BackendConfig) -> Vec<String> {
     let mut scopes: BTreeSet<String> = OPERATION_CATEGORIES
         .iter()
         .map(|c| tool_scope(config, *c, &ToolOverride::default()))
         .collect();
+    // The scope reading an upstream's resources or prompts needs, when the operator named
+    // one of its own.
+    if let crate::config::BackendKind::Mcp(mcp) = &config.kind
+        && (mcp.expose.resources || mcp.expose.prompts)
+        && let Some(scope) = &mcp.read_scope
+    {
+        scopes.insert(scope.clone());
+    }
     for over in config.tools.values().filter(|o| o.enabled != Some(false)) {
         let category = over.category.as_deref().and_then(category_named);
         match (&over.scope, category) {
@@ -361,6 +369,22 @@ mod tests {
                 "crm:send",
                 "crm:export"
             ]
+        );
+        let mut docs = crm(&[]);
+        if let BackendKind::Mcp(mcp) = &mut docs.kind {
+            mcp.read_scope = Some("docs:read".to_owned());
+        }
+        assert_eq!(
+            configured_scopes(&docs),
+            ["crm:read", "crm:write", "crm:destructive", "docs:read"]
+        );
+        if let BackendKind::Mcp(mcp) = &mut docs.kind {
+            mcp.expose = crate::config::Exposed::of(&["tools".to_owned()]).expect("tools");
+        }
+        assert_eq!(
+            configured_scopes(&docs),
+            ["crm:read", "crm:write", "crm:destructive"],
+            "a read scope nothing exposed needs is no scope"
         );
     }
 
