@@ -80,6 +80,16 @@ pub(super) struct Handler {
     pub(super) offer_changes: Arc<ListChanges>,
 }
 
+impl Handler {
+    /// Marks the lists `changes` follows as due to be read again.
+    fn mark(&self, changes: &ListChanges) -> std::future::Ready<()> {
+        if let Some(shared) = self.shared.upgrade() {
+            changes.notified(&shared);
+        }
+        std::future::ready(())
+    }
+}
+
 impl ClientHandler for Handler {
     fn on_progress(
         &self,
@@ -96,30 +106,22 @@ impl ClientHandler for Handler {
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        if let Some(shared) = self.shared.upgrade() {
-            self.changes.notified(&shared);
-        }
-        std::future::ready(())
+        self.mark(&self.changes)
     }
 
+    /// Its resources and prompts are read again together, at the same pace.
     fn on_resource_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        if let Some(shared) = self.shared.upgrade() {
-            self.offer_changes.notified(&shared);
-        }
-        std::future::ready(())
+        self.mark(&self.offer_changes)
     }
 
     fn on_prompt_list_changed(
         &self,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
-        if let Some(shared) = self.shared.upgrade() {
-            self.offer_changes.notified(&shared);
-        }
-        std::future::ready(())
+        self.mark(&self.offer_changes)
     }
 
     fn on_resource_updated(
