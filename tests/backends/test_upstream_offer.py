@@ -3,8 +3,9 @@ official Python SDK client (`mcp` 2.3.0, handshake era) over the gate's stdio an
 Streamable HTTP:
 
 - `@modelcontextprotocol/server-everything` (npm, over stdio, as `ev`): its resources
-  listed under `upstream://ev/…` and read (a listed one and one its template makes), its
-  prompts listed as `ev_<name>` and fetched, each read an audit row; a subscription to
+  listed under `upstream://ev/…` and read (a listed one, one its template makes, one a
+  tool's result links to), its prompts listed as `ev_<name>`, fetched and completed, each
+  read an audit row; a subscription to
   one of its resources whose update reaches the subscribed session;
 - a FastMCP server (PyPI, `fastmcp_upstream.py`, as `fm`): its resource, template and
   prompt; a resource added at run time announced with `notifications/resources/list_changed`
@@ -150,6 +151,12 @@ async def test_everything_resources_and_prompts_are_listed_read_and_audited(kind
         assert "ev_simple_prompt" in names and "ev_args_prompt" in names, names
         got = await client.get_prompt("ev_args_prompt", {"city": "Lisbon"})
         assert "Lisbon" in got.messages[0].content.text
+        # A tool's result links to the upstream's resources by the gate's URIs, which read.
+        linked = await client.call_tool("ev_get_resource_links", {"count": 2})
+        links = [c.uri for c in linked.content if c.type == "resource_link"]
+        assert links and all(str(u).startswith("upstream://ev/demo://") for u in links), linked
+        followed = await client.read_resource(str(links[0]))
+        assert str(followed.contents[0].uri) == str(links[0])
         completed = await client.complete(
             PromptReference(type="ref/prompt", name="ev_completable_prompt"), {"name": "department", "value": "S"}
         )

@@ -274,7 +274,11 @@ impl Backend for Upstream {
         args: &Map<String, Value>,
         call: &Call<'_>,
     ) -> Result<ToolOutput, McpError> {
-        call::forward(&self.shared, &self.runtime, operation, args, call)
+        let mut output = call::forward(&self.shared, &self.runtime, operation, args, call)?;
+        if self.shared.exposed.resources {
+            gate_uris(&self.name, &mut output.content);
+        }
+        Ok(output)
     }
 
     /// `tools/call {tool}`, by the MCP conventions of a client's span.
@@ -303,6 +307,23 @@ impl Backend for Upstream {
         let pid = self.shared.state().pid.take();
         session::kill_group(pid);
         self.shared.set_health(Health::Down("stopped".into()));
+    }
+}
+
+/// Gives the resources a result's `content` links to or embeds (`resource_link` and
+/// `resource` blocks) the gate's URIs, by which a caller reads them.
+fn gate_uris(backend: &str, content: &mut [Value]) {
+    for block in content {
+        let uri = match block.get("type").and_then(Value::as_str) {
+            Some("resource_link") => block.get_mut("uri"),
+            Some("resource") => block.get_mut("resource").and_then(|r| r.get_mut("uri")),
+            _ => None,
+        };
+        if let Some(uri) = uri
+            && let Some(own) = uri.as_str()
+        {
+            *uri = Value::String(gate_uri(backend, own));
+        }
     }
 }
 
@@ -578,6 +599,19 @@ mod tests {
             LIMITS,
         );
         (shared, count)
+    }
+
+    #[test]
+    fn the_resources_a_result_links_to_or_embeds_get_the_gate_uris() {
+        let mut content = vec![
+            json!({"type": "text", "text": "see demo://a"}),
+            json!({"type": "resource_link", "uri": "demo://a", "name": "a"}),
+            json!({"type": "resource", "resource": {"uri": "demo://b", "text": "b"}}),
+        ];
+        gate_uris("ev", &mut content);
+        assert_eq!(content[0]["text"], "see demo://a");
+        assert_eq!(content[1]["uri"], "upstream://ev/demo://a");
+        assert_eq!(content[2]["resource"]["uri"], "upstream://ev/demo://b");
     }
 
     #[test]
