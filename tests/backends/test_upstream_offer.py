@@ -179,6 +179,10 @@ async def test_an_everything_resource_update_reaches_the_subscribed_session(kind
         assert capabilities.resources.subscribe is True
         listed = await client.list_resources()
         uri = next(str(r.uri) for r in listed.resources if str(r.uri).startswith("upstream://ev/"))
+        with pytest.raises(MCPError) as unknown:
+            await client.subscribe_resource("upstream://ev/file:///etc/passwd")
+        assert unknown.value.error.data["code"] == "resource_not_found"
+        assert unknown.value.error.data["details"]["uri"] == "upstream://ev/file:///etc/passwd"
         await client.subscribe_resource(uri)
         # server-everything sends an update of each subscribed resource when its
         # simulated updates are switched on.

@@ -221,10 +221,7 @@ impl Backends {
         let mut result = forwarded(entry, || {
             entry.backend.read_resource(own, entry.config.timeout)
         })
-        .map_err(|e| match e.kind() {
-            crate::catalog::ErrorKind::ResourceNotFound => not_found(),
-            _ => e,
-        })?;
+        .map_err(|e| gate_not_found(e, not_found))?;
         if let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut) {
             for content in contents {
                 *content = with_gate_uri(backend, std::mem::take(content), "uri");
@@ -268,12 +265,21 @@ impl Backends {
     /// Follows (`on`) or stops following the updates of the resource the gate's `uri`
     /// names; false when its backend sends none.
     pub fn subscribe(&self, uri: &str, on: bool) -> Result<bool, McpError> {
-        let (backend, own) = split_gate_uri(uri)
-            .ok_or_else(|| McpError::resource_not_found(uri).with("uri", uri))?;
-        let entry = self
-            .upstream(backend)
-            .ok_or_else(|| McpError::resource_not_found(uri).with("uri", uri))?;
-        entry.backend.subscribe(own, on, entry.config.timeout)
+        let not_found = || McpError::resource_not_found(uri).with("uri", uri);
+        let (backend, own) = split_gate_uri(uri).ok_or_else(not_found)?;
+        let entry = self.upstream(backend).ok_or_else(not_found)?;
+        entry
+            .backend
+            .subscribe(own, on, entry.config.timeout)
+            .map_err(|e| gate_not_found(e, not_found))
+    }
+}
+
+/// `error`, with a resource the backend does not have named by the gate's URI.
+fn gate_not_found(error: McpError, not_found: impl Fn() -> McpError) -> McpError {
+    match error.kind() {
+        crate::catalog::ErrorKind::ResourceNotFound => not_found(),
+        _ => error,
     }
 }
 

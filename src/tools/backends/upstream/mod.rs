@@ -35,8 +35,7 @@ use rmcp::model::Tool as UpstreamTool;
 use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
-use crate::config::Exposed;
-use crate::config::{BackendConfig, BackendKind};
+use crate::config::{BackendConfig, BackendKind, Exposed};
 use crate::tools::ToolOutput;
 use crate::tools::backends::{
     Backend, BackendEnv, BackendProblem, Call, Change, Health, ListingReport, Operation, gate_uri,
@@ -245,8 +244,14 @@ impl Backend for Upstream {
     /// Subscribes upstream on the first subscription to `uri` (and again on every new
     /// session); unsubscribes when asked. False when the upstream sends no updates.
     fn subscribe(&self, uri: &str, on: bool, timeout: Duration) -> Result<bool, McpError> {
-        if !self.shared.offer().subscribe {
-            return Ok(false);
+        {
+            let offer = self.shared.offer();
+            if on && !offer.may_read(uri) {
+                return Err(McpError::resource_not_found(uri).with("uri", uri));
+            }
+            if !offer.subscribe {
+                return Ok(false);
+            }
         }
         let first = {
             let mut subscribed = self.shared.subscribed_uris();
