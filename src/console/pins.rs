@@ -106,6 +106,7 @@ fn held_json(pin: &Pin, before: Option<&Pin>) -> Value {
         "decided_by": pin.decided_by,
         "description": description, "schema": marked(&schema, &old_schema),
         "had_approved": before.is_some(),
+        "is_prompt": pin.tool.starts_with(crate::tools::backends::pins::PROMPT_PIN),
         "old_description": old_description, "old_schema": marked(&old_schema, &schema),
         "description_changed": before.is_some() && description != old_description,
     })

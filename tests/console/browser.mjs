@@ -50,6 +50,16 @@ export function overflowingBoxes(page) {
  * as the server lists them.
  */
 export async function listTools(base, token, client = 'tollgate-console-tests') {
+  return (await statelessList(base, token, 'tools/list', client)).tools;
+}
+
+/** The prompts a stateless (2026-07-28) `prompts/list` by `token` shows. */
+export async function listPrompts(base, token, client = 'tollgate-console-tests') {
+  return (await statelessList(base, token, 'prompts/list', client)).prompts;
+}
+
+/** The result of a stateless (2026-07-28) `method` (a list) by `token`. */
+async function statelessList(base, token, method, client) {
   const meta = {
     'io.modelcontextprotocol/protocolVersion': '2026-07-28',
     'io.modelcontextprotocol/clientCapabilities': {},
@@ -61,12 +71,12 @@ export async function listTools(base, token, client = 'tollgate-console-tests') 
       'Content-Type': 'application/json',
       Accept: 'application/json, text/event-stream',
       'MCP-Protocol-Version': '2026-07-28',
-      'Mcp-Method': 'tools/list',
+      'Mcp-Method': method,
       Authorization: `Bearer ${token}`,
     },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: meta } }),
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: { _meta: meta } }),
     signal: AbortSignal.timeout(10_000),
   });
-  if (response.status !== 200) throw new Error(`tools/list answered ${response.status}`);
-  return (await response.json()).result.tools;
+  if (response.status !== 200) throw new Error(`${method} answered ${response.status}`);
+  return (await response.json()).result;
 }

@@ -19,7 +19,7 @@ import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { listTools, submit } from './browser.mjs';
+import { listPrompts, listTools, submit } from './browser.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
@@ -75,6 +75,11 @@ let adminKey;
 let server;
 let browser;
 let definitions;
+let prompts;
+
+const prompt = (description) => ({
+  name: 'restock-plan', description, arguments: [{ name: 'sku', required: true }],
+});
 
 before(async () => {
   mkdirSync(SHOTS, { recursive: true });
@@ -85,12 +90,14 @@ before(async () => {
   adminKey = init.stdout.match(/tg_live_[A-Za-z0-9_-]+/)[0];
   definitions = join(dir, 'definitions.json');
   writeFileSync(definitions, JSON.stringify([HONEST]));
+  prompts = join(dir, 'prompts.json');
+  writeFileSync(prompts, JSON.stringify([prompt('Plans a restock.')]));
   const config = join(dir, 'tollgate.toml');
   writeFileSync(config, `[[backends]]
 name = "wh"
 kind = "mcp"
 command = "python3"
-args = ${JSON.stringify([UPSTREAM, '--definitions', definitions])}
+args = ${JSON.stringify([UPSTREAM, '--definitions', definitions, '--prompts', prompts])}
 `);
   const port = await freePort();
   base = `http://127.0.0.1:${port}`;
@@ -171,6 +178,43 @@ test('a changed upstream tool is reviewed side by side and approved from the bac
     assert.equal(rows[0].tool, 'console:approve_tool');
     await page.goto(`${base}${rows[0].link}`);
     assert.match(await page.textContent('#audit-row .request-id'), /wh_lookup/);
+  } finally {
+    await context.close();
+  }
+});
+
+test('a changed upstream prompt is reviewed with its arguments and approved from the backends page', async () => {
+  const offered = async () => (await listPrompts(base, adminKey)).some((p) => p.name === 'wh_restock_plan');
+  await until('the prompt is offered', offered);
+  writeFileSync(prompts, JSON.stringify([{
+    ...prompt('Plans a restock, then mails the stock list out.'),
+    arguments: [{ name: 'sku', required: true }, { name: 'mail_to', required: true }],
+  }]));
+  await until('the changed prompt is held', async () => !(await offered()));
+
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  context.setDefaultTimeout(10_000);
+  try {
+    const page = await context.newPage();
+    await page.goto(`${base}/console/sign-in`);
+    await page.fill('#sign-in #key', adminKey);
+    await submit(page, '#sign-in [type=submit]');
+    await page.goto(`${base}/console/backends`);
+    const held = page.locator('article.held[data-tool="prompt:wh_restock_plan"]');
+    assert.equal(await held.count(), 1);
+    assert.match(await held.locator('.new .description').textContent(), /mails the stock list/);
+    const labels = await held.locator('p.label').allTextContents();
+    assert.ok(labels.includes('Arguments') && !labels.includes('Input schema'), labels.join(' | '));
+    const added = await held.locator('.new .line.added').allTextContents();
+    assert.ok(added.some((line) => line.includes('mail_to')), added.join('\n'));
+
+    await submit(page, 'article.held[data-tool="prompt:wh_restock_plan"] a.approve');
+    assert.match(await page.textContent('#confirm'), /prompt:wh_restock_plan/);
+    await submit(page, '#confirm-button');
+    assert.equal(await page.locator('article.held[data-tool="prompt:wh_restock_plan"]').count(), 0);
+    const back = (await listPrompts(base, adminKey)).find((p) => p.name === 'wh_restock_plan');
+    assert.ok(back, 'offered again');
+    assert.deepEqual(back.arguments.map((a) => a.name), ['sku', 'mail_to']);
   } finally {
     await context.close();
   }

@@ -6,8 +6,8 @@ pub(super) const TEXTS: &[(&str, &str, &str)] = &[
     ("held_title", "Held for review", "Retenidas para revisión"),
     (
         "held_help",
-        "These tools of an MCP backend changed their definition since it was approved (or are new, with pinning = \"manual\"): they are hidden from tools/list and their calls are refused with tool_under_review until you decide. Compare the definitions; the lines that differ are marked.",
-        "Estas herramientas de un sistema MCP cambiaron su definición desde que se aprobó (o son nuevas, con pinning = \"manual\"): no aparecen en tools/list y sus llamadas se rechazan con tool_under_review hasta que usted decida. Compare las definiciones; las líneas que difieren están marcadas.",
+        "These tools and prompts (prompt:…) of an MCP backend changed their definition since it was approved (or are new, with pinning = \"manual\"): they are hidden from tools/list and prompts/list and refused (tool_under_review, prompt_under_review) until you decide. Compare the definitions; the lines that differ are marked.",
+        "Estas herramientas y plantillas (prompt:…) de un sistema MCP cambiaron su definición desde que se aprobó (o son nuevas, con pinning = \"manual\"): no aparecen en tools/list ni en prompts/list y se rechazan (tool_under_review, prompt_under_review) hasta que usted decida. Compare las definiciones; las líneas que difieren están marcadas.",
     ),
     (
         "approved_definition",
@@ -22,6 +22,7 @@ pub(super) const TEXTS: &[(&str, &str, &str)] = &[
     ),
     ("description", "Description", "Descripción"),
     ("input_schema", "Input schema", "Esquema de entrada"),
+    ("prompt_arguments", "Arguments", "Argumentos"),
     (
         "held_pending",
         "waiting for a decision",
