@@ -46,6 +46,7 @@ mod oauth_provider;
 mod oauth_server;
 mod optional_args;
 mod packaging_unit;
+mod policy;
 mod quickstart;
 #[cfg(feature = "conformance-pack")]
 mod ratelimit;

@@ -166,6 +166,7 @@ impl ErrorKind {
                 | ErrorKind::IdempotencyKeyReused
                 | ErrorKind::IdempotencyKeyInUse
                 | ErrorKind::GuardrailViolation
+                | ErrorKind::PolicyDenied
         )
     }
 }
@@ -372,6 +373,11 @@ catalog! {
         "The fiscal rule {rule_id} forbids this call; read its guide at {guardrail_uri} and change the arguments.",
         "La regla fiscal {rule_id} impide esta llamada; lea su guía en {guardrail_uri} y cambie los argumentos.",
         "a fiscal guardrail; `rule_id`, `guardrail_uri`, `subcode`"),
+    /// A rule of the operator's policy (`[[policy.rules]]`, effect `deny`) refuses the call.
+    PolicyDenied => (-32009, "policy_denied", 403, 1109, false, Guard, Ok,
+        "The operator's policy rule {rule_id:q} does not allow this call[: {details.reason}]; do not retry it as it is: change what the rule objects to, or tell your user that it needs the operator.",
+        "La regla {rule_id:q} de la política del operador no permite esta llamada[: {details.reason}]; no la reintente tal cual: cambie lo que la regla objeta o diga a su usuario que necesita al operador.",
+        "a rule of the operator's policy (`[[policy.rules]]`, `effect = \"deny\"`) covers the call; `rule_id` is the rule's name, `details.reason` its reason"),
 
     // ---- Tool execution errors (isError results) -------------------------------------
     /// Arguments fail the input schema.
@@ -534,6 +540,7 @@ mod tests {
             (ErrorKind::PlanLimitExceeded, -32004, 403, 1107),
             (ErrorKind::IdempotencyKeyInUse, -32007, 409, 3202),
             (ErrorKind::GuardrailViolation, -32008, 422, 3301),
+            (ErrorKind::PolicyDenied, -32009, 403, 1109),
         ];
         for (kind, rpc, http, ec) in expect {
             let s = kind.spec();

@@ -149,6 +149,16 @@ impl McpError {
             .with("provided_scopes", provided)
     }
 
+    /// `-32009 policy_denied`: the policy rule `rule` refuses the call, for `reason` (the
+    /// rule's own sentence, when it has one).
+    pub fn policy_denied(rule: &str, reason: Option<&str>) -> Self {
+        let error = Self::new(ErrorKind::PolicyDenied).with("rule_id", rule);
+        match reason {
+            Some(reason) => error.detail("reason", reason),
+            None => error,
+        }
+    }
+
     /// `-32006` for one bucket.
     pub fn rate_limited(bucket: &str, limit: u64, reset: u64, retry_after: u64) -> Self {
         Self::new(ErrorKind::RateLimited)

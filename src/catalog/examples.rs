@@ -70,6 +70,10 @@ fn example(kind: K) -> McpError {
             .detail("vat_rate", 7)
             .detail("allowed_rates", [21, 10, 4, 0])
             .detail("country", "ES"),
+        K::PolicyDenied => McpError::policy_denied(
+            "large_payments",
+            Some("payments over 10 000.00 EUR are recorded by the finance team"),
+        ),
         K::ValidationError => McpError::invalid_arguments(&[
             Problem::new("lines.0.vat_rate", "type", Expect::Type("integer".into()))
                 .value(&json!("21%")),

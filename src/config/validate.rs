@@ -43,6 +43,7 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
         oauth_server,
         telemetry: super::telemetry::validate_telemetry(raw.telemetry)?,
         backends: Vec::new(),
+        policy: super::policy::validate_policy(raw.policy)?,
     };
     check_dev_mode_is_local(&config)?;
     Ok(config)

@@ -64,7 +64,8 @@ pub fn build_server_with_clock(
         .map(crate::tools::request_state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
     let mut guards = Guards::new(store.clone(), locale, clock.clone())
-        .with_guard_channel(config.errors.guard_channel);
+        .with_guard_channel(config.errors.guard_channel)
+        .with_policy(&config.policy);
     if !config.auth.issuers.is_empty() {
         let identity = crate::identity::Identity::start(&config.auth.issuers, clock.clone())
             .map_err(|e| format!("cannot start verifying identity-provider tokens: {e}"))?;
