@@ -9,6 +9,7 @@ mod multinode;
 mod postgres_faults;
 mod util;
 
+mod approvals;
 mod architecture;
 mod backends_config;
 mod backends_guards;

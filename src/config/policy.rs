@@ -304,13 +304,6 @@ fn validate_rule(raw: RawRule) -> Result<PolicyRule, String> {
     let effect = raw
         .effect
         .ok_or("`effect` is required: \"deny\" or \"require_approval\"")?;
-    if effect == Effect::RequireApproval {
-        return Err(
-            "effect = \"require_approval\" is not available in this version of \
-                    tollgate; only \"deny\" is"
-                .into(),
-        );
-    }
     let condition = match raw.condition.as_deref().map(str::trim) {
         Some("") => return Err("the condition is empty; leave it out to cover every call".into()),
         Some(source) => Some(Condition::compile(source).map_err(|e| format!("condition {e}"))?),

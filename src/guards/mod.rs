@@ -29,6 +29,7 @@
 //! audit row named `<method> <what>` (e.g. `prompts/get chase_overdue_invoices`). They have
 //! no guardrails and change nothing, so steps 5 to 7 do not apply.
 
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod charging;

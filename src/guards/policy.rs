@@ -12,6 +12,9 @@
 //!   `scopes`, `client` (the OAuth client, or `null`) and `mode` (`"live"` or `"test"`);
 //! - `tool`: `name` and `backend` (the backend it forwards to, or `null`).
 //!
+//! A `require_approval` rule holds the call until a person decides
+//! ([`crate::guards::approvals`]).
+//!
 //! A condition that cannot be evaluated on a call (it reads an argument the call does not
 //! have, or compares values of different kinds) counts as holding: a rule fails closed.
 //! A condition on an optional argument says so with `has(args.x) && …`.
@@ -39,6 +42,10 @@ pub struct Policy {
     read_with_args: Variables,
     env: Arc<cel::Env>,
     remembered: Remembered,
+    /// How long a held call waits for its decision.
+    approval_ttl: std::time::Duration,
+    /// Where an approval's page is: this and its id.
+    approval_pages: String,
 }
 
 impl std::fmt::Debug for Policy {
@@ -77,6 +84,8 @@ impl Policy {
             read_with_args,
             env: Arc::new(cel::Env::stdlib()),
             remembered: Remembered::default(),
+            approval_ttl: config.approval_ttl,
+            approval_pages: "/console/approvals/".to_owned(),
         }
     }
 
@@ -308,25 +317,41 @@ fn covers_caller(rule: &PolicyRule, principal: &Principal) -> bool {
 }
 
 impl Guards {
-    /// The same guards deciding calls by the rules of `config` (`[policy]`).
-    pub fn with_policy(mut self, config: &PolicyConfig) -> Guards {
+    /// The same guards deciding calls by the rules of `config` (`[policy]`); the page of
+    /// an approval is `<console>/approvals/<id>` (`console`: the console's address).
+    pub fn with_policy(mut self, config: &PolicyConfig, console: &str) -> Guards {
         self.policy = Policy::new(config);
+        self.policy.approval_pages = format!("{}/approvals/", console.trim_end_matches('/'));
         self
     }
 
-    /// The refusal of a call of `tool` by `principal` with `args` that a `deny` rule
-    /// covers; `Ok` when no rule applies.
+    /// [`Step::Policy`](crate::guards::steps::Step::Policy): the refusal of a call of
+    /// `tool` by `principal` with `args` that a `deny` rule covers, or that a
+    /// `require_approval` rule holds until a person approves it (`key`: the call's
+    /// idempotency key, as read); `Ok` when no rule applies or the call was approved.
     pub(crate) fn check_policy(
         &self,
         principal: &Principal,
         tool: &RegisteredTool,
         args: &Map<String, Value>,
+        key: &Result<Option<String>, McpError>,
     ) -> Result<(), McpError> {
         match self.policy.rule_for(principal, tool, args) {
             Some(rule) if rule.effect == Effect::Deny => {
                 Err(McpError::policy_denied(&rule.name, rule.reason.as_deref()))
             }
-            _ => Ok(()),
+            Some(rule) => {
+                let key = key.clone()?;
+                let held = crate::guards::approvals::Held {
+                    rule,
+                    principal,
+                    tool,
+                    args,
+                    key: key.as_deref(),
+                };
+                self.hold_for_approval(&held, self.policy.approval_ttl, &self.policy.approval_pages)
+            }
+            None => Ok(()),
         }
     }
 }

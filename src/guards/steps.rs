@@ -46,7 +46,8 @@ pub enum Step {
     /// now trip (voiding an invoice twice, say).
     Replay,
     /// The operator's policy rules (`[[policy.rules]]`): a `deny` rule that covers the call
-    /// refuses it. After the scopes and the plan (a rule narrows what a caller may do, it
+    /// refuses it; a `require_approval` rule holds it until a person approves it, then lets
+    /// it run once (a retry after that is replayed by the ledger). After the scopes and the plan (a rule narrows what a caller may do, it
     /// never widens it) and before the guardrails.
     Policy,
     /// The tool's fiscal guardrails.
@@ -442,10 +443,11 @@ fn replayed(passage: &mut Passage<'_, '_>, stored: Value) -> CallOutcome {
 struct Policy;
 
 impl CallStep for Policy {
-    fn pass<'r>(&self, guards: &Guards, passage: &mut Passage<'_, 'r>, _: &Cx<'_, 'r>) -> Flow {
+    fn pass<'r>(&self, guards: &Guards, passage: &mut Passage<'_, 'r>, cx: &Cx<'_, 'r>) -> Flow {
+        let key = passage.key(cx.caller).clone();
         let checked = (|| {
             let tool = passage.tool()?;
-            guards.check_policy(passage.principal()?, tool, &passage.args)
+            guards.check_policy(passage.principal()?, tool, &passage.args, &key)
         })();
         Flow::from(checked)
     }

@@ -65,8 +65,8 @@ mod token;
 mod verify;
 
 pub use access::{
-    ADMIN_SCOPE, AccessFacts, SUPER_SCOPE, Visibility, grants, is_operator, parse_scope,
-    parse_scope_list,
+    ADMIN_SCOPE, APPROVE_SCOPE, AccessFacts, SUPER_SCOPE, Visibility, grants, is_approver,
+    is_operator, parse_scope, parse_scope_list,
 };
 pub use cache::CacheEntry;
 use cache::{Flights, TokenCache};
