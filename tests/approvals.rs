@@ -321,3 +321,47 @@ fn an_approval_nobody_decides_expires_for_good() {
     assert_final(&call(&mut server), "jsonrpc", "approval_expired", 1112, &id);
     assert_eq!(clients_named(&db, "Big Late"), 0);
 }
+
+#[test]
+fn a_client_that_declared_url_elicitation_is_sent_the_approval_page() {
+    let db = TestDb::new();
+    let config = with_rules(&db);
+    let key = db.create_key("caller", "*", &[]);
+    for (version, capabilities, sent) in [
+        ("2025-11-25", json!({"elicitation": {"url": {}}}), true),
+        ("2025-11-25", json!({"elicitation": {"form": {}}}), false),
+        ("2025-06-18", json!({"elicitation": {"url": {}}}), false),
+    ] {
+        let mut server =
+            StdioServer::start_with_token(&db, Some(&key.token), &["--config", &config]);
+        server.request(
+            "initialize",
+            json!({"protocolVersion": version, "capabilities": capabilities,
+                   "clientInfo": {"name": "tests", "version": "0"}}),
+        );
+        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let held = server.call_tool("create_client", big("Big Elicited", version));
+        let id = assert_required(&held, "jsonrpc", version);
+        let asked: Vec<&Value> = server
+            .notifications
+            .iter()
+            .filter(|m| m["method"] == json!("elicitation/create"))
+            .collect();
+        if !sent {
+            assert!(asked.is_empty(), "{version} {capabilities}: {asked:?}");
+            continue;
+        }
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        let params = &asked[0]["params"];
+        assert_eq!(params["mode"], json!("url"));
+        assert_eq!(params["elicitationId"], json!(id));
+        assert_eq!(params["url"], held["error"]["data"]["approval_url"]);
+        assert_eq!(params["message"], held["error"]["data"]["hint"]);
+        assert!(asked[0]["id"].is_string(), "a request: {}", asked[0]);
+        // The host's answer, when it comes, changes nothing: the call is still held.
+        server
+            .send(&json!({"jsonrpc": "2.0", "id": asked[0]["id"], "result": {"action": "accept"}}));
+        let again = server.call_tool("create_client", big("Big Elicited", version));
+        assert_eq!(assert_required(&again, "jsonrpc", version), id);
+    }
+}
