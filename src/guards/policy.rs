@@ -327,21 +327,21 @@ impl Guards {
 
     /// [`Step::Policy`](crate::guards::steps::Step::Policy): the refusal of a call of
     /// `tool` by `principal` with `args` that a `deny` rule covers, or that a
-    /// `require_approval` rule holds until a person approves it (`key`: the call's
-    /// idempotency key, as read); `Ok` when no rule applies or the call was approved.
+    /// `require_approval` rule holds until a person approves it (`key` reads the call's
+    /// idempotency key, only then); `Ok` when no rule applies or the call was approved.
     pub(crate) fn check_policy(
         &self,
         principal: &Principal,
         tool: &RegisteredTool,
         args: &Map<String, Value>,
-        key: &Result<Option<String>, McpError>,
+        key: &dyn Fn() -> Result<Option<String>, McpError>,
     ) -> Result<(), McpError> {
         match self.policy.rule_for(principal, tool, args) {
             Some(rule) if rule.effect == Effect::Deny => {
                 Err(McpError::policy_denied(&rule.name, rule.reason.as_deref()))
             }
             Some(rule) => {
-                let key = key.clone()?;
+                let key = key()?;
                 let held = crate::guards::approvals::Held {
                     rule,
                     principal,

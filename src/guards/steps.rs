@@ -444,10 +444,11 @@ struct Policy;
 
 impl CallStep for Policy {
     fn pass<'r>(&self, guards: &Guards, passage: &mut Passage<'_, 'r>, cx: &Cx<'_, 'r>) -> Flow {
-        let key = passage.key(cx.caller).clone();
         let checked = (|| {
             let tool = passage.tool()?;
-            guards.check_policy(passage.principal()?, tool, &passage.args, &key)
+            let (args, meta) = (&passage.args, passage.call.meta);
+            let key = || extract_key(args, meta, cx.caller.idempotency_header);
+            guards.check_policy(passage.principal()?, tool, args, &key)
         })();
         Flow::from(checked)
     }
