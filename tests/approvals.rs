@@ -365,3 +365,50 @@ fn a_client_that_declared_url_elicitation_is_sent_the_approval_page() {
         assert_eq!(assert_required(&again, "jsonrpc", version), id);
     }
 }
+
+#[test]
+fn over_http_the_approval_page_comes_as_an_elicitation_in_the_event_stream_before_the_refusal() {
+    let db = TestDb::new();
+    let config = with_rules(&db);
+    let key = db.create_key("caller", "*", &["--guard-channel", "tool_result"]);
+    let server = HttpServer::start(&db, &["--config", &config]);
+    let auth = format!("Bearer {}", key.token);
+    let init = server.post_mcp(
+        &[("Authorization", auth.as_str())],
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25",
+                           "capabilities": {"elicitation": {"url": {}}},
+                           "clientInfo": {"name": "tests", "version": "0"}}}),
+    );
+    let session = init.header("mcp-session-id").expect("session").to_owned();
+    let headers = [
+        ("Authorization", auth.as_str()),
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let initialized = server.post_mcp(
+        &headers,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(initialized.status, 202);
+    let held = server.post_mcp(
+        &headers,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "create_client", "arguments": big("Big Streamed", "s-1")}}),
+    );
+    assert_eq!(held.status, 200);
+    let messages = held.sse_messages();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(
+        messages[0]["method"],
+        json!("elicitation/create"),
+        "{messages:?}"
+    );
+    let base = format!("http://{}", server.addr);
+    let id = assert_required_at(&messages[1], "tool_result", "s-1", &base);
+    assert_eq!(messages[0]["params"]["elicitationId"], json!(id));
+    assert_eq!(
+        messages[0]["params"]["url"],
+        json!(format!("{base}/console/approvals/{id}"))
+    );
+}
