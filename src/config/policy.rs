@@ -1,7 +1,7 @@
 //! `[policy]`: the operator's rules on how a tool may be called, beyond which tools a
 //! credential may call (its scopes). Each `[[policy.rules]]` names the tools it covers
 //! (names, `*` globs, `backend:<name>` for every tool of a backend), optionally whom it
-//! covers (users, keys or scopes) and a condition on the call written in the Common
+//! covers (users, keys, roles or scopes) and a condition on the call written in the Common
 //! Expression Language (CEL, by the `cel` crate), and its effect: `deny`, or
 //! `require_approval` (a person decides before the call runs).
 //!
@@ -143,6 +143,10 @@ pub struct Who {
     /// API keys, by their public id.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keys: Vec<String>,
+    /// Callers whose identity provider's token names any of these roles (the values of
+    /// the issuer's `role_claims`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
     /// Callers holding any of these scopes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
@@ -151,7 +155,10 @@ pub struct Who {
 impl Who {
     /// Whether it covers everyone.
     pub fn is_everyone(&self) -> bool {
-        self.users.is_empty() && self.keys.is_empty() && self.scopes.is_empty()
+        self.users.is_empty()
+            && self.keys.is_empty()
+            && self.roles.is_empty()
+            && self.scopes.is_empty()
     }
 }
 

@@ -9,7 +9,8 @@
 //!
 //! - `args`: the call's arguments, as the tool receives them;
 //! - `caller`: `id` (the key's public id, or the user's id), `kind` (`"key"` or `"user"`),
-//!   `scopes`, `client` (the OAuth client, or `null`) and `mode` (`"live"` or `"test"`);
+//!   `scopes`, `roles` (an identity provider's token's roles; none for a key), `client`
+//!   (the OAuth client, or `null`) and `mode` (`"live"` or `"test"`);
 //! - `tool`: `name` and `backend` (the backend it forwards to, or `null`).
 //!
 //! A `require_approval` rule holds the call until a person decides
@@ -155,6 +156,7 @@ impl Policy {
                 "id": principal.credential_id,
                 "kind": kind,
                 "scopes": principal.scopes,
+                "roles": principal.roles,
                 "client": principal.client_id,
                 "mode": principal.mode.as_str(),
             });
@@ -226,9 +228,10 @@ impl Variables {
 /// which its answers are remembered.
 fn facts(principal: &Principal, tool: &RegisteredTool) -> String {
     format!(
-        "{}\n{}\n{}\n{}\n{}\n{}",
+        "{}\n{}\n{}\n{}\n{}\n{}\n{}",
         principal.credential_id,
         principal.scopes.join(" "),
+        principal.roles.join(" "),
         principal.client_id.as_deref().unwrap_or_default(),
         principal.mode.as_str(),
         tool.spec().name,
@@ -301,7 +304,7 @@ impl Answers {
 }
 
 /// Whether `rule` covers `principal`: it names nobody, or the principal's user or key id,
-/// or one of its scopes.
+/// one of its scopes or one of its roles.
 fn covers_caller(rule: &PolicyRule, principal: &Principal) -> bool {
     let who = &rule.who;
     if who.is_everyone() {
@@ -313,7 +316,9 @@ fn covers_caller(rule: &PolicyRule, principal: &Principal) -> bool {
     } else {
         &who.keys
     };
-    listed.contains(id) || principal.scopes.iter().any(|s| who.scopes.contains(s))
+    listed.contains(id)
+        || principal.scopes.iter().any(|s| who.scopes.contains(s))
+        || principal.roles.iter().any(|r| who.roles.contains(r))
 }
 
 impl Guards {

@@ -277,6 +277,7 @@ mod tests {
             mode: Mode::Live,
             guard_channel: None,
             installation: crate::guards::auth::Mode::Live,
+            roles: Vec::new(),
         };
         let err = auth
             .check_access(&reader, &tool("create_invoice", "invoices:write"))

@@ -106,6 +106,9 @@ pub struct Principal {
     /// The installation's mode when the credential was read: rehearsed failures are
     /// looked up only in test mode.
     pub installation: Mode,
+    /// The roles the identity provider's token names (its `role_claims`' values); none for
+    /// an API key. Policy rules may name them (`who.roles`).
+    pub roles: Vec<String>,
 }
 
 /// Why a presented credential was refused (kept apart from [`McpError`] until the end so
