@@ -335,6 +335,30 @@ fn validate_rule(raw: RawRule) -> Result<PolicyRule, String> {
     })
 }
 
+/// A `require_approval` rule gives callers the URL of an approval's page in the console:
+/// with the console off, that page would not exist, so such a rule is refused.
+pub(super) fn check_approvals_have_a_console(config: &super::Config) -> Result<(), ConfigError> {
+    if config.console.enabled {
+        return Ok(());
+    }
+    match config
+        .policy
+        .rules
+        .iter()
+        .enumerate()
+        .find(|(_, rule)| rule.effect == Effect::RequireApproval)
+    {
+        Some((index, rule)) => Err(ConfigError::new(format!(
+            "policy.rules[{index}] ({}): effect = \"require_approval\" needs the console, \
+             where a person approves the call (its approval_url is a console page), but the \
+             console is off; set console.enabled = true (reach it through an SSH tunnel or \
+             behind your reverse proxy)",
+            rule.name
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl PolicyConfig {
     /// The settings as written back (`check-config`).
     pub(super) fn to_raw(&self) -> RawPolicy {
@@ -459,6 +483,25 @@ mod tests {
         std::fs::write(&path, config.describe()).expect("write");
         let reloaded = Config::load(Some(&path), &[], &Overrides::default()).expect("reload");
         assert_eq!(reloaded.policy, config.policy);
+    }
+
+    #[test]
+    fn approvals_need_the_console() {
+        use crate::config::{Config, Overrides};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("tollgate.toml");
+        let rule =
+            "[[policy.rules]]\nname = \"held\"\ntools = [\"x\"]\neffect = \"require_approval\"\n";
+        std::fs::write(&path, format!("[console]\nenabled = false\n{rule}")).expect("write");
+        let err = Config::load(Some(&path), &[], &Overrides::default()).expect_err("refused");
+        assert!(
+            err.message().starts_with(
+                "policy.rules[0] (held): effect = \"require_approval\" needs the console"
+            ),
+            "{err}"
+        );
+        std::fs::write(&path, rule).expect("write");
+        assert!(Config::load(Some(&path), &[], &Overrides::default()).is_ok());
     }
 
     #[test]

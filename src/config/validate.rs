@@ -46,6 +46,7 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
         policy: super::policy::validate_policy(raw.policy)?,
     };
     check_dev_mode_is_local(&config)?;
+    super::policy::check_approvals_have_a_console(&config)?;
     Ok(config)
 }
 
