@@ -108,6 +108,11 @@
 //!   the span counts, each exporter's CPU per call as a ratio to export off's (target for
 //!   the two failing ones: ≤ 1.05, with spans dropped and counted in every run), by run and
 //!   median, and a markdown table of the four.
+//! - `policy` — what the operator's policy rules cost a call (`benches/load/policy.rs`): the
+//!   guarded HTTP load of `http` on a gate without `[[policy.rules]]` and on one with ten
+//!   rules that all cover the tool called and whose conditions are all evaluated, and
+//!   false, on every call. Prints both and ten rules' CPU per call as a ratio to none's
+//!   (target ≤ 1.05).
 //! - `postgres` — the guarded HTTP load of `http` on an SQLite file, then on a PostgreSQL
 //!   database with one `tollgate serve` node, then with two nodes on one database (the
 //!   connections split between them; CPU per call is both nodes' together), in the same
@@ -148,6 +153,8 @@
 mod forwarding;
 #[path = "load/mcp_proxy.rs"]
 mod mcp_proxy;
+#[path = "load/policy.rs"]
+mod policy;
 #[path = "load/postgres.rs"]
 mod postgres;
 #[path = "load/provider.rs"]
@@ -194,7 +201,7 @@ fn bin() -> String {
 /// The variable a `bench-switches` build reads to switch guards off.
 const SKIP_VAR: &str = "TG_BENCH_SKIP_GUARDS";
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "http",
     "stdio",
     "provider",
@@ -204,18 +211,20 @@ const SCENARIOS: [&str; 12] = [
     "backend",
     "rest",
     "telemetry",
+    "policy",
     "postgres",
     "guards",
     "limiter",
 ];
 /// The steps of the guard chain a `bench-switches` build can leave out (`Step::name` in
 /// `src/guards/steps.rs`; resolving the tool and running it stay).
-const GUARDS: [&str; 8] = [
+const GUARDS: [&str; 9] = [
     "authenticate",
     "charge",
     "access",
     "rehearse",
     "replay",
+    "policy",
     "guardrails",
     "claim",
     "audit",
@@ -1380,6 +1389,8 @@ struct Headlines {
     provider: Option<provider::ProviderFigures>,
     /// Export off, failing and succeeding.
     telemetry: Option<telemetry::TelemetryFigures>,
+    /// No policy rules against ten.
+    policy: Option<policy::PolicyFigures>,
 }
 
 /// Prints how many calls the server's charging transactions held on average so far, from
@@ -2403,6 +2414,9 @@ fn print_summary(h: &Headlines, s: &Settings) {
     if let Some(t) = &h.telemetry {
         rows.extend(t.goals());
     }
+    if let Some(p) = &h.policy {
+        rows.push(p.goal());
+    }
     if let Some(p) = &h.postgres {
         for (label, f) in [
             ("SQLite file, one node", &p.sqlite),
@@ -2457,6 +2471,7 @@ fn main() {
         "bigdb",
         "rest",
         "telemetry",
+        "policy",
         "postgres",
         "guards",
     ];
@@ -2465,7 +2480,7 @@ fn main() {
         && needs_fixtures.iter().any(|name| s.wants(name))
     {
         eprintln!(
-            "load: the http, stdio, provider, bigdb, rest, telemetry, postgres and guards scenarios need the conformance fixtures: \
+            "load: the http, stdio, provider, bigdb, rest, telemetry, policy, postgres and guards scenarios need the conformance fixtures: \
              run `cargo bench --features conformance-pack --bench load` (with \
              `--only invoice,coldstart,backend,limiter` they are not needed)"
         );
@@ -2500,6 +2515,9 @@ fn main() {
     }
     if s.wants("telemetry") {
         headlines.telemetry = Some(telemetry::telemetry_scenario(dir.path(), &s));
+    }
+    if s.wants("policy") {
+        headlines.policy = Some(policy::policy_scenario(dir.path(), &s));
     }
     if s.wants("postgres") {
         headlines.postgres = postgres::postgres_scenario(dir.path(), &s);

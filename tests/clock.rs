@@ -397,6 +397,7 @@ fn an_idempotency_key_held_by_a_dead_call_is_free_again_when_its_lease_ends() {
         mode: tollgate::guards::auth::Mode::Live,
         guard_channel: None,
         installation: tollgate::guards::auth::Mode::Live,
+        roles: Vec::new(),
     };
     let ledger = Ledger::new(client.server().store().clone(), client.clock.clock());
     let map = args.as_object().expect("object").clone();

@@ -411,3 +411,28 @@ fn the_metadata_names_the_provider_and_api_keys_work_as_before() {
     let admin = db.admin_key.clone().expect("admin key");
     assert!(call(&server, &admin, "search_invoices")["result"].is_object());
 }
+
+#[test]
+fn a_policy_rule_naming_a_role_covers_the_tokens_that_carry_it_and_no_other() {
+    let idp = provider();
+    let db = TestDb::new();
+    let config = format!(
+        "{}\n[[policy.rules]]\nname = \"readers_do_not_list_clients\"\n\
+         tools = [\"search_clients\"]\nwho = {{ roles = [\"invoice-readers\"] }}\n\
+         condition = \"'invoice-readers' in caller.roles\"\neffect = \"deny\"\n",
+        config_for(&idp)
+    );
+    let server = HttpServer::start_with_config(&db, &config, &[]);
+    let clerk = idp.client_credentials_token("clerk", "clients:read", AUDIENCE);
+    let refused = call(&server, &clerk, "search_clients");
+    assert_eq!(error_of(&refused)["code"], -32009, "{refused}");
+    assert_eq!(refused["error"]["data"]["code"], "policy_denied");
+    assert_eq!(
+        refused["error"]["data"]["rule_id"],
+        "readers_do_not_list_clients"
+    );
+    // The same scope without the role: the rule does not cover it.
+    let robot = idp.opaque_token("robot", "clients:read", AUDIENCE);
+    let answer = call(&server, &robot, "search_clients");
+    assert!(answer["result"].is_object(), "{answer}");
+}

@@ -1226,6 +1226,7 @@ fn a_key_held_by_a_running_call_is_in_use_until_its_lease_ends() {
         mode: tollgate::guards::auth::Mode::Live,
         guard_channel: None,
         installation: tollgate::guards::auth::Mode::Live,
+        roles: Vec::new(),
     };
     let map = args.as_object().expect("object").clone();
     let claim = Ledger::new(store.clone(), tollgate::clock::Clock::System).claim(

@@ -4,7 +4,8 @@
 //! one SQLite file otherwise — the guarantees are the same). Each test sends a bounded
 //! load from several threads and checks what every guarantee says across nodes: rate
 //! limits admit exactly their limit, an idempotency key runs its call once, invoice numbers
-//! stay gapless and ordered, and a revocation applies on the next call everywhere.
+//! stay gapless and ordered, a revocation applies on the next call everywhere, and a call
+//! held for approval on every node is one approval and, approved, runs once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier, Mutex};
@@ -320,4 +321,70 @@ fn a_key_revoked_through_the_cli_is_refused_on_every_node_on_the_next_call() {
             "{refused}"
         );
     }
+}
+
+#[test]
+fn a_call_held_on_every_node_at_once_is_one_approval_and_once_approved_runs_once() {
+    let db = TestDb::new();
+    let token = admin(&db);
+    db.limit_per_minute(&public_id(&token), "write", 100_000);
+    let config = db.dir.path().join("policy.toml");
+    std::fs::write(
+        &config,
+        "[[policy.rules]]\nname = \"big\"\ntools = [\"create_client\"]\n\
+         condition = \"args.name.startsWith('Big')\"\neffect = \"require_approval\"\n",
+    )
+    .expect("config");
+    let nodes = three_nodes(&db, &token, &["--config", config.to_str().expect("utf-8")]);
+    let args = json!({"name": "Big Across", "idempotency_key": "across-1"});
+    let call = {
+        let (token, args) = (token.clone(), args.clone());
+        move |node: &Node, _: usize| node.call(&token, "create_client", &args)
+    };
+    let held = spread(&nodes, 6, 18, call.clone());
+    let ids: BTreeSet<String> = held
+        .iter()
+        .map(|response| {
+            assert_eq!(
+                refusal(response).as_deref(),
+                Some("approval_required"),
+                "{response}"
+            );
+            let data = match response.get("error") {
+                Some(error) => &error["data"],
+                None => &response["result"]["_meta"]["dev.tollgate/error"],
+            };
+            data["approval_id"]
+                .as_str()
+                .expect("approval_id")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(
+        ids.len(),
+        1,
+        "one approval for one call on every node: {ids:?}"
+    );
+    assert_eq!(db.sql_i64("SELECT count(*) FROM approvals"), 1);
+    let id = ids.into_iter().next().expect("the approval");
+    let out = db.run(&["approvals", "approve", &id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Approved: the retries on every node at once run the call once; the others are told
+    // the key is in use, or get its result replayed.
+    for response in spread(&nodes, 6, 18, call) {
+        match refusal(&response).as_deref() {
+            None | Some("idempotency_key_in_use") => {}
+            Some(other) => panic!("unexpected {other}: {response}"),
+        }
+    }
+    assert_eq!(
+        db.sql_i64("SELECT count(*) FROM clients WHERE name = 'Big Across'"),
+        1,
+        "ran exactly once"
+    );
 }

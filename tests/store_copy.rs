@@ -25,6 +25,7 @@ const TABLES: &[&str] = &[
     "idempotency_keys",
     "audit_log",
     "tool_pins",
+    "approvals",
     "faults",
     "clients",
     "invoice_series",
@@ -150,6 +151,14 @@ fn installation() -> Installation {
          '{{\"name\":\"lookup\",\"description\":\"changed\"}}', 'pending', 1700000060000, NULL, NULL)",
         a = "a".repeat(64),
         b = "b".repeat(64),
+    ));
+    // A call held by a policy rule, approved and run.
+    db.sql(&format!(
+        "INSERT INTO approvals VALUES ('apr_{id}', 'kreader', 'create_client', '{c}', 'k-1', \
+         'big_clients', '{{\"name\":\"Big\"}}', 0, 'used', 1700000000000, 1700086400000, \
+         1700000100000, 'cli:ops', 1700000200000)",
+        id = "0".repeat(32),
+        c = "c".repeat(64),
     ));
     // The front door: a host registered, the reader signed in and consented, the code
     // exchanged (a grant, a code, a family of tokens), and a sign-in left half-way.

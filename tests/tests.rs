@@ -9,6 +9,7 @@ mod multinode;
 mod postgres_faults;
 mod util;
 
+mod approvals;
 mod architecture;
 mod backends_config;
 mod backends_guards;
@@ -46,6 +47,7 @@ mod oauth_provider;
 mod oauth_server;
 mod optional_args;
 mod packaging_unit;
+mod policy;
 mod quickstart;
 #[cfg(feature = "conformance-pack")]
 mod ratelimit;

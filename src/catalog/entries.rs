@@ -166,6 +166,10 @@ impl ErrorKind {
                 | ErrorKind::IdempotencyKeyReused
                 | ErrorKind::IdempotencyKeyInUse
                 | ErrorKind::GuardrailViolation
+                | ErrorKind::PolicyDenied
+                | ErrorKind::ApprovalRequired
+                | ErrorKind::ApprovalDenied
+                | ErrorKind::ApprovalExpired
         )
     }
 }
@@ -378,6 +382,26 @@ catalog! {
         "The fiscal rule {rule_id} forbids this call; read its guide at {guardrail_uri} and change the arguments.",
         "La regla fiscal {rule_id} impide esta llamada; lea su guía en {guardrail_uri} y cambie los argumentos.",
         "a fiscal guardrail; `rule_id`, `guardrail_uri`, `subcode`"),
+    /// A rule of the operator's policy (`[[policy.rules]]`, effect `deny`) refuses the call.
+    PolicyDenied => (-32009, "policy_denied", 403, 1109, false, Guard, Ok,
+        "The operator's policy rule {rule_id:q} does not allow this call[: {details.reason}]; do not retry it as it is: change what the rule objects to, or tell your user that it needs the operator.",
+        "La regla {rule_id:q} de la política del operador no permite esta llamada[: {details.reason}]; no la reintente tal cual: cambie lo que la regla objeta o diga a su usuario que necesita al operador.",
+        "a rule of the operator's policy (`[[policy.rules]]`, `effect = \"deny\"`) covers the call; `rule_id` is the rule's name, `details.reason` its reason"),
+    /// A `require_approval` policy rule holds the call until a person approves it.
+    ApprovalRequired => (-32009, "approval_required", 403, 1110, true, Guard, Ok,
+        "The operator's policy rule {rule_id:q} needs a person to approve this call before it runs, and nothing was done yet: ask your user to approve it at {approval_url} before {expires_at}, then retry exactly the same call, with the same arguments and the same idempotency key[ {details.idempotency_key:q}]; until it is decided a retry gets this same answer.",
+        "La regla {rule_id:q} de la política del operador exige que una persona apruebe esta llamada antes de ejecutarla, y aún no se hizo nada: pida a su usuario que la apruebe en {approval_url} antes de {expires_at} y después repita exactamente la misma llamada, con los mismos argumentos y la misma clave de idempotencia[ {details.idempotency_key:q}]; hasta que se decida, un reintento recibe esta misma respuesta.",
+        "a `require_approval` policy rule covers the call: it is held, not run; `approval_id`, `approval_url` (its page in the console), `expires_at`, `retry_after`, `rule_id`"),
+    /// A person denied the held call.
+    ApprovalDenied => (-32009, "approval_denied", 403, 1111, false, Guard, Ok,
+        "A person denied this call (approval {approval_id}, policy rule {rule_id:q}); do not retry it: tell your user it was denied.",
+        "Una persona denegó esta llamada (aprobación {approval_id}, regla {rule_id:q}); no la reintente: diga a su usuario que se denegó.",
+        "the approval of the held call was denied; final for these arguments and this idempotency key"),
+    /// Nobody decided on the held call in time.
+    ApprovalExpired => (-32009, "approval_expired", 403, 1112, false, Guard, Ok,
+        "Nobody approved this call (approval {approval_id}, policy rule {rule_id:q}) before it expired at {expires_at}; to ask again, make the call with a new idempotency key and have your user approve the new request.",
+        "Nadie aprobó esta llamada (aprobación {approval_id}, regla {rule_id:q}) antes de que caducara, el {expires_at}; para pedirla de nuevo, haga la llamada con una clave de idempotencia nueva y pida a su usuario que apruebe la nueva solicitud.",
+        "the held call was not decided before its expiry (`policy.approval_ttl_minutes`); final for this idempotency key"),
 
     // ---- Tool execution errors (isError results) -------------------------------------
     /// Arguments fail the input schema.
@@ -541,6 +565,10 @@ mod tests {
             (ErrorKind::PlanLimitExceeded, -32004, 403, 1107),
             (ErrorKind::IdempotencyKeyInUse, -32007, 409, 3202),
             (ErrorKind::GuardrailViolation, -32008, 422, 3301),
+            (ErrorKind::PolicyDenied, -32009, 403, 1109),
+            (ErrorKind::ApprovalRequired, -32009, 403, 1110),
+            (ErrorKind::ApprovalDenied, -32009, 403, 1111),
+            (ErrorKind::ApprovalExpired, -32009, 403, 1112),
         ];
         for (kind, rpc, http, ec) in expect {
             let s = kind.spec();

@@ -157,6 +157,46 @@ impl McpError {
             .with("provided_scopes", provided)
     }
 
+    /// `-32009 policy_denied`: the policy rule `rule` refuses the call, for `reason` (the
+    /// rule's own sentence, when it has one).
+    pub fn policy_denied(rule: &str, reason: Option<&str>) -> Self {
+        let error = Self::new(ErrorKind::PolicyDenied).with("rule_id", rule);
+        match reason {
+            Some(reason) => error.detail("reason", reason),
+            None => error,
+        }
+    }
+
+    /// `-32009 approval_required`: the rule `rule` holds the call as the approval `id`,
+    /// decided at `url` until `expires_at` (RFC 3339); `key` is the call's idempotency key.
+    pub fn approval_required(
+        (rule, id): (&str, &str),
+        url: &str,
+        expires_at: &str,
+        key: Option<&str>,
+        retry_after: u64,
+    ) -> Self {
+        let error = Self::new(ErrorKind::ApprovalRequired)
+            .with("rule_id", rule)
+            .with("approval_id", id)
+            .with("approval_url", url)
+            .with("expires_at", expires_at)
+            .with("retry_after", retry_after);
+        match key {
+            Some(key) => error.detail("idempotency_key", key),
+            None => error,
+        }
+    }
+
+    /// `-32009 approval_denied` or `approval_expired` (`kind`) of the approval `id` of the
+    /// rule `rule`, which expires (or expired) at `expires_at`.
+    pub fn approval_final(kind: ErrorKind, (rule, id): (&str, &str), expires_at: &str) -> Self {
+        Self::new(kind)
+            .with("rule_id", rule)
+            .with("approval_id", id)
+            .with("expires_at", expires_at)
+    }
+
     /// `-32006` for one bucket.
     pub fn rate_limited(bucket: &str, limit: u64, reset: u64, retry_after: u64) -> Self {
         Self::new(ErrorKind::RateLimited)

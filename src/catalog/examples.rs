@@ -71,6 +71,22 @@ fn example(kind: K) -> McpError {
             .detail("vat_rate", 7)
             .detail("allowed_rates", [21, 10, 4, 0])
             .detail("country", "ES"),
+        K::PolicyDenied => McpError::policy_denied(
+            "large_payments",
+            Some("payments over 10 000.00 EUR are recorded by the finance team"),
+        ),
+        K::ApprovalRequired => McpError::approval_required(
+            ("large_payments", "apr_0f3a9c2e5b7d4e1f8a6b0c9d2e4f6a8b"),
+            "https://mcp.example.com/console/approvals/apr_0f3a9c2e5b7d4e1f8a6b0c9d2e4f6a8b",
+            "2026-12-05T10:00:00Z",
+            Some("pay-2026-0042"),
+            15,
+        ),
+        K::ApprovalDenied | K::ApprovalExpired => McpError::approval_final(
+            kind,
+            ("large_payments", "apr_0f3a9c2e5b7d4e1f8a6b0c9d2e4f6a8b"),
+            "2026-12-05T10:00:00Z",
+        ),
         K::ValidationError => McpError::invalid_arguments(&[
             Problem::new("lines.0.vat_rate", "type", Expect::Type("integer".into()))
                 .value(&json!("21%")),

@@ -8,7 +8,7 @@
 //! prints the effective configuration as TOML for `tollgate check-config`.
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -22,6 +22,8 @@ mod database;
 mod issuer_checks;
 mod issuers;
 mod oauth_server;
+mod policy;
+mod proxy;
 mod raw;
 mod telemetry;
 mod validate;
@@ -43,6 +45,10 @@ pub use issuers::{
     Preset, algorithm_name, is_tool_scope, is_trusted_url,
 };
 pub use oauth_server::{ClientDocumentsConfig, OAuthServerConfig};
+pub use policy::{
+    CONDITION_VARIABLES, Condition, Effect, PolicyConfig, PolicyRule, ToolPattern, Who,
+};
+pub use proxy::ProxyRange;
 pub use telemetry::{Sampler, TelemetryConfig};
 
 use raw::*;
@@ -234,77 +240,6 @@ word_enum!(
     }
 );
 
-/// An address or a CIDR block of `http.trusted_proxies` (`10.0.0.0/8`, `::1`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProxyRange {
-    network: IpAddr,
-    prefix: u8,
-}
-
-impl ProxyRange {
-    /// Whether `ip` lies in the range (IPv4-mapped IPv6 addresses count as IPv4).
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.network, ip.to_canonical()) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                prefix_matches(&net.octets(), &ip.octets(), self.prefix)
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                prefix_matches(&net.octets(), &ip.octets(), self.prefix)
-            }
-            _ => false,
-        }
-    }
-}
-
-/// Whether the first `prefix` bits of `a` and `b` agree.
-fn prefix_matches(a: &[u8], b: &[u8], prefix: u8) -> bool {
-    let bits = usize::from(prefix);
-    let (whole, rest) = (bits / 8, bits % 8);
-    if a[..whole] != b[..whole] {
-        return false;
-    }
-    rest == 0 || {
-        let mask = 0xffu8 << (8 - rest);
-        a[whole] & mask == b[whole] & mask
-    }
-}
-
-impl FromStr for ProxyRange {
-    type Err = ConfigError;
-
-    fn from_str(text: &str) -> Result<ProxyRange, ConfigError> {
-        let bad = || {
-            ConfigError::new(format!(
-                "http.trusted_proxies: invalid entry {text:?}: expected an IP address or a \
-                 CIDR block, e.g. \"127.0.0.1\", \"10.0.0.0/8\" or \"fd00::/8\""
-            ))
-        };
-        let (addr, prefix) = match text.trim().split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (text.trim(), None),
-        };
-        let network: IpAddr = addr.parse().map_err(|_| bad())?;
-        let network = network.to_canonical();
-        let max = if network.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(bad)?,
-            None => max,
-        };
-        Ok(ProxyRange { network, prefix })
-    }
-}
-
-impl fmt::Display for ProxyRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let whole = if self.network.is_ipv4() { 32 } else { 128 };
-        if self.prefix == whole {
-            write!(f, "{}", self.network)
-        } else {
-            write!(f, "{}/{}", self.network, self.prefix)
-        }
-    }
-}
-
 word_enum!(
     /// Log line format.
     LogFormat, "log format", {
@@ -388,6 +323,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// `[[backends]]`: the company's REST APIs and MCP servers behind the gate.
     pub backends: Vec<BackendConfig>,
+    /// `[policy]`: the operator's rules on calls (deny, require approval).
+    pub policy: PolicyConfig,
 }
 
 /// `[errors]`: how errors reach the client.
@@ -559,6 +496,7 @@ impl Default for Config {
             oauth_server: OAuthServerConfig::default(),
             telemetry: TelemetryConfig::default(),
             backends: Vec::new(),
+            policy: PolicyConfig::default(),
         }
     }
 }
@@ -678,6 +616,7 @@ impl Config {
             oauth_server: self.oauth_server.to_raw(),
             telemetry: self.telemetry.to_raw(),
             backends: self.backends.iter().map(BackendConfig::to_raw).collect(),
+            policy: self.policy.to_raw(),
         }
     }
 }
@@ -779,7 +718,7 @@ mod tests {
             ClientAddressHeader::Forwarded
         );
         let proxies = &config.http.trusted_proxies;
-        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("ip");
         let trusted = |s: &str| proxies.iter().any(|r| r.contains(ip(s)));
         assert!(trusted("127.0.0.1") && trusted("::ffff:127.0.0.1"));
         assert!(trusted("10.200.3.4") && trusted("fd12::1"));

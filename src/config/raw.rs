@@ -35,6 +35,8 @@ pub(super) struct RawConfig {
     pub(super) telemetry: super::telemetry::RawTelemetry,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(super) backends: Vec<super::backend_entries::RawEntry>,
+    #[serde(default)]
+    pub(super) policy: super::policy::RawPolicy,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

@@ -43,8 +43,10 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
         oauth_server,
         telemetry: super::telemetry::validate_telemetry(raw.telemetry)?,
         backends: Vec::new(),
+        policy: super::policy::validate_policy(raw.policy)?,
     };
     check_dev_mode_is_local(&config)?;
+    super::policy::check_approvals_have_a_console(&config)?;
     Ok(config)
 }
 

@@ -43,6 +43,10 @@ const WELL_KNOWN: &[&str] = &[
     "idempotency_key_reused",
     "idempotency_key_in_use",
     "mcp_guardrail_violation",
+    "policy_denied",
+    "approval_required",
+    "approval_denied",
+    "approval_expired",
 ];
 /// Colours any other code picks from (classes `o-p0` … `o-p5`).
 const PALETTE: u32 = 6;

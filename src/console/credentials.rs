@@ -133,6 +133,7 @@ fn scope_groups(console: &Console, ticked: &Value) -> Vec<Value> {
         let note = match known.scope.as_str() {
             auth::SUPER_SCOPE => texts.get("scope_super").to_owned(),
             auth::ADMIN_SCOPE => texts.get("scope_admin").to_owned(),
+            auth::APPROVE_SCOPE => texts.get("scope_approve").to_owned(),
             scope => {
                 let tools: Vec<&str> = registry
                     .tools()

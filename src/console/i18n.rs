@@ -3,6 +3,7 @@
 //! follows the company's locale (`tollgate init --locale`, or `locale` in the
 //! configuration).
 
+mod approvals;
 mod latency;
 mod oauth;
 mod pins;
@@ -57,8 +58,8 @@ const TEXTS: &[(&str, &str, &str)] = &[
     ),
     (
         "sign_in_not_admin",
-        "That key does not have the admin scope, so it cannot sign in to the console. Create an operator key with: tollgate key create --name operator --scopes admin",
-        "Esa clave no tiene el ámbito admin y no puede entrar en la consola. Cree una clave de operador con: tollgate key create --name operator --scopes admin",
+        "That key has neither the admin scope nor the approve scope, so it cannot sign in to the console. Create an operator key with: tollgate key create --name operator --scopes admin",
+        "Esa clave no tiene el ámbito admin ni el ámbito approve y no puede entrar en la consola. Cree una clave de operador con: tollgate key create --name operator --scopes admin",
     ),
     (
         "sign_in_full",
@@ -219,6 +220,11 @@ const TEXTS: &[(&str, &str, &str)] = &[
         "scope_admin",
         "signs in to this console; opens no tool, and * does not include it",
         "permite entrar en esta consola; no abre ninguna herramienta, y * no lo incluye",
+    ),
+    (
+        "scope_approve",
+        "decides on the calls a policy rule holds for approval (the Approvals page); opens no tool, and * does not include it",
+        "decide sobre las llamadas que una regla de política retiene para su aprobación (la página Aprobaciones); no abre ninguna herramienta, y * no lo incluye",
     ),
     (
         "scope_no_tools_now",
@@ -551,6 +557,7 @@ fn every_text() -> impl Iterator<Item = &'static (&'static str, &'static str, &'
         .chain(oauth::TEXTS)
         .chain(latency::TEXTS)
         .chain(pins::TEXTS)
+        .chain(approvals::TEXTS)
 }
 
 impl Texts {
@@ -652,6 +659,12 @@ mod tests {
                 "audit",
                 "latency",
                 "backends",
+                "approvals",
+                "approval_state_pending",
+                "approval_state_approved",
+                "approval_state_used",
+                "approval_state_denied",
+                "approval_state_expired",
             ]
             .map(String::from),
         );

@@ -1,6 +1,7 @@
 //! The operator's console: server-rendered pages under `/console` on the HTTP listener.
 //!
-//! An operator signs in with an API key that holds the `admin` scope; the key is exchanged
+//! An operator signs in with an API key that holds the `admin` scope (a key holding only
+//! `approve` signs in to the Approvals page alone); the key is exchanged
 //! for a session cookie (`session`), every form carries that sign-in's CSRF token, and
 //! every change made here is written to the audit log under the operator's credential
 //! before the page says it is done. Pages read and change state through the same
@@ -15,6 +16,7 @@
 //! applied the `Host`/`Origin` policy of `/mcp`. Here a form post must also come from this
 //! very origin (`Origin` equal to `Host`, and no cross-site `Sec-Fetch-Site`).
 
+mod approvals;
 mod audit_log;
 mod backends;
 mod charts;
@@ -38,7 +40,7 @@ use self::i18n::Texts;
 use self::session::{Sessions, Signed, Started, random_token, same_token};
 use crate::catalog::{ErrorKind, McpError};
 use crate::config::{Config, Locale};
-use crate::guards::auth::{CredentialError, KnownScopes, Principal, is_operator};
+use crate::guards::auth::{CredentialError, KnownScopes, Principal, is_approver, is_operator};
 use crate::protocol::dispatch::Server;
 use crate::store::{StoreError, store_failure};
 
@@ -265,10 +267,22 @@ impl Console {
                 return Response::redirect("/console/sign-in")
                     .with_header("Set-Cookie", self.cookie(SESSION_COOKIE, "", 0));
             }
+            if !self.may_open(operator, request.path) {
+                return self.refusal(request, 403);
+            }
             return pages::post(self, request, operator, &form)
                 .unwrap_or_else(|| self.refusal(request, 404));
         }
+        if !self.may_open(operator, request.path) {
+            return Response::redirect(approvals::PATH);
+        }
         pages::get(self, request, operator).unwrap_or_else(|| self.refusal(request, 404))
+    }
+
+    /// Whether `operator` may open `path`: an `admin` sign-in every page, an `approve`
+    /// one the Approvals page alone (and signing out).
+    fn may_open(&self, operator: &Operator, path: &str) -> bool {
+        is_operator(&operator.principal.scopes) || path.starts_with(approvals::PATH)
     }
 
     /// The operator the request's session cookie names, checked again now: the key still
@@ -278,7 +292,7 @@ impl Console {
         let signed = self.sessions.get(&session)?;
         let auth = self.server.guards().authenticator();
         match auth.principal_for_public_id(&signed.credential_id) {
-            Ok(principal) if is_operator(&principal.scopes) => Some(Operator {
+            Ok(principal) if is_approver(&principal.scopes) => Some(Operator {
                 session,
                 signed,
                 principal,
@@ -333,7 +347,7 @@ impl Console {
                 return self.sign_in_page(Some(texts.get("sign_in_wrong")), 401);
             }
         };
-        if !is_operator(&principal.scopes) {
+        if !is_approver(&principal.scopes) {
             tracing::warn!(
                 source = request.source,
                 credential = %principal.credential_id,
@@ -361,7 +375,12 @@ impl Console {
             request.source,
         );
         let idle = self.sessions.idle().as_secs();
-        Response::redirect("/console")
+        let home = if is_operator(&principal.scopes) {
+            "/console"
+        } else {
+            approvals::PATH
+        };
+        Response::redirect(home)
             .with_header("Set-Cookie", self.cookie(SESSION_COOKIE, &session, idle))
             .with_header("Set-Cookie", self.cookie(SIGN_IN_COOKIE, "", 0))
     }
@@ -441,7 +460,8 @@ impl Console {
                 .find(|k| k.public_id == id && !k.name.trim().is_empty())
                 .map(|k| k.name)
         });
-        json!({"id": id, "name": name.as_deref().unwrap_or(id)})
+        json!({"id": id, "name": name.as_deref().unwrap_or(id),
+               "admin": is_operator(&op.principal.scopes)})
     }
 
     /// A plain page for a refused request (`status` says why).

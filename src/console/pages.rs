@@ -45,6 +45,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("refused.html", include_str!("templates/refused.html")),
     ("front_door.html", include_str!("templates/front_door.html")),
     ("latency.html", include_str!("templates/latency.html")),
+    ("approvals.html", include_str!("templates/approvals.html")),
 ];
 
 /// The templates, parsed once (HTML-escaped by their `.html` names), with the words of
@@ -98,6 +99,9 @@ pub fn get(console: &Console, request: &Request<'_>, op: &Operator) -> Option<Re
         _ if path.starts_with("/console/grants/") => {
             return grants::confirm_page(console, op, path);
         }
+        _ if path.starts_with(super::approvals::PATH) => {
+            return super::approvals::get(console, op, path);
+        }
         _ if path.starts_with("/console/backends/held/") => {
             return super::pins::confirm_page(console, op, path);
         }
@@ -124,6 +128,9 @@ pub fn post(
         }
         path if path.starts_with("/console/grants/") => {
             return grants::post(console, request, op, path);
+        }
+        path if path.starts_with(super::approvals::PATH) => {
+            return super::approvals::post(console, request, op, path);
         }
         path if path.starts_with("/console/backends/held/") => {
             return super::pins::post(console, request, op, path);

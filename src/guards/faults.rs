@@ -268,6 +268,7 @@ mod tests {
             mode: crate::guards::auth::Mode::Test,
             guard_channel: None,
             installation: crate::guards::auth::Mode::Test,
+            roles: Vec::new(),
         };
         for code in rehearsable_codes() {
             let kind = rehearsable(code).expect("rehearsable");

@@ -596,6 +596,7 @@ mod tests {
             mode: crate::guards::auth::Mode::Live,
             guard_channel: None,
             installation: crate::guards::auth::Mode::Live,
+            roles: Vec::new(),
         }
     }
 

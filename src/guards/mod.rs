@@ -10,10 +10,10 @@
 //!    ([`faults`]),
 //! 5. replay the stored result of a completed call with the same idempotency key
 //!    ([`crate::guards::idempotency`]),
-//! 6. fiscal guardrails (each tool's [`Tool::guardrails`](crate::tools::Tool::guardrails)),
-//! 7. claim the idempotency key,
-//! 8. validate the arguments and run the tool,
-//! 9. audit ([`crate::guards::audit`]).
+//! 6. the operator's policy rules ([`policy`]),
+//! 7. fiscal guardrails (each tool's [`Tool::guardrails`](crate::tools::Tool::guardrails)),
+//! 8. claim the idempotency key, 9. validate the arguments and run the tool,
+//! 10. audit ([`crate::guards::audit`]).
 //!
 //! The first step that ends a call decides its typed [`CallOutcome`] ([`outcome`]): a
 //! refusal, a replay, or — once the tool ran — its output or its failure. The dispatcher
@@ -29,6 +29,7 @@
 //! audit row named `<method> <what>` (e.g. `prompts/get chase_overdue_invoices`). They have
 //! no guardrails and change nothing, so steps 5 to 7 do not apply.
 
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod charging;
@@ -36,6 +37,7 @@ pub mod faults;
 pub mod idempotency;
 pub mod metrics;
 pub mod outcome;
+pub mod policy;
 pub mod ratelimit;
 mod reads;
 pub mod steps;
@@ -144,6 +146,7 @@ pub struct Guards {
     guard_channel: GuardChannel,
     /// What rehearsed faults with a probability below 1 roll.
     dice: std::sync::Arc<faults::Dice>,
+    policy: policy::Policy,
     /// What a chain without [`Step::Authenticate`] runs as: the first caller,
     /// authenticated once.
     #[cfg(feature = "bench-switches")]
@@ -166,6 +169,7 @@ impl Guards {
             chain: Chain::of(&CHAIN),
             guard_channel: GuardChannel::JsonRpc,
             dice: faults::system_dice(),
+            policy: policy::Policy::default(),
             #[cfg(feature = "bench-switches")]
             stand_in: std::sync::OnceLock::new(),
         };

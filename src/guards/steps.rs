@@ -45,6 +45,11 @@ pub enum Step {
     /// before the guardrails: a retry must not trip the rule its first call's own effects
     /// now trip (voiding an invoice twice, say).
     Replay,
+    /// The operator's policy rules (`[[policy.rules]]`): a `deny` rule that covers the call
+    /// refuses it; a `require_approval` rule holds it until a person approves it, then lets
+    /// it run once (a retry after that is replayed by the ledger). After the scopes and the plan (a rule narrows what a caller may do, it
+    /// never widens it) and before the guardrails.
+    Policy,
     /// The tool's fiscal guardrails.
     Guardrails,
     /// The idempotency key reserved for this call (or refused: missing, reused, in use).
@@ -58,13 +63,14 @@ pub enum Step {
 }
 
 /// The chain, in order: the product contract's order of the guards.
-pub const CHAIN: [Step; 10] = [
+pub const CHAIN: [Step; 11] = [
     Step::Authenticate,
     Step::Resolve,
     Step::Charge,
     Step::Access,
     Step::Rehearse,
     Step::Replay,
+    Step::Policy,
     Step::Guardrails,
     Step::Claim,
     Step::Run,
@@ -81,6 +87,7 @@ impl Step {
             Step::Access => "access",
             Step::Rehearse => "rehearse",
             Step::Replay => "replay",
+            Step::Policy => "policy",
             Step::Guardrails => "guardrails",
             Step::Claim => "claim",
             Step::Run => "run",
@@ -101,6 +108,7 @@ impl Step {
             Step::Access => Some(&Access),
             Step::Rehearse => Some(&Rehearse),
             Step::Replay => Some(&Replay),
+            Step::Policy => Some(&Policy),
             Step::Guardrails => Some(&Guardrails),
             Step::Claim => Some(&Claim),
             Step::Run => Some(&Run),
@@ -430,6 +438,22 @@ fn replayed(passage: &mut Passage<'_, '_>, stored: Value) -> CallOutcome {
     }
 }
 
+/// [`Step::Policy`]: the first of the operator's rules that applies to the call decides it.
+#[derive(Debug)]
+struct Policy;
+
+impl CallStep for Policy {
+    fn pass<'r>(&self, guards: &Guards, passage: &mut Passage<'_, 'r>, cx: &Cx<'_, 'r>) -> Flow {
+        let checked = (|| {
+            let tool = passage.tool()?;
+            let (args, meta) = (&passage.args, passage.call.meta);
+            let key = || extract_key(args, meta, cx.caller.idempotency_header);
+            guards.check_policy(passage.principal()?, tool, args, &key)
+        })();
+        Flow::from(checked)
+    }
+}
+
 /// [`Step::Guardrails`]: the tool's fiscal rules, on the arguments and the caller's book.
 #[derive(Debug)]
 struct Guardrails;
@@ -539,7 +563,15 @@ mod tests {
         assert_eq!(names(&chain.before), ["authenticate", "resolve"]);
         assert_eq!(
             names(&chain.after),
-            ["access", "rehearse", "replay", "guardrails", "claim", "run"]
+            [
+                "access",
+                "rehearse",
+                "replay",
+                "policy",
+                "guardrails",
+                "claim",
+                "run"
+            ]
         );
         assert!(chain.charges() && chain.audits());
     }

@@ -84,6 +84,16 @@ pub(super) fn granted_scopes(
     granted.into_iter().collect()
 }
 
+/// The values of the issuer's role claims in `claims`, sorted and without duplicates.
+fn roles_named(config: &IssuerConfig, claims: &Map<String, Value>) -> Vec<String> {
+    let mut roles = BTreeSet::new();
+    for claim in &config.role_claims {
+        let values = lookup(claims, claim).map(|v| values_of(v, false));
+        roles.extend(values.unwrap_or_default().into_iter().map(str::to_owned));
+    }
+    roles.into_iter().collect()
+}
+
 /// The first of `names` that holds a non-empty string.
 fn first_string(claims: &Map<String, Value>, names: &[String]) -> Option<String> {
     names
@@ -121,6 +131,7 @@ pub(super) fn token_of(
         display_name: first_string(claims, &config.name_claims),
         client_id,
         scopes: granted_scopes(config, claims, extra_scopes),
+        roles: roles_named(config, claims),
         expires_at,
         cache_until,
     })

@@ -75,6 +75,9 @@ pub struct ProviderToken {
     pub client_id: Option<String>,
     /// The tollgate scopes granted, after mapping; sorted, without duplicates.
     pub scopes: Vec<String>,
+    /// The values of the issuer's `role_claims` (before mapping); sorted, without
+    /// duplicates.
+    pub roles: Vec<String>,
     /// The token's `exp` (unix seconds).
     pub expires_at: i64,
     /// Until when this verdict may be reused (unix seconds): a JWT's `exp` plus the clock

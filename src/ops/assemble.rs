@@ -64,7 +64,8 @@ pub fn build_server_with_clock(
         .map(crate::tools::request_state::StateKey::new)
         .map_err(|e| format!("cannot read the server secret: {e}"))?;
     let mut guards = Guards::new(store.clone(), locale, clock.clone())
-        .with_guard_channel(config.errors.guard_channel);
+        .with_guard_channel(config.errors.guard_channel)
+        .with_policy(&config.policy, &console_address(config));
     if !config.auth.issuers.is_empty() {
         let identity = crate::identity::Identity::start(&config.auth.issuers, clock.clone())
             .map_err(|e| format!("cannot start verifying identity-provider tokens: {e}"))?;
@@ -139,4 +140,14 @@ fn database_clock(store: &Store) -> Clock {
         tracing::warn!(cause = %e, "cannot start the clock follower; the correction measured at start stays");
     }
     shared.clock()
+}
+
+/// The console's address as a person's browser reaches it (`http.public_base_url`, else
+/// the listener's address): approvals' pages are under it.
+fn console_address(config: &Config) -> String {
+    let base = match &config.http.public_base_url {
+        Some(base) => base.trim_end_matches('/').to_owned(),
+        None => format!("http://{}", config.http.listen),
+    };
+    format!("{base}/console")
 }

@@ -211,6 +211,13 @@ enum Command {
   tollgate backends check --config /etc/tollgate/tollgate.toml"
     )]
     Backends(crate::ops::backends::BackendsCommand),
+    /// The calls a `require_approval` policy rule holds: list them, approve or deny one.
+    #[command(
+        subcommand,
+        after_help = "Example:
+  tollgate approvals list"
+    )]
+    Approvals(crate::ops::approvals::ApprovalsCommand),
     /// Move an installation to another store: copy an SQLite file into PostgreSQL.
     #[command(
         subcommand,
@@ -346,6 +353,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Audit(args) => crate::ops::admin::audit(&config, &args),
         Command::Faults(command) => crate::ops::admin::faults(&config, &command),
         Command::Backends(command) => crate::ops::backends::backends(&config, &command),
+        Command::Approvals(command) => crate::ops::approvals::approvals(&config, &command),
         Command::Store(command) => crate::ops::store_copy::store(&config, &command),
     }
 }

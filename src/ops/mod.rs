@@ -8,6 +8,7 @@
 //! ends (`exit`), and process logging. The top layer: it may use every other.
 
 pub mod admin;
+pub mod approvals;
 pub mod assemble;
 pub mod backends;
 pub mod backup;

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::guards::auth::{ADMIN_SCOPE, KnownScopes, SUPER_SCOPE, ScopeGroup};
+use crate::guards::auth::{ADMIN_SCOPE, APPROVE_SCOPE, KnownScopes, SUPER_SCOPE, ScopeGroup};
 use crate::store::{Plan, Store};
 
 /// What `*` grants, in one line.
@@ -24,6 +24,9 @@ pub const SUPER_SCOPE_MEANING: &str =
 /// What `admin` grants, in one line.
 pub const ADMIN_SCOPE_MEANING: &str =
     "signs in to the operator console (/console); grants no tool, and * does not include it";
+
+/// What `approve` grants, in one line.
+pub const APPROVE_SCOPE_MEANING: &str = "decides on the calls a require_approval policy rule holds (the console's approvals page); grants no tool, and * does not include it";
 
 /// `tollgate tools`
 #[derive(Debug, Args)]
@@ -178,6 +181,8 @@ fn special_meaning(scope: &str) -> &'static str {
         SUPER_SCOPE_MEANING
     } else if scope == ADMIN_SCOPE {
         ADMIN_SCOPE_MEANING
+    } else if scope == APPROVE_SCOPE {
+        APPROVE_SCOPE_MEANING
     } else {
         ""
     }

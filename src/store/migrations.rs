@@ -23,7 +23,7 @@ use super::sqlite::{configure_connection, open_flags};
 use super::{StoreError, StoreOptions};
 
 /// The schema version this binary writes and understands (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: u32 = 12;
+pub const SCHEMA_VERSION: u32 = 13;
 
 /// The whole schema at version 1, applied when a database is created.
 const SCHEMA_SQL: &str = include_str!("../../schema.sql");
@@ -89,6 +89,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (10, super::oauth::SQLITE_SCHEMA_STEP),
     (11, super::audit::SQLITE_TRACE_STEP),
     (12, super::pins::SQLITE_SCHEMA_STEP),
+    (13, super::approvals::SQLITE_SCHEMA_STEP),
 ];
 
 // The last step must reach SCHEMA_VERSION, or a fresh database would be refused or stale.

@@ -35,6 +35,7 @@
 //! Errors are [`StoreError`]: a `Display` for the operator (it may name the file) and a
 //! [`StoreError::public_message`] safe to send to a client (no paths, no SQL).
 
+pub mod approvals;
 pub mod audit;
 pub mod backup;
 pub mod copy;

@@ -51,6 +51,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (10, super::oauth::POSTGRES_SCHEMA_STEP),
     (11, super::audit::POSTGRES_TRACE_STEP),
     (12, super::pins::POSTGRES_SCHEMA_STEP),
+    (13, super::approvals::POSTGRES_SCHEMA_STEP),
 ];
 
 /// One pooled connection and the statements it has prepared.

@@ -99,6 +99,18 @@ class Key:
     error: str | None = None
 
 
+# Calls that create a client named "Approval Needed…" wait for a person's approval.
+POLICY = """[http]
+public_base_url = "{base}"
+
+[[policy.rules]]
+name = "new_clients_need_approval"
+tools = ["create_client"]
+condition = "args.name.startsWith('Approval Needed')"
+effect = "require_approval"
+"""
+
+
 @dataclass
 class Tollgate:
     """A prepared database and a running `tollgate serve` on it.
@@ -158,9 +170,13 @@ class Tollgate:
         self.base = f"http://127.0.0.1:{port}"
         self.http_url = f"{self.base}/mcp"
         self.log = self.workdir / f"serve-{port}.log"
+        # The policy rule of the `approval_required` scenario; the approval pages are on this
+        # server, for `tollgate stdio` too.
+        self.config().write_text(POLICY.format(base=self.base))
         with self.log.open("wb") as sink:
             self.process = subprocess.Popen(
-                [str(self.bin), "--database", str(self.db), "serve", "--listen", f"127.0.0.1:{port}"],
+                [str(self.bin), "--database", str(self.db), "--config", str(self.config()), "serve",
+                 "--listen", f"127.0.0.1:{port}"],
                 env=clean_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -179,6 +195,10 @@ class Tollgate:
             if time.monotonic() > deadline:
                 raise HarnessError(f"tollgate serve did not become healthy: {self.log_text()}")
             time.sleep(0.05)
+
+    def config(self) -> Path:
+        """The configuration file every server of this database reads."""
+        return self.workdir / "tollgate.toml"
 
     def stop(self) -> None:
         """Stops the server started by `serve`."""
@@ -250,7 +270,7 @@ class Tollgate:
         """How to start `tollgate stdio` with `token`: command, args, env, cwd."""
         return {
             "command": str(self.bin),
-            "args": ["--database", str(self.db), "stdio"],
+            "args": ["--database", str(self.db), "--config", str(self.config()), "stdio"],
             "env": {"RUST_LOG": "warn", "TOLLGATE_TOKEN": token},
             "cwd": str(self.workdir),
         }

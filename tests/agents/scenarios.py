@@ -175,6 +175,18 @@ SCENARIOS: tuple[Scenario, ...] = (
         prepare=_first_payment,
     ),
     Scenario(
+        name="approval_required",
+        tool="create_client",
+        arguments={"name": "Approval Needed {channel} S.L.", "idempotency_key": "agents-approval-{channel}"},
+        code="approval_required",
+        jsonrpc_code=-32009,
+        must_mention=(
+            re.compile(r"https?://127\.0\.0\.1:\d+/console/approvals/apr_[0-9a-f]{32}"),
+            re.compile(r"\bapprove\b"),
+            "agents-approval-",
+        ),
+    ),
+    Scenario(
         name="retired_tool",
         tool="list_invoices",
         arguments={},

@@ -18,7 +18,8 @@
 # page go to target/console-screenshots/; with TG_CONSOLE_SCREENSHOT_DOC=1 the overview is
 # also written to docs/console-overview.png. Extra arguments go to `node --test`. The test
 # files (console.test.mjs, keys.test.mjs, users.test.mjs, oauth.test.mjs) run one after the
-# other against the one server (and, for oauth.test.mjs, the Spanish one).
+# other against the one server (and, for oauth.test.mjs, the Spanish one); pins.test.mjs and
+# approvals.test.mjs run servers of their own.
 # Build the binary first: cargo build --bins --features conformance-pack
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -193,7 +194,7 @@ TG_CONSOLE_URL="$base" TG_CONSOLE_URL_ES="$base_es" TG_CONSOLE_ADMIN_KEY="$admin
     TG_CONSOLE_NPM="$npm_dir" TG_CONSOLE_BIN="$bin" \
     timeout 300 node --test --test-concurrency=1 --test-timeout=120000 "$@" \
         "$here/console.test.mjs" "$here/keys.test.mjs" "$here/users.test.mjs" \
-        "$here/oauth.test.mjs" "$here/pins.test.mjs" || status=$?
+        "$here/oauth.test.mjs" "$here/pins.test.mjs" "$here/approvals.test.mjs" || status=$?
 if [ "$status" -ne 0 ]; then
     printf '\n==> tollgate serve log, last 50 lines\n'
     tail -n 50 "$data/serve.log"

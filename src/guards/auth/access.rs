@@ -10,6 +10,16 @@ pub const SUPER_SCOPE: &str = "*";
 /// `*` does not include it: a key an agent holds never opens the console by accident.
 pub const ADMIN_SCOPE: &str = "admin";
 
+/// The approver's scope: decides on the calls a `require_approval` policy rule holds, in
+/// the console's approvals page (`admin` may too). It grants no tool, and `*` does not
+/// include it.
+pub const APPROVE_SCOPE: &str = "approve";
+
+/// Whether `held` lets its holder decide on held calls: `approve` or `admin` (exactly).
+pub fn is_approver(held: &[String]) -> bool {
+    held.iter().any(|s| s == APPROVE_SCOPE || s == ADMIN_SCOPE)
+}
+
 /// Whether `held` includes the operator's scope (exactly; `*` does not).
 pub fn is_operator(held: &[String]) -> bool {
     held.iter().any(|s| s == ADMIN_SCOPE)
@@ -89,7 +99,7 @@ pub(super) fn smallest_plan_above(
 /// `_` or `-`, starting with a letter, at most 32 characters.
 pub fn parse_scope(text: &str) -> Result<String, CredentialError> {
     let text = text.trim();
-    if text == SUPER_SCOPE || text == ADMIN_SCOPE {
+    if text == SUPER_SCOPE || text == ADMIN_SCOPE || text == APPROVE_SCOPE {
         return Ok(text.to_owned());
     }
     let part_ok = |p: &str| {
@@ -267,6 +277,7 @@ mod tests {
             mode: Mode::Live,
             guard_channel: None,
             installation: crate::guards::auth::Mode::Live,
+            roles: Vec::new(),
         };
         let err = auth
             .check_access(&reader, &tool("create_invoice", "invoices:write"))

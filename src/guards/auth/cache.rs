@@ -46,6 +46,8 @@ pub struct CacheEntry {
 pub(crate) struct ProviderGrant {
     /// The tollgate scopes its claims map to.
     pub(super) scopes: Vec<String>,
+    /// The roles its claims name.
+    pub(super) roles: Vec<String>,
     /// Until when (unix seconds, exclusive) the verdict may be reused without asking the
     /// provider's keys or introspection again.
     pub(super) valid_until: i64,

@@ -70,6 +70,7 @@ fn key_principal(
         mode: row.mode,
         guard_channel: row.guard_channel,
         installation: row.installation_mode,
+        roles: Vec::new(),
     })
 }
 
@@ -77,6 +78,7 @@ fn key_principal(
 fn grant_of(standing: &AccessStanding, hash: String) -> ProviderGrant {
     ProviderGrant {
         scopes: standing.scopes.clone(),
+        roles: Vec::new(),
         valid_until: standing.expires_at,
         label: standing.principal_label.clone(),
         issued: Some(IssuedRef { hash }),

@@ -65,8 +65,8 @@ mod token;
 mod verify;
 
 pub use access::{
-    ADMIN_SCOPE, AccessFacts, SUPER_SCOPE, Visibility, grants, is_operator, parse_scope,
-    parse_scope_list,
+    ADMIN_SCOPE, APPROVE_SCOPE, AccessFacts, SUPER_SCOPE, Visibility, grants, is_approver,
+    is_operator, parse_scope, parse_scope_list,
 };
 pub use cache::CacheEntry;
 use cache::{Flights, TokenCache};
@@ -106,6 +106,9 @@ pub struct Principal {
     /// The installation's mode when the credential was read: rehearsed failures are
     /// looked up only in test mode.
     pub installation: Mode,
+    /// The roles the identity provider's token names (its `role_claims`' values); none for
+    /// an API key. Policy rules may name them (`who.roles`).
+    pub roles: Vec<String>,
 }
 
 /// Why a presented credential was refused (kept apart from [`McpError`] until the end so

@@ -66,6 +66,7 @@ impl Authenticator {
         let client = client_bucket(&verified);
         let grant = ProviderGrant {
             scopes: verified.scopes,
+            roles: verified.roles,
             valid_until: verified.cache_until,
             label: verified.display_name.unwrap_or(verified.subject),
             issued: None,
@@ -141,6 +142,7 @@ pub(super) fn user_principal(
         mode: Mode::Live,
         guard_channel: None,
         installation: Mode::from_stored(standing.installation_mode.as_deref().unwrap_or_default()),
+        roles: grant.roles.clone(),
     }
 }
 

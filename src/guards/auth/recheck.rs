@@ -130,6 +130,7 @@ impl CallChecks {
                         mode: row.mode,
                         guard_channel: row.guard_channel,
                         installation: row.installation_mode,
+                        roles: Vec::new(),
                     })
                 }
             },

@@ -94,7 +94,7 @@ impl KnownScopes {
     /// first, then the built-in ones by resource, then each backend's in configuration
     /// order.
     pub fn new(backends: &[BackendConfig], conformance_pack: bool) -> KnownScopes {
-        let mut scopes: Vec<KnownScope> = [SUPER_SCOPE, ADMIN_SCOPE]
+        let mut scopes: Vec<KnownScope> = [SUPER_SCOPE, ADMIN_SCOPE, APPROVE_SCOPE]
             .iter()
             .map(|s| KnownScope {
                 scope: (*s).to_owned(),
@@ -292,6 +292,13 @@ mod tests {
         );
         assert_eq!(
             known.all()[2],
+            KnownScope {
+                scope: "approve".to_owned(),
+                group: ScopeGroup::Special
+            }
+        );
+        assert_eq!(
+            known.all()[3],
             KnownScope {
                 scope: "clients:read".to_owned(),
                 group: ScopeGroup::BuiltIn("clients".to_owned())

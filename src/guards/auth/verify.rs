@@ -232,6 +232,7 @@ impl Authenticator {
             mode: row.mode,
             guard_channel: row.guard_channel,
             installation: row.installation_mode,
+            roles: Vec::new(),
         }
     }
 

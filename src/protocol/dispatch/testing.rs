@@ -82,6 +82,7 @@ impl Fixture {
             mode: Mode::Live,
             guard_channel: None,
             installation: Mode::Live,
+            roles: Vec::new(),
         }
     }
 

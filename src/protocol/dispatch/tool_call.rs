@@ -69,6 +69,9 @@ impl Server {
                     let name = ("tools/call", Some(request.name));
                     self.observe_request(span, name, outcome.verdict(), env, *started);
                 }
+                if let CallOutcome::Rejected { error, .. } = &outcome {
+                    offer_approval_url(error, request, env, self.locale);
+                }
                 let outcome = render_call_outcome(outcome, self.locale).map(|answer| Answer {
                     result: finish_result(answer.result, request.era, "tools/call"),
                     ..answer
@@ -125,6 +128,47 @@ impl Server {
         env.session.finish(&request.id);
         outcome
     }
+}
+
+/// The first revision with URL-mode elicitation.
+const URL_ELICITATION_SINCE: &str = "2025-11-25";
+
+/// For an `approval_required` refusal of a client that declared URL-mode elicitation
+/// (`elicitation.url`, 2025-11-25 and later), sends the approval's page as an
+/// `elicitation/create` of mode `url` on the request's stream before the refusal, so that
+/// a host can open it for its user. The refusal does not wait for the answer (the person
+/// decides in the console, and the model retries); the answer, when it comes, is dropped.
+fn offer_approval_url(error: &McpError, request: &ToolRequest<'_>, env: &Env<'_>, locale: Locale) {
+    let Era::Legacy(version) = request.era else {
+        return;
+    };
+    let url_mode = request
+        .client_capabilities
+        .pointer("/elicitation/url")
+        .is_some_and(|url| !url.is_null());
+    if error.kind() != crate::catalog::ErrorKind::ApprovalRequired
+        || version < URL_ELICITATION_SINCE
+        || !url_mode
+        || !env.notifier.delivers()
+    {
+        return;
+    }
+    let (Some(url), Some(id)) = (
+        error.fields().get("approval_url").and_then(Value::as_str),
+        error.fields().get("approval_id").and_then(Value::as_str),
+    ) else {
+        return;
+    };
+    let (request_id, _answer) = env.session.expect_response();
+    env.session.abandon(&request_id);
+    let params = serde_json::json!({
+        "mode": "url", "elicitationId": id, "url": url, "message": error.hint(locale),
+    });
+    env.notifier.notify(crate::protocol::jsonrpc::request(
+        request_id,
+        "elicitation/create",
+        params,
+    ));
 }
 
 /// The longest arguments or result text put on a span.

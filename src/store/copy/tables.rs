@@ -208,6 +208,28 @@ pub const TABLES: &[Table] = &[
         deferred: None,
     },
     Table {
+        name: "approvals",
+        columns: &[
+            "id",
+            "principal",
+            "tool",
+            "digest",
+            "idempotency_key",
+            "rule",
+            "arguments",
+            "allow_self",
+            "state",
+            "created_at",
+            "expires_at",
+            "decided_at",
+            "decided_by",
+            "used_at",
+        ],
+        key: &[text("id")],
+        identity: false,
+        deferred: None,
+    },
+    Table {
         name: "faults",
         columns: &[
             "id",

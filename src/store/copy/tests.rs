@@ -55,6 +55,10 @@ fn fill(store: &Store) {
                      'approved', 1700000030, 1700000030, 'first use'),
                      ('wh', 'lookup', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', '{\"name\":\"lookup\",\"description\":\"x\"}',
                      'pending', 1700000040, NULL, NULL);
+                 INSERT INTO approvals VALUES ('apr_1', 'Abcdef012', 'record_payment',
+                     'cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc', 'k1', 'large',
+                     '{\"amount_cents\":2000000}', 0, 'approved', 1700000050000, 1700086450000,
+                     1700000060000, 'cli:ops', NULL);
                  INSERT INTO faults VALUES (3, 'search_clients', NULL, 'timeout', 0.25, 2, NULL, 1700000020),
                      (7, 'create_client', 'Abcdef012', 'rate_limited', 1.0, NULL, 30, 1700000021);
                  INSERT INTO clients VALUES ('live', 'cli_1', 'Client One', 'B12345674', 'a@example.com', NULL, 1, 2),
@@ -115,6 +119,7 @@ const FILLED: &[(&str, u64)] = &[
     ("idempotency_keys", 2),
     ("audit_log", 2),
     ("tool_pins", 2),
+    ("approvals", 1),
     ("faults", 2),
     ("clients", 2),
     ("invoice_series", 2),

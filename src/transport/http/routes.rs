@@ -238,6 +238,11 @@ impl App {
                         self.server.guards().authenticator().identity(),
                     );
                     self.authorization.render_metrics(&mut page);
+                    crate::guards::approvals::render_approvals(
+                        &mut page,
+                        self.server.store(),
+                        self.server.clock().unix_millis(),
+                    );
                     page.into_bytes()
                 }),
             },
