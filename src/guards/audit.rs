@@ -432,9 +432,15 @@ pub fn prune_in_background(store: &Store, retention_days: u32, clock: Clock) {
 /// Deletes the rows older than `retention_days` before `now_ms` (unix milliseconds: the
 /// caller's clock), `PRUNE_CHUNK` rows per transaction, oldest first. Rows are appended
 /// in time order, so it walks up the ids and stops at the first chunk with nothing to
-/// delete. Returns how many rows went.
+/// delete. The approvals settled as long ago go too (a held call's arguments are kept no
+/// longer than the audit rows). Returns how many audit rows went.
 pub fn prune_expired(store: &Store, retention_days: u32, now_ms: i64) -> Result<usize, StoreError> {
     let cutoff = now_ms.saturating_sub(i64::from(retention_days).saturating_mul(DAY_MS));
+    match store.prune_approvals(cutoff) {
+        Ok(0) => {}
+        Ok(rows) => tracing::info!(rows, retention_days, "pruned old approvals"),
+        Err(e) => tracing::warn!(cause = %e, "pruning old approvals failed"),
+    }
     let mut after = 0;
     let mut total = 0;
     loop {

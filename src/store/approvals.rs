@@ -360,6 +360,19 @@ impl Store {
         })
     }
 
+    /// Deletes the approvals whose last event (run, decision, or expiry for one never
+    /// decided) came before `cutoff_ms`: a held call's arguments are kept no longer than
+    /// the audit log's rows. A pending approval not yet expired is never deleted. Returns
+    /// how many went.
+    pub fn prune_approvals(&self, cutoff_ms: i64) -> Result<usize, StoreError> {
+        self.in_transaction(|tx| {
+            tx.execute(
+                "DELETE FROM approvals WHERE COALESCE(used_at, decided_at, expires_at) < ?1",
+                args![cutoff_ms],
+            )
+        })
+    }
+
     /// How many approvals are in each state at `now_ms` (`pending`, `approved` — counting
     /// the used ones — `denied`, `expired`), for `/metrics`.
     pub fn approval_counts(&self, now_ms: i64) -> Result<[(&'static str, i64); 4], StoreError> {
@@ -457,6 +470,48 @@ mod tests {
             assert_eq!(
                 store.approval_counts(700).expect("counts"),
                 [(PENDING, 0), (APPROVED, 1), (DENIED, 0), (EXPIRED, 0)]
+            );
+        }
+    }
+
+    #[test]
+    fn settled_approvals_older_than_the_cutoff_are_pruned_and_a_live_one_is_kept() {
+        for scratch in stores() {
+            let store = &scratch.store;
+            let used = held("apr_u", "ku", 100);
+            store.gate_call(binding(&used), &used, 100).expect("gate");
+            store
+                .decide_approval("apr_u", true, ("kboss", false), 150)
+                .expect("decide");
+            assert_eq!(
+                store.gate_call(binding(&used), &used, 200).expect("gate"),
+                Gate::Run
+            );
+            let denied = held("apr_d", "kd", 100);
+            store
+                .gate_call(binding(&denied), &denied, 100)
+                .expect("gate");
+            store
+                .decide_approval("apr_d", false, ("kboss", false), 5_000)
+                .expect("decide");
+            let mut live = held("apr_l", "kl", 100);
+            live.expires_at = 1_000_000;
+            store.gate_call(binding(&live), &live, 100).expect("gate");
+            assert_eq!(
+                store.prune_approvals(1_000).expect("prune"),
+                1,
+                "the used one"
+            );
+            assert!(store.approval("apr_u").expect("read").is_none());
+            assert!(store.approval("apr_d").expect("read").is_some());
+            assert_eq!(
+                store.prune_approvals(10_000).expect("prune"),
+                1,
+                "the denied one"
+            );
+            assert!(
+                store.approval("apr_l").expect("read").is_some(),
+                "still pending"
             );
         }
     }
