@@ -10,54 +10,20 @@
 // the binary run.sh tests) on a free loopback port.
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { submit } from './browser.mjs';
+import { launchChromium, required, serve, signIn, stop, until } from './gate.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BIN = required('TG_CONSOLE_BIN');
-const CHROMIUM = process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = join(REPO, 'target', 'console-screenshots');
-
-const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
-const { chromium } = requireFrom('playwright-core');
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
-  return value;
-}
-
-/** A free loopback port. */
-function freePort() {
-  return new Promise((done, fail) => {
-    const server = createServer();
-    server.once('error', fail);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => done(port));
-    });
-  });
-}
-
-/** Polls `check` every 100 ms until it resolves truthy, for at most `ms`. */
-async function until(what, check, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check().catch(() => undefined);
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 let dir;
 let db;
@@ -92,23 +58,14 @@ tools = ["create_client"]
 condition = "args.name.startsWith('Big')"
 effect = "require_approval"
 `);
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TOLLGATE_')));
-  server = spawn(BIN, ['--database', db, 'serve', '--listen', `127.0.0.1:${port}`, '--config', config],
-    { env: { ...env, RUST_LOG: 'warn' }, stdio: ['ignore', 'ignore', 'inherit'] });
+  ({ server, base } = await serve(BIN, db, config));
   await until('the gate is ready', async () => (await fetch(`${base}/healthz`)).status === 200);
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--no-first-run', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {
   await browser?.close();
-  server?.kill('SIGTERM');
-  if (server) await new Promise((r) => server.once('exit', r));
+  await stop(server);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -150,9 +107,7 @@ test('an approver opens the approval URL, approves behind a confirmation, and th
   context.setDefaultTimeout(10_000);
   try {
     const page = await context.newPage();
-    await page.goto(`${base}/console/sign-in`);
-    await page.fill('#sign-in #key', approverKey);
-    await submit(page, '#sign-in [type=submit]');
+    await signIn(page, base, approverKey);
     assert.equal(new URL(page.url()).pathname, '/console/approvals');
     assert.equal(await page.locator(`#approval-${id}`).count(), 1);
     // An approve-only sign-in sees the Approvals page alone.

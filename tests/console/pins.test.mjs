@@ -10,55 +10,21 @@
 // the binary run.sh tests) with the upstream as the backend `wh`, on free loopback ports.
 
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
 import { listPrompts, listTools, submit } from './browser.mjs';
+import { launchChromium, required, serve, signIn, stop, until } from './gate.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BIN = required('TG_CONSOLE_BIN');
-const CHROMIUM = process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = join(REPO, 'target', 'console-screenshots');
 const UPSTREAM = join(REPO, 'tests', 'backends', 'fixtures', 'hostile_upstream.py');
-
-const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
-const { chromium } = requireFrom('playwright-core');
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
-  return value;
-}
-
-/** A free loopback port. */
-function freePort() {
-  return new Promise((done, fail) => {
-    const server = createServer();
-    server.once('error', fail);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => done(port));
-    });
-  });
-}
-
-/** Polls `check` every 100 ms until it resolves truthy, for at most `ms`. */
-async function until(what, check, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await check().catch(() => undefined);
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 const definition = (description, properties) => ({
   name: 'lookup', description, inputSchema: { type: 'object', properties },
@@ -99,26 +65,17 @@ kind = "mcp"
 command = "python3"
 args = ${JSON.stringify([UPSTREAM, '--definitions', definitions, '--prompts', prompts])}
 `);
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('TOLLGATE_')));
-  server = spawn(BIN, ['--database', db, 'serve', '--listen', `127.0.0.1:${port}`, '--config', config],
-    { env: { ...env, RUST_LOG: 'warn' }, stdio: ['ignore', 'ignore', 'inherit'] });
+  ({ server, base } = await serve(BIN, db, config));
   await until('the gate and its upstream are ready', async () => {
     const health = await (await fetch(`${base}/healthz`)).json();
     return health.backends?.[0]?.state === 'ready';
   });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--no-first-run', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => {
   await browser?.close();
-  server?.kill('SIGTERM');
-  if (server) await new Promise((r) => server.once('exit', r));
+  await stop(server);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -136,9 +93,7 @@ test('a changed upstream tool is reviewed side by side and approved from the bac
   context.setDefaultTimeout(10_000);
   try {
     const page = await context.newPage();
-    await page.goto(`${base}/console/sign-in`);
-    await page.fill('#sign-in #key', adminKey);
-    await submit(page, '#sign-in [type=submit]');
+    await signIn(page, base, adminKey);
     await page.goto(`${base}/console/backends`);
     const held = page.locator('article.held[data-tool="wh_lookup"]');
     assert.equal(await held.count(), 1);
@@ -196,9 +151,7 @@ test('a changed upstream prompt is reviewed with its arguments and approved from
   context.setDefaultTimeout(10_000);
   try {
     const page = await context.newPage();
-    await page.goto(`${base}/console/sign-in`);
-    await page.fill('#sign-in #key', adminKey);
-    await submit(page, '#sign-in [type=submit]');
+    await signIn(page, base, adminKey);
     await page.goto(`${base}/console/backends`);
     const held = page.locator('article.held[data-tool="prompt:wh_restock_plan"]');
     assert.equal(await held.count(), 1);
