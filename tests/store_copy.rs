@@ -152,13 +152,22 @@ fn installation() -> Installation {
         a = "a".repeat(64),
         b = "b".repeat(64),
     ));
-    // A call held by a policy rule, approved and run.
+    // A call held by a policy rule, approved and run a moment ago (older, the servers the
+    // front door starts below would prune it with the audit rows past their retention).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64;
     db.sql(&format!(
         "INSERT INTO approvals VALUES ('apr_{id}', 'kreader', 'create_client', '{c}', 'k-1', \
-         'big_clients', '{{\"name\":\"Big\"}}', 0, 'used', 1700000000000, 1700086400000, \
-         1700000100000, 'cli:ops', 1700000200000)",
+         'big_clients', '{{\"name\":\"Big\"}}', 0, 'used', {created}, {expires}, \
+         {decided}, 'cli:ops', {used})",
         id = "0".repeat(32),
         c = "c".repeat(64),
+        created = now - 300_000,
+        expires = now + 86_100_000,
+        decided = now - 200_000,
+        used = now - 100_000,
     ));
     // The front door: a host registered, the reader signed in and consented, the code
     // exchanged (a grant, a code, a family of tokens), and a sign-in left half-way.
