@@ -1,7 +1,7 @@
 //! The `policy` scenario: what the operator's policy rules cost a call. The guarded HTTP
 //! load of `http` (`tools/call test_simple_text`, every guard on, the admin key) on two
-//! `tollgate serve --conformance-pack` gates that differ only in their `[[policy.rules]]`:
-//! none, and [`TEN_RULES`] — ten rules that all cover the tool called (by name, by glob,
+//! `tollgate serve --conformance-pack --config FILE` gates whose files differ only in their
+//! `[[policy.rules]]`: none, and [`TEN_RULES`] — ten rules that all cover the tool called (by name, by glob,
 //! by `*`) and whose conditions all evaluate, and are false, on every call: the most a
 //! call that no rule refuses pays for ten rules. Each run starts both gates afresh on a
 //! fresh database, one at a time, in an order that alternates from run to run. Prints
@@ -121,9 +121,16 @@ pub(super) fn policy_scenario(dir: &Path, s: &Settings) -> PolicyFigures {
         s.connections,
         s.timing()
     );
-    let config = dir.join("policy-ten-rules.toml");
-    std::fs::write(&config, TEN_RULES).expect("write the rules");
-    let config = config.to_str().expect("utf-8 path").to_owned();
+    // Both gates read a configuration file, so that they differ in their rules alone.
+    let configs = [
+        ("policy-no-rules.toml", ""),
+        ("policy-ten-rules.toml", TEN_RULES),
+    ]
+    .map(|(name, rules)| {
+        let path = dir.join(name);
+        std::fs::write(&path, rules).expect("write the rules");
+        path.to_str().expect("utf-8 path").to_owned()
+    });
     let mut series = [
         Series::new("tools/call, no policy rules"),
         Series::new("tools/call, ten policy rules"),
@@ -135,10 +142,7 @@ pub(super) fn policy_scenario(dir: &Path, s: &Settings) -> PolicyFigures {
         for i in order {
             let db = dir.join(format!("policy-{run}-{i}.db"));
             let admin = prepare_database(&db);
-            let mut args = vec!["--conformance-pack"];
-            if i == 1 {
-                args.extend(["--config", config.as_str()]);
-            }
+            let args = ["--conformance-pack", "--config", configs[i].as_str()];
             let server = HttpServer::start_env(&db, &args, None, &[], s);
             let figures =
                 http_load(&server, &Requests::fixed(&admin.token, &guarded_call()), s).summarise();
