@@ -117,6 +117,13 @@ macro_rules! approval_columns {
     };
 }
 
+/// One approval by its id.
+const BY_ID: &str = concat!(
+    "SELECT ",
+    approval_columns!(),
+    " FROM approvals WHERE id = ?1"
+);
+
 fn approval_from_row(row: &Row<'_>) -> Result<Approval, StoreError> {
     let allow_self: i64 = row.get(7)?;
     Ok(Approval {
@@ -303,17 +310,7 @@ impl Store {
 
     /// The approval `id`.
     pub fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
-        self.with_conn(|conn| {
-            conn.query_opt(
-                concat!(
-                    "SELECT ",
-                    approval_columns!(),
-                    " FROM approvals WHERE id = ?1"
-                ),
-                args![id],
-                approval_from_row,
-            )
-        })
+        self.with_conn(|conn| conn.query_opt(BY_ID, args![id], approval_from_row))
     }
 
     /// Decides on the pending approval `id` (`approve`: approved, else denied), by `by` at
@@ -326,15 +323,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<Decision, StoreError> {
         self.in_transaction(|tx| {
-            let found = tx.query_opt(
-                concat!(
-                    "SELECT ",
-                    approval_columns!(),
-                    " FROM approvals WHERE id = ?1"
-                ),
-                args![id],
-                approval_from_row,
-            )?;
+            let found = tx.query_opt(BY_ID, args![id], approval_from_row)?;
             let Some(found) = found else {
                 return Ok(Decision::Unknown);
             };
