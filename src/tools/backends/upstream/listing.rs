@@ -132,15 +132,12 @@ impl Listing {
     /// What the decisions in the store say of each candidate now. A store that cannot be
     /// read holds them all: nothing unapproved is offered.
     pub(super) fn holds(&self, pins: &Pins) -> Vec<Hold> {
-        let presented: Vec<&Presented> = self.candidates.iter().map(|(_, p)| p).collect();
-        review_off_runtime(pins, &presented).unwrap_or_else(|e| {
-            tracing::warn!(
-                backend = %pins.backend,
-                error = %e,
-                "cannot read the approved tool definitions; the backend's tools are held"
-            );
-            vec![Hold::Held(crate::store::pins::PENDING); presented.len()]
-        })
+        holds_of(pins, &self.presented().collect::<Vec<_>>())
+    }
+
+    /// Each candidate's definition as presented, in order.
+    pub(super) fn presented(&self) -> impl Iterator<Item = &Presented> {
+        self.candidates.iter().map(|(_, p)| p)
     }
 
     /// Whether `holds` (one per candidate) are the ones the listing is sorted by now: the
@@ -173,13 +170,27 @@ impl Listing {
     }
 }
 
+/// What the decisions in the store say of each of `presented` (tools' and prompts'
+/// definitions) now: nothing is read for none, and a store that cannot be read holds them
+/// all, for nothing unapproved is offered.
+pub(super) fn holds_of(pins: &Pins, presented: &[&Presented]) -> Vec<Hold> {
+    if presented.is_empty() {
+        return Vec::new();
+    }
+    review_off_runtime(pins, presented).unwrap_or_else(|e| {
+        tracing::warn!(
+            backend = %pins.backend,
+            error = %e,
+            "cannot read the approved definitions; the backend's tools and prompts are held"
+        );
+        vec![Hold::Held(crate::store::pins::PENDING); presented.len()]
+    })
+}
+
 /// [`Pins::review`], on a thread of its own when called on the outbound runtime (a list
 /// that arrives with a connection or `list_changed`): the store's PostgreSQL client blocks
 /// on a runtime of its own, which cannot run inside another.
-pub(super) fn review_off_runtime(
-    pins: &Pins,
-    presented: &[&Presented],
-) -> Result<Vec<Hold>, String> {
+fn review_off_runtime(pins: &Pins, presented: &[&Presented]) -> Result<Vec<Hold>, String> {
     if tokio::runtime::Handle::try_current().is_err() {
         return pins.review(presented).map_err(|e| e.to_string());
     }

@@ -43,7 +43,7 @@ use crate::tools::backends::{
 
 use listing::{Limits, Listing, Logged, listing_of};
 
-use crate::tools::backends::pins::Pins;
+use crate::tools::backends::pins::{Pins, Presented};
 use session::{Link, Target};
 
 /// The longest `open` waits for the first connection: a little longer than one attempt may
@@ -55,6 +55,41 @@ const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(16);
 
 /// The longest one read of one of the upstream's lists (all of its pages) may take.
 const LIST_LIMIT: Duration = Duration::from_secs(15);
+
+/// The most pages of one of the upstream's lists followed: an upstream whose cursors never
+/// end is not followed forever.
+const MAX_PAGES: usize = 64;
+
+/// Every entry of one of the upstream's paginated lists (`what`: its tools, its
+/// resources, …), following `nextCursor` until the last page, [`MAX_PAGES`] pages or more
+/// than `keep` entries (what is past `keep` is left out anyway), within [`LIST_LIMIT`].
+async fn read_pages<T, F, Fut>(what: &str, keep: usize, mut page: F) -> Result<Vec<T>, String>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), rmcp::ServiceError>>,
+{
+    let pages = async {
+        let mut all = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_PAGES {
+            let (entries, next) = page(cursor).await?;
+            all.extend(entries);
+            cursor = next;
+            if cursor.is_none() || all.len() > keep {
+                break;
+            }
+        }
+        Ok::<_, rmcp::ServiceError>(all)
+    };
+    match tokio::time::timeout(LIST_LIMIT, pages).await {
+        Ok(Ok(all)) => Ok(all),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "the upstream did not list its {what} within {} s",
+            LIST_LIMIT.as_secs()
+        )),
+    }
+}
 
 /// The longest `shutdown` waits for the upstream to stop before killing what is left of it.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
@@ -538,27 +573,27 @@ impl Shared {
         let Some(pins) = &self.pins else {
             return;
         };
-        let prompt_holds = {
-            let offer = self.offer();
-            let holds = offer.holds(pins);
-            (!offer.sorted_by(&holds)).then_some(holds)
+        // One read of the decisions for the tools and the prompts together.
+        let (tool_holds, prompt_holds) = {
+            let (listing, offer) = (self.listing(), self.offer());
+            let presented: Vec<&Presented> = listing.presented().chain(offer.presented()).collect();
+            let mut holds = listing::holds_of(pins, &presented);
+            let prompt_holds = holds.split_off(listing.candidates.len().min(holds.len()));
+            (
+                (!listing.sorted_by(&holds)).then_some(holds),
+                (!offer.sorted_by(&prompt_holds)).then_some(prompt_holds),
+            )
         };
         if let Some(holds) = prompt_holds {
             let mut offer = self.offer().clone();
             offer.sort(holds);
             self.put_offer(offer);
         }
-        let holds = {
-            let listing = self.listing();
-            let holds = listing.holds(pins);
-            if listing.sorted_by(&holds) {
-                return;
-            }
-            holds
-        };
-        let mut listing = self.listing().clone();
-        listing.sort(holds);
-        self.put(listing);
+        if let Some(holds) = tool_holds {
+            let mut listing = self.listing().clone();
+            listing.sort(holds);
+            self.put(listing);
+        }
     }
 
     /// Puts `listing` in place, telling the server when it differs from the one before.

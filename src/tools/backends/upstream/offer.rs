@@ -17,16 +17,14 @@ use rmcp::model::PaginatedRequestParams;
 use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 
-use super::LIST_LIMIT;
-use super::listing::{review_off_runtime, safe_name};
+use super::listing::{holds_of, safe_name};
+use super::read_pages;
 use crate::config::Exposed;
 use crate::tools::backends::TOOL_NAME_MAX_CHARS;
 use crate::tools::backends::pins::{Hold, Pins, Presented};
 
 /// The most resources, resource templates or prompts of one upstream offered, each.
 pub(super) const MAX_ENTRIES: usize = 1024;
-/// The most pages of one list followed.
-const MAX_PAGES: usize = 64;
 
 /// What an upstream offers besides its tools, as the gate offers it now.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -87,12 +85,12 @@ impl Offer {
     /// What the decisions in the store say of each candidate now (all held when the store
     /// cannot be read).
     pub(super) fn holds(&self, pins: &Pins) -> Vec<Hold> {
-        let presented: Vec<&Presented> = self.candidates.iter().map(|(_, _, p)| p).collect();
-        review_off_runtime(pins, &presented).unwrap_or_else(|e| {
-            tracing::warn!(backend = %pins.backend, error = %e,
-                "cannot read the approved prompt definitions; the backend's prompts are held");
-            vec![Hold::Held(crate::store::pins::PENDING); presented.len()]
-        })
+        holds_of(pins, &self.presented().collect::<Vec<_>>())
+    }
+
+    /// Each candidate prompt's definition as presented, in order.
+    pub(super) fn presented(&self) -> impl Iterator<Item = &Presented> {
+        self.candidates.iter().map(|(_, _, p)| p)
     }
 
     /// Whether `holds` are the ones the prompts are sorted by now.
@@ -138,7 +136,7 @@ pub(super) async fn read_offer(backend: &str, peer: &Peer<RoleClient>, exposed: 
         tracing::warn!(backend, error = %e, "the upstream's {what} could not be listed");
     };
     if exposed.resources && resources.is_some() {
-        match read_pages(|cursor| async move {
+        match read_some(|cursor| async move {
             let page = peer.list_resources(Some(params(cursor))).await?;
             Ok((values(&page.resources), page.next_cursor))
         })
@@ -147,7 +145,7 @@ pub(super) async fn read_offer(backend: &str, peer: &Peer<RoleClient>, exposed: 
             Ok((listed, cut)) => (offer.resources, offer.left_out) = (listed, cut),
             Err(e) => failed("resources", e),
         }
-        match read_pages(|cursor| async move {
+        match read_some(|cursor| async move {
             let page = peer.list_resource_templates(Some(params(cursor))).await?;
             Ok((values(&page.resource_templates), page.next_cursor))
         })
@@ -161,7 +159,7 @@ pub(super) async fn read_offer(backend: &str, peer: &Peer<RoleClient>, exposed: 
         }
     }
     if exposed.prompts && prompts {
-        match read_pages(|cursor| async move {
+        match read_some(|cursor| async move {
             let page = peer.list_prompts(Some(params(cursor))).await?;
             Ok((values(&page.prompts), page.next_cursor))
         })
@@ -178,6 +176,19 @@ pub(super) async fn read_offer(backend: &str, peer: &Peer<RoleClient>, exposed: 
     offer
 }
 
+/// The first [`MAX_ENTRIES`] entries of a list ([`read_pages`]), and how many more were
+/// read.
+async fn read_some<F, Fut>(page: F) -> Result<(Vec<Value>, usize), String>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<(Vec<Value>, Option<String>), ServiceError>>,
+{
+    let mut all = read_pages("entries", MAX_ENTRIES, page).await?;
+    let cut = all.len().saturating_sub(MAX_ENTRIES);
+    all.truncate(MAX_ENTRIES);
+    Ok((all, cut))
+}
+
 fn params(cursor: Option<String>) -> PaginatedRequestParams {
     PaginatedRequestParams::default().with_cursor(cursor)
 }
@@ -187,38 +198,6 @@ fn values<T: serde::Serialize>(items: &[T]) -> Vec<Value> {
         .iter()
         .filter_map(|item| serde_json::to_value(item).ok())
         .collect()
-}
-
-/// Every entry of a paginated list, following `nextCursor` until the last page,
-/// [`MAX_PAGES`] pages or [`MAX_ENTRIES`] entries, within [`LIST_LIMIT`]; with how many
-/// entries were left out past [`MAX_ENTRIES`] on the pages read.
-async fn read_pages<F, Fut>(mut page: F) -> Result<(Vec<Value>, usize), String>
-where
-    F: FnMut(Option<String>) -> Fut,
-    Fut: Future<Output = Result<(Vec<Value>, Option<String>), ServiceError>>,
-{
-    let pages = async {
-        let mut all = Vec::new();
-        let mut cursor = None;
-        for _ in 0..MAX_PAGES {
-            let (entries, next) = page(cursor).await?;
-            all.extend(entries);
-            cursor = next;
-            if cursor.is_none() || all.len() > MAX_ENTRIES {
-                break;
-            }
-        }
-        Ok::<_, ServiceError>(all)
-    };
-    match tokio::time::timeout(LIST_LIMIT, pages).await {
-        Ok(Ok(mut all)) => {
-            let cut = all.len().saturating_sub(MAX_ENTRIES);
-            all.truncate(MAX_ENTRIES);
-            Ok((all, cut))
-        }
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {} s", LIST_LIMIT.as_secs())),
-    }
 }
 
 /// The prompts offered under a safe name (the first of two with the same safe name), and

@@ -15,17 +15,14 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{PaginatedRequestParams, Tool as UpstreamTool};
-use rmcp::{Peer, RoleClient, ServiceError};
+use rmcp::{Peer, RoleClient};
 use tokio::sync::Notify;
 
-use super::{LIST_LIMIT, Shared};
+use super::Shared;
 
 /// The shortest time between two reads of an upstream's list (the session's first read
 /// included).
 pub(super) const RELIST_EVERY: Duration = Duration::from_secs(1);
-/// The most pages of `tools/list` one read follows: an upstream whose cursors never end is
-/// not followed forever.
-const MAX_PAGES: usize = 64;
 
 /// What the reader does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,34 +161,17 @@ pub(super) async fn follow(
     }
 }
 
-/// The upstream's tools, following `nextCursor` until the last page, [`MAX_PAGES`] pages,
-/// or more than `keep` tools (those past `keep` are left out anyway), within [`LIST_LIMIT`].
+/// The upstream's tools ([`super::read_pages`]; those past `keep` are left out anyway).
 pub(super) async fn read_tools(
     peer: &Peer<RoleClient>,
     keep: usize,
 ) -> Result<Vec<UpstreamTool>, String> {
-    let pages = async {
-        let mut tools = Vec::new();
-        let mut cursor = None;
-        for _ in 0..MAX_PAGES {
-            let params = PaginatedRequestParams::default().with_cursor(cursor);
-            let page = peer.list_tools(Some(params)).await?;
-            tools.extend(page.tools);
-            cursor = page.next_cursor;
-            if cursor.is_none() || tools.len() > keep {
-                break;
-            }
-        }
-        Ok::<_, ServiceError>(tools)
-    };
-    match tokio::time::timeout(LIST_LIMIT, pages).await {
-        Ok(Ok(tools)) => Ok(tools),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "the upstream did not list its tools within {} s",
-            LIST_LIMIT.as_secs()
-        )),
-    }
+    super::read_pages("tools", keep, |cursor| async move {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let page = peer.list_tools(Some(params)).await?;
+        Ok((page.tools, page.next_cursor))
+    })
+    .await
 }
 
 #[cfg(test)]
