@@ -1,7 +1,8 @@
 use std::io::Read;
 use std::io::Result as IoResult;
-use std::sync::mpsc::channel;
-use std::sync::mpsc::{Receiver, Sender};
+// Patched for tollgate: the signal is sent once, so its channel has one slot.
+use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{Receiver, SyncSender};
 
 /// A `Reader` that reads exactly the number of bytes from a sub-reader.
 ///
@@ -14,7 +15,7 @@ where
 {
     reader: R,
     size: usize,
-    last_read_signal: Sender<IoResult<()>>,
+    last_read_signal: SyncSender<IoResult<()>>,
 }
 
 impl<R> EqualReader<R>
@@ -22,7 +23,7 @@ where
     R: Read,
 {
     pub fn new(reader: R, size: usize) -> (EqualReader<R>, Receiver<IoResult<()>>) {
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(1);
 
         let r = EqualReader {
             reader,

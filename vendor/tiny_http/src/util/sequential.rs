@@ -1,8 +1,11 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 
-use std::sync::mpsc::channel;
-use std::sync::mpsc::{Receiver, Sender};
+// Patched for tollgate: each of these channels carries one message, so it has one slot
+// (an unbounded channel allocates and zeroes a block of slots on its first send, for
+// every request).
+use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 
 use std::mem;
@@ -27,7 +30,7 @@ where
     R: Read + Send,
 {
     inner: SequentialReaderInner<R>,
-    next: Sender<R>,
+    next: SyncSender<R>,
 }
 
 enum SequentialReaderInner<R>
@@ -53,7 +56,7 @@ where
 {
     trigger: Option<Receiver<()>>,
     writer: Arc<Mutex<W>>,
-    on_finish: Sender<()>,
+    on_finish: SyncSender<()>,
 }
 
 impl<R: Read + Send> SequentialReaderBuilder<R> {
@@ -77,7 +80,7 @@ impl<R: Read + Send> Iterator for SequentialReaderBuilder<R> {
     type Item = SequentialReader<R>;
 
     fn next(&mut self) -> Option<SequentialReader<R>> {
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(1);
 
         let inner = mem::replace(&mut self.inner, SequentialReaderBuilderInner::NotFirst(rx));
 
@@ -98,7 +101,7 @@ impl<R: Read + Send> Iterator for SequentialReaderBuilder<R> {
 impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
     type Item = SequentialWriter<W>;
     fn next(&mut self) -> Option<SequentialWriter<W>> {
-        let (tx, rx) = channel();
+        let (tx, rx) = sync_channel(1);
         let mut next_next_trigger = Some(rx);
         ::std::mem::swap(&mut next_next_trigger, &mut self.next_trigger);
 
