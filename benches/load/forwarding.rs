@@ -430,6 +430,7 @@ fn measure(servers: &Servers, route: Route, series: &mut Series, s: &Settings) -
                 ),
             );
             let (figures, others) = http_load_watching(&servers.gate, &call, s, &[upstream]);
+            super::print_group_commit(servers.gate.addr);
             (figures, others.first().copied().flatten())
         }
         Route::Proxy => {

@@ -18,6 +18,7 @@
 //! ([`BackendTool`]: name, category, scope, idempotency) is in `tool`.
 
 pub mod admission;
+mod lane;
 mod offered;
 pub mod openapi;
 pub mod pins;

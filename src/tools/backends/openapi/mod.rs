@@ -2,9 +2,10 @@
 //! operations a tool ([`spec`] reads the document, [`schema`] makes its JSON Schemas).
 //!
 //! A call builds the HTTP request from the arguments ([`request`]), sends it with the
-//! backend's one `reqwest` client on the outbound runtime — redirects not followed, no
-//! proxy from the environment — and waits for it with the backend's deadline, checking the
-//! caller's cancellation every few milliseconds; the body is read up to
+//! backend's `reqwest` client of the calling thread (its lane, with connections kept open
+//! per thread; the outbound runtime's client from a thread that cannot) — redirects not
+//! followed, no proxy from the environment — and waits for it with the backend's deadline,
+//! checking the caller's cancellation every few milliseconds; the body is read up to
 //! `max_response_bytes`. The answer becomes a result or a catalog error ([`response`]);
 //! a backend that cannot be reached is `backend_unavailable`, one that does not answer in
 //! time is `timeout`.
@@ -45,6 +46,7 @@ use crate::config::{
     BackendAuth, BackendConfig, BackendKind, OpenApiBackend, SpecSource, read_secret,
 };
 use crate::tools::ToolOutput;
+use crate::tools::backends::lane::{self, Lanes};
 use crate::tools::backends::{
     Backend, BackendEnv, BackendProblem, BodyFailure, Call, Health, Operation, read_capped,
     tool_name,
@@ -57,7 +59,11 @@ const CANCEL_POLL: Duration = Duration::from_millis(25);
 pub struct OpenApi {
     name: String,
     base_url: String,
+    /// The client on the outbound runtime (fetching the document, and calls from a thread
+    /// that cannot run them itself).
     client: Client,
+    /// A client of the same configuration per calling thread ([`Lanes`]).
+    lanes: Lanes,
     credential: Option<Credential>,
     operations: Vec<Operation>,
     endpoints: HashMap<String, Endpoint>,
@@ -133,6 +139,7 @@ impl OpenApi {
             name: config.name.clone(),
             base_url,
             client,
+            lanes: Lanes::new(rest_client),
             credential,
             operations,
             endpoints,
@@ -147,15 +154,48 @@ impl OpenApi {
     }
 }
 
-/// The backend's one HTTP client: redirects are never followed and no proxy is taken from
-/// the environment.
+/// The backend's HTTP client on the outbound runtime ([`rest_client`]).
 fn client_of(env: &BackendEnv) -> Result<Client, String> {
     let _entered = env.runtime.enter();
+    rest_client().map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// A REST backend's HTTP client: redirects are never followed and no proxy is taken from
+/// the environment.
+fn rest_client() -> Result<Client, reqwest::Error> {
     Client::builder()
         .redirect(redirect::Policy::none())
         .no_proxy()
         .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// Runs `exchange` until it ends, `timeout` passes or `cancelled` says so (looked at every
+/// [`CANCEL_POLL`]); an exchange given up has its connection closed before this returns.
+async fn supervise(
+    exchange: impl Future<Output = Result<Answer, Failure>>,
+    timeout: Duration,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Answer, Failure> {
+    // The exchange is dropped when this block ends.
+    let waited = async {
+        tokio::pin!(exchange);
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut poll = tokio::time::interval(CANCEL_POLL);
+        loop {
+            tokio::select! {
+                biased;
+                answer = &mut exchange => return answer,
+                () = &mut deadline => return Err(Failure::TimedOut),
+                _ = poll.tick() => if cancelled() { return Err(Failure::Cancelled) },
+            }
+        }
+    }
+    .await;
+    if matches!(waited, Err(Failure::TimedOut | Failure::Cancelled)) {
+        lane::let_go().await;
+    }
+    waited
 }
 
 /// The header the credential is sent in, read from its file.
@@ -257,7 +297,7 @@ impl OpenApi {
             idempotency_key,
         )?;
         request::add_trace(&mut outgoing.headers, trace);
-        let waited = self.wait(self.exchange(outgoing), timeout, cancelled);
+        let waited = self.wait(outgoing, timeout, cancelled);
         self.note(&waited);
         match waited {
             Ok(answer) => {
@@ -289,34 +329,26 @@ impl OpenApi {
         }
     }
 
-    /// Runs `exchange` on the outbound runtime until it ends, the deadline passes or the
-    /// caller cancels (dropping it then closes the connection).
+    /// Sends `outgoing` and waits for the answer until it is read, the deadline passes or
+    /// the caller cancels (dropping the exchange then closes the connection): on the
+    /// calling thread's lane, else on the outbound runtime.
     fn wait(
         &self,
-        exchange: impl Future<Output = Result<Answer, Failure>>,
+        outgoing: Outgoing,
         timeout: Duration,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Answer, Failure> {
-        self.runtime.block_on(async {
-            tokio::pin!(exchange);
-            let deadline = tokio::time::sleep(timeout);
-            tokio::pin!(deadline);
-            let mut poll = tokio::time::interval(CANCEL_POLL);
-            loop {
-                tokio::select! {
-                    biased;
-                    answer = &mut exchange => return answer,
-                    () = &mut deadline => return Err(Failure::TimedOut),
-                    _ = poll.tick() => if cancelled() { return Err(Failure::Cancelled) },
-                }
-            }
-        })
+        let supervised =
+            |client: Client| supervise(self.exchange(client, outgoing), timeout, cancelled);
+        match self.lanes.run(supervised) {
+            Ok(waited) => waited,
+            Err(supervised) => self.runtime.block_on(supervised(self.client.clone())),
+        }
     }
 
     /// Sends the request and reads the body within the size cap.
-    async fn exchange(&self, outgoing: Outgoing) -> Result<Answer, Failure> {
-        let mut builder = self
-            .client
+    async fn exchange(&self, client: Client, outgoing: Outgoing) -> Result<Answer, Failure> {
+        let mut builder = client
             .request(outgoing.method, outgoing.url)
             .headers(outgoing.headers);
         if let Some(body) = outgoing.body {

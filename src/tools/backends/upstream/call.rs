@@ -1,14 +1,17 @@
 //! Forwarding one call to the upstream and mapping its outcome into the catalog.
 //!
-//! The call runs on the outbound runtime; the tool's worker thread waits for it with the
-//! backend's deadline, relays the upstream's progress to the caller (rmcp puts a progress
+//! A call to a Streamable HTTP upstream is posted from the tool's own thread, on its lane
+//! ([`crate::tools::backends::lane`]); a call through rmcp (stdio upstreams, a session
+//! being recovered, or a thread that cannot run it) runs on the outbound runtime. Either
+//! way the tool's thread waits for it with the backend's deadline, relays the upstream's progress to the caller (rmcp puts a progress
 //! token of its own on every request; its notifications are relayed when the caller asked
 //! for progress) and watches the caller's cancellation. Past the deadline, or when the
 //! caller cancels, the upstream is sent `notifications/cancelled` for the request.
 //!
 //! Progress is relayed at the gate's pace, not the upstream's ([`super::progress`]), and
-//! the newest is passed on before the result when it was not yet. The deadline and the cancellation are looked at on every turn of
-//! the wait, so nothing the upstream sends keeps a call past them.
+//! the newest is passed on before the result when it was not yet. The deadline and the
+//! cancellation are looked at on every turn of the wait, so nothing the upstream sends
+//! keeps a call past them.
 //!
 //! Outcomes: the upstream's result is returned as it is (content blocks, and
 //! `structuredContent`); its `isError: true` result is `adapter_error` whose
@@ -33,6 +36,7 @@ use tokio::sync::oneshot;
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::tools::ToolOutput;
+use crate::tools::backends::lane;
 use crate::tools::backends::{Call, NOT_CONNECTED};
 
 use super::Shared;
@@ -49,6 +53,7 @@ const PROGRESS_SETTLE: Duration = Duration::from_millis(10);
 type Outcome = Result<ToolOutput, McpError>;
 
 /// Why the waiting thread gave up.
+#[derive(Clone, Copy)]
 enum GiveUp {
     Deadline,
     Cancelled,
@@ -76,40 +81,187 @@ pub(super) fn forward(
     let Some(link) = shared.link() else {
         return Err(unavailable(backend, NOT_CONNECTED));
     };
-    // One outcome: a channel of one slot (an unbounded channel allocates and zeroes a block
-    // of slots per call).
-    let (done_tx, done) = std::sync::mpsc::sync_channel(1);
-    let (give_up_tx, give_up) = oneshot::channel();
     let latest = call
         .ctx
         .progress_token
         .is_some()
         .then(|| Arc::new(LatestProgress::default()));
-    let relayed = latest.clone();
+    let Some(direct) = link.direct.clone() else {
+        // rmcp's request owns its arguments: one copy, without tollgate's own
+        // idempotency key.
+        let mut arguments = args.clone();
+        arguments.remove(crate::tools::schema::KEY_ARGUMENT);
+        let mut params = CallToolRequestParams::new(upstream_name).with_arguments(arguments);
+        if !call.trace.is_empty() {
+            params.meta = Some(RequestMetaObject(MetaObject(call.trace.to_meta())));
+        }
+        return through_rmcp(runtime, link, params, latest, call, &shared.name);
+    };
+    // The body is written here, from the caller's arguments, once.
+    let prepared = direct.prepare(&upstream_name, args, latest.is_some(), call.trace);
+    let on_lane = direct.lanes.run(|client| {
+        let ends = Ends {
+            backend,
+            link: &link,
+            direct: &direct,
+            prepared: &prepared,
+            latest: latest.as_ref(),
+            call,
+            runtime,
+        };
+        ends.run(client)
+    });
+    match on_lane {
+        Ok(Some(outcome)) => outcome,
+        // The upstream no longer knows the session: rmcp recovers it and sends the call
+        // again (the upstream did not take it).
+        Ok(None) => match direct.params_of(&prepared) {
+            Some(params) => through_rmcp(runtime, link, params, latest, call, &shared.name),
+            None => Err(unavailable(backend, "session expired")),
+        },
+        // A thread that cannot run the call itself hands it to the outbound runtime.
+        Err(_) => {
+            let (report, done, give_up_tx, give_up) = report_to(&shared.name, call);
+            let relayed = latest.clone();
+            runtime.spawn(run_direct(link, direct, prepared, relayed, report, give_up));
+            wait(backend, call, &done, latest.as_deref(), give_up_tx)
+        }
+    }
+}
+
+/// A call through rmcp's peer on the outbound runtime, waited for on this thread.
+fn through_rmcp(
+    runtime: &tokio::runtime::Handle,
+    link: Link,
+    params: CallToolRequestParams,
+    latest: Option<Arc<LatestProgress>>,
+    call: &Call<'_>,
+    backend: &Arc<str>,
+) -> Result<ToolOutput, McpError> {
+    let (report, done, give_up_tx, give_up) = report_to(backend, call);
+    runtime.spawn(run(link, params, latest.clone(), report, give_up));
+    wait(backend, call, &done, latest.as_deref(), give_up_tx)
+}
+
+/// Where a call run on the outbound runtime reports its outcome, and how the waiting thread
+/// tells it to give up.
+fn report_to(
+    backend: &Arc<str>,
+    call: &Call<'_>,
+) -> (
+    Report,
+    Receiver<Outcome>,
+    oneshot::Sender<GiveUp>,
+    oneshot::Receiver<GiveUp>,
+) {
+    // One outcome: a channel of one slot (an unbounded channel allocates and zeroes a block
+    // of slots per call).
+    let (done_tx, done) = std::sync::mpsc::sync_channel(1);
+    let (give_up_tx, give_up) = oneshot::channel();
     let report = Report {
-        backend: Arc::clone(&shared.name),
+        backend: Arc::clone(backend),
         deadline: call.timeout,
         done: done_tx,
     };
-    match link.direct.clone() {
-        Some(direct) => {
-            // The body is written here, from the caller's arguments, once.
-            let prepared = direct.prepare(&upstream_name, args, relayed.is_some(), call.trace);
-            runtime.spawn(run_direct(link, direct, prepared, relayed, report, give_up));
-        }
-        None => {
-            // rmcp's request owns its arguments: one copy, without tollgate's own
-            // idempotency key.
-            let mut arguments = args.clone();
-            arguments.remove(crate::tools::schema::KEY_ARGUMENT);
-            let mut params = CallToolRequestParams::new(upstream_name).with_arguments(arguments);
-            if !call.trace.is_empty() {
-                params.meta = Some(RequestMetaObject(MetaObject(call.trace.to_meta())));
+    (report, done, give_up_tx, give_up)
+}
+
+/// A call posted straight to the upstream from the calling thread's lane, with what it
+/// needs to end: the deadline, the caller's cancellation, its progress.
+struct Ends<'a, 'c> {
+    backend: &'a str,
+    link: &'a Link,
+    direct: &'a Arc<Direct>,
+    prepared: &'a Prepared,
+    latest: Option<&'a Arc<LatestProgress>>,
+    call: &'a Call<'c>,
+    /// The outbound runtime, where the upstream is told of a call given up.
+    runtime: &'a tokio::runtime::Handle,
+}
+
+impl Ends<'_, '_> {
+    /// Posts the call with `client` and waits for its answer until the deadline or the
+    /// caller's cancellation, relaying its progress meanwhile; `None` when the upstream no
+    /// longer knows the session.
+    async fn run(self, client: reqwest::Client) -> Option<Outcome> {
+        let backend = self.backend;
+        let token = self.latest.map(|latest| {
+            // Progress the upstream sends on its own stream rather than the call's.
+            let token = ProgressToken(NumberOrString::String(self.prepared.id.as_str().into()));
+            self.link
+                .progress
+                .register(token.clone(), Arc::clone(latest));
+            token
+        });
+        let mut relay = self.latest.map(|latest| Relay::new(latest, PROGRESS_EVERY));
+        let send = |p: Progress| {
+            self.call
+                .ctx
+                .progress(p.progress, p.total, p.message.as_deref());
+        };
+        // The exchange is dropped when this block ends.
+        let answer = async {
+            let exchange = self
+                .direct
+                .call(&client, self.prepared, self.latest.map(|l| &**l));
+            tokio::pin!(exchange);
+            let deadline = tokio::time::sleep(self.call.timeout);
+            tokio::pin!(deadline);
+            let mut poll = tokio::time::interval(POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    biased;
+                    answer = &mut exchange => return Ok(answer),
+                    () = &mut deadline => return Err(GiveUp::Deadline),
+                    _ = poll.tick() => {
+                        if self.call.ctx.is_cancelled() {
+                            return Err(GiveUp::Cancelled);
+                        }
+                        let now = Instant::now();
+                        if let Some(progress) = relay.as_mut().and_then(|r| r.poll(now)) {
+                            send(progress);
+                        }
+                    }
+                }
             }
-            runtime.spawn(run(link, params, relayed, report, give_up));
         }
+        .await;
+        if let Some(token) = &token {
+            self.link.progress.unregister(token);
+        }
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(why) => {
+                lane::let_go().await;
+                let direct = Arc::clone(self.direct);
+                let id = self.prepared.id.clone();
+                let reason = cancel_reason(Ok(why));
+                self.runtime
+                    .spawn(async move { direct.cancel(&id, reason).await });
+                return Some(Err(match why {
+                    GiveUp::Deadline => timeout(backend, self.call.timeout),
+                    GiveUp::Cancelled => McpError::new(ErrorKind::Timeout)
+                        .detail("backend", backend)
+                        .detail("reason", "cancelled"),
+                }));
+            }
+        };
+        if let Some(progress) = relay.as_mut().and_then(Relay::last) {
+            send(progress);
+        }
+        Some(match answer {
+            Ok(Answer::Result(result)) => result_of(backend, result),
+            Ok(Answer::Rpc { code, message }) => Err(rpc_error(backend, code, &message)),
+            Err(Failure::SessionExpired) => return None,
+            Err(failure) => {
+                if failure.breaks_session() {
+                    self.link.break_off();
+                }
+                Err(failure_of(backend, failure))
+            }
+        })
     }
-    wait(backend, call, &done, latest.as_deref(), give_up_tx)
 }
 
 /// Waits on the tool's thread for the call's outcome until the deadline or the caller's
@@ -180,7 +332,7 @@ async fn run_direct(
         token
     });
     let answer = tokio::select! {
-        answer = direct.call(&prepared, latest.as_deref()) => Some(answer),
+        answer = direct.call(direct.client(), &prepared, latest.as_deref()) => Some(answer),
         why = &mut give_up => {
             let reason = cancel_reason(why);
             let direct = Arc::clone(&direct);

@@ -30,6 +30,7 @@ use sse_stream::SseStream;
 use super::progress::{LatestProgress, Progress};
 use super::session_client::SessionId;
 use crate::telemetry::TraceFields;
+use crate::tools::backends::lane::Lanes;
 use crate::tools::backends::{BodyFailure, read_capped};
 
 /// The largest answer read from the upstream, JSON or the whole event stream.
@@ -41,7 +42,11 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// How calls reach one connected Streamable HTTP upstream.
 pub(super) struct Direct {
+    /// The session's client, on the outbound runtime.
     client: reqwest::Client,
+    /// A client of the same configuration per calling thread, whose connections live on
+    /// that thread ([`Lanes`]).
+    pub(super) lanes: Lanes,
     url: reqwest::Url,
     /// The configured headers, the content type, what is accepted and the negotiated
     /// protocol revision.
@@ -178,9 +183,11 @@ pub(super) struct Prepared {
 
 impl Direct {
     /// Calls on `url` with the configured `headers`, on the session `session` notes, in
-    /// the negotiated protocol revision `version`.
+    /// the negotiated protocol revision `version`; `client` is the session's, `lanes` make
+    /// the calling threads' own.
     pub(super) fn new(
         client: reqwest::Client,
+        lanes: Lanes,
         url: &str,
         configured: &std::collections::HashMap<HeaderName, HeaderValue>,
         session: Arc<SessionId>,
@@ -201,6 +208,7 @@ impl Direct {
         headers.insert(HeaderName::from_static(VERSION_HEADER), version);
         Ok(Direct {
             client,
+            lanes,
             url,
             headers,
             session,
@@ -237,14 +245,18 @@ impl Direct {
         Prepared { id, body }
     }
 
-    /// Posts `call` and reads its answer, offering its progress to `latest`.
+    /// Posts `call` with `client` (the session's, or the calling thread's) and reads its
+    /// answer, offering its progress to `latest`.
     pub(super) async fn call(
         &self,
+        client: &reqwest::Client,
         call: &Prepared,
         latest: Option<&LatestProgress>,
     ) -> Result<Answer, Failure> {
         let session = self.session.get();
-        let mut response = self.post(session.as_deref(), call.body.clone()).await?;
+        let mut response = self
+            .post(client, session.as_deref(), call.body.clone())
+            .await?;
         let status = response.status();
         if status == StatusCode::NOT_FOUND && session.is_some() {
             return Err(Failure::SessionExpired);
@@ -256,7 +268,7 @@ impl Direct {
             .map(|v| v.trim_start().to_ascii_lowercase())
             .unwrap_or_default();
         if status.is_success() && media.starts_with("text/event-stream") {
-            return self.read_stream(response, &call.id, latest).await;
+            return self.read_stream(client, response, &call.id, latest).await;
         }
         let refused = matches!(status.as_u16(), 401 | 403);
         if !status.is_success() && (refused || !media.starts_with("application/json")) {
@@ -297,14 +309,23 @@ impl Direct {
         });
         let body = serde_json::to_vec(&notification).unwrap_or_default();
         let session = self.session.get();
-        let _ = self.post(session.as_deref(), body.into()).await;
+        let _ = self
+            .post(&self.client, session.as_deref(), body.into())
+            .await;
     }
 
-    async fn post(&self, session: Option<&str>, body: Bytes) -> Result<reqwest::Response, Failure> {
-        let mut request = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone());
+    /// The session's client, for work on the outbound runtime.
+    pub(super) fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
+    async fn post(
+        &self,
+        client: &reqwest::Client,
+        session: Option<&str>,
+        body: Bytes,
+    ) -> Result<reqwest::Response, Failure> {
+        let mut request = client.post(self.url.clone()).headers(self.headers.clone());
         if let Some(session) = session {
             request = request.header(SESSION_HEADER, session);
         }
@@ -315,6 +336,7 @@ impl Direct {
     /// and answering the upstream's own requests.
     async fn read_stream(
         &self,
+        client: &reqwest::Client,
         response: reqwest::Response,
         id: &str,
         latest: Option<&LatestProgress>,
@@ -344,7 +366,9 @@ impl Direct {
             };
             match (&incoming.method, &incoming.id) {
                 (Some(method), None) => relay(method, incoming.params, id, latest),
-                (Some(method), Some(request)) => self.answer(method, request.clone()).await,
+                (Some(method), Some(request)) => {
+                    self.answer(client, method, request.clone()).await;
+                }
                 (None, _) => {
                     if let Some(answer) = answer_of(incoming, id) {
                         return Ok(answer);
@@ -357,7 +381,7 @@ impl Direct {
 
     /// Answers a request the upstream sends during a call: `ping` with an empty result,
     /// anything else as a method tollgate does not have.
-    async fn answer(&self, method: &str, request: Value) {
+    async fn answer(&self, client: &reqwest::Client, method: &str, request: Value) {
         let reply = if method == "ping" {
             serde_json::json!({"jsonrpc": "2.0", "id": request, "result": {}})
         } else {
@@ -369,7 +393,7 @@ impl Direct {
         };
         let body = serde_json::to_vec(&reply).unwrap_or_default();
         let session = self.session.get();
-        let _ = self.post(session.as_deref(), body.into()).await;
+        let _ = self.post(client, session.as_deref(), body.into()).await;
     }
 }
 
@@ -416,6 +440,7 @@ mod tests {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Direct::new(
             reqwest::Client::new(),
+            Lanes::new(|| reqwest::Client::builder().build()),
             "http://127.0.0.1:9/mcp",
             &std::collections::HashMap::new(),
             Arc::new(SessionId::default()),

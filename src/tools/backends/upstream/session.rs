@@ -33,6 +33,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::config::{HeaderValue, McpTransport, read_secret};
 use crate::tools::backends::Health;
+use crate::tools::backends::lane::Lanes;
 
 use super::Shared;
 use super::direct::Direct;
@@ -193,6 +194,16 @@ struct Session {
     offer_changes: Arc<ListChanges>,
 }
 
+/// The HTTP client of a Streamable HTTP upstream: redirects are not followed, a connection
+/// is given up after [`PING_LIMIT`], small requests are sent at once.
+fn upstream_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(PING_LIMIT)
+        .tcp_nodelay(true)
+        .build()
+}
+
 /// Starts or connects to the upstream, does the handshake and lists its tools.
 async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, String> {
     let progress = Arc::new(ProgressRoutes::default());
@@ -210,12 +221,8 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
             (running, pid, None)
         }
         Target::Http { url, headers } => {
-            let client = reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .connect_timeout(PING_LIMIT)
-                .tcp_nodelay(true)
-                .build()
-                .map_err(|e| format!("no MCP server answered at {url}: {e}"))?;
+            let client =
+                upstream_client().map_err(|e| format!("no MCP server answered at {url}: {e}"))?;
             let session = Arc::new(SessionId::default());
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers.clone());
@@ -235,7 +242,8 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
                 .peer_info()
                 .map(|info| info.protocol_version.to_string())
                 .unwrap_or_else(|| ProtocolVersion::LATEST_WITH_INITIALIZE.to_string());
-            let direct = Direct::new(client, url, headers, session, &version)?;
+            let lanes = Lanes::new(upstream_client);
+            let direct = Direct::new(client, lanes, url, headers, session, &version)?;
             (running, None, Some(Arc::new(direct)))
         }
     };

@@ -1,0 +1,303 @@
+//! Outbound exchanges run on the thread that waits for them.
+//!
+//! Handed to the shared outbound runtime, a forwarded call costs two thread hand-offs: the
+//! request's thread spawns the exchange and sleeps, a runtime worker runs it (with hyper's
+//! connection task, woken by the network), then wakes the request's thread with the answer.
+//! Measured under load, those sleeps and wake-ups were about a tenth of the gate's CPU per
+//! forwarded call. [`Lanes`] runs the exchange on the caller's own thread instead: each
+//! thread that forwards has a single-threaded tokio runtime of its own, and each backend a
+//! `reqwest::Client` per such thread (a client's pooled connections belong to the runtime
+//! they were opened on), so writing the request, waiting on the socket and reading the
+//! answer are one thread's work, and a thread keeps its connections to a backend open
+//! between calls.
+//!
+//! A thread already inside an async context cannot block on a runtime: there
+//! [`Lanes::run`] answers `None`, and the caller uses the shared runtime as before.
+//!
+//! A thread's runtime is driven only during its exchanges, so a connection the backend
+//! closed while it lay idle is noticed when the next exchange starts: hyper's connection
+//! task reads before it writes, finds the connection closed, and hands the request back
+//! unsent, and the client sends it on a new connection (a test below holds that). For the
+//! same reason an exchange given up (past its deadline, or cancelled by the caller) ends
+//! with [`let_go`], so that its connection is closed then and the backend learns at once
+//! that nobody waits for its answer.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use thread_local::ThreadLocal;
+
+/// Makes a backend's client, configured as its shared one.
+type MakeClient = Box<dyn Fn() -> Result<reqwest::Client, reqwest::Error> + Send + Sync>;
+
+/// This thread's runtime for outbound exchanges, made on its first exchange (`None` when it
+/// could not be started: the shared runtime serves the thread then).
+struct Lane {
+    runtime: tokio::runtime::Runtime,
+    /// Which lane this is, so that a client made for a thread that has ended (its slot
+    /// handed to a new thread) is never used on another lane's runtime.
+    token: u64,
+}
+
+static NEXT_LANE: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static LANE: Option<Rc<Lane>> = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("tollgate-lane")
+        .build()
+        .ok()
+        .map(|runtime| {
+            Rc::new(Lane {
+                runtime,
+                token: NEXT_LANE.fetch_add(1, Ordering::Relaxed),
+            })
+        });
+}
+
+/// One backend's clients, one per thread that has called it.
+pub(crate) struct Lanes {
+    make: MakeClient,
+    clients: ThreadLocal<RefCell<Option<(u64, reqwest::Client)>>>,
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes").finish_non_exhaustive()
+    }
+}
+
+impl Lanes {
+    /// Lanes whose clients `make` builds (as the backend's shared client is built).
+    pub(crate) fn new(
+        make: impl Fn() -> Result<reqwest::Client, reqwest::Error> + Send + Sync + 'static,
+    ) -> Lanes {
+        Lanes {
+            make: Box::new(make),
+            clients: ThreadLocal::new(),
+        }
+    }
+
+    /// Runs the future `exchange` makes with this thread's client to its end on this
+    /// thread; gives `exchange` back unrun when the thread cannot (it is inside an async
+    /// context, or has no runtime, or the client could not be made).
+    pub(crate) fn run<G, F>(&self, exchange: G) -> Result<F::Output, G>
+    where
+        G: FnOnce(reqwest::Client) -> F,
+        F: Future,
+    {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(exchange);
+        }
+        let Some(lane) = LANE.try_with(Option::clone).ok().flatten() else {
+            return Err(exchange);
+        };
+        let Some(client) = self.client_for(lane.token) else {
+            return Err(exchange);
+        };
+        Ok(lane.runtime.block_on(exchange(client)))
+    }
+
+    /// This thread's client, made on the thread's first exchange with the backend.
+    fn client_for(&self, token: u64) -> Option<reqwest::Client> {
+        let slot = self.clients.get_or(|| RefCell::new(None));
+        let mut slot = slot.borrow_mut();
+        match &*slot {
+            Some((made_for, client)) if *made_for == token => Some(client.clone()),
+            _ => {
+                let client = (self.make)().ok()?;
+                *slot = Some((token, client.clone()));
+                Some(client)
+            }
+        }
+    }
+}
+
+/// Lets this thread's connection tasks act on an exchange just given up (its future
+/// dropped): the connection that carried it is closed now, not at the thread's next
+/// exchange. Await it after the exchange's future is gone, before the lane returns.
+pub(crate) async fn let_go() {
+    // The dropped exchange woke its connection's task: one turn of the runtime runs it.
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::mpsc;
+
+    fn lanes() -> Lanes {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Lanes::new(|| reqwest::Client::builder().no_proxy().build())
+    }
+
+    /// Reads one request head (the requests here have no body).
+    fn read_head(reader: &mut BufReader<TcpStream>) -> bool {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return false,
+                Ok(_) if line == "\r\n" => return true,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// A server that answers each connection's first request (keeping it alive, as far as
+    /// the client knows), then closes it and says so; `rounds` connections.
+    fn closing_server(rounds: usize) -> (String, mpsc::Receiver<usize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let url = format!("http://{}/", listener.local_addr().expect("address"));
+        let (closed, closings) = mpsc::channel();
+        std::thread::spawn(move || {
+            for round in 0..rounds {
+                let (stream, _) = listener.accept().expect("accept");
+                let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
+                assert!(read_head(&mut reader));
+                let mut writer = stream;
+                let body = format!("round {round}");
+                write!(
+                    writer,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .expect("answer");
+                writer.flush().expect("flush");
+                writer.shutdown(Shutdown::Both).expect("close");
+                // Whatever the client still sends is read and dropped, then the socket closes.
+                let _ = reader.read_to_end(&mut Vec::new());
+                drop(writer);
+                closed.send(round).expect("tell the test");
+            }
+        });
+        (url, closings)
+    }
+
+    async fn get(client: reqwest::Client, url: &str) -> Result<String, reqwest::Error> {
+        client.get(url).send().await?.text().await
+    }
+
+    #[test]
+    fn an_exchange_runs_on_the_calling_thread_and_keeps_its_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let url = format!("http://{}/", listener.local_addr().expect("address"));
+        let server = std::thread::spawn(move || {
+            // One connection serves both requests.
+            let (stream, _) = listener.accept().expect("accept");
+            let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
+            let mut writer = stream;
+            for n in 0..2 {
+                assert!(read_head(&mut reader));
+                write!(writer, "HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}").expect("answer");
+                writer.flush().expect("flush");
+            }
+        });
+        let lanes = lanes();
+        let caller = std::thread::current().id();
+        for n in 0..2 {
+            let (body, ran_on) = lanes
+                .run(|client| {
+                    let url = url.clone();
+                    async move { (get(client, &url).await, std::thread::current().id()) }
+                })
+                .ok()
+                .expect("a plain thread runs its exchanges");
+            assert_eq!(body.expect("an answer"), n.to_string());
+            assert_eq!(ran_on, caller);
+        }
+        server.join().expect("the server ends");
+    }
+
+    #[test]
+    fn a_connection_the_backend_closed_while_idle_is_not_used_again() {
+        let (url, closings) = closing_server(3);
+        let lanes = lanes();
+        for round in 0..3 {
+            let body = lanes
+                .run(|client| {
+                    let url = url.clone();
+                    async move { get(client, &url).await }
+                })
+                .ok()
+                .expect("a plain thread runs its exchanges");
+            assert_eq!(body.expect("an answer"), format!("round {round}"));
+            // The server has closed that connection before the next exchange starts.
+            assert_eq!(closings.recv().expect("the server closed it"), round);
+        }
+    }
+
+    #[test]
+    fn an_exchange_given_up_closes_its_connection_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let url = format!("http://{}/", listener.local_addr().expect("address"));
+        let (seen, events) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("accept");
+            let mut reader = BufReader::new(stream);
+            assert!(read_head(&mut reader));
+            seen.send("request").expect("tell the test");
+            // Never answers; reads until the client closes the connection.
+            let _ = reader.read_to_end(&mut Vec::new());
+            seen.send("closed").expect("tell the test");
+        });
+        let lanes = lanes();
+        let (give_up, gave_up) = tokio::sync::oneshot::channel::<()>();
+        let waiter = std::thread::spawn(move || {
+            // Gives the exchange up once the server has it.
+            assert_eq!(events.recv().expect("the request"), "request");
+            give_up.send(()).expect("the exchange waits");
+            events
+        });
+        let outcome = lanes
+            .run(|client| async move {
+                let abandoned = async {
+                    tokio::select! {
+                        _ = get(client, &url) => "answered",
+                        _ = gave_up => "given up",
+                    }
+                }
+                .await;
+                let_go().await;
+                abandoned
+            })
+            .ok()
+            .expect("a plain thread runs its exchanges");
+        assert_eq!(outcome, "given up");
+        let events = waiter.join().expect("the waiter ends");
+        // Bounded only so that a failing test ends; the close is immediate.
+        let closed = events.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(closed, Ok("closed"));
+    }
+
+    #[test]
+    fn inside_an_async_context_the_caller_is_told_to_use_the_shared_runtime() {
+        let lanes = lanes();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let ran = runtime.block_on(async { lanes.run(|_client| async { 1 }).ok() });
+        assert_eq!(ran, None);
+    }
+
+    #[test]
+    fn each_thread_has_its_own_client_made_once() {
+        let mut lanes = lanes();
+        let made = |lanes: &mut Lanes| {
+            let clients = lanes.clients.iter_mut();
+            clients.filter_map(|c| c.get_mut().as_ref()).count()
+        };
+        lanes.run(|_client| async {}).ok().expect("runs here");
+        lanes.run(|_client| async {}).ok().expect("runs here");
+        assert_eq!(made(&mut lanes), 1);
+        std::thread::scope(|s| {
+            s.spawn(|| lanes.run(|_client| async {}).ok().expect("runs there"));
+        });
+        assert_eq!(made(&mut lanes), 2);
+    }
+}
