@@ -302,8 +302,9 @@ impl Guards {
             self.finish(&cx, &passage, started, outcome, done);
         };
         // Calls that wait on the network run side by side: every one but the last on a
-        // thread of its own, the last on this one. A single call (nearly every request)
-        // never starts a thread: that would cost more than forwarding it.
+        // thread of its own (which forwards through the shared outbound runtime rather than
+        // set up a lane for one call), the last on this one. A single call (nearly every
+        // request) never starts a thread: that would cost more than forwarding it.
         let mut waiting = Vec::new();
         for (passage, charge) in charged {
             if charge.is_ok() && passage.tool.is_some_and(|tool| tool.tool.waits()) {
@@ -317,7 +318,9 @@ impl Guards {
         };
         std::thread::scope(|scope| {
             for (passage, charge) in waiting {
-                scope.spawn(move || finish_charged(passage, charge));
+                scope.spawn(move || {
+                    crate::tools::backends::passing(|| finish_charged(passage, charge));
+                });
             }
             finish_charged(last, last_charge);
         });

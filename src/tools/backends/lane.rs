@@ -11,8 +11,12 @@
 //! answer are one thread's work, and a thread keeps its connections to a backend open
 //! between calls.
 //!
-//! A thread already inside an async context cannot block on a runtime: there
-//! [`Lanes::run`] answers `None`, and the caller uses the shared runtime as before.
+//! Making a thread's client costs a few milliseconds (the platform's root certificates are
+//! loaded), once per thread and backend. A thread that lives for one call only (the extra
+//! calls of a request run side by side, [`passing`]) would pay it on every call, so it is
+//! kept off the lanes; so is a thread already inside an async context, which cannot block
+//! on a runtime. There [`Lanes::run`] gives the exchange back, and the caller uses the
+//! shared runtime.
 //!
 //! A thread's runtime is driven only during its exchanges, so a connection the backend
 //! closed while it lay idle is noticed when the next exchange starts: hyper's connection
@@ -22,7 +26,7 @@
 //! with [`let_go`], so that its connection is closed then and the backend learns at once
 //! that nobody waits for its answer.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +48,9 @@ struct Lane {
 static NEXT_LANE: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
+    /// This thread lives for one call ([`passing`]).
+    static PASSING: Cell<bool> = const { Cell::new(false) };
+
     static LANE: Option<Rc<Lane>> = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("tollgate-lane")
@@ -88,7 +95,7 @@ impl Lanes {
         G: FnOnce(reqwest::Client) -> F,
         F: Future,
     {
-        if tokio::runtime::Handle::try_current().is_ok() {
+        if PASSING.with(Cell::get) || tokio::runtime::Handle::try_current().is_ok() {
             return Err(exchange);
         }
         let Some(lane) = LANE.try_with(Option::clone).ok().flatten() else {
@@ -113,6 +120,13 @@ impl Lanes {
             }
         }
     }
+}
+
+/// Runs `f` on a thread started for it alone, which ends with it: its backend calls use
+/// the shared outbound runtime rather than setting a lane up for one call.
+pub fn passing<T>(f: impl FnOnce() -> T) -> T {
+    PASSING.with(|passing| passing.set(true));
+    f()
 }
 
 /// Lets this thread's connection tasks act on an exchange just given up (its future
@@ -283,6 +297,18 @@ mod tests {
             .expect("a runtime");
         let ran = runtime.block_on(async { lanes.run(|_client| async { 1 }).ok() });
         assert_eq!(ran, None);
+    }
+
+    #[test]
+    fn a_thread_that_lives_for_one_call_is_kept_off_the_lanes() {
+        let mut lanes = lanes();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                passing(|| assert!(lanes.run(|_client| async {}).is_err()));
+            });
+        });
+        let made = lanes.clients.iter_mut().count();
+        assert_eq!(made, 0);
     }
 
     #[test]

@@ -38,6 +38,7 @@ use crate::config::{BackendConfig, BackendKind};
 use crate::tools::{Category, Tool, ToolContext, ToolOutput};
 
 pub use admission::{Admission, AdmissionStatus, Circuit, Rejection};
+pub use lane::passing;
 pub use offered::{Offered, UPSTREAM_SCHEME, gate_uri, split_gate_uri};
 pub use tool::{
     BackendTool, OPERATION_CATEGORIES, configured_scopes, snake_case, tool_name,
