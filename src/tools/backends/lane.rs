@@ -30,8 +30,10 @@ use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use thread_local::ThreadLocal;
+use tokio::time::Instant;
 
 /// Makes a backend's client, configured as its shared one.
 type MakeClient = Box<dyn Fn() -> Result<reqwest::Client, reqwest::Error> + Send + Sync>;
@@ -127,6 +129,55 @@ impl Lanes {
 pub fn passing<T>(f: impl FnOnce() -> T) -> T {
     PASSING.with(|passing| passing.set(true));
     f()
+}
+
+/// Why [`supervise`] gave an exchange up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GaveUp {
+    /// Its deadline passed.
+    Deadline,
+    /// Its caller cancelled it.
+    Cancelled,
+}
+
+/// Runs `exchange` until it ends or `timeout` passes, calling `look` every `every` (with
+/// the time), which says whether the caller cancelled it (and may relay progress). An
+/// exchange given up is dropped, and its connection closed ([`let_go`]), before this
+/// returns. One timer serves the deadline and the looks, so a quick exchange registers one.
+pub(crate) async fn supervise<T>(
+    exchange: impl Future<Output = T>,
+    timeout: Duration,
+    every: Duration,
+    mut look: impl FnMut(std::time::Instant) -> bool,
+) -> Result<T, GaveUp> {
+    // The exchange is dropped when this block ends.
+    let waited = async {
+        let deadline = Instant::now() + timeout;
+        tokio::pin!(exchange);
+        let check = tokio::time::sleep_until((Instant::now() + every).min(deadline));
+        tokio::pin!(check);
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut exchange => return Ok(done),
+                () = &mut check => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(GaveUp::Deadline);
+                    }
+                    if look(now.into_std()) {
+                        return Err(GaveUp::Cancelled);
+                    }
+                    check.as_mut().reset((now + every).min(deadline));
+                }
+            }
+        }
+    }
+    .await;
+    if waited.is_err() {
+        let_go().await;
+    }
+    waited
 }
 
 /// Lets this thread's connection tasks act on an exchange just given up (its future
@@ -287,6 +338,53 @@ mod tests {
         // Bounded only so that a failing test ends; the close is immediate.
         let closed = events.recv_timeout(std::time::Duration::from_secs(20));
         assert_eq!(closed, Ok("closed"));
+    }
+
+    fn paused_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("a runtime")
+    }
+
+    #[test]
+    fn supervision_ends_an_exchange_at_its_deadline_and_looks_meanwhile() {
+        // A paused clock: the runtime moves it on to the next timer when it would park.
+        let looks = std::cell::Cell::new(0);
+        let waited = paused_runtime().block_on(supervise(
+            std::future::pending::<()>(),
+            Duration::from_millis(120),
+            Duration::from_millis(50),
+            |_| {
+                looks.set(looks.get() + 1);
+                false
+            },
+        ));
+        assert_eq!(waited, Err(GaveUp::Deadline));
+        assert_eq!(looks.get(), 2, "at 50 and 100 ms");
+    }
+
+    #[test]
+    fn supervision_gives_up_when_the_caller_cancels() {
+        let waited = paused_runtime().block_on(supervise(
+            std::future::pending::<()>(),
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            |_| true,
+        ));
+        assert_eq!(waited, Err(GaveUp::Cancelled));
+    }
+
+    #[test]
+    fn supervision_returns_what_the_exchange_gives() {
+        let waited = paused_runtime().block_on(supervise(
+            async { 7 },
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            |_| true,
+        ));
+        assert_eq!(waited, Ok(7));
     }
 
     #[test]

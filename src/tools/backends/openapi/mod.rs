@@ -46,7 +46,7 @@ use crate::config::{
     BackendAuth, BackendConfig, BackendKind, OpenApiBackend, SpecSource, read_secret,
 };
 use crate::tools::ToolOutput;
-use crate::tools::backends::lane::{self, Lanes};
+use crate::tools::backends::lane::{self, GaveUp, Lanes};
 use crate::tools::backends::{
     Backend, BackendEnv, BackendProblem, BodyFailure, Call, Health, Operation, read_capped,
     tool_name,
@@ -176,26 +176,11 @@ async fn supervise(
     timeout: Duration,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Answer, Failure> {
-    // The exchange is dropped when this block ends.
-    let waited = async {
-        tokio::pin!(exchange);
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        let mut poll = tokio::time::interval(CANCEL_POLL);
-        loop {
-            tokio::select! {
-                biased;
-                answer = &mut exchange => return answer,
-                () = &mut deadline => return Err(Failure::TimedOut),
-                _ = poll.tick() => if cancelled() { return Err(Failure::Cancelled) },
-            }
-        }
+    match lane::supervise(exchange, timeout, CANCEL_POLL, |_| cancelled()).await {
+        Ok(answer) => answer,
+        Err(GaveUp::Deadline) => Err(Failure::TimedOut),
+        Err(GaveUp::Cancelled) => Err(Failure::Cancelled),
     }
-    .await;
-    if matches!(waited, Err(Failure::TimedOut | Failure::Cancelled)) {
-        lane::let_go().await;
-    }
-    waited
 }
 
 /// The header the credential is sent in, read from its file.

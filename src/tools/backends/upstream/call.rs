@@ -36,7 +36,7 @@ use tokio::sync::oneshot;
 
 use crate::catalog::{ErrorKind, McpError};
 use crate::tools::ToolOutput;
-use crate::tools::backends::lane;
+use crate::tools::backends::lane::{self, GaveUp};
 use crate::tools::backends::{Call, NOT_CONNECTED};
 
 use super::Shared;
@@ -51,13 +51,6 @@ const POLL: Duration = Duration::from_millis(50);
 const PROGRESS_SETTLE: Duration = Duration::from_millis(10);
 /// The call's outcome, as the tool returns it.
 type Outcome = Result<ToolOutput, McpError>;
-
-/// Why the waiting thread gave up.
-#[derive(Clone, Copy)]
-enum GiveUp {
-    Deadline,
-    Cancelled,
-}
 
 /// What a call's task needs to report its outcome.
 struct Report {
@@ -151,8 +144,8 @@ fn report_to(
 ) -> (
     Report,
     Receiver<Outcome>,
-    oneshot::Sender<GiveUp>,
-    oneshot::Receiver<GiveUp>,
+    oneshot::Sender<GaveUp>,
+    oneshot::Receiver<GaveUp>,
 ) {
     // One outcome: a channel of one slot (an unbounded channel allocates and zeroes a block
     // of slots per call).
@@ -199,33 +192,18 @@ impl Ends<'_, '_> {
                 .ctx
                 .progress(p.progress, p.total, p.message.as_deref());
         };
-        // The exchange is dropped when this block ends.
-        let answer = async {
-            let exchange = self
-                .direct
-                .call(&client, self.prepared, self.latest.map(|l| &**l));
-            tokio::pin!(exchange);
-            let deadline = tokio::time::sleep(self.call.timeout);
-            tokio::pin!(deadline);
-            let mut poll = tokio::time::interval(POLL);
-            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    biased;
-                    answer = &mut exchange => return Ok(answer),
-                    () = &mut deadline => return Err(GiveUp::Deadline),
-                    _ = poll.tick() => {
-                        if self.call.ctx.is_cancelled() {
-                            return Err(GiveUp::Cancelled);
-                        }
-                        let now = Instant::now();
-                        if let Some(progress) = relay.as_mut().and_then(|r| r.poll(now)) {
-                            send(progress);
-                        }
-                    }
-                }
+        let exchange = self
+            .direct
+            .call(&client, self.prepared, self.latest.map(|l| &**l));
+        let answer = lane::supervise(exchange, self.call.timeout, POLL, |now| {
+            if self.call.ctx.is_cancelled() {
+                return true;
             }
-        }
+            if let Some(progress) = relay.as_mut().and_then(|r| r.poll(now)) {
+                send(progress);
+            }
+            false
+        })
         .await;
         if let Some(token) = &token {
             self.link.progress.unregister(token);
@@ -233,15 +211,14 @@ impl Ends<'_, '_> {
         let answer = match answer {
             Ok(answer) => answer,
             Err(why) => {
-                lane::let_go().await;
                 let direct = Arc::clone(self.direct);
                 let id = self.prepared.id.clone();
                 let reason = cancel_reason(Ok(why));
                 self.runtime
                     .spawn(async move { direct.cancel(&id, reason).await });
                 return Some(Err(match why {
-                    GiveUp::Deadline => timeout(backend, self.call.timeout),
-                    GiveUp::Cancelled => McpError::new(ErrorKind::Timeout)
+                    GaveUp::Deadline => timeout(backend, self.call.timeout),
+                    GaveUp::Cancelled => McpError::new(ErrorKind::Timeout)
                         .detail("backend", backend)
                         .detail("reason", "cancelled"),
                 }));
@@ -271,7 +248,7 @@ fn wait(
     call: &Call<'_>,
     done: &Receiver<Outcome>,
     latest: Option<&LatestProgress>,
-    give_up: oneshot::Sender<GiveUp>,
+    give_up: oneshot::Sender<GaveUp>,
 ) -> Result<ToolOutput, McpError> {
     let deadline = Instant::now() + call.timeout;
     let mut relay = latest.map(|latest| Relay::new(latest, PROGRESS_EVERY));
@@ -279,13 +256,13 @@ fn wait(
     loop {
         let now = Instant::now();
         if call.ctx.is_cancelled() {
-            let _ = give_up.send(GiveUp::Cancelled);
+            let _ = give_up.send(GaveUp::Cancelled);
             return Err(McpError::new(ErrorKind::Timeout)
                 .detail("backend", backend)
                 .detail("reason", "cancelled"));
         }
         if now >= deadline {
-            let _ = give_up.send(GiveUp::Deadline);
+            let _ = give_up.send(GaveUp::Deadline);
             return Err(timeout(backend, call.timeout));
         }
         if let Some(progress) = relay.as_mut().and_then(|r| r.poll(now)) {
@@ -307,10 +284,10 @@ fn wait(
 }
 
 /// The reason sent with `notifications/cancelled` when the waiting thread gives up.
-fn cancel_reason(why: Result<GiveUp, oneshot::error::RecvError>) -> &'static str {
+fn cancel_reason(why: Result<GaveUp, oneshot::error::RecvError>) -> &'static str {
     match why {
-        Ok(GiveUp::Cancelled) => "cancelled by the client",
-        Ok(GiveUp::Deadline) | Err(_) => "request timeout",
+        Ok(GaveUp::Cancelled) => "cancelled by the client",
+        Ok(GaveUp::Deadline) | Err(_) => "request timeout",
     }
 }
 
@@ -323,7 +300,7 @@ async fn run_direct(
     prepared: Prepared,
     latest: Option<Arc<LatestProgress>>,
     report: Report,
-    mut give_up: oneshot::Receiver<GiveUp>,
+    mut give_up: oneshot::Receiver<GaveUp>,
 ) {
     let token = latest.as_ref().map(|latest| {
         // Progress the upstream sends on its own stream rather than the call's.
@@ -377,7 +354,7 @@ async fn run(
     params: CallToolRequestParams,
     latest: Option<Arc<LatestProgress>>,
     report: Report,
-    give_up: oneshot::Receiver<GiveUp>,
+    give_up: oneshot::Receiver<GaveUp>,
 ) {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     // rmcp's own timeout sends `notifications/cancelled` ("request timeout") when it fires.
