@@ -183,7 +183,7 @@ pub(crate) async fn supervise<T>(
 /// Lets this thread's connection tasks act on an exchange just given up (its future
 /// dropped): the connection that carried it is closed now, not at the thread's next
 /// exchange. Await it after the exchange's future is gone, before the lane returns.
-pub(crate) async fn let_go() {
+async fn let_go() {
     // The dropped exchange woke its connection's task: one turn of the runtime runs it.
     tokio::task::yield_now().await;
     tokio::task::yield_now().await;
