@@ -216,12 +216,7 @@ impl Ends<'_, '_> {
                 let reason = cancel_reason(Ok(why));
                 self.runtime
                     .spawn(async move { direct.cancel(&id, reason).await });
-                return Some(Err(match why {
-                    GaveUp::Deadline => timeout(backend, self.call.timeout),
-                    GaveUp::Cancelled => McpError::new(ErrorKind::Timeout)
-                        .detail("backend", backend)
-                        .detail("reason", "cancelled"),
-                }));
+                return Some(Err(given_up(backend, why, self.call.timeout)));
             }
         };
         if let Some(progress) = relay.as_mut().and_then(Relay::last) {
@@ -257,9 +252,7 @@ fn wait(
         let now = Instant::now();
         if call.ctx.is_cancelled() {
             let _ = give_up.send(GaveUp::Cancelled);
-            return Err(McpError::new(ErrorKind::Timeout)
-                .detail("backend", backend)
-                .detail("reason", "cancelled"));
+            return Err(given_up(backend, GaveUp::Cancelled, call.timeout));
         }
         if now >= deadline {
             let _ = give_up.send(GaveUp::Deadline);
@@ -519,6 +512,17 @@ pub(super) fn unavailable(backend: &str, reason: &'static str) -> McpError {
     McpError::new(ErrorKind::ToolBackendUnavailable)
         .detail("backend", backend)
         .detail("reason", reason)
+}
+
+/// The catalog error of a call the waiting thread gave up: `timeout`, with
+/// `details.reason = "cancelled"` when its caller cancelled it.
+fn given_up(backend: &str, why: GaveUp, deadline: Duration) -> McpError {
+    match why {
+        GaveUp::Deadline => timeout(backend, deadline),
+        GaveUp::Cancelled => McpError::new(ErrorKind::Timeout)
+            .detail("backend", backend)
+            .detail("reason", "cancelled"),
+    }
 }
 
 pub(super) fn timeout(backend: &str, deadline: Duration) -> McpError {
