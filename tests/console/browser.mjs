@@ -1,9 +1,36 @@
-// What the console's browser tests share: a fresh Chromium context whose pages record every
-// Content-Security-Policy violation, a form submitted and its navigation awaited, a table
-// cell's text, the scroll boxes a table overflows, and the tools an agent is shown.
+// What the console's browser tests share: run.sh's environment, headless Chromium, a fresh
+// context whose pages record every Content-Security-Policy violation, a form submitted and
+// its navigation awaited, a table cell's text, a page checked for sideways scrolling at a
+// narrow width, and the tools an agent is shown.
+
+import assert from 'node:assert/strict';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
 
 /** Wider than its box by more than this many pixels, a table scrolls sideways. */
 export const SCROLL_TOLERANCE_PX = 4;
+
+/** The variable `name` of run.sh's environment. */
+export function required(name) {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
+  return value;
+}
+
+/** Headless Chromium (TG_CONSOLE_CHROMIUM, else /usr/bin/chromium) through playwright-core
+ * from run.sh's npm packages (installed outside the repository, under TG_TOOLS). */
+export function launchChromium() {
+  const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
+  const { chromium } = requireFrom('playwright-core');
+  return chromium.launch({
+    executablePath: process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--no-first-run', '--disable-component-update', '--disable-sync'],
+  });
+}
 
 /**
  * A fresh context of `browser` whose pages record every Content-Security-Policy
@@ -43,6 +70,16 @@ export function overflowingBoxes(page) {
     boxes.filter((box) => box.scrollWidth > box.clientWidth + tolerance)
       .map((box) => `${box.firstElementChild?.id}: ${box.scrollWidth} > ${box.clientWidth}`),
   SCROLL_TOLERANCE_PX);
+}
+
+/**
+ * Asserts that `page` (loaded, `width` px wide) does not scroll sideways, nor does any of
+ * its tables inside its own scroll box; `what` names the page in the messages.
+ */
+export async function assertFitsWidth(page, width, what) {
+  const wide = await page.evaluate(() => document.scrollingElement.scrollWidth);
+  assert.ok(wide <= width + SCROLL_TOLERANCE_PX, `${what} is ${wide} px wide at ${width} px`);
+  assert.deepEqual(await overflowingBoxes(page), [], `${what}: tables wider than the screen`);
 }
 
 /**

@@ -32,10 +32,11 @@
 
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+
+import { assertFitsWidth, launchChromium, required } from './browser.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
@@ -43,41 +44,16 @@ const BASE = required('TG_CONSOLE_URL');
 const ADMIN_KEY = required('TG_CONSOLE_ADMIN_KEY');
 /** The admin key's public id: `tg_live_<id>_<secret>`. */
 const ADMIN_ID = ADMIN_KEY.split('_')[2];
-const CHROMIUM = process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = join(REPO, 'target', 'console-screenshots');
 const DOC_SHOT = join(REPO, 'docs', 'console-overview.png');
 const WRITE_DOC_SHOT = process.env.TG_CONSOLE_SCREENSHOT_DOC === '1';
-
-// playwright-core lives outside the repository (run.sh installs it under TG_TOOLS).
-const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
-const { chromium } = requireFrom('playwright-core');
-
-/** The rendered page may be this much wider than the viewport (rounding, a border). */
-const SCROLL_TOLERANCE_PX = 4;
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
-  return value;
-}
 
 // ---- browser ------------------------------------------------------------------------------
 
 let browser;
 before(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--no-first-run',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();
@@ -172,22 +148,6 @@ async function assertPresent(page, selector) {
   assert.ok(await page.$(selector), `${page.url()} has no ${selector}`);
 }
 
-/**
- * The boxes of the page that overflow sideways (a table wider than its scroll box), as
- * `id-or-tag: scrollWidth > clientWidth`: a page can avoid scrolling as a whole and still
- * hide a table's columns behind a scroll of its own.
- */
-function overflowingBoxes(page) {
-  return page.evaluate((tolerance) =>
-    [...document.querySelectorAll('.scroll')]
-      .filter((box) => box.scrollWidth > box.clientWidth + tolerance)
-      .map((box) => {
-        const inner = box.firstElementChild;
-        const name = inner && inner.id ? `#${inner.id}` : inner ? inner.tagName.toLowerCase() : 'div';
-        return `${name}: ${box.scrollWidth} > ${box.clientWidth}`;
-      }), SCROLL_TOLERANCE_PX);
-}
-
 /** Where the audit filter's text and time fields put their labels and inputs. */
 function filterFields(page) {
   return page.$$eval('#audit-filter .field:not(.check)', (all) =>
@@ -204,11 +164,6 @@ function filterFields(page) {
       };
     }),
   );
-}
-
-/** document.scrollingElement.scrollWidth of the page. */
-function scrollWidth(page) {
-  return page.evaluate(() => document.scrollingElement.scrollWidth);
 }
 
 // ---- MCP over HTTP (the agents' side) ------------------------------------------------------
@@ -607,9 +562,7 @@ test('320 px: the overview, credentials, limits, audit, audit row, latency and b
     ]) {
       await page.goto(`${BASE}${path}`);
       await shot(page, name);
-      const width = await scrollWidth(page);
-      assert.ok(width <= 320 + SCROLL_TOLERANCE_PX, `${path} is ${width} px wide at 320 px`);
-      assert.deepEqual(await overflowingBoxes(page), [], `${path}: tables wider than the screen`);
+      await assertFitsWidth(page, 320, path);
       // A time is never broken across lines.
       const broken = await page.$$eval('time', (times) =>
         times.filter((t) => t.getClientRects().length > 1).map((t) => t.textContent));

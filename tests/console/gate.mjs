@@ -1,23 +1,11 @@
 // What the self-contained console tests share: each makes its own database and runs its
 // own `tollgate serve` (the binary run.sh tests) on a free loopback port, with headless
-// Chromium to drive the pages.
+// Chromium to drive the pages (launched by browser.mjs).
 
 import { spawn } from 'node:child_process';
-import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { submit } from './browser.mjs';
-
-const HERE = dirname(fileURLToPath(import.meta.url));
-
-/** The variable `name` of run.sh's environment. */
-export function required(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
-  return value;
-}
 
 /** A free loopback port. */
 export function freePort() {
@@ -57,18 +45,6 @@ export async function stop(server) {
   if (!server) return;
   server.kill('SIGTERM');
   await new Promise((r) => server.once('exit', r));
-}
-
-/** Headless Chromium (TG_CONSOLE_CHROMIUM, else /usr/bin/chromium) through playwright-core
- * from run.sh's npm packages. */
-export function launchChromium() {
-  const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
-  const { chromium } = requireFrom('playwright-core');
-  return chromium.launch({
-    executablePath: process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--no-first-run', '--disable-component-update', '--disable-sync'],
-  });
 }
 
 /** Signs `page` in to the console at `base` with `key`. */

@@ -14,42 +14,27 @@
 
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { listTools } from './browser.mjs';
+import { launchChromium, listTools, required } from './browser.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BASE = required('TG_CONSOLE_URL');
 const ADMIN_KEY = required('TG_CONSOLE_ADMIN_KEY');
-const CHROMIUM = process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = join(REPO, 'target', 'console-screenshots');
-
-const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
-const { chromium } = requireFrom('playwright-core');
 
 /** A day, in milliseconds. */
 const DAY_MS = 86_400_000;
 /** How far the shown expiry may be from "now plus the lifetime" (the test's own time). */
 const EXPIRY_SLACK_MS = 5 * 60_000;
 
-function required(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
-  return value;
-}
-
 let browser;
 before(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--no-first-run', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();

@@ -25,12 +25,13 @@ import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { SCROLL_TOLERANCE_PX, cell, overflowingBoxes, submit, watchedContext } from './browser.mjs';
+import {
+  assertFitsWidth, cell, launchChromium, overflowingBoxes, required, submit, watchedContext,
+} from './browser.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
@@ -38,23 +39,12 @@ const BASE = required('TG_CONSOLE_URL');
 const BASE_ES = required('TG_CONSOLE_URL_ES');
 const ADMIN_KEY = required('TG_CONSOLE_ADMIN_KEY');
 const PERSON_KEY = required('TG_CONSOLE_PERSON_KEY');
-const CHROMIUM = process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = join(REPO, 'target', 'console-screenshots');
-
-const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
-const { chromium } = requireFrom('playwright-core');
 
 /** The person run.sh made a key for, and the application of this test. */
 const PERSON = 'Pablo Ruiz';
 const APP = 'Claude (browser test)';
 const SCOPES = ['invoices:read', 'clients:read'];
-/** The rendered page may be this much wider than the viewport (rounding, a border). */
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
-  return value;
-}
 
 // ---- the application's side ---------------------------------------------------------------
 
@@ -70,11 +60,7 @@ before(async () => {
   });
   await new Promise((done) => callback.listen(0, '127.0.0.1', done));
   callbackUrl = `http://127.0.0.1:${callback.address().port}/callback`;
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--no-first-run', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();
@@ -317,9 +303,7 @@ test('grants: at 320 px the page does not scroll sideways, nor do its tables', a
   try {
     const page = await grantsPage(context);
     await page.screenshot({ path: join(SHOTS, 'grants-320.png'), fullPage: true });
-    const width = await page.evaluate(() => document.scrollingElement.scrollWidth);
-    assert.ok(width <= 320 + SCROLL_TOLERANCE_PX, `the page is ${width} px wide at 320 px`);
-    assert.deepEqual(await overflowingBoxes(page), []);
+    await assertFitsWidth(page, 320, 'the page');
     assert.deepEqual(violations, []);
   } finally {
     await context.close();

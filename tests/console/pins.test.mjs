@@ -17,8 +17,8 @@ import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { listPrompts, listTools, submit } from './browser.mjs';
-import { launchChromium, required, serve, signIn, stop, until } from './gate.mjs';
+import { launchChromium, listPrompts, listTools, required, submit } from './browser.mjs';
+import { serve, signIn, stop, until } from './gate.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');

@@ -14,42 +14,28 @@
 
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { SCROLL_TOLERANCE_PX, cell, overflowingBoxes, submit, watchedContext } from './browser.mjs';
+import {
+  assertFitsWidth, cell, launchChromium, overflowingBoxes, required, submit, watchedContext,
+} from './browser.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const REPO = resolve(HERE, '..', '..');
 const BASE = required('TG_CONSOLE_URL');
 const ADMIN_KEY = required('TG_CONSOLE_ADMIN_KEY');
-const CHROMIUM = process.env.TG_CONSOLE_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = join(REPO, 'target', 'console-screenshots');
-
-const requireFrom = createRequire(join(process.env.TG_CONSOLE_NPM ?? HERE, 'package.json'));
-const { chromium } = requireFrom('playwright-core');
 
 /** The users run.sh wrote. */
 const ANA = 'Ana García';
 const MARKUP = '<img src=x onerror="document.title=1">';
-/** The rendered page may be this much wider than the viewport (rounding, a border). */
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) throw new Error(`${name} is not set: run tests/console/run.sh`);
-  return value;
-}
 
 let browser;
 before(async () => {
   mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--no-first-run', '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
 });
 after(async () => {
   await browser?.close();
@@ -149,9 +135,7 @@ test('users: at 320 px the page does not scroll sideways, nor does its table', a
   try {
     const page = await usersPage(context);
     await page.screenshot({ path: join(SHOTS, 'users-320.png'), fullPage: true });
-    const width = await page.evaluate(() => document.scrollingElement.scrollWidth);
-    assert.ok(width <= 320 + SCROLL_TOLERANCE_PX, `the page is ${width} px wide at 320 px`);
-    assert.deepEqual(await overflowingBoxes(page), []);
+    await assertFitsWidth(page, 320, 'the page');
     assert.deepEqual(violations, []);
   } finally {
     await context.close();
