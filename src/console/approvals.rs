@@ -99,13 +99,10 @@ pub(super) fn get(console: &Console, op: &Operator, path: &str) -> Option<Respon
         .get(key)
         .replace("{tool}", &approval.tool)
         .replace("{caller}", &approval.principal);
-    let page = console.render(
-        "confirm.html",
-        "confirm",
-        Some(op),
+    Some(console.confirm(
+        op,
         json!({"question": question, "action": path, "back": format!("{PATH}/{id}")}),
-    );
-    Some(Response::html(200, page))
+    ))
 }
 
 /// An approval's own page, with `error` above it.

@@ -161,13 +161,10 @@ pub(super) fn confirm_page(console: &Console, op: &Operator, path: &str) -> Opti
         Ok(question) => question?,
         Err(e) => return Some(console.store_failed(op, e)),
     };
-    let page = console.render(
-        "confirm.html",
-        "confirm",
-        Some(op),
+    Some(console.confirm(
+        op,
         json!({"question": question, "action": path, "id": id, "back": GRANTS_PATH}),
-    );
-    Some(Response::html(200, page))
+    ))
 }
 
 /// `POST` of a confirmation: the change, its audit row, then the page. `None` (the

@@ -417,6 +417,16 @@ impl Console {
         self.server.locale()
     }
 
+    /// The page that asks `op` to confirm a change before it is made: `confirm.html` with
+    /// `fields` (`question`, the `action` the form posts to, and `back`, `id` or `rotate`
+    /// as the change has them).
+    fn confirm(&self, op: &Operator, fields: Value) -> Response {
+        Response::html(
+            200,
+            self.render("confirm.html", "confirm", Some(op), fields),
+        )
+    }
+
     /// Renders `template` with the page's `data` and what every page has (texts,
     /// language, navigation, the operator and the CSRF token).
     fn render(

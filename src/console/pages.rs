@@ -279,16 +279,13 @@ fn confirm_page(console: &Console, op: &Operator, path: &str) -> Option<Response
     // be read now: the question must still be asked).
     let names = Names::read(console.server.store(), &[]).unwrap_or_default();
     let shown = names.any(id).unwrap_or(id);
-    let page = console.render(
-        "confirm.html",
-        "confirm",
-        Some(op),
+    Some(console.confirm(
+        op,
         json!({
             "question": question.replace("{id}", shown), "action": path, "id": id,
             "rotate": action == "rotate",
         }),
-    );
-    Some(Response::html(200, page))
+    ))
 }
 
 fn revoke_key(console: &Console, request: &Request<'_>, op: &Operator, id: &str) -> Response {

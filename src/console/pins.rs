@@ -131,13 +131,10 @@ pub(super) fn confirm_page(console: &Console, op: &Operator, path: &str) -> Opti
         .texts()
         .get(key)
         .replace("{tool}", &tool_name(backend, tool));
-    let page = console.render(
-        "confirm.html",
-        "confirm",
-        Some(op),
+    Some(console.confirm(
+        op,
         json!({"question": question, "action": path, "back": BACKENDS_PATH}),
-    );
-    Some(Response::html(200, page))
+    ))
 }
 
 /// `POST` of a confirmation: the decision, its audit row, this node's tools read again,

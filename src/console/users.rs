@@ -148,16 +148,13 @@ pub(super) fn confirm_page(console: &Console, op: &Operator, path: &str) -> Opti
         Action::Block => console.texts().get("confirm_block_user"),
         Action::Unblock => console.texts().get("confirm_unblock_user"),
     };
-    let page = console.render(
-        "confirm.html",
-        "confirm",
-        Some(op),
+    Some(console.confirm(
+        op,
         json!({
             "question": question.replace("{name}", user.label()).replace("{id}", id),
             "action": path, "id": id, "back": "/console/users",
         }),
-    );
-    Some(Response::html(200, page))
+    ))
 }
 
 /// `POST /console/users/{id}/{block|unblock}`: the change, its audit row, then the list.
