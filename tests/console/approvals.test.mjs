@@ -17,7 +17,7 @@ import { dirname, join, resolve } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { launchChromium, required, submit } from './browser.mjs';
+import { launchChromium, required, statelessRequest, submit } from './browser.mjs';
 import { serve, signIn, stop, until } from './gate.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -70,28 +70,9 @@ after(async () => {
 });
 
 /** A stateless (2026-07-28) `tools/call` of `create_client` by the agent: its JSON-RPC answer. */
-async function createClient(args) {
-  const meta = {
-    'io.modelcontextprotocol/protocolVersion': '2026-07-28',
-    'io.modelcontextprotocol/clientCapabilities': {},
-    'io.modelcontextprotocol/clientInfo': { name: 'tollgate-console-approvals-tests', version: '0' },
-  };
-  const response = await fetch(`${base}/mcp`, {
-    method: 'POST',
-    headers: {
-      'Content-Type': 'application/json',
-      Accept: 'application/json, text/event-stream',
-      'MCP-Protocol-Version': '2026-07-28',
-      'Mcp-Method': 'tools/call',
-      'Mcp-Name': 'create_client',
-      Authorization: `Bearer ${agentKey}`,
-    },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call',
-      params: { name: 'create_client', arguments: args, _meta: meta } }),
-    signal: AbortSignal.timeout(10_000),
-  });
-  assert.equal(response.status, 200);
-  return response.json();
+function createClient(args) {
+  const params = { name: 'create_client', arguments: args };
+  return statelessRequest(base, agentKey, 'tools/call', params, 'tollgate-console-approvals-tests');
 }
 
 test('an approver opens the approval URL, approves behind a confirmation, and the call runs once', async () => {

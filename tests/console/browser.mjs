@@ -97,23 +97,33 @@ export async function listPrompts(base, token, client = 'tollgate-console-tests'
 
 /** The result of a stateless (2026-07-28) `method` (a list) by `token`. */
 async function statelessList(base, token, method, client) {
+  return (await statelessRequest(base, token, method, {}, client)).result;
+}
+
+/**
+ * A stateless (2026-07-28) request `method` with `params` by `token` on `base`'s `/mcp`,
+ * as client `client`: its JSON-RPC answer (an HTTP status other than 200 throws).
+ */
+export async function statelessRequest(base, token, method, params, client) {
   const meta = {
     'io.modelcontextprotocol/protocolVersion': '2026-07-28',
     'io.modelcontextprotocol/clientCapabilities': {},
     'io.modelcontextprotocol/clientInfo': { name: client, version: '0' },
   };
+  const headers = {
+    'Content-Type': 'application/json',
+    Accept: 'application/json, text/event-stream',
+    'MCP-Protocol-Version': '2026-07-28',
+    'Mcp-Method': method,
+    Authorization: `Bearer ${token}`,
+  };
+  if (params.name) headers['Mcp-Name'] = params.name;
   const response = await fetch(`${base}/mcp`, {
     method: 'POST',
-    headers: {
-      'Content-Type': 'application/json',
-      Accept: 'application/json, text/event-stream',
-      'MCP-Protocol-Version': '2026-07-28',
-      'Mcp-Method': method,
-      Authorization: `Bearer ${token}`,
-    },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: { _meta: meta } }),
+    headers,
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: { ...params, _meta: meta } }),
     signal: AbortSignal.timeout(10_000),
   });
   if (response.status !== 200) throw new Error(`${method} answered ${response.status}`);
-  return (await response.json()).result;
+  return response.json();
 }

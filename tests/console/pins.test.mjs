@@ -84,16 +84,22 @@ function listed() {
   return listTools(base, adminKey, 'tollgate-console-pins-tests');
 }
 
+/** A fresh browser context signed in to the console with the admin key, and its page. */
+async function signedIn() {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  context.setDefaultTimeout(10_000);
+  const page = await context.newPage();
+  await signIn(page, base, adminKey);
+  return { context, page };
+}
+
 test('a changed upstream tool is reviewed side by side and approved from the backends page', async () => {
   await until('the tool is offered', async () => (await listed()).some((t) => t.name === 'wh_lookup'));
   writeFileSync(definitions, JSON.stringify([POISONED]));
   await until('the changed tool is held', async () => !(await listed()).some((t) => t.name === 'wh_lookup'));
 
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  context.setDefaultTimeout(10_000);
+  const { context, page } = await signedIn();
   try {
-    const page = await context.newPage();
-    await signIn(page, base, adminKey);
     await page.goto(`${base}/console/backends`);
     const held = page.locator('article.held[data-tool="wh_lookup"]');
     assert.equal(await held.count(), 1);
@@ -147,11 +153,8 @@ test('a changed upstream prompt is reviewed with its arguments and approved from
   }]));
   await until('the changed prompt is held', async () => !(await offered()));
 
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  context.setDefaultTimeout(10_000);
+  const { context, page } = await signedIn();
   try {
-    const page = await context.newPage();
-    await signIn(page, base, adminKey);
     await page.goto(`${base}/console/backends`);
     const held = page.locator('article.held[data-tool="prompt:wh_restock_plan"]');
     assert.equal(await held.count(), 1);
