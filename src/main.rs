@@ -2,6 +2,10 @@
 
 use std::process::ExitCode;
 
+/// Every allocation of the process goes to mimalloc (see Cargo.toml for why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tollgate::ops::cli::run(tollgate::ops::cli::parse())
 }
