@@ -178,14 +178,7 @@ impl Ends<'_, '_> {
     /// longer knows the session.
     async fn run(self, client: reqwest::Client) -> Option<Outcome> {
         let backend = self.backend;
-        let token = self.latest.map(|latest| {
-            // Progress the upstream sends on its own stream rather than the call's.
-            let token = ProgressToken(NumberOrString::String(self.prepared.id.as_str().into()));
-            self.link
-                .progress
-                .register(token.clone(), Arc::clone(latest));
-            token
-        });
+        let token = listen_for_progress(self.link, self.prepared, self.latest);
         let mut relay = self.latest.map(|latest| Relay::new(latest, PROGRESS_EVERY));
         let send = |p: Progress| {
             self.call
@@ -211,29 +204,60 @@ impl Ends<'_, '_> {
         let answer = match answer {
             Ok(answer) => answer,
             Err(why) => {
-                let direct = Arc::clone(self.direct);
-                let id = self.prepared.id.clone();
-                let reason = cancel_reason(Ok(why));
-                self.runtime
-                    .spawn(async move { direct.cancel(&id, reason).await });
+                tell_cancelled(self.runtime, self.direct, self.prepared, Ok(why));
                 return Some(Err(given_up(backend, why, self.call.timeout)));
             }
         };
         if let Some(progress) = relay.as_mut().and_then(Relay::last) {
             send(progress);
         }
-        Some(match answer {
-            Ok(Answer::Result(result)) => result_of(backend, result),
-            Ok(Answer::Rpc { code, message }) => Err(rpc_error(backend, code, &message)),
-            Err(Failure::SessionExpired) => return None,
-            Err(failure) => {
-                if failure.breaks_session() {
-                    self.link.break_off();
-                }
-                Err(failure_of(backend, failure))
-            }
-        })
+        answered(backend, self.link, answer)
     }
+}
+
+/// Registers `latest` for the progress the upstream sends on its own stream rather than the
+/// call's (when the caller asked for progress): the token to unregister after the call.
+fn listen_for_progress(
+    link: &Link,
+    prepared: &Prepared,
+    latest: Option<&Arc<LatestProgress>>,
+) -> Option<ProgressToken> {
+    latest.map(|latest| {
+        let token = ProgressToken(NumberOrString::String(prepared.id.as_str().into()));
+        link.progress.register(token.clone(), Arc::clone(latest));
+        token
+    })
+}
+
+/// Sends the upstream `notifications/cancelled` for a call given up, on the outbound
+/// `runtime` (the waiting thread does not wait for it).
+fn tell_cancelled(
+    runtime: &tokio::runtime::Handle,
+    direct: &Arc<Direct>,
+    prepared: &Prepared,
+    why: Result<GaveUp, oneshot::error::RecvError>,
+) {
+    let direct = Arc::clone(direct);
+    let id = prepared.id.clone();
+    let reason = cancel_reason(why);
+    runtime.spawn(async move { direct.cancel(&id, reason).await });
+}
+
+/// The outcome of a directly posted call's answer; `None` when the upstream no longer knows
+/// the session (rmcp recovers it and sends the call again). A lost connection breaks the
+/// session off, for the supervisor to reconnect.
+fn answered(backend: &str, link: &Link, answer: Result<Answer, Failure>) -> Option<Outcome> {
+    Some(match answer {
+        Ok(Answer::Result(result)) => result_of(backend, result),
+        Ok(Answer::Rpc { code, message }) => Err(rpc_error(backend, code, &message)),
+        Err(Failure::SessionExpired) => return None,
+        Err(failure) => {
+            if failure.breaks_session() {
+                link.break_off();
+            }
+            Err(failure_of(backend, failure))
+        }
+    })
 }
 
 /// Waits on the tool's thread for the call's outcome until the deadline or the caller's
@@ -295,19 +319,11 @@ async fn run_direct(
     report: Report,
     mut give_up: oneshot::Receiver<GaveUp>,
 ) {
-    let token = latest.as_ref().map(|latest| {
-        // Progress the upstream sends on its own stream rather than the call's.
-        let token = ProgressToken(NumberOrString::String(prepared.id.as_str().into()));
-        link.progress.register(token.clone(), Arc::clone(latest));
-        token
-    });
+    let token = listen_for_progress(&link, &prepared, latest.as_ref());
     let answer = tokio::select! {
         answer = direct.call(direct.client(), &prepared, latest.as_deref()) => Some(answer),
         why = &mut give_up => {
-            let reason = cancel_reason(why);
-            let direct = Arc::clone(&direct);
-            let id = prepared.id.clone();
-            tokio::spawn(async move { direct.cancel(&id, reason).await });
+            tell_cancelled(&tokio::runtime::Handle::current(), &direct, &prepared, why);
             None
         }
     };
@@ -317,24 +333,14 @@ async fn run_direct(
     let Some(answer) = answer else {
         return;
     };
-    let outcome = match answer {
-        Ok(Answer::Result(result)) => result_of(&report.backend, result),
-        Ok(Answer::Rpc { code, message }) => Err(rpc_error(&report.backend, code, &message)),
-        Err(Failure::SessionExpired) => {
-            let Some(params) = direct.params_of(&prepared) else {
-                let _ = report
-                    .done
-                    .send(Err(unavailable(&report.backend, "session expired")));
-                return;
-            };
-            return run(link, params, latest, report, give_up).await;
-        }
-        Err(failure) => {
-            if failure.breaks_session() {
-                link.break_off();
-            }
-            Err(failure_of(&report.backend, failure))
-        }
+    let Some(outcome) = answered(&report.backend, &link, answer) else {
+        let Some(params) = direct.params_of(&prepared) else {
+            let _ = report
+                .done
+                .send(Err(unavailable(&report.backend, "session expired")));
+            return;
+        };
+        return run(link, params, latest, report, give_up).await;
     };
     let _ = report.done.send(outcome);
 }
