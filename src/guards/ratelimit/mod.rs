@@ -23,7 +23,11 @@
 //! caller finds no batch running becomes the leader, drains up to [`BATCH_MAX`] queued
 //! calls and runs them in one transaction, in queue order (the Nth charge of a counter in
 //! a batch sees the count it would have seen alone), then hands every caller its own
-//! outcome. What one transaction does is the [`Batch`] the limiter is built for: the
+//! outcome. A leader that finds itself alone after a batch of one yields the processor
+//! once first, and one that follows a batch of several waits briefly for as many (see
+//! `lead_one_batch`): both let callers that are runnable but not yet running join the
+//! transaction on a machine with fewer cores than calls in progress.
+//! What one transaction does is the [`Batch`] the limiter is built for: the
 //! counters alone ([`PlainCharge`], through [`charge_in`]), or what the guard chain
 //! composes around them (the re-check of a cached credential before, the plan read after).
 //! The limiter knows nothing of credentials or plans beyond the limits it reads; what one
@@ -466,6 +470,18 @@ impl<B: Batch> Limiter<B> {
     fn lead_one_batch(&self) {
         let (mut batch, slots): (Vec<B>, Vec<Arc<Slot<B>>>) = {
             let mut queue = self.lock_queue();
+            // A leader alone in the queue after a batch of one gives up the processor
+            // once before it drains. On a server with fewer cores than calls in progress
+            // (a forwarding gate whose threads mostly wait for their upstream, say), the
+            // callers about to charge are runnable but not running while the leader is,
+            // so batches of one would beget batches of one; the yield lets them reach the
+            // queue, and the gathering below then keeps the batches as large as the load.
+            // With nothing else runnable on its core it is one cheap system call.
+            if queue.last_lone <= 1 && queue.waiting.len() == 1 {
+                drop(queue);
+                std::thread::yield_now();
+                queue = self.lock_queue();
+            }
             // Under steady load as many lone charges as the last batch held are on their
             // way: wait (briefly) for them, so they share this transaction. Without the
             // wait, a server with fewer cores than calls in progress runs one transaction
