@@ -5,7 +5,8 @@
 //! stream whose progress is relayed; the upstream's JSON-RPC error keeps its code and
 //! message, and the upstream refusing the gate's own credential is the operator's problem,
 //! said so. An upstream restarted without the session answers the next call 404; the call
-//! is sent again on a new session and goes through.
+//! is sent again on a new session and goes through. A proxy named in the gate's environment
+//! is not used: the configured URL is where calls go.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,11 @@ impl Gate {
     /// `tollgate serve` with the backend `up`: `tollgate serve --conformance-pack` over
     /// Streamable HTTP, the gate's key sent as a secret header read from a file.
     fn start() -> Gate {
+        Gate::start_with_env(&[])
+    }
+
+    /// [`Gate::start`] with `env` added to the gate's environment.
+    fn start_with_env(env: &[(&str, &str)]) -> Gate {
         let upstream_db = TestDb::on_sqlite(&[]);
         let upstream_key = upstream_db.create_key("gate", "*", &[]);
         let upstream = HttpServer::start(&upstream_db, &["--conformance-pack"]);
@@ -47,7 +53,7 @@ timeout_ms = 10000
             addr = upstream.addr,
             file = token_file.display(),
         );
-        let server = HttpServer::start_with_config(&db, &config, &[]);
+        let server = HttpServer::start_with_config(&db, &config, env);
         let gate = Gate {
             upstream_db,
             upstream,
@@ -169,4 +175,24 @@ fn a_call_on_a_session_the_upstream_forgot_goes_through_on_a_new_one() {
     let again = gate.call("up_test_simple_text", json!({}));
     assert_eq!(again["result"]["isError"], false, "{again}");
     assert_eq!(again["result"]["content"], first["result"]["content"]);
+}
+
+#[test]
+fn a_proxy_in_the_environment_is_not_used_to_reach_the_upstream() {
+    // A proxy that refuses every connection: were it used, the gate could neither open its
+    // session with the upstream nor forward a call.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let proxy = format!("http://{}", closed.local_addr().expect("address"));
+    drop(closed);
+    let env = [
+        ("HTTP_PROXY", proxy.as_str()),
+        ("http_proxy", proxy.as_str()),
+        ("ALL_PROXY", proxy.as_str()),
+        ("all_proxy", proxy.as_str()),
+        ("NO_PROXY", ""),
+        ("no_proxy", ""),
+    ];
+    let gate = Gate::start_with_env(&env);
+    let forwarded = gate.call("up_test_simple_text", json!({}));
+    assert_eq!(forwarded["result"]["isError"], false, "{forwarded}");
 }

@@ -194,11 +194,14 @@ struct Session {
     offer_changes: Arc<ListChanges>,
 }
 
-/// The HTTP client of a Streamable HTTP upstream: redirects are not followed, a connection
-/// is given up after [`PING_LIMIT`], small requests are sent at once.
+/// The HTTP client of a Streamable HTTP upstream: redirects are not followed and no proxy
+/// is taken from the environment (the configured URL is where calls go, as for a REST
+/// backend; it also spares every request reqwest's proxy matching), a connection is given
+/// up after [`PING_LIMIT`], small requests are sent at once.
 fn upstream_client() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
         .connect_timeout(PING_LIMIT)
         .tcp_nodelay(true)
         .build()
