@@ -48,7 +48,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::catalog::McpError;
 use crate::clock::Clock;
@@ -166,17 +166,18 @@ impl Budget {
     /// The `_meta["dev.tollgate/ratelimit"]` value:
     /// `{"buckets":[{"bucket","limit","remaining","reset","window_secs"}…],"tightest":name}`.
     pub fn to_meta(&self) -> Value {
+        // Built at its final size (every successful call carries it).
         let buckets: Vec<Value> = self
             .buckets
             .iter()
             .map(|b| {
-                json!({
-                    "bucket": b.bucket,
-                    "limit": b.limit,
-                    "remaining": b.remaining(),
-                    "reset": b.reset,
-                    "window_secs": b.window_secs,
-                })
+                let mut bucket = Map::with_capacity(5);
+                bucket.insert("bucket".into(), b.bucket.into());
+                bucket.insert("limit".into(), b.limit.into());
+                bucket.insert("remaining".into(), b.remaining().into());
+                bucket.insert("reset".into(), b.reset.into());
+                bucket.insert("window_secs".into(), b.window_secs.into());
+                Value::Object(bucket)
             })
             .collect();
         let mut meta = Map::with_capacity(2);
@@ -606,6 +607,7 @@ mod tests {
     use super::*;
     use crate::catalog::ErrorKind;
     use crate::store::{Company, StoreOptions};
+    use serde_json::json;
 
     const T0: i64 = 1_764_464_400; // a minute and hour boundary
 

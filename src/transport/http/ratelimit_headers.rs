@@ -23,47 +23,37 @@ use crate::catalog::McpError;
 use crate::guards::ratelimit::{Budget, CLIENT_BUCKET, PLAN_BUCKET, window_secs};
 use crate::tools::Category;
 
-/// One bucket as the headers show it.
+/// The policy of one bucket, as a refusal's headers show it.
 struct HeaderBucket<'a> {
     name: &'a str,
     limit: u64,
-    remaining: u64,
-    reset: i64,
     window: Option<i64>,
 }
 
 /// The headers of a charged request: every bucket of `budget`, the tightest one in the
 /// `X-RateLimit-*` trio; `t` counts from `now` (unix seconds). No bucket, no headers.
 pub(super) fn budget(budget: &Budget, now: i64) -> Vec<(String, String)> {
+    use std::fmt::Write as _;
     let Some(tight) = budget.tightest() else {
         return Vec::new();
     };
-    let buckets: Vec<HeaderBucket<'_>> = budget
-        .buckets()
-        .iter()
-        .map(|b| HeaderBucket {
-            name: b.bucket,
-            limit: b.limit,
-            remaining: b.remaining(),
-            reset: b.reset,
-            window: Some(b.window_secs),
-        })
-        .collect();
-    let policy: Vec<String> = buckets.iter().map(policy_item).collect();
-    let state: Vec<String> = buckets
-        .iter()
-        .map(|b| {
-            format!(
-                "{};r={};t={}",
-                sf_string(b.name),
-                b.remaining,
-                (b.reset - now).max(0)
-            )
-        })
-        .collect();
+    // Written straight into the two list values (every successful call carries them).
+    let mut policy = String::with_capacity(32 * budget.buckets().len());
+    let mut state = String::with_capacity(32 * budget.buckets().len());
+    for (i, b) in budget.buckets().iter().enumerate() {
+        if i > 0 {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        push_sf_string(&mut policy, b.bucket);
+        push_sf_string(&mut state, b.bucket);
+        // Writing into a String cannot fail.
+        let _ = write!(policy, ";q={};w={}", b.limit, b.window_secs);
+        let _ = write!(state, ";r={};t={}", b.remaining(), (b.reset - now).max(0));
+    }
     vec![
-        ("RateLimit-Policy".to_owned(), policy.join(", ")),
-        ("RateLimit".to_owned(), state.join(", ")),
+        ("RateLimit-Policy".to_owned(), policy),
+        ("RateLimit".to_owned(), state),
         ("X-RateLimit-Limit".to_owned(), tight.limit.to_string()),
         (
             "X-RateLimit-Remaining".to_owned(),
@@ -90,8 +80,6 @@ pub(super) fn refusal(err: &McpError) -> Vec<(String, String)> {
         let b = HeaderBucket {
             name,
             limit,
-            remaining: 0,
-            reset,
             window: window.then(|| window_secs(name)),
         };
         headers.push(("RateLimit-Policy".to_owned(), policy_item(&b)));
@@ -117,6 +105,12 @@ fn policy_item(b: &HeaderBucket<'_>) -> String {
 /// outside printable ASCII dropped.
 fn sf_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
+    push_sf_string(&mut out, s);
+    out
+}
+
+/// [`sf_string`] appended to `out`.
+fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars().filter(|c| (' '..='~').contains(c)) {
         if c == '"' || c == '\\' {
@@ -125,7 +119,6 @@ fn sf_string(s: &str) -> String {
         out.push(c);
     }
     out.push('"');
-    out
 }
 
 #[cfg(test)]
