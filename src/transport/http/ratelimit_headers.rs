@@ -23,33 +23,18 @@ use crate::catalog::McpError;
 use crate::guards::ratelimit::{Budget, CLIENT_BUCKET, PLAN_BUCKET, window_secs};
 use crate::tools::Category;
 
-/// The policy of one bucket, as a refusal's headers show it.
-struct HeaderBucket<'a> {
-    name: &'a str,
-    limit: u64,
-    window: Option<i64>,
-}
-
 /// The headers of a charged request: every bucket of `budget`, the tightest one in the
 /// `X-RateLimit-*` trio; `t` counts from `now` (unix seconds). No bucket, no headers.
 pub(super) fn budget(budget: &Budget, now: i64) -> Vec<(String, String)> {
-    use std::fmt::Write as _;
     let Some(tight) = budget.tightest() else {
         return Vec::new();
     };
     // Written straight into the two list values (every successful call carries them).
     let mut policy = String::with_capacity(32 * budget.buckets().len());
     let mut state = String::with_capacity(32 * budget.buckets().len());
-    for (i, b) in budget.buckets().iter().enumerate() {
-        if i > 0 {
-            policy.push_str(", ");
-            state.push_str(", ");
-        }
-        push_sf_string(&mut policy, b.bucket);
-        push_sf_string(&mut state, b.bucket);
-        // Writing into a String cannot fail.
-        let _ = write!(policy, ";q={};w={}", b.limit, b.window_secs);
-        let _ = write!(state, ";r={};t={}", b.remaining(), (b.reset - now).max(0));
+    for b in budget.buckets() {
+        push_policy(&mut policy, b.bucket, b.limit, Some(b.window_secs));
+        push_state(&mut state, b.bucket, b.remaining(), (b.reset - now).max(0));
     }
     vec![
         ("RateLimit-Policy".to_owned(), policy),
@@ -77,16 +62,17 @@ pub(super) fn refusal(err: &McpError) -> Vec<(String, String)> {
     if let (Some(name), Some(limit), Some(reset)) = (bucket, limit, reset) {
         let window = matches!(name, PLAN_BUCKET | CLIENT_BUCKET)
             || Category::ALL.iter().any(|c| c.as_str() == name);
-        let b = HeaderBucket {
+        let mut policy = String::new();
+        push_policy(&mut policy, name, limit, window.then(|| window_secs(name)));
+        let mut state = String::new();
+        push_state(
+            &mut state,
             name,
-            limit,
-            window: window.then(|| window_secs(name)),
-        };
-        headers.push(("RateLimit-Policy".to_owned(), policy_item(&b)));
-        headers.push((
-            "RateLimit".to_owned(),
-            format!("{};r=0;t={retry_after}", sf_string(name)),
-        ));
+            0,
+            i64::try_from(retry_after).unwrap_or(i64::MAX),
+        );
+        headers.push(("RateLimit-Policy".to_owned(), policy));
+        headers.push(("RateLimit".to_owned(), state));
         headers.push(("X-RateLimit-Limit".to_owned(), limit.to_string()));
         headers.push(("X-RateLimit-Remaining".to_owned(), "0".to_owned()));
         headers.push(("X-RateLimit-Reset".to_owned(), reset.to_string()));
@@ -94,22 +80,35 @@ pub(super) fn refusal(err: &McpError) -> Vec<(String, String)> {
     headers
 }
 
-fn policy_item(b: &HeaderBucket<'_>) -> String {
-    match b.window {
-        Some(w) => format!("{};q={};w={w}", sf_string(b.name), b.limit),
-        None => format!("{};q={}", sf_string(b.name), b.limit),
+/// Appends one member to a `RateLimit-Policy` list: `"name";q=limit;w=window` (no `w` for a
+/// bucket whose window is unknown).
+fn push_policy(out: &mut String, name: &str, limit: u64, window: Option<i64>) {
+    use std::fmt::Write as _;
+    push_member(out, name);
+    // Writing into a String cannot fail.
+    let _ = write!(out, ";q={limit}");
+    if let Some(window) = window {
+        let _ = write!(out, ";w={window}");
     }
 }
 
-/// A structured-field string (RFC 9651 §3.3.3): quoted, `\` and `"` escaped, and anything
-/// outside printable ASCII dropped.
-fn sf_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    push_sf_string(&mut out, s);
-    out
+/// Appends one member to a `RateLimit` list: `"name";r=remaining;t=seconds`.
+fn push_state(out: &mut String, name: &str, remaining: u64, seconds: i64) {
+    use std::fmt::Write as _;
+    push_member(out, name);
+    let _ = write!(out, ";r={remaining};t={seconds}");
 }
 
-/// [`sf_string`] appended to `out`.
+/// Starts a list member named `name`: the separator after an earlier member, then the name.
+fn push_member(out: &mut String, name: &str) {
+    if !out.is_empty() {
+        out.push_str(", ");
+    }
+    push_sf_string(out, name);
+}
+
+/// Appends a structured-field string (RFC 9651 §3.3.3): quoted, `\` and `"` escaped, and
+/// anything outside printable ASCII dropped.
 fn push_sf_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars().filter(|c| (' '..='~').contains(c)) {
@@ -186,6 +185,8 @@ mod tests {
         let auth = McpError::rate_limited("auth", 10, 99, 5);
         assert_eq!(refusal(&auth)[1].1, "\"auth\";q=10");
         assert!(refusal(&McpError::internal()).is_empty());
-        assert_eq!(sf_string("a\"b\\c\u{e9}"), "\"a\\\"b\\\\c\"");
+        let mut quoted = String::new();
+        push_sf_string(&mut quoted, "a\"b\\c\u{e9}");
+        assert_eq!(quoted, "\"a\\\"b\\\\c\"");
     }
 }
