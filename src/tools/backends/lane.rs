@@ -35,8 +35,8 @@ use std::time::Duration;
 use thread_local::ThreadLocal;
 use tokio::time::Instant;
 
-/// Makes a backend's client, configured as its shared one.
-type MakeClient = Box<dyn Fn() -> Result<reqwest::Client, reqwest::Error> + Send + Sync>;
+/// Makes a backend's client, configured as its shared one (`None` when it cannot be made).
+type MakeClient<C> = Box<dyn Fn() -> Option<C> + Send + Sync>;
 
 /// This thread's runtime for outbound exchanges, made on its first exchange (`None` when it
 /// could not be started: the shared runtime serves the thread then).
@@ -66,25 +66,24 @@ thread_local! {
         });
 }
 
-/// One backend's clients, one per thread that has called it.
-pub(crate) struct Lanes {
-    make: MakeClient,
-    clients: ThreadLocal<RefCell<Option<(u64, reqwest::Client)>>>,
+/// One backend's clients (`reqwest`'s, or the client `C` its calls post with), one per
+/// thread that has called it.
+pub(crate) struct Lanes<C: Send = reqwest::Client> {
+    make: MakeClient<C>,
+    clients: ThreadLocal<RefCell<Option<(u64, C)>>>,
 }
 
-impl std::fmt::Debug for Lanes {
+impl<C: Send> std::fmt::Debug for Lanes<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lanes").finish_non_exhaustive()
     }
 }
 
-impl Lanes {
+impl<C: Clone + Send> Lanes<C> {
     /// Lanes whose clients `make` builds (as the backend's shared client is built).
-    pub(crate) fn new(
-        make: impl Fn() -> Result<reqwest::Client, reqwest::Error> + Send + Sync + 'static,
-    ) -> Lanes {
+    pub(crate) fn new<E>(make: impl Fn() -> Result<C, E> + Send + Sync + 'static) -> Lanes<C> {
         Lanes {
-            make: Box::new(make),
+            make: Box::new(move || make().ok()),
             clients: ThreadLocal::new(),
         }
     }
@@ -94,7 +93,7 @@ impl Lanes {
     /// context, or has no runtime, or the client could not be made).
     pub(crate) fn run<G, F>(&self, exchange: G) -> Result<F::Output, G>
     where
-        G: FnOnce(reqwest::Client) -> F,
+        G: FnOnce(C) -> F,
         F: Future,
     {
         if PASSING.with(Cell::get) || tokio::runtime::Handle::try_current().is_ok() {
@@ -110,13 +109,13 @@ impl Lanes {
     }
 
     /// This thread's client, made on the thread's first exchange with the backend.
-    fn client_for(&self, token: u64) -> Option<reqwest::Client> {
+    fn client_for(&self, token: u64) -> Option<C> {
         let slot = self.clients.get_or(|| RefCell::new(None));
         let mut slot = slot.borrow_mut();
         match &*slot {
             Some((made_for, client)) if *made_for == token => Some(client.clone()),
             _ => {
-                let client = (self.make)().ok()?;
+                let client = (self.make)()?;
                 *slot = Some((token, client.clone()));
                 Some(client)
             }

@@ -41,6 +41,7 @@ use crate::tools::backends::{Call, NOT_CONNECTED};
 
 use super::Shared;
 use super::direct::{Answer, CallResult, Direct, Failure, Prepared};
+use super::poster::Poster;
 use super::progress::{LatestProgress, PROGRESS_EVERY, Progress, Relay, cut};
 use super::session::Link;
 
@@ -92,7 +93,7 @@ pub(super) fn forward(
     };
     // The body is written here, from the caller's arguments, once.
     let prepared = direct.prepare(&upstream_name, args, latest.is_some(), call.trace);
-    let on_lane = direct.lanes.run(|client| {
+    let on_lane = direct.lanes.run(|poster| {
         let ends = Ends {
             backend,
             link: &link,
@@ -102,7 +103,7 @@ pub(super) fn forward(
             call,
             runtime,
         };
-        ends.run(client)
+        ends.run(poster)
     });
     match on_lane {
         Ok(Some(outcome)) => outcome,
@@ -173,10 +174,10 @@ struct Ends<'a, 'c> {
 }
 
 impl Ends<'_, '_> {
-    /// Posts the call with `client` and waits for its answer until the deadline or the
+    /// Posts the call with `poster` and waits for its answer until the deadline or the
     /// caller's cancellation, relaying its progress meanwhile; `None` when the upstream no
     /// longer knows the session.
-    async fn run(self, client: reqwest::Client) -> Option<Outcome> {
+    async fn run(self, poster: Poster) -> Option<Outcome> {
         let backend = self.backend;
         let token = listen_for_progress(self.link, self.prepared, self.latest);
         let mut relay = self.latest.map(|latest| Relay::new(latest, PROGRESS_EVERY));
@@ -187,7 +188,7 @@ impl Ends<'_, '_> {
         };
         let exchange = self
             .direct
-            .call(&client, self.prepared, self.latest.map(|l| &**l));
+            .call(&poster, self.prepared, self.latest.map(|l| &**l));
         let answer = lane::supervise(exchange, self.call.timeout, POLL, |now| {
             if self.call.ctx.is_cancelled() {
                 return true;
@@ -321,7 +322,7 @@ async fn run_direct(
 ) {
     let token = listen_for_progress(&link, &prepared, latest.as_ref());
     let answer = tokio::select! {
-        answer = direct.call(direct.client(), &prepared, latest.as_deref()) => Some(answer),
+        answer = direct.call(direct.poster(), &prepared, latest.as_deref()) => Some(answer),
         why = &mut give_up => {
             tell_cancelled(&tokio::runtime::Handle::current(), &direct, &prepared, why);
             None

@@ -3,9 +3,9 @@
 //! rmcp's client passes every message through its service loop, its transport worker and
 //! a blocking task that decodes the answer into the union of every server result, and puts
 //! a progress token on every request. Measured on the forwarded `echo` call, that path
-//! cost more CPU than all of tollgate's guards together. A call here is one POST on the
-//! pooled `reqwest` client the session uses (keep-alive, `TCP_NODELAY`, as many
-//! connections as calls in flight), its body written once from the caller's arguments,
+//! cost more CPU than all of tollgate's guards together. A call here is one POST on a
+//! pooled client ([`Poster`]: keep-alive, `TCP_NODELAY`, as many connections as calls in
+//! flight), its body written once from the caller's arguments,
 //! its answer read into exactly what the gate keeps of it (content blocks, structured
 //! content, `isError`, or the JSON-RPC error). A progress token is sent only when the
 //! caller asked for progress.
@@ -27,11 +27,12 @@ use serde::{Deserialize, Serialize, Serializer, ser::SerializeMap};
 use serde_json::{Map, Value};
 use sse_stream::SseStream;
 
+use super::poster::{Poster, Reply};
 use super::progress::{LatestProgress, Progress};
 use super::session_client::SessionId;
 use crate::telemetry::TraceFields;
+use crate::tools::backends::BodyFailure;
 use crate::tools::backends::lane::Lanes;
-use crate::tools::backends::{BodyFailure, read_capped};
 
 /// The largest answer read from the upstream, JSON or the whole event stream.
 pub(super) const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
@@ -42,12 +43,14 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 
 /// How calls reach one connected Streamable HTTP upstream.
 pub(super) struct Direct {
-    /// The session's client, on the outbound runtime.
-    client: reqwest::Client,
-    /// A client of the same configuration per calling thread, whose connections live on
-    /// that thread ([`Lanes`]).
-    pub(super) lanes: Lanes,
+    /// The client for work on the outbound runtime.
+    poster: Poster,
+    /// A client of the same kind per calling thread, whose connections live on that
+    /// thread ([`Lanes`]).
+    pub(super) lanes: Lanes<Poster>,
     url: reqwest::Url,
+    /// `url`, as hyper takes it.
+    uri: hyper::Uri,
     /// The configured headers, the content type, what is accepted and the negotiated
     /// protocol revision.
     headers: HeaderMap,
@@ -183,17 +186,21 @@ pub(super) struct Prepared {
 
 impl Direct {
     /// Calls on `url` with the configured `headers`, on the session `session` notes, in
-    /// the negotiated protocol revision `version`; `client` is the session's, `lanes` make
-    /// the calling threads' own.
+    /// the negotiated protocol revision `version`; `poster` serves the outbound runtime,
+    /// `lanes` make the calling threads' own.
     pub(super) fn new(
-        client: reqwest::Client,
-        lanes: Lanes,
+        poster: Poster,
+        lanes: Lanes<Poster>,
         url: &str,
         configured: &std::collections::HashMap<HeaderName, HeaderValue>,
         session: Arc<SessionId>,
         version: &str,
     ) -> Result<Direct, String> {
         let url = reqwest::Url::parse(url).map_err(|e| format!("{url} is not a URL: {e}"))?;
+        let uri = url
+            .as_str()
+            .parse()
+            .map_err(|e| format!("{url} is not a URI: {e}"))?;
         let mut headers = HeaderMap::with_capacity(configured.len() + 3);
         for (name, value) in configured {
             headers.insert(name.clone(), value.clone());
@@ -207,9 +214,10 @@ impl Direct {
             .map_err(|_| format!("the protocol revision {version:?} is not a header value"))?;
         headers.insert(HeaderName::from_static(VERSION_HEADER), version);
         Ok(Direct {
-            client,
+            poster,
             lanes,
             url,
+            uri,
             headers,
             session,
             next_id: AtomicU64::new(1),
@@ -245,43 +253,39 @@ impl Direct {
         Prepared { id, body }
     }
 
-    /// Posts `call` with `client` (the session's, or the calling thread's) and reads its
-    /// answer, offering its progress to `latest`.
+    /// Posts `call` with `poster` (the outbound runtime's, or the calling thread's) and
+    /// reads its answer, offering its progress to `latest`.
     pub(super) async fn call(
         &self,
-        client: &reqwest::Client,
+        poster: &Poster,
         call: &Prepared,
         latest: Option<&LatestProgress>,
     ) -> Result<Answer, Failure> {
         let session = self.session.get();
-        let mut response = self
-            .post(client, session.as_deref(), call.body.clone())
+        let reply = self
+            .post(poster, session.as_deref(), call.body.clone())
             .await?;
-        let status = response.status();
+        let status = reply.status;
         if status == StatusCode::NOT_FOUND && session.is_some() {
             return Err(Failure::SessionExpired);
         }
-        let media = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim_start().to_ascii_lowercase())
-            .unwrap_or_default();
-        if status.is_success() && media.starts_with("text/event-stream") {
-            return self.read_stream(client, response, &call.id, latest).await;
+        if status.is_success() && reply.media.starts_with("text/event-stream") {
+            return self.read_stream(poster, reply, &call.id, latest).await;
         }
         let refused = matches!(status.as_u16(), 401 | 403);
-        if !status.is_success() && (refused || !media.starts_with("application/json")) {
+        if !status.is_success() && (refused || !reply.media.starts_with("application/json")) {
             return Err(Failure::Status(status.as_u16()));
         }
         // A server may send a JSON-RPC error with a failure status (429 with -32006, say):
         // the error is the answer, the status only its echo.
-        let body = read_capped(&mut response, MAX_ANSWER_BYTES as u64)
-            .await
-            .map_err(|failure| match failure {
-                BodyFailure::TooLarge => Failure::TooLarge,
-                BodyFailure::Lost => Failure::Lost,
-            })?;
+        let body =
+            reply
+                .read_capped(MAX_ANSWER_BYTES as u64)
+                .await
+                .map_err(|failure| match failure {
+                    BodyFailure::TooLarge => Failure::TooLarge,
+                    BodyFailure::Lost => Failure::Lost,
+                })?;
         let answer = serde_json::from_slice::<Incoming>(&body)
             .ok()
             .and_then(|incoming| answer_of(incoming, &call.id));
@@ -310,40 +314,45 @@ impl Direct {
         let body = serde_json::to_vec(&notification).unwrap_or_default();
         let session = self.session.get();
         let _ = self
-            .post(&self.client, session.as_deref(), body.into())
+            .post(&self.poster, session.as_deref(), body.into())
             .await;
     }
 
-    /// The session's client, for work on the outbound runtime.
-    pub(super) fn client(&self) -> &reqwest::Client {
-        &self.client
+    /// The client for work on the outbound runtime.
+    pub(super) fn poster(&self) -> &Poster {
+        &self.poster
     }
 
     async fn post(
         &self,
-        client: &reqwest::Client,
+        poster: &Poster,
         session: Option<&str>,
         body: Bytes,
-    ) -> Result<reqwest::Response, Failure> {
-        let mut request = client.post(self.url.clone()).headers(self.headers.clone());
+    ) -> Result<Reply, Failure> {
+        let mut headers = self.headers.clone();
         if let Some(session) = session {
-            request = request.header(SESSION_HEADER, session);
+            // The upstream sent it as a header: it is a header value.
+            let value = HeaderValue::from_str(session).map_err(|_| Failure::Lost)?;
+            headers.insert(HeaderName::from_static(SESSION_HEADER), value);
         }
-        request.body(body).send().await.map_err(|_| Failure::Lost)
+        poster
+            .post(&self.url, &self.uri, headers, body)
+            .await
+            .map_err(|()| Failure::Lost)
     }
 
     /// Reads an event stream until the answer to `id`, relaying its progress to `latest`
     /// and answering the upstream's own requests.
     async fn read_stream(
         &self,
-        client: &reqwest::Client,
-        response: reqwest::Response,
+        poster: &Poster,
+        reply: Reply,
         id: &str,
         latest: Option<&LatestProgress>,
     ) -> Result<Answer, Failure> {
         let mut read = 0usize;
-        let bytes = response.bytes_stream().map(move |chunk| {
-            let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()))?;
+        let bytes = reply.into_chunks().map(move |chunk| {
+            let chunk = chunk?;
             read += chunk.len();
             if read > MAX_ANSWER_BYTES {
                 return Err(std::io::Error::other("too large"));
@@ -367,7 +376,7 @@ impl Direct {
             match (&incoming.method, &incoming.id) {
                 (Some(method), None) => relay(method, incoming.params, id, latest),
                 (Some(method), Some(request)) => {
-                    self.answer(client, method, request.clone()).await;
+                    self.answer(poster, method, request.clone()).await;
                 }
                 (None, _) => {
                     if let Some(answer) = answer_of(incoming, id) {
@@ -381,7 +390,7 @@ impl Direct {
 
     /// Answers a request the upstream sends during a call: `ping` with an empty result,
     /// anything else as a method tollgate does not have.
-    async fn answer(&self, client: &reqwest::Client, method: &str, request: Value) {
+    async fn answer(&self, poster: &Poster, method: &str, request: Value) {
         let reply = if method == "ping" {
             serde_json::json!({"jsonrpc": "2.0", "id": request, "result": {}})
         } else {
@@ -393,7 +402,7 @@ impl Direct {
         };
         let body = serde_json::to_vec(&reply).unwrap_or_default();
         let session = self.session.get();
-        let _ = self.post(client, session.as_deref(), body.into()).await;
+        let _ = self.post(poster, session.as_deref(), body.into()).await;
     }
 }
 
@@ -438,9 +447,10 @@ mod tests {
     fn direct() -> Direct {
         // As `Backends::open` does for the server.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let plain = || Ok::<_, String>(Poster::Tls(reqwest::Client::new()));
         Direct::new(
-            reqwest::Client::new(),
-            Lanes::new(|| reqwest::Client::builder().build()),
+            Poster::Tls(reqwest::Client::new()),
+            Lanes::new(plain),
             "http://127.0.0.1:9/mcp",
             &std::collections::HashMap::new(),
             Arc::new(SessionId::default()),

@@ -20,6 +20,7 @@ mod direct;
 mod handler;
 mod listing;
 mod offer;
+mod poster;
 mod progress;
 mod relist;
 mod requests;
