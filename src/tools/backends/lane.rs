@@ -6,22 +6,23 @@
 //! Measured under load, those sleeps and wake-ups were about a tenth of the gate's CPU per
 //! forwarded call. [`Lanes`] runs the exchange on the caller's own thread instead: each
 //! thread that forwards has a single-threaded tokio runtime of its own, and each backend a
-//! `reqwest::Client` per such thread (a client's pooled connections belong to the runtime
-//! they were opened on), so writing the request, waiting on the socket and reading the
-//! answer are one thread's work, and a thread keeps its connections to a backend open
-//! between calls.
+//! client per such thread (`reqwest`'s, or hyper-util's for a plain-http MCP upstream; a
+//! client's pooled connections belong to the runtime they were opened on), so writing the
+//! request, waiting on the socket and reading the answer are one thread's work, and a
+//! thread keeps its connections to a backend open between calls.
 //!
-//! Making a thread's client costs a few milliseconds (the platform's root certificates are
-//! loaded), once per thread and backend. A thread that lives for one call only (the extra
-//! calls of a request run side by side, [`passing`]) would pay it on every call, so it is
-//! kept off the lanes; so is a thread already inside an async context, which cannot block
-//! on a runtime. There [`Lanes::run`] gives the exchange back, and the caller uses the
-//! shared runtime.
+//! Making a thread's reqwest client costs a few milliseconds (the platform's root
+//! certificates are loaded), once per thread and backend. A thread that lives for one call
+//! only (the extra calls of a request run side by side, [`passing`]) would pay it on every
+//! call, so it is kept off the lanes; so is a thread already inside an async context, which
+//! cannot block on a runtime. There [`Lanes::run`] gives the exchange back, and the caller
+//! uses the shared runtime.
 //!
 //! A thread's runtime is driven only during its exchanges, so a connection the backend
 //! closed while it lay idle is noticed when the next exchange starts: hyper's connection
 //! task reads before it writes, finds the connection closed, and hands the request back
-//! unsent, and the client sends it on a new connection (a test below holds that). For the
+//! unsent, and the client sends it on a new connection (a test below holds that for
+//! reqwest's client, and one in `upstream/poster.rs` for hyper-util's). For the
 //! same reason an exchange given up (past its deadline, or cancelled by the caller) ends
 //! with [`let_go`], so that its connection is closed then and the backend learns at once
 //! that nobody waits for its answer.
