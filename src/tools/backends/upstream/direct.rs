@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize, Serializer, ser::SerializeMap};
 use serde_json::{Map, Value};
 use sse_stream::SseStream;
 
-use super::poster::{Poster, Reply};
+use super::poster::{Endpoint, Poster, Reply};
 use super::progress::{LatestProgress, Progress};
 use super::session_client::SessionId;
 use crate::telemetry::TraceFields;
@@ -48,9 +48,7 @@ pub(super) struct Direct {
     /// A client of the same kind per calling thread, whose connections live on that
     /// thread ([`Lanes`]).
     pub(super) lanes: Lanes<Poster>,
-    url: reqwest::Url,
-    /// `url`, as hyper takes it.
-    uri: hyper::Uri,
+    endpoint: Endpoint,
     /// The configured headers, the content type, what is accepted and the negotiated
     /// protocol revision.
     headers: HeaderMap,
@@ -185,22 +183,17 @@ pub(super) struct Prepared {
 }
 
 impl Direct {
-    /// Calls on `url` with the configured `headers`, on the session `session` notes, in
+    /// Calls on `endpoint` with the configured `headers`, on the session `session` notes, in
     /// the negotiated protocol revision `version`; `poster` serves the outbound runtime,
     /// `lanes` make the calling threads' own.
     pub(super) fn new(
         poster: Poster,
         lanes: Lanes<Poster>,
-        url: &str,
+        endpoint: Endpoint,
         configured: &std::collections::HashMap<HeaderName, HeaderValue>,
         session: Arc<SessionId>,
         version: &str,
     ) -> Result<Direct, String> {
-        let url = reqwest::Url::parse(url).map_err(|e| format!("{url} is not a URL: {e}"))?;
-        let uri = url
-            .as_str()
-            .parse()
-            .map_err(|e| format!("{url} is not a URI: {e}"))?;
         let mut headers = HeaderMap::with_capacity(configured.len() + 3);
         for (name, value) in configured {
             headers.insert(name.clone(), value.clone());
@@ -216,8 +209,7 @@ impl Direct {
         Ok(Direct {
             poster,
             lanes,
-            url,
-            uri,
+            endpoint,
             headers,
             session,
             next_id: AtomicU64::new(1),
@@ -336,7 +328,7 @@ impl Direct {
             headers.insert(HeaderName::from_static(SESSION_HEADER), value);
         }
         poster
-            .post(&self.url, &self.uri, headers, body)
+            .post(&self.endpoint, headers, body)
             .await
             .map_err(|()| Failure::Lost)
     }
@@ -447,11 +439,11 @@ mod tests {
     fn direct() -> Direct {
         // As `Backends::open` does for the server.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let plain = || Ok::<_, String>(Poster::Tls(reqwest::Client::new()));
+        let tls = || Ok::<_, String>(Poster::Tls(reqwest::Client::new()));
         Direct::new(
             Poster::Tls(reqwest::Client::new()),
-            Lanes::new(plain),
-            "http://127.0.0.1:9/mcp",
+            Lanes::new(tls),
+            Endpoint::parse("http://127.0.0.1:9/mcp").expect("a URL"),
             &std::collections::HashMap::new(),
             Arc::new(SessionId::default()),
             "2025-06-18",

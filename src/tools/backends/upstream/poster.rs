@@ -27,6 +27,26 @@ use crate::tools::backends::{BodyFailure, read_capped};
 /// hyper-util's client over plain TCP.
 type PlainClient = Client<HttpConnector, Full<Bytes>>;
 
+/// Where a direct call posts: the upstream's URL, parsed once for either client.
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    url: reqwest::Url,
+    /// `url`, as hyper takes it.
+    uri: hyper::Uri,
+}
+
+impl Endpoint {
+    /// `url` parsed, or what is wrong with it.
+    pub(super) fn parse(url: &str) -> Result<Endpoint, String> {
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url} is not a URL: {e}"))?;
+        let uri = parsed
+            .as_str()
+            .parse()
+            .map_err(|e| format!("{url} is not a URI: {e}"))?;
+        Ok(Endpoint { url: parsed, uri })
+    }
+}
+
 /// Posts a direct call's requests to one upstream.
 #[derive(Clone)]
 pub(super) enum Poster {
@@ -37,14 +57,14 @@ pub(super) enum Poster {
 }
 
 impl Poster {
-    /// The poster for `url`: hyper-util's client (connecting within `connect_timeout`) for
-    /// `http`, else the reqwest client `tls` makes.
-    pub(super) fn for_url(
-        url: &reqwest::Url,
+    /// The poster for `endpoint`: hyper-util's client (connecting within `connect_timeout`)
+    /// for `http`, else the reqwest client `tls` makes.
+    pub(super) fn for_endpoint(
+        endpoint: &Endpoint,
         connect_timeout: Duration,
         tls: impl FnOnce() -> Result<reqwest::Client, reqwest::Error>,
     ) -> Result<Poster, reqwest::Error> {
-        if url.scheme() != "http" {
+        if endpoint.url.scheme() != "http" {
             return tls().map(Poster::Tls);
         }
         let mut connector = HttpConnector::new();
@@ -56,19 +76,18 @@ impl Poster {
         Ok(Poster::Plain(client))
     }
 
-    /// POSTs `body` to `uri` (`url`, parsed for hyper) with `headers`; `Err` when no answer
+    /// POSTs `body` to `endpoint` with `headers`; `Err` when no answer
     /// came (the connection could not be made, or failed before the answer's head).
     pub(super) async fn post(
         &self,
-        url: &reqwest::Url,
-        uri: &hyper::Uri,
+        endpoint: &Endpoint,
         headers: HeaderMap,
         body: Bytes,
     ) -> Result<Reply, ()> {
         match self {
             Poster::Tls(client) => {
                 let response = client
-                    .post(url.clone())
+                    .post(endpoint.url.clone())
                     .headers(headers)
                     .body(body)
                     .send()
@@ -83,7 +102,7 @@ impl Poster {
             Poster::Plain(client) => {
                 let mut request = hyper::Request::new(Full::new(body));
                 *request.method_mut() = hyper::Method::POST;
-                *request.uri_mut() = uri.clone();
+                *request.uri_mut() = endpoint.uri.clone();
                 *request.headers_mut() = headers;
                 let response = client.request(request).await.map_err(|_| ())?;
                 let (head, body) = response.into_parts();
@@ -219,9 +238,9 @@ mod tests {
         )
     }
 
-    fn posters(url: &reqwest::Url) -> [Poster; 2] {
+    fn posters(url: &Endpoint) -> [Poster; 2] {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let plain = Poster::for_url(url, Duration::from_secs(5), unreachable_client)
+        let plain = Poster::for_endpoint(url, Duration::from_secs(5), unreachable_client)
             .expect("a plain poster");
         assert!(matches!(plain, Poster::Plain(_)));
         let tls = Poster::Tls(
@@ -250,20 +269,19 @@ mod tests {
     fn post(
         rt: &tokio::runtime::Runtime,
         poster: &Poster,
-        url: &reqwest::Url,
+        url: &Endpoint,
         body: &'static str,
     ) -> Result<Reply, ()> {
-        let uri: hyper::Uri = url.as_str().parse().expect("a URI");
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, "application/json".parse().expect("a value"));
-        rt.block_on(poster.post(url, &uri, headers, Bytes::from_static(body.as_bytes())))
+        rt.block_on(poster.post(url, headers, Bytes::from_static(body.as_bytes())))
     }
 
     #[test]
     fn an_https_url_gets_the_reqwest_client() {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let url = reqwest::Url::parse("https://upstream.example/mcp").expect("a URL");
-        let poster = Poster::for_url(&url, Duration::from_secs(5), || {
+        let url = Endpoint::parse("https://upstream.example/mcp").expect("a URL");
+        let poster = Poster::for_endpoint(&url, Duration::from_secs(5), || {
             reqwest::Client::builder().no_proxy().build()
         })
         .expect("a poster");
@@ -275,18 +293,12 @@ mod tests {
         let answer = r#"{"jsonrpc":"2.0","id":"tg-1","result":{}}"#;
         for poster_index in 0..2 {
             let (url, bodies, server) = server(vec![json_answer(answer), json_answer(answer)]);
-            let url = reqwest::Url::parse(&url).expect("a URL");
+            let url = Endpoint::parse(&url).expect("a URL");
             let poster = posters(&url)[poster_index].clone();
             let rt = runtime();
-            let uri: hyper::Uri = url.as_str().parse().expect("a URI");
             for n in 0..2 {
                 let reply = rt
-                    .block_on(poster.post(
-                        &url,
-                        &uri,
-                        HeaderMap::new(),
-                        Bytes::from(format!("{n}")),
-                    ))
+                    .block_on(poster.post(&url, HeaderMap::new(), Bytes::from(format!("{n}"))))
                     .expect("an answer");
                 assert_eq!(reply.status, StatusCode::OK);
                 assert_eq!(reply.media, "application/json");
@@ -309,7 +321,7 @@ mod tests {
         for poster_index in 0..2 {
             for answer in [json_answer(&big), chunked.clone()] {
                 let (url, _bodies, server) = server(vec![answer]);
-                let url = reqwest::Url::parse(&url).expect("a URL");
+                let url = Endpoint::parse(&url).expect("a URL");
                 let poster = posters(&url)[poster_index].clone();
                 let rt = runtime();
                 let reply = post(&rt, &poster, &url, "{}").expect("an answer");
@@ -325,7 +337,7 @@ mod tests {
         for poster_index in 0..2 {
             let cut = "HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\nonly this".to_owned();
             let (url, _bodies, server) = server(vec![cut]);
-            let url = reqwest::Url::parse(&url).expect("a URL");
+            let url = Endpoint::parse(&url).expect("a URL");
             let poster = posters(&url)[poster_index].clone();
             let rt = runtime();
             let reply = post(&rt, &poster, &url, "{}").expect("an answer's head");
@@ -339,7 +351,7 @@ mod tests {
             let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
             format!("http://{}/mcp", listener.local_addr().expect("address"))
         };
-        let url = reqwest::Url::parse(&closed).expect("a URL");
+        let url = Endpoint::parse(&closed).expect("a URL");
         for poster in posters(&url) {
             assert!(post(&runtime(), &poster, &url, "{}").is_err());
         }
@@ -351,7 +363,7 @@ mod tests {
         // knows, then closes; the runtime is not driven between the posts (as on a lane).
         let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
         let url = format!("http://{}/mcp", listener.local_addr().expect("address"));
-        let url = reqwest::Url::parse(&url).expect("a URL");
+        let url = Endpoint::parse(&url).expect("a URL");
         let server = std::thread::spawn(move || {
             for round in 0..4 {
                 let (stream, _) = listener.accept().expect("accept");
@@ -393,12 +405,11 @@ mod tests {
         );
         for poster_index in 0..2 {
             let (url, _bodies, server) = server(vec![answer.clone()]);
-            let url = reqwest::Url::parse(&url).expect("a URL");
+            let url = Endpoint::parse(&url).expect("a URL");
             let poster = posters(&url)[poster_index].clone();
             let rt = runtime();
-            let uri: hyper::Uri = url.as_str().parse().expect("a URI");
             let reply = rt
-                .block_on(poster.post(&url, &uri, HeaderMap::new(), Bytes::from_static(b"{}")))
+                .block_on(poster.post(&url, HeaderMap::new(), Bytes::from_static(b"{}")))
                 .expect("an answer");
             assert_eq!(reply.media, "text/event-stream");
             let read: Vec<u8> = rt.block_on(async {

@@ -31,7 +31,7 @@ use rmcp::{Peer, RoleClient, ServiceExt};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, watch};
 
-use super::poster::Poster;
+use super::poster::{Endpoint, Poster};
 use crate::config::{HeaderValue, McpTransport, read_secret};
 use crate::tools::backends::Health;
 use crate::tools::backends::lane::Lanes;
@@ -246,15 +246,14 @@ async fn connect(shared: &Arc<Shared>, target: &Target) -> Result<Session, Strin
                 .peer_info()
                 .map(|info| info.protocol_version.to_string())
                 .unwrap_or_else(|| ProtocolVersion::LATEST_WITH_INITIALIZE.to_string());
-            let parsed =
-                reqwest::Url::parse(url).map_err(|e| format!("{url} is not a URL: {e}"))?;
+            let endpoint = Endpoint::parse(url)?;
             let lanes = Lanes::new({
-                let parsed = parsed.clone();
-                move || Poster::for_url(&parsed, PING_LIMIT, upstream_client)
+                let endpoint = endpoint.clone();
+                move || Poster::for_endpoint(&endpoint, PING_LIMIT, upstream_client)
             });
-            let poster = Poster::for_url(&parsed, PING_LIMIT, || Ok(client))
+            let poster = Poster::for_endpoint(&endpoint, PING_LIMIT, || Ok(client))
                 .map_err(|e| format!("no MCP server answered at {url}: {e}"))?;
-            let direct = Direct::new(poster, lanes, url, headers, session, &version)?;
+            let direct = Direct::new(poster, lanes, endpoint, headers, session, &version)?;
             (running, None, Some(Arc::new(direct)))
         }
     };
