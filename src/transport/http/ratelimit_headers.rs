@@ -34,7 +34,12 @@ pub(super) fn budget(budget: &Budget, now: i64) -> Vec<(String, String)> {
     let mut state = String::with_capacity(32 * budget.buckets().len());
     for b in budget.buckets() {
         push_policy(&mut policy, b.bucket, b.limit, Some(b.window_secs));
-        push_state(&mut state, b.bucket, b.remaining(), (b.reset - now).max(0));
+        push_state(
+            &mut state,
+            b.bucket,
+            b.remaining(),
+            u64::try_from(b.reset - now).unwrap_or(0),
+        );
     }
     vec![
         ("RateLimit-Policy".to_owned(), policy),
@@ -65,12 +70,7 @@ pub(super) fn refusal(err: &McpError) -> Vec<(String, String)> {
         let mut policy = String::new();
         push_policy(&mut policy, name, limit, window.then(|| window_secs(name)));
         let mut state = String::new();
-        push_state(
-            &mut state,
-            name,
-            0,
-            i64::try_from(retry_after).unwrap_or(i64::MAX),
-        );
+        push_state(&mut state, name, 0, retry_after);
         headers.push(("RateLimit-Policy".to_owned(), policy));
         headers.push(("RateLimit".to_owned(), state));
         headers.push(("X-RateLimit-Limit".to_owned(), limit.to_string()));
@@ -93,7 +93,7 @@ fn push_policy(out: &mut String, name: &str, limit: u64, window: Option<i64>) {
 }
 
 /// Appends one member to a `RateLimit` list: `"name";r=remaining;t=seconds`.
-fn push_state(out: &mut String, name: &str, remaining: u64, seconds: i64) {
+fn push_state(out: &mut String, name: &str, remaining: u64, seconds: u64) {
     use std::fmt::Write as _;
     push_member(out, name);
     let _ = write!(out, ";r={remaining};t={seconds}");
