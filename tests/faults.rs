@@ -481,18 +481,21 @@ fn assert_storage_unavailable(response: &Value) {
 #[test]
 fn a_full_disk_gives_a_clean_error_corrupts_nothing_and_recovers() {
     let scratch = tempfile::tempdir().expect("tempdir");
-    match TinyDisk::mount(scratch.path(), "2m") {
+    match TinyDisk::mount(scratch.path(), "4m") {
         Some(disk) => full_tmpfs(&disk),
         None => full_by_file_size_limit(scratch.path()),
     }
 }
 
-/// A database on a 2 MiB tmpfs, with 256 KiB of ballast the "operator" deletes at the end.
+/// A database on a 4 MiB tmpfs, half of it ballast the "operator" deletes at the end. Once
+/// space returns, the background checkpoint may copy the whole WAL into the database file
+/// before the next write: ballast larger than the WAL can grow (the rest of the disk) leaves
+/// room for that copy and the write after it.
 fn full_tmpfs(disk: &TinyDisk) {
-    println!("[faults] full disk: a 2 MiB tmpfs");
+    println!("[faults] full disk: a 4 MiB tmpfs");
     let db = init_at(&disk.mount);
     let ballast = disk.mount.join("ballast");
-    std::fs::write(&ballast, vec![0u8; 256 * 1024]).expect("ballast");
+    std::fs::write(&ballast, vec![0u8; 2 * 1024 * 1024]).expect("ballast");
     let mut server = StdioServer::start(&db, &[]);
     server.initialize("2025-11-25");
     let client = create_acme(&mut server);
