@@ -206,6 +206,10 @@ struct SlotCount {
     /// Requests that gave their slot up while they wait on another system: still in
     /// flight, so a stopping server waits for them too.
     away: usize,
+    /// Threads waiting on `changed` (for a slot, or for the server to go idle): a change
+    /// wakes somebody only when somebody waits, since a wake-up is a system call whether
+    /// or not a thread sleeps (two for every forwarded call, measured).
+    waiting: usize,
     closed: bool,
 }
 
@@ -238,10 +242,12 @@ impl Slots {
     fn wait_free(&self) -> std::sync::MutexGuard<'_, SlotCount> {
         let mut state = self.lock();
         while state.busy >= self.max {
+            state.waiting += 1;
             state = self
                 .changed
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            state.waiting -= 1;
         }
         state
     }
@@ -264,11 +270,11 @@ impl Slots {
 
     /// Wakes who waits for a slot (everyone once the server is stopping).
     fn changed_after(&self, state: std::sync::MutexGuard<'_, SlotCount>) {
-        let stopping = state.closed;
+        let (stopping, waiting) = (state.closed, state.waiting > 0);
         drop(state);
         if stopping {
             self.changed.notify_all();
-        } else {
+        } else if waiting {
             self.changed.notify_one();
         }
     }
@@ -292,11 +298,13 @@ impl Slots {
                 );
                 return;
             }
+            state.waiting += 1;
             state = self
                 .changed
                 .wait_timeout(state, left)
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
+            state.waiting -= 1;
         }
     }
 }
@@ -438,5 +446,60 @@ mod tests {
         let later = start + REFUSAL_LOG_WINDOW;
         assert_eq!(log.allow(Refusal::TooManyConnections, later), Some(1000));
         assert_eq!(log.allow(Refusal::TooManyConnections, later), None);
+    }
+
+    /// Spins (yielding) until `n` threads wait on `slots`.
+    fn until_waiting(slots: &Slots, n: usize) {
+        while slots.lock().waiting != n {
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_request_waiting_for_a_slot_gets_the_one_given_back() {
+        let slots = Arc::new(Slots::new(1));
+        let held = slots.enter();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let slots = Arc::clone(&slots);
+            std::thread::spawn(move || {
+                let _slot = slots.enter();
+                tx.send(()).expect("send");
+            })
+        };
+        until_waiting(&slots, 1);
+        assert!(rx.try_recv().is_err(), "entered past a full house");
+        drop(held);
+        rx.recv().expect("the waiter entered");
+        waiter.join().expect("waiter");
+        let state = slots.lock();
+        assert_eq!((state.busy, state.waiting), (0, 0));
+    }
+
+    #[test]
+    fn a_slot_stepped_away_from_serves_another_request_and_is_waited_for_back() {
+        let slots = Arc::new(Slots::new(1));
+        let first = slots.enter();
+        let waiter = {
+            let slots = Arc::clone(&slots);
+            std::thread::spawn(move || drop(slots.enter()))
+        };
+        until_waiting(&slots, 1);
+        // The first request waits on a backend: the second gets its slot meanwhile.
+        slots.step_away();
+        waiter
+            .join()
+            .expect("the waiter entered while the first was away");
+        slots.step_back();
+        slots.close();
+        let idle = {
+            let slots = Arc::clone(&slots);
+            std::thread::spawn(move || slots.wait_idle(Duration::from_secs(600)))
+        };
+        until_waiting(&slots, 1);
+        drop(first);
+        idle.join().expect("idle once the first request ended");
+        let state = slots.lock();
+        assert_eq!((state.busy, state.away, state.waiting), (0, 0, 0));
     }
 }
