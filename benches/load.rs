@@ -261,6 +261,9 @@ struct Settings {
     /// Minute windows per counter in `bigdb` (`--window-minutes`).
     window_minutes: u64,
     starts: usize,
+    /// Calls/s all connections together send at most (each connection its share, evenly
+    /// spaced); `None`: each sends its next request as soon as it has the answer.
+    pace: Option<f64>,
 }
 
 impl Settings {
@@ -293,6 +296,7 @@ impl Settings {
             counter_windows: number(&args, "--counter-windows", 1_000_000),
             window_minutes: number(&args, "--window-minutes", WINDOW_MINUTES).max(1),
             starts: number(&args, "--starts", 10usize).max(1),
+            pace: None,
         }
     }
 
@@ -982,13 +986,15 @@ impl Requests {
 /// One answered call: when it was sent, how long it took, whether it succeeded.
 type Sample = (Instant, Duration, bool);
 
-/// One keep-alive connection sending requests in a closed loop until `stop`. Returns its
-/// samples and whether the server closed the connection first.
+/// One keep-alive connection sending requests in a closed loop until `stop`, at most one
+/// each `every` when that is some (a request whose turn has passed goes at once). Returns
+/// its samples and whether the server closed the connection first.
 fn http_client(
     addr: SocketAddr,
     requests: &Requests,
     stop: &AtomicBool,
     seed: u64,
+    every: Option<Duration>,
 ) -> (Vec<Sample>, bool) {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_nodelay(true).expect("nodelay");
@@ -1010,8 +1016,16 @@ fn http_client(
         },
         other => other,
     };
+    let mut turn = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let request = requests.next(&mut rng);
+        if let Some(every) = every {
+            // The load generator's pacing, not a wait for the server: a late request does
+            // not make the next one early.
+            let now = Instant::now();
+            std::thread::sleep(turn.saturating_duration_since(now));
+            turn = turn.max(now) + every;
+        }
         let sent = Instant::now();
         if stream.write_all(&request).is_err() {
             return (samples, true);
@@ -1146,7 +1160,10 @@ fn http_load_spread(
         .map(|i| {
             let addr = servers[i % servers.len()].addr;
             let (requests, stop) = (Arc::clone(requests), Arc::clone(&stop));
-            std::thread::spawn(move || http_client(addr, &requests, &stop, i as u64 + 1))
+            let every = s
+                .pace
+                .map(|rate| Duration::from_secs_f64(s.connections as f64 / rate));
+            std::thread::spawn(move || http_client(addr, &requests, &stop, i as u64 + 1, every))
         })
         .collect();
     let measure_from = started + s.warmup;

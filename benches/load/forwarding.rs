@@ -15,7 +15,10 @@
 //!
 //! In each run the paths are measured in turn (each run starting with another), with
 //! `--connections` connections and then with one connection (no queueing: the latency a
-//! caller sees). Printed: calls/s, p50, p99, errors; the CPU µs per call of the process in
+//! caller sees). After the paths with `--connections`, the upstream is called directly once
+//! more, paced to the calls/s tollgate forwarded in that run: how much an upstream spends on
+//! a call depends on how busy it is kept, so this separates the gate's effect on the
+//! upstream from the load level's. Printed: calls/s, p50, p99, errors; the CPU µs per call of the process in
 //! front (the upstream's when direct, else the gateway's) and the upstream's CPU µs per
 //! call during each gateway's load; then the goals as ratios beside their targets.
 
@@ -65,6 +68,8 @@ pub(super) struct OneConnection {
 pub(super) struct ForwardingFigures {
     /// The upstream called directly (its CPU is the upstream's).
     pub(super) direct: RunFigures,
+    /// The upstream called directly at the rate tollgate forwarded calls to it.
+    pub(super) direct_at_gate_rate: RunFigures,
     pub(super) tollgate: Gateway,
     /// `None` when mcp-proxy was not measured.
     pub(super) proxy: Option<Gateway>,
@@ -91,6 +96,12 @@ impl ForwardingFigures {
     /// The upstream's CPU per call through tollgate over its CPU per direct call.
     pub(super) fn upstream_cpu(&self) -> Option<f64> {
         Some(self.tollgate.upstream_us? / self.direct.cpu_us?)
+    }
+
+    /// The upstream's CPU per call through tollgate over its CPU per direct call when
+    /// called as often as tollgate called it.
+    pub(super) fn upstream_cpu_at_gate_rate(&self) -> Option<f64> {
+        Some(self.tollgate.upstream_us? / self.direct_at_gate_rate.cpu_us?)
     }
 
     /// With one connection, tollgate's p50 minus direct's, in ms.
@@ -127,10 +138,12 @@ impl ForwardingFigures {
             [
                 "forwarded to an rmcp upstream: the upstream's CPU per call through tollgate / direct".to_owned(),
                 format!(
-                    "{} ({} µs vs {} µs)",
+                    "{} ({} µs vs {} µs); against direct calls at tollgate's rate ({} µs): {}",
                     ratio(self.upstream_cpu()),
                     us_or_dash(self.tollgate.upstream_us),
-                    us_or_dash(self.direct.cpu_us)
+                    us_or_dash(self.direct.cpu_us),
+                    us_or_dash(self.direct_at_gate_rate.cpu_us),
+                    ratio(self.upstream_cpu_at_gate_rate())
                 ),
                 format!("≤ ×{TARGET_UPSTREAM_CPU:.2}"),
                 met(clean && self.upstream_cpu().is_some_and(|r| r <= TARGET_UPSTREAM_CPU))
@@ -292,6 +305,10 @@ pub(super) fn backend_scenario(dir: &Path, s: &Settings) -> Option<ForwardingFig
         ..s.clone()
     };
     let mut direct = Measured::new("direct: echo on the upstream", "upstream");
+    // The upstream's CPU per call depends on how busy it is kept (a server woken for each
+    // request spends more per request than one that finds several waiting): called
+    // directly as often as tollgate called it, it shows what the gate itself asks of it.
+    let mut paced = Series::new("direct: echo on the upstream, at tollgate's rate").of("upstream");
     let mut tollgate = Measured::new("tollgate: up_echo, all guards", "gate");
     let mut proxy = Measured::new("mcp-proxy: up/echo", "mcp-proxy");
     for run in 1..=s.runs {
@@ -326,17 +343,26 @@ pub(super) fn backend_scenario(dir: &Path, s: &Settings) -> Option<ForwardingFig
                     measured.upstream_us.extend(upstream_us);
                 }
             }
+            if !single && let Some(forwarded) = tollgate.many.runs.last() {
+                let at_rate = Settings {
+                    pace: Some(forwarded.calls_per_sec),
+                    ..settings.clone()
+                };
+                measure(&servers, Route::Direct, &mut paced, &at_rate);
+            }
         }
         stop(servers);
     }
     for measured in [&direct, &tollgate, &proxy] {
         measured.many.print_median();
     }
+    paced.print_median();
     for measured in [&direct, &tollgate, &proxy] {
         measured.one.print_median();
     }
     let figures = ForwardingFigures {
         direct: direct.many.median(),
+        direct_at_gate_rate: paced.median(),
         tollgate: tollgate.gateway(),
         proxy: (!proxy.many.runs.is_empty()).then(|| proxy.gateway()),
         one: OneConnection {
