@@ -261,8 +261,9 @@ struct Settings {
     /// Minute windows per counter in `bigdb` (`--window-minutes`).
     window_minutes: u64,
     starts: usize,
-    /// Calls/s all connections together send at most (each connection its share, evenly
-    /// spaced); `None`: each sends its next request as soon as it has the answer.
+    /// Calls/s all connections together send at most (each connection its share, the
+    /// connections' turns staggered so that the requests are evenly spaced); `None`: each
+    /// sends its next request as soon as it has the answer.
     pace: Option<f64>,
 }
 
@@ -986,15 +987,16 @@ impl Requests {
 /// One answered call: when it was sent, how long it took, whether it succeeded.
 type Sample = (Instant, Duration, bool);
 
-/// One keep-alive connection sending requests in a closed loop until `stop`, at most one
-/// each `every` when that is some (a request whose turn has passed goes at once). Returns
-/// its samples and whether the server closed the connection first.
+/// One keep-alive connection sending requests in a closed loop until `stop`; when `pace`
+/// is some, `(first, every)`, its first request at `first` and then one each `every` (a
+/// request whose turn has passed goes at once). Returns its samples and whether the server
+/// closed the connection first.
 fn http_client(
     addr: SocketAddr,
     requests: &Requests,
     stop: &AtomicBool,
     seed: u64,
-    every: Option<Duration>,
+    pace: Option<(Instant, Duration)>,
 ) -> (Vec<Sample>, bool) {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.set_nodelay(true).expect("nodelay");
@@ -1016,10 +1018,10 @@ fn http_client(
         },
         other => other,
     };
-    let mut turn = Instant::now();
+    let mut turn = pace.map_or_else(Instant::now, |(first, _)| first);
     while !stop.load(Ordering::Relaxed) {
         let request = requests.next(&mut rng);
-        if let Some(every) = every {
+        if let Some((_, every)) = pace {
             // The load generator's pacing, not a wait for the server: a late request does
             // not make the next one early.
             let now = Instant::now();
@@ -1160,10 +1162,12 @@ fn http_load_spread(
         .map(|i| {
             let addr = servers[i % servers.len()].addr;
             let (requests, stop) = (Arc::clone(requests), Arc::clone(&stop));
-            let every = s
-                .pace
-                .map(|rate| Duration::from_secs_f64(s.connections as f64 / rate));
-            std::thread::spawn(move || http_client(addr, &requests, &stop, i as u64 + 1, every))
+            let pace = s.pace.map(|rate| {
+                let every = Duration::from_secs_f64(s.connections as f64 / rate);
+                let first = started + every.mul_f64(i as f64 / s.connections as f64);
+                (first, every)
+            });
+            std::thread::spawn(move || http_client(addr, &requests, &stop, i as u64 + 1, pace))
         })
         .collect();
     let measure_from = started + s.warmup;
