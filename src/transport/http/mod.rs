@@ -448,30 +448,47 @@ mod tests {
         assert_eq!(log.allow(Refusal::TooManyConnections, later), None);
     }
 
-    /// Spins (yielding) until `n` threads wait on `slots`.
+    /// How long a test lets a thread take to do what it must; past it the test fails
+    /// rather than hangs. (`wait_idle` below is given far longer, so that its returning
+    /// within this says it was woken, not that it gave up.)
+    const PROMPTLY: Duration = Duration::from_secs(30);
+
+    /// Spins (yielding) until `n` threads wait on `slots`; fails past [`PROMPTLY`].
     fn until_waiting(slots: &Slots, n: usize) {
+        let deadline = std::time::Instant::now() + PROMPTLY;
         while slots.lock().waiting != n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{n} thread(s) never waited"
+            );
             std::thread::yield_now();
         }
+    }
+
+    /// Runs `f` on a thread of its own; the receiver hears when it has returned.
+    fn on_thread(f: impl FnOnce() + Send + 'static) -> std::sync::mpsc::Receiver<()> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        rx
     }
 
     #[test]
     fn a_request_waiting_for_a_slot_gets_the_one_given_back() {
         let slots = Arc::new(Slots::new(1));
         let held = slots.enter();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = {
+        let entered = on_thread({
             let slots = Arc::clone(&slots);
-            std::thread::spawn(move || {
-                let _slot = slots.enter();
-                tx.send(()).expect("send");
-            })
-        };
+            move || drop(slots.enter())
+        });
         until_waiting(&slots, 1);
-        assert!(rx.try_recv().is_err(), "entered past a full house");
+        assert!(entered.try_recv().is_err(), "entered past a full house");
         drop(held);
-        rx.recv().expect("the waiter entered");
-        waiter.join().expect("waiter");
+        entered
+            .recv_timeout(PROMPTLY)
+            .expect("the waiter entered once the slot was given back");
         let state = slots.lock();
         assert_eq!((state.busy, state.waiting), (0, 0));
     }
@@ -480,25 +497,27 @@ mod tests {
     fn a_slot_stepped_away_from_serves_another_request_and_is_waited_for_back() {
         let slots = Arc::new(Slots::new(1));
         let first = slots.enter();
-        let waiter = {
+        let entered = on_thread({
             let slots = Arc::clone(&slots);
-            std::thread::spawn(move || drop(slots.enter()))
-        };
+            move || drop(slots.enter())
+        });
         until_waiting(&slots, 1);
         // The first request waits on a backend: the second gets its slot meanwhile.
         slots.step_away();
-        waiter
-            .join()
+        entered
+            .recv_timeout(PROMPTLY)
             .expect("the waiter entered while the first was away");
         slots.step_back();
         slots.close();
-        let idle = {
+        let idle = on_thread({
             let slots = Arc::clone(&slots);
-            std::thread::spawn(move || slots.wait_idle(Duration::from_secs(600)))
-        };
+            move || slots.wait_idle(PROMPTLY * 20)
+        });
         until_waiting(&slots, 1);
+        assert!(idle.try_recv().is_err(), "idle while a request was served");
         drop(first);
-        idle.join().expect("idle once the first request ended");
+        idle.recv_timeout(PROMPTLY)
+            .expect("woken as idle once the first request ended");
         let state = slots.lock();
         assert_eq!((state.busy, state.away, state.waiting), (0, 0, 0));
     }
