@@ -58,12 +58,12 @@ pub(super) enum Poster {
 
 impl Poster {
     /// The poster for `endpoint`: hyper-util's client (connecting within `connect_timeout`)
-    /// for `http`, else the reqwest client `tls` makes.
-    pub(super) fn for_endpoint(
+    /// for `http`, else the reqwest client `tls` makes (only that can fail).
+    pub(super) fn for_endpoint<E>(
         endpoint: &Endpoint,
         connect_timeout: Duration,
-        tls: impl FnOnce() -> Result<reqwest::Client, reqwest::Error>,
-    ) -> Result<Poster, reqwest::Error> {
+        tls: impl FnOnce() -> Result<reqwest::Client, E>,
+    ) -> Result<Poster, E> {
         if endpoint.url.scheme() != "http" {
             return tls().map(Poster::Tls);
         }
