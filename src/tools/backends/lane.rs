@@ -18,14 +18,16 @@
 //! cannot block on a runtime. There [`Lanes::run`] gives the exchange back, and the caller
 //! uses the shared runtime.
 //!
-//! A thread's runtime is driven only during its exchanges, so a connection the backend
-//! closed while it lay idle is noticed when the next exchange starts: hyper's connection
-//! task reads before it writes, finds the connection closed, and hands the request back
-//! unsent, and the client sends it on a new connection (a test below holds that for
-//! reqwest's client, and one in `upstream/poster.rs` for hyper-util's). For the
-//! same reason an exchange given up (past its deadline, or cancelled by the caller) ends
-//! with [`let_go`], so that its connection is closed then and the backend learns at once
-//! that nobody waits for its answer.
+//! A thread's runtime is driven only during its exchanges, so what happened to its
+//! connections meanwhile is not known when the next exchange starts: a connection the
+//! backend closed while it lay idle (a server's keep-alive timeout, say) still looks open,
+//! and a request written on it fails. Each exchange therefore begins by letting the
+//! connections' tasks act on what arrived while the runtime slept ([`turn_connections`]):
+//! a closed connection leaves the pool, and the request goes on a new one (a test below
+//! holds that for reqwest's client, and one in `upstream/poster.rs` for both clients a
+//! direct call posts with). For the same reason an exchange given up (past its deadline, or
+//! cancelled by the caller) ends with the same turn, so that its connection is closed then
+//! and the backend learns at once that nobody waits for its answer.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -106,7 +108,10 @@ impl<C: Clone + Send> Lanes<C> {
         let Some(client) = self.client_for(lane.token) else {
             return Err(exchange);
         };
-        Ok(lane.runtime.block_on(exchange(client)))
+        Ok(lane.runtime.block_on(async {
+            turn_connections().await;
+            exchange(client).await
+        }))
     }
 
     /// This thread's client, made on the thread's first exchange with the backend.
@@ -175,16 +180,19 @@ pub(crate) async fn supervise<T>(
     }
     .await;
     if waited.is_err() {
-        let_go().await;
+        // The dropped exchange woke its connection's task.
+        turn_connections().await;
     }
     waited
 }
 
-/// Lets this thread's connection tasks act on an exchange just given up (its future
-/// dropped): the connection that carried it is closed now, not at the thread's next
-/// exchange. Await it after the exchange's future is gone, before the lane returns.
-async fn let_go() {
-    // The dropped exchange woke its connection's task: one turn of the runtime runs it.
+/// Lets this thread's connection tasks act on what they were woken for: what the network
+/// brought while the runtime was not driven (the first yield has the runtime poll its I/O
+/// driver and wake them), or an exchange just given up (its future dropped). The second
+/// yield lets those tasks run before the caller goes on: a connection its backend closed
+/// leaves the pool, and one whose exchange was given up is closed. Two system calls
+/// (`epoll_wait` without waiting).
+async fn turn_connections() {
     tokio::task::yield_now().await;
     tokio::task::yield_now().await;
 }
@@ -215,11 +223,13 @@ mod tests {
     }
 
     /// A server that answers each connection's first request (keeping it alive, as far as
-    /// the client knows), then closes it and says so; `rounds` connections.
-    fn closing_server(rounds: usize) -> (String, mpsc::Receiver<usize>) {
+    /// the client knows), then, once `close` says so, closes it and says so; `rounds`
+    /// connections.
+    fn closing_server(rounds: usize) -> (String, mpsc::Sender<()>, mpsc::Receiver<usize>) {
         let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
         let url = format!("http://{}/", listener.local_addr().expect("address"));
         let (closed, closings) = mpsc::channel();
+        let (close, close_now) = mpsc::channel::<()>();
         std::thread::spawn(move || {
             for round in 0..rounds {
                 let (stream, _) = listener.accept().expect("accept");
@@ -234,6 +244,9 @@ mod tests {
                 )
                 .expect("answer");
                 writer.flush().expect("flush");
+                if close_now.recv().is_err() {
+                    return;
+                }
                 writer.shutdown(Shutdown::Both).expect("close");
                 // Whatever the client still sends is read and dropped, then the socket closes.
                 let _ = reader.read_to_end(&mut Vec::new());
@@ -241,7 +254,7 @@ mod tests {
                 closed.send(round).expect("tell the test");
             }
         });
-        (url, closings)
+        (url, close, closings)
     }
 
     async fn get(client: reqwest::Client, url: &str) -> Result<String, reqwest::Error> {
@@ -281,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_connection_the_backend_closed_while_idle_is_not_used_again() {
-        let (url, closings) = closing_server(3);
+        let (url, close, closings) = closing_server(3);
         let lanes = lanes();
         for round in 0..3 {
             let body = lanes
@@ -292,7 +305,9 @@ mod tests {
                 .ok()
                 .expect("a plain thread runs its exchanges");
             assert_eq!(body.expect("an answer"), format!("round {round}"));
-            // The server has closed that connection before the next exchange starts.
+            // The server closes that connection while the thread's runtime is not driven
+            // (closed on loopback, its end has reached this side when `closings` hears).
+            close.send(()).expect("the server waits");
             assert_eq!(closings.recv().expect("the server closed it"), round);
         }
     }
@@ -328,7 +343,7 @@ mod tests {
                     }
                 }
                 .await;
-                let_go().await;
+                turn_connections().await;
                 abandoned
             })
             .ok()

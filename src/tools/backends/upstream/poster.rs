@@ -188,6 +188,7 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::backends::lane::Lanes;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
 
@@ -360,10 +361,13 @@ mod tests {
     #[test]
     fn a_connection_the_upstream_closed_while_idle_is_not_used_again() {
         // Each connection answers one request, keeping it alive as far as the client
-        // knows, then closes; the runtime is not driven between the posts (as on a lane).
+        // knows, and closes once the post that used it has returned: on a lane, whose
+        // runtime is not driven between posts (an upstream's keep-alive timeout).
         let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
         let url = format!("http://{}/mcp", listener.local_addr().expect("address"));
         let url = Endpoint::parse(&url).expect("a URL");
+        let (close, close_now) = std::sync::mpsc::channel::<()>();
+        let (closed, closings) = std::sync::mpsc::channel::<()>();
         let server = std::thread::spawn(move || {
             for round in 0..4 {
                 let (stream, _) = listener.accept().expect("accept");
@@ -379,16 +383,33 @@ mod tests {
                 writer
                     .write_all(json_answer(&format!("{round}")).as_bytes())
                     .expect("answer");
+                close_now.recv().expect("the test says when");
                 writer.shutdown(std::net::Shutdown::Both).expect("close");
+                drop(writer);
+                closed.send(()).expect("tell the test");
             }
         });
         for poster in posters(&url) {
-            let rt = runtime();
+            let lanes = Lanes::new(move || Ok::<_, std::convert::Infallible>(poster.clone()));
             let mut answers = Vec::new();
             for _ in 0..2 {
-                let reply = post(&rt, &poster, &url, "{}").expect("an answer");
-                let body = rt.block_on(reply.read_capped(1024)).expect("the body");
+                let body = lanes
+                    .run(|poster| {
+                        let url = url.clone();
+                        async move {
+                            let reply = poster
+                                .post(&url, HeaderMap::new(), Bytes::from_static(b"{}"))
+                                .await
+                                .expect("an answer");
+                            reply.read_capped(1024).await.expect("the body")
+                        }
+                    })
+                    .ok()
+                    .expect("the test's thread runs a lane");
                 answers.push(String::from_utf8(body).expect("UTF-8"));
+                // Closed on loopback: its end has reached the client when `closings` hears.
+                close.send(()).expect("the server waits");
+                closings.recv().expect("the server closed it");
             }
             // Two answers from two connections: the closed one was not posted on again.
             assert_ne!(answers[0], answers[1]);
