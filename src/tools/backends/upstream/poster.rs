@@ -410,6 +410,7 @@ mod tests {
                 // Closed on loopback: its end has reached the client when `closings` hears.
                 close.send(()).expect("the server waits");
                 closings.recv().expect("the server closed it");
+                crate::tools::backends::lane::as_if_idle();
             }
             // Two answers from two connections: the closed one was not posted on again.
             assert_ne!(answers[0], answers[1]);
